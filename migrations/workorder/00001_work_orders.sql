@@ -1,0 +1,5 @@
+-- +goose Up
+-- Placeholder replaced by the work-order schema.
+SELECT 1;
+-- +goose Down
+SELECT 1;

@@ -1,0 +1,39 @@
+package backoff
+
+import (
+	"testing"
+	"time"
+)
+
+func TestDelayIsBoundedByCappedExponential(t *testing.T) {
+	t.Parallel()
+	p := Policy{Base: 100 * time.Millisecond, Max: time.Second, Rand: func() float64 { return 0.999999 }}
+	want := []time.Duration{100, 200, 400, 800, 1000, 1000}
+	for i, w := range want {
+		got := p.Delay(i + 1)
+		if got > w*time.Millisecond || got < w*time.Millisecond*99/100 {
+			t.Errorf("attempt %d: delay %v, want about %v", i+1, got, w*time.Millisecond)
+		}
+	}
+	if d := p.Delay(500); d > time.Second {
+		t.Errorf("huge attempt overflowed the cap: %v", d)
+	}
+}
+
+func TestDelayUsesFullJitter(t *testing.T) {
+	t.Parallel()
+	p := Policy{Base: time.Second, Max: time.Minute, Rand: func() float64 { return 0 }}
+	if d := p.Delay(5); d != 0 {
+		t.Fatalf("full jitter must reach zero, got %v", d)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	t.Parallel()
+	if err := (Policy{Base: time.Minute, Max: time.Second}).Validate(); err == nil {
+		t.Fatal("Max < Base accepted")
+	}
+	if err := (Policy{}).Validate(); err != nil {
+		t.Fatal(err)
+	}
+}

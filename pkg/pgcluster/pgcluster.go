@@ -1,0 +1,247 @@
+// Package pgcluster starts a throw-away PostgreSQL cluster from the local
+// server binaries (initdb + pg_ctl): in a temporary folder, on a free loopback
+// port, as an unprivileged OS user when the caller is root (initdb refuses to
+// run as root). Tests, benchmarks and `make run` use it on machines without
+// Docker; anything that has a server passes DATABASE_URL instead.
+package pgcluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// ErrNoBinaries is returned when no PostgreSQL server binaries can be found.
+var ErrNoBinaries = errors.New("PostgreSQL server binaries (initdb, pg_ctl) not found: " +
+	"install them with `sudo apt-get install -y postgresql` (Debian/Ubuntu) or " +
+	"`brew install postgresql` (macOS), or set DATABASE_URL to a running server, " +
+	"e.g. DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable")
+
+// Options configure Start. The zero value is valid.
+type Options struct {
+	// Dir holds the data and socket folders. Default: a new temporary folder,
+	// removed by Remove.
+	Dir string
+	// Port to listen on, loopback only. Default 0: a free port.
+	Port int
+	// Fsync keeps PostgreSQL's durable commit (fsync=on). Default false: tests
+	// and the local demo do not need crash durability of the host, and the
+	// commit floor becomes CPU-bound instead of disk-bound. Benchmarks that
+	// compare against pgbench anchors set it, so both sides pay the same flush.
+	Fsync bool
+	// MaxConnections is the server's max_connections. Default 300.
+	MaxConnections int
+	// BinDir is where initdb and pg_ctl live. Default: $PATH, then the newest
+	// /usr/lib/postgresql/*/bin.
+	BinDir string
+}
+
+// Cluster is a running (or stopped) local PostgreSQL cluster.
+type Cluster struct {
+	opts    Options
+	dataDir string
+	sockDir string
+	ownsDir bool
+	runAs   *user.User // nil: run as the current user
+}
+
+// Start initialises a new cluster and starts it.
+func Start(ctx context.Context, opts Options) (*Cluster, error) {
+	if opts.MaxConnections == 0 {
+		opts.MaxConnections = 300
+	}
+	bin, err := findBinDir(opts.BinDir)
+	if err != nil {
+		return nil, err
+	}
+	opts.BinDir = bin
+	c := &Cluster{opts: opts}
+	if os.Geteuid() == 0 {
+		c.runAs, err = unprivilegedUser()
+		if err != nil {
+			return nil, err
+		}
+	}
+	if c.opts.Dir == "" {
+		dir, err := os.MkdirTemp("", "lossless-pg-")
+		if err != nil {
+			return nil, fmt.Errorf("create cluster folder: %w", err)
+		}
+		c.opts.Dir, c.ownsDir = dir, true
+	}
+	c.dataDir = filepath.Join(c.opts.Dir, "data")
+	c.sockDir = filepath.Join(c.opts.Dir, "run")
+	// The unprivileged user must be able to traverse the folder.
+	if err := os.Chmod(c.opts.Dir, 0o755); err != nil {
+		return nil, err
+	}
+	for _, d := range []string{c.dataDir, c.sockDir} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, err
+		}
+		if err := c.chown(d); err != nil {
+			return nil, err
+		}
+	}
+	out, err := c.run(ctx, "initdb", "-D", c.dataDir, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync")
+	if err != nil {
+		c.Remove()
+		return nil, fmt.Errorf("initdb: %w: %s", err, out)
+	}
+	// A free port can be taken between probing and binding; try a few times.
+	for attempt := 0; ; attempt++ {
+		if c.opts.Port == 0 || attempt > 0 {
+			if c.opts.Port, err = freePort(); err != nil {
+				return nil, err
+			}
+		}
+		if err = c.Restart(ctx); err == nil || opts.Port != 0 || attempt == 3 {
+			break
+		}
+	}
+	if err != nil {
+		c.Remove()
+		return nil, err
+	}
+	return c, nil
+}
+
+// Port is the loopback TCP port the cluster listens on.
+func (c *Cluster) Port() int { return c.opts.Port }
+
+// DSN is a connection string for database db as the superuser "postgres".
+func (c *Cluster) DSN(db string) string {
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", c.opts.Port, db)
+}
+
+// Restart starts the server of an initialised cluster (again), keeping its data.
+func (c *Cluster) Restart(ctx context.Context) error {
+	fsync := "off"
+	if c.opts.Fsync {
+		fsync = "on"
+	}
+	o := strings.Join([]string{
+		"-c listen_addresses=127.0.0.1",
+		"-p " + strconv.Itoa(c.opts.Port),
+		"-k " + c.sockDir,
+		"-c fsync=" + fsync,
+		"-c max_connections=" + strconv.Itoa(c.opts.MaxConnections),
+	}, " ")
+	logFile := filepath.Join(c.sockDir, "server.log")
+	if out, err := c.run(ctx, "pg_ctl", "-D", c.dataDir, "-l", logFile, "-o", o, "-w", "-t", "30", "start"); err != nil {
+		log, _ := os.ReadFile(logFile)
+		return fmt.Errorf("pg_ctl start: %w: %s\n%s", err, out, tail(string(log), 2000))
+	}
+	return nil
+}
+
+// Stop shuts the server down (fast mode: clients are disconnected), keeping its data.
+func (c *Cluster) Stop(ctx context.Context) error {
+	if out, err := c.run(ctx, "pg_ctl", "-D", c.dataDir, "-m", "fast", "-w", "stop"); err != nil {
+		return fmt.Errorf("pg_ctl stop: %w: %s", err, out)
+	}
+	return nil
+}
+
+// Remove stops the server if it runs and deletes a folder Start created.
+func (c *Cluster) Remove() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := os.Stat(filepath.Join(c.dataDir, "postmaster.pid")); err == nil {
+		_, _ = c.run(ctx, "pg_ctl", "-D", c.dataDir, "-m", "immediate", "-w", "stop")
+	}
+	if c.ownsDir {
+		_ = os.RemoveAll(c.opts.Dir)
+	}
+}
+
+func (c *Cluster) run(ctx context.Context, tool string, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, filepath.Join(c.opts.BinDir, tool), args...)
+	if c.runAs != nil {
+		uid, _ := strconv.Atoi(c.runAs.Uid)
+		gid, _ := strconv.Atoi(c.runAs.Gid)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
+		cmd.Env = append(os.Environ(), "HOME="+c.opts.Dir, "USER="+c.runAs.Username)
+	}
+	// The server must outlive neither a Ctrl-C of the parent's process group
+	// nor be killed with it half-way: give it its own process group and stop
+	// it explicitly with pg_ctl.
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Setpgid = true
+	cmd.Dir = c.opts.Dir
+	return cmd.CombinedOutput()
+}
+
+func (c *Cluster) chown(path string) error {
+	if c.runAs == nil {
+		return nil
+	}
+	uid, _ := strconv.Atoi(c.runAs.Uid)
+	gid, _ := strconv.Atoi(c.runAs.Gid)
+	return os.Chown(path, uid, gid)
+}
+
+// unprivilegedUser picks the OS user that runs the server when we are root:
+// "postgres" (created by Debian's package), else "nobody".
+func unprivilegedUser() (*user.User, error) {
+	for _, name := range []string{"postgres", "nobody"} {
+		if u, err := user.Lookup(name); err == nil {
+			return u, nil
+		}
+	}
+	return nil, errors.New("running as root and neither the 'postgres' nor the 'nobody' OS user exists: initdb refuses to run as root; create a user (useradd postgres) or run as a normal user")
+}
+
+func findBinDir(explicit string) (string, error) {
+	if explicit != "" {
+		if _, err := os.Stat(filepath.Join(explicit, "initdb")); err != nil {
+			return "", fmt.Errorf("%w (looked in %s)", ErrNoBinaries, explicit)
+		}
+		return explicit, nil
+	}
+	if p, err := exec.LookPath("initdb"); err == nil {
+		return filepath.Dir(p), nil
+	}
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	sort.Slice(dirs, func(i, j int) bool { return versionOf(dirs[i]) < versionOf(dirs[j]) })
+	for i := len(dirs) - 1; i >= 0; i-- {
+		if _, err := os.Stat(filepath.Join(dirs[i], "initdb")); err == nil {
+			return dirs[i], nil
+		}
+	}
+	return "", ErrNoBinaries
+}
+
+func versionOf(binDir string) int {
+	v, _ := strconv.Atoi(filepath.Base(filepath.Dir(binDir)))
+	return v
+}
+
+func freePort() (int, error) {
+	var lc net.ListenConfig
+	l, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("find a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[len(s)-n:]
+}

@@ -1,0 +1,165 @@
+// Package pgtest gives each test its own migrated database on a real
+// PostgreSQL server:
+//
+//   - with DATABASE_URL set, on that server;
+//   - otherwise on one ephemeral cluster per test binary, started lazily from
+//     the local PostgreSQL binaries (see package pgcluster) and stopped by Main.
+//
+// Each database is cloned from a template that is migrated once per migration
+// set (peterldowns/pgtestdb), so a new database costs ~0.1–0.4 s, not a full
+// migration run. Use it from TestMain:
+//
+//	func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+package pgtest
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/peterldowns/pgtestdb"
+	"github.com/peterldowns/pgtestdb/migrators/common"
+
+	"github.com/lossless-dev/lossless/pkg/pgcluster"
+	"github.com/lossless-dev/lossless/pkg/pgmigrate"
+)
+
+// EnvFsync, set to "on", starts the ephemeral cluster with fsync=on. Benchmarks
+// that compare with pgbench anchors set it (make bench does).
+const EnvFsync = "LOSSLESS_PG_FSYNC"
+
+// shared is the per-test-binary server. Package state is deliberate here: a
+// test binary has exactly one lifetime, and Main bounds it.
+var shared struct {
+	mu      sync.Mutex
+	main    bool
+	cluster *pgcluster.Cluster
+	base    pgtestdb.Config
+	err     error
+	started bool
+}
+
+// Main runs the tests and stops the ephemeral cluster, if one was started.
+// Every package that uses pgtest calls it from TestMain.
+func Main(m *testing.M) int {
+	shared.mu.Lock()
+	shared.main = true
+	shared.mu.Unlock()
+	code := m.Run()
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	if shared.cluster != nil {
+		shared.cluster.Remove()
+		shared.cluster = nil
+	}
+	return code
+}
+
+// NewPool returns a pool on a new database migrated with migrations. The
+// database and pool are dropped when the test ends.
+func NewPool(t testing.TB, migrations fs.FS) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), NewDatabase(t, migrations))
+	if err != nil {
+		t.Fatalf("pgtest: connect: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// NewDatabase returns the connection string of a new database migrated with
+// migrations, for code under test that opens its own connections.
+func NewDatabase(t testing.TB, migrations fs.FS) string {
+	t.Helper()
+	base, err := server()
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	conf := pgtestdb.Custom(t, base, migrator{fsys: migrations})
+	return conf.URL()
+}
+
+// ServerDSN returns a superuser connection string to the test server's
+// "postgres" database, for tests that create their own objects.
+func ServerDSN(t testing.TB) string {
+	t.Helper()
+	base, err := server()
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	return base.URL()
+}
+
+func server() (pgtestdb.Config, error) {
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	if shared.started {
+		return shared.base, shared.err
+	}
+	shared.started = true
+	if dsn := os.Getenv("DATABASE_URL"); dsn != "" {
+		shared.base, shared.err = configFromURL(dsn)
+		return shared.base, shared.err
+	}
+	if !shared.main {
+		shared.err = fmt.Errorf("no DATABASE_URL and TestMain does not call pgtest.Main, which stops the ephemeral cluster: add `func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }`")
+		return shared.base, shared.err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := pgcluster.Start(ctx, pgcluster.Options{Fsync: os.Getenv(EnvFsync) == "on"})
+	if err != nil {
+		shared.err = fmt.Errorf("start an ephemeral PostgreSQL cluster: %w", err)
+		return shared.base, shared.err
+	}
+	shared.cluster = c
+	shared.base, shared.err = configFromURL(c.DSN("postgres"))
+	return shared.base, shared.err
+}
+
+func configFromURL(dsn string) (pgtestdb.Config, error) {
+	u, err := url.Parse(dsn)
+	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+		return pgtestdb.Config{}, fmt.Errorf("DATABASE_URL must be a postgres:// URL, got %q", dsn)
+	}
+	pw, _ := u.User.Password()
+	port := u.Port()
+	if port == "" {
+		port = "5432"
+	}
+	opts := u.Query()
+	if opts.Get("sslmode") == "" {
+		opts.Set("sslmode", "disable")
+	}
+	return pgtestdb.Config{
+		DriverName: "pgx",
+		Host:       u.Hostname(),
+		Port:       port,
+		User:       u.User.Username(),
+		Password:   pw,
+		Database:   strings.TrimPrefix(u.Path, "/"),
+		Options:    opts.Encode(),
+		// Tests may leave LISTEN connections or a stopped relay's sessions open.
+		ForceTerminateConnections: true,
+	}, nil
+}
+
+// migrator adapts goose (through pgmigrate) to pgtestdb: the template is
+// keyed by the hash of the migration files, so a changed migration builds a
+// new template.
+type migrator struct{ fsys fs.FS }
+
+func (m migrator) Hash() (string, error) { return common.HashDirs(m.fsys, "*.sql", ".") }
+
+func (m migrator) Migrate(ctx context.Context, db *sql.DB, _ pgtestdb.Config) error {
+	_, err := pgmigrate.UpDB(ctx, db, m.fsys)
+	return err
+}

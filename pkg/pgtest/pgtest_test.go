@@ -1,0 +1,36 @@
+package pgtest_test
+
+import (
+	"context"
+	"os"
+	"testing"
+
+	"github.com/lossless-dev/lossless/migrations"
+	"github.com/lossless-dev/lossless/pkg/pgtest"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+func TestDatabasesAreIsolated(t *testing.T) {
+	t.Parallel()
+	a := pgtest.NewPool(t, migrations.WorkOrder())
+	b := pgtest.NewPool(t, migrations.WorkOrder())
+	ctx := context.Background()
+	if _, err := a.Exec(ctx, "CREATE TABLE only_in_a (id int)"); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := b.QueryRow(ctx, "SELECT count(*) FROM pg_tables WHERE tablename = 'only_in_a'").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Fatalf("table created in database a is visible in database b")
+	}
+	var v int64
+	if err := b.QueryRow(ctx, "SELECT max(version_id) FROM goose_db_version").Scan(&v); err != nil {
+		t.Fatal(err)
+	}
+	if v < 1 {
+		t.Fatalf("migrations not applied: version %d", v)
+	}
+}

@@ -1,0 +1,44 @@
+// Package waitfor synchronises tests on conditions with a deadline instead of
+// sleeps: a sleep is either too short on a loaded CI machine or wastes time on
+// a fast one.
+package waitfor
+
+import (
+	"testing"
+	"time"
+)
+
+// Poll is the interval between two evaluations of a condition.
+const Poll = 10 * time.Millisecond
+
+// Condition polls cond until it returns true, failing the test with msg when
+// timeout passes first. cond may call t.Fatal itself on an unexpected error.
+func Condition(t testing.TB, timeout time.Duration, msg string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		if cond() {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waitfor: %s: not true within %v", msg, timeout)
+		}
+		time.Sleep(Poll)
+	}
+}
+
+// Value polls get until it returns want, failing with the last value seen.
+func Value[T comparable](t testing.TB, timeout time.Duration, msg string, want T, get func() T) {
+	t.Helper()
+	var last T
+	deadline := time.Now().Add(timeout)
+	for {
+		if last = get(); last == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waitfor: %s: got %v, want %v within %v", msg, last, want, timeout)
+		}
+		time.Sleep(Poll)
+	}
+}
