@@ -1,0 +1,109 @@
+// Package apierror builds the gRPC errors of every lossless API, so clients
+// (and the HTTP gateway) see one consistent shape: a status code plus
+// machine-readable details (google.rpc.BadRequest field violations,
+// google.rpc.ErrorInfo reasons).
+package apierror
+
+import (
+	"errors"
+	"fmt"
+
+	"buf.build/go/protovalidate"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/protoadapt"
+)
+
+// Domain is the ErrorInfo domain of every reason this system emits.
+const Domain = "lossless.dev"
+
+// Reasons carried in google.rpc.ErrorInfo. The gateway maps some to HTTP codes
+// that gRPC codes cannot express.
+const (
+	// ReasonIdempotencyKeyMismatch: an Idempotency-Key reused with a different
+	// request (HTTP 422, IETF httpapi idempotency-key draft).
+	ReasonIdempotencyKeyMismatch = "IDEMPOTENCY_KEY_MISMATCH"
+	// ReasonIdempotencyKeyInFlight: the first request with this key is still
+	// being processed (HTTP 409).
+	ReasonIdempotencyKeyInFlight = "IDEMPOTENCY_KEY_IN_FLIGHT"
+)
+
+// Violation is one invalid field: its path in proto field-name form
+// ("work_order.unit_price.currency_code") and why it is invalid.
+type Violation struct {
+	Field       string
+	Description string
+}
+
+// InvalidArgument returns INVALID_ARGUMENT with one field violation per entry.
+func InvalidArgument(violations ...Violation) error {
+	br := &errdetails.BadRequest{}
+	msg := "invalid request:"
+	for _, v := range violations {
+		br.FieldViolations = append(br.FieldViolations, &errdetails.BadRequest_FieldViolation{
+			Field:       v.Field,
+			Description: v.Description,
+		})
+		msg += fmt.Sprintf(" %s: %s;", v.Field, v.Description)
+	}
+	return withDetails(codes.InvalidArgument, msg, br)
+}
+
+// FromValidation converts a protovalidate error into INVALID_ARGUMENT with one
+// field violation per failed rule. Other errors pass through unchanged.
+func FromValidation(err error) error {
+	var verr *protovalidate.ValidationError
+	if !errors.As(err, &verr) {
+		return err
+	}
+	vs := make([]Violation, 0, len(verr.Violations))
+	for _, v := range verr.Violations {
+		field := protovalidate.FieldPathString(v.Proto.GetField())
+		if field == "" {
+			// Message-level (CEL) rules have no field; name the rule instead.
+			field = v.Proto.GetRuleId()
+		}
+		vs = append(vs, Violation{Field: field, Description: v.Proto.GetMessage()})
+	}
+	return InvalidArgument(vs...)
+}
+
+// NotFound returns NOT_FOUND for the resource kind and id.
+func NotFound(kind, id string) error {
+	return status.Errorf(codes.NotFound, "%s %q not found", kind, id)
+}
+
+// FailedPrecondition returns FAILED_PRECONDITION with an ErrorInfo reason, for
+// requests that are valid but not allowed in the resource's current state.
+func FailedPrecondition(reason, msg string) error {
+	return withDetails(codes.FailedPrecondition, msg, &errdetails.ErrorInfo{Reason: reason, Domain: Domain})
+}
+
+// Aborted returns ABORTED with an ErrorInfo reason (HTTP 409): retry later.
+func Aborted(reason, msg string) error {
+	return withDetails(codes.Aborted, msg, &errdetails.ErrorInfo{Reason: reason, Domain: Domain})
+}
+
+// Reason returns the ErrorInfo reason carried by err, or "".
+func Reason(err error) string {
+	s, ok := status.FromError(err)
+	if !ok {
+		return ""
+	}
+	for _, d := range s.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok {
+			return info.GetReason()
+		}
+	}
+	return ""
+}
+
+func withDetails(code codes.Code, msg string, details ...protoadapt.MessageV1) error {
+	st, err := status.New(code, msg).WithDetails(details...)
+	if err != nil {
+		// Only fails on a detail that cannot be marshalled; keep the code.
+		return status.Error(code, msg)
+	}
+	return st.Err()
+}

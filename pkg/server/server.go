@@ -1,0 +1,383 @@
+// Package server is the process plumbing every lossless service shares: a gRPC
+// server and an HTTP server (grpc-gateway REST, health, readiness, metrics),
+// background workers (relays, subscribers), request validation, and a
+// graceful shutdown that is actually reached and actually bounded.
+//
+// Shutdown order on context cancellation:
+//  1. readiness turns false (HTTP /readyz 503, gRPC health NOT_SERVING), so
+//     load balancers stop sending new work;
+//  2. workers' contexts are cancelled: they stop claiming and finish or
+//     release in-flight work; in parallel gRPC drains (GracefulStop) and HTTP
+//     drains (Shutdown);
+//  3. everything is awaited up to ShutdownTimeout; past it, gRPC is stopped
+//     hard and Run returns an error, so the exit code tells the truth.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"buf.build/go/protovalidate"
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/lossless-dev/lossless/pkg/apierror"
+)
+
+// Config of the listeners and the shutdown.
+type Config struct {
+	// GRPCAddr is the gRPC listen address. No default: each service passes its
+	// own (workorder ":9090", provider-sim ":9091", billing ":9092"). Use
+	// "127.0.0.1:0" in tests for a free port.
+	GRPCAddr string
+	// HTTPAddr is the HTTP (REST gateway, health, metrics) listen address. No
+	// default: workorder ":8080", provider-sim ":8081", billing ":8082".
+	HTTPAddr string
+	// ShutdownTimeout bounds the graceful shutdown. Default 20s: longer than
+	// one outbox batch or invoice job, shorter than Kubernetes' default 30 s
+	// termination grace period, so we exit before being SIGKILLed.
+	ShutdownTimeout time.Duration
+}
+
+// Validate reports missing or invalid settings.
+func (c Config) Validate() error {
+	var errs []error
+	if c.GRPCAddr == "" {
+		errs = append(errs, errors.New("gRPC listen address is empty"))
+	}
+	if c.HTTPAddr == "" {
+		errs = append(errs, errors.New("HTTP listen address is empty"))
+	}
+	if c.ShutdownTimeout < 0 {
+		errs = append(errs, errors.New("shutdown timeout must not be negative"))
+	}
+	return errors.Join(errs...)
+}
+
+func (c *Config) setDefaults() {
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = 20 * time.Second
+	}
+}
+
+// Option customises a Server.
+type Option func(*options)
+
+type options struct {
+	workers      []worker
+	interceptors []grpc.UnaryServerInterceptor
+	grpcOpts     []grpc.ServerOption
+	handlers     []route
+	muxOpts      []runtime.ServeMuxOption
+}
+
+type worker struct {
+	name string
+	run  func(context.Context) error
+}
+
+type route struct {
+	pattern string
+	handler http.Handler
+}
+
+// WithWorker runs fn for the server's lifetime. fn must return when its
+// context is cancelled, after finishing or releasing in-flight work. A worker
+// that fails (returns a non-nil error before shutdown) shuts the whole process
+// down: a relay that silently stopped is the failure this system exists to
+// prevent.
+func WithWorker(name string, fn func(ctx context.Context) error) Option {
+	return func(o *options) { o.workers = append(o.workers, worker{name, fn}) }
+}
+
+// WithUnaryInterceptors adds interceptors after the built-in recovery and
+// validation interceptors.
+func WithUnaryInterceptors(i ...grpc.UnaryServerInterceptor) Option {
+	return func(o *options) { o.interceptors = append(o.interceptors, i...) }
+}
+
+// WithGRPCOptions adds gRPC server options (e.g. stats handlers for tracing).
+func WithGRPCOptions(opts ...grpc.ServerOption) Option {
+	return func(o *options) { o.grpcOpts = append(o.grpcOpts, opts...) }
+}
+
+// WithHTTPHandler serves handler at pattern on the HTTP listener (e.g. "/metrics").
+func WithHTTPHandler(pattern string, handler http.Handler) Option {
+	return func(o *options) { o.handlers = append(o.handlers, route{pattern, handler}) }
+}
+
+// WithGatewayOptions adds grpc-gateway ServeMux options.
+func WithGatewayOptions(opts ...runtime.ServeMuxOption) Option {
+	return func(o *options) { o.muxOpts = append(o.muxOpts, opts...) }
+}
+
+// Server is one service process's network surface and workers.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	opts    options
+	grpc    *grpc.Server
+	health  *health.Server
+	mux     *runtime.ServeMux
+	http    *http.Server
+	grpcLis net.Listener
+	httpLis net.Listener
+	ready   atomic.Bool
+	mu      sync.Mutex
+	checks  map[string]func(context.Context) error
+	gwConn  *grpc.ClientConn
+	started atomic.Bool
+}
+
+// New binds both listeners (so ":0" addresses are resolved before Run) and
+// builds the servers. Register services on GRPC() and gateway handlers on
+// Gateway() before calling Run.
+func New(cfg Config, logger *slog.Logger, opts ...Option) (*Server, error) {
+	if logger == nil {
+		return nil, errors.New("server: logger is nil")
+	}
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	s := &Server{cfg: cfg, log: logger, checks: map[string]func(context.Context) error{}}
+	for _, o := range opts {
+		o(&s.opts)
+	}
+	validator, err := protovalidate.New()
+	if err != nil {
+		return nil, fmt.Errorf("server: build validator: %w", err)
+	}
+	chain := append([]grpc.UnaryServerInterceptor{recoverUnary(logger), validateUnary(validator)}, s.opts.interceptors...)
+	s.grpc = grpc.NewServer(append([]grpc.ServerOption{grpc.ChainUnaryInterceptor(chain...)}, s.opts.grpcOpts...)...)
+	s.health = health.NewServer()
+	// Not serving until Run has started every listener and worker.
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	healthpb.RegisterHealthServer(s.grpc, s.health)
+
+	lc := net.ListenConfig{}
+	if s.grpcLis, err = lc.Listen(context.Background(), "tcp", cfg.GRPCAddr); err != nil {
+		return nil, fmt.Errorf("server: listen gRPC on %s: %w", cfg.GRPCAddr, err)
+	}
+	if s.httpLis, err = lc.Listen(context.Background(), "tcp", cfg.HTTPAddr); err != nil {
+		s.grpcLis.Close()
+		return nil, fmt.Errorf("server: listen HTTP on %s: %w", cfg.HTTPAddr, err)
+	}
+	// The gateway calls our own gRPC server over loopback, so REST requests
+	// pass through exactly the same interceptors (validation, auth, tracing)
+	// as gRPC requests. RegisterXHandlerServer would bypass them.
+	s.gwConn, err = grpc.NewClient(dialTarget(s.grpcLis.Addr()), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		s.closeListeners()
+		return nil, fmt.Errorf("server: gateway connection: %w", err)
+	}
+	s.mux = runtime.NewServeMux(append([]runtime.ServeMuxOption{
+		runtime.WithErrorHandler(GatewayErrorHandler),
+		runtime.WithIncomingHeaderMatcher(HeaderMatcher),
+	}, s.opts.muxOpts...)...)
+
+	httpMux := http.NewServeMux()
+	httpMux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	httpMux.HandleFunc("GET /readyz", s.serveReadyz)
+	for _, r := range s.opts.handlers {
+		httpMux.Handle(r.pattern, r.handler)
+	}
+	httpMux.Handle("/", s.mux)
+	s.http = &http.Server{Handler: httpMux, ReadHeaderTimeout: 10 * time.Second}
+	return s, nil
+}
+
+// GRPC is the gRPC server to register services on.
+func (s *Server) GRPC() *grpc.Server { return s.grpc }
+
+// Gateway is the REST mux to register grpc-gateway handlers on.
+func (s *Server) Gateway() *runtime.ServeMux { return s.mux }
+
+// GatewayConn is a client connection to this server's own gRPC listener, for
+// RegisterXHandler(ctx, s.Gateway(), s.GatewayConn()).
+func (s *Server) GatewayConn() *grpc.ClientConn { return s.gwConn }
+
+// GRPCAddr is the bound gRPC address (useful with ":0").
+func (s *Server) GRPCAddr() string { return s.grpcLis.Addr().String() }
+
+// HTTPAddr is the bound HTTP address (useful with ":0").
+func (s *Server) HTTPAddr() string { return s.httpLis.Addr().String() }
+
+// AddReadinessCheck adds a check run by /readyz (e.g. a database ping).
+func (s *Server) AddReadinessCheck(name string, check func(ctx context.Context) error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.checks[name] = check
+}
+
+// Run serves until ctx is cancelled, then shuts down as described in the
+// package documentation. It returns nil after a clean, timely shutdown.
+func (s *Server) Run(ctx context.Context) error {
+	if !s.started.CompareAndSwap(false, true) {
+		return errors.New("server: Run called twice")
+	}
+	// Worker contexts are independent of ctx so that shutdown can cancel them
+	// at the right step, not before readiness flips.
+	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelWork()
+
+	failed := make(chan error, 2+len(s.opts.workers))
+	var serving, working sync.WaitGroup
+	serving.Add(2)
+	go func() {
+		defer serving.Done()
+		if err := s.grpc.Serve(s.grpcLis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			failed <- fmt.Errorf("gRPC server: %w", err)
+		}
+	}()
+	go func() {
+		defer serving.Done()
+		if err := s.http.Serve(s.httpLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			failed <- fmt.Errorf("HTTP server: %w", err)
+		}
+	}()
+	for _, w := range s.opts.workers {
+		working.Add(1)
+		go func() {
+			defer working.Done()
+			err := w.run(workCtx)
+			if err != nil && workCtx.Err() == nil {
+				failed <- fmt.Errorf("worker %s: %w", w.name, err)
+				return
+			}
+			if err != nil && !errors.Is(err, context.Canceled) {
+				s.log.Error("worker stopped with an error during shutdown", "worker", w.name, "error", err)
+			}
+		}()
+	}
+	s.ready.Store(true)
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	s.log.Info("serving", "grpc_addr", s.GRPCAddr(), "http_addr", s.HTTPAddr(), "workers", len(s.opts.workers))
+
+	var cause error
+	select {
+	case <-ctx.Done():
+		s.log.Info("shutdown requested")
+	case cause = <-failed:
+		s.log.Error("shutting down after a failure", "error", cause)
+	}
+
+	// 1. Stop advertising readiness.
+	s.ready.Store(false)
+	s.health.Shutdown()
+
+	// 2. Stop workers and drain servers in parallel, bounded by the timeout.
+	deadline, cancelDeadline := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
+	defer cancelDeadline()
+	cancelWork()
+	done := make(chan struct{})
+	go func() {
+		var drain sync.WaitGroup
+		drain.Add(2)
+		go func() { defer drain.Done(); s.grpc.GracefulStop() }()
+		go func() {
+			defer drain.Done()
+			if err := s.http.Shutdown(deadline); err != nil {
+				s.log.Warn("HTTP shutdown", "error", err)
+			}
+		}()
+		drain.Wait()
+		working.Wait()
+		serving.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		s.log.Info("shutdown complete")
+	case <-deadline.Done():
+		s.grpc.Stop()
+		_ = s.http.Close()
+		cause = errors.Join(cause, fmt.Errorf("server: shutdown exceeded %v", s.cfg.ShutdownTimeout))
+		s.log.Error("shutdown timed out; stopped hard", "timeout", s.cfg.ShutdownTimeout)
+	}
+	_ = s.gwConn.Close()
+	return cause
+}
+
+func (s *Server) serveReadyz(w http.ResponseWriter, r *http.Request) {
+	if !s.ready.Load() {
+		http.Error(w, "not ready: starting or shutting down\n", http.StatusServiceUnavailable)
+		return
+	}
+	s.mu.Lock()
+	checks := make(map[string]func(context.Context) error, len(s.checks))
+	for k, v := range s.checks {
+		checks[k] = v
+	}
+	s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	for name, check := range checks {
+		if err := check(ctx); err != nil {
+			http.Error(w, fmt.Sprintf("not ready: %s: %v\n", name, err), http.StatusServiceUnavailable)
+			return
+		}
+	}
+	_, _ = w.Write([]byte("ready\n"))
+}
+
+func (s *Server) closeListeners() {
+	_ = s.grpcLis.Close()
+	_ = s.httpLis.Close()
+}
+
+// SignalContext is cancelled on SIGTERM or SIGINT: the start of a graceful shutdown.
+func SignalContext(parent context.Context) (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(parent, syscall.SIGTERM, os.Interrupt)
+}
+
+func dialTarget(addr net.Addr) string {
+	tcp, ok := addr.(*net.TCPAddr)
+	if !ok || tcp.IP.IsUnspecified() {
+		// Listening on all interfaces: reach ourselves over loopback.
+		return fmt.Sprintf("127.0.0.1:%d", tcp.Port)
+	}
+	return tcp.String()
+}
+
+func validateUnary(v protovalidate.Validator) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if msg, ok := req.(proto.Message); ok {
+			if err := v.Validate(msg); err != nil {
+				return nil, apierror.FromValidation(err)
+			}
+		}
+		return handler(ctx, req)
+	}
+}
+
+func recoverUnary(logger *slog.Logger) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				logger.ErrorContext(ctx, "panic in handler", "method", info.FullMethod, "panic", fmt.Sprint(p))
+				err = status.Error(codes.Internal, "internal error")
+			}
+		}()
+		return handler(ctx, req)
+	}
+}

@@ -1,0 +1,236 @@
+package server_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+
+	providerv1 "github.com/lossless-dev/lossless/gen/lossless/provider/v1"
+	"github.com/lossless-dev/lossless/pkg/apierror"
+	"github.com/lossless-dev/lossless/pkg/server"
+	"github.com/lossless-dev/lossless/pkg/waitfor"
+)
+
+// fakeProvider is a minimal service to exercise the shared plumbing.
+type fakeProvider struct {
+	providerv1.UnimplementedProviderServiceServer
+	providerv1.UnimplementedProviderAdminServiceServer
+	calls atomic.Int32
+}
+
+func (f *fakeProvider) UpdateFaults(_ context.Context, r *providerv1.UpdateFaultsRequest) (*providerv1.UpdateFaultsResponse, error) {
+	f.calls.Add(1)
+	return &providerv1.UpdateFaultsResponse{Faults: r.GetFaults()}, nil
+}
+
+func (f *fakeProvider) SubmitWorkOrder(context.Context, *providerv1.SubmitWorkOrderRequest) (*providerv1.SubmitWorkOrderResponse, error) {
+	return nil, apierror.FailedPrecondition(apierror.ReasonIdempotencyKeyMismatch, "key reused with a different body")
+}
+
+type bundle struct {
+	srv    *server.Server
+	fake   *fakeProvider
+	cancel context.CancelFunc
+	done   chan error
+	base   string
+}
+
+func setup(t *testing.T, opts ...server.Option) *bundle {
+	t.Helper()
+	b := start(t, opts...)
+	waitfor.Condition(t, 5*time.Second, "server ready", func() bool {
+		resp, err := http.Get(b.base + "/readyz") //nolint:noctx // test
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	return b
+}
+
+func start(t *testing.T, opts ...server.Option) *bundle {
+	t.Helper()
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	srv, err := server.New(server.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", ShutdownTimeout: 5 * time.Second}, logger, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake := &fakeProvider{}
+	providerv1.RegisterProviderServiceServer(srv.GRPC(), fake)
+	providerv1.RegisterProviderAdminServiceServer(srv.GRPC(), fake)
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := providerv1.RegisterProviderAdminServiceHandler(ctx, srv.Gateway(), srv.GatewayConn()); err != nil {
+		t.Fatal(err)
+	}
+	if err := providerv1.RegisterProviderServiceHandler(ctx, srv.Gateway(), srv.GatewayConn()); err != nil {
+		t.Fatal(err)
+	}
+	b := &bundle{srv: srv, fake: fake, cancel: cancel, done: make(chan error, 1), base: "http://" + srv.HTTPAddr()}
+	go func() { b.done <- srv.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		_ = <-b.done
+	})
+	return b
+}
+
+func TestInvalidRequestIsRejectedWithFieldViolationsOverGRPCAndHTTP(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+
+	conn, err := grpc.NewClient(b.srv.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_, err = providerv1.NewProviderAdminServiceClient(conn).UpdateFaults(context.Background(), &providerv1.UpdateFaultsRequest{
+		Faults: &providerv1.Faults{Duplicate: 1.5, Poison: -0.1},
+	})
+	st := status.Convert(err)
+	if st.Code() != codes.InvalidArgument {
+		t.Fatalf("code = %v, want INVALID_ARGUMENT", st.Code())
+	}
+	fields := map[string]bool{}
+	for _, d := range st.Details() {
+		if br, ok := d.(*errdetails.BadRequest); ok {
+			for _, v := range br.GetFieldViolations() {
+				fields[v.GetField()] = true
+			}
+		}
+	}
+	if !fields["faults.duplicate"] || !fields["faults.poison"] || len(fields) != 2 {
+		t.Fatalf("field violations = %v, want faults.duplicate and faults.poison", fields)
+	}
+
+	req, _ := http.NewRequestWithContext(context.Background(), http.MethodPut, b.base+"/v1/faults", strings.NewReader(`{"duplicate": 1.5}`))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), "faults.duplicate") {
+		t.Fatalf("HTTP %d %s, want 400 naming faults.duplicate", resp.StatusCode, body)
+	}
+	if n := b.fake.calls.Load(); n != 0 {
+		t.Fatalf("handler ran %d times on invalid input", n)
+	}
+}
+
+func TestIdempotencyKeyMismatchIsHTTP422(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	body := `{"work_order_id":"0b9cd9a4-4c8f-4b8e-9d3b-2f7c7c1d0e11","customer_id":"c1","positions":1}`
+	req, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, b.base+"/v1/jobs", strings.NewReader(body))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var st struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	}
+	_ = json.NewDecoder(resp.Body).Decode(&st)
+	if resp.StatusCode != http.StatusUnprocessableEntity || st.Code != int(codes.FailedPrecondition) {
+		t.Fatalf("HTTP %d (grpc code %d), want 422 with FAILED_PRECONDITION body", resp.StatusCode, st.Code)
+	}
+}
+
+// The opentelemetry-demo trap: Serve blocking before the shutdown code. Here a
+// worker with in-flight work must finish it, readiness must drop, and Run must
+// return nil.
+func TestGracefulShutdownFinishesInFlightWorkAndStopsServing(t *testing.T) {
+	t.Parallel()
+	inFlight := make(chan struct{})
+	release := make(chan struct{})
+	var finished, claimedAfterStop atomic.Bool
+	worker := func(ctx context.Context) error {
+		close(inFlight)
+		<-release // in-flight work, not interruptible by ctx
+		finished.Store(true)
+		<-ctx.Done()
+		if ctx.Err() == nil {
+			claimedAfterStop.Store(true)
+		}
+		return nil
+	}
+	b := setup(t, server.WithWorker("test", worker))
+	<-inFlight
+
+	conn, err := grpc.NewClient(b.srv.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	health := healthpb.NewHealthClient(conn)
+	if r, err := health.Check(context.Background(), &healthpb.HealthCheckRequest{}); err != nil || r.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health before shutdown: %v %v", r, err)
+	}
+
+	b.cancel()
+	waitfor.Condition(t, 5*time.Second, "readiness drops during shutdown", func() bool {
+		resp, err := http.Get(b.base + "/readyz") //nolint:noctx // test
+		if err != nil {
+			return true // listener already closed
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusServiceUnavailable
+	})
+	select {
+	case err := <-b.done:
+		t.Fatalf("Run returned (%v) before in-flight work finished", err)
+	default:
+	}
+	close(release)
+	var runErr error
+	waitfor.Condition(t, 5*time.Second, "Run returns", func() bool {
+		select {
+		case runErr = <-b.done:
+			b.done <- runErr // for cleanup
+			return true
+		default:
+			return false
+		}
+	})
+	if runErr != nil {
+		t.Fatalf("Run: %v", runErr)
+	}
+	if !finished.Load() || claimedAfterStop.Load() {
+		t.Fatalf("finished=%v claimedAfterStop=%v", finished.Load(), claimedAfterStop.Load())
+	}
+}
+
+func TestFailingWorkerStopsTheProcess(t *testing.T) {
+	t.Parallel()
+	boom := errors.New("relay lost its database")
+	b := start(t, server.WithWorker("relay", func(context.Context) error { return boom }))
+	var runErr error
+	waitfor.Condition(t, 5*time.Second, "Run returns after worker failure", func() bool {
+		select {
+		case runErr = <-b.done:
+			b.done <- runErr
+			return true
+		default:
+			return false
+		}
+	})
+	if !errors.Is(runErr, boom) {
+		t.Fatalf("Run error = %v, want the worker's error", runErr)
+	}
+}
