@@ -1,5 +1,84 @@
 -- +goose Up
--- Placeholder replaced by the work-order schema.
-SELECT 1;
+-- Work orders and their lifecycle. The outbox (00002) and inbox (00003) live
+-- in the same database so that a business change and its message commit in
+-- one local transaction.
+
+CREATE TABLE work_orders (
+    id               uuid        PRIMARY KEY,
+    customer_id      text        NOT NULL CHECK (length(customer_id) BETWEEN 1 AND 64),
+    description      text        NOT NULL CHECK (length(description) BETWEEN 1 AND 2000),
+    positions        integer     NOT NULL CHECK (positions BETWEEN 1 AND 100000),
+    currency_code    text        NOT NULL CHECK (currency_code ~ '^[A-Z]{3}$'),
+    unit_price_minor bigint      NOT NULL CHECK (unit_price_minor >= 0),
+    status           text        NOT NULL DEFAULT 'CREATED'
+        CHECK (status IN ('CREATED', 'HANDED_OFF', 'COMPLETED', 'INVOICED', 'CANCELLED')),
+    -- Sum of the provider's completion tranches applied so far (F14: one
+    -- order may complete in several distinct business events).
+    completed_items  integer     NOT NULL DEFAULT 0 CHECK (completed_items >= 0),
+    provider_job_id  text,
+    invoice_id       uuid,
+    version          bigint      NOT NULL DEFAULT 1,
+    created_at       timestamptz NOT NULL DEFAULT now(),
+    updated_at       timestamptz NOT NULL DEFAULT now()
+);
+
+-- List pages are keyset-paginated newest first, optionally by status.
+CREATE INDEX work_orders_created_idx ON work_orders (created_at DESC, id DESC);
+CREATE INDEX work_orders_status_created_idx ON work_orders (status, created_at DESC, id DESC);
+
+-- Every status transition, with its cause: the order's audit trail.
+CREATE TABLE work_order_transitions (
+    id            bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    work_order_id uuid        NOT NULL REFERENCES work_orders (id),
+    from_status   text,
+    to_status     text        NOT NULL,
+    cause         text        NOT NULL,
+    occurred_at   timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX work_order_transitions_order_idx ON work_order_transitions (work_order_id, id);
+
+-- The explicit waiting point (seed 000): recorded in the transaction that
+-- marks the hand-off published, consumed by the correlation that completes
+-- the order. There is deliberately NO unique constraint on open waiting
+-- points per order: a manual re-hand-off can create a second one, and the
+-- correlation relay must see that ambiguity (F7) and park, not guess.
+CREATE TABLE waiting_points (
+    id              bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    work_order_id   uuid        NOT NULL REFERENCES work_orders (id),
+    kind            text        NOT NULL DEFAULT 'PROVIDER_COMPLETION',
+    provider_job_id text,
+    cause           text        NOT NULL,
+    created_at      timestamptz NOT NULL DEFAULT now(),
+    consumed_at     timestamptz,
+    consumed_by     text
+);
+-- Correlation looks up the open waiting points of one order.
+CREATE INDEX waiting_points_open_idx ON waiting_points (work_order_id) WHERE consumed_at IS NULL;
+
+-- API idempotency keys (pkg/idempotency, docs/adr/0003-api-idempotency-keys.md).
+-- A row is inserted and completed in the SAME transaction as the business
+-- write it protects, so a committed key always has its order and response,
+-- and a rolled-back request leaves no key behind.
+CREATE TABLE idempotency_keys (
+    -- The operation the key belongs to (e.g. the gRPC full method name): one
+    -- key value may be reused by a client on different operations.
+    scope        text        NOT NULL,
+    key          text        NOT NULL CHECK (length(key) BETWEEN 1 AND 255),
+    -- SHA-256 of the deterministic protobuf encoding of the request.
+    request_hash bytea       NOT NULL CHECK (length(request_hash) = 32),
+    -- Protobuf encoding of the original response. NULL only inside the
+    -- claiming transaction, never in a committed row.
+    response     bytea,
+    created_at   timestamptz NOT NULL DEFAULT now(),
+    -- After this the key is forgotten: a reuse is a new request.
+    expires_at   timestamptz NOT NULL,
+    PRIMARY KEY (scope, key)
+);
+-- The batched cleanup deletes the oldest expired keys first.
+CREATE INDEX idempotency_keys_expires_idx ON idempotency_keys (expires_at);
+
 -- +goose Down
-SELECT 1;
+DROP TABLE idempotency_keys;
+DROP TABLE waiting_points;
+DROP TABLE work_order_transitions;
+DROP TABLE work_orders;

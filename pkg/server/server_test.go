@@ -84,7 +84,9 @@ func start(t *testing.T, opts ...server.Option) *bundle {
 	go func() { b.done <- srv.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
-		_ = <-b.done
+		if err := <-b.done; err != nil {
+			t.Logf("server stopped with: %v", err)
+		}
 	})
 	return b
 }
