@@ -37,11 +37,11 @@ func TestMetricsAreExposedInPrometheusFormat(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer tel.Shutdown(context.Background())
+	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
 	c, _ := tel.MeterProvider.Meter("t").Int64Counter("lossless_test_events")
 	c.Add(context.Background(), 3)
 	rec := httptest.NewRecorder()
-	tel.MetricsHandler.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	tel.MetricsHandler.ServeHTTP(rec, httptest.NewRequestWithContext(context.Background(), "GET", "/metrics", nil))
 	if !strings.Contains(rec.Body.String(), "lossless_test_events_total 3") {
 		t.Fatalf("counter missing from exposition:\n%s", rec.Body.String())
 	}
