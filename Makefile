@@ -44,9 +44,12 @@ check-generated: proto ## Fail when committed generated code differs from proto/
 	@git diff --exit-code --stat -- gen || { echo "generated code is out of sync with proto/: run 'make proto' and commit"; exit 1; }
 
 .PHONY: run
-run: ## Run the whole system locally without Docker (PostgreSQL, Pub/Sub emulator, services).
-	@if [ -d cmd/runlocal ]; then $(GO) run ./cmd/runlocal; \
-	else echo "make run: the local stack lands with issue 6; until then start services individually (see README)"; fi
+run: ## Run the whole system locally without Docker (PostgreSQL, Pub/Sub emulator, services); Ctrl-C stops it.
+	$(GO) run ./cmd/runlocal
+
+.PHONY: demo
+demo: ## Create orders against a running stack and print a summary, e.g. make demo ARGS="-n 200 -faults duplicate=0.2".
+	$(GO) run ./cmd/demo $(ARGS)
 
 .PHONY: bench
 bench: ## Run the benchmarks (B1-B5 of the performance design) with fsync on; writes bench/report.txt.
