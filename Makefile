@@ -6,7 +6,7 @@ GO        ?= go
 TOOL      := $(GO) tool -modfile=tools/go.mod
 BIN_DIR   ?= bin
 SERVICES  := workorder provider-sim billing
-COMMANDS  := pubsub-emulator
+COMMANDS  := pubsub-emulator healthcheck
 GO_TEST_FLAGS ?= -race -count=1 -timeout 20m
 
 .PHONY: help

@@ -1,0 +1,149 @@
+// Package api adapts the provider simulator's gRPC services
+// (lossless.provider.v1) to the engine and the fault dice: converters at the
+// boundary, errors mapped to gRPC status codes with details.
+package api
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	providerv1 "github.com/lossless-dev/lossless/gen/lossless/provider/v1"
+	"github.com/lossless-dev/lossless/pkg/apierror"
+	"github.com/lossless-dev/lossless/services/provider-sim/internal/engine"
+	"github.com/lossless-dev/lossless/services/provider-sim/internal/faults"
+)
+
+// Submitter is the engine's intake.
+type Submitter interface {
+	Submit(ctx context.Context, o engine.Order) (engine.Acceptance, bool, error)
+}
+
+// Provider implements ProviderService.
+type Provider struct {
+	providerv1.UnimplementedProviderServiceServer
+	engine Submitter
+	logger *slog.Logger
+}
+
+// NewProvider returns the intake service.
+func NewProvider(e Submitter, logger *slog.Logger) (*Provider, error) {
+	if e == nil || logger == nil {
+		return nil, errors.New("api: NewProvider: nil engine or logger")
+	}
+	return &Provider{engine: e, logger: logger}, nil
+}
+
+// SubmitWorkOrder accepts a work order; a repeat returns the original
+// acceptance with created=false. Requests are validated by the server's
+// protovalidate interceptor before they get here.
+func (p *Provider) SubmitWorkOrder(ctx context.Context, req *providerv1.SubmitWorkOrderRequest) (*providerv1.SubmitWorkOrderResponse, error) {
+	id, err := uuid.Parse(req.GetWorkOrderId())
+	if err != nil {
+		return nil, apierror.InvalidArgument(apierror.Violation{Field: "work_order_id", Description: "must be a UUID"})
+	}
+	acc, created, err := p.engine.Submit(ctx, engine.Order{
+		WorkOrderID: id,
+		CustomerID:  req.GetCustomerId(),
+		Description: req.GetDescription(),
+		Positions:   req.GetPositions(),
+	})
+	switch {
+	case errors.Is(err, engine.ErrConflict):
+		return nil, apierror.FailedPrecondition(apierror.ReasonIdempotencyKeyMismatch, err.Error())
+	case errors.Is(err, pgx.ErrNoRows):
+		// Cannot happen (the row was inserted or found); never hide it.
+		return nil, status.Error(codes.Internal, "accepted job not found")
+	case err != nil:
+		if ctx.Err() != nil {
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}
+		p.logger.ErrorContext(ctx, "submit failed", "work_order_id", id, "err", err)
+		// The store is unreachable: the caller's outbox retries (F15).
+		return nil, status.Error(codes.Unavailable, "provider store unavailable")
+	}
+	return &providerv1.SubmitWorkOrderResponse{
+		Acceptance: &providerv1.Acceptance{
+			JobId:       acc.JobID.String(),
+			WorkOrderId: acc.WorkOrderID.String(),
+			AcceptTime:  timestamppb.New(acc.AcceptedAt),
+		},
+		Created: created,
+	}, nil
+}
+
+// Admin implements ProviderAdminService over the fault dice.
+type Admin struct {
+	providerv1.UnimplementedProviderAdminServiceServer
+	dice   *faults.Dice
+	logger *slog.Logger
+}
+
+// NewAdmin returns the admin service.
+func NewAdmin(d *faults.Dice, logger *slog.Logger) (*Admin, error) {
+	if d == nil || logger == nil {
+		return nil, errors.New("api: NewAdmin: nil dice or logger")
+	}
+	return &Admin{dice: d, logger: logger}, nil
+}
+
+// GetFaults returns the knobs in force, with the effective seed.
+func (a *Admin) GetFaults(context.Context, *providerv1.GetFaultsRequest) (*providerv1.GetFaultsResponse, error) {
+	return &providerv1.GetFaultsResponse{Faults: toProto(a.dice.Rates())}, nil
+}
+
+// UpdateFaults replaces every knob (a PUT: unset fields become 0) and
+// reseeds the generator. The change lives in memory until the next restart.
+func (a *Admin) UpdateFaults(ctx context.Context, req *providerv1.UpdateFaultsRequest) (*providerv1.UpdateFaultsResponse, error) {
+	r := fromProto(req.GetFaults())
+	// The interceptor's protovalidate rules say the same; checking here too
+	// keeps the service correct on a server without that interceptor.
+	if vs := r.Violations(); len(vs) > 0 {
+		out := make([]apierror.Violation, 0, len(vs))
+		for _, v := range vs {
+			out = append(out, apierror.Violation{Field: "faults." + v.Field, Description: v.Description})
+		}
+		return nil, apierror.InvalidArgument(out...)
+	}
+	if err := a.dice.Set(r); err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	now := a.dice.Rates()
+	a.logger.InfoContext(ctx, "fault knobs updated", "duplicate", now.Duplicate, "early_completion", now.EarlyCompletion,
+		"split_completion", now.SplitCompletion, "poison", now.Poison, "unknown_order", now.UnknownOrder,
+		"publish_then_crash", now.PublishThenCrash, "extra_delay", now.ExtraDelay, "seed", now.Seed)
+	return &providerv1.UpdateFaultsResponse{Faults: toProto(now)}, nil
+}
+
+func toProto(r faults.Rates) *providerv1.Faults {
+	return &providerv1.Faults{
+		Duplicate:        r.Duplicate,
+		EarlyCompletion:  r.EarlyCompletion,
+		SplitCompletion:  r.SplitCompletion,
+		Poison:           r.Poison,
+		UnknownOrder:     r.UnknownOrder,
+		PublishThenCrash: r.PublishThenCrash,
+		ExtraDelay:       durationpb.New(r.ExtraDelay),
+		Seed:             r.Seed,
+	}
+}
+
+func fromProto(f *providerv1.Faults) faults.Rates {
+	return faults.Rates{
+		Duplicate:        f.GetDuplicate(),
+		EarlyCompletion:  f.GetEarlyCompletion(),
+		SplitCompletion:  f.GetSplitCompletion(),
+		Poison:           f.GetPoison(),
+		UnknownOrder:     f.GetUnknownOrder(),
+		PublishThenCrash: f.GetPublishThenCrash(),
+		ExtraDelay:       f.GetExtraDelay().AsDuration(),
+		Seed:             f.GetSeed(),
+	}
+}

@@ -1,0 +1,192 @@
+// Package app assembles the provider simulator process: configuration from
+// the environment, the PostgreSQL store, the Pub/Sub publisher, the engine
+// and the gRPC/REST server.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/metric"
+
+	providerv1 "github.com/lossless-dev/lossless/gen/lossless/provider/v1"
+	"github.com/lossless-dev/lossless/pkg/envconfig"
+	"github.com/lossless-dev/lossless/pkg/pubsub"
+	"github.com/lossless-dev/lossless/pkg/server"
+	"github.com/lossless-dev/lossless/pkg/telemetry"
+	"github.com/lossless-dev/lossless/services/provider-sim/internal/api"
+	"github.com/lossless-dev/lossless/services/provider-sim/internal/engine"
+	"github.com/lossless-dev/lossless/services/provider-sim/internal/faults"
+)
+
+// ServiceName is the telemetry service name.
+const ServiceName = "provider-sim"
+
+// Environment variables read by ConfigFromEnv (besides those of the engine,
+// faults, pubsub and telemetry packages).
+const (
+	EnvDatabaseURL     = "DATABASE_URL"
+	EnvGRPCAddr        = "GRPC_ADDR"
+	EnvHTTPAddr        = "HTTP_ADDR"
+	EnvShutdownTimeout = "SHUTDOWN_TIMEOUT"
+)
+
+// Config of the whole process.
+type Config struct {
+	// DatabaseURL of the simulator's own database (migrations.ProviderSim).
+	// Env DATABASE_URL. Required.
+	DatabaseURL string
+	// Server listeners. Env GRPC_ADDR (default ":9091"), HTTP_ADDR (default
+	// ":8081"), SHUTDOWN_TIMEOUT (default 20s).
+	Server server.Config
+	// PubSub endpoint. Env PUBSUB_PROJECT_ID, PUBSUB_EMULATOR_HOST.
+	PubSub pubsub.ClientConfig
+	// Publisher batching; defaults of pubsub.DefaultPublisherConfig.
+	Publisher pubsub.PublisherConfig
+	// Engine execution settings. Env PROVIDER_WORKERS, PROVIDER_EXEC_*, ...
+	Engine engine.Config
+	// Faults in force at start. Env PROVIDER_FAULT_*. Changes through the
+	// admin RPC are in memory only: a restart returns to these values.
+	Faults faults.Rates
+	// Telemetry: LOG_LEVEL, OTEL_EXPORTER_OTLP_ENDPOINT.
+	Telemetry telemetry.Config
+}
+
+// ConfigFromEnv reads every setting; the error names each bad variable.
+func ConfigFromEnv(env *envconfig.Reader) (Config, error) {
+	cfg := Config{
+		DatabaseURL: env.Required(EnvDatabaseURL),
+		Server: server.Config{
+			GRPCAddr:        env.String(EnvGRPCAddr, ":9091"),
+			HTTPAddr:        env.String(EnvHTTPAddr, ":8081"),
+			ShutdownTimeout: env.Duration(EnvShutdownTimeout, 20*time.Second),
+		},
+		PubSub:    pubsub.ClientConfigFromEnv(env),
+		Publisher: pubsub.DefaultPublisherConfig(),
+		Engine:    engine.ConfigFromEnv(env),
+		Faults:    faults.FromEnv(env),
+		Telemetry: telemetry.ConfigFromEnv(env, ServiceName),
+	}
+	if err := env.Err(); err != nil {
+		return cfg, err
+	}
+	return cfg, cfg.Validate()
+}
+
+// Validate checks every part, naming the variables at fault.
+func (c Config) Validate() error {
+	var errs []error
+	if c.DatabaseURL == "" {
+		errs = append(errs, envconfig.Check(EnvDatabaseURL, errors.New("required but not set")))
+	} else if _, err := pgxpool.ParseConfig(c.DatabaseURL); err != nil {
+		errs = append(errs, envconfig.Check(EnvDatabaseURL, errors.New("not a valid PostgreSQL connection string")))
+	}
+	if err := c.Server.Validate(); err != nil {
+		errs = append(errs, envconfig.Check(EnvGRPCAddr+"/"+EnvHTTPAddr+"/"+EnvShutdownTimeout, err))
+	}
+	errs = append(errs, c.PubSub.Validate(), c.Publisher.Validate(), c.Engine.Validate(), c.Faults.Validate())
+	return errors.Join(errs...)
+}
+
+// App is the assembled process.
+type App struct {
+	srv    *server.Server
+	pool   *pgxpool.Pool
+	pub    *pubsub.Publisher
+	close  func()
+	logger *slog.Logger
+}
+
+// New connects to PostgreSQL and Pub/Sub and binds the listeners. opts are
+// passed to server.New (e.g. the /metrics handler).
+func New(ctx context.Context, cfg Config, logger *slog.Logger, meter metric.Meter, opts ...server.Option) (*App, error) {
+	if logger == nil {
+		return nil, errors.New("app: nil logger")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	pool, err := pgxpool.New(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("connect to the database: %w", err)
+	}
+	client, err := pubsub.NewClient(ctx, cfg.PubSub)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	pub, err := pubsub.NewPublisher(client, pubsub.TopicWorkOrderCompleted, cfg.Publisher)
+	if err != nil {
+		_ = client.Close()
+		pool.Close()
+		return nil, err
+	}
+	a := &App{pool: pool, pub: pub, logger: logger, close: func() {
+		pub.Stop()
+		_ = client.Close()
+		pool.Close()
+	}}
+	if err := a.assemble(cfg, meter, opts); err != nil {
+		a.close()
+		return nil, err
+	}
+	return a, nil
+}
+
+func (a *App) assemble(cfg Config, meter metric.Meter, opts []server.Option) error {
+	dice, err := faults.NewDice(cfg.Faults)
+	if err != nil {
+		return err
+	}
+	eng, err := engine.New(a.pool, a.pub, dice, cfg.Engine, a.logger, meter)
+	if err != nil {
+		return err
+	}
+	provider, err := api.NewProvider(eng, a.logger)
+	if err != nil {
+		return err
+	}
+	admin, err := api.NewAdmin(dice, a.logger)
+	if err != nil {
+		return err
+	}
+	srv, err := server.New(cfg.Server, a.logger, append(opts, server.WithWorker("engine", eng.Run))...)
+	if err != nil {
+		return err
+	}
+	providerv1.RegisterProviderServiceServer(srv.GRPC(), provider)
+	providerv1.RegisterProviderAdminServiceServer(srv.GRPC(), admin)
+	// The gateway calls our own gRPC listener, so REST requests pass through
+	// the same validation interceptor. Registration only builds handlers.
+	if err := providerv1.RegisterProviderServiceHandler(context.Background(), srv.Gateway(), srv.GatewayConn()); err != nil {
+		return err
+	}
+	if err := providerv1.RegisterProviderAdminServiceHandler(context.Background(), srv.Gateway(), srv.GatewayConn()); err != nil {
+		return err
+	}
+	srv.AddReadinessCheck("database", a.pool.Ping)
+	a.srv = srv
+	r := dice.Rates()
+	a.logger.Info("provider-sim configured", "workers", cfg.Engine.Workers, "faults_seed", r.Seed,
+		"duplicate", r.Duplicate, "early_completion", r.EarlyCompletion, "split_completion", r.SplitCompletion,
+		"poison", r.Poison, "unknown_order", r.UnknownOrder, "publish_then_crash", r.PublishThenCrash,
+		"extra_delay", r.ExtraDelay)
+	return nil
+}
+
+// GRPCAddr is the bound gRPC address.
+func (a *App) GRPCAddr() string { return a.srv.GRPCAddr() }
+
+// HTTPAddr is the bound HTTP address.
+func (a *App) HTTPAddr() string { return a.srv.HTTPAddr() }
+
+// Run serves until ctx is cancelled, shuts down gracefully (the engine stops
+// claiming and releases its in-flight jobs) and closes the connections.
+func (a *App) Run(ctx context.Context) error {
+	defer a.close()
+	return a.srv.Run(ctx)
+}

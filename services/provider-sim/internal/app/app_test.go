@@ -1,0 +1,232 @@
+package app_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	providerv1 "github.com/lossless-dev/lossless/gen/lossless/provider/v1"
+	"github.com/lossless-dev/lossless/migrations"
+	"github.com/lossless-dev/lossless/pkg/envconfig"
+	"github.com/lossless-dev/lossless/pkg/pgtest"
+	"github.com/lossless-dev/lossless/pkg/pubsub"
+	"github.com/lossless-dev/lossless/pkg/pubsubtest"
+	"github.com/lossless-dev/lossless/pkg/server"
+	"github.com/lossless-dev/lossless/pkg/waitfor"
+	"github.com/lossless-dev/lossless/services/provider-sim/internal/app"
+	"github.com/lossless-dev/lossless/services/provider-sim/internal/engine"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+type bundle struct {
+	app  *app.App
+	pool *pgxpool.Pool
+	base string
+	conn *grpc.ClientConn
+	stop func() error
+}
+
+func setup(t *testing.T, exec time.Duration) *bundle {
+	t.Helper()
+	dsn := pgtest.NewDatabase(t, migrations.ProviderSim())
+	emu := pubsubtest.New(t)
+	cfg := app.Config{
+		DatabaseURL: dsn,
+		Server:      server.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", ShutdownTimeout: 5 * time.Second},
+		PubSub:      pubsub.ClientConfig{ProjectID: emu.ProjectID, EmulatorHost: emu.Addr},
+		Engine: engine.Config{
+			Workers: 2, PollInterval: 20 * time.Millisecond, Lease: time.Second,
+			ExecBase: exec, ExecPerPosition: time.Microsecond, NoJitter: true,
+		},
+	}
+	a, err := app.New(context.Background(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	stopped := false
+	stop := func() error {
+		if stopped {
+			return nil
+		}
+		stopped = true
+		cancel()
+		return <-done
+	}
+	t.Cleanup(func() { _ = stop() })
+	conn, err := grpc.NewClient(a.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	pool, err := pgxpool.New(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	b := &bundle{app: a, pool: pool, base: "http://" + a.HTTPAddr(), conn: conn, stop: stop}
+	waitfor.Condition(t, 5*time.Second, "ready", func() bool { return b.http(t, http.MethodGet, "/readyz", "").status == 200 })
+	return b
+}
+
+type reply struct {
+	status int
+	body   string
+}
+
+func (b *bundle) http(t *testing.T, method, path, body string) reply {
+	t.Helper()
+	req, err := http.NewRequestWithContext(context.Background(), method, b.base+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return reply{}
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	return reply{resp.StatusCode, string(data)}
+}
+
+func TestAdminRejectsARateOutsideTheUnitIntervalNamingTheField(t *testing.T) {
+	t.Parallel()
+	b := setup(t, time.Millisecond)
+	admin := providerv1.NewProviderAdminServiceClient(b.conn)
+
+	_, err := admin.UpdateFaults(context.Background(), &providerv1.UpdateFaultsRequest{Faults: &providerv1.Faults{Duplicate: 1.5}})
+	st := status.Convert(err)
+	var fields []string
+	for _, d := range st.Details() {
+		if br, ok := d.(*errdetails.BadRequest); ok {
+			for _, v := range br.GetFieldViolations() {
+				fields = append(fields, v.GetField())
+			}
+		}
+	}
+	if st.Code() != codes.InvalidArgument || len(fields) != 1 || fields[0] != "faults.duplicate" {
+		t.Fatalf("gRPC: %v %v, want INVALID_ARGUMENT naming faults.duplicate", st.Code(), fields)
+	}
+	if r := b.http(t, http.MethodPut, "/v1/faults", `{"duplicate": 1.5}`); r.status != http.StatusBadRequest || !strings.Contains(r.body, "faults.duplicate") {
+		t.Fatalf("HTTP %d %s, want 400 naming faults.duplicate", r.status, r.body)
+	}
+
+	// A valid update is in force at once, with its seed.
+	upd, err := admin.UpdateFaults(context.Background(), &providerv1.UpdateFaultsRequest{Faults: &providerv1.Faults{
+		SplitCompletion: 0.5, ExtraDelay: durationpb.New(10 * time.Millisecond), Seed: 9,
+	}})
+	if err != nil || upd.GetFaults().GetSplitCompletion() != 0.5 || upd.GetFaults().GetSeed() != 9 {
+		t.Fatalf("update: %v %v", upd, err)
+	}
+	r := b.http(t, http.MethodGet, "/v1/faults", "")
+	if r.status != http.StatusOK || !strings.Contains(r.body, `"splitCompletion":0.5`) || !strings.Contains(r.body, `"seed":"9"`) {
+		t.Fatalf("GET /v1/faults: %d %s", r.status, r.body)
+	}
+}
+
+func TestSubmitOverRESTIsIdempotentAndTheJobCompletes(t *testing.T) {
+	t.Parallel()
+	b := setup(t, time.Millisecond)
+	id := uuid.NewString()
+	body := `{"workOrderId":"` + id + `","customerId":"c-1","description":"paint","positions":3}`
+
+	first := b.http(t, http.MethodPost, "/v1/jobs", body)
+	again := b.http(t, http.MethodPost, "/v1/jobs", body)
+	var r1, r2 struct {
+		Acceptance struct{ JobID string } `json:"acceptance"`
+		Created    bool                   `json:"created"`
+	}
+	if first.status != 200 || again.status != 200 || json.Unmarshal([]byte(first.body), &r1) != nil || json.Unmarshal([]byte(again.body), &r2) != nil {
+		t.Fatalf("submit: %d %s / %d %s", first.status, first.body, again.status, again.body)
+	}
+	if !r1.Created || r2.Created || r1.Acceptance.JobID == "" || r1.Acceptance.JobID != r2.Acceptance.JobID {
+		t.Fatalf("first %+v, repeat %+v: want one job, created only once", r1, r2)
+	}
+	conflict := b.http(t, http.MethodPost, "/v1/jobs", strings.Replace(body, `"positions":3`, `"positions":4`, 1))
+	if conflict.status != http.StatusUnprocessableEntity {
+		t.Fatalf("same id, other content: HTTP %d %s, want 422", conflict.status, conflict.body)
+	}
+	if bad := b.http(t, http.MethodPost, "/v1/jobs", `{"workOrderId":"nope","customerId":"c","positions":0}`); bad.status != http.StatusBadRequest ||
+		!strings.Contains(bad.body, "work_order_id") || !strings.Contains(bad.body, "positions") {
+		t.Fatalf("invalid submit: HTTP %d %s, want 400 naming work_order_id and positions", bad.status, bad.body)
+	}
+	waitfor.Value(t, 5*time.Second, "job done", "DONE", func() string {
+		var s string
+		_ = b.pool.QueryRow(context.Background(), `SELECT status FROM jobs WHERE work_order_id = $1`, id).Scan(&s)
+		return s
+	})
+}
+
+func TestGracefulShutdownReleasesTheInFlightJob(t *testing.T) {
+	t.Parallel()
+	b := setup(t, time.Minute)
+	id := uuid.NewString()
+	_, err := providerv1.NewProviderServiceClient(b.conn).SubmitWorkOrder(context.Background(), &providerv1.SubmitWorkOrderRequest{
+		WorkOrderId: id, CustomerId: "c-1", Positions: 1,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitfor.Value(t, 5*time.Second, "executing", "EXECUTING", func() string {
+		var s string
+		_ = b.pool.QueryRow(context.Background(), `SELECT status FROM jobs WHERE work_order_id = $1`, id).Scan(&s)
+		return s
+	})
+	began := time.Now()
+	if err := b.stop(); err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+	if took := time.Since(began); took > 3*time.Second {
+		t.Fatalf("shutdown took %v with a job of one minute in flight", took)
+	}
+	var owner *string
+	if err := b.pool.QueryRow(context.Background(), `SELECT lease_owner FROM jobs WHERE work_order_id = $1`, id).Scan(&owner); err != nil || owner != nil {
+		t.Fatalf("lease owner after shutdown = %v (err %v), want released for the next instance", owner, err)
+	}
+}
+
+func TestConfigFromEnvNamesEachBadVariable(t *testing.T) {
+	t.Parallel()
+	_, err := app.ConfigFromEnv(envconfig.FromMap(map[string]string{
+		"PROVIDER_FAULT_DUPLICATE": "1.5",
+		"PROVIDER_WORKERS":         "-1",
+		"PROVIDER_EXEC_BASE":       "soon",
+	}))
+	for _, name := range []string{"DATABASE_URL", "PROVIDER_EXEC_BASE"} {
+		if err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("error %v does not name %s", err, name)
+		}
+	}
+	_, err = app.ConfigFromEnv(envconfig.FromMap(map[string]string{
+		"DATABASE_URL":             "postgres://u@127.0.0.1:5432/providersim",
+		"PROVIDER_FAULT_DUPLICATE": "1.5",
+		"PROVIDER_WORKERS":         "-1",
+	}))
+	for _, name := range []string{"PROVIDER_FAULT_DUPLICATE", "PROVIDER_WORKERS"} {
+		if err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("error %v does not name %s", err, name)
+		}
+	}
+	cfg, err := app.ConfigFromEnv(envconfig.FromMap(map[string]string{"DATABASE_URL": "postgres://u@127.0.0.1:5432/providersim"}))
+	if err != nil || cfg.Server.GRPCAddr != ":9091" || cfg.Server.HTTPAddr != ":8081" {
+		t.Fatalf("defaults: %+v %v", cfg.Server, err)
+	}
+}

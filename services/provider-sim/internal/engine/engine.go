@@ -1,0 +1,467 @@
+// Package engine is the provider simulator's execution engine: it accepts
+// work orders idempotently into its own PostgreSQL store, executes them with
+// a bounded pool of leased workers, and announces progress on Pub/Sub with
+// stable event ids, injecting the faults drawn for each job.
+//
+// Every message is recorded in job_events before it is published and marked
+// published after Pub/Sub accepted it. A crash in between leaves the row
+// unpublished, and whoever next owns the job publishes it again with the same
+// event_id: at-least-once with a stable identity, which is what the consumers'
+// inbox is built for (F2).
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
+
+	"github.com/lossless-dev/lossless/pkg/pubsub"
+	"github.com/lossless-dev/lossless/services/provider-sim/internal/faults"
+)
+
+// Publisher publishes pre-encoded messages and returns once Pub/Sub accepted
+// them. *pubsub.Publisher implements it.
+type Publisher interface {
+	PublishRaw(ctx context.Context, data []byte, attrs map[string]string, orderingKey string) (string, error)
+}
+
+// Order is a work order submitted for execution.
+type Order struct {
+	WorkOrderID uuid.UUID
+	CustomerID  string
+	Description string
+	Positions   int32
+}
+
+// Acceptance is the provider's answer to a submission; a repeat returns the
+// original one.
+type Acceptance struct {
+	JobID       uuid.UUID
+	WorkOrderID uuid.UUID
+	AcceptedAt  time.Time
+}
+
+// ErrConflict: a work order id was submitted again with different content.
+// Same key, different request is a caller bug, reported rather than hidden.
+var ErrConflict = errors.New("work order already submitted with different content")
+
+// errCrashed: the publish_then_crash fault fired; the job is abandoned as a
+// dead process would abandon it.
+var errCrashed = errors.New("crashed after publishing (publish_then_crash fault)")
+
+// Engine accepts and executes jobs.
+type Engine struct {
+	pool    *pgxpool.Pool
+	st      store
+	pub     Publisher
+	dice    *faults.Dice
+	cfg     Config
+	logger  *slog.Logger
+	wake    chan struct{}
+	metrics metrics
+}
+
+type metrics struct {
+	accepted  metric.Int64Counter
+	published metric.Int64Counter
+	injected  metric.Int64Counter
+	failures  metric.Int64Counter
+	leaseLost metric.Int64Counter
+}
+
+// New returns an engine; Run starts its workers.
+func New(pool *pgxpool.Pool, pub Publisher, dice *faults.Dice, cfg Config, logger *slog.Logger, meter metric.Meter) (*Engine, error) {
+	switch {
+	case pool == nil:
+		return nil, errors.New("engine: nil pool")
+	case pub == nil:
+		return nil, errors.New("engine: nil publisher")
+	case dice == nil:
+		return nil, errors.New("engine: nil fault dice")
+	case logger == nil:
+		return nil, errors.New("engine: nil logger")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
+	}
+	cfg.setDefaults()
+	if cfg.Owner == "" {
+		host, _ := os.Hostname()
+		cfg.Owner = host + "/" + uuid.NewString()
+	}
+	if cfg.Crash == nil {
+		cfg.Crash = func() { os.Exit(3) }
+	}
+	if meter == nil {
+		meter = noop.NewMeterProvider().Meter("")
+	}
+	m, err := newMetrics(meter)
+	if err != nil {
+		return nil, err
+	}
+	return &Engine{
+		pool: pool, st: store{pool: pool}, pub: pub, dice: dice, cfg: cfg,
+		logger: logger, wake: make(chan struct{}, 1), metrics: m,
+	}, nil
+}
+
+func newMetrics(meter metric.Meter) (metrics, error) {
+	var m metrics
+	var errs [5]error
+	m.accepted, errs[0] = meter.Int64Counter("provider_sim.jobs.accepted",
+		metric.WithDescription("Work orders accepted (new jobs; replays not counted)."))
+	m.published, errs[1] = meter.Int64Counter("provider_sim.messages.published",
+		metric.WithDescription("Messages published, by kind (STARTED, COMPLETED, POISON, UNKNOWN_ORDER); duplicates count twice."))
+	m.injected, errs[2] = meter.Int64Counter("provider_sim.faults.injected",
+		metric.WithDescription("Faults drawn for accepted jobs, by fault."))
+	m.failures, errs[3] = meter.Int64Counter("provider_sim.publish.failures",
+		metric.WithDescription("Jobs whose publish failed and that retry after a backoff."))
+	m.leaseLost, errs[4] = meter.Int64Counter("provider_sim.leases.lost",
+		metric.WithDescription("Jobs abandoned because another worker took over their expired lease."))
+	return m, errors.Join(errs[:]...)
+}
+
+// Submit accepts o once: a repeat (also a concurrent one) returns the original
+// acceptance with created=false. With the early_completion fault, the job is
+// executed and its completion published before Submit returns (F5).
+func (e *Engine) Submit(ctx context.Context, o Order) (Acceptance, bool, error) {
+	// Most repeats are retries of an accepted order: answer them without
+	// drawing faults, so retries do not shift the seeded fault sequence.
+	if j, err := e.lookup(ctx, o); err == nil || !errors.Is(err, pgx.ErrNoRows) {
+		return acceptanceOf(j), false, err
+	}
+	plan := e.dice.Draw(o.Positions)
+	runFor := e.runTime(o.Positions, plan)
+	jobID, err := uuid.NewV7()
+	if err != nil {
+		return Acceptance{}, false, err
+	}
+	status := statusAccepted
+	if plan.EarlyCompletion {
+		status = statusCompleted
+	}
+	tx, err := e.pool.Begin(ctx)
+	if err != nil {
+		return Acceptance{}, false, err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	j, err := scanJob(tx.QueryRow(ctx, insertJob, jobID, o.WorkOrderID, o.CustomerID, o.Description, o.Positions,
+		status, runFor.Microseconds(), plan.EarlyCompletion, plan.Duplicate, plan.SplitFirst, string(plan.Poison),
+		plan.UnknownOrder, plan.PublishThenCrash, e.cfg.Owner, e.cfg.Lease.Microseconds()))
+	if errors.Is(err, pgx.ErrNoRows) {
+		// A concurrent submission of the same order won; answer with its job.
+		_ = tx.Rollback(ctx)
+		j, err := e.lookup(ctx, o)
+		return acceptanceOf(j), false, err
+	}
+	if err != nil {
+		return Acceptance{}, false, fmt.Errorf("insert job: %w", err)
+	}
+	if plan.EarlyCompletion {
+		// Started and completed at once: both facts are recorded with the job.
+		at := now()
+		started, err := startedEvent(j, at)
+		if err != nil {
+			return Acceptance{}, false, err
+		}
+		done, err := completionEvents(j, at)
+		if err != nil {
+			return Acceptance{}, false, err
+		}
+		if err := e.st.insertEvents(ctx, tx, j.ID, append([]eventRow{started}, done...)); err != nil {
+			return Acceptance{}, false, err
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return Acceptance{}, false, fmt.Errorf("commit job: %w", err)
+	}
+	e.recordAccepted(ctx, j, runFor)
+	if plan.EarlyCompletion {
+		// The fault: publish the completion now, inside the call, so it
+		// overtakes the caller's own record of the hand-off. A failure here
+		// is not the caller's: the job is accepted and a worker retries.
+		e.execute(ctx, j)
+	} else {
+		select {
+		case e.wake <- struct{}{}:
+		default:
+		}
+	}
+	return acceptanceOf(j), true, nil
+}
+
+func (e *Engine) lookup(ctx context.Context, o Order) (*job, error) {
+	j, err := scanJob(e.pool.QueryRow(ctx, selectJobByWorkOrder, o.WorkOrderID))
+	if err != nil {
+		return nil, err
+	}
+	if j.CustomerID != o.CustomerID || j.Description != o.Description || j.Positions != o.Positions {
+		return j, fmt.Errorf("%w: work order %s (job %s)", ErrConflict, o.WorkOrderID, j.ID)
+	}
+	return j, nil
+}
+
+func acceptanceOf(j *job) Acceptance {
+	if j == nil {
+		return Acceptance{}
+	}
+	return Acceptance{JobID: j.ID, WorkOrderID: j.WorkOrderID, AcceptedAt: j.AcceptedAt}
+}
+
+func (e *Engine) recordAccepted(ctx context.Context, j *job, runFor time.Duration) {
+	e.metrics.accepted.Add(ctx, 1)
+	var drawn []string
+	add := func(on bool, name string) {
+		if on {
+			drawn = append(drawn, name)
+			e.metrics.injected.Add(ctx, 1, metric.WithAttributes(attribute.String("fault", name)))
+		}
+	}
+	add(j.Plan.EarlyCompletion, "early_completion")
+	add(j.Plan.Duplicate, "duplicate")
+	add(j.Plan.SplitFirst > 0, "split_completion")
+	add(j.Plan.Poison != faults.PoisonNone, "poison")
+	add(j.Plan.UnknownOrder, "unknown_order")
+	add(j.CrashPending, "publish_then_crash")
+	e.logger.InfoContext(ctx, "job accepted", "job_id", j.ID, "work_order_id", j.WorkOrderID,
+		"positions", j.Positions, "run_for", runFor, "faults", drawn, "poison_kind", string(j.Plan.Poison))
+}
+
+// runTime is base + positions x cost, scaled by the jitter, plus the extra delay.
+func (e *Engine) runTime(positions int32, plan faults.Plan) time.Duration {
+	d := e.cfg.ExecBase + time.Duration(positions)*e.cfg.ExecPerPosition
+	d = time.Duration(float64(d) * (1 + e.cfg.ExecJitter*plan.Jitter))
+	return max(d, 0) + plan.ExtraDelay
+}
+
+// Run claims and executes jobs, at most Workers at a time, until ctx is
+// cancelled; then it waits for every in-flight job to finish or be released.
+// One claim loop per instance feeds the workers, so an idle instance costs
+// one query per PollInterval, whatever its worker count.
+func (e *Engine) Run(ctx context.Context) error {
+	e.logger.InfoContext(ctx, "engine started", "workers", e.cfg.Workers, "owner", e.cfg.Owner, "lease", e.cfg.Lease)
+	var running sync.WaitGroup
+	slots := make(chan struct{}, e.cfg.Workers)
+	for ctx.Err() == nil {
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			continue
+		}
+		j, err := scanJob(e.pool.QueryRow(ctx, claimJob, e.cfg.Owner, e.cfg.Lease.Microseconds()))
+		if err == nil {
+			running.Go(func() {
+				defer func() { <-slots }()
+				e.execute(ctx, j)
+			})
+			continue
+		}
+		<-slots
+		if !errors.Is(err, pgx.ErrNoRows) && ctx.Err() == nil {
+			// Database unavailable (F15): nothing is claimed, so nothing is
+			// lost; try again after the poll interval.
+			e.logger.WarnContext(ctx, "claim failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-e.wake:
+		case <-time.After(e.cfg.PollInterval):
+		}
+	}
+	running.Wait()
+	e.logger.InfoContext(ctx, "engine stopped", "owner", e.cfg.Owner)
+	return nil
+}
+
+// execute drives a leased job to DONE, renewing its lease meanwhile. On
+// shutdown it releases the job for the next owner; on a technical failure it
+// schedules a retry.
+func (e *Engine) execute(ctx context.Context, j *job) {
+	log := e.logger.With("job_id", j.ID, "work_order_id", j.WorkOrderID, "lease_token", j.LeaseToken)
+	jobCtx, cancel := context.WithCancelCause(ctx)
+	var hb sync.WaitGroup
+	hb.Go(func() { e.heartbeat(jobCtx, cancel, j) })
+	err := e.advance(jobCtx, j, log)
+	cause := context.Cause(jobCtx)
+	cancel(nil)
+	hb.Wait()
+	bg, stop := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer stop()
+	switch {
+	case err == nil:
+		log.InfoContext(ctx, "job done")
+	case errors.Is(err, errCrashed):
+		// A dead process records nothing and releases nothing.
+	case errors.Is(err, errLeaseLost) || errors.Is(cause, errLeaseLost):
+		e.metrics.leaseLost.Add(bg, 1)
+		log.WarnContext(bg, "lease lost; another worker owns the job now", "err", err)
+	case ctx.Err() != nil:
+		if rerr := e.st.fenced(bg, e.pool, releaseJob, j.ID, j.LeaseToken); rerr != nil {
+			log.WarnContext(bg, "release on shutdown failed; the lease will expire", "err", rerr)
+			return
+		}
+		log.InfoContext(bg, "job released on shutdown", "status", j.Status)
+	default:
+		e.metrics.failures.Add(bg, 1)
+		delay := e.cfg.Retry.Delay(j.Attempts + 1)
+		if rerr := e.st.fenced(bg, e.pool, retryJob, j.ID, j.LeaseToken, err.Error(), delay.Microseconds()); rerr != nil {
+			log.WarnContext(bg, "scheduling retry failed; the lease will expire", "err", rerr, "cause", err)
+			return
+		}
+		log.WarnContext(bg, "job failed; retrying", "err", err, "attempt", j.Attempts+1, "retry_in", delay)
+	}
+}
+
+func (e *Engine) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, j *job) {
+	t := time.NewTicker(e.cfg.Lease / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		err := e.st.fenced(ctx, e.pool, renewLease, j.ID, j.LeaseToken, e.cfg.Lease.Microseconds())
+		if errors.Is(err, errLeaseLost) {
+			cancel(errLeaseLost)
+			return
+		}
+		if err != nil && ctx.Err() == nil {
+			e.logger.WarnContext(ctx, "lease renewal failed", "job_id", j.ID, "err", err)
+		}
+	}
+}
+
+// advance moves the job through its remaining steps; each step is recorded
+// before its messages are published, so any step can be resumed.
+func (e *Engine) advance(ctx context.Context, j *job, log *slog.Logger) error {
+	if j.Status == statusAccepted {
+		started, err := startedEvent(j, now())
+		if err != nil {
+			return err
+		}
+		if err := e.transition(ctx, j, markStarted, []eventRow{started}); err != nil {
+			return fmt.Errorf("start: %w", err)
+		}
+		j.Status, j.Remaining = statusExecuting, j.RunFor
+		log.InfoContext(ctx, "execution started", "run_for", j.RunFor)
+	}
+	if j.Status == statusExecuting {
+		if err := e.publishPending(ctx, j, log); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(j.Remaining):
+		}
+		done, err := completionEvents(j, now())
+		if err != nil {
+			return err
+		}
+		if err := e.transition(ctx, j, markCompleted, done); err != nil {
+			return fmt.Errorf("complete: %w", err)
+		}
+		j.Status = statusCompleted
+	}
+	if err := e.publishPending(ctx, j, log); err != nil {
+		return err
+	}
+	return e.st.fenced(ctx, e.pool, markDone, j.ID, j.LeaseToken)
+}
+
+// transition records a status change and the messages it produces atomically.
+func (e *Engine) transition(ctx context.Context, j *job, update string, rows []eventRow) error {
+	return pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
+		if err := e.st.fenced(ctx, tx, update, j.ID, j.LeaseToken); err != nil {
+			return err
+		}
+		return e.st.insertEvents(ctx, tx, j.ID, rows)
+	})
+}
+
+// publishPending publishes the job's unpublished messages in order, marking
+// each after Pub/Sub accepted it.
+func (e *Engine) publishPending(ctx context.Context, j *job, log *slog.Logger) error {
+	rows, err := e.st.unpublished(ctx, j.ID)
+	if err != nil {
+		return fmt.Errorf("read unpublished events: %w", err)
+	}
+	for _, r := range rows {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := e.publishOne(ctx, j, r, log); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// publishGrace is how long a publish in progress may go on after its job's
+// context ended (shutdown, lost lease).
+const publishGrace = 5 * time.Second
+
+// publishOne publishes one recorded message and records the publish. A
+// shutdown lets it finish for up to publishGrace: stopping between
+// "published" and "recorded" would only cause a needless duplicate.
+func (e *Engine) publishOne(parent context.Context, j *job, r eventRow, log *slog.Logger) error {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(parent))
+	defer cancel()
+	stop := context.AfterFunc(parent, func() { time.AfterFunc(publishGrace, cancel) })
+	defer stop()
+	crash := j.CrashPending && r.Kind == kindCompleted
+	if crash {
+		if err := e.st.fenced(ctx, e.pool, disarmCrash, j.ID, j.LeaseToken); err != nil {
+			return err
+		}
+		j.CrashPending = false
+	}
+	attrs := pubsub.EventAttributes(r.EventID.String(), r.EventType, 1, r.OccurredAt)
+	for range r.Copies {
+		if _, err := e.pub.PublishRaw(ctx, r.Payload, attrs, r.OrderingKey); err != nil {
+			return fmt.Errorf("publish %s event %s: %w", r.Kind, r.EventID, err)
+		}
+		e.metrics.published.Add(ctx, 1, metric.WithAttributes(attribute.String("kind", r.Kind)))
+	}
+	e.logPublished(ctx, log, r)
+	if crash {
+		log.WarnContext(ctx, "fault publish_then_crash: crashing after the publish, before recording it",
+			"event_id", r.EventID)
+		e.cfg.Crash()
+		return errCrashed
+	}
+	if err := e.st.fenced(ctx, e.pool, markPublished, r.EventID, j.LeaseToken); err != nil {
+		return fmt.Errorf("record publish of %s: %w", r.EventID, err)
+	}
+	return nil
+}
+
+func (e *Engine) logPublished(ctx context.Context, log *slog.Logger, r eventRow) {
+	args := []any{"event_id", r.EventID, "kind", r.Kind, "event_type", r.EventType, "ordering_key", r.OrderingKey}
+	switch {
+	case r.Kind == kindPoison:
+		log.InfoContext(ctx, "fault poison: published a poison message", args...)
+	case r.Kind == kindUnknownOrder:
+		log.InfoContext(ctx, "fault unknown_order: published a completion for a work order that does not exist", args...)
+	case r.Copies > 1:
+		log.InfoContext(ctx, "fault duplicate: published the message twice with one event_id", args...)
+	default:
+		log.DebugContext(ctx, "message published", args...)
+	}
+}
+
+// now is the business time of an event, truncated to PostgreSQL's precision
+// so the stored occurred_at equals the payload's timestamp.
+func now() time.Time { return time.Now().UTC().Truncate(time.Microsecond) }

@@ -1,0 +1,226 @@
+// Package faults holds the provider simulator's failure knobs and the seeded
+// generator that turns them into a per-job fault plan. Each knob reproduces
+// one failure mode of docs/failure-modes.md on demand; with a fixed seed and
+// the same sequence of submissions, a run draws the same faults again.
+package faults
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/lossless-dev/lossless/pkg/envconfig"
+)
+
+// Environment variables read by FromEnv; they set the knobs at start. Runtime
+// changes through the admin RPC are kept in memory only: a restart returns to
+// the environment's values, so a forgotten knob cannot outlive the process.
+const (
+	EnvDuplicate        = "PROVIDER_FAULT_DUPLICATE"
+	EnvEarlyCompletion  = "PROVIDER_FAULT_EARLY_COMPLETION"
+	EnvSplitCompletion  = "PROVIDER_FAULT_SPLIT_COMPLETION"
+	EnvPoison           = "PROVIDER_FAULT_POISON"
+	EnvUnknownOrder     = "PROVIDER_FAULT_UNKNOWN_ORDER"
+	EnvPublishThenCrash = "PROVIDER_FAULT_PUBLISH_THEN_CRASH"
+	EnvExtraDelay       = "PROVIDER_FAULT_EXTRA_DELAY"
+	EnvSeed             = "PROVIDER_FAULT_SEED"
+)
+
+// MaxExtraDelay bounds ExtraDelay (the proto rule says the same).
+const MaxExtraDelay = time.Hour
+
+// Rates are the knobs. Each rate is the probability, in [0, 1], that a job
+// accepted while it is in force gets that fault. All default to 0 (no faults).
+type Rates struct {
+	// Duplicate: each completion message is published twice in a row with the
+	// same event_id (F4).
+	Duplicate float64
+	// EarlyCompletion: the job executes inside SubmitWorkOrder and its
+	// completion is published before the call returns, overtaking the caller's
+	// hand-off bookkeeping (F5).
+	EarlyCompletion float64
+	// SplitCompletion: the completion is two distinct business events (two
+	// event_ids) whose completed_items sum to the positions (F14). Jobs of one
+	// position cannot split and complete in one event.
+	SplitCompletion float64
+	// Poison: an extra message that cannot be parsed, or parses but breaks the
+	// schema (no work_order_id, negative items), precedes the completion (F9).
+	Poison float64
+	// UnknownOrder: an extra completion for a work order id that was never
+	// submitted precedes the real one (F8).
+	UnknownOrder float64
+	// PublishThenCrash: the process exits (status 3) right after publishing
+	// the first completion and before recording it; after the restart the same
+	// event_id is published again (F2, provider side). Fires once per job.
+	PublishThenCrash float64
+	// ExtraDelay is added to every job's execution time. Default 0.
+	ExtraDelay time.Duration
+	// Seed of the generator; 0 seeds from the clock (the seed in force is
+	// reported by Dice.Rates, so a run can be reproduced).
+	Seed int64
+}
+
+// Violation names one invalid knob by its proto field name ("duplicate").
+type Violation struct {
+	Field       string
+	Description string
+}
+
+// Violations lists every invalid knob.
+func (r Rates) Violations() []Violation {
+	var vs []Violation
+	for _, k := range []struct {
+		field string
+		rate  float64
+	}{
+		{"duplicate", r.Duplicate},
+		{"early_completion", r.EarlyCompletion},
+		{"split_completion", r.SplitCompletion},
+		{"poison", r.Poison},
+		{"unknown_order", r.UnknownOrder},
+		{"publish_then_crash", r.PublishThenCrash},
+	} {
+		// The negated form also rejects NaN.
+		if !(k.rate >= 0 && k.rate <= 1) {
+			vs = append(vs, Violation{Field: k.field, Description: fmt.Sprintf("rate must be within [0, 1], got %v", k.rate)})
+		}
+	}
+	if r.ExtraDelay < 0 || r.ExtraDelay > MaxExtraDelay {
+		vs = append(vs, Violation{Field: "extra_delay", Description: fmt.Sprintf("must be within [0, %v], got %v", MaxExtraDelay, r.ExtraDelay)})
+	}
+	return vs
+}
+
+// Validate reports the first problems as one error naming each knob's variable.
+func (r Rates) Validate() error {
+	env := map[string]string{
+		"duplicate": EnvDuplicate, "early_completion": EnvEarlyCompletion, "split_completion": EnvSplitCompletion,
+		"poison": EnvPoison, "unknown_order": EnvUnknownOrder, "publish_then_crash": EnvPublishThenCrash,
+		"extra_delay": EnvExtraDelay,
+	}
+	var errs []error
+	for _, v := range r.Violations() {
+		errs = append(errs, envconfig.Check(env[v.Field], errors.New(v.Description)))
+	}
+	return errors.Join(errs...)
+}
+
+// FromEnv reads the knobs; parse errors are collected in env.
+func FromEnv(env *envconfig.Reader) Rates {
+	return Rates{
+		Duplicate:        env.Float(EnvDuplicate, 0),
+		EarlyCompletion:  env.Float(EnvEarlyCompletion, 0),
+		SplitCompletion:  env.Float(EnvSplitCompletion, 0),
+		Poison:           env.Float(EnvPoison, 0),
+		UnknownOrder:     env.Float(EnvUnknownOrder, 0),
+		PublishThenCrash: env.Float(EnvPublishThenCrash, 0),
+		ExtraDelay:       env.Duration(EnvExtraDelay, 0),
+		Seed:             int64(env.Int(EnvSeed, 0)),
+	}
+}
+
+// Poison is the kind of poison message a job emits.
+type Poison string
+
+// Poison kinds. Each is what a consumer must park, never retry forever.
+const (
+	PoisonNone Poison = ""
+	// PoisonUnparseable: bytes that are not a protobuf message.
+	PoisonUnparseable Poison = "unparseable"
+	// PoisonMissingWorkOrderID: parses, but work_order_id is empty.
+	PoisonMissingWorkOrderID Poison = "missing_work_order_id"
+	// PoisonNegativeItems: parses, but completed_items is negative.
+	PoisonNegativeItems Poison = "negative_items"
+)
+
+var poisonKinds = [...]Poison{PoisonUnparseable, PoisonMissingWorkOrderID, PoisonNegativeItems}
+
+// Plan is the fault plan of one job, drawn once at acceptance and stored
+// with the job.
+type Plan struct {
+	EarlyCompletion bool
+	Duplicate       bool
+	// SplitFirst is the item count of the first tranche; 0 = not split.
+	SplitFirst       int32
+	Poison           Poison
+	UnknownOrder     bool
+	PublishThenCrash bool
+	ExtraDelay       time.Duration
+	// Jitter is a uniform draw in [-1, 1) that scales the execution time's
+	// jitter; drawn here so the whole job is reproducible from the seed.
+	Jitter float64
+}
+
+// Dice draws fault plans from a seeded generator. Safe for concurrent use.
+type Dice struct {
+	mu    sync.Mutex
+	rates Rates
+	rng   *rand.Rand
+}
+
+// NewDice validates r and seeds the generator.
+func NewDice(r Rates) (*Dice, error) {
+	d := &Dice{}
+	if err := d.Set(r); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// Set replaces the knobs and reseeds the generator (from the clock when
+// r.Seed is 0).
+func (d *Dice) Set(r Rates) error {
+	if err := r.Validate(); err != nil {
+		return err
+	}
+	if r.Seed == 0 {
+		r.Seed = time.Now().UnixNano()
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.rates = r
+	d.rng = rand.New(rand.NewPCG(uint64(r.Seed), uint64(r.Seed)^0x9e3779b97f4a7c15))
+	return nil
+}
+
+// Rates returns the knobs in force, with the effective seed.
+func (d *Dice) Rates() Rates {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.rates
+}
+
+// Draw returns the plan of a job with the given positions. It always consumes
+// the same number of draws, whatever the rates, so changing one knob does not
+// reshuffle the others' outcomes for the same seed.
+func (d *Dice) Draw(positions int32) Plan {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	r := d.rates
+	hit := func(rate float64) bool { return d.rng.Float64() < rate }
+	p := Plan{
+		EarlyCompletion:  hit(r.EarlyCompletion),
+		Duplicate:        hit(r.Duplicate),
+		UnknownOrder:     hit(r.UnknownOrder),
+		PublishThenCrash: hit(r.PublishThenCrash),
+		ExtraDelay:       r.ExtraDelay,
+	}
+	split := hit(r.SplitCompletion)
+	splitAt := d.rng.Float64()
+	poison := hit(r.Poison)
+	kind := poisonKinds[d.rng.IntN(len(poisonKinds))]
+	p.Jitter = 2*d.rng.Float64() - 1
+	if split && positions >= 2 {
+		// First tranche in [1, positions-1]: both tranches carry items.
+		p.SplitFirst = 1 + int32(splitAt*float64(positions-1))
+		if p.SplitFirst >= positions {
+			p.SplitFirst = positions - 1
+		}
+	}
+	if poison {
+		p.Poison = kind
+	}
+	return p
+}
