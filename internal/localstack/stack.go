@@ -196,17 +196,18 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	}
 
 	p := cfg.Ports
+	// Every service reads its listen addresses from GRPC_ADDR and HTTP_ADDR.
 	s.add("provider-sim", []string{"serve"},
-		fmt.Sprintf("PROVIDER_GRPC_ADDR=127.0.0.1:%d", p.ProviderGRPC),
-		fmt.Sprintf("PROVIDER_HTTP_ADDR=127.0.0.1:%d", p.ProviderHTTP))
+		fmt.Sprintf("GRPC_ADDR=127.0.0.1:%d", p.ProviderGRPC),
+		fmt.Sprintf("HTTP_ADDR=127.0.0.1:%d", p.ProviderHTTP))
 	s.add("workorder", []string{"serve"},
-		fmt.Sprintf("WORKORDER_GRPC_ADDR=127.0.0.1:%d", p.WorkOrderGRPC),
-		fmt.Sprintf("WORKORDER_HTTP_ADDR=127.0.0.1:%d", p.WorkOrderHTTP),
+		fmt.Sprintf("GRPC_ADDR=127.0.0.1:%d", p.WorkOrderGRPC),
+		fmt.Sprintf("HTTP_ADDR=127.0.0.1:%d", p.WorkOrderHTTP),
 		fmt.Sprintf("PROVIDER_ADDR=127.0.0.1:%d", p.ProviderGRPC),
 		"WORKORDER_OPERATOR_TOKEN="+cfg.OperatorToken)
 	s.add("billing", []string{"serve"},
-		fmt.Sprintf("BILLING_GRPC_ADDR=127.0.0.1:%d", p.BillingGRPC),
-		fmt.Sprintf("BILLING_HTTP_ADDR=127.0.0.1:%d", p.BillingHTTP))
+		fmt.Sprintf("GRPC_ADDR=127.0.0.1:%d", p.BillingGRPC),
+		fmt.Sprintf("HTTP_ADDR=127.0.0.1:%d", p.BillingHTTP))
 	for _, svc := range []string{"provider-sim", "workorder", "billing"} {
 		if err := s.procs[svc].Start(); err != nil {
 			return nil, err
