@@ -64,7 +64,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		}
 		fmt.Fprintf(stderr, "provider faults on: %s\n", *faults)
 	}
-	var progress io.Writer = stderr
+	progress := stderr
 	if *asJSON {
 		progress = nil
 	}

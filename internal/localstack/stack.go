@@ -153,7 +153,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	s := &Stack{cfg: cfg, procs: map[string]*Process{}, DSN: map[string]string{}}
 	defer func() {
 		if err != nil {
-			s.Stop(10 * time.Second)
+			_ = s.Stop(10 * time.Second)
 		}
 	}()
 
@@ -249,7 +249,7 @@ func (s *Stack) WaitReady(ctx context.Context, svc string) error {
 	u := s.URLs()[svc] + "/readyz"
 	for {
 		if exited, err := s.procs[svc].Exited(); exited {
-			return fmt.Errorf("%s exited during start-up: %v", svc, err)
+			return fmt.Errorf("%s exited during start-up: %w", svc, err)
 		}
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 		if resp, err := http.DefaultClient.Do(req); err == nil {

@@ -1,0 +1,112 @@
+-- +goose Up
+-- Transactional inbox (seed 000, variant 2; ADR 0007). The receiver does ONE
+-- insert per batch into `inbox` and acks only after commit; the correlation
+-- relay applies OPEN entries later. Nothing here is ever deleted unless it is
+-- resolved (APPLIED or DUPLICATE) and older than the retention: PARKED rows
+-- and conflicts are kept until a person deals with them.
+
+CREATE TABLE inbox (
+    id               bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    -- Who emitted the event (e.g. "provider"); with event_id the dedup key.
+    source           text        NOT NULL CHECK (length(source) BETWEEN 1 AND 64),
+    -- The emitter's business event id (stable across re-publishing), NOT the
+    -- Pub/Sub message id and NOT (event_type, work_order_id): two tranches of
+    -- one split completion (F14) are two rows. Poison without a usable id is
+    -- keyed "pubsub-message:<message id>" so its redelivery dedups too.
+    event_id         text        NOT NULL CHECK (length(event_id) BETWEEN 1 AND 200),
+    event_type       text        NOT NULL DEFAULT '',
+    schema_version   integer     NOT NULL DEFAULT 0,
+    -- The per-key serialization domain of the relay (the work order id).
+    -- NULL only for poison that carried no usable key.
+    correlation_key  text,
+    payload          bytea       NOT NULL,
+    -- SHA-256 of payload: same event_id with another hash is a producer bug.
+    payload_sha256   bytea       NOT NULL CHECK (length(payload_sha256) = 32),
+    attributes       jsonb       NOT NULL DEFAULT '{}',
+    message_id       text        NOT NULL DEFAULT '',
+    delivery_attempt integer     NOT NULL DEFAULT 0,
+    traceparent      text        NOT NULL DEFAULT '',
+    tracestate       text        NOT NULL DEFAULT '',
+    status           text        NOT NULL DEFAULT 'OPEN'
+        CHECK (status IN ('OPEN', 'APPLIED', 'DUPLICATE', 'PARKED')),
+    -- Why the entry was (last) parked. Kept when an operator reopens it, as
+    -- history; only meaningful while status = 'PARKED'.
+    park_reason      text,
+    attempts         integer     NOT NULL DEFAULT 0 CHECK (attempts >= 0),
+    next_attempt_at  timestamptz NOT NULL DEFAULT now(),
+    last_error       text,
+    received_at      timestamptz NOT NULL DEFAULT now(),
+    processed_at     timestamptz,
+    parked_at        timestamptz,
+    CONSTRAINT inbox_source_event_uq UNIQUE (source, event_id)
+);
+
+-- Claim path. Partial on OPEN so the index holds only live work; the relay
+-- walks it by id with a keyset cursor (and sweeps from the start on an
+-- interval) because a plain "ORDER BY id LIMIT n" over a partial index decays
+-- as every resolved row leaves a dead entry at its front (performance.md).
+CREATE INDEX inbox_open_idx ON inbox (id) WHERE status = 'OPEN';
+-- The NOT EXISTS ordering guard: "is there an older OPEN entry of this key?"
+-- is one probe into this small partial index.
+CREATE INDEX inbox_open_key_idx ON inbox (correlation_key, id) WHERE status = 'OPEN';
+-- Parked entries: listing, counting by reason, replay by time range.
+CREATE INDEX inbox_parked_idx ON inbox (received_at, id) WHERE status = 'PARKED';
+-- Cleanup walks resolved rows oldest first.
+CREATE INDEX inbox_resolved_idx ON inbox (processed_at) WHERE status IN ('APPLIED', 'DUPLICATE');
+
+-- The inbox churns (insert, one update, delete): vacuum it early so dead
+-- index entries do not pile up in front of the claim.
+ALTER TABLE inbox SET (autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_threshold = 1000,
+                       autovacuum_analyze_scale_factor = 0.02);
+
+-- A second payload under an already stored (source, event_id) with another
+-- hash (seed 004: a producer bug, never a silent duplicate). The first
+-- payload stays in `inbox`; every different payload is kept here.
+CREATE TABLE inbox_conflicts (
+    id               bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    source           text        NOT NULL,
+    event_id         text        NOT NULL,
+    payload          bytea       NOT NULL,
+    payload_sha256   bytea       NOT NULL,
+    attributes       jsonb       NOT NULL DEFAULT '{}',
+    message_id       text        NOT NULL DEFAULT '',
+    detected_at      timestamptz NOT NULL DEFAULT now(),
+    -- Set by an operator once the producer bug is understood.
+    resolved_at      timestamptz,
+    CONSTRAINT inbox_conflicts_uq UNIQUE (source, event_id, payload_sha256)
+);
+CREATE INDEX inbox_conflicts_open_idx ON inbox_conflicts (detected_at) WHERE resolved_at IS NULL;
+
+-- Every privileged operation (replay, cleanup, re-hand-off): who, why, what.
+CREATE TABLE operator_audit (
+    id          bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    action      text        NOT NULL,
+    actor       text        NOT NULL CHECK (length(actor) BETWEEN 1 AND 200),
+    ticket      text        NOT NULL CHECK (length(ticket) BETWEEN 1 AND 200),
+    dry_run     boolean     NOT NULL DEFAULT false,
+    params      jsonb       NOT NULL DEFAULT '{}',
+    affected    integer     NOT NULL DEFAULT 0,
+    occurred_at timestamptz NOT NULL DEFAULT now()
+);
+
+-- Provider events applied to a work order, kept for the order's lifetime
+-- (unlike inbox rows, which cleanup removes): how the correlation knows that
+-- THIS exact event was already applied (F6 duplicate) even after its inbox
+-- row is gone, and why a NEW tranche for a completed order is not one.
+CREATE TABLE work_order_applied_events (
+    source          text        NOT NULL,
+    event_id        text        NOT NULL,
+    work_order_id   uuid        NOT NULL REFERENCES work_orders (id),
+    event_type      text        NOT NULL,
+    completed_items integer     NOT NULL DEFAULT 0,
+    inbox_id        bigint,
+    applied_at      timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (source, event_id)
+);
+CREATE INDEX work_order_applied_events_order_idx ON work_order_applied_events (work_order_id);
+
+-- +goose Down
+DROP TABLE work_order_applied_events;
+DROP TABLE operator_audit;
+DROP TABLE inbox_conflicts;
+DROP TABLE inbox;

@@ -1,0 +1,349 @@
+// Package idempotency makes a mutating API call safe to retry: a client sends
+// an idempotency key with the request (HTTP `Idempotency-Key`, IETF httpapi
+// draft; gRPC metadata `idempotency-key`), and a retry with the same key gets
+// the original response instead of a second effect.
+//
+// The key is recorded in the SAME database transaction as the business write
+// it protects (Do takes the caller's pgx.Tx). A crash can therefore never leave
+// a key without its effect, nor an effect without its key; a request that
+// fails rolls its key back and may simply be retried. Rules, per (scope, key):
+//
+//   - first request: fn runs, its response is stored with the request hash;
+//   - same key, same request (hash): the stored response is returned, fn does
+//     not run (replayed = true);
+//   - same key, different request: ErrMismatch (HTTP 422 in the draft);
+//   - same key while the first request's transaction is still open:
+//     ErrInFlight (HTTP 409), immediately, instead of queueing behind it;
+//   - after Config.Retention the key is forgotten and a reuse is a new request.
+//
+// This is API idempotency: one client retrying one call. It is NOT consumer
+// idempotency (deduplicating messages by event id, seed 002), which the inbox
+// and the idempotent consumer implement. See docs/adr/0003-api-idempotency-keys.md.
+//
+// The table (see migrations/workorder/00001_work_orders.sql) must exist in the
+// service's database:
+//
+//	CREATE TABLE idempotency_keys (scope text, key text, request_hash bytea,
+//	    response bytea, created_at timestamptz, expires_at timestamptz,
+//	    PRIMARY KEY (scope, key));
+package idempotency
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
+	"google.golang.org/protobuf/proto"
+)
+
+var (
+	// ErrMismatch: the key was already used with a different request.
+	ErrMismatch = errors.New("idempotency key reused with a different request")
+	// ErrInFlight: another transaction holding the same key has not finished.
+	ErrInFlight = errors.New("a request with this idempotency key is still being processed")
+)
+
+// Config of a Store. Zero fields take their defaults (NewStore applies them).
+type Config struct {
+	// Retention is how long a key is remembered after its first use. Default
+	// 24h: clients retry within seconds to minutes (a mobile client may come
+	// back after a night offline at most); Stripe, the draft's main precedent,
+	// also keeps keys 24 h. Longer costs rows, shorter turns a late retry into a
+	// second order.
+	Retention time.Duration
+	// CleanupInterval is the pause between two cleanup passes of RunCleanup.
+	// Default 5m.
+	CleanupInterval time.Duration
+	// CleanupBatch is the number of rows one DELETE removes, so a cleanup
+	// never holds many row locks or generates one huge WAL burst. Default 1000.
+	CleanupBatch int
+}
+
+func (c *Config) setDefaults() {
+	if c.Retention == 0 {
+		c.Retention = 24 * time.Hour
+	}
+	if c.CleanupInterval == 0 {
+		c.CleanupInterval = 5 * time.Minute
+	}
+	if c.CleanupBatch == 0 {
+		c.CleanupBatch = 1000
+	}
+}
+
+// Validate reports settings that cannot work. Zero values are valid (they
+// mean the defaults); negative ones are not.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Retention != 0 && c.Retention < time.Second {
+		errs = append(errs, fmt.Errorf("retention %v: must be at least 1s", c.Retention))
+	}
+	if c.CleanupInterval < 0 {
+		errs = append(errs, fmt.Errorf("cleanup interval %v: must not be negative", c.CleanupInterval))
+	}
+	if c.CleanupBatch < 0 {
+		errs = append(errs, fmt.Errorf("cleanup batch %d: must not be negative", c.CleanupBatch))
+	}
+	return errors.Join(errs...)
+}
+
+// Store records idempotency keys in the idempotency_keys table.
+type Store struct {
+	pool        *pgxpool.Pool
+	cfg         Config
+	log         *slog.Logger
+	replays     metric.Int64Counter
+	mismatches  metric.Int64Counter
+	conflicts   metric.Int64Counter
+	keysDeleted metric.Int64Counter
+}
+
+// NewStore returns a Store. pool is used only by the cleanup; Do works in the
+// caller's transaction. A nil meter disables metrics.
+func NewStore(pool *pgxpool.Pool, cfg Config, logger *slog.Logger, meter metric.Meter) (*Store, error) {
+	if pool == nil {
+		return nil, errors.New("idempotency: pool is nil")
+	}
+	if logger == nil {
+		return nil, errors.New("idempotency: logger is nil")
+	}
+	if meter == nil {
+		meter = noop.NewMeterProvider().Meter("")
+	}
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("idempotency: %w", err)
+	}
+	s := &Store{pool: pool, cfg: cfg, log: logger}
+	var errs [4]error
+	s.replays, errs[0] = meter.Int64Counter("idempotency.replays",
+		metric.WithDescription("Requests answered with the stored response of an earlier request with the same key."))
+	s.mismatches, errs[1] = meter.Int64Counter("idempotency.mismatches",
+		metric.WithDescription("Requests refused because their key was used with a different request."))
+	s.conflicts, errs[2] = meter.Int64Counter("idempotency.in_flight_conflicts",
+		metric.WithDescription("Requests refused because the first request with their key was still in flight."))
+	s.keysDeleted, errs[3] = meter.Int64Counter("idempotency.keys_deleted",
+		metric.WithDescription("Expired idempotency keys removed by the cleanup."))
+	if err := errors.Join(errs[:]...); err != nil {
+		return nil, fmt.Errorf("idempotency: metrics: %w", err)
+	}
+	return s, nil
+}
+
+// Config returns the store's effective configuration (defaults applied).
+func (s *Store) Config() Config { return s.cfg }
+
+// Request identifies one idempotent call.
+type Request struct {
+	// Scope is the operation, e.g. the gRPC full method name. With
+	// authentication it must also name the principal, so two clients cannot
+	// collide on (or probe) each other's keys.
+	Scope string
+	// Key is the client's idempotency key (see ParseKey).
+	Key string
+	// Hash is the request's fingerprint (see RequestHash).
+	Hash []byte
+}
+
+// NewRequest builds a Request, hashing msg.
+func NewRequest(scope, key string, msg proto.Message) (Request, error) {
+	h, err := RequestHash(msg)
+	if err != nil {
+		return Request{}, err
+	}
+	return Request{Scope: scope, Key: key, Hash: h}, nil
+}
+
+func (r Request) validate() error {
+	if r.Scope == "" {
+		return errors.New("idempotency: empty scope")
+	}
+	if err := ValidateKey(r.Key); err != nil {
+		return err
+	}
+	if len(r.Hash) != sha256.Size {
+		return fmt.Errorf("idempotency: request hash has %d bytes, want %d", len(r.Hash), sha256.Size)
+	}
+	return nil
+}
+
+// RequestHash is the SHA-256 of msg's deterministic protobuf encoding. Field
+// order and map order do not change it; an unset field and a field set to its
+// proto3 default are the same request, as they are on the wire. Callers clear
+// fields the server ignores (output-only fields) before hashing.
+func RequestHash(msg proto.Message) ([]byte, error) {
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(msg)
+	if err != nil {
+		return nil, fmt.Errorf("idempotency: encode request: %w", err)
+	}
+	sum := sha256.Sum256(b)
+	return sum[:], nil
+}
+
+// lockNamespace is the first key of the two-key advisory lock form, so our
+// locks cannot collide with single-bigint advisory locks taken elsewhere in
+// the same database. The value is arbitrary ("1de7" reads "idem").
+const lockNamespace int32 = 0x1de7
+
+const (
+	// pg_try_advisory_xact_lock returns at once: a second request with a key
+	// whose transaction is still open is answered 409, rather than blocking on
+	// the unique index until the first commits. The lock is released with the
+	// transaction, never leaked.
+	tryLockSQL = `SELECT pg_try_advisory_xact_lock($1::int4, $2::int4)`
+
+	// Insert-first, not check-then-act. A live row wins (DO UPDATE's WHERE is
+	// false, RETURNING yields nothing); an expired row not yet cleaned up is
+	// taken over, because after the retention the key is forgotten.
+	claimSQL = `
+INSERT INTO idempotency_keys (scope, key, request_hash, expires_at)
+VALUES ($1, $2, $3, now() + $4::bigint * interval '1 microsecond')
+ON CONFLICT (scope, key) DO UPDATE
+    SET request_hash = EXCLUDED.request_hash,
+        response     = NULL,
+        created_at   = now(),
+        expires_at   = EXCLUDED.expires_at
+    WHERE idempotency_keys.expires_at <= now()
+RETURNING true`
+
+	loadSQL = `SELECT request_hash, response FROM idempotency_keys WHERE scope = $1 AND key = $2`
+
+	completeSQL = `UPDATE idempotency_keys SET response = $3 WHERE scope = $1 AND key = $2`
+)
+
+// Do runs fn at most once per (req.Scope, req.Key) within tx, the caller's
+// business transaction, and returns fn's response, or the stored response of
+// the first request with replayed = true. fn must do its writes in tx. When
+// Do or fn returns an error the caller must roll tx back (which also forgets
+// the key). Errors: ErrMismatch, ErrInFlight, a key validation error (see
+// ValidateKey), fn's own error, or a database error.
+func Do[R proto.Message](ctx context.Context, s *Store, tx pgx.Tx, req Request, fn func(ctx context.Context) (R, error)) (resp R, replayed bool, err error) {
+	var zero R
+	if err := req.validate(); err != nil {
+		return zero, false, err
+	}
+	attrs := metric.WithAttributes(attribute.String("scope", req.Scope))
+
+	var locked bool
+	if err := tx.QueryRow(ctx, tryLockSQL, lockNamespace, lockKey(req.Scope, req.Key)).Scan(&locked); err != nil {
+		return zero, false, fmt.Errorf("idempotency: lock key: %w", err)
+	}
+	if !locked {
+		s.conflicts.Add(ctx, 1, attrs)
+		return zero, false, ErrInFlight
+	}
+
+	var claimed bool
+	err = tx.QueryRow(ctx, claimSQL, req.Scope, req.Key, req.Hash, s.cfg.Retention.Microseconds()).Scan(&claimed)
+	switch {
+	case err == nil:
+		resp, err := fn(ctx)
+		if err != nil {
+			return zero, false, err
+		}
+		b, err := proto.MarshalOptions{Deterministic: true}.Marshal(resp)
+		if err != nil {
+			return zero, false, fmt.Errorf("idempotency: encode response: %w", err)
+		}
+		if _, err := tx.Exec(ctx, completeSQL, req.Scope, req.Key, b); err != nil {
+			return zero, false, fmt.Errorf("idempotency: store response: %w", err)
+		}
+		return resp, false, nil
+	case errors.Is(err, pgx.ErrNoRows):
+		// A live key exists and, since we hold its lock, its transaction committed.
+	default:
+		return zero, false, fmt.Errorf("idempotency: claim key: %w", err)
+	}
+
+	var hash, stored []byte
+	if err := tx.QueryRow(ctx, loadSQL, req.Scope, req.Key).Scan(&hash, &stored); err != nil {
+		return zero, false, fmt.Errorf("idempotency: load key: %w", err)
+	}
+	if !bytes.Equal(hash, req.Hash) {
+		s.mismatches.Add(ctx, 1, attrs)
+		return zero, false, ErrMismatch
+	}
+	if stored == nil {
+		// Only possible if a caller committed after Do or fn failed.
+		return zero, false, fmt.Errorf("idempotency: key %q in scope %q has no stored response", req.Key, req.Scope)
+	}
+	resp = zero.ProtoReflect().Type().New().Interface().(R)
+	if err := proto.Unmarshal(stored, resp); err != nil {
+		return zero, false, fmt.Errorf("idempotency: decode stored response: %w", err)
+	}
+	s.replays.Add(ctx, 1, attrs)
+	return resp, true, nil
+}
+
+// lockKey folds (scope, key) into the advisory lock's 32-bit second key. Two
+// different keys that collide only make one of them see a spurious 409 while
+// the other is in flight; correctness rests on the primary key, not the lock.
+func lockKey(scope, key string) int32 {
+	h := sha256.New()
+	h.Write([]byte(scope))
+	h.Write([]byte{0})
+	h.Write([]byte(key))
+	return int32(binary.BigEndian.Uint32(h.Sum(nil)))
+}
+
+// Deleting by primary key from a bounded, oldest-first sub-select keeps each
+// statement short; SKIP LOCKED lets two cleaners (two replicas) split the work
+// instead of queueing, and never touches a key a live request is claiming.
+const cleanupSQL = `
+DELETE FROM idempotency_keys
+WHERE (scope, key) IN (
+    SELECT scope, key FROM idempotency_keys
+    WHERE expires_at <= now()
+    ORDER BY expires_at
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED)`
+
+// Cleanup deletes every expired key in batches of Config.CleanupBatch and
+// returns how many it deleted.
+func (s *Store) Cleanup(ctx context.Context) (int64, error) {
+	var total int64
+	for {
+		tag, err := s.pool.Exec(ctx, cleanupSQL, s.cfg.CleanupBatch)
+		if err != nil {
+			return total, fmt.Errorf("idempotency: cleanup: %w", err)
+		}
+		n := tag.RowsAffected()
+		total += n
+		s.keysDeleted.Add(ctx, n)
+		if n < int64(s.cfg.CleanupBatch) {
+			return total, nil
+		}
+	}
+}
+
+// RunCleanup runs Cleanup every Config.CleanupInterval until ctx is
+// cancelled, then returns nil. A failed pass is logged and retried at the next
+// interval: leftover expired keys cost space, not correctness.
+func (s *Store) RunCleanup(ctx context.Context) error {
+	t := time.NewTicker(s.cfg.CleanupInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		n, err := s.Cleanup(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			s.log.WarnContext(ctx, "idempotency key cleanup failed", "error", err, "deleted", n)
+		case n > 0:
+			s.log.InfoContext(ctx, "idempotency keys cleaned up", "deleted", n)
+		}
+	}
+}

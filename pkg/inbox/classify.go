@@ -1,0 +1,90 @@
+package inbox
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Disposition is what the relay does with an entry whose handler failed.
+// Seed 000: only "not yet waiting" heals with time; the other business
+// rejections persist however often they are retried; technical failures heal
+// with retry. See docs/adr/0008-error-classification-and-backoff.md.
+type Disposition int
+
+const (
+	// Technical: back off with jitter and retry, without a count limit; the
+	// age-of-oldest-open-entry alarm makes a long outage visible.
+	Technical Disposition = iota
+	// Deferred: a business rejection that time may cure (the order is not
+	// waiting yet, F5; unknown order, F8). Back off until BOTH Config.MaxAttempts
+	// and Config.MaxAge are reached, then park with the error's reason.
+	Deferred
+	// Parked: a business rejection no retry cures (ambiguous correlation, F7).
+	Parked
+	// Duplicate: the effect is already applied (F6). Resolved, no alarm.
+	Duplicate
+)
+
+func (d Disposition) String() string {
+	switch d {
+	case Deferred:
+		return "deferred"
+	case Parked:
+		return "parked"
+	case Duplicate:
+		return "duplicate"
+	default:
+		return "technical"
+	}
+}
+
+// Classified is implemented by errors that are business outcomes rather than
+// technical failures. Services define their own error types (one per
+// rejection) implementing it; the relay finds them with errors.As.
+type Classified interface {
+	error
+	// Disposition says how the relay treats the entry.
+	Disposition() Disposition
+	// Reason is the stable, upper-case park reason (metric label, runbooks).
+	Reason() string
+}
+
+// Classify returns how err is handled and its park reason. Unclassified
+// errors, including database errors and timeouts, are Technical.
+func Classify(err error) (Disposition, string) {
+	var c Classified
+	if errors.As(err, &c) {
+		return c.Disposition(), c.Reason()
+	}
+	return Technical, ""
+}
+
+// RejectionError is a generic Classified error for services that need no
+// type of their own.
+type RejectionError struct {
+	disposition Disposition
+	reason      string
+	Err         error
+}
+
+func (e *RejectionError) Error() string {
+	return fmt.Sprintf("%s (%s): %v", e.reason, e.disposition, e.Err)
+}
+func (e *RejectionError) Unwrap() error            { return e.Err }
+func (e *RejectionError) Disposition() Disposition { return e.disposition }
+func (e *RejectionError) Reason() string           { return e.reason }
+
+// Defer returns a rejection that may heal with time (see Deferred).
+func Defer(reason string, err error) error {
+	return &RejectionError{disposition: Deferred, reason: reason, Err: err}
+}
+
+// Park returns a rejection that parks the entry at once.
+func Park(reason string, err error) error {
+	return &RejectionError{disposition: Parked, reason: reason, Err: err}
+}
+
+// AlreadyApplied returns the outcome of a recognised duplicate.
+func AlreadyApplied(err error) error {
+	return &RejectionError{disposition: Duplicate, reason: "DUPLICATE", Err: err}
+}

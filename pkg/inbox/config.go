@@ -1,0 +1,105 @@
+package inbox
+
+import (
+	"errors"
+	"time"
+
+	"github.com/lossless-dev/lossless/pkg/backoff"
+	"github.com/lossless-dev/lossless/pkg/envconfig"
+)
+
+// Config tunes the relay. The zero value of a field means its default. The
+// reasoning behind every default is in docs/adr/0008.
+type Config struct {
+	// BatchSize is the number of entries claimed per transaction. Default 100.
+	BatchSize int
+	// PollInterval is the wait after a claim found nothing due. Default 200ms.
+	PollInterval time.Duration
+	// SweepInterval bounds how long the keyset cursor may run ahead: every
+	// SweepInterval the claim restarts from the lowest open id, picking up
+	// entries that became due, were blocked by an older entry of their key,
+	// or committed late with a lower id. Default 1s.
+	SweepInterval time.Duration
+	// MaxAttempts and MaxAge bound a Deferred rejection (F5, F8): the entry
+	// is parked once it was tried at least MaxAttempts times AND was received
+	// at least MaxAge ago. Defaults 10 and 15m.
+	MaxAttempts int
+	MaxAge      time.Duration
+	// DeferBackoff spaces the attempts of a Deferred entry. Default Base 1s, Max 30s.
+	DeferBackoff backoff.Policy
+	// TechnicalBackoff spaces the attempts after a technical error of one
+	// entry, and the relay's own retries when a claim fails (database down).
+	// Default Base 500ms, Max 1m.
+	TechnicalBackoff backoff.Policy
+	// HandlerTimeout bounds one batch's transaction. Default 30s.
+	HandlerTimeout time.Duration
+}
+
+// ConfigFromEnv reads the relay configuration with prefix (e.g.
+// "WORKORDER_INBOX_"): BATCH_SIZE, POLL_INTERVAL, SWEEP_INTERVAL,
+// MAX_ATTEMPTS, MAX_AGE, DEFER_BACKOFF_BASE/MAX, TECHNICAL_BACKOFF_BASE/MAX,
+// HANDLER_TIMEOUT.
+func ConfigFromEnv(r *envconfig.Reader, prefix string) Config {
+	d := Config{}.withDefaults()
+	return Config{
+		BatchSize:        r.Int(prefix+"BATCH_SIZE", d.BatchSize),
+		PollInterval:     r.Duration(prefix+"POLL_INTERVAL", d.PollInterval),
+		SweepInterval:    r.Duration(prefix+"SWEEP_INTERVAL", d.SweepInterval),
+		MaxAttempts:      r.Int(prefix+"MAX_ATTEMPTS", d.MaxAttempts),
+		MaxAge:           r.Duration(prefix+"MAX_AGE", d.MaxAge),
+		DeferBackoff:     backoff.Policy{Base: r.Duration(prefix+"DEFER_BACKOFF_BASE", d.DeferBackoff.Base), Max: r.Duration(prefix+"DEFER_BACKOFF_MAX", d.DeferBackoff.Max)},
+		TechnicalBackoff: backoff.Policy{Base: r.Duration(prefix+"TECHNICAL_BACKOFF_BASE", d.TechnicalBackoff.Base), Max: r.Duration(prefix+"TECHNICAL_BACKOFF_MAX", d.TechnicalBackoff.Max)},
+		HandlerTimeout:   r.Duration(prefix+"HANDLER_TIMEOUT", d.HandlerTimeout),
+	}
+}
+
+func (c Config) withDefaults() Config {
+	if c.BatchSize == 0 {
+		c.BatchSize = 100
+	}
+	if c.PollInterval == 0 {
+		c.PollInterval = 200 * time.Millisecond
+	}
+	if c.SweepInterval == 0 {
+		c.SweepInterval = time.Second
+	}
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = 10
+	}
+	if c.MaxAge == 0 {
+		c.MaxAge = 15 * time.Minute
+	}
+	if c.DeferBackoff.Base == 0 {
+		c.DeferBackoff.Base = time.Second
+	}
+	if c.DeferBackoff.Max == 0 {
+		c.DeferBackoff.Max = 30 * time.Second
+	}
+	if c.TechnicalBackoff.Base == 0 {
+		c.TechnicalBackoff.Base = 500 * time.Millisecond
+	}
+	if c.TechnicalBackoff.Max == 0 {
+		c.TechnicalBackoff.Max = time.Minute
+	}
+	if c.HandlerTimeout == 0 {
+		c.HandlerTimeout = 30 * time.Second
+	}
+	return c
+}
+
+// Validate reports an unusable configuration (after defaults).
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	var errs []error
+	if c.BatchSize < 1 || c.BatchSize > 10000 {
+		errs = append(errs, errors.New("inbox: BatchSize must be within 1..10000"))
+	}
+	if c.PollInterval < 0 || c.SweepInterval < 0 || c.MaxAge < 0 || c.HandlerTimeout < 0 {
+		errs = append(errs, errors.New("inbox: intervals must not be negative"))
+	}
+	if c.MaxAttempts < 1 {
+		errs = append(errs, errors.New("inbox: MaxAttempts must be at least 1"))
+	}
+	errs = append(errs, c.DeferBackoff.Validate(), c.TechnicalBackoff.Validate())
+	return errors.Join(errs...)
+}

@@ -1,0 +1,308 @@
+package inbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
+)
+
+// claimDue picks the next due entries for this relay.
+//
+//   - status = 'OPEN' walks the partial index inbox_open_idx, which holds only
+//     live work.
+//   - id > $1 is a keyset cursor: a relay draining a backlog does not re-walk
+//     the dead index entries that every resolved row leaves at the front of
+//     that index (the decay of the naive claim, performance.md). The relay
+//     resets the cursor to 0 on every SweepInterval and whenever it has caught
+//     up, so nothing behind the cursor is left: entries that became due, were
+//     blocked, or committed late with a lower id.
+//   - NOT EXISTS is the per-key ordering guard (seed 000): an entry is never
+//     taken while an OLDER (lower id) entry of the same key is still OPEN,
+//     whether that one is backing off or locked by another relay right now (a
+//     row locked by another transaction is still OPEN in our snapshot). In
+//     the worst case an entry waits one extra poll; that is the safe side.
+//     One probe into inbox_open_key_idx per candidate.
+//   - FOR UPDATE SKIP LOCKED lets any number of relays claim disjoint entries
+//     without waiting on each other; different keys proceed in parallel.
+//
+// "Older" is id order. Ids are drawn at insert, in receipt order within a
+// batch; across concurrent receiver transactions they may commit out of id
+// order, but never for one key when the subscription uses ordering keys:
+// Pub/Sub delivers the next message of a key only after the previous one is
+// acked, i.e. after its insert committed. See ADR 0007.
+const claimDue = `
+SELECT ` + entryColumns + `
+FROM inbox i
+WHERE i.status = 'OPEN'
+  AND i.id > $1
+  AND i.next_attempt_at <= now()
+  AND NOT EXISTS (
+      SELECT 1 FROM inbox older
+      WHERE older.correlation_key = i.correlation_key
+        AND older.status = 'OPEN'
+        AND older.id < i.id)
+ORDER BY i.id
+LIMIT $2
+FOR UPDATE SKIP LOCKED`
+
+// resolveBatch writes every claimed entry's outcome in one statement.
+// Times are the database's (now() + delay) so replicas with skewed clocks agree.
+const resolveBatch = `
+UPDATE inbox i
+SET status          = o.status,
+    attempts        = o.attempts,
+    next_attempt_at = now() + make_interval(secs => o.delay_ms / 1000.0),
+    last_error      = coalesce(o.last_error, i.last_error),
+    park_reason     = coalesce(o.park_reason, i.park_reason),
+    processed_at    = CASE WHEN o.status IN ('APPLIED', 'DUPLICATE') THEN now() ELSE i.processed_at END,
+    parked_at       = CASE WHEN o.status = 'PARKED' THEN now() ELSE i.parked_at END
+FROM unnest($1::bigint[], $2::text[], $3::int[], $4::bigint[], $5::text[], $6::text[])
+     AS o(id, status, attempts, delay_ms, last_error, park_reason)
+WHERE i.id = o.id`
+
+// Relay applies OPEN inbox entries through a Handler. Run any number of
+// replicas: they claim disjoint entries and serialize per correlation key.
+type Relay struct {
+	pool    *pgxpool.Pool
+	handler Handler
+	cfg     Config
+	logger  *slog.Logger
+	m       relayMetrics
+
+	cursor    int64
+	lastSweep time.Time
+}
+
+type relayMetrics struct {
+	outcomes metric.Int64Counter
+	latency  metric.Float64Histogram
+	failures metric.Int64Counter
+}
+
+// NewRelay returns a relay applying entries with handler.
+func NewRelay(pool *pgxpool.Pool, handler Handler, cfg Config, logger *slog.Logger, meter metric.Meter) (*Relay, error) {
+	if pool == nil || handler == nil || logger == nil {
+		return nil, errors.New("inbox: NewRelay needs a pool, a handler and a logger")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if meter == nil {
+		meter = noop.NewMeterProvider().Meter("")
+	}
+	outcomes, err1 := meter.Int64Counter("inbox.relay.outcomes",
+		metric.WithDescription("Inbox entries handled by the relay, by outcome (applied, duplicate, parked, deferred, technical) and park reason."))
+	latency, err2 := meter.Float64Histogram("inbox.correlation.latency", metric.WithUnit("s"),
+		metric.WithDescription("Time from receipt (insert) to applied."),
+		metric.WithExplicitBucketBoundaries(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300))
+	failures, err3 := meter.Int64Counter("inbox.relay.claim_failures",
+		metric.WithDescription("Relay batches that failed as a whole (database unavailable, timeout)."))
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return nil, err
+	}
+	return &Relay{pool: pool, handler: handler, cfg: cfg.withDefaults(), logger: logger,
+		m: relayMetrics{outcomes: outcomes, latency: latency, failures: failures}}, nil
+}
+
+// Run claims and applies entries until ctx is cancelled, then returns nil
+// after the batch in flight is committed or rolled back. A failing batch
+// (e.g. database unavailable, F15) is retried with backoff; nothing is lost
+// because the entries stay OPEN.
+func (r *Relay) Run(ctx context.Context) error {
+	failures := 0
+	for {
+		n, err := r.ProcessBatch(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		var wait time.Duration
+		switch {
+		case err != nil:
+			failures++
+			r.m.failures.Add(ctx, 1)
+			wait = r.cfg.TechnicalBackoff.Delay(failures)
+			r.logger.WarnContext(ctx, "inbox relay: batch failed; backing off", "error", err, "failures", failures, "wait", wait)
+		case n == 0:
+			failures = 0
+			wait = r.cfg.PollInterval
+		default:
+			failures = 0
+			continue
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// ProcessBatch claims and resolves at most one batch, returning how many
+// entries it claimed. It is what Run loops over; tests and benchmarks call it.
+func (r *Relay) ProcessBatch(ctx context.Context) (int, error) {
+	if time.Since(r.lastSweep) >= r.cfg.SweepInterval {
+		r.cursor, r.lastSweep = 0, time.Now()
+	}
+	from := r.cursor
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.HandlerTimeout)
+	defer cancel()
+	var claimed []Entry
+	var outs []outcome
+	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
+		var err error
+		claimed, err = claim(ctx, tx, from, r.cfg.BatchSize)
+		if err != nil || len(claimed) == 0 {
+			return err
+		}
+		outs = make([]outcome, 0, len(claimed))
+		for i := range claimed {
+			o, err := r.apply(ctx, tx, &claimed[i])
+			if err != nil {
+				return err
+			}
+			outs = append(outs, o)
+		}
+		return resolve(ctx, tx, outs)
+	})
+	if err != nil {
+		return 0, err
+	}
+	switch {
+	case len(claimed) == r.cfg.BatchSize:
+		r.cursor = claimed[len(claimed)-1].ID
+	case from != 0:
+		// Caught up from a cursor: next claim goes back to the start, at once.
+		r.cursor = 0
+		if len(claimed) == 0 {
+			return r.ProcessBatch(ctx)
+		}
+	}
+	r.record(ctx, claimed, outs)
+	return len(claimed), nil
+}
+
+func claim(ctx context.Context, tx pgx.Tx, from int64, limit int) ([]Entry, error) {
+	rows, err := tx.Query(ctx, claimDue, from, limit)
+	if err != nil {
+		return nil, fmt.Errorf("inbox: claim: %w", err)
+	}
+	defer rows.Close()
+	var out []Entry
+	for rows.Next() {
+		e, err := scanEntry(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+// outcome is one claimed entry's resolution.
+type outcome struct {
+	id          int64
+	status      Status
+	attempts    int
+	delay       time.Duration
+	lastError   *string
+	parkReason  *string
+	disposition Disposition
+	receivedAt  time.Time
+}
+
+// apply runs the handler inside a savepoint, so a rejected entry's partial
+// writes are undone while the batch's other entries keep theirs. An error
+// returned here means the transaction itself is unusable (e.g. the
+// connection died): the whole batch rolls back and stays OPEN.
+func (r *Relay) apply(ctx context.Context, tx pgx.Tx, e *Entry) (outcome, error) {
+	o := outcome{id: e.ID, attempts: e.Attempts + 1, receivedAt: e.ReceivedAt}
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return o, err
+	}
+	herr := r.handler.Handle(ctx, sp, e)
+	if herr == nil {
+		if err := sp.Commit(ctx); err != nil {
+			return o, err
+		}
+		o.status = StatusApplied
+		return o, nil
+	}
+	if err := sp.Rollback(ctx); err != nil {
+		return o, errors.Join(herr, err)
+	}
+	if ctx.Err() != nil {
+		// Shutting down or out of time: not the entry's fault.
+		return o, ctx.Err()
+	}
+	d, reason := Classify(herr)
+	o.disposition = d
+	msg := herr.Error()
+	o.lastError = &msg
+	switch d {
+	case Duplicate:
+		o.status = StatusDuplicate
+	case Parked:
+		o.status, o.parkReason = StatusParked, &reason
+	case Deferred:
+		if o.attempts >= r.cfg.MaxAttempts && time.Since(e.ReceivedAt) >= r.cfg.MaxAge {
+			o.status, o.parkReason = StatusParked, &reason
+		} else {
+			o.status, o.delay = StatusOpen, r.cfg.DeferBackoff.Delay(o.attempts)
+		}
+	default:
+		o.status, o.delay = StatusOpen, r.cfg.TechnicalBackoff.Delay(o.attempts)
+		r.logger.WarnContext(ctx, "inbox relay: technical failure; will retry",
+			"inbox_id", e.ID, "event_id", e.EventID, "attempts", o.attempts, "error", herr)
+	}
+	if o.status == StatusParked {
+		r.logger.ErrorContext(ctx, "inbox relay: entry parked", "inbox_id", e.ID, "event_id", e.EventID,
+			"event_type", e.EventType, "correlation_key", e.CorrelationKey, "reason", reason, "error", herr)
+	}
+	return o, nil
+}
+
+func resolve(ctx context.Context, tx pgx.Tx, outs []outcome) error {
+	ids := make([]int64, len(outs))
+	statuses := make([]string, len(outs))
+	attempts := make([]int32, len(outs))
+	delays := make([]int64, len(outs))
+	lastErrs := make([]*string, len(outs))
+	reasons := make([]*string, len(outs))
+	for i, o := range outs {
+		ids[i], statuses[i], attempts[i] = o.id, string(o.status), int32(o.attempts)
+		delays[i], lastErrs[i], reasons[i] = o.delay.Milliseconds(), o.lastError, o.parkReason
+	}
+	if _, err := tx.Exec(ctx, resolveBatch, ids, statuses, attempts, delays, lastErrs, reasons); err != nil {
+		return fmt.Errorf("inbox: resolve batch: %w", err)
+	}
+	return nil
+}
+
+func (r *Relay) record(ctx context.Context, claimed []Entry, outs []outcome) {
+	for i, o := range outs {
+		label := o.disposition.String()
+		switch o.status {
+		case StatusApplied:
+			label = "applied"
+			r.m.latency.Record(ctx, time.Since(claimed[i].ReceivedAt).Seconds())
+		case StatusParked:
+			label = "parked"
+		}
+		attrs := []attribute.KeyValue{attribute.String("outcome", label)}
+		if o.parkReason != nil {
+			attrs = append(attrs, attribute.String("reason", *o.parkReason))
+		}
+		r.m.outcomes.Add(ctx, 1, metric.WithAttributes(attrs...))
+	}
+}

@@ -1,0 +1,359 @@
+package outbox_test
+
+// Benchmarks B1 and B2 of /docs (performance design): the relay against
+// PostgreSQL anchors measured on the same database in the same run, A B A B,
+// reported as medians of pairwise ratios. Run with `make bench` (fsync on).
+//
+//	OUTBOX_BENCH_EVENTS          B1 backlog size (default 200000; the design's figure is 1000000)
+//	OUTBOX_BENCH_ROUNDS          B1 A/B rounds (default 2)
+//	OUTBOX_BENCH_ANCHOR_SECONDS  B1 time box of each anchor claim loop (default 10)
+//	OUTBOX_B2_SUSTAIN            B2 sustained phase (default 60s; the design's figure is 5m)
+//	OUTBOX_B2_HOLD               B2 phase with vacuum held back by an open transaction (default 30s; design 60s)
+//	OUTBOX_B2_AFTER              B2 phase after the release (default 30s; design 60s)
+//	OUTBOX_B2_BACKLOG            B2 initial backlog (default 200000)
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/lossless-dev/lossless/migrations"
+	"github.com/lossless-dev/lossless/pkg/outbox"
+	"github.com/lossless-dev/lossless/pkg/pgtest"
+)
+
+func envInt(b *testing.B, name string, def int) int {
+	if v := os.Getenv(name); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			b.Fatalf("%s=%q: %v", name, v, err)
+		}
+		return n
+	}
+	return def
+}
+
+func envDur(b *testing.B, name string, def time.Duration) time.Duration {
+	if v := os.Getenv(name); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			b.Fatalf("%s=%q: %v", name, v, err)
+		}
+		return d
+	}
+	return def
+}
+
+func benchPool(b *testing.B, dsn string) *pgxpool.Pool {
+	b.Helper()
+	pool, err := pgxpool.New(context.Background(), dsn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(pool.Close)
+	return pool
+}
+
+func mustExec(b *testing.B, pool *pgxpool.Pool, sql string, args ...any) {
+	b.Helper()
+	if _, err := pool.Exec(context.Background(), sql, args...); err != nil {
+		b.Fatalf("%s: %v", sql, err)
+	}
+}
+
+// checkpoint flushes dirty pages (as the shared anchor script does) so one
+// measurement does not pay for the previous one's writes. It needs the
+// superuser connection of the test server.
+func checkpoint(b *testing.B) {
+	b.Helper()
+	conn, err := pgx.Connect(context.Background(), pgtest.ServerDSN(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	if _, err := conn.Exec(context.Background(), `CHECKPOINT`); err != nil {
+		b.Fatal(err)
+	}
+}
+
+const benchPayload = `{"order_id":"ord_0123456789","amount_cents":12345,"currency":"USD","kind":"OrderCompleted"}`
+
+// Anchors: /work/shared/bench/sql/setup_q.sql, claim100.sql and
+// claim100_keyset.sql, ported verbatim.
+const (
+	anchorSetup = `
+DROP TABLE IF EXISTS q;
+CREATE TABLE q (id bigserial PRIMARY KEY, status text NOT NULL DEFAULT 'PENDING', payload jsonb NOT NULL, created_at timestamptz NOT NULL DEFAULT now());`
+	anchorFill   = `INSERT INTO q(status, payload) SELECT 'PENDING', $2::jsonb FROM generate_series(1, $1::int)`
+	anchorIndex  = `CREATE INDEX q_pending_idx ON q(id) WHERE status='PENDING'`
+	anchorNaive  = `WITH c AS (SELECT id FROM q WHERE status='PENDING' ORDER BY id LIMIT 100 FOR UPDATE SKIP LOCKED) UPDATE q SET status='DONE' FROM c WHERE q.id=c.id`
+	anchorKeyset = `WITH c AS (SELECT id FROM q WHERE status='PENDING' AND id > $1 ORDER BY id LIMIT 100 FOR UPDATE SKIP LOCKED), u AS (UPDATE q SET status='DONE' FROM c WHERE q.id=c.id RETURNING q.id) SELECT coalesce(max(id), $1) AS last FROM u`
+)
+
+// anchor runs one anchor claim loop on a fresh backlog of n rows for at most
+// d and returns rows claimed per second.
+func anchor(b *testing.B, pool *pgxpool.Pool, keyset bool, n int, d time.Duration) float64 {
+	b.Helper()
+	ctx := context.Background()
+	mustExec(b, pool, anchorSetup)
+	mustExec(b, pool, anchorFill, n, benchPayload)
+	mustExec(b, pool, anchorIndex)
+	mustExec(b, pool, `VACUUM ANALYZE q`)
+	checkpoint(b)
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Release()
+	var last int64
+	claimed := 0
+	start := time.Now()
+	for time.Since(start) < d && claimed < n {
+		if keyset {
+			if err := conn.QueryRow(ctx, anchorKeyset, last).Scan(&last); err != nil {
+				b.Fatal(err)
+			}
+			claimed = int(last) // ids are 1..n
+			continue
+		}
+		tag, err := conn.Exec(ctx, anchorNaive)
+		if err != nil {
+			b.Fatal(err)
+		}
+		claimed += int(tag.RowsAffected())
+	}
+	return float64(claimed) / time.Since(start).Seconds()
+}
+
+// fillOutbox writes a backlog of n events: one INSERT per 10k rows, ids
+// ordered by time like the UUIDv7 of NewEvent, four
+// events per aggregate spread over the backlog (the ordering guard is
+// exercised, as with work orders that emit several events each).
+func fillOutbox(b *testing.B, pool *pgxpool.Pool, n int) {
+	b.Helper()
+	mustExec(b, pool, `TRUNCATE outbox`)
+	for from := 0; from < n; from += 10_000 {
+		to := min(from+10_000, n)
+		mustExec(b, pool, `
+INSERT INTO outbox (event_id, aggregate_type, aggregate_id, event_type, payload, headers, occurred_at)
+SELECT (lpad(to_hex((extract(epoch FROM clock_timestamp()) * 1000)::bigint), 12, '0') || '7' ||
+        substr(md5(g::text), 1, 19))::uuid, 'work_order', 'wo-' || (g % $3), $4, convert_to($5, 'UTF8'),
+       '{"correlation_id":"bench","traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}', now()
+FROM generate_series($1::int, $2::int - 1) g`, from, to, max(n/4, 1), testType, benchPayload)
+	}
+	mustExec(b, pool, `VACUUM ANALYZE outbox`)
+	checkpoint(b)
+}
+
+// counting is the no-op dispatcher of the benchmarks.
+type counting struct{ n atomic.Int64 }
+
+func (c *counting) Dispatch(context.Context, outbox.Event) (outbox.Commit, error) {
+	c.n.Add(1)
+	return nil, nil
+}
+
+// drain runs `relays` relays (each with its own pool) on a backlog of n rows
+// until every row is PUBLISHED and returns rows per second.
+func drain(b *testing.B, dsn string, pool *pgxpool.Pool, relays, n int) float64 {
+	b.Helper()
+	fillOutbox(b, pool, n)
+	d := &counting{}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range relays {
+		r, err := outbox.NewRelay(benchPool(b, dsn), map[string]outbox.Dispatcher{testType: d}, outbox.Config{}, discard(), nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		wg.Go(func() { _ = r.Run(ctx) })
+	}
+	for d.n.Load() < int64(n) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	var left int
+	for {
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE published_at IS NULL`).Scan(&left); err != nil {
+			b.Fatal(err)
+		}
+		if left == 0 {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	elapsed := time.Since(start)
+	cancel()
+	wg.Wait()
+	if got := d.n.Load(); got != int64(n) {
+		b.Fatalf("dispatched %d events for a backlog of %d: duplicates without a lease expiry", got, n)
+	}
+	return float64(n) / elapsed.Seconds()
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// BenchmarkB1_RelayDrain: the relay (claim -> no-op dispatch -> mark) drains a
+// backlog with 1 and with 2 relays; the keyset and naive 100-row claim anchors
+// run on the same database between them (A B A B). Targets: >= 0.7 x keyset
+// and >= 3 x naive.
+func BenchmarkB1_RelayDrain(b *testing.B) {
+	n := envInt(b, "OUTBOX_BENCH_EVENTS", 200_000)
+	rounds := envInt(b, "OUTBOX_BENCH_ROUNDS", 2)
+	anchorFor := time.Duration(envInt(b, "OUTBOX_BENCH_ANCHOR_SECONDS", 10)) * time.Second
+	dsn := pgtest.NewDatabase(b, migrations.WorkOrder())
+	pool := benchPool(b, dsn)
+	for b.Loop() {
+		var keyset, naive, one, two, rK1, rN1, rK2, rN2 []float64
+		for round := range rounds {
+			k := anchor(b, pool, true, n, anchorFor)
+			r1 := drain(b, dsn, pool, 1, n)
+			r2 := drain(b, dsn, pool, 2, n)
+			nv := anchor(b, pool, false, n, anchorFor)
+			keyset, naive, one, two = append(keyset, k), append(naive, nv), append(one, r1), append(two, r2)
+			rK1, rN1, rK2, rN2 = append(rK1, r1/k), append(rN1, r1/nv), append(rK2, r2/k), append(rN2, r2/nv)
+			b.Logf("B1 round %d: events=%d keyset=%.0f naive=%.0f relay1=%.0f relay2=%.0f rows/s; relay1/keyset=%.2f relay1/naive=%.2f relay2/keyset=%.2f relay2/naive=%.2f",
+				round, n, k, nv, r1, r2, r1/k, r1/nv, r2/k, r2/nv)
+		}
+		b.ReportMetric(median(one), "relay1_rows/s")
+		b.ReportMetric(median(two), "relay2_rows/s")
+		b.ReportMetric(median(keyset), "keyset_rows/s")
+		b.ReportMetric(median(naive), "naive_rows/s")
+		b.ReportMetric(median(rK1), "relay1/keyset")
+		b.ReportMetric(median(rN1), "relay1/naive")
+		b.ReportMetric(median(rK2), "relay2/keyset")
+		b.ReportMetric(median(rN2), "relay2/naive")
+		b.Logf("B1 go=%s GOMAXPROCS=%d fsync=%s", runtime.Version(), runtime.GOMAXPROCS(0), os.Getenv(pgtest.EnvFsync))
+	}
+}
+
+// BenchmarkB2_SustainedDrain: one relay drains a backlog while a producer
+// keeps appending (through outbox.Append, 100 events per transaction), for
+// three phases: sustained, with another session holding a snapshot open
+// (vacuum cannot remove dead rows or index entries), and after the release.
+// Targets: last 30 s of the sustained phase >= 0.8 x its first 30 s; the held
+// phase >= 0.5 x; the last 30 s after the release >= 0.8 x.
+func BenchmarkB2_SustainedDrain(b *testing.B) {
+	sustain := envDur(b, "OUTBOX_B2_SUSTAIN", time.Minute)
+	hold := envDur(b, "OUTBOX_B2_HOLD", 30*time.Second)
+	after := envDur(b, "OUTBOX_B2_AFTER", 30*time.Second)
+	backlog := envInt(b, "OUTBOX_B2_BACKLOG", 200_000)
+	window := min(30*time.Second, sustain/2)
+	dsn := pgtest.NewDatabase(b, migrations.WorkOrder())
+	pool := benchPool(b, dsn)
+	for b.Loop() {
+		fillOutbox(b, pool, backlog)
+		d := &counting{}
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		r, err := outbox.NewRelay(benchPool(b, dsn), map[string]outbox.Dispatcher{testType: d}, outbox.Config{}, discard(), nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		wg.Go(func() { _ = r.Run(ctx) })
+		var produced atomic.Int64
+		prodPool := benchPool(b, dsn)
+		wg.Go(func() {
+			for i := 0; ctx.Err() == nil; i++ {
+				evs := make([]outbox.Event, 100)
+				for j := range evs {
+					evs[j] = event(fmt.Sprintf("p-%d", (i*100+j)%50_000), j)
+				}
+				err := pgx.BeginFunc(ctx, prodPool, func(tx pgx.Tx) error { return outbox.Append(ctx, tx, evs...) })
+				if err != nil {
+					return
+				}
+				produced.Add(100)
+			}
+		})
+		// Samples of the dispatched count, one per second.
+		type sample struct {
+			at time.Time
+			n  int64
+		}
+		var samples []sample
+		rate := func(from, to time.Time) float64 {
+			var a, z *sample
+			for i := range samples {
+				if a == nil && !samples[i].at.Before(from) {
+					a = &samples[i]
+				}
+				if !samples[i].at.After(to) {
+					z = &samples[i]
+				}
+			}
+			if a == nil || z == nil || !z.at.After(a.at) {
+				return 0
+			}
+			return float64(z.n-a.n) / z.at.Sub(a.at).Seconds()
+		}
+		t0 := time.Now()
+		tick := time.NewTicker(time.Second)
+		sampleUntil := func(end time.Time) {
+			for time.Now().Before(end) {
+				<-tick.C
+				samples = append(samples, sample{time.Now(), d.n.Load()})
+			}
+		}
+		samples = append(samples, sample{t0, d.n.Load()})
+		sampleUntil(t0.Add(sustain))
+		tHold := time.Now()
+		holder, err := pool.Begin(context.Background())
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := holder.Exec(context.Background(), `SET TRANSACTION ISOLATION LEVEL REPEATABLE READ`); err != nil {
+			b.Fatal(err)
+		}
+		var one int
+		if err := holder.QueryRow(context.Background(), `SELECT count(*) FROM outbox WHERE false`).Scan(&one); err != nil {
+			b.Fatal(err)
+		}
+		sampleUntil(tHold.Add(hold))
+		if err := holder.Commit(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+		tAfter := time.Now()
+		sampleUntil(tAfter.Add(after))
+		tick.Stop()
+		cancel()
+		wg.Wait()
+
+		first := rate(t0, t0.Add(window))
+		last := rate(tHold.Add(-window), tHold)
+		held := rate(tHold, tAfter)
+		afterLast := rate(tAfter.Add(after-min(window, after)), tAfter.Add(after))
+		var backlogLeft int
+		if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox WHERE published_at IS NULL`).Scan(&backlogLeft); err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(first, "first_rows/s")
+		b.ReportMetric(last/first, "last/first")
+		b.ReportMetric(held/first, "held/first")
+		b.ReportMetric(afterLast/first, "after/first")
+		b.Logf("B2 sustain=%v hold=%v after=%v window=%v: first=%.0f last=%.0f held=%.0f after-release=%.0f rows/s; produced=%d dispatched=%d unpublished-at-end=%d",
+			sustain, hold, after, window, first, last, held, afterLast, produced.Load(), d.n.Load(), backlogLeft)
+		for i := 1; i < len(samples); i++ {
+			if i%10 == 0 {
+				b.Logf("B2 t=%3.0fs rate=%.0f rows/s", samples[i].at.Sub(t0).Seconds(), rate(samples[i-10].at, samples[i].at))
+			}
+		}
+	}
+}

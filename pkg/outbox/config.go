@@ -1,0 +1,188 @@
+package outbox
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/lossless-dev/lossless/pkg/backoff"
+	"github.com/lossless-dev/lossless/pkg/envconfig"
+)
+
+// Defaults of Config; see each field for the reasoning.
+const (
+	DefaultBatchSize           = 500
+	DefaultDispatchConcurrency = 16
+	DefaultPollInterval        = time.Second
+	DefaultSweepInterval       = time.Second
+	DefaultLeaseDuration       = 30 * time.Second
+	DefaultBackoffBase         = time.Second
+	DefaultBackoffMax          = 5 * time.Minute
+	DefaultMaxAttempts         = 12
+	DefaultRetention           = 24 * time.Hour
+	DefaultCleanupInterval     = time.Minute
+	DefaultCleanupBatch        = 1000
+	DefaultStatsInterval       = 15 * time.Second
+	DefaultStatsCountLimit     = 1_000_000
+	DefaultNotifyChannel       = "outbox"
+)
+
+// Config of a Relay. The zero value of every field means its default; call
+// WithDefaults (NewRelay does) and Validate.
+type Config struct {
+	// RelayID names this relay in lease_owner and logs, so an operator can
+	// see which replica holds a row. Default: "<hostname>-<pid>-<random>".
+	RelayID string
+	// BatchSize is the most rows one claim takes. Default 500: large enough
+	// that the two commits per batch (claim, mark) cost little per row, small
+	// enough that a batch dispatches well within LeaseDuration.
+	BatchSize int
+	// DispatchConcurrency is how many aggregates of one batch dispatch in
+	// parallel; events of one aggregate always dispatch one after another.
+	// Default 16.
+	DispatchConcurrency int
+	// PollInterval is the fallback wake-up when no NOTIFY arrives (lost
+	// notification, LISTEN connection down). Default 1s.
+	PollInterval time.Duration
+	// SweepInterval bounds how long the relay's keyset cursor may run ahead
+	// before one claim restarts from the oldest unpublished row, to pick up
+	// rows the cursor passed: retry-due rows, expired leases, events that were
+	// blocked behind an earlier event of their aggregate, and late commits
+	// whose NOTIFY was lost. Default 1s.
+	SweepInterval time.Duration
+	// LeaseDuration is how long a claimed row stays PUBLISHING before another
+	// relay may reclaim it (the claimer is presumed dead). Dispatch of a batch
+	// is cut off at 80% of it. Default 30s.
+	LeaseDuration time.Duration
+	// BackoffBase and BackoffMax shape the delay before a transient failure is
+	// retried: full jitter in [0, min(BackoffMax, BackoffBase·2^(n-1))].
+	// Defaults 1s and 5m.
+	BackoffBase time.Duration
+	BackoffMax  time.Duration
+	// MaxAttempts bounds dispatch attempts; the attempt that reaches it moves
+	// the row to FAILED. Default 12: with 1s base and 5m cap the retries span
+	// about 30 minutes on average, longer than a Pub/Sub regional incident or
+	// a database fail-over we expect to ride out, short enough to alert the
+	// same day.
+	MaxAttempts int
+	// Retention keeps PUBLISHED rows for diagnosis and replay before cleanup
+	// deletes them. PENDING, PUBLISHING and FAILED rows are never deleted.
+	// Default 24h.
+	Retention time.Duration
+	// CleanupInterval is how often the relay deletes expired PUBLISHED rows;
+	// CleanupBatch bounds one DELETE so it never holds many locks or bloats a
+	// single transaction. Defaults 1m and 1000 (repeated until done).
+	CleanupInterval time.Duration
+	CleanupBatch    int
+	// StatsInterval is how often the gauges (pending count, oldest pending
+	// age, failed count) are recomputed; scrapes read the cached values.
+	// Default 15s. StatsCountLimit caps the pending count query so a huge
+	// backlog costs a bounded scan. Default 1,000,000.
+	StatsInterval   time.Duration
+	StatsCountLimit int
+	// NotifyChannel is the LISTEN channel the outbox trigger notifies.
+	// Default "outbox" (the migration's trigger uses that name).
+	NotifyChannel string
+	// Now is the clock; nil means time.Now. Tests inject it to expire leases
+	// and backoffs without sleeping. All time comparisons of the relay use it.
+	Now func() time.Time
+}
+
+// ConfigFromEnv reads the relay settings from environment variables with the
+// given prefix (e.g. "WORKORDER_OUTBOX_"): BATCH_SIZE, DISPATCH_CONCURRENCY,
+// POLL_INTERVAL, SWEEP_INTERVAL, LEASE_DURATION, BACKOFF_BASE, BACKOFF_MAX,
+// MAX_ATTEMPTS, RETENTION, CLEANUP_INTERVAL, CLEANUP_BATCH, STATS_INTERVAL,
+// RELAY_ID. Unset variables keep the defaults.
+func ConfigFromEnv(r *envconfig.Reader, prefix string) Config {
+	return Config{
+		RelayID:             r.String(prefix+"RELAY_ID", ""),
+		BatchSize:           r.Int(prefix+"BATCH_SIZE", DefaultBatchSize),
+		DispatchConcurrency: r.Int(prefix+"DISPATCH_CONCURRENCY", DefaultDispatchConcurrency),
+		PollInterval:        r.Duration(prefix+"POLL_INTERVAL", DefaultPollInterval),
+		SweepInterval:       r.Duration(prefix+"SWEEP_INTERVAL", DefaultSweepInterval),
+		LeaseDuration:       r.Duration(prefix+"LEASE_DURATION", DefaultLeaseDuration),
+		BackoffBase:         r.Duration(prefix+"BACKOFF_BASE", DefaultBackoffBase),
+		BackoffMax:          r.Duration(prefix+"BACKOFF_MAX", DefaultBackoffMax),
+		MaxAttempts:         r.Int(prefix+"MAX_ATTEMPTS", DefaultMaxAttempts),
+		Retention:           r.Duration(prefix+"RETENTION", DefaultRetention),
+		CleanupInterval:     r.Duration(prefix+"CLEANUP_INTERVAL", DefaultCleanupInterval),
+		CleanupBatch:        r.Int(prefix+"CLEANUP_BATCH", DefaultCleanupBatch),
+		StatsInterval:       r.Duration(prefix+"STATS_INTERVAL", DefaultStatsInterval),
+	}
+}
+
+// WithDefaults returns c with every zero field set to its default.
+func (c Config) WithDefaults() Config {
+	if c.RelayID == "" {
+		host, _ := os.Hostname()
+		c.RelayID = host + "-" + strconv.Itoa(os.Getpid()) + "-" + uuid.NewString()[:8]
+	}
+	setInt(&c.BatchSize, DefaultBatchSize)
+	setInt(&c.DispatchConcurrency, DefaultDispatchConcurrency)
+	setDur(&c.PollInterval, DefaultPollInterval)
+	setDur(&c.SweepInterval, DefaultSweepInterval)
+	setDur(&c.LeaseDuration, DefaultLeaseDuration)
+	setDur(&c.BackoffBase, DefaultBackoffBase)
+	setDur(&c.BackoffMax, DefaultBackoffMax)
+	setInt(&c.MaxAttempts, DefaultMaxAttempts)
+	setDur(&c.Retention, DefaultRetention)
+	setDur(&c.CleanupInterval, DefaultCleanupInterval)
+	setInt(&c.CleanupBatch, DefaultCleanupBatch)
+	setDur(&c.StatsInterval, DefaultStatsInterval)
+	setInt(&c.StatsCountLimit, DefaultStatsCountLimit)
+	if c.NotifyChannel == "" {
+		c.NotifyChannel = DefaultNotifyChannel
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+// Validate reports settings that cannot work. Zero values are valid (they
+// mean the defaults); negative ones are not.
+func (c Config) Validate() error {
+	var errs []error
+	positive := func(name string, v int64) {
+		if v < 0 {
+			errs = append(errs, fmt.Errorf("outbox config: %s must not be negative", name))
+		}
+	}
+	positive("BatchSize", int64(c.BatchSize))
+	positive("DispatchConcurrency", int64(c.DispatchConcurrency))
+	positive("PollInterval", int64(c.PollInterval))
+	positive("SweepInterval", int64(c.SweepInterval))
+	positive("LeaseDuration", int64(c.LeaseDuration))
+	positive("MaxAttempts", int64(c.MaxAttempts))
+	positive("Retention", int64(c.Retention))
+	positive("CleanupInterval", int64(c.CleanupInterval))
+	positive("CleanupBatch", int64(c.CleanupBatch))
+	positive("StatsInterval", int64(c.StatsInterval))
+	positive("StatsCountLimit", int64(c.StatsCountLimit))
+	if c.BatchSize > 10_000 {
+		errs = append(errs, errors.New("outbox config: BatchSize above 10000 holds too many row locks in one claim"))
+	}
+	if err := (backoff.Policy{Base: c.BackoffBase, Max: c.BackoffMax}).Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("outbox config: %w", err))
+	}
+	if c.Retention > 0 && c.Retention < time.Minute {
+		errs = append(errs, errors.New("outbox config: Retention below 1m leaves no time to diagnose a published event"))
+	}
+	return errors.Join(errs...)
+}
+
+func setInt(p *int, def int) {
+	if *p == 0 {
+		*p = def
+	}
+}
+
+func setDur(p *time.Duration, def time.Duration) {
+	if *p == 0 {
+		*p = def
+	}
+}

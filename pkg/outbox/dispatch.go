@@ -1,0 +1,48 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Dispatcher delivers one event to its destination. A nil error means
+// delivered. Return Permanent(err) for errors that no retry can fix (invalid
+// payload, unknown destination); any other error is retried with backoff.
+type Dispatcher interface {
+	Dispatch(ctx context.Context, ev Event) (Commit, error)
+}
+
+// DispatcherFunc adapts a function to Dispatcher.
+type DispatcherFunc func(ctx context.Context, ev Event) (Commit, error)
+
+// Dispatch calls f.
+func (f DispatcherFunc) Dispatch(ctx context.Context, ev Event) (Commit, error) { return f(ctx, ev) }
+
+// Commit runs inside the transaction that marks the event PUBLISHED (nil:
+// nothing extra). The hand-off uses it to move the order to HANDED_OFF and
+// record the waiting point atomically with the mark. A Commit that fails
+// leaves the event unmarked; the relay treats it as a transient failure, so it
+// must be idempotent with respect to a redelivery of the same event.
+type Commit func(ctx context.Context, tx pgx.Tx) error
+
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string { return "permanent: " + e.err.Error() }
+func (e *permanentError) Unwrap() error { return e.err }
+
+// Permanent marks err as not retryable: the event goes to FAILED (counted,
+// alerted) on this attempt. Any other error is transient. Permanent(nil) is nil.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &permanentError{err: err}
+}
+
+// IsPermanent reports whether err (or an error it wraps) was marked Permanent.
+func IsPermanent(err error) bool {
+	var p *permanentError
+	return errors.As(err, &p)
+}

@@ -1,0 +1,129 @@
+package outbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/propagation"
+	"google.golang.org/protobuf/proto"
+)
+
+// Header keys written by NewEvent and carried by the dispatcher as message
+// attributes.
+const (
+	HeaderCorrelationID = "correlation_id"
+	HeaderTraceparent   = "traceparent"
+	HeaderTracestate    = "tracestate"
+)
+
+// Event is one outbox row.
+type Event struct {
+	ID            uuid.UUID         // event_id; becomes the message id downstream (dedup key)
+	AggregateType string            // e.g. "work_order"
+	AggregateID   string            // ordering key: events of one aggregate dispatch in order
+	Type          string            // event_type: the proto full name, e.g. "lossless.events.v1.WorkOrderHandOffRequested"
+	SchemaVersion int               // version of the payload's schema; default 1
+	Payload       []byte            // protobuf binary of the event message
+	Headers       map[string]string // "correlation_id", "traceparent", "tracestate"
+	OccurredAt    time.Time         // business time (distinct from created_at)
+	Attempts      int               // filled by the relay: dispatch attempts so far, including this one
+}
+
+// NewEvent builds an Event from a proto message: a new UUIDv7 id, Type = the
+// message's full proto name, Payload = proto.Marshal(msg), SchemaVersion 1,
+// OccurredAt = now, and Headers carrying the W3C trace context of ctx (when a
+// span is active) so the consumer can link its span to the producer's.
+// Callers may overwrite ID (e.g. with an id the message already carries) and
+// OccurredAt (business time) before Append.
+func NewEvent(ctx context.Context, aggregateType, aggregateID string, msg proto.Message) (Event, error) {
+	if msg == nil {
+		return Event{}, errors.New("outbox: nil message")
+	}
+	id, err := uuid.NewV7()
+	if err != nil {
+		return Event{}, fmt.Errorf("outbox: new event id: %w", err)
+	}
+	payload, err := proto.Marshal(msg)
+	if err != nil {
+		return Event{}, fmt.Errorf("outbox: marshal %s: %w", msg.ProtoReflect().Descriptor().FullName(), err)
+	}
+	// The W3C propagator is used explicitly rather than the global one, so the
+	// headers do not depend on process-wide configuration.
+	headers := map[string]string{}
+	propagation.TraceContext{}.Inject(ctx, propagation.MapCarrier(headers))
+	return Event{
+		ID:            id,
+		AggregateType: aggregateType,
+		AggregateID:   aggregateID,
+		Type:          string(msg.ProtoReflect().Descriptor().FullName()),
+		SchemaVersion: 1,
+		Payload:       payload,
+		Headers:       headers,
+		OccurredAt:    time.Now().UTC(),
+	}, nil
+}
+
+func (ev Event) validate() error {
+	switch {
+	case ev.ID == uuid.Nil:
+		return errors.New("outbox: event without ID")
+	case ev.AggregateType == "" || ev.AggregateID == "":
+		return fmt.Errorf("outbox: event %s without aggregate type or id", ev.ID)
+	case ev.Type == "":
+		return fmt.Errorf("outbox: event %s without type", ev.ID)
+	case ev.SchemaVersion < 1:
+		return fmt.Errorf("outbox: event %s: schema version %d < 1", ev.ID, ev.SchemaVersion)
+	case ev.OccurredAt.IsZero():
+		return fmt.Errorf("outbox: event %s without OccurredAt", ev.ID)
+	}
+	return nil
+}
+
+// Append inserts evs in the caller's transaction (the business transaction),
+// so the events exist if and only if the business change commits (I1). All
+// events go in one INSERT; its statement trigger sends one NOTIFY that wakes
+// the relays when the transaction commits.
+func Append(ctx context.Context, tx pgx.Tx, evs ...Event) error {
+	if len(evs) == 0 {
+		return nil
+	}
+	if tx == nil {
+		return errors.New("outbox: Append needs the business transaction")
+	}
+	n := len(evs)
+	ids := make([]uuid.UUID, n)
+	aggTypes := make([]string, n)
+	aggIDs := make([]string, n)
+	types := make([]string, n)
+	versions := make([]int32, n)
+	payloads := make([][]byte, n)
+	headers := make([]string, n)
+	occurred := make([]time.Time, n)
+	for i, ev := range evs {
+		if err := ev.validate(); err != nil {
+			return err
+		}
+		h := ev.Headers
+		if h == nil {
+			h = map[string]string{}
+		}
+		hj, err := json.Marshal(h)
+		if err != nil {
+			return fmt.Errorf("outbox: encode headers of %s: %w", ev.ID, err)
+		}
+		ids[i], aggTypes[i], aggIDs[i], types[i] = ev.ID, ev.AggregateType, ev.AggregateID, ev.Type
+		versions[i], payloads[i], headers[i], occurred[i] = int32(ev.SchemaVersion), ev.Payload, string(hj), ev.OccurredAt
+		if payloads[i] == nil {
+			payloads[i] = []byte{}
+		}
+	}
+	if _, err := tx.Exec(ctx, qAppend, ids, aggTypes, aggIDs, types, versions, payloads, headers, occurred); err != nil {
+		return fmt.Errorf("outbox: append %d event(s): %w", n, err)
+	}
+	return nil
+}

@@ -1,0 +1,715 @@
+package outbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"runtime/debug"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
+
+	"github.com/lossless-dev/lossless/pkg/backoff"
+)
+
+// markTimeout bounds the claim and the marking of a batch, which run even
+// after Run's context is cancelled so that a clean shutdown neither leaves
+// claimed rows behind nor dispatched rows to be redelivered.
+const markTimeout = 10 * time.Second
+
+// Relay claims outbox rows, dispatches each to the Dispatcher of its event
+// type and marks the outcome. Run any number of relays (one per replica) on
+// one table: claims never overlap while leases hold, and events of one
+// aggregate dispatch in id order across all of them.
+type Relay struct {
+	pool        *pgxpool.Pool
+	dispatchers map[string]Dispatcher
+	cfg         Config
+	log         *slog.Logger
+	policy      backoff.Policy
+	m           instruments
+
+	running atomic.Bool
+	// rewind is the lowest id announced by NOTIFY since the last claim
+	// (math.MaxInt64: none); a value behind the cursor is a late commit.
+	rewind atomic.Int64
+	wake   chan struct{}
+	stats  atomic.Pointer[Stats]
+
+	// batchMu serialises batches; the fields below belong to the batch loop.
+	batchMu   sync.Mutex
+	cursor    int64
+	lastSweep time.Time
+	claims    int64
+}
+
+// Stats is a snapshot of the outbox table, for metrics, the runbook and
+// admin endpoints.
+type Stats struct {
+	// Pending counts rows not yet published and not FAILED (PENDING and
+	// PUBLISHING), capped at Config.StatsCountLimit.
+	Pending int64
+	// Failed counts FAILED rows (within the same capped scan).
+	Failed int64
+	// OldestPendingAge is the age (now - created_at) of the oldest pending
+	// row; 0 when there is none. A dead relay shows here first.
+	OldestPendingAge time.Duration
+}
+
+type instruments struct {
+	dispatched metric.Int64Counter
+	errors     metric.Int64Counter
+	failed     metric.Int64Counter
+	leaseLost  metric.Int64Counter
+}
+
+// NewRelay returns a relay; dispatchers are keyed by event type. An event
+// whose type has no dispatcher goes to FAILED (permanent), never silently
+// dropped. meter may be nil (no metrics).
+func NewRelay(pool *pgxpool.Pool, dispatchers map[string]Dispatcher, cfg Config, logger *slog.Logger, meter metric.Meter) (*Relay, error) {
+	if pool == nil {
+		return nil, errors.New("outbox: NewRelay: nil pool")
+	}
+	if logger == nil {
+		return nil, errors.New("outbox: NewRelay: nil logger")
+	}
+	if len(dispatchers) == 0 {
+		return nil, errors.New("outbox: NewRelay: no dispatchers")
+	}
+	for typ, d := range dispatchers {
+		if d == nil {
+			return nil, fmt.Errorf("outbox: NewRelay: nil dispatcher for %q", typ)
+		}
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.WithDefaults()
+	if meter == nil {
+		meter = noop.NewMeterProvider().Meter("")
+	}
+	r := &Relay{
+		pool:        pool,
+		dispatchers: dispatchers,
+		cfg:         cfg,
+		log:         logger.With("component", "outbox.relay", "relay_id", cfg.RelayID),
+		policy:      backoff.Policy{Base: cfg.BackoffBase, Max: cfg.BackoffMax},
+		wake:        make(chan struct{}, 1),
+	}
+	r.rewind.Store(math.MaxInt64)
+	if err := r.initMetrics(meter); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+func (r *Relay) initMetrics(meter metric.Meter) error {
+	var err error
+	var errs []error
+	add := func(e error) { errs = append(errs, e) }
+	r.m.dispatched, err = meter.Int64Counter("outbox.events.dispatched",
+		metric.WithDescription("Events dispatched successfully and marked PUBLISHED."))
+	add(err)
+	r.m.errors, err = meter.Int64Counter("outbox.dispatch.errors",
+		metric.WithDescription("Failed dispatch attempts, by error kind (transient, permanent)."))
+	add(err)
+	r.m.failed, err = meter.Int64Counter("outbox.events.moved_to_failed",
+		metric.WithDescription("Events moved to FAILED (permanent error, unknown type, attempts exhausted)."))
+	add(err)
+	r.m.leaseLost, err = meter.Int64Counter("outbox.leases.lost",
+		metric.WithDescription("Dispatched events whose lease had been taken over before the mark (a duplicate follows)."))
+	add(err)
+	pending, err := meter.Int64ObservableGauge("outbox.events.pending",
+		metric.WithDescription("Rows PENDING or PUBLISHING (capped scan), refreshed every stats interval."))
+	add(err)
+	failed, err := meter.Int64ObservableGauge("outbox.events.failed",
+		metric.WithDescription("Rows in FAILED, waiting for an operator."))
+	add(err)
+	age, err := meter.Float64ObservableGauge("outbox.events.oldest_pending_age",
+		metric.WithUnit("s"),
+		metric.WithDescription("Age of the oldest PENDING or PUBLISHING row; 0 when none."))
+	add(err)
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("outbox: metrics: %w", err)
+	}
+	_, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		s := r.stats.Load()
+		if s == nil {
+			return nil
+		}
+		o.ObserveInt64(pending, s.Pending)
+		o.ObserveInt64(failed, s.Failed)
+		o.ObserveFloat64(age, s.OldestPendingAge.Seconds())
+		return nil
+	}, pending, failed, age)
+	if err != nil {
+		return fmt.Errorf("outbox: metrics: %w", err)
+	}
+	return nil
+}
+
+// Run claims and dispatches until ctx is cancelled; then finishes (or
+// releases) its in-flight batch and returns nil. It also listens for NOTIFY
+// on a dedicated connection, deletes expired PUBLISHED rows and refreshes
+// the gauges. Database errors are logged and retried with backoff; Run
+// returns an error only when called twice concurrently.
+func (r *Relay) Run(ctx context.Context) error {
+	if !r.running.CompareAndSwap(false, true) {
+		return errors.New("outbox: relay already running")
+	}
+	defer r.running.Store(false)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { r.listen(ctx) })
+	wg.Go(func() { r.maintain(ctx) })
+
+	failures := 0
+	for ctx.Err() == nil {
+		full, err := r.ProcessBatch(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			failures++
+			delay := r.policy.Delay(failures)
+			r.log.Warn("outbox batch failed; backing off", "error", err, "attempt", failures, "delay", delay)
+			sleep(ctx, delay)
+			continue
+		}
+		failures = 0
+		if full {
+			continue
+		}
+		t := time.NewTimer(r.cfg.PollInterval)
+		select {
+		case <-ctx.Done():
+		case <-r.wake:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	return nil
+}
+
+// ProcessBatch claims one batch, dispatches it and marks the outcome. It
+// reports whether the claim was full (more rows are probably waiting). Run
+// calls it in a loop; operator commands and tests may call it directly.
+func (r *Relay) ProcessBatch(ctx context.Context) (full bool, err error) {
+	r.batchMu.Lock()
+	defer r.batchMu.Unlock()
+	now := r.cfg.Now()
+	rows, scanned, token, err := r.claim(ctx, now)
+	if err != nil {
+		return false, err
+	}
+	if len(rows) > 0 {
+		outcomes := r.dispatchAll(ctx, rows)
+		if err := r.settle(ctx, rows, outcomes, token); err != nil {
+			return false, err
+		}
+	}
+	return scanned >= r.cfg.BatchSize, nil
+}
+
+type claimedRow struct {
+	id int64
+	ev Event
+}
+
+func (r *Relay) claim(ctx context.Context, now time.Time) ([]claimedRow, int, string, error) {
+	from := r.cursor
+	if rw := r.rewind.Swap(math.MaxInt64); rw-1 < from {
+		from = rw - 1 // a late commit behind the cursor: go back for it
+	}
+	sweep := now.Sub(r.lastSweep) >= r.cfg.SweepInterval || now.Before(r.lastSweep)
+	if sweep {
+		from = 0
+		r.lastSweep = now
+	}
+	r.claims++
+	token := r.cfg.RelayID + "#" + strconv.FormatInt(r.claims, 10)
+	// The claim is not abandoned when ctx is cancelled: a client that gives
+	// up on the statement does not stop the server from committing it, and
+	// rows claimed that way would wait for their lease to expire. It runs to
+	// completion (bounded by markTimeout) and a cancelled batch releases its
+	// rows instead of dispatching them.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), markTimeout)
+	defer cancel()
+	rows, err := r.pool.Query(cctx, qClaim, from, r.cfg.BatchSize, now, token, r.cfg.LeaseDuration)
+	if err != nil {
+		return nil, 0, "", fmt.Errorf("outbox: claim: %w", err)
+	}
+	defer rows.Close()
+	var (
+		out       []claimedRow
+		scanned   int
+		scannedTo int64
+	)
+	for rows.Next() {
+		var (
+			id, sv, attempts    *int64
+			eventID             *uuid.UUID
+			aggType, aggID, typ *string
+			payload, headers    []byte
+			occurredAt          *time.Time
+		)
+		var n int64
+		if err := rows.Scan(&n, &scannedTo, &id, &eventID, &aggType, &aggID, &typ, &sv, &payload, &headers, &occurredAt, &attempts); err != nil {
+			return nil, 0, "", fmt.Errorf("outbox: claim: scan: %w", err)
+		}
+		scanned = int(n)
+		if id == nil {
+			continue // nothing claimable: the row only carries the scan summary
+		}
+		ev := Event{
+			ID: *eventID, AggregateType: *aggType, AggregateID: *aggID, Type: *typ,
+			SchemaVersion: int(*sv), Payload: payload, OccurredAt: *occurredAt, Attempts: int(*attempts),
+		}
+		if len(headers) > 0 {
+			if err := json.Unmarshal(headers, &ev.Headers); err != nil {
+				r.log.Warn("outbox event with unreadable headers; dispatching without them", "event_id", ev.ID, "error", err)
+			}
+		}
+		out = append(out, claimedRow{id: *id, ev: ev})
+	}
+	if err := rows.Err(); err != nil {
+		return nil, 0, "", fmt.Errorf("outbox: claim: %w", err)
+	}
+	// Move the cursor past everything scanned, claimed or not: skipped rows
+	// (locked by another relay, blocked behind their aggregate) are another
+	// relay's or the next sweep's. A sweep that found nothing keeps the
+	// cursor where it was.
+	if scannedTo > r.cursor || scanned > 0 {
+		r.cursor = scannedTo
+	}
+	return out, scanned, token, nil
+}
+
+type outcomeKind int
+
+const (
+	outcomeReleased  outcomeKind = iota // not dispatched; back to PENDING, attempt refunded
+	outcomePublished                    // dispatched
+	outcomeRetry                        // transient failure
+	outcomeFailed                       // permanent failure
+)
+
+type outcome struct {
+	kind   outcomeKind
+	commit Commit
+	err    error
+}
+
+// dispatchAll dispatches a claimed batch: aggregates in parallel (up to
+// DispatchConcurrency), the events of one aggregate one after another in id
+// order, stopping that aggregate at its first failure so that no later event
+// overtakes it. The dispatch is cut off well before the lease expires, so a
+// slow destination does not cause a second relay to dispatch the same rows.
+func (r *Relay) dispatchAll(ctx context.Context, rows []claimedRow) []outcome {
+	out := make([]outcome, len(rows))
+	var groups [][]int
+	byAgg := make(map[string]int, len(rows))
+	for i, row := range rows { // rows are in id order
+		g, ok := byAgg[row.ev.AggregateID]
+		if !ok {
+			g = len(groups)
+			byAgg[row.ev.AggregateID] = g
+			groups = append(groups, nil)
+		}
+		groups[g] = append(groups[g], i)
+	}
+	dctx, cancel := context.WithTimeout(ctx, r.cfg.LeaseDuration*8/10)
+	defer cancel()
+	runGroup := func(g []int) {
+		for _, i := range g {
+			if dctx.Err() != nil {
+				return // the rest stays outcomeReleased
+			}
+			out[i] = r.dispatchOne(dctx, rows[i].ev)
+			if out[i].kind != outcomePublished {
+				return
+			}
+		}
+	}
+	workers := min(r.cfg.DispatchConcurrency, len(groups))
+	if workers <= 1 {
+		for _, g := range groups {
+			runGroup(g)
+		}
+		return out
+	}
+	next := make(chan []int)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for g := range next {
+				runGroup(g)
+			}
+		})
+	}
+	for _, g := range groups {
+		next <- g
+	}
+	close(next)
+	wg.Wait()
+	return out
+}
+
+func (r *Relay) dispatchOne(ctx context.Context, ev Event) (o outcome) {
+	d, ok := r.dispatchers[ev.Type]
+	if !ok {
+		return outcome{kind: outcomeFailed, err: fmt.Errorf("no dispatcher for event type %q", ev.Type)}
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			r.log.Error("outbox dispatcher panicked", "event_id", ev.ID, "event_type", ev.Type, "panic", p, "stack", string(debug.Stack()))
+			o = outcome{kind: outcomeRetry, err: fmt.Errorf("dispatcher panicked: %v", p)}
+		}
+	}()
+	commit, err := d.Dispatch(ctx, ev)
+	switch {
+	case err == nil:
+		return outcome{kind: outcomePublished, commit: commit}
+	case IsPermanent(err):
+		return outcome{kind: outcomeFailed, err: err}
+	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+		// Cut off by shutdown or the lease deadline: not the event's fault.
+		return outcome{kind: outcomeReleased, err: err}
+	default:
+		return outcome{kind: outcomeRetry, err: err}
+	}
+}
+
+// settle records the outcome of a batch: published rows (with their
+// Commits) in one transaction, everything else in one statement. It runs on
+// a context that survives Run's cancellation, bounded by markTimeout.
+func (r *Relay) settle(ctx context.Context, rows []claimedRow, outs []outcome, token string) error {
+	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), markTimeout)
+	defer cancel()
+	now := r.cfg.Now()
+	var published []int
+	for i := range outs {
+		if outs[i].kind == outcomePublished {
+			published = append(published, i)
+		}
+	}
+	if len(published) > 0 {
+		marked, err := r.markPublished(mctx, rows, outs, published, token, now)
+		if err != nil {
+			// Nothing was marked: the rows keep their lease and are
+			// dispatched again after it expires (a duplicate, never a loss).
+			return err
+		}
+		for _, i := range published {
+			typ := attribute.String("event_type", rows[i].ev.Type)
+			switch {
+			case marked[rows[i].id]:
+				r.m.dispatched.Add(mctx, 1, metric.WithAttributes(typ))
+			case outs[i].kind == outcomePublished: // lease lost to another relay
+				r.m.leaseLost.Add(mctx, 1, metric.WithAttributes(typ))
+				r.log.Warn("outbox lease lost before mark; another relay will publish again", "event_id", rows[i].ev.ID)
+			}
+		}
+	}
+	return r.markUnpublished(mctx, rows, outs, token, now)
+}
+
+// markPublished marks the published rows and runs their Commits in one
+// transaction. If that fails (a Commit error aborts the whole transaction),
+// each row is retried alone so one bad Commit does not hold back the others;
+// a row whose own Commit fails becomes a transient failure.
+func (r *Relay) markPublished(ctx context.Context, rows []claimedRow, outs []outcome, idx []int, token string, now time.Time) (map[int64]bool, error) {
+	hasCommit := false
+	for _, i := range idx {
+		hasCommit = hasCommit || outs[i].commit != nil
+	}
+	ids := make([]int64, len(idx))
+	for k, i := range idx {
+		ids[k] = rows[i].id
+	}
+	if !hasCommit {
+		marked, err := r.execMark(ctx, r.pool, ids, token, now)
+		if err != nil {
+			return nil, fmt.Errorf("outbox: mark published: %w", err)
+		}
+		return marked, nil
+	}
+	marked, err := r.markTx(ctx, rows, outs, idx, ids, token, now)
+	if err == nil {
+		return marked, nil
+	}
+	if ctx.Err() != nil {
+		return nil, fmt.Errorf("outbox: mark published: %w", err)
+	}
+	r.log.Warn("outbox batch mark failed; marking one by one", "error", err, "rows", len(idx))
+	marked = make(map[int64]bool, len(idx))
+	for _, i := range idx {
+		one, err := r.markTx(ctx, rows, outs, []int{i}, []int64{rows[i].id}, token, now)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("outbox: mark published: %w", err)
+			}
+			outs[i] = outcome{kind: outcomeRetry, err: fmt.Errorf("commit after dispatch: %w", err)}
+			continue
+		}
+		for id := range one {
+			marked[id] = true
+		}
+	}
+	return marked, nil
+}
+
+func (r *Relay) markTx(ctx context.Context, rows []claimedRow, outs []outcome, idx []int, ids []int64, token string, now time.Time) (map[int64]bool, error) {
+	var marked map[int64]bool
+	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
+		var err error
+		if marked, err = r.execMark(ctx, tx, ids, token, now); err != nil {
+			return err
+		}
+		for _, i := range idx {
+			if c := outs[i].commit; c != nil && marked[rows[i].id] {
+				if err := c(ctx, tx); err != nil {
+					return fmt.Errorf("commit of event %s: %w", rows[i].ev.ID, err)
+				}
+			}
+		}
+		return nil
+	})
+	return marked, err
+}
+
+// Querier is what ReadStats needs: a *pgxpool.Pool, *pgx.Conn or pgx.Tx.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+func (r *Relay) execMark(ctx context.Context, q Querier, ids []int64, token string, now time.Time) (map[int64]bool, error) {
+	rows, err := q.Query(ctx, qMarkPublished, ids, now, token)
+	if err != nil {
+		return nil, err
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, err
+	}
+	marked := make(map[int64]bool, len(got))
+	for _, id := range got {
+		marked[id] = true
+	}
+	return marked, nil
+}
+
+func (r *Relay) markUnpublished(ctx context.Context, rows []claimedRow, outs []outcome, token string, now time.Time) error {
+	var (
+		ids     []int64
+		status  []string
+		errs    []*string
+		nexts   []*time.Time
+		refunds []int32
+	)
+	for i, o := range outs {
+		if o.kind == outcomePublished {
+			continue
+		}
+		ev := rows[i].ev
+		typ := attribute.String("event_type", ev.Type)
+		var msg *string
+		if o.err != nil {
+			s := truncate(o.err.Error(), 2000)
+			msg = &s
+		}
+		switch {
+		case o.kind == outcomeReleased:
+			ids, status, errs, nexts, refunds = append(ids, rows[i].id), append(status, "PENDING"), append(errs, nil), append(nexts, nil), append(refunds, 1)
+			continue
+		case o.kind == outcomeFailed:
+			r.m.errors.Add(ctx, 1, metric.WithAttributes(typ, attribute.String("error.kind", "permanent")))
+		case ev.Attempts >= r.cfg.MaxAttempts:
+			r.m.errors.Add(ctx, 1, metric.WithAttributes(typ, attribute.String("error.kind", "transient")))
+			s := fmt.Sprintf("attempts exhausted (%d): %s", ev.Attempts, *msg)
+			msg = &s
+			o.kind = outcomeFailed
+		default:
+			r.m.errors.Add(ctx, 1, metric.WithAttributes(typ, attribute.String("error.kind", "transient")))
+			next := now.Add(r.policy.Delay(ev.Attempts))
+			ids, status, errs, nexts, refunds = append(ids, rows[i].id), append(status, "PENDING"), append(errs, msg), append(nexts, &next), append(refunds, 0)
+			r.log.Warn("outbox dispatch failed; will retry", "event_id", ev.ID, "event_type", ev.Type, "attempt", ev.Attempts, "next_attempt_at", next, "error", o.err)
+			continue
+		}
+		r.m.failed.Add(ctx, 1, metric.WithAttributes(typ))
+		r.log.Error("outbox event moved to FAILED", "event_id", ev.ID, "event_type", ev.Type, "aggregate_id", ev.AggregateID, "attempt", ev.Attempts, "error", *msg)
+		ids, status, errs, nexts, refunds = append(ids, rows[i].id), append(status, "FAILED"), append(errs, msg), append(nexts, nil), append(refunds, 0)
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	if _, err := r.pool.Exec(ctx, qMarkUnpublished, ids, status, errs, nexts, refunds, token); err != nil {
+		return fmt.Errorf("outbox: mark unpublished: %w", err)
+	}
+	return nil
+}
+
+// Stats reads the current numbers from the database (bounded queries).
+func (r *Relay) Stats(ctx context.Context) (Stats, error) {
+	return ReadStats(ctx, r.pool, r.cfg.StatsCountLimit, r.cfg.Now())
+}
+
+// ReadStats reads the outbox gauges from db; counts stop at countLimit.
+func ReadStats(ctx context.Context, db Querier, countLimit int, now time.Time) (Stats, error) {
+	var (
+		s      Stats
+		oldest *time.Time
+	)
+	rows, err := db.Query(ctx, qStats, countLimit)
+	if err != nil {
+		return Stats{}, fmt.Errorf("outbox: stats: %w", err)
+	}
+	defer rows.Close()
+	if rows.Next() {
+		if err := rows.Scan(&s.Pending, &s.Failed, &oldest); err != nil {
+			return Stats{}, fmt.Errorf("outbox: stats: %w", err)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return Stats{}, fmt.Errorf("outbox: stats: %w", err)
+	}
+	if oldest != nil && now.After(*oldest) {
+		s.OldestPendingAge = now.Sub(*oldest)
+	}
+	return s, nil
+}
+
+// Cleanup deletes PUBLISHED rows older than the retention, in bounded
+// batches, and returns how many it deleted. Run calls it every
+// CleanupInterval.
+func (r *Relay) Cleanup(ctx context.Context) (int64, error) {
+	cutoff := r.cfg.Now().Add(-r.cfg.Retention)
+	var total int64
+	for range 100 { // at most 100 batches per call; the next interval continues
+		tag, err := r.pool.Exec(ctx, qCleanup, cutoff, r.cfg.CleanupBatch)
+		if err != nil {
+			return total, fmt.Errorf("outbox: cleanup: %w", err)
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < int64(r.cfg.CleanupBatch) {
+			break
+		}
+	}
+	return total, nil
+}
+
+// maintain refreshes the gauges every StatsInterval and deletes expired
+// published rows every CleanupInterval.
+func (r *Relay) maintain(ctx context.Context) {
+	refresh := func() {
+		s, err := r.Stats(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				r.log.Warn("outbox stats failed", "error", err)
+			}
+			return
+		}
+		r.stats.Store(&s)
+	}
+	refresh()
+	statsT := time.NewTicker(r.cfg.StatsInterval)
+	defer statsT.Stop()
+	cleanT := time.NewTicker(r.cfg.CleanupInterval)
+	defer cleanT.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-statsT.C:
+			refresh()
+		case <-cleanT.C:
+			n, err := r.Cleanup(ctx)
+			switch {
+			case err != nil && ctx.Err() == nil:
+				r.log.Warn("outbox cleanup failed", "error", err)
+			case n > 0:
+				r.log.Info("outbox cleanup deleted published rows", "rows", n, "retention", r.cfg.Retention)
+			}
+		}
+	}
+}
+
+// listen holds a dedicated connection (not a pool connection, which LISTEN
+// would pin) on the notify channel and wakes the batch loop on every
+// notification. It reconnects with backoff; meanwhile polling covers.
+func (r *Relay) listen(ctx context.Context) {
+	for attempt := 1; ctx.Err() == nil; attempt++ {
+		err := r.listenOnce(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		delay := r.policy.Delay(attempt)
+		r.log.Warn("outbox LISTEN connection lost; polling until it is back", "error", err, "retry_in", delay)
+		sleep(ctx, delay)
+	}
+}
+
+func (r *Relay) listenOnce(ctx context.Context) error {
+	conn, err := pgx.ConnectConfig(ctx, r.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		return err
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+		_ = conn.Close(cctx)
+	}()
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{r.cfg.NotifyChannel}.Sanitize()); err != nil {
+		return err
+	}
+	r.signal() // notifications sent while we were not listening are lost
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		if id, err := strconv.ParseInt(n.Payload, 10, 64); err == nil {
+			for {
+				cur := r.rewind.Load()
+				if id >= cur || r.rewind.CompareAndSwap(cur, id) {
+					break
+				}
+			}
+		}
+		r.signal()
+	}
+}
+
+func (r *Relay) signal() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}

@@ -1,0 +1,77 @@
+// Package outboxpubsub is the outbox dispatcher that publishes events to
+// Pub/Sub: an outbox row becomes one message whose event_id is the row's id,
+// so a re-publish after a relay crash (F2) carries the same id and the
+// consumer's unique key drops it.
+package outboxpubsub
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/lossless-dev/lossless/pkg/outbox"
+	"github.com/lossless-dev/lossless/pkg/pubsub"
+)
+
+// headerAttributes are the outbox headers carried over as message
+// attributes; other headers stay in the outbox row.
+var headerAttributes = []string{pubsub.AttrTraceparent, pubsub.AttrTracestate, pubsub.AttrCorrelationID}
+
+// Dispatcher publishes outbox events with one Publisher (one topic).
+type Dispatcher struct {
+	pub *pubsub.Publisher
+}
+
+// New returns an outbox.Dispatcher publishing each event's payload unchanged
+// with the attributes of docs/adr/0005-message-contract.md (event_id = outbox
+// event ID, event_type, schema_version, occurred_at, content_type,
+// traceparent/tracestate/correlation_id from the headers) and ordering key =
+// AggregateID. Errors Pub/Sub will repeat forever (InvalidArgument,
+// PermissionDenied, NotFound) are outbox.Permanent: the row goes to FAILED
+// and alerts instead of retrying; every other error is transient and the
+// relay retries with backoff (F16). New panics on a nil publisher, a
+// programming error at wiring time.
+func New(pub *pubsub.Publisher) outbox.Dispatcher {
+	if pub == nil {
+		panic("outboxpubsub: nil publisher")
+	}
+	return &Dispatcher{pub: pub}
+}
+
+// Dispatch publishes ev and returns once Pub/Sub accepted it. No Commit:
+// marking the row PUBLISHED is all that follows.
+func (d *Dispatcher) Dispatch(ctx context.Context, ev outbox.Event) (outbox.Commit, error) {
+	attrs := pubsub.EventAttributes(ev.ID.String(), ev.Type, ev.SchemaVersion, ev.OccurredAt)
+	for _, k := range headerAttributes {
+		if v := ev.Headers[k]; v != "" {
+			attrs[k] = v
+		}
+	}
+	if _, err := d.pub.PublishRaw(ctx, ev.Payload, attrs, ev.AggregateID); err != nil {
+		return nil, Classify(err)
+	}
+	return nil, nil
+}
+
+// Classify wraps err with outbox.Permanent when retrying cannot help.
+// A missing topic is permanent because provisioning is an operator step:
+// FAILED rows are visible and replayable once the topic exists, while a
+// transient classification would retry silently for as long as nobody looks.
+func Classify(err error) error {
+	if err == nil {
+		return nil
+	}
+	var coded interface{ GRPCStatus() *status.Status }
+	code := status.Code(err)
+	if code == codes.Unknown && errors.As(err, &coded) {
+		code = coded.GRPCStatus().Code()
+	}
+	switch code {
+	case codes.InvalidArgument, codes.PermissionDenied, codes.NotFound:
+		return outbox.Permanent(fmt.Errorf("outboxpubsub: %s: %w", code, err))
+	}
+	return err
+}

@@ -1,0 +1,235 @@
+package admin_test
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	eventsv1 "github.com/lossless-dev/lossless/gen/lossless/events/v1"
+	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
+	"github.com/lossless-dev/lossless/migrations"
+	"github.com/lossless-dev/lossless/pkg/inbox"
+	"github.com/lossless-dev/lossless/pkg/pgtest"
+	"github.com/lossless-dev/lossless/pkg/pubsub"
+	"github.com/lossless-dev/lossless/pkg/pubsubtest"
+	"github.com/lossless-dev/lossless/services/workorder/internal/admin"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+const token = "s3cret-operator-token"
+
+type bundle struct {
+	pool *pgxpool.Pool
+	ops  *admin.Ops
+}
+
+func setup(t *testing.T, deps admin.Deps) bundle {
+	t.Helper()
+	deps.Pool = pgtest.NewPool(t, migrations.WorkOrder())
+	deps.Logger = slog.New(slog.DiscardHandler)
+	ops, err := admin.NewOps(deps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bundle{pool: deps.Pool, ops: ops}
+}
+
+// client serves svc on a loopback port and returns a client for it.
+func client(t *testing.T, svc *admin.Service) workorderv1.WorkOrderAdminServiceClient {
+	t.Helper()
+	var lc net.ListenConfig
+	lis, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	workorderv1.RegisterWorkOrderAdminServiceServer(srv, svc)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return workorderv1.NewWorkOrderAdminServiceClient(conn)
+}
+
+func (b bundle) parked(t *testing.T) {
+	t.Helper()
+	store, _ := inbox.NewStore(b.pool, nil)
+	m := inbox.Message{Source: "provider", EventID: "e1", Payload: []byte("x"), ParkReason: "AMBIGUOUS", ParkError: "two"}
+	if _, err := store.Ingest(context.Background(), []inbox.Message{m}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (b bundle) count(t *testing.T, q string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := b.pool.QueryRow(context.Background(), q, args...).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestAdmin_UnauthorisedCallsAreRefusedAndChangeNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t, admin.Deps{})
+	b.parked(t)
+	armed, _ := admin.NewService(b.ops, token, slog.New(slog.DiscardHandler))
+	disabled, _ := admin.NewService(b.ops, "", slog.New(slog.DiscardHandler))
+	replay := &workorderv1.ReplayInboxEntriesRequest{Authorization: &workorderv1.OperatorAuthorization{Ticket: "T-1", Actor: "mallory"}, Ids: []int64{1}}
+	for _, c := range []struct {
+		name string
+		svc  *admin.Service
+		md   metadata.MD
+		want codes.Code
+	}{
+		{"no token", armed, nil, codes.Unauthenticated},
+		{"wrong token", armed, metadata.Pairs("authorization", "Bearer guess"), codes.PermissionDenied},
+		{"not bearer", armed, metadata.Pairs("authorization", token), codes.PermissionDenied},
+		{"service without token configured", disabled, metadata.Pairs("authorization", "Bearer "), codes.PermissionDenied},
+	} {
+		cl := client(t, c.svc)
+		ctx := metadata.NewOutgoingContext(context.Background(), c.md)
+		_, err := cl.ReplayInboxEntries(ctx, replay)
+		if status.Code(err) != c.want {
+			t.Errorf("%s: replay got %v, want %v", c.name, err, c.want)
+		}
+		_, err = cl.RecordReHandOff(ctx, &workorderv1.RecordReHandOffRequest{Authorization: replay.Authorization, WorkOrderId: uuid.NewString()})
+		if status.Code(err) != c.want {
+			t.Errorf("%s: re-hand-off got %v, want %v", c.name, err, c.want)
+		}
+		if _, err := cl.ListInboxEntries(ctx, &workorderv1.ListInboxEntriesRequest{}); status.Code(err) != c.want {
+			t.Errorf("%s: list got %v, want %v", c.name, err, c.want)
+		}
+	}
+	if n := b.count(t, `SELECT count(*) FROM inbox WHERE status = 'PARKED'`); n != 1 {
+		t.Fatal("a refused call changed the entry")
+	}
+	if n := b.count(t, `SELECT count(*) FROM operator_audit`); n != 0 {
+		t.Fatal("a refused call wrote an audit row")
+	}
+	// With the token, the same call works and is audited.
+	ctx := metadata.NewOutgoingContext(context.Background(), metadata.Pairs("authorization", "Bearer "+token))
+	resp, err := client(t, armed).ReplayInboxEntries(ctx, replay)
+	if err != nil || len(resp.GetIds()) != 1 {
+		t.Fatalf("authorised replay: %v %v", resp, err)
+	}
+	if n := b.count(t, `SELECT count(*) FROM operator_audit WHERE actor = 'mallory' AND ticket = 'T-1'`); n != 1 {
+		t.Fatal("authorised replay not audited")
+	}
+	// Unbounded replay is refused as INVALID_ARGUMENT.
+	_, err = client(t, armed).ReplayInboxEntries(ctx, &workorderv1.ReplayInboxEntriesRequest{Authorization: replay.Authorization})
+	if status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("replay everything: %v", err)
+	}
+}
+
+func TestCLI_ListShowReplayReHandOff(t *testing.T) {
+	t.Parallel()
+	b := setup(t, admin.Deps{})
+	b.parked(t)
+	ctx := context.Background()
+	run := func(args ...string) (string, error) {
+		var out bytes.Buffer
+		err := admin.RunCLI(ctx, args, b.ops, &out)
+		return out.String(), err
+	}
+	out, err := run("list", "--reason", "AMBIGUOUS")
+	if err != nil || !strings.Contains(out, "AMBIGUOUS") {
+		t.Fatalf("list: %q %v", out, err)
+	}
+	if out, err = run("show", "--id", "1"); err != nil || !strings.Contains(out, `"EventID": "e1"`) {
+		t.Fatalf("show: %q %v", out, err)
+	}
+	if _, err = run("replay", "--ids", "1"); err == nil {
+		t.Fatal("replay without ticket/actor must fail")
+	}
+	if out, err = run("replay", "--ticket", "INC-9", "--actor", "alice", "--ids", "1", "--dry-run"); err != nil || !strings.Contains(out, "would reopen 1") {
+		t.Fatalf("dry run: %q %v", out, err)
+	}
+	if out, err = run("replay", "--ticket", "INC-9", "--actor", "alice", "--from", "2000-01-01T00:00:00Z", "--to", "2000-01-02T00:00:00Z"); err != nil || !strings.Contains(out, "reopened 0") {
+		t.Fatalf("range replay: %q %v", out, err)
+	}
+	if out, err = run("replay", "--ticket", "INC-9", "--actor", "alice", "--ids", "1"); err != nil || !strings.Contains(out, "reopened 1") {
+		t.Fatalf("replay: %q %v", out, err)
+	}
+	if out, err = run("cleanup", "--ticket", "INC-9", "--actor", "alice", "--dry-run"); err != nil || !strings.Contains(out, "would delete 0") {
+		t.Fatalf("cleanup: %q %v", out, err)
+	}
+	// Re-hand-off: the F7 trigger.
+	id := uuid.New()
+	if _, err := b.pool.Exec(ctx, `INSERT INTO work_orders (id, customer_id, description, positions, currency_code, unit_price_minor, status)
+		VALUES ($1, 'c', 'd', 1, 'EUR', 1, 'HANDED_OFF')`, id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.pool.Exec(ctx, `INSERT INTO waiting_points (work_order_id, cause) VALUES ($1, 'handoff')`, id); err != nil {
+		t.Fatal(err)
+	}
+	if out, err = run("re-hand-off", "--ticket", "INC-9", "--actor", "alice", "--order", id.String()); err != nil || !strings.Contains(out, "2 open waiting points") {
+		t.Fatalf("re-hand-off: %q %v", out, err)
+	}
+	if n := b.count(t, `SELECT count(*) FROM operator_audit WHERE ticket = 'INC-9'`); n != 5 {
+		t.Fatalf("audit rows = %d, want 5", n)
+	}
+}
+
+func TestReplayDeadLetters_ReentersThroughReceiverPathOnce(t *testing.T) {
+	t.Parallel()
+	emu := pubsubtest.New(t)
+	b := setup(t, admin.Deps{PubSub: emu.Client})
+	ctx := context.Background()
+	pub, err := pubsub.NewPublisher(emu.Client, pubsub.TopicWorkOrderCompletedDeadLetter, pubsub.PublisherConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pub.Stop)
+	order := uuid.NewString()
+	for _, id := range []string{"d1", "d2"} {
+		if _, err := pub.Publish(ctx, pubsub.Message{EventID: id, OrderingKey: order,
+			Event: &eventsv1.WorkOrderCompleted{EventId: id, WorkOrderId: order, CompletedItems: 1}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	auth := inbox.Authorization{Ticket: "INC-3", Actor: "alice"}
+	if _, err := b.ops.ReplayDeadLetters(ctx, admin.DeadLetterRequest{Authorization: auth}); err == nil {
+		t.Fatal("replay without a max must be refused")
+	}
+	dry, err := b.ops.ReplayDeadLetters(ctx, admin.DeadLetterRequest{Authorization: auth, MaxMessages: 10, DryRun: true})
+	if err != nil || b.count(t, `SELECT count(*) FROM inbox`) != 0 {
+		t.Fatalf("dry run: %+v %v", dry, err)
+	}
+	total := 0
+	for range 20 { // pstest may hand out the two messages over several pulls
+		res, err := b.ops.ReplayDeadLetters(ctx, admin.DeadLetterRequest{Authorization: auth, MaxMessages: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		total += res.Inserted
+		if b.count(t, `SELECT count(*) FROM inbox`) == 2 {
+			break
+		}
+	}
+	if n := b.count(t, `SELECT count(*) FROM inbox WHERE status = 'OPEN' AND source = 'provider'`); n != 2 || total != 2 {
+		t.Fatalf("inbox rows %d, inserted %d; want 2", n, total)
+	}
+	// Everything was acked: another replay finds nothing and changes nothing.
+	res, err := b.ops.ReplayDeadLetters(ctx, admin.DeadLetterRequest{Authorization: auth, MaxMessages: 10})
+	if err != nil || len(res.MessageIDs) != 0 || b.count(t, `SELECT count(*) FROM inbox`) != 2 {
+		t.Fatalf("second replay: %+v %v", res, err)
+	}
+}

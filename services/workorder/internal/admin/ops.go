@@ -1,0 +1,206 @@
+// Package admin is the work-order service's privileged operator surface for
+// the inbox (I6): list, show, replay parked entries, replay dead letters,
+// cleanup, and the manual re-hand-off. The same operations are reachable as
+// CLI commands (RunCLI, `workorder inbox ...`) and as the gRPC service
+// lossless.workorder.v1.WorkOrderAdminService (Service), which requires the
+// operator token. Every mutating operation needs a ticket and an actor and
+// writes an operator_audit row.
+package admin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	gpubsub "cloud.google.com/go/pubsub/v2"
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/lossless-dev/lossless/pkg/inbox"
+	"github.com/lossless-dev/lossless/pkg/pubsub"
+	"github.com/lossless-dev/lossless/services/workorder/internal/receiver"
+)
+
+// Deps are what the operator operations need.
+type Deps struct {
+	// Pool on the work-order database (required).
+	Pool *pgxpool.Pool
+	// PubSub client, needed only to replay dead letters (nil: refused).
+	PubSub *gpubsub.Client
+	// DeadLetterSubscription to replay from. Default pubsub.SubWorkOrderCompletedDeadLetter.
+	DeadLetterSubscription string
+	// Logger (required).
+	Logger *slog.Logger
+}
+
+// Ops implements the operator operations shared by the CLI and gRPC.
+type Ops struct {
+	deps  Deps
+	inbox *inbox.Ops
+	store *inbox.Store
+}
+
+// NewOps validates deps.
+func NewOps(deps Deps) (*Ops, error) {
+	if deps.Pool == nil || deps.Logger == nil {
+		return nil, errors.New("admin: Deps need a Pool and a Logger")
+	}
+	if deps.DeadLetterSubscription == "" {
+		deps.DeadLetterSubscription = pubsub.SubWorkOrderCompletedDeadLetter
+	}
+	io, err := inbox.NewOps(deps.Pool)
+	if err != nil {
+		return nil, err
+	}
+	store, err := inbox.NewStore(deps.Pool, nil)
+	if err != nil {
+		return nil, err
+	}
+	return &Ops{deps: deps, inbox: io, store: store}, nil
+}
+
+// Inbox returns the generic inbox operations (list, get, replay, cleanup).
+func (o *Ops) Inbox() *inbox.Ops { return o.inbox }
+
+// DeadLetterRequest selects dead letters to re-enter.
+type DeadLetterRequest struct {
+	inbox.Authorization
+	// MessageIDs restricts the replay to these message ids; others pulled
+	// are released untouched (nacked) for a later look.
+	MessageIDs []string
+	// MaxMessages bounds the pull (1..1000, required: no "replay everything").
+	MaxMessages int
+	// DryRun pulls, reports and releases; nothing is inserted or acked.
+	DryRun bool
+}
+
+// DeadLetterResult reports a dead-letter replay.
+type DeadLetterResult struct {
+	MessageIDs []string
+	inbox.IngestResult
+	DryRun bool
+}
+
+// ReplayDeadLetters pulls up to MaxMessages from the dead-letter inspection
+// subscription and re-enters the selected ones through the receiver's own
+// path (receiver.Decode + inbox.Store.Ingest: the same unique key, so a
+// message already in the inbox is a no-op), acks them only after that
+// commit, then audits the run. The insert is the receiver's, unchanged, so
+// the audit row is a separate transaction right after it.
+func (o *Ops) ReplayDeadLetters(ctx context.Context, req DeadLetterRequest) (DeadLetterResult, error) {
+	if err := req.Validate(); err != nil {
+		return DeadLetterResult{}, fmt.Errorf("%w: %w", inbox.ErrInvalidRequest, err)
+	}
+	if req.MaxMessages < 1 || req.MaxMessages > inbox.MaxReplayCount {
+		return DeadLetterResult{}, fmt.Errorf("%w: max messages must be within 1..%d", inbox.ErrInvalidRequest, inbox.MaxReplayCount)
+	}
+	if o.deps.PubSub == nil {
+		return DeadLetterResult{}, errors.New("admin: no Pub/Sub client configured")
+	}
+	c := o.deps.PubSub
+	sub := pubsub.SubscriptionName(c.Project(), o.deps.DeadLetterSubscription)
+	resp, err := c.SubscriptionAdminClient.Pull(ctx, &pubsubpb.PullRequest{Subscription: sub, MaxMessages: int32(req.MaxMessages), ReturnImmediately: true}) //nolint:staticcheck // ReturnImmediately: an operator wants what is there now
+	if err != nil {
+		return DeadLetterResult{}, fmt.Errorf("admin: pull dead letters: %w", err)
+	}
+	res := DeadLetterResult{DryRun: req.DryRun}
+	var take []*pubsub.Received
+	var takeAck, release []string
+	for _, rm := range resp.GetReceivedMessages() {
+		m := rm.GetMessage()
+		if len(req.MessageIDs) > 0 && !slices.Contains(req.MessageIDs, m.GetMessageId()) {
+			release = append(release, rm.GetAckId())
+			continue
+		}
+		attrs := m.GetAttributes()
+		if attrs == nil {
+			attrs = map[string]string{}
+		}
+		take = append(take, &pubsub.Received{ID: m.GetMessageId(), Data: m.GetData(), Attributes: attrs,
+			OrderingKey: m.GetOrderingKey(), PublishTime: m.GetPublishTime().AsTime()})
+		takeAck = append(takeAck, rm.GetAckId())
+		res.MessageIDs = append(res.MessageIDs, m.GetMessageId())
+	}
+	if req.DryRun {
+		release = append(release, takeAck...)
+		takeAck = nil
+	} else if len(take) > 0 {
+		msgs := make([]inbox.Message, len(take))
+		for i, m := range take {
+			msgs[i] = receiver.Decode(m)
+		}
+		if res.IngestResult, err = o.store.Ingest(ctx, msgs); err != nil {
+			release = append(release, takeAck...)
+			o.nack(sub, release)
+			return DeadLetterResult{}, fmt.Errorf("admin: re-enter dead letters: %w", err)
+		}
+	}
+	o.nack(sub, release)
+	if len(takeAck) > 0 {
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		if err := c.SubscriptionAdminClient.Acknowledge(actx, &pubsubpb.AcknowledgeRequest{Subscription: sub, AckIds: takeAck}); err != nil {
+			// Stored already; an unacked dead letter only comes back, and
+			// re-entering it again is a no-op.
+			o.deps.Logger.WarnContext(ctx, "admin: ack of replayed dead letters failed", "error", err)
+		}
+	}
+	err = pgx.BeginFunc(ctx, o.deps.Pool, func(tx pgx.Tx) error {
+		return inbox.Audit(ctx, tx, "inbox.replay-dead-letters", req.Authorization, req.DryRun, map[string]any{
+			"subscription": o.deps.DeadLetterSubscription, "message_ids": res.MessageIDs, "max_messages": req.MaxMessages,
+			"inserted": res.Inserted, "duplicates": res.Duplicates, "poison": res.Poison, "conflicts": res.Conflicts,
+		}, len(res.MessageIDs))
+	})
+	return res, err
+}
+
+func (o *Ops) nack(sub string, ackIDs []string) {
+	if len(ackIDs) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_ = o.deps.PubSub.SubscriptionAdminClient.ModifyAckDeadline(ctx, &pubsubpb.ModifyAckDeadlineRequest{
+		Subscription: sub, AckIds: ackIDs, AckDeadlineSeconds: 0})
+}
+
+// ErrOrderNotHandedOff refuses a re-hand-off of an order that is not waiting.
+var ErrOrderNotHandedOff = errors.New("admin: work order is not HANDED_OFF")
+
+// RecordReHandOff records one more open waiting point for a HANDED_OFF
+// order, as a manual re-hand-off does (seed 000: "the repair builds the next
+// failure"). With two open waiting points the next completion parks as
+// AMBIGUOUS (F7); that is the point: it is visible, not guessed.
+func (o *Ops) RecordReHandOff(ctx context.Context, auth inbox.Authorization, orderID uuid.UUID) (wpID int64, open int, err error) {
+	if err := auth.Validate(); err != nil {
+		return 0, 0, fmt.Errorf("%w: %w", inbox.ErrInvalidRequest, err)
+	}
+	err = pgx.BeginFunc(ctx, o.deps.Pool, func(tx pgx.Tx) error {
+		var status string
+		// Same lock order as the correlation: order row first.
+		if err := tx.QueryRow(ctx, `SELECT status FROM work_orders WHERE id = $1 FOR UPDATE`, orderID).Scan(&status); err != nil {
+			if errors.Is(err, pgx.ErrNoRows) {
+				return fmt.Errorf("%w: unknown work order %s", inbox.ErrInvalidRequest, orderID)
+			}
+			return err
+		}
+		if status != "HANDED_OFF" {
+			return fmt.Errorf("%w (status %s)", ErrOrderNotHandedOff, status)
+		}
+		if err := tx.QueryRow(ctx, `INSERT INTO waiting_points (work_order_id, cause) VALUES ($1, $2) RETURNING id`,
+			orderID, "operator:re-hand-off:"+auth.Ticket).Scan(&wpID); err != nil {
+			return err
+		}
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM waiting_points WHERE work_order_id = $1 AND consumed_at IS NULL`, orderID).Scan(&open); err != nil {
+			return err
+		}
+		return inbox.Audit(ctx, tx, "workorder.re-hand-off", auth, false,
+			map[string]any{"work_order_id": orderID.String(), "waiting_point_id": wpID, "open_waiting_points": open}, 1)
+	})
+	return wpID, open, err
+}

@@ -1,0 +1,194 @@
+package admin
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
+	"github.com/lossless-dev/lossless/pkg/inbox"
+)
+
+// EnvOperatorToken names the environment variable holding the operator token.
+const EnvOperatorToken = "WORKORDER_OPERATOR_TOKEN"
+
+// Service implements WorkOrderAdminService. Register it with
+// workorderv1.RegisterWorkOrderAdminServiceServer(srv.GRPC(), svc).
+type Service struct {
+	workorderv1.UnimplementedWorkOrderAdminServiceServer
+	ops    *Ops
+	token  [32]byte
+	armed  bool
+	logger *slog.Logger
+}
+
+// NewService returns the admin service. token is the operator token (from
+// EnvOperatorToken); when it is empty the service refuses every call.
+func NewService(ops *Ops, token string, logger *slog.Logger) (*Service, error) {
+	if ops == nil || logger == nil {
+		return nil, errors.New("admin: NewService needs ops and a logger")
+	}
+	s := &Service{ops: ops, logger: logger, armed: token != ""}
+	if s.armed {
+		s.token = sha256.Sum256([]byte(token))
+	} else {
+		logger.Warn("admin: " + EnvOperatorToken + " is not set; the admin service refuses every call")
+	}
+	return s, nil
+}
+
+// authorize checks `authorization: Bearer <token>`. The comparison is
+// constant-time over SHA-256 digests, so neither content nor length leaks.
+func (s *Service) authorize(ctx context.Context) error {
+	if !s.armed {
+		return status.Error(codes.PermissionDenied, "admin service disabled: "+EnvOperatorToken+" is not set")
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	vals := md.Get("authorization")
+	if len(vals) == 0 {
+		return status.Error(codes.Unauthenticated, "missing operator token (authorization: Bearer <token>)")
+	}
+	tok, ok := strings.CutPrefix(vals[0], "Bearer ")
+	got := sha256.Sum256([]byte(tok))
+	if !ok || subtle.ConstantTimeCompare(got[:], s.token[:]) != 1 {
+		s.logger.WarnContext(ctx, "admin: call with a wrong operator token refused")
+		return status.Error(codes.PermissionDenied, "operator token refused")
+	}
+	return nil
+}
+
+func toStatus(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, inbox.ErrInvalidRequest):
+		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, inbox.ErrNotFound):
+		return status.Error(codes.NotFound, err.Error())
+	case errors.Is(err, ErrOrderNotHandedOff):
+		return status.Error(codes.FailedPrecondition, err.Error())
+	default:
+		return status.Error(codes.Internal, err.Error())
+	}
+}
+
+func auth(a *workorderv1.OperatorAuthorization) inbox.Authorization {
+	return inbox.Authorization{Ticket: a.GetTicket(), Actor: a.GetActor()}
+}
+
+// ListInboxEntries implements WorkOrderAdminService.
+func (s *Service) ListInboxEntries(ctx context.Context, req *workorderv1.ListInboxEntriesRequest) (*workorderv1.ListInboxEntriesResponse, error) {
+	if err := s.authorize(ctx); err != nil {
+		return nil, err
+	}
+	es, err := s.ops.Inbox().List(ctx, inbox.ListFilter{Status: inbox.Status(req.GetStatus()), Reason: req.GetReason(),
+		AfterID: req.GetAfterId(), Limit: int(req.GetPageSize())})
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	resp := &workorderv1.ListInboxEntriesResponse{}
+	for i := range es {
+		resp.Entries = append(resp.Entries, toProto(&es[i], false))
+	}
+	return resp, nil
+}
+
+// GetInboxEntry implements WorkOrderAdminService.
+func (s *Service) GetInboxEntry(ctx context.Context, req *workorderv1.GetInboxEntryRequest) (*workorderv1.GetInboxEntryResponse, error) {
+	if err := s.authorize(ctx); err != nil {
+		return nil, err
+	}
+	e, err := s.ops.Inbox().Get(ctx, req.GetId())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &workorderv1.GetInboxEntryResponse{Entry: toProto(&e, true)}, nil
+}
+
+// ReplayInboxEntries implements WorkOrderAdminService.
+func (s *Service) ReplayInboxEntries(ctx context.Context, req *workorderv1.ReplayInboxEntriesRequest) (*workorderv1.ReplayInboxEntriesResponse, error) {
+	if err := s.authorize(ctx); err != nil {
+		return nil, err
+	}
+	r := inbox.ReplayRequest{Authorization: auth(req.GetAuthorization()), IDs: req.GetIds(), Reason: req.GetReason(), DryRun: req.GetDryRun()}
+	if req.GetFromTime() != nil {
+		r.From = req.GetFromTime().AsTime()
+	}
+	if req.GetToTime() != nil {
+		r.To = req.GetToTime().AsTime()
+	}
+	res, err := s.ops.Inbox().Replay(ctx, r)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &workorderv1.ReplayInboxEntriesResponse{Ids: res.IDs, DryRun: res.DryRun}, nil
+}
+
+// ReplayDeadLetters implements WorkOrderAdminService.
+func (s *Service) ReplayDeadLetters(ctx context.Context, req *workorderv1.ReplayDeadLettersRequest) (*workorderv1.ReplayDeadLettersResponse, error) {
+	if err := s.authorize(ctx); err != nil {
+		return nil, err
+	}
+	res, err := s.ops.ReplayDeadLetters(ctx, DeadLetterRequest{Authorization: auth(req.GetAuthorization()),
+		MessageIDs: req.GetMessageIds(), MaxMessages: int(req.GetMaxMessages()), DryRun: req.GetDryRun()})
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &workorderv1.ReplayDeadLettersResponse{MessageIds: res.MessageIDs, Inserted: int32(res.Inserted),
+		Duplicates: int32(res.Duplicates), Poison: int32(res.Poison), Conflicts: int32(res.Conflicts), DryRun: res.DryRun}, nil
+}
+
+// CleanupInbox implements WorkOrderAdminService.
+func (s *Service) CleanupInbox(ctx context.Context, req *workorderv1.CleanupInboxRequest) (*workorderv1.CleanupInboxResponse, error) {
+	if err := s.authorize(ctx); err != nil {
+		return nil, err
+	}
+	n, err := s.ops.Inbox().Cleanup(ctx, inbox.CleanupRequest{Authorization: auth(req.GetAuthorization()),
+		Retention: time.Duration(req.GetRetentionHours()) * time.Hour, DryRun: req.GetDryRun()})
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &workorderv1.CleanupInboxResponse{Deleted: int32(n), DryRun: req.GetDryRun()}, nil
+}
+
+// RecordReHandOff implements WorkOrderAdminService.
+func (s *Service) RecordReHandOff(ctx context.Context, req *workorderv1.RecordReHandOffRequest) (*workorderv1.RecordReHandOffResponse, error) {
+	if err := s.authorize(ctx); err != nil {
+		return nil, err
+	}
+	id, err := uuid.Parse(req.GetWorkOrderId())
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, "work_order_id must be a UUID")
+	}
+	wp, open, err := s.ops.RecordReHandOff(ctx, auth(req.GetAuthorization()), id)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &workorderv1.RecordReHandOffResponse{WaitingPointId: wp, OpenWaitingPoints: int32(open)}, nil
+}
+
+func toProto(e *inbox.Entry, withPayload bool) *workorderv1.InboxEntry {
+	p := &workorderv1.InboxEntry{
+		Id: e.ID, Source: e.Source, EventId: e.EventID, EventType: e.EventType, SchemaVersion: int32(e.SchemaVersion),
+		CorrelationKey: e.CorrelationKey, Status: string(e.Status), ParkReason: e.ParkReason, Attempts: int32(e.Attempts),
+		LastError: e.LastError, ReceivedTime: timestamppb.New(e.ReceivedAt), NextAttemptTime: timestamppb.New(e.NextAttemptAt),
+		MessageId: e.MessageID, Attributes: e.Attributes, Traceparent: e.Traceparent,
+	}
+	if e.ProcessedAt != nil {
+		p.ProcessedTime = timestamppb.New(*e.ProcessedAt)
+	}
+	if withPayload {
+		p.Payload = e.Payload
+	}
+	return p
+}

@@ -1,0 +1,265 @@
+// Package api is the work-order service's gRPC API (and, through
+// grpc-gateway, its REST API): it decodes and checks requests, calls the
+// orders package and maps the outcome to gRPC statuses. Field rules live in
+// the proto (protovalidate), enforced by pkg/server's interceptor before a
+// handler runs; a handler only checks what protovalidate cannot (the
+// idempotency key header, the page token).
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
+	"github.com/lossless-dev/lossless/pkg/apierror"
+	"github.com/lossless-dev/lossless/pkg/idempotency"
+	"github.com/lossless-dev/lossless/pkg/server"
+	"github.com/lossless-dev/lossless/services/workorder/internal/orders"
+)
+
+// ReasonNotCancellable is the ErrorInfo reason of a cancel refused because
+// the order was already handed off (or later).
+const ReasonNotCancellable = "WORK_ORDER_NOT_CANCELLABLE"
+
+// ReplayedHeader is set to "true" in the response metadata of a create
+// answered from its idempotency key (HTTP: Grpc-Metadata-Idempotent-Replayed),
+// as Stripe's Idempotent-Replayed header does.
+const ReplayedHeader = "idempotent-replayed"
+
+const (
+	defaultPageSize = 50
+	// createScope names CreateWorkOrder's idempotency keys. There is no
+	// authentication yet; with it, the scope must include the principal.
+	createScope = workorderv1.WorkOrderService_CreateWorkOrder_FullMethodName
+)
+
+// Service implements workorderv1.WorkOrderServiceServer.
+type Service struct {
+	workorderv1.UnimplementedWorkOrderServiceServer
+
+	pool      *pgxpool.Pool
+	repo      *orders.Repository
+	keys      *idempotency.Store
+	log       *slog.Logger
+	created   metric.Int64Counter
+	cancelled metric.Int64Counter
+}
+
+// NewService returns the API over repo; pool opens the create transaction that
+// also records the idempotency key in keys. A nil meter disables metrics.
+func NewService(pool *pgxpool.Pool, repo *orders.Repository, keys *idempotency.Store, logger *slog.Logger, meter metric.Meter) (*Service, error) {
+	switch {
+	case pool == nil:
+		return nil, errors.New("api: pool is nil")
+	case repo == nil:
+		return nil, errors.New("api: repository is nil")
+	case keys == nil:
+		return nil, errors.New("api: idempotency store is nil")
+	case logger == nil:
+		return nil, errors.New("api: logger is nil")
+	}
+	if meter == nil {
+		meter = noop.NewMeterProvider().Meter("")
+	}
+	s := &Service{pool: pool, repo: repo, keys: keys, log: logger}
+	var err1, err2 error
+	s.created, err1 = meter.Int64Counter("workorder.orders.created", metric.WithDescription("Work orders created (replays excluded)."))
+	s.cancelled, err2 = meter.Int64Counter("workorder.orders.cancelled", metric.WithDescription("Work orders cancelled."))
+	if err := errors.Join(err1, err2); err != nil {
+		return nil, fmt.Errorf("api: metrics: %w", err)
+	}
+	return s, nil
+}
+
+// Register serves svc on srv: gRPC, and REST through srv's gateway, which
+// calls the gRPC server over loopback so REST requests pass the same
+// interceptors (validation) as gRPC ones.
+func Register(ctx context.Context, srv *server.Server, svc *Service) error {
+	workorderv1.RegisterWorkOrderServiceServer(srv.GRPC(), svc)
+	if err := workorderv1.RegisterWorkOrderServiceHandler(ctx, srv.Gateway(), srv.GatewayConn()); err != nil {
+		return fmt.Errorf("api: register gateway: %w", err)
+	}
+	return nil
+}
+
+// CreateWorkOrder stores the order, its first transition and its hand-off
+// event in one transaction; with an idempotency key, the key too.
+func (s *Service) CreateWorkOrder(ctx context.Context, req *workorderv1.CreateWorkOrderRequest) (*workorderv1.CreateWorkOrderResponse, error) {
+	key, hasKey, err := idempotency.KeyFromIncomingContext(ctx)
+	if err != nil {
+		return nil, idempotency.StatusError(err)
+	}
+	req = withoutOutputOnly(req)
+	order, err := fromCreateRequest(req)
+	if err != nil {
+		return nil, s.toStatus(ctx, err, "")
+	}
+
+	create := func(ctx context.Context, tx pgx.Tx) (*workorderv1.CreateWorkOrderResponse, error) {
+		stored, err := s.repo.Create(ctx, tx, order)
+		if err != nil {
+			return nil, err
+		}
+		return &workorderv1.CreateWorkOrderResponse{WorkOrder: toProto(stored)}, nil
+	}
+
+	var (
+		resp     *workorderv1.CreateWorkOrderResponse
+		replayed bool
+	)
+	if !hasKey {
+		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			resp, err = create(ctx, tx)
+			return err
+		})
+	} else {
+		var ireq idempotency.Request
+		if ireq, err = idempotency.NewRequest(createScope, key, req); err != nil {
+			return nil, s.toStatus(ctx, err, "")
+		}
+		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			var err error
+			resp, replayed, err = idempotency.Do(ctx, s.keys, tx, ireq, func(ctx context.Context) (*workorderv1.CreateWorkOrderResponse, error) {
+				return create(ctx, tx)
+			})
+			return err
+		})
+	}
+	if err != nil {
+		return nil, s.toStatus(ctx, err, "")
+	}
+	if replayed {
+		// Best effort: the response is right whether or not the header arrives.
+		_ = grpc.SetHeader(ctx, metadata.Pairs(ReplayedHeader, "true"))
+		s.log.InfoContext(ctx, "work order create replayed from its idempotency key", "work_order_id", resp.GetWorkOrder().GetId())
+		return resp, nil
+	}
+	s.created.Add(ctx, 1)
+	s.log.InfoContext(ctx, "work order created", "work_order_id", resp.GetWorkOrder().GetId())
+	return resp, nil
+}
+
+// GetWorkOrder returns one order.
+func (s *Service) GetWorkOrder(ctx context.Context, req *workorderv1.GetWorkOrderRequest) (*workorderv1.GetWorkOrderResponse, error) {
+	id, err := parseID(req.GetId())
+	if err != nil {
+		return nil, err
+	}
+	o, err := s.repo.Get(ctx, id)
+	if err != nil {
+		return nil, s.toStatus(ctx, err, req.GetId())
+	}
+	return &workorderv1.GetWorkOrderResponse{WorkOrder: toProto(o)}, nil
+}
+
+// ListWorkOrders returns a page of orders, newest first.
+func (s *Service) ListWorkOrders(ctx context.Context, req *workorderv1.ListWorkOrdersRequest) (*workorderv1.ListWorkOrdersResponse, error) {
+	filter := fromProtoStatus(req.GetStatus())
+	after, err := decodePageToken(req.GetPageToken(), filter)
+	if err != nil {
+		return nil, apierror.InvalidArgument(apierror.Violation{Field: "page_token", Description: err.Error()})
+	}
+	size := int(req.GetPageSize())
+	if size == 0 {
+		size = defaultPageSize
+	}
+	list, next, err := s.repo.List(ctx, orders.ListQuery{Status: filter, After: after, Limit: size})
+	if err != nil {
+		return nil, s.toStatus(ctx, err, "")
+	}
+	resp := &workorderv1.ListWorkOrdersResponse{WorkOrders: make([]*workorderv1.WorkOrder, 0, len(list))}
+	for _, o := range list {
+		resp.WorkOrders = append(resp.WorkOrders, toProto(o))
+	}
+	if next != nil {
+		resp.NextPageToken = encodePageToken(*next, filter)
+	}
+	return resp, nil
+}
+
+// CancelWorkOrder cancels an order that has not been handed off. A cancelled
+// order is returned unchanged (idempotent). Handed off or later:
+// FAILED_PRECONDITION with reason WORK_ORDER_NOT_CANCELLABLE.
+//
+// Cancel and the hand-off's acceptance both take the order's row lock, so
+// exactly one of them sees CREATED. When cancel wins while the provider call
+// is in flight, the order stays CANCELLED (see orders.AcceptedAfterCancel).
+func (s *Service) CancelWorkOrder(ctx context.Context, req *workorderv1.CancelWorkOrderRequest) (*workorderv1.CancelWorkOrderResponse, error) {
+	id, err := parseID(req.GetId())
+	if err != nil {
+		return nil, err
+	}
+	var wasCancelled bool
+	o, err := s.repo.Update(ctx, id, func(o *orders.Order) error {
+		wasCancelled = o.Status == orders.StatusCancelled
+		return o.Cancel(req.GetReason())
+	})
+	if err != nil {
+		return nil, s.toStatus(ctx, err, req.GetId())
+	}
+	if !wasCancelled {
+		s.cancelled.Add(ctx, 1)
+		s.log.InfoContext(ctx, "work order cancelled", "work_order_id", o.ID)
+	}
+	return &workorderv1.CancelWorkOrderResponse{WorkOrder: toProto(o)}, nil
+}
+
+// ListWorkOrderHistory returns every transition of an order, oldest first.
+func (s *Service) ListWorkOrderHistory(ctx context.Context, req *workorderv1.ListWorkOrderHistoryRequest) (*workorderv1.ListWorkOrderHistoryResponse, error) {
+	id, err := parseID(req.GetId())
+	if err != nil {
+		return nil, err
+	}
+	history, err := s.repo.History(ctx, id)
+	if err != nil {
+		return nil, s.toStatus(ctx, err, req.GetId())
+	}
+	resp := &workorderv1.ListWorkOrderHistoryResponse{Transitions: make([]*workorderv1.StatusTransition, 0, len(history))}
+	for _, t := range history {
+		resp.Transitions = append(resp.Transitions, toProtoTransition(t))
+	}
+	return resp, nil
+}
+
+// parseID parses an id protovalidate has already checked; the check here only
+// guards against a handler called without the interceptor.
+func parseID(id string) (uuid.UUID, error) {
+	u, err := uuid.Parse(id)
+	if err != nil {
+		return uuid.Nil, apierror.InvalidArgument(apierror.Violation{Field: "id", Description: "must be a UUID"})
+	}
+	return u, nil
+}
+
+// toStatus maps domain and infrastructure errors to the API's gRPC errors.
+// Unexpected errors are logged here and reach the client as a bare INTERNAL,
+// never with database details.
+func (s *Service) toStatus(ctx context.Context, err error, id string) error {
+	var stateErr *orders.StateError
+	switch {
+	case errors.Is(err, orders.ErrNotFound):
+		return apierror.NotFound("work order", id)
+	case errors.As(err, &stateErr):
+		return apierror.FailedPrecondition(ReasonNotCancellable, stateErr.Error())
+	case errors.Is(err, idempotency.ErrMismatch), errors.Is(err, idempotency.ErrInFlight), errors.Is(err, idempotency.ErrInvalidKey):
+		return idempotency.StatusError(err)
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, "request cancelled")
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, "request deadline exceeded")
+	}
+	s.log.ErrorContext(ctx, "work order request failed", "error", err)
+	return status.Error(codes.Internal, "internal error")
+}

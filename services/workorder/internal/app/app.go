@@ -1,0 +1,209 @@
+// Package app assembles the work-order service process: the database pool,
+// the provider client, the API, the outbox relay with its dispatchers and the
+// background workers, served by pkg/server (gRPC, REST gateway, health,
+// graceful shutdown).
+//
+// Extending it: a new outbox event type is one entry in dispatchers (see
+// assemble); a new background loop (inbox receiver, correlation relay,
+// admin, ...) is one server.WithWorker option in workers.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	gpubsub "cloud.google.com/go/pubsub/v2"
+
+	providerv1 "github.com/lossless-dev/lossless/gen/lossless/provider/v1"
+	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
+	"github.com/lossless-dev/lossless/pkg/idempotency"
+	"github.com/lossless-dev/lossless/pkg/inbox"
+	"github.com/lossless-dev/lossless/pkg/outbox"
+	"github.com/lossless-dev/lossless/pkg/outboxpubsub"
+	"github.com/lossless-dev/lossless/pkg/pubsub"
+	"github.com/lossless-dev/lossless/pkg/server"
+	"github.com/lossless-dev/lossless/services/workorder/internal/admin"
+	"github.com/lossless-dev/lossless/services/workorder/internal/api"
+	"github.com/lossless-dev/lossless/services/workorder/internal/config"
+	"github.com/lossless-dev/lossless/services/workorder/internal/correlation"
+	"github.com/lossless-dev/lossless/services/workorder/internal/handoff"
+	"github.com/lossless-dev/lossless/services/workorder/internal/orders"
+	"github.com/lossless-dev/lossless/services/workorder/internal/receiver"
+)
+
+// App is the assembled process.
+type App struct {
+	cfg    config.Config
+	log    *slog.Logger
+	meter  metric.Meter
+	pool   *pgxpool.Pool
+	conn   *grpc.ClientConn // to the provider
+	ps     *gpubsub.Client
+	pub    *pubsub.Publisher // workorder-events
+	srv    *server.Server
+	closed bool
+}
+
+// New connects to the database (failing fast when it is unreachable), builds
+// every component and binds the listeners. opts go to server.New (e.g. the
+// /metrics handler). A nil meter disables metrics.
+func New(ctx context.Context, cfg config.Config, logger *slog.Logger, meter metric.Meter, opts ...server.Option) (*App, error) {
+	if logger == nil {
+		return nil, errors.New("app: logger is nil")
+	}
+	if meter == nil {
+		meter = noop.NewMeterProvider().Meter("")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	pool, err := pgxpool.New(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("app: database pool: %w", err)
+	}
+	a := &App{cfg: cfg, log: logger, meter: meter, pool: pool}
+	if err := pool.Ping(ctx); err != nil {
+		a.Close()
+		return nil, fmt.Errorf("app: database unreachable (DATABASE_URL): %w", err)
+	}
+	// grpc.NewClient does not dial: the provider may start after us, and the
+	// relay retries hand-offs until it is reachable.
+	if a.conn, err = grpc.NewClient(cfg.ProviderAddr, grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
+		a.Close()
+		return nil, fmt.Errorf("app: provider client (PROVIDER_ADDR): %w", err)
+	}
+	if a.ps, err = pubsub.NewClient(ctx, cfg.PubSub); err != nil {
+		a.Close()
+		return nil, fmt.Errorf("app: Pub/Sub client (PUBSUB_*): %w", err)
+	}
+	if err := a.assemble(ctx, opts); err != nil {
+		a.Close()
+		return nil, err
+	}
+	return a, nil
+}
+
+func (a *App) assemble(ctx context.Context, opts []server.Option) error {
+	repo, err := orders.NewRepository(a.pool)
+	if err != nil {
+		return err
+	}
+	keys, err := idempotency.NewStore(a.pool, a.cfg.Idempotency, a.log.With("component", "idempotency"), a.meter)
+	if err != nil {
+		return err
+	}
+	svc, err := api.NewService(a.pool, repo, keys, a.log.With("component", "api"), a.meter)
+	if err != nil {
+		return err
+	}
+	handOff, err := handoff.NewDispatcher(providerv1.NewProviderServiceClient(a.conn), repo, a.cfg.HandOff, a.log.With("component", "handoff"), a.meter)
+	if err != nil {
+		return err
+	}
+
+	// Completion events for billing go to Pub/Sub through the outbox too.
+	if a.pub, err = pubsub.NewPublisher(a.ps, pubsub.TopicWorkOrderEvents, pubsub.DefaultPublisherConfig()); err != nil {
+		return err
+	}
+
+	// One dispatcher per outbox event type; an event of an unknown type goes
+	// to FAILED, never silently dropped.
+	dispatchers := map[string]outbox.Dispatcher{
+		handoff.EventType:                   handOff,
+		correlation.EventCompletionRecorded: outboxpubsub.New(a.pub),
+	}
+	relay, err := outbox.NewRelay(a.pool, dispatchers, a.cfg.Outbox, a.log.With("component", "outbox-relay"), a.meter)
+	if err != nil {
+		return err
+	}
+
+	// The inbox: the receiver only stores (insert-then-ack); the relay
+	// correlates stored completions to waiting orders; the monitor exports
+	// the stall gauges (docs/adr/0007-inbox-vs-nack-retry-dlq.md).
+	store, err := inbox.NewStore(a.pool, a.meter)
+	if err != nil {
+		return err
+	}
+	sub, err := pubsub.NewSubscriber(a.ps, pubsub.SubWorkOrderCompleted, pubsub.DefaultSubscriberConfig(), a.log.With("component", "inbox-receiver"), a.meter)
+	if err != nil {
+		return err
+	}
+	recv, err := receiver.New(store, sub, a.log.With("component", "inbox-receiver"))
+	if err != nil {
+		return err
+	}
+	correlate, err := inbox.NewRelay(a.pool, correlation.NewHandler(), a.cfg.Inbox, a.log.With("component", "inbox-relay"), a.meter)
+	if err != nil {
+		return err
+	}
+	monitor, err := inbox.NewMonitor(a.pool, inbox.MonitorConfig{}, a.log.With("component", "inbox-monitor"), a.meter)
+	if err != nil {
+		return err
+	}
+	ops, err := admin.NewOps(admin.Deps{Pool: a.pool, PubSub: a.ps, Logger: a.log.With("component", "admin")})
+	if err != nil {
+		return err
+	}
+	adminSvc, err := admin.NewService(ops, a.cfg.OperatorToken, a.log.With("component", "admin"))
+	if err != nil {
+		return err
+	}
+
+	// Background loops: started with the listeners, cancelled and awaited on
+	// shutdown (in-flight work finishes or is released).
+	workers := []server.Option{
+		server.WithWorker("outbox-relay", relay.Run),
+		server.WithWorker("idempotency-cleanup", keys.RunCleanup),
+		server.WithWorker("inbox-receiver", recv.Run),
+		server.WithWorker("inbox-relay", correlate.Run),
+		server.WithWorker("inbox-monitor", monitor.Run),
+	}
+
+	a.srv, err = server.New(a.cfg.Server, a.log, append(workers, opts...)...)
+	if err != nil {
+		return err
+	}
+	a.srv.AddReadinessCheck("database", a.pool.Ping)
+	workorderv1.RegisterWorkOrderAdminServiceServer(a.srv.GRPC(), adminSvc)
+	return api.Register(ctx, a.srv, svc)
+}
+
+// Run serves until ctx is cancelled (SIGTERM), then shuts down gracefully and
+// releases the database and provider connections. It returns nil after a
+// clean shutdown.
+func (a *App) Run(ctx context.Context) error {
+	defer a.Close()
+	return a.srv.Run(ctx)
+}
+
+// GRPCAddr and HTTPAddr are the bound listener addresses (tests use ":0").
+func (a *App) GRPCAddr() string { return a.srv.GRPCAddr() }
+
+// HTTPAddr is the bound HTTP address.
+func (a *App) HTTPAddr() string { return a.srv.HTTPAddr() }
+
+// Close releases the connections; Run calls it. Safe to call twice.
+func (a *App) Close() {
+	if a.closed {
+		return
+	}
+	a.closed = true
+	if a.conn != nil {
+		_ = a.conn.Close()
+	}
+	if a.pub != nil {
+		a.pub.Stop()
+	}
+	if a.ps != nil {
+		_ = a.ps.Close()
+	}
+	a.pool.Close()
+}

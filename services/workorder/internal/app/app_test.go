@@ -1,0 +1,225 @@
+package app_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	providerv1 "github.com/lossless-dev/lossless/gen/lossless/provider/v1"
+	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
+	"github.com/lossless-dev/lossless/migrations"
+	"github.com/lossless-dev/lossless/pkg/idempotency"
+	"github.com/lossless-dev/lossless/pkg/outbox"
+	"github.com/lossless-dev/lossless/pkg/pgtest"
+	"github.com/lossless-dev/lossless/pkg/pubsub"
+	"github.com/lossless-dev/lossless/pkg/pubsubtest"
+	"github.com/lossless-dev/lossless/pkg/server"
+	"github.com/lossless-dev/lossless/pkg/telemetry"
+	"github.com/lossless-dev/lossless/pkg/waitfor"
+	"github.com/lossless-dev/lossless/services/workorder/internal/app"
+	"github.com/lossless-dev/lossless/services/workorder/internal/config"
+	"github.com/lossless-dev/lossless/services/workorder/internal/handoff"
+	"github.com/lossless-dev/lossless/services/workorder/internal/orders"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+// blockingProvider accepts every order, but holds each call until released.
+type blockingProvider struct {
+	providerv1.UnimplementedProviderServiceServer
+	called  chan string
+	release chan struct{}
+	calls   atomic.Int32
+}
+
+func (p *blockingProvider) SubmitWorkOrder(_ context.Context, req *providerv1.SubmitWorkOrderRequest) (*providerv1.SubmitWorkOrderResponse, error) {
+	p.calls.Add(1)
+	p.called <- req.GetWorkOrderId()
+	<-p.release
+	return &providerv1.SubmitWorkOrderResponse{Acceptance: &providerv1.Acceptance{JobId: "job-1", WorkOrderId: req.GetWorkOrderId()}, Created: true}, nil
+}
+
+func startProvider(t *testing.T, p providerv1.ProviderServiceServer) string {
+	t.Helper()
+	lis, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	providerv1.RegisterProviderServiceServer(srv, p)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	return lis.Addr().String()
+}
+
+func testConfig(t *testing.T, dsn, providerAddr string) config.Config {
+	em := pubsubtest.New(t)
+	return config.Config{
+		PubSub:       pubsub.ClientConfig{ProjectID: em.ProjectID, EmulatorHost: em.Addr},
+		DatabaseURL:  dsn,
+		Server:       server.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", ShutdownTimeout: 10 * time.Second},
+		ProviderAddr: providerAddr,
+		HandOff:      handoff.Config{Deadline: 5 * time.Second},
+		Outbox:       outbox.Config{PollInterval: 20 * time.Millisecond, SweepInterval: 20 * time.Millisecond},
+		Idempotency:  idempotency.Config{},
+		Telemetry:    telemetry.Config{ServiceName: config.ServiceName, LogLevel: "info"},
+	}
+}
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, url, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// Shutdown of `serve` (SIGTERM = ctx cancelled) while a hand-off is in flight:
+// the in-flight hand-off completes and is recorded, and nothing new is
+// claimed: an event committed after the shutdown began stays PENDING for the
+// next process.
+func TestServeShutdown_InFlightHandOffFinishesAndNoNewWorkIsClaimed(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.NewDatabase(t, migrations.WorkOrder())
+	provider := &blockingProvider{called: make(chan string, 2), release: make(chan struct{})}
+	cfg := testConfig(t, dsn, startProvider(t, provider))
+
+	a, err := app.New(context.Background(), cfg, slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	base := "http://" + a.HTTPAddr()
+	waitfor.Condition(t, 10*time.Second, "readyz 200", func() bool { code, _ := get(t, base+"/readyz"); return code == http.StatusOK })
+	if code, _ := get(t, base+"/healthz"); code != http.StatusOK {
+		t.Fatalf("healthz %d", code)
+	}
+
+	// A real create through the REST gateway.
+	req, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, base+"/v1/work-orders",
+		strings.NewReader(`{"customer_id":"acme","description":"paint","positions":2,"unit_price":{"currency_code":"EUR","minor_units":100}}`))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("create: HTTP %d: %s", resp.StatusCode, body)
+	}
+	var created workorderv1.CreateWorkOrderResponse
+	if err := protojson.Unmarshal(body, &created); err != nil {
+		t.Fatal(err)
+	}
+	first := uuid.MustParse(created.GetWorkOrder().GetId())
+
+	// The relay is now inside the provider call.
+	select {
+	case id := <-provider.called:
+		if id != first.String() {
+			t.Fatalf("provider called for %s, want %s", id, first)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("provider not called")
+	}
+
+	// SIGTERM. Once the HTTP listener is closed, the workers' context has
+	// been cancelled (pkg/server cancels workers before draining listeners).
+	cancel()
+	waitfor.Condition(t, 10*time.Second, "HTTP listener closed", func() bool {
+		conn, err := (&net.Dialer{}).DialContext(context.Background(), "tcp", a.HTTPAddr())
+		if err == nil {
+			_ = conn.Close()
+			return false
+		}
+		return true
+	})
+
+	// A second order commits after shutdown began.
+	pool, err := pgxpool.New(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	repo, _ := orders.NewRepository(pool)
+	second, _ := orders.New("acme", "late", 1, orders.Money{CurrencyCode: "EUR", MinorUnits: 1})
+	if err := pgx.BeginFunc(context.Background(), pool, func(tx pgx.Tx) error {
+		_, err := repo.Create(context.Background(), tx, second)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	close(provider.release)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("serve returned %v, want nil (clean shutdown)", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("serve did not return after shutdown")
+	}
+
+	state := func(id uuid.UUID) (order, event string) {
+		t.Helper()
+		if err := pool.QueryRow(context.Background(), `
+SELECT o.status, e.status FROM work_orders o JOIN outbox e ON e.aggregate_id = o.id::text WHERE o.id = $1`, id).
+			Scan(&order, &event); err != nil {
+			t.Fatal(err)
+		}
+		return order, event
+	}
+	if o, e := state(first); o != "HANDED_OFF" || e != "PUBLISHED" {
+		t.Fatalf("in-flight order: %s / event %s, want HANDED_OFF / PUBLISHED", o, e)
+	}
+	var waiting int
+	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM waiting_points WHERE work_order_id = $1`, first).Scan(&waiting); err != nil {
+		t.Fatal(err)
+	}
+	if waiting != 1 {
+		t.Fatalf("waiting points = %d, want 1", waiting)
+	}
+	if o, e := state(second.ID); o != "CREATED" || e != "PENDING" {
+		t.Fatalf("order committed after shutdown: %s / event %s, want CREATED / PENDING", o, e)
+	}
+	if n := provider.calls.Load(); n != 1 {
+		t.Fatalf("provider calls = %d, want 1", n)
+	}
+}
+
+func TestNewFailsFastOnAnUnreachableDatabase(t *testing.T) {
+	t.Parallel()
+	// A port nobody listens on: bind one, then close it.
+	lis, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	_ = lis.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err = app.New(ctx, testConfig(t, "postgres://u@"+addr+"/db?connect_timeout=2", "127.0.0.1:1"), slog.New(slog.DiscardHandler), nil)
+	if err == nil || !strings.Contains(err.Error(), "DATABASE_URL") {
+		t.Fatalf("err = %v, want an error naming DATABASE_URL", err)
+	}
+}

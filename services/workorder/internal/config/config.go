@@ -1,0 +1,136 @@
+// Package config is the work-order service's configuration, read from the
+// environment. Every variable, its default and its reason are documented on
+// the field it fills; a bad or missing value stops the process at start-up
+// with an error naming the variable.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/lossless-dev/lossless/pkg/envconfig"
+	"github.com/lossless-dev/lossless/pkg/idempotency"
+	"github.com/lossless-dev/lossless/pkg/inbox"
+	"github.com/lossless-dev/lossless/pkg/outbox"
+	"github.com/lossless-dev/lossless/pkg/pubsub"
+	"github.com/lossless-dev/lossless/pkg/server"
+	"github.com/lossless-dev/lossless/pkg/telemetry"
+	"github.com/lossless-dev/lossless/services/workorder/internal/handoff"
+)
+
+// Config of the work-order service.
+type Config struct {
+	// DatabaseURL is the service's own PostgreSQL database (env DATABASE_URL,
+	// required), e.g. postgres://workorder:secret@localhost:5432/workorder.
+	// Pool settings ride on it (pool_max_conns=20).
+	DatabaseURL string
+
+	// Server holds the listeners: GRPC_ADDR (default ":9090"), HTTP_ADDR
+	// (default ":8080", REST gateway, /healthz, /readyz, /metrics) and
+	// SHUTDOWN_TIMEOUT (default 20s, see server.Config). The names are the
+	// same in every service: each process has its own environment.
+	Server server.Config
+
+	// ProviderAddr is the provider's gRPC address (env PROVIDER_ADDR, default
+	// "localhost:9091", the simulator's default port).
+	ProviderAddr string
+
+	// HandOff configures the hand-off dispatcher: WORKORDER_HANDOFF_DEADLINE
+	// (default 10s) bounds one SubmitWorkOrder call.
+	HandOff handoff.Config
+
+	// Outbox configures the outbox relay: WORKORDER_OUTBOX_* (BATCH_SIZE,
+	// POLL_INTERVAL, LEASE_DURATION, BACKOFF_BASE, BACKOFF_MAX, MAX_ATTEMPTS,
+	// RETENTION, ...; see outbox.ConfigFromEnv and outbox.Config for defaults).
+	Outbox outbox.Config
+
+	// Idempotency configures API idempotency keys:
+	// WORKORDER_IDEMPOTENCY_RETENTION (default 24h, see
+	// docs/adr/0003-api-idempotency-keys.md), WORKORDER_IDEMPOTENCY_CLEANUP_INTERVAL
+	// (default 5m) and WORKORDER_IDEMPOTENCY_CLEANUP_BATCH (default 1000).
+	Idempotency idempotency.Config
+
+	// PubSub is the Pub/Sub client: PUBSUB_PROJECT_ID (default
+	// "lossless-local") and PUBSUB_EMULATOR_HOST (default "": real Pub/Sub).
+	PubSub pubsub.ClientConfig
+
+	// Inbox configures the correlation relay of provider completions:
+	// WORKORDER_INBOX_* (see inbox.ConfigFromEnv and inbox.Config; the
+	// reasoning is in docs/adr/0008-error-classification-and-backoff.md).
+	Inbox inbox.Config
+
+	// OperatorToken guards the admin gRPC service (env
+	// WORKORDER_OPERATOR_TOKEN, default "": the admin service refuses every
+	// call). Callers send it as "authorization: Bearer <token>".
+	OperatorToken string
+
+	// Telemetry: LOG_LEVEL (default info), OTEL_EXPORTER_OTLP_ENDPOINT
+	// (default "": traces not exported). See telemetry.Config.
+	Telemetry telemetry.Config
+}
+
+// ServiceName is the telemetry service name.
+const ServiceName = "workorder"
+
+// FromEnv reads the configuration from r and validates it. The error names
+// every bad variable at once.
+func FromEnv(r *envconfig.Reader) (Config, error) {
+	c := Config{
+		DatabaseURL: r.Required("DATABASE_URL"),
+		Server: server.Config{
+			GRPCAddr:        r.String("GRPC_ADDR", ":9090"),
+			HTTPAddr:        r.String("HTTP_ADDR", ":8080"),
+			ShutdownTimeout: r.Duration("SHUTDOWN_TIMEOUT", 20*time.Second),
+		},
+		ProviderAddr: r.String("PROVIDER_ADDR", "localhost:9091"),
+		HandOff:      handoff.Config{Deadline: r.Duration("WORKORDER_HANDOFF_DEADLINE", handoff.DefaultDeadline)},
+		Outbox:       outbox.ConfigFromEnv(r, "WORKORDER_OUTBOX_"),
+		Idempotency: idempotency.Config{
+			Retention:       r.Duration("WORKORDER_IDEMPOTENCY_RETENTION", 24*time.Hour),
+			CleanupInterval: r.Duration("WORKORDER_IDEMPOTENCY_CLEANUP_INTERVAL", 5*time.Minute),
+			CleanupBatch:    r.Int("WORKORDER_IDEMPOTENCY_CLEANUP_BATCH", 1000),
+		},
+		PubSub:        pubsub.ClientConfigFromEnv(r),
+		Inbox:         inbox.ConfigFromEnv(r, "WORKORDER_INBOX_"),
+		OperatorToken: r.String("WORKORDER_OPERATOR_TOKEN", ""),
+		Telemetry:     telemetry.ConfigFromEnv(r, ServiceName),
+	}
+	if err := r.Err(); err != nil {
+		return c, err
+	}
+	return c, c.Validate()
+}
+
+// Validate reports settings that cannot work, naming the variable.
+func (c Config) Validate() error {
+	var errs []error
+	if c.DatabaseURL == "" {
+		errs = append(errs, errors.New("DATABASE_URL: required but not set"))
+	} else if _, err := pgxpool.ParseConfig(c.DatabaseURL); err != nil {
+		errs = append(errs, errors.New("DATABASE_URL: not a valid PostgreSQL connection string"))
+	}
+	if c.ProviderAddr == "" {
+		errs = append(errs, errors.New("PROVIDER_ADDR: must not be empty"))
+	}
+	errs = append(errs,
+		envconfig.Check("GRPC_ADDR / HTTP_ADDR / SHUTDOWN_TIMEOUT", c.Server.Validate()),
+		envconfig.Check("PUBSUB_*", c.PubSub.Validate()),
+		envconfig.Check("WORKORDER_INBOX_*", c.Inbox.Validate()),
+		envconfig.Check("WORKORDER_HANDOFF_DEADLINE", c.HandOff.Validate()),
+		envconfig.Check("WORKORDER_OUTBOX_*", c.Outbox.Validate()),
+		envconfig.Check("WORKORDER_IDEMPOTENCY_*", c.Idempotency.Validate()),
+		c.Telemetry.Validate(),
+	)
+	if lease := c.Outbox.WithDefaults().LeaseDuration; c.HandOff.Deadline >= lease*8/10 {
+		errs = append(errs, fmt.Errorf("WORKORDER_HANDOFF_DEADLINE: %v must be below 80%% of WORKORDER_OUTBOX_LEASE_DURATION (%v), where the relay cuts a dispatch off", c.HandOff.Deadline, lease))
+	}
+	// A hand-off in flight at SIGTERM is finished, not abandoned (package
+	// handoff), so it must fit in the shutdown.
+	if st := c.Server.ShutdownTimeout; st > 0 && c.HandOff.Deadline >= st {
+		errs = append(errs, fmt.Errorf("WORKORDER_HANDOFF_DEADLINE: %v must be below SHUTDOWN_TIMEOUT (%v), so an in-flight hand-off finishes during shutdown", c.HandOff.Deadline, st))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,434 @@
+package handoff_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	providerv1 "github.com/lossless-dev/lossless/gen/lossless/provider/v1"
+	"github.com/lossless-dev/lossless/migrations"
+	"github.com/lossless-dev/lossless/pkg/outbox"
+	"github.com/lossless-dev/lossless/pkg/pgtest"
+	"github.com/lossless-dev/lossless/pkg/waitfor"
+	"github.com/lossless-dev/lossless/services/workorder/internal/handoff"
+	"github.com/lossless-dev/lossless/services/workorder/internal/orders"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+const timeout = 10 * time.Second
+
+// fakeProvider is a real gRPC ProviderService on loopback. answer decides
+// each call's outcome (nil: accept); calls counts calls per work order.
+type fakeProvider struct {
+	providerv1.UnimplementedProviderServiceServer
+	answer func(call int, req *providerv1.SubmitWorkOrderRequest) error
+
+	mu    sync.Mutex
+	calls map[string]int
+}
+
+func (p *fakeProvider) SubmitWorkOrder(_ context.Context, req *providerv1.SubmitWorkOrderRequest) (*providerv1.SubmitWorkOrderResponse, error) {
+	p.mu.Lock()
+	p.calls[req.GetWorkOrderId()]++
+	n := p.calls[req.GetWorkOrderId()]
+	p.mu.Unlock()
+	if p.answer != nil {
+		if err := p.answer(n, req); err != nil {
+			return nil, err
+		}
+	}
+	return &providerv1.SubmitWorkOrderResponse{
+		Acceptance: &providerv1.Acceptance{JobId: "job-" + req.GetWorkOrderId()[:8], WorkOrderId: req.GetWorkOrderId()},
+		Created:    n == 1,
+	}, nil
+}
+
+func (p *fakeProvider) callsFor(id uuid.UUID) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.calls[id.String()]
+}
+
+type testBundle struct {
+	pool       *pgxpool.Pool
+	repo       *orders.Repository
+	provider   *fakeProvider
+	dispatcher *handoff.Dispatcher
+}
+
+func setup(t *testing.T, answer func(call int, req *providerv1.SubmitWorkOrderRequest) error) testBundle {
+	t.Helper()
+	pool := pgtest.NewPool(t, migrations.WorkOrder())
+	repo, err := orders.NewRepository(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	provider := &fakeProvider{answer: answer, calls: map[string]int{}}
+	lis, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	providerv1.RegisterProviderServiceServer(srv, provider)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	d, err := handoff.NewDispatcher(providerv1.NewProviderServiceClient(conn), repo, handoff.Config{Deadline: 2 * time.Second}, slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return testBundle{pool: pool, repo: repo, provider: provider, dispatcher: d}
+}
+
+// runRelay runs a relay with fast polling and backoff until the test ends.
+func (b testBundle) runRelay(t *testing.T) {
+	t.Helper()
+	relay, err := outbox.NewRelay(b.pool, map[string]outbox.Dispatcher{handoff.EventType: b.dispatcher}, outbox.Config{
+		PollInterval:  20 * time.Millisecond,
+		SweepInterval: 20 * time.Millisecond,
+		BackoffBase:   5 * time.Millisecond,
+		BackoffMax:    20 * time.Millisecond,
+	}, slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- relay.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("relay: %v", err)
+		}
+	})
+}
+
+func (b testBundle) createOrder(t *testing.T) uuid.UUID {
+	t.Helper()
+	o, err := orders.New("acme", "paint", 3, orders.Money{CurrencyCode: "EUR", MinorUnits: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pgx.BeginFunc(context.Background(), b.pool, func(tx pgx.Tx) error {
+		_, err := b.repo.Create(context.Background(), tx, o)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return o.ID
+}
+
+func (b testBundle) event(t *testing.T, id uuid.UUID) outbox.Event {
+	t.Helper()
+	var ev outbox.Event
+	if err := b.pool.QueryRow(context.Background(), `SELECT event_id, payload FROM outbox WHERE aggregate_id = $1`, id.String()).
+		Scan(&ev.ID, &ev.Payload); err != nil {
+		t.Fatal(err)
+	}
+	return ev
+}
+
+func (b testBundle) eventStatus(t *testing.T, id uuid.UUID) (status string, attempts int) {
+	t.Helper()
+	if err := b.pool.QueryRow(context.Background(), `SELECT status, attempts FROM outbox WHERE aggregate_id = $1`, id.String()).
+		Scan(&status, &attempts); err != nil {
+		t.Fatal(err)
+	}
+	return status, attempts
+}
+
+func (b testBundle) waitingPoints(t *testing.T, id uuid.UUID) []string {
+	t.Helper()
+	rows, _ := b.pool.Query(context.Background(), `SELECT provider_job_id FROM waiting_points WHERE work_order_id = $1`, id)
+	jobs, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return jobs
+}
+
+func (b testBundle) order(t *testing.T, id uuid.UUID) orders.Order {
+	t.Helper()
+	o, err := b.repo.Get(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+func (b testBundle) waitEvent(t *testing.T, id uuid.UUID, want string) {
+	t.Helper()
+	waitfor.Value(t, timeout, "hand-off event status", want, func() string { s, _ := b.eventStatus(t, id); return s })
+}
+
+func TestHandOffEndToEnd(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	id := b.createOrder(t)
+	b.runRelay(t)
+	b.waitEvent(t, id, "PUBLISHED")
+
+	if n := b.provider.callsFor(id); n != 1 {
+		t.Fatalf("provider called %d times for the order, want 1", n)
+	}
+	o := b.order(t, id)
+	job := "job-" + id.String()[:8]
+	if o.Status != orders.StatusHandedOff || o.ProviderJobID != job || o.Version != 2 {
+		t.Fatalf("order: status %s job %q version %d", o.Status, o.ProviderJobID, o.Version)
+	}
+	if wp := b.waitingPoints(t, id); len(wp) != 1 || wp[0] != job {
+		t.Fatalf("waiting points %v, want [%s]", wp, job)
+	}
+	h, err := b.repo.History(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(h) != 2 || h[1].From != orders.StatusCreated || h[1].To != orders.StatusHandedOff ||
+		!strings.HasPrefix(h[1].Cause, orders.CauseHandOffAccepted+" job="+job) {
+		t.Fatalf("history %+v", h)
+	}
+}
+
+func TestProviderInvalidArgument_EventFailedOrderStaysCreated(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(int, *providerv1.SubmitWorkOrderRequest) error {
+		return status.Error(codes.InvalidArgument, "positions exceed our capacity")
+	})
+	id := b.createOrder(t)
+	b.runRelay(t)
+	b.waitEvent(t, id, "FAILED")
+
+	if _, attempts := b.eventStatus(t, id); attempts != 1 {
+		t.Fatalf("attempts = %d, want 1 (permanent: no retry)", attempts)
+	}
+	if o := b.order(t, id); o.Status != orders.StatusCreated || o.ProviderJobID != "" {
+		t.Fatalf("order %s job %q, want CREATED without job", o.Status, o.ProviderJobID)
+	}
+	if wp := b.waitingPoints(t, id); len(wp) != 0 {
+		t.Fatalf("waiting points %v, want none", wp)
+	}
+}
+
+func TestProviderUnavailableThenOK_RetriedThenHandedOff(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(call int, _ *providerv1.SubmitWorkOrderRequest) error {
+		if call <= 2 {
+			return status.Error(codes.Unavailable, "provider restarting")
+		}
+		return nil
+	})
+	id := b.createOrder(t)
+	b.runRelay(t)
+	b.waitEvent(t, id, "PUBLISHED")
+
+	if n := b.provider.callsFor(id); n != 3 {
+		t.Fatalf("provider called %d times, want 3", n)
+	}
+	if _, attempts := b.eventStatus(t, id); attempts != 3 {
+		t.Fatalf("attempts = %d, want 3", attempts)
+	}
+	if o := b.order(t, id); o.Status != orders.StatusHandedOff {
+		t.Fatalf("order %s, want HANDED_OFF", o.Status)
+	}
+	if wp := b.waitingPoints(t, id); len(wp) != 1 {
+		t.Fatalf("waiting points %v, want one", wp)
+	}
+}
+
+func TestCancelledBeforeHandOff_ProviderIsNeverCalled(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	id := b.createOrder(t)
+	if _, err := b.repo.Update(context.Background(), id, func(o *orders.Order) error { return o.Cancel("") }); err != nil {
+		t.Fatal(err)
+	}
+	b.runRelay(t)
+	// The event is done (nothing to deliver), not FAILED: a cancel is normal.
+	b.waitEvent(t, id, "PUBLISHED")
+	if n := b.provider.callsFor(id); n != 0 {
+		t.Fatalf("provider called %d times for a cancelled order", n)
+	}
+	if o := b.order(t, id); o.Status != orders.StatusCancelled || o.ProviderJobID != "" {
+		t.Fatalf("order %s job %q", o.Status, o.ProviderJobID)
+	}
+	if wp := b.waitingPoints(t, id); len(wp) != 0 {
+		t.Fatalf("waiting points %v, want none", wp)
+	}
+}
+
+// The cancel commits while the provider call is in flight: the cancel wins,
+// the late acceptance is recorded in the history, no waiting point appears.
+func TestCancelDuringHandOff_OrderStaysCancelledAndAcceptanceIsRecorded(t *testing.T) {
+	t.Parallel()
+	called, release := make(chan struct{}), make(chan struct{})
+	b := setup(t, func(int, *providerv1.SubmitWorkOrderRequest) error {
+		close(called)
+		<-release
+		return nil
+	})
+	id := b.createOrder(t)
+	b.runRelay(t)
+	select {
+	case <-called:
+	case <-time.After(timeout):
+		t.Fatal("provider not called")
+	}
+	if _, err := b.repo.Update(context.Background(), id, func(o *orders.Order) error { return o.Cancel("too late?") }); err != nil {
+		t.Fatalf("cancel during the provider call: %v", err)
+	}
+	close(release)
+	b.waitEvent(t, id, "PUBLISHED")
+
+	o := b.order(t, id)
+	if o.Status != orders.StatusCancelled || o.ProviderJobID != "job-"+id.String()[:8] {
+		t.Fatalf("order %s job %q, want CANCELLED with the job recorded", o.Status, o.ProviderJobID)
+	}
+	if wp := b.waitingPoints(t, id); len(wp) != 0 {
+		t.Fatalf("waiting points %v, want none", wp)
+	}
+	h, err := b.repo.History(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := h[len(h)-1]
+	if len(h) != 3 || last.From != orders.StatusCancelled || last.To != orders.StatusCancelled ||
+		!strings.HasPrefix(last.Cause, orders.CauseHandOffAfterCancel) {
+		t.Fatalf("history %+v", h)
+	}
+}
+
+// A second dispatch of the same event (relay crash after the call, before the
+// mark: F2 on the hand-off) changes nothing and adds no waiting point.
+func TestF2_RepeatedAcceptanceAddsNoSecondWaitingPoint(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	id := b.createOrder(t)
+	ctx := context.Background()
+	ev := b.event(t, id)
+	for range 2 {
+		commit, err := b.dispatcher.Dispatch(ctx, ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if commit == nil {
+			// The second dispatch sees HANDED_OFF and skips the provider.
+			continue
+		}
+		if err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error { return commit(ctx, tx) }); err != nil {
+			t.Fatal(err)
+		}
+		// Even a commit applied twice (two relays raced) is harmless.
+		if err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error { return commit(ctx, tx) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := b.provider.callsFor(id); n != 1 {
+		t.Fatalf("provider called %d times, want 1", n)
+	}
+	if wp := b.waitingPoints(t, id); len(wp) != 1 {
+		t.Fatalf("waiting points %v, want one", wp)
+	}
+	if o := b.order(t, id); o.Status != orders.StatusHandedOff || o.Version != 2 {
+		t.Fatalf("order %s version %d", o.Status, o.Version)
+	}
+}
+
+// Graceful shutdown cancels the relay's context. A provider call already in
+// flight is finished and its acceptance returned, so the relay records it;
+// a dispatch that has not called the provider yet does not start.
+func TestShutdownDuringProviderCall_CallCompletes(t *testing.T) {
+	t.Parallel()
+	called, release := make(chan struct{}), make(chan struct{})
+	b := setup(t, func(int, *providerv1.SubmitWorkOrderRequest) error {
+		close(called)
+		<-release
+		return nil
+	})
+	id := b.createOrder(t)
+	ev := b.event(t, id)
+	ctx, cancel := context.WithCancel(context.Background())
+	type result struct {
+		commit outbox.Commit
+		err    error
+	}
+	done := make(chan result, 1)
+	go func() {
+		c, err := b.dispatcher.Dispatch(ctx, ev)
+		done <- result{c, err}
+	}()
+	<-called
+	cancel()
+	close(release)
+	r := <-done
+	if r.err != nil || r.commit == nil {
+		t.Fatalf("dispatch cancelled mid-call: commit %v err %v, want the acceptance", r.commit != nil, r.err)
+	}
+
+	second := b.createOrder(t)
+	if _, err := b.dispatcher.Dispatch(ctx, b.event(t, second)); !errors.Is(err, context.Canceled) || outbox.IsPermanent(err) {
+		t.Fatalf("dispatch after shutdown began: %v, want a transient context.Canceled", err)
+	}
+	if n := b.provider.callsFor(second); n != 0 {
+		t.Fatalf("provider called %d times after shutdown began", n)
+	}
+}
+
+func TestErrorClassification(t *testing.T) {
+	t.Parallel()
+	var answers sync.Map // work order id -> codes.Code
+	b := setup(t, func(_ int, req *providerv1.SubmitWorkOrderRequest) error {
+		code, _ := answers.Load(req.GetWorkOrderId())
+		return status.Error(code.(codes.Code), "refused")
+	})
+	for code, permanent := range map[codes.Code]bool{
+		codes.InvalidArgument:    true,
+		codes.FailedPrecondition: true,
+		codes.OutOfRange:         true,
+		codes.Unimplemented:      true,
+		codes.AlreadyExists:      true,
+		codes.Unavailable:        false,
+		codes.DeadlineExceeded:   false,
+		codes.ResourceExhausted:  false,
+		codes.Aborted:            false,
+		codes.Internal:           false,
+		codes.Unknown:            false,
+		codes.Unauthenticated:    false,
+		codes.PermissionDenied:   false,
+		codes.NotFound:           false,
+	} {
+		id := b.createOrder(t)
+		answers.Store(id.String(), code)
+		commit, err := b.dispatcher.Dispatch(context.Background(), b.event(t, id))
+		if err == nil || commit != nil || outbox.IsPermanent(err) != permanent || status.Code(err) != code {
+			t.Errorf("%v: err %v (code %v), permanent=%v want %v", code, err, status.Code(err), outbox.IsPermanent(err), permanent)
+		}
+	}
+}
+
+func TestMalformedEventIsPermanent(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	_, err := b.dispatcher.Dispatch(context.Background(), outbox.Event{ID: uuid.New(), Payload: []byte{0xff, 0xff}})
+	if !outbox.IsPermanent(err) {
+		t.Fatalf("garbage payload: %v", err)
+	}
+}

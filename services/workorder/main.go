@@ -1,0 +1,136 @@
+// Command workorder is the work-order service: it takes work orders over
+// gRPC and REST, hands them to the provider through a transactional outbox,
+// and (with the inbox) follows them to completion.
+//
+// Usage:
+//
+//	workorder [serve]   serve gRPC :9090 and REST :8080 and run the outbox relay (default)
+//	workorder migrate   apply the database migrations and exit
+//	workorder provision create the Pub/Sub topics and subscriptions (idempotent) and exit
+//	workorder inbox ... operator commands on the inbox (list, show, replay,
+//	                    replay-dead-letters, cleanup, re-hand-off); see
+//	                    docs/runbooks/repair-parked-inbox-entries.md
+//
+// Configuration comes from the environment; see internal/config.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/lossless-dev/lossless/migrations"
+	"github.com/lossless-dev/lossless/pkg/envconfig"
+	"github.com/lossless-dev/lossless/pkg/pgmigrate"
+	"github.com/lossless-dev/lossless/pkg/pubsub"
+	"github.com/lossless-dev/lossless/pkg/server"
+	"github.com/lossless-dev/lossless/pkg/telemetry"
+	"github.com/lossless-dev/lossless/services/workorder/internal/admin"
+	"github.com/lossless-dev/lossless/services/workorder/internal/app"
+	"github.com/lossless-dev/lossless/services/workorder/internal/config"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		// Before telemetry exists (bad config) the error still goes out as JSON.
+		slog.New(slog.NewJSONHandler(os.Stderr, nil)).Error("workorder failed", "error", err.Error())
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	cmd := "serve"
+	if len(args) > 0 {
+		cmd = args[0]
+	}
+	ctx, stop := server.SignalContext(context.Background())
+	defer stop()
+	env := envconfig.New()
+	switch cmd {
+	case "serve":
+		return serve(ctx, env)
+	case "migrate":
+		dsn := env.Required("DATABASE_URL")
+		if err := env.Err(); err != nil {
+			return err
+		}
+		v, err := pgmigrate.Up(ctx, dsn, migrations.WorkOrder())
+		if err != nil {
+			return err
+		}
+		cliLogger().Info("migrated", "version", v)
+		return nil
+	case "provision":
+		cfg := pubsub.ClientConfigFromEnv(env)
+		if err := env.Err(); err != nil {
+			return err
+		}
+		return pubsub.ProvisionCommand(ctx, cfg, cliLogger())
+	case "inbox":
+		return inboxCommand(ctx, env, args[1:])
+	case "-h", "--help", "help":
+		fmt.Println("usage: workorder [serve|migrate|provision|inbox]  (configuration from the environment: services/workorder/internal/config)")
+		return nil
+	default:
+		return fmt.Errorf("unknown command %q (want serve, migrate, provision or inbox)", cmd)
+	}
+}
+
+func serve(ctx context.Context, env *envconfig.Reader) (err error) {
+	cfg, err := config.FromEnv(env)
+	if err != nil {
+		return fmt.Errorf("configuration: %w", err)
+	}
+	tel, err := telemetry.Setup(ctx, cfg.Telemetry, os.Stdout)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		err = errors.Join(err, tel.Shutdown(context.WithoutCancel(ctx)))
+	}()
+	a, err := app.New(ctx, cfg, tel.Logger, tel.MeterProvider.Meter(config.ServiceName),
+		server.WithHTTPHandler("GET /metrics", tel.MetricsHandler))
+	if err != nil {
+		return err
+	}
+	return a.Run(ctx)
+}
+
+// cliLogger is the JSON logger of the one-shot commands.
+func cliLogger() *slog.Logger {
+	return telemetry.NewLogger(os.Stdout, slog.LevelInfo).With("service", config.ServiceName)
+}
+
+// inboxCommand runs an operator command. Holding the database credentials is
+// the privilege; --ticket and --actor make each change audited.
+func inboxCommand(ctx context.Context, env *envconfig.Reader, args []string) error {
+	dsn := env.Required("DATABASE_URL")
+	psCfg := pubsub.ClientConfigFromEnv(env)
+	if err := env.Err(); err != nil {
+		return err
+	}
+	pool, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		return fmt.Errorf("DATABASE_URL: %w", err)
+	}
+	defer pool.Close()
+	deps := admin.Deps{Pool: pool, Logger: cliLogger()}
+	// Only dead-letter replay needs Pub/Sub; other commands work without it.
+	if len(args) > 0 && args[0] == "replay-dead-letters" {
+		ps, err := pubsub.NewClient(ctx, psCfg)
+		if err != nil {
+			return err
+		}
+		defer ps.Close()
+		deps.PubSub = ps
+	}
+	ops, err := admin.NewOps(deps)
+	if err != nil {
+		return err
+	}
+	return admin.RunCLI(ctx, args, ops, os.Stdout)
+}
