@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -19,7 +20,13 @@ type Process struct {
 	Path string
 	Args []string
 	Env  []string
-	out  *prefixWriter
+	// Supervise restarts the process when it exits on its own (a crash, or
+	// the provider's publish_then_crash fault), like a container restart
+	// policy. Stop disables it first.
+	Supervise bool
+	out       *prefixWriter
+	stopping  atomic.Bool
+	restarts  atomic.Int32
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -56,9 +63,25 @@ func (p *Process) Start() error {
 		p.err = err
 		p.mu.Unlock()
 		close(done)
+		if p.Supervise && !p.stopping.Load() {
+			fmt.Fprintf(p.out, "exited (%v); restarting in %v\n", err, restartDelay)
+			time.Sleep(restartDelay)
+			if !p.stopping.Load() {
+				p.restarts.Add(1)
+				if err := p.Start(); err != nil {
+					fmt.Fprintf(p.out, "restart failed: %v\n", err)
+				}
+			}
+		}
 	}()
 	return nil
 }
+
+// restartDelay spaces restarts of a crashing supervised process.
+const restartDelay = 500 * time.Millisecond
+
+// Restarts counts supervised restarts so far.
+func (p *Process) Restarts() int { return int(p.restarts.Load()) }
 
 // Run starts the process and waits for it to exit successfully (one-shot jobs).
 func (p *Process) Run(ctx context.Context) error {
@@ -77,6 +100,7 @@ func (p *Process) Run(ctx context.Context) error {
 // Stop sends SIGTERM and waits up to timeout for a clean exit, then SIGKILLs.
 // It returns the exit error (nil for exit code 0).
 func (p *Process) Stop(timeout time.Duration) error {
+	p.stopping.Store(true)
 	p.mu.Lock()
 	cmd, done := p.cmd, p.done
 	p.mu.Unlock()
@@ -100,6 +124,7 @@ func (p *Process) Stop(timeout time.Duration) error {
 }
 
 // Kill sends SIGKILL (a crash, for fault injection) and waits for the exit.
+// A supervised process is then restarted by its supervisor.
 func (p *Process) Kill() error {
 	p.mu.Lock()
 	cmd, done := p.cmd, p.done

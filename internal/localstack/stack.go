@@ -209,6 +209,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		fmt.Sprintf("GRPC_ADDR=127.0.0.1:%d", p.BillingGRPC),
 		fmt.Sprintf("HTTP_ADDR=127.0.0.1:%d", p.BillingHTTP))
 	for _, svc := range []string{"provider-sim", "workorder", "billing"} {
+		s.procs[svc].Supervise = true
 		if err := s.procs[svc].Start(); err != nil {
 			return nil, err
 		}

@@ -1,0 +1,242 @@
+// Package e2e boots the whole system as separate processes, the way `make
+// run` does (internal/localstack), drives it only through its public REST
+// APIs with every provider fault knob on, crashes a service with SIGKILL
+// mid-run, and asserts the invariants of docs (I1-I7) on the databases.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/lossless-dev/lossless/internal/loadgen"
+	"github.com/lossless-dev/lossless/internal/localstack"
+	"github.com/lossless-dev/lossless/pkg/pgtest"
+	"github.com/lossless-dev/lossless/pkg/waitfor"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+// Orders of the run: the issue asks for 200+.
+const orders = 240
+
+func TestEndToEnd_EveryValidOrderInvoicedExactlyOnceUnderFaultsAndACrash(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: builds and runs every service")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+
+	binDir := t.TempDir()
+	_, thisFile, _, _ := runtime.Caller(0)
+	if err := localstack.Build(ctx, filepath.Dir(filepath.Dir(thisFile)), binDir); err != nil {
+		t.Fatal(err)
+	}
+	ports, err := localstack.FreePorts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	logw := &lockedWriter{w: &logs}
+	prefix := "e2e_" + strings.ReplaceAll(uuid.NewString()[:8], "-", "") + "_"
+	stack, err := localstack.Start(ctx, localstack.Config{
+		BinDir:         binDir,
+		DatabaseURL:    pgtest.ServerDSN(t),
+		DatabasePrefix: prefix,
+		Ports:          ports,
+		Log:            logw,
+		ExtraEnv: map[string][]string{
+			"provider-sim": {
+				// Every knob on at a non-trivial rate (F2, F4, F5, F8, F9, F14).
+				"PROVIDER_FAULT_DUPLICATE=0.2",
+				"PROVIDER_FAULT_EARLY_COMPLETION=0.2",
+				"PROVIDER_FAULT_SPLIT_COMPLETION=0.2",
+				"PROVIDER_FAULT_POISON=0.05",
+				"PROVIDER_FAULT_UNKNOWN_ORDER=0.05",
+				"PROVIDER_FAULT_PUBLISH_THEN_CRASH=0.02",
+				"PROVIDER_FAULT_SEED=42",
+				"PROVIDER_EXEC_BASE=20ms",
+				"PROVIDER_EXEC_PER_POSITION=1ms",
+				"PROVIDER_POLL_INTERVAL=50ms",
+			},
+			"workorder": {
+				// Unknown orders park after a short, bounded deadline (F8).
+				"WORKORDER_INBOX_MAX_ATTEMPTS=3",
+				"WORKORDER_INBOX_MAX_AGE=3s",
+				"WORKORDER_INBOX_DEFER_BACKOFF_BASE=100ms",
+				"WORKORDER_INBOX_DEFER_BACKOFF_MAX=500ms",
+			},
+		},
+	})
+	if err != nil {
+		t.Fatalf("start stack: %v\n%s", err, logw.String())
+	}
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			_ = stack.Stop(20 * time.Second)
+		}
+		if t.Failed() {
+			t.Logf("process logs (tail):\n%s", tail(logw.String(), 20000))
+		}
+	})
+
+	wo := openDB(t, stack.DSN["workorder"])
+	billing := openDB(t, stack.DSN["billing"])
+	provider := openDB(t, stack.DSN["providersim"])
+
+	// Load in the background; crash billing with SIGKILL once invoicing is
+	// under way, and let its supervisor restart it (F12 at process level).
+	type outcome struct {
+		res *loadgen.Result
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		res, err := loadgen.Run(ctx, loadgen.Config{
+			BaseURL: stack.URLs()["workorder"], Count: orders, Concurrency: 8, MaxPositions: 50, Wait: 4 * time.Minute,
+		})
+		done <- outcome{res, err}
+	}()
+	waitfor.Condition(t, 3*time.Minute, "some invoices issued before the crash", func() bool {
+		return count(t, billing, "SELECT count(*) FROM invoices") >= 20
+	})
+	if err := stack.Process("billing").Kill(); err != nil {
+		t.Fatal(err)
+	}
+	waitfor.Condition(t, time.Minute, "billing restarted", func() bool {
+		return stack.Process("billing").Restarts() >= 1 && stack.WaitReady(ctx, "billing") == nil
+	})
+
+	out := <-done
+	if out.err != nil {
+		t.Fatal(out.err)
+	}
+	res := out.res
+	if res.Created != orders || res.CreateErrors != 0 {
+		t.Fatalf("created %d orders with %d errors, want %d and 0", res.Created, res.CreateErrors, orders)
+	}
+
+	// No order stuck: every valid order invoiced.
+	if res.Invoiced != orders {
+		t.Fatalf("%d of %d orders invoiced; not invoiced: %v", res.Invoiced, orders, res.NotInvoiced)
+	}
+	// I3: exactly one invoice per work order.
+	if n := count(t, billing, "SELECT count(*) FROM invoices"); n != orders {
+		t.Errorf("invoices = %d, want %d", n, orders)
+	}
+	if n := count(t, billing, "SELECT count(*) FROM (SELECT work_order_id FROM invoices GROUP BY 1 HAVING count(*) > 1) d"); n != 0 {
+		t.Errorf("%d work orders have more than one invoice", n)
+	}
+	// Every order's invoice is the one the work-order service recorded.
+	for _, id := range res.OrderIDs {
+		var woInvoice, status string
+		if err := wo.QueryRow(ctx, "SELECT coalesce(invoice_id::text, ''), status FROM work_orders WHERE id = $1", id).Scan(&woInvoice, &status); err != nil {
+			t.Fatal(err)
+		}
+		var billed string
+		if err := billing.QueryRow(ctx, "SELECT id::text FROM invoices WHERE work_order_id = $1", id).Scan(&billed); err != nil {
+			t.Fatalf("order %s: no invoice in billing: %v", id, err)
+		}
+		if status != "INVOICED" || woInvoice != billed {
+			t.Fatalf("order %s: status %s invoice %q, billing issued %s", id, status, woInvoice, billed)
+		}
+	}
+	// I2/I5: poison and unknown-order messages are parked with their reason
+	// and raw payload; nothing else is parked and nothing stays open.
+	parked := map[string]int{}
+	rows, err := wo.Query(ctx, "SELECT park_reason, count(*) FROM inbox WHERE status = 'PARKED' AND payload IS NOT NULL GROUP BY 1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var reason string
+		var n int
+		if err := rows.Scan(&reason, &n); err != nil {
+			t.Fatal(err)
+		}
+		parked[reason] = n
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if parked["POISON"] == 0 || parked["UNKNOWN_ORDER"] == 0 {
+		t.Errorf("parked by reason = %v, want POISON and UNKNOWN_ORDER entries", parked)
+	}
+	for reason := range parked {
+		if reason != "POISON" && reason != "UNKNOWN_ORDER" {
+			t.Errorf("unexpected parked reason %s (%d entries)", reason, parked[reason])
+		}
+	}
+	waitfor.Value(t, time.Minute, "open inbox entries drained", 0, func() int {
+		return count(t, wo, "SELECT count(*) FROM inbox WHERE status = 'OPEN'")
+	})
+	if n := count(t, wo, "SELECT count(*) FROM inbox WHERE status = 'DUPLICATE'"); n == 0 {
+		t.Errorf("no duplicate absorbed although duplicate=0.2 (F4/F6)")
+	}
+	// Reconciliation: every completed-and-invoiced order has a done job and
+	// an invoice; no job is dead or stuck.
+	if n := count(t, billing, "SELECT count(*) FROM jobs WHERE state <> 'done'"); n != 0 {
+		t.Errorf("%d billing jobs not done", n)
+	}
+
+	// Graceful shutdown of every service: SIGTERM -> exit 0 within its
+	// timeout, no lease or claim left behind.
+	stopped = true
+	if err := stack.Stop(30 * time.Second); err != nil {
+		t.Fatalf("graceful shutdown: %v", err)
+	}
+	if n := count(t, billing, "SELECT count(*) FROM jobs WHERE state = 'running'"); n != 0 {
+		t.Errorf("%d billing jobs still leased after shutdown", n)
+	}
+	for name, db := range map[string]*pgxpool.Pool{"workorder": wo, "billing": billing} {
+		if n := count(t, db, "SELECT count(*) FROM outbox WHERE status = 'PUBLISHING'"); n != 0 {
+			t.Errorf("%s: %d outbox rows still claimed after shutdown", name, n)
+		}
+		if n := count(t, db, "SELECT count(*) FROM outbox WHERE status <> 'PUBLISHED'"); n != 0 {
+			t.Errorf("%s: %d outbox rows not published", name, n)
+		}
+	}
+	if n := count(t, provider, "SELECT count(*) FROM jobs WHERE lease_until > now()"); n != 0 {
+		t.Errorf("provider-sim: %d jobs still leased after shutdown", n)
+	}
+	if n := count(t, provider, "SELECT count(*) FROM jobs WHERE status <> 'DONE'"); n != 0 {
+		t.Errorf("provider-sim: %d jobs unfinished", n)
+	}
+	t.Logf("e2e: %d orders invoiced; parked %v; p50 %s p99 %s", res.Invoiced, parked, res.LatencyP50, res.LatencyP99)
+}
+
+func openDB(t *testing.T, dsn string) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+func count(t *testing.T, db *pgxpool.Pool, q string) int {
+	t.Helper()
+	var n int
+	if err := db.QueryRow(context.Background(), q).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+	return n
+}
+
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[len(s)-n:]
+}
+
