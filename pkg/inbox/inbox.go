@@ -12,7 +12,10 @@
 //     producer bug: recorded in inbox_conflicts, counted, never dropped.
 //   - Relay: claims due OPEN entries with FOR UPDATE SKIP LOCKED, never an
 //     entry while an older unresolved entry of the same key exists, and runs
-//     the Handler in the claiming transaction. The handler's error decides:
+//     the Handler in the claiming transaction: a BatchHandler once for the
+//     whole batch (falling back to one savepoint per entry when the batch
+//     fails technically), a plain Handler per entry in a savepoint. The
+//     handler's error decides:
 //     nil = APPLIED; Duplicate = DUPLICATE; Park = PARKED now; Defer = back off
 //     until a deadline, then PARKED; anything else is technical: back off with
 //     jitter, forever, visible through the age-of-oldest-open-entry alarm.
@@ -114,6 +117,22 @@ type Entry struct {
 // Classify.
 type Handler interface {
 	Handle(ctx context.Context, tx pgx.Tx, e *Entry) error
+}
+
+// BatchHandler is a Handler that can also apply a whole claimed batch at
+// once, in a few set-based statements instead of several per entry. The relay
+// prefers HandleBatch and keeps Handle for the fallback below.
+type BatchHandler interface {
+	Handler
+	// HandleBatch applies es, in order, inside the relay's transaction and
+	// returns one result per entry: nil when applied, or a Classified
+	// rejection (Duplicate, Deferred, Parked) for which it wrote NOTHING:
+	// there is no savepoint to undo partial writes. Every other failure,
+	// e.g. a database error, is returned as err. The relay then rolls the
+	// transaction back and applies the same batch again through Handle, each
+	// entry in its own savepoint, so one failing entry gets its technical
+	// backoff without holding back the others.
+	HandleBatch(ctx context.Context, tx pgx.Tx, es []*Entry) ([]error, error)
 }
 
 // HandlerFunc adapts a function to Handler.

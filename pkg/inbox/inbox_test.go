@@ -479,3 +479,113 @@ func TestMonitor_ReportsOldestOpenAndParked(t *testing.T) {
 		t.Fatalf("snapshot %+v", s)
 	}
 }
+
+// batchRecorder is a BatchHandler whose effect is a row in `effects`. fail
+// names the entry whose batch fails; failAs says how (a returned error, or a
+// technical per-entry result) — after the batch's other writes, which must
+// then be rolled back.
+type batchRecorder struct {
+	fail     string
+	failAs   string
+	perEntry map[string]int // event id -> times Handle was called
+}
+
+func (h *batchRecorder) effect(ctx context.Context, tx pgx.Tx, e *inbox.Entry) error {
+	_, err := tx.Exec(ctx, `INSERT INTO effects (event_id) VALUES ($1)`, e.EventID)
+	return err
+}
+
+func (h *batchRecorder) Handle(ctx context.Context, tx pgx.Tx, e *inbox.Entry) error {
+	if h.perEntry == nil {
+		h.perEntry = map[string]int{}
+	}
+	h.perEntry[e.EventID]++
+	if e.EventID == h.fail {
+		return errors.New("connection reset")
+	}
+	return h.effect(ctx, tx, e)
+}
+
+func (h *batchRecorder) HandleBatch(ctx context.Context, tx pgx.Tx, es []*inbox.Entry) ([]error, error) {
+	res := make([]error, len(es))
+	for i, e := range es {
+		switch {
+		case e.EventID == h.fail && h.failAs == "result":
+			res[i] = errors.New("connection reset")
+		case e.EventID == h.fail:
+			return nil, errors.New("connection reset")
+		case e.EventID == "dup":
+			res[i] = inbox.AlreadyApplied(errors.New("seen"))
+		case e.EventID == "park":
+			res[i] = inbox.Park("AMBIGUOUS", errors.New("two waiting points"))
+		default:
+			if err := h.effect(ctx, tx, e); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return res, nil
+}
+
+func (b bundle) effectsTable(t *testing.T) {
+	t.Helper()
+	if _, err := b.pool.Exec(context.Background(), `CREATE TABLE effects (event_id text PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestBatchHandler_CleanBatchNeedsNoPerEntryCalls(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.effectsTable(t)
+	if _, err := b.store.Ingest(context.Background(), []inbox.Message{msg("e1", "k1", "p"), msg("dup", "k2", "p"), msg("park", "k3", "p"), msg("e2", "k4", "p")}); err != nil {
+		t.Fatal(err)
+	}
+	h := &batchRecorder{}
+	drain(t, b.relay(t, h, inbox.Config{}))
+	if len(h.perEntry) != 0 {
+		t.Errorf("Handle called on a clean batch: %v", h.perEntry)
+	}
+	for id, want := range map[string]inbox.Status{"e1": inbox.StatusApplied, "e2": inbox.StatusApplied, "dup": inbox.StatusDuplicate, "park": inbox.StatusParked} {
+		if n := b.count(t, `SELECT count(*) FROM inbox WHERE event_id = $1 AND status = $2 AND attempts = 1`, id, string(want)); n != 1 {
+			t.Errorf("%s: not %s after one attempt", id, want)
+		}
+	}
+	if n := b.count(t, `SELECT count(*) FROM effects`); n != 2 {
+		t.Fatalf("effects = %d, want 2", n)
+	}
+}
+
+// A technical failure anywhere in a batch rolls the whole batch back; its
+// entries are then applied one by one, so only the failing entry backs off.
+func TestBatchHandler_TechnicalFailureFallsBackEntryByEntry(t *testing.T) {
+	t.Parallel()
+	for _, failAs := range []string{"error", "result"} {
+		t.Run(failAs, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			b.effectsTable(t)
+			if _, err := b.store.Ingest(context.Background(), []inbox.Message{msg("e1", "k1", "p"), msg("e2", "k2", "p"), msg("bad", "k3", "p"), msg("e3", "k4", "p")}); err != nil {
+				t.Fatal(err)
+			}
+			h := &batchRecorder{fail: "bad", failAs: failAs}
+			r := b.relay(t, h, inbox.Config{TechnicalBackoff: backoff.Policy{Base: time.Hour, Max: time.Hour}})
+			if n, err := r.ProcessBatch(context.Background()); err != nil || n != 4 {
+				t.Fatalf("ProcessBatch = %d, %v", n, err)
+			}
+			if n := b.count(t, `SELECT count(*) FROM inbox WHERE status = 'APPLIED' AND attempts = 1`); n != 3 {
+				t.Fatalf("applied = %d, want 3", n)
+			}
+			if n := b.count(t, `SELECT count(*) FROM inbox WHERE event_id = 'bad' AND status = 'OPEN' AND attempts = 1 AND last_error LIKE '%connection reset%'`); n != 1 {
+				t.Fatal("failing entry must back off OPEN with its error")
+			}
+			if len(h.perEntry) != 4 {
+				t.Fatalf("entries re-applied one by one: %v, want all 4", h.perEntry)
+			}
+			// Every effect exactly once: the failed batch's writes were rolled back.
+			if n := b.count(t, `SELECT count(*) FROM effects WHERE event_id IN ('e1', 'e2', 'e3')`); n != 3 {
+				t.Fatalf("effects = %d, want 3", n)
+			}
+		})
+	}
+}

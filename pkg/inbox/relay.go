@@ -82,9 +82,10 @@ type Relay struct {
 }
 
 type relayMetrics struct {
-	outcomes metric.Int64Counter
-	latency  metric.Float64Histogram
-	failures metric.Int64Counter
+	outcomes  metric.Int64Counter
+	latency   metric.Float64Histogram
+	failures  metric.Int64Counter
+	fallbacks metric.Int64Counter
 }
 
 // NewRelay returns a relay applying entries with handler.
@@ -105,11 +106,13 @@ func NewRelay(pool *pgxpool.Pool, handler Handler, cfg Config, logger *slog.Logg
 		metric.WithExplicitBucketBoundaries(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300))
 	failures, err3 := meter.Int64Counter("inbox.relay.claim_failures",
 		metric.WithDescription("Relay batches that failed as a whole (database unavailable, timeout)."))
-	if err := errors.Join(err1, err2, err3); err != nil {
+	fallbacks, err4 := meter.Int64Counter("inbox.relay.batch_fallbacks",
+		metric.WithDescription("Batches a BatchHandler could not apply as a whole, re-applied entry by entry (a technical error in the batch)."))
+	if err := errors.Join(err1, err2, err3, err4); err != nil {
 		return nil, err
 	}
 	return &Relay{pool: pool, handler: handler, cfg: cfg.withDefaults(), logger: logger,
-		m: relayMetrics{outcomes: outcomes, latency: latency, failures: failures}}, nil
+		m: relayMetrics{outcomes: outcomes, latency: latency, failures: failures, fallbacks: fallbacks}}, nil
 }
 
 // Run claims and applies entries until ctx is cancelled, then returns nil
@@ -149,6 +152,12 @@ func (r *Relay) Run(ctx context.Context) error {
 
 // ProcessBatch claims and resolves at most one batch, returning how many
 // entries it claimed. It is what Run loops over; tests and benchmarks call it.
+//
+// With a BatchHandler the batch is applied in one HandleBatch call, without
+// savepoints. If that fails as a whole (a technical error somewhere in the
+// batch), the transaction rolls back and the batch is claimed and applied
+// again entry by entry, each in a savepoint (errBatchFailed): the clean path
+// pays nothing for the isolation that only a failing batch needs.
 func (r *Relay) ProcessBatch(ctx context.Context) (int, error) {
 	if time.Since(r.lastSweep) >= r.cfg.SweepInterval {
 		r.cursor, r.lastSweep = 0, time.Now()
@@ -156,24 +165,13 @@ func (r *Relay) ProcessBatch(ctx context.Context) (int, error) {
 	from := r.cursor
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.HandlerTimeout)
 	defer cancel()
-	var claimed []Entry
-	var outs []outcome
-	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
-		var err error
-		claimed, err = claim(ctx, tx, from, r.cfg.BatchSize)
-		if err != nil || len(claimed) == 0 {
-			return err
-		}
-		outs = make([]outcome, 0, len(claimed))
-		for i := range claimed {
-			o, err := r.apply(ctx, tx, &claimed[i])
-			if err != nil {
-				return err
-			}
-			outs = append(outs, o)
-		}
-		return resolve(ctx, tx, outs)
-	})
+	bh, batched := r.handler.(BatchHandler)
+	claimed, outs, err := r.processBatch(ctx, from, bh, batched)
+	if bf := (*batchFailedError)(nil); errors.As(err, &bf) && ctx.Err() == nil {
+		r.m.fallbacks.Add(ctx, 1)
+		r.logger.InfoContext(ctx, "inbox relay: batch failed; applying its entries one by one", "error", bf.err)
+		claimed, outs, err = r.processBatch(ctx, from, nil, false)
+	}
 	if err != nil {
 		return 0, err
 	}
@@ -189,6 +187,47 @@ func (r *Relay) ProcessBatch(ctx context.Context) (int, error) {
 	}
 	r.record(ctx, claimed, outs)
 	return len(claimed), nil
+}
+
+// batchFailedError is a HandleBatch failure: the batch is retried entry by
+// entry in a new transaction.
+type batchFailedError struct{ err error }
+
+func (e *batchFailedError) Error() string { return "inbox: batch handler: " + e.err.Error() }
+func (e *batchFailedError) Unwrap() error { return e.err }
+
+// processBatch is one claiming transaction: claim, apply (whole batch through
+// bh when batched, else entry by entry in savepoints), resolve, commit.
+func (r *Relay) processBatch(ctx context.Context, from int64, bh BatchHandler, batched bool) ([]Entry, []outcome, error) {
+	var claimed []Entry
+	var outs []outcome
+	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
+		var err error
+		claimed, err = claim(ctx, tx, from, r.cfg.BatchSize)
+		if err != nil || len(claimed) == 0 {
+			return err
+		}
+		if batched {
+			outs, err = r.applyBatch(ctx, tx, bh, claimed)
+			if err != nil {
+				return err
+			}
+			return resolve(ctx, tx, outs)
+		}
+		outs = make([]outcome, 0, len(claimed))
+		for i := range claimed {
+			o, err := r.apply(ctx, tx, &claimed[i])
+			if err != nil {
+				return err
+			}
+			outs = append(outs, o)
+		}
+		return resolve(ctx, tx, outs)
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return claimed, outs, nil
 }
 
 func claim(ctx context.Context, tx pgx.Tx, from int64, limit int) ([]Entry, error) {
@@ -225,25 +264,63 @@ type outcome struct {
 // returned here means the transaction itself is unusable (e.g. the
 // connection died): the whole batch rolls back and stays OPEN.
 func (r *Relay) apply(ctx context.Context, tx pgx.Tx, e *Entry) (outcome, error) {
-	o := outcome{id: e.ID, attempts: e.Attempts + 1, receivedAt: e.ReceivedAt}
 	sp, err := tx.Begin(ctx)
 	if err != nil {
-		return o, err
+		return outcome{}, err
 	}
 	herr := r.handler.Handle(ctx, sp, e)
 	if herr == nil {
 		if err := sp.Commit(ctx); err != nil {
-			return o, err
+			return outcome{}, err
 		}
-		o.status = StatusApplied
-		return o, nil
+		return r.outcome(ctx, e, nil), nil
 	}
 	if err := sp.Rollback(ctx); err != nil {
-		return o, errors.Join(herr, err)
+		return outcome{}, errors.Join(herr, err)
 	}
 	if ctx.Err() != nil {
 		// Shutting down or out of time: not the entry's fault.
-		return o, ctx.Err()
+		return outcome{}, ctx.Err()
+	}
+	return r.outcome(ctx, e, herr), nil
+}
+
+// applyBatch runs HandleBatch over the whole claimed batch. Only classified
+// business outcomes are accepted per entry (they wrote nothing); anything
+// technical fails the batch, which is then retried entry by entry.
+func (r *Relay) applyBatch(ctx context.Context, tx pgx.Tx, bh BatchHandler, claimed []Entry) ([]outcome, error) {
+	es := make([]*Entry, len(claimed))
+	for i := range claimed {
+		es[i] = &claimed[i]
+	}
+	results, err := bh.HandleBatch(ctx, tx, es)
+	if err == nil && len(results) != len(es) {
+		err = fmt.Errorf("%d results for %d entries", len(results), len(es))
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, &batchFailedError{err: err}
+	}
+	outs := make([]outcome, len(es))
+	for i, res := range results {
+		if res != nil {
+			if d, _ := Classify(res); d == Technical {
+				return nil, &batchFailedError{err: fmt.Errorf("entry %d: %w", es[i].ID, res)}
+			}
+		}
+		outs[i] = r.outcome(ctx, es[i], res)
+	}
+	return outs, nil
+}
+
+// outcome classifies the handler's result for e (nil = applied).
+func (r *Relay) outcome(ctx context.Context, e *Entry, herr error) outcome {
+	o := outcome{id: e.ID, attempts: e.Attempts + 1, receivedAt: e.ReceivedAt}
+	if herr == nil {
+		o.status = StatusApplied
+		return o
 	}
 	d, reason := Classify(herr)
 	o.disposition = d
@@ -269,7 +346,7 @@ func (r *Relay) apply(ctx context.Context, tx pgx.Tx, e *Entry) (outcome, error)
 		r.logger.ErrorContext(ctx, "inbox relay: entry parked", "inbox_id", e.ID, "event_id", e.EventID,
 			"event_type", e.EventType, "correlation_key", e.CorrelationKey, "reason", reason, "error", herr)
 	}
-	return o, nil
+	return o
 }
 
 func resolve(ctx context.Context, tx pgx.Tx, outs []outcome) error {

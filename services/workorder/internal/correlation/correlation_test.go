@@ -432,3 +432,122 @@ func TestClassification_ErrorTypes(t *testing.T) {
 		}
 	}
 }
+
+// entryOf turns a message into the entry the relay would pass (not stored).
+func entryOf(id int64, m inbox.Message) *inbox.Entry {
+	return &inbox.Entry{ID: id, Source: m.Source, EventID: m.EventID, EventType: m.EventType,
+		SchemaVersion: m.SchemaVersion, CorrelationKey: m.CorrelationKey, Payload: m.Payload, Traceparent: m.Traceparent}
+}
+
+// One batch holding every outcome: the accepted entries write their effects
+// with set-based statements, the rejected ones write nothing, and two
+// tranches of one order in the same batch apply one after the other.
+func TestHandleBatch_EveryOutcomeInOneBatch(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	ok := b.order(t, "HANDED_OFF", 3, 1)
+	split := b.order(t, "HANDED_OFF", 4, 1)
+	started1 := b.order(t, "HANDED_OFF", 2, 1)
+	created := b.order(t, "CREATED", 2, 0)
+	ambiguous := b.order(t, "HANDED_OFF", 2, 2)
+	over := b.order(t, "HANDED_OFF", 2, 1)
+	cancelled := b.order(t, "CANCELLED", 2, 0)
+	dup := b.order(t, "HANDED_OFF", 2, 1)
+	if _, err := b.pool.Exec(ctx, `INSERT INTO work_order_applied_events (source, event_id, work_order_id, event_type)
+		VALUES ($1, 'dup', $2, $3)`, correlation.Source, dup, correlation.TypeCompleted); err != nil {
+		t.Fatal(err)
+	}
+	poison := completed("poison", uuid.New(), 1)
+	poison.Payload = []byte{0xff}
+	msgs := []inbox.Message{
+		completed("ok", ok, 3), completed("split-1", split, 1), started("started", started1),
+		completed("created", created, 2), completed("unknown", uuid.New(), 1), completed("ambiguous", ambiguous, 2),
+		completed("over", over, 3), completed("cancelled", cancelled, 1), completed("dup", dup, 2), poison,
+		completed("split-2", split, 3),
+	}
+	es := make([]*inbox.Entry, len(msgs))
+	for i, m := range msgs {
+		es[i] = entryOf(int64(i+1), m)
+	}
+	var results []error
+	if err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+		var err error
+		results, err = b.handler.HandleBatch(ctx, tx, es)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	want := []struct {
+		disp   inbox.Disposition
+		reason string
+	}{
+		{-1, ""}, {-1, ""}, {-1, ""},
+		{inbox.Deferred, correlation.ReasonNotWaiting}, {inbox.Deferred, correlation.ReasonUnknownOrder},
+		{inbox.Parked, correlation.ReasonAmbiguous}, {inbox.Parked, correlation.ReasonOverCompletion},
+		{inbox.Parked, correlation.ReasonOrderCancelled}, {inbox.Duplicate, "DUPLICATE"}, {inbox.Parked, inbox.ReasonPoison},
+		{-1, ""},
+	}
+	for i, w := range want {
+		if w.disp == -1 {
+			if results[i] != nil {
+				t.Errorf("%s: %v, want applied", msgs[i].EventID, results[i])
+			}
+			continue
+		}
+		if d, r := inbox.Classify(results[i]); results[i] == nil || d != w.disp || r != w.reason {
+			t.Errorf("%s: %v (%v %q), want %v %q", msgs[i].EventID, results[i], d, r, w.disp, w.reason)
+		}
+	}
+	if s := b.state(t, ok); s.Status != "COMPLETED" || s.Completed != 3 || s.ConsumedBy != "inbox:ok" || s.CompletionOutboxEvents != 1 || s.OutboxTraceparent != traceparent {
+		t.Errorf("ok: %+v", s)
+	}
+	if s := b.state(t, split); s.Status != "COMPLETED" || s.Completed != 4 || s.ConsumedBy != "inbox:split-2" || s.CompletionOutboxEvents != 1 {
+		t.Errorf("split: %+v", s)
+	}
+	rows, _ := b.pool.Query(ctx, `SELECT cause FROM work_order_transitions WHERE work_order_id = $1 ORDER BY id`, split)
+	if causes, err := pgx.CollectRows(rows, pgx.RowTo[string]); err != nil || fmt.Sprint(causes) != "[inbox:split-1:tranche 1/4 inbox:split-2]" {
+		t.Errorf("split history %v (%v)", causes, err)
+	}
+	if s := b.state(t, started1); s.Status != "HANDED_OFF" || s.OpenWaitingPoints != 1 {
+		t.Errorf("started: %+v", s)
+	}
+	// Rejected entries wrote nothing: no applied-event row, no history, no change.
+	var applied, history int
+	_ = b.pool.QueryRow(ctx, `SELECT count(*) FROM work_order_applied_events`).Scan(&applied)
+	_ = b.pool.QueryRow(ctx, `SELECT count(*) FROM work_order_transitions`).Scan(&history)
+	if applied != 5 || history != 4 { // ok, split-1, split-2, started (+ the seeded dup); history: the same 4
+		t.Errorf("applied events %d (want 5), transitions %d (want 4)", applied, history)
+	}
+	for _, id := range []uuid.UUID{created, ambiguous, over, dup} {
+		if s := b.state(t, id); s.Completed != 0 || s.CompletionOutboxEvents != 0 {
+			t.Errorf("rejected order %s changed: %+v", id, s)
+		}
+	}
+}
+
+// A batch mixing an applicable completion and one that must wait (F5): the
+// first is applied, the second backs off, in the same relay transaction.
+func TestRelay_MixedBatchAppliesAndDefers(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ready := b.order(t, "HANDED_OFF", 1, 1)
+	early := b.order(t, "CREATED", 1, 0)
+	b.ingest(t, completed("early", early, 1), completed("ready", ready, 1))
+	cfg := fastConfig
+	cfg.MaxAge = time.Hour
+	cfg.DeferBackoff = backoff.Policy{Base: time.Hour, Max: time.Hour}
+	r := b.relay(t, cfg)
+	if n, err := r.ProcessBatch(context.Background()); err != nil || n != 2 {
+		t.Fatalf("ProcessBatch = %d, %v", n, err)
+	}
+	if e := b.entry(t, "ready"); e.Status != inbox.StatusApplied {
+		t.Fatalf("ready: %+v", e)
+	}
+	if e := b.entry(t, "early"); e.Status != inbox.StatusOpen || e.Attempts != 1 || e.LastError == "" {
+		t.Fatalf("early: %+v", e)
+	}
+	if s := b.state(t, early); s.Status != "CREATED" || s.Completed != 0 {
+		t.Fatalf("early order changed: %+v", s)
+	}
+}
