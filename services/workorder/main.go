@@ -10,6 +10,8 @@
 //	workorder inbox ... operator commands on the inbox (list, show, replay,
 //	                    replay-dead-letters, cleanup, re-hand-off); see
 //	                    docs/runbooks/repair-parked-inbox-entries.md
+//	workorder invoicing replay --id N --ticket T --actor A
+//	                    re-apply a parked InvoiceIssued through the normal path
 //
 // Configuration comes from the environment; see internal/config.
 package main
@@ -17,9 +19,11 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -32,6 +36,7 @@ import (
 	"github.com/lossless-dev/lossless/services/workorder/internal/admin"
 	"github.com/lossless-dev/lossless/services/workorder/internal/app"
 	"github.com/lossless-dev/lossless/services/workorder/internal/config"
+	"github.com/lossless-dev/lossless/services/workorder/internal/invoicing"
 )
 
 func main() {
@@ -72,11 +77,13 @@ func run(args []string) error {
 		return pubsub.ProvisionCommand(ctx, cfg, cliLogger())
 	case "inbox":
 		return inboxCommand(ctx, env, args[1:])
+	case "invoicing":
+		return invoicingCommand(ctx, env, args[1:])
 	case "-h", "--help", "help":
-		fmt.Println("usage: workorder [serve|migrate|provision|inbox]  (configuration from the environment: services/workorder/internal/config)")
+		fmt.Println("usage: workorder [serve|migrate|provision|inbox|invoicing]  (configuration from the environment: services/workorder/internal/config)")
 		return nil
 	default:
-		return fmt.Errorf("unknown command %q (want serve, migrate, provision or inbox)", cmd)
+		return fmt.Errorf("unknown command %q (want serve, migrate, provision, inbox or invoicing)", cmd)
 	}
 }
 
@@ -133,4 +140,41 @@ func inboxCommand(ctx context.Context, env *envconfig.Reader, args []string) err
 		return err
 	}
 	return admin.RunCLI(ctx, args, ops, os.Stdout)
+}
+
+// invoicingCommand replays a parked InvoiceIssued (parked_billing_events)
+// through the consumer's normal path; ticket and actor are recorded with it.
+func invoicingCommand(ctx context.Context, env *envconfig.Reader, args []string) error {
+	fs := flag.NewFlagSet("workorder invoicing replay", flag.ContinueOnError)
+	id := fs.Int64("id", 0, "parked_billing_events id (required)")
+	ticket := fs.String("ticket", "", "change or incident reference (required)")
+	actor := fs.String("actor", "", "who acts (required)")
+	if len(args) == 0 || args[0] != "replay" {
+		return errors.New("usage: workorder invoicing replay --id N --ticket T --actor A")
+	}
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	if *id <= 0 || strings.TrimSpace(*ticket) == "" || strings.TrimSpace(*actor) == "" {
+		return errors.New("workorder invoicing replay: --id, --ticket and --actor are required")
+	}
+	dsn := env.Required("DATABASE_URL")
+	if err := env.Err(); err != nil {
+		return err
+	}
+	pool, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		return fmt.Errorf("DATABASE_URL: %w", err)
+	}
+	defer pool.Close()
+	inv, err := invoicing.New(pool, cliLogger(), nil)
+	if err != nil {
+		return err
+	}
+	outcome, err := inv.Replay(ctx, *id, *ticket, *actor)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("parked billing event %d replayed: %s\n", *id, outcome)
+	return nil
 }

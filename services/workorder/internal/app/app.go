@@ -24,10 +24,12 @@ import (
 
 	providerv1 "github.com/lossless-dev/lossless/gen/lossless/provider/v1"
 	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
+	"github.com/lossless-dev/lossless/pkg/dedup"
 	"github.com/lossless-dev/lossless/pkg/idempotency"
 	"github.com/lossless-dev/lossless/pkg/inbox"
 	"github.com/lossless-dev/lossless/pkg/outbox"
 	"github.com/lossless-dev/lossless/pkg/outboxpubsub"
+	"github.com/lossless-dev/lossless/pkg/pgpool"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/server"
 	"github.com/lossless-dev/lossless/services/workorder/internal/admin"
@@ -35,6 +37,7 @@ import (
 	"github.com/lossless-dev/lossless/services/workorder/internal/config"
 	"github.com/lossless-dev/lossless/services/workorder/internal/correlation"
 	"github.com/lossless-dev/lossless/services/workorder/internal/handoff"
+	"github.com/lossless-dev/lossless/services/workorder/internal/invoicing"
 	"github.com/lossless-dev/lossless/services/workorder/internal/orders"
 	"github.com/lossless-dev/lossless/services/workorder/internal/receiver"
 )
@@ -65,7 +68,7 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger, meter metr
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	pool, err := pgxpool.New(ctx, cfg.DatabaseURL)
+	pool, err := pgpool.New(ctx, cfg.DatabaseURL)
 	if err != nil {
 		return nil, fmt.Errorf("app: database pool: %w", err)
 	}
@@ -148,6 +151,20 @@ func (a *App) assemble(ctx context.Context, opts []server.Option) error {
 	if err != nil {
 		return err
 	}
+	// Back from billing: InvoiceIssued moves the order to INVOICED, once
+	// (idempotent consumer, pkg/dedup); dedup markers expire in batches.
+	invoiced, err := invoicing.New(a.pool, a.log.With("component", "invoicing"), a.meter)
+	if err != nil {
+		return err
+	}
+	billingSub, err := pubsub.NewSubscriber(a.ps, pubsub.SubBillingEvents, pubsub.DefaultSubscriberConfig(), a.log.With("component", "invoicing"), a.meter)
+	if err != nil {
+		return err
+	}
+	markers, err := dedup.NewCleaner(a.pool, dedup.CleanerConfig{}, a.log.With("component", "dedup-cleaner"))
+	if err != nil {
+		return err
+	}
 	ops, err := admin.NewOps(admin.Deps{Pool: a.pool, PubSub: a.ps, Logger: a.log.With("component", "admin")})
 	if err != nil {
 		return err
@@ -165,6 +182,8 @@ func (a *App) assemble(ctx context.Context, opts []server.Option) error {
 		server.WithWorker("inbox-receiver", recv.Run),
 		server.WithWorker("inbox-relay", correlate.Run),
 		server.WithWorker("inbox-monitor", monitor.Run),
+		server.WithWorker("invoicing", func(ctx context.Context) error { return billingSub.RunBatch(ctx, invoiced.HandleBatch) }),
+		server.WithWorker("dedup-cleaner", markers.Run),
 	}
 
 	a.srv, err = server.New(a.cfg.Server, a.log, append(workers, opts...)...)

@@ -1,0 +1,152 @@
+package dedup_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/lossless-dev/lossless/migrations"
+	"github.com/lossless-dev/lossless/pkg/dedup"
+	"github.com/lossless-dev/lossless/pkg/pgtest"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+func setup(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	pool := pgtest.NewPool(t, migrations.Billing())
+	if _, err := pool.Exec(context.Background(), `CREATE TABLE effects (event_id text NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	return pool
+}
+
+// apply is a consumer: marker and effect in one transaction.
+func apply(ctx context.Context, pool *pgxpool.Pool, ev dedup.Event) (dedup.Outcome, error) {
+	var out dedup.Outcome
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		var err error
+		if out, err = dedup.Claim(ctx, tx, ev); err != nil || out != dedup.New {
+			return err
+		}
+		_, err = tx.Exec(ctx, `INSERT INTO effects VALUES ($1)`, ev.ID)
+		return err
+	})
+	return out, err
+}
+
+func count(t *testing.T, pool *pgxpool.Pool, sql string) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(context.Background(), sql).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// F4: the same event delivered twice, and concurrently, has one effect.
+func TestF4_SameEventTwiceAndConcurrentlyOneEffect(t *testing.T) {
+	t.Parallel()
+	pool := setup(t)
+	ctx := context.Background()
+	for i := range 20 {
+		ev := dedup.Event{Consumer: "c", ID: "ev-" + string(rune('a'+i)), Type: "T", Payload: []byte("p")}
+		var wg sync.WaitGroup
+		outs := make([]dedup.Outcome, 4)
+		for j := range outs {
+			wg.Go(func() {
+				var err error
+				if outs[j], err = apply(ctx, pool, ev); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		news := 0
+		for _, o := range outs {
+			if o == dedup.New {
+				news++
+			} else if o != dedup.Duplicate {
+				t.Fatalf("outcome %v", o)
+			}
+		}
+		if news != 1 {
+			t.Fatalf("round %d: %d deliveries applied, want 1", i, news)
+		}
+	}
+	if n := count(t, pool, `SELECT count(*) FROM effects`); n != 20 {
+		t.Fatalf("effects: %d, want 20", n)
+	}
+}
+
+// A rolled-back effect leaves no marker: the redelivery applies.
+func TestRollbackLeavesNoMarker(t *testing.T) {
+	t.Parallel()
+	pool := setup(t)
+	ctx := context.Background()
+	ev := dedup.Event{Consumer: "c", ID: "e1", Type: "T", Payload: []byte("p")}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := dedup.Claim(ctx, tx, ev); err != nil || out != dedup.New {
+		t.Fatalf("%v %v", out, err)
+	}
+	_ = tx.Rollback(ctx)
+	if out, err := apply(ctx, pool, ev); err != nil || out != dedup.New {
+		t.Fatalf("redelivery after rollback: %v %v", out, err)
+	}
+}
+
+// The same id with other content is reported as a conflict (producer bug);
+// another consumer may process the same event.
+func TestConflictAndConsumerScope(t *testing.T) {
+	t.Parallel()
+	pool := setup(t)
+	ctx := context.Background()
+	ev := dedup.Event{Consumer: "c", ID: "e1", Type: "T", Payload: []byte("p")}
+	if out, _ := apply(ctx, pool, ev); out != dedup.New {
+		t.Fatal(out)
+	}
+	ev.Payload = []byte("other")
+	if out, err := apply(ctx, pool, ev); err != nil || out != dedup.Conflict {
+		t.Fatalf("%v %v", out, err)
+	}
+	ev.Consumer = "reports"
+	if out, err := apply(ctx, pool, ev); err != nil || out != dedup.New {
+		t.Fatalf("%v %v", out, err)
+	}
+}
+
+func TestCleanerDeletesOnlyExpiredInBatches(t *testing.T) {
+	t.Parallel()
+	pool := setup(t)
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `INSERT INTO processed_events (consumer, event_id, event_type, fingerprint, processed_at)
+		SELECT 'c', 'old-' || i, 'T', '\x00'::bytea, now() - interval '15 days' FROM generate_series(1, 25) i
+		UNION ALL
+		SELECT 'c', 'new-' || i, 'T', '\x00'::bytea, now() - interval '13 days' FROM generate_series(1, 5) i`); err != nil {
+		t.Fatal(err)
+	}
+	c, err := dedup.NewCleaner(pool, dedup.CleanerConfig{BatchSize: 10}, slog.New(slog.NewJSONHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := c.CleanOnce(ctx, time.Now())
+	if err != nil || n != 25 {
+		t.Fatalf("deleted %d, %v; want 25", n, err)
+	}
+	if left := count(t, pool, `SELECT count(*) FROM processed_events`); left != 5 {
+		t.Fatalf("left %d, want 5", left)
+	}
+	if _, err := dedup.NewCleaner(pool, dedup.CleanerConfig{Retention: time.Hour}, slog.New(slog.NewJSONHandler(io.Discard, nil))); err == nil {
+		t.Fatal("a retention shorter than the redelivery window was accepted")
+	}
+}

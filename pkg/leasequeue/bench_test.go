@@ -1,0 +1,100 @@
+package leasequeue_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/lossless-dev/lossless/migrations"
+	"github.com/lossless-dev/lossless/pkg/leasequeue"
+	"github.com/lossless-dev/lossless/pkg/pgtest"
+)
+
+// Benchmark sizes: LEASEQUEUE_BENCH_JOBS (default 100000) and
+// LEASEQUEUE_BENCH_WORKERS (default 100, River's anchor figure).
+func benchEnv(b *testing.B, name string, def int) int {
+	if v := os.Getenv(name); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			b.Fatalf("%s=%q: want a positive integer", name, v)
+		}
+		return n
+	}
+	return def
+}
+
+// BenchmarkBurnDown is B3's no-op burn-down: N jobs inserted, then W
+// handlers drain them; reports jobs/s. The anchor is River v0.51.2 on the
+// same server: `go run . -database-url URL -jobs N -workers W` in
+// /work/shared/bench/river-compare (see bench/river-compare-run.md). Point
+// both at one server with DATABASE_URL; with LOSSLESS_PG_FSYNC=on the
+// ephemeral server keeps fsync on.
+func BenchmarkBurnDown(b *testing.B) {
+	jobs := benchEnv(b, "LEASEQUEUE_BENCH_JOBS", 100_000)
+	workers := benchEnv(b, "LEASEQUEUE_BENCH_WORKERS", 100)
+	ctx := context.Background()
+	pool := pgtest.NewPool(b, migrations.Billing())
+	q, err := leasequeue.New(pool, leasequeue.Config{Name: "bench"}, slog.New(slog.NewJSONHandler(io.Discard, nil)), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var total time.Duration
+	for range b.N {
+		b.StopTimer()
+		if _, err := pool.Exec(ctx, `DELETE FROM jobs`); err != nil {
+			b.Fatal(err)
+		}
+		batch := make([]leasequeue.NewJob, 0, 5000)
+		for i := 0; i < jobs; i += len(batch) {
+			batch = batch[:0]
+			for j := 0; j < cap(batch) && i+j < jobs; j++ {
+				batch = append(batch, leasequeue.NewJob{})
+			}
+			if _, err := q.Enqueue(ctx, pool, batch...); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if _, err := pool.Exec(ctx, `VACUUM ANALYZE jobs`); err != nil {
+			b.Fatal(err)
+		}
+		var done atomic.Int64
+		finished := make(chan struct{})
+		w, err := leasequeue.NewWorker(q, func(context.Context, leasequeue.Job) (leasequeue.Complete, error) {
+			if done.Add(1) == int64(jobs) {
+				close(finished)
+			}
+			return nil, nil
+		}, leasequeue.WorkerConfig{Workers: workers, PollInterval: 20 * time.Millisecond})
+		if err != nil {
+			b.Fatal(err)
+		}
+		runCtx, cancel := context.WithCancel(ctx)
+		stopped := make(chan error, 1)
+		b.StartTimer()
+		start := time.Now()
+		go func() { stopped <- w.Run(runCtx) }()
+		<-finished
+		// Like River's figure: handlers ran for every job; then wait for the
+		// last completions to commit before checking none was lost.
+		elapsed := time.Since(start)
+		b.StopTimer()
+		cancel()
+		if err := <-stopped; err != nil {
+			b.Fatal(err)
+		}
+		var doneRows int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM jobs WHERE state = 'done'`).Scan(&doneRows); err != nil {
+			b.Fatal(err)
+		}
+		if doneRows != jobs {
+			b.Fatalf("%d of %d jobs done: lost or duplicated work", doneRows, jobs)
+		}
+		total += elapsed
+	}
+	b.ReportMetric(float64(jobs*b.N)/total.Seconds(), "jobs/s")
+}

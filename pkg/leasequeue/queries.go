@@ -1,0 +1,156 @@
+package leasequeue
+
+// The SQL of the queue. Every statement that writes a running job carries the
+// fencing predicate (id AND epoch AND state = 'running') and the caller checks
+// which rows it affected; without the epoch, a worker whose lease was taken
+// over could still write (the state is 'running' again, for the new owner).
+
+// qEnqueue inserts jobs; an existing (queue, unique_key) makes it a no-op, so
+// an idempotent consumer may enqueue the same business work twice safely.
+// pg_notify wakes idle workers at commit (duplicates in one transaction are
+// folded by PostgreSQL).
+const qEnqueue = `
+WITH ins AS (
+    INSERT INTO jobs (queue, unique_key, payload, max_attempts, due_at)
+    SELECT $1, u.unique_key, u.payload, u.max_attempts, u.due_at
+    FROM unnest($2::text[], $3::bytea[], $4::int[], $5::timestamptz[])
+        AS u(unique_key, payload, max_attempts, due_at)
+    ON CONFLICT (queue, unique_key) DO NOTHING
+    RETURNING id
+)
+SELECT count(*), pg_notify($6, '') FROM ins`
+
+// qClaimAvailable claims fresh jobs. Keyset by id (id > $2) over the partial
+// index of available jobs: every claimed row leaves a dead entry at the front
+// of that index until vacuum, and a scan from the start walks all of them
+// (the "naive" claim of docs performance.md decays from ~15k to ~3k rows/s).
+// The cursor skips them. Its trap, ids committed out of order and retries
+// whose due_at was still in the future when the cursor passed, is closed by
+// the Worker rewinding the cursor to 0 whenever a claim comes back short and
+// at least every FullScanInterval. SKIP LOCKED: concurrent claimers take
+// disjoint rows and never wait on each other.
+const qClaimAvailable = `
+WITH picked AS (
+    SELECT id FROM jobs
+    WHERE queue = $1 AND state = 'available' AND id > $2 AND due_at <= $3
+    ORDER BY id
+    LIMIT $4
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE jobs j
+SET state = 'running', attempts = j.attempts + 1, epoch = j.epoch + 1,
+    lease_owner = $5, due_at = $6
+FROM picked
+WHERE j.id = picked.id
+RETURNING j.id, coalesce(j.unique_key, ''), j.payload, j.attempts, j.max_attempts, j.epoch, j.created_at`
+
+// qClaimExpired claims running jobs whose lease expired (their worker is
+// presumed dead): the rescue is an ordinary claim, so it bumps the epoch and
+// the previous owner is fenced off from then on. Jobs that used all their
+// attempts are left to qBuryExpired.
+const qClaimExpired = `
+WITH picked AS (
+    SELECT id FROM jobs
+    WHERE queue = $1 AND state = 'running' AND due_at < $2 AND attempts < max_attempts
+    ORDER BY due_at
+    LIMIT $3
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE jobs j
+SET state = 'running', attempts = j.attempts + 1, epoch = j.epoch + 1,
+    lease_owner = $4, due_at = $5
+FROM picked
+WHERE j.id = picked.id
+RETURNING j.id, coalesce(j.unique_key, ''), j.payload, j.attempts, j.max_attempts, j.epoch, j.created_at`
+
+// qBuryExpired parks jobs whose lease expired on their last attempt: a job
+// that keeps killing its worker must not be claimed forever. The epoch bump
+// fences off the (presumed dead) owner.
+const qBuryExpired = `
+UPDATE jobs
+SET state = 'dead', epoch = epoch + 1, lease_owner = NULL, finished_at = $2,
+    last_error = 'lease expired on attempt ' || attempts || ' of ' || max_attempts
+        || coalesce(' (previous error: ' || last_error || ')', '')
+WHERE id IN (
+    SELECT id FROM jobs
+    WHERE queue = $1 AND state = 'running' AND due_at < $2 AND attempts >= max_attempts
+    FOR UPDATE SKIP LOCKED
+)
+RETURNING id`
+
+// qHeartbeat extends the leases still held by this worker (fenced: a job
+// taken over by another worker is not returned, and its handler is told).
+const qHeartbeat = `
+UPDATE jobs j
+SET due_at = $3
+FROM unnest($1::bigint[], $2::bigint[]) AS h(id, epoch)
+WHERE j.id = h.id AND j.epoch = h.epoch AND j.state = 'running'
+RETURNING j.id, j.epoch`
+
+// qComplete marks jobs done, fenced; the caller runs the jobs' effects in the
+// same transaction only for the (id, epoch) pairs returned: one batch may hold
+// two claims of one job (a stale one and its successor), and only the current
+// epoch's effects may run. The row locks taken here keep
+// any concurrent claim away until commit.
+const qComplete = `
+UPDATE jobs j
+SET state = 'done', lease_owner = NULL, finished_at = $3
+FROM unnest($1::bigint[], $2::bigint[]) AS c(id, epoch)
+WHERE j.id = c.id AND j.epoch = c.epoch AND j.state = 'running'
+RETURNING j.id, j.epoch`
+
+// qFail records failed attempts, fenced: retry after a backoff, or park
+// ('dead') when permanent or out of attempts.
+const qFail = `
+UPDATE jobs j
+SET state = CASE WHEN f.dead THEN 'dead' ELSE 'available' END,
+    due_at = f.due_at, last_error = f.err, lease_owner = NULL,
+    finished_at = CASE WHEN f.dead THEN $6::timestamptz END
+FROM unnest($1::bigint[], $2::bigint[], $3::bool[], $4::timestamptz[], $5::text[])
+    AS f(id, epoch, dead, due_at, err)
+WHERE j.id = f.id AND j.epoch = f.epoch AND j.state = 'running'
+RETURNING j.id, j.epoch`
+
+// qRelease gives claimed jobs back on graceful shutdown: claimable at once,
+// and the claim's attempt returned (a deploy is not the job's fault).
+const qRelease = `
+UPDATE jobs j
+SET state = 'available', attempts = j.attempts - 1, due_at = $3, lease_owner = NULL
+FROM unnest($1::bigint[], $2::bigint[]) AS r(id, epoch)
+WHERE j.id = r.id AND j.epoch = r.epoch AND j.state = 'running'
+RETURNING j.id`
+
+// qRetry requeues parked jobs for an operator, who is audited in the same
+// transaction (I6). Only 'dead' jobs: requeueing a running or done job would
+// be a second effect. attempts restart so the job gets its full budget again;
+// the job then goes through the normal claim and fenced completion.
+const qRetry = `
+WITH retried AS (
+    UPDATE jobs
+    SET state = 'available', attempts = 0, due_at = $3, finished_at = NULL
+    WHERE queue = $1 AND id = ANY($2::bigint[]) AND state = 'dead'
+    RETURNING id, last_error
+)
+INSERT INTO job_audit (job_id, action, ticket, actor, from_state, last_error, at)
+SELECT id, 'retry', $4, $5, 'dead', last_error, $3 FROM retried
+RETURNING job_id`
+
+// qList lists jobs for operators, newest first, optionally by state.
+const qList = `
+SELECT id, coalesce(unique_key, ''), state, attempts, max_attempts, epoch,
+       coalesce(lease_owner, ''), due_at, coalesce(last_error, ''), created_at, finished_at
+FROM jobs
+WHERE queue = $1 AND ($2 = '' OR state = $2) AND ($3 = 0 OR id < $3)
+ORDER BY id DESC
+LIMIT $4`
+
+// qStats feeds the gauges (I7): parked jobs, expired leases (a worker died or
+// is stuck; rescue should bring this back to zero within RescueInterval) and
+// the age of the oldest available job. Each count uses its partial index.
+const qStats = `
+SELECT
+    (SELECT count(*) FROM jobs WHERE queue = $1 AND state = 'available'),
+    (SELECT count(*) FROM jobs WHERE queue = $1 AND state = 'running'),
+    (SELECT count(*) FROM jobs WHERE queue = $1 AND state = 'running' AND due_at < $2),
+    (SELECT count(*) FROM jobs WHERE queue = $1 AND state = 'dead'),
+    (SELECT min(due_at) FROM jobs WHERE queue = $1 AND state = 'available' AND due_at <= $2)`

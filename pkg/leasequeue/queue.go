@@ -1,0 +1,506 @@
+package leasequeue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
+
+	"github.com/lossless-dev/lossless/pkg/backoff"
+)
+
+// Config of a Queue.
+type Config struct {
+	// Name of the queue (jobs.queue). Required; letters, digits, '.', '_', '-'.
+	Name string
+	// LeaseDuration is how long a claim holds a job without a heartbeat. It
+	// bounds how long a dead worker's job waits before another worker takes it
+	// over (plus the Worker's RescueInterval). Default 30s.
+	LeaseDuration time.Duration
+	// Backoff spaces the retries of failed attempts. Default {Base: 1s, Max: 5m}.
+	Backoff backoff.Policy
+	// Now is the clock used for every lease and due time the queue writes.
+	// Default time.Now. Tests inject a fake clock to expire leases without
+	// sleeping. All replicas must agree on time within a small fraction of
+	// LeaseDuration (NTP); the fencing token keeps writes safe regardless.
+	Now func() time.Time
+}
+
+var queueName = regexp.MustCompile(`^[A-Za-z0-9._-]{1,60}$`)
+
+func (c *Config) setDefaults() {
+	if c.LeaseDuration == 0 {
+		c.LeaseDuration = 30 * time.Second
+	}
+	if c.Backoff.Base == 0 {
+		c.Backoff.Base = time.Second
+	}
+	if c.Backoff.Max == 0 {
+		c.Backoff.Max = 5 * time.Minute
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+}
+
+// Validate reports an unusable configuration.
+func (c Config) Validate() error {
+	var errs []error
+	if !queueName.MatchString(c.Name) {
+		errs = append(errs, fmt.Errorf("Name %q: want 1-60 of [A-Za-z0-9._-]", c.Name))
+	}
+	if c.LeaseDuration < 0 || (c.LeaseDuration > 0 && c.LeaseDuration < 10*time.Millisecond) {
+		errs = append(errs, fmt.Errorf("LeaseDuration %v: want at least 10ms", c.LeaseDuration))
+	}
+	if err := c.Backoff.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("backoff: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+// Queue is one named queue in the jobs table: the fenced primitives every
+// worker uses, and the operator operations.
+type Queue struct {
+	pool    *pgxpool.Pool
+	cfg     Config
+	channel string // NOTIFY channel
+	logger  *slog.Logger
+	m       *metrics
+}
+
+// New returns the queue cfg.Name on pool. meter may be nil (no metrics).
+func New(pool *pgxpool.Pool, cfg Config, logger *slog.Logger, meter metric.Meter) (*Queue, error) {
+	if pool == nil {
+		return nil, errors.New("leasequeue: nil pool")
+	}
+	if logger == nil {
+		return nil, errors.New("leasequeue: nil logger")
+	}
+	if meter == nil {
+		meter = noop.NewMeterProvider().Meter("")
+	}
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("leasequeue: config: %w", err)
+	}
+	q := &Queue{
+		pool:    pool,
+		cfg:     cfg,
+		channel: notifyChannel(cfg.Name),
+		logger:  logger.With("queue", cfg.Name),
+	}
+	m, err := newMetrics(meter, q)
+	if err != nil {
+		return nil, err
+	}
+	q.m = m
+	return q, nil
+}
+
+// Name returns the queue's name.
+func (q *Queue) Name() string { return q.cfg.Name }
+
+// LeaseDuration returns the configured lease.
+func (q *Queue) LeaseDuration() time.Duration { return q.cfg.LeaseDuration }
+
+func (q *Queue) now() time.Time { return q.cfg.Now() }
+
+// notifyChannel is the LISTEN/NOTIFY channel of a queue: an identifier, so
+// the name is folded to lower case letters, digits and '_'.
+func notifyChannel(name string) string {
+	return "leasequeue_" + strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9':
+			return r
+		case r >= 'A' && r <= 'Z':
+			return r + 'a' - 'A'
+		}
+		return '_'
+	}, name)
+}
+
+// DB is what Enqueue and the read operations need: a pool, a connection or a
+// transaction.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Enqueue inserts jobs through db, normally the caller's business transaction
+// (the job exists if and only if the transaction commits). A job whose
+// UniqueKey already exists in the queue is skipped. It returns how many jobs
+// were inserted.
+func (q *Queue) Enqueue(ctx context.Context, db DB, jobs ...NewJob) (int, error) {
+	if len(jobs) == 0 {
+		return 0, nil
+	}
+	now := q.now()
+	keys := make([]*string, len(jobs))
+	payloads := make([][]byte, len(jobs))
+	maxes := make([]int32, len(jobs))
+	dues := make([]time.Time, len(jobs))
+	for i, j := range jobs {
+		if j.UniqueKey != "" {
+			k := j.UniqueKey
+			keys[i] = &k
+		}
+		payloads[i] = j.Payload
+		if payloads[i] == nil {
+			payloads[i] = []byte{}
+		}
+		maxes[i] = int32(DefaultMaxAttempts)
+		if j.MaxAttempts > 0 {
+			maxes[i] = int32(min(j.MaxAttempts, 1000))
+		}
+		dues[i] = now
+		if !j.RunAt.IsZero() {
+			dues[i] = j.RunAt
+		}
+	}
+	var n int64
+	if err := db.QueryRow(ctx, qEnqueue, q.cfg.Name, keys, payloads, maxes, dues, q.channel).Scan(&n, nil); err != nil {
+		return 0, fmt.Errorf("leasequeue: enqueue: %w", err)
+	}
+	q.m.enqueued.Add(ctx, n, q.m.attrs)
+	return int(n), nil
+}
+
+// Claim takes up to limit available jobs for owner, under a new lease and a
+// new fencing token each. cursor is the keyset position (0 scans from the
+// start); see qClaimAvailable.
+func (q *Queue) Claim(ctx context.Context, owner string, limit int, cursor int64) ([]Job, error) {
+	now := q.now()
+	jobs, err := q.claim(ctx, qClaimAvailable, owner, q.cfg.Name, cursor, now, limit, owner, now.Add(q.cfg.LeaseDuration))
+	if err != nil {
+		return nil, err
+	}
+	q.m.claimed.Add(ctx, int64(len(jobs)), q.m.attrsFresh)
+	return jobs, nil
+}
+
+// ClaimExpired takes up to limit jobs whose lease expired (their owner is
+// presumed dead), and parks the ones that expired on their last attempt.
+func (q *Queue) ClaimExpired(ctx context.Context, owner string, limit int) ([]Job, error) {
+	now := q.now()
+	rows, err := q.pool.Query(ctx, qBuryExpired, q.cfg.Name, now)
+	if err != nil {
+		return nil, fmt.Errorf("leasequeue: park expired: %w", err)
+	}
+	buried, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("leasequeue: park expired: %w", err)
+	}
+	for _, id := range buried {
+		q.m.dead.Add(ctx, 1, q.m.attrs)
+		q.logger.Error("job parked: lease expired on its last attempt", "job_id", id)
+	}
+	jobs, err := q.claim(ctx, qClaimExpired, owner, q.cfg.Name, now, limit, owner, now.Add(q.cfg.LeaseDuration))
+	if err != nil {
+		return nil, err
+	}
+	if len(jobs) > 0 {
+		q.m.claimed.Add(ctx, int64(len(jobs)), q.m.attrsRescued)
+		for _, j := range jobs {
+			q.logger.Warn("rescued job with expired lease", "job_id", j.ID, "epoch", j.Epoch, "attempt", j.Attempt)
+		}
+	}
+	return jobs, nil
+}
+
+func (q *Queue) claim(ctx context.Context, sql, owner string, args ...any) ([]Job, error) {
+	rows, err := q.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, fmt.Errorf("leasequeue: claim: %w", err)
+	}
+	jobs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Job, error) {
+		j := Job{Owner: owner}
+		var attempt, maxAttempts int32
+		err := r.Scan(&j.ID, &j.UniqueKey, &j.Payload, &attempt, &maxAttempts, &j.Epoch, &j.CreatedAt)
+		j.Attempt, j.MaxAttempts = int(attempt), int(maxAttempts)
+		return j, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("leasequeue: claim: %w", err)
+	}
+	return jobs, nil
+}
+
+// Heartbeat extends the leases of jobs still held by their claims and returns
+// the claims whose lease was lost (taken over or finished by another claim).
+// Their handlers should stop: nothing they write will commit.
+func (q *Queue) Heartbeat(ctx context.Context, jobs []Job) (lost []Job, err error) {
+	if len(jobs) == 0 {
+		return nil, nil
+	}
+	ids, epochs := idsEpochs(jobs)
+	rows, err := q.pool.Query(ctx, qHeartbeat, ids, epochs, q.now().Add(q.cfg.LeaseDuration))
+	if err != nil {
+		return nil, fmt.Errorf("leasequeue: heartbeat: %w", err)
+	}
+	held, err := collectClaims(rows)
+	if err != nil {
+		return nil, fmt.Errorf("leasequeue: heartbeat: %w", err)
+	}
+	for _, j := range jobs {
+		if !held[claimOf(j)] {
+			lost = append(lost, j)
+			q.m.leaseLost.Add(ctx, 1, q.m.attrs)
+			q.logger.Warn("lease lost: job taken over by another claim; stopping its handler",
+				"job_id", j.ID, "epoch", j.Epoch, "owner", j.Owner)
+		}
+	}
+	return lost, nil
+}
+
+// Complete marks job done and runs effects (may be nil) in the same
+// transaction, guarded by the fencing token. It returns ErrLeaseLost, having
+// committed nothing, when the claim no longer holds the job.
+func (q *Queue) Complete(ctx context.Context, job Job, effects Complete) error {
+	res := q.completeBatch(ctx, []completion{{job: job, effects: effects}})
+	return res[0]
+}
+
+// Fail records a failed attempt of job (fenced): retried after a backoff, or
+// parked when cause is Permanent or the attempts are exhausted. It returns
+// ErrLeaseLost when the claim no longer holds the job.
+func (q *Queue) Fail(ctx context.Context, job Job, cause error) error {
+	tx, err := q.pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("leasequeue: fail: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	res, err := q.fail(ctx, tx, []failure{{job: job, cause: cause}})
+	if err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("leasequeue: fail: commit: %w", err)
+	}
+	q.countFailures(ctx, res)
+	return res[0].err
+}
+
+// Release gives jobs back (graceful shutdown): claimable at once, attempt
+// returned. Jobs no longer held are ignored.
+func (q *Queue) Release(ctx context.Context, jobs []Job) (int, error) {
+	if len(jobs) == 0 {
+		return 0, nil
+	}
+	ids, epochs := idsEpochs(jobs)
+	tag, err := q.pool.Exec(ctx, qRelease, ids, epochs, q.now())
+	if err != nil {
+		return 0, fmt.Errorf("leasequeue: release: %w", err)
+	}
+	q.m.released.Add(ctx, tag.RowsAffected(), q.m.attrs)
+	return int(tag.RowsAffected()), nil
+}
+
+func idsEpochs(jobs []Job) ([]int64, []int64) {
+	ids := make([]int64, len(jobs))
+	epochs := make([]int64, len(jobs))
+	for i, j := range jobs {
+		ids[i], epochs[i] = j.ID, j.Epoch
+	}
+	return ids, epochs
+}
+
+// claim identifies one claim of a job: the fencing unit.
+type claim struct{ id, epoch int64 }
+
+func claimOf(j Job) claim { return claim{j.ID, j.Epoch} }
+
+// collectClaims reads the (id, epoch) rows a fenced statement returned.
+func collectClaims(rows pgx.Rows) (map[claim]bool, error) {
+	held := map[claim]bool{}
+	var c claim
+	_, err := pgx.ForEachRow(rows, []any{&c.id, &c.epoch}, func() error {
+		held[c] = true
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return held, nil
+}
+
+type completion struct {
+	job     Job
+	effects Complete
+}
+
+// completeBatch completes many jobs in one transaction (one commit, one
+// fsync, for the whole batch: group commit). Each job is fenced on its own;
+// the effects of the jobs still held run in the same transaction. When any
+// effect fails, the batch is rolled back and every job is retried alone, so
+// one bad job cannot fail the others. It returns one error per completion:
+// nil, ErrLeaseLost, or the failure (the job is then failed, fenced).
+func (q *Queue) completeBatch(ctx context.Context, cs []completion) []error {
+	errs := make([]error, len(cs))
+	err := q.completeTx(ctx, cs, errs)
+	if err == nil {
+		return errs
+	}
+	if len(cs) == 1 {
+		return q.afterSingleFailure(ctx, cs[0], err)
+	}
+	q.logger.Warn("batch completion failed; completing its jobs one by one", "jobs", len(cs), "error", err)
+	for i, c := range cs {
+		one := []error{nil}
+		if err := q.completeTx(ctx, []completion{c}, one); err != nil {
+			errs[i] = q.afterSingleFailure(ctx, c, err)[0]
+			continue
+		}
+		errs[i] = one[0]
+	}
+	return errs
+}
+
+// afterSingleFailure handles a job whose completion transaction failed: an
+// effect error fails the attempt (fenced), a commit/connection error leaves
+// the job to its lease (the commit may or may not have happened; either way
+// the fencing token keeps the outcome single).
+func (q *Queue) afterSingleFailure(ctx context.Context, c completion, err error) []error {
+	var effErr effectError
+	if !errors.As(err, &effErr) {
+		q.logger.Error("completion transaction failed; the job is left to its lease",
+			"job_id", c.job.ID, "epoch", c.job.Epoch, "error", err)
+		return []error{err}
+	}
+	if ferr := q.Fail(ctx, c.job, effErr.err); ferr != nil && !errors.Is(ferr, ErrLeaseLost) {
+		q.logger.Error("recording a failed completion failed; the job is left to its lease",
+			"job_id", c.job.ID, "error", ferr)
+	}
+	return []error{effErr.err}
+}
+
+type effectError struct{ err error }
+
+func (e effectError) Error() string { return "job effects: " + e.err.Error() }
+func (e effectError) Unwrap() error { return e.err }
+
+// completeTx runs one completion transaction; errs receives ErrLeaseLost for
+// fenced-off jobs. A returned error means nothing was committed, except for a
+// failed Commit, whose outcome is unknown.
+func (q *Queue) completeTx(ctx context.Context, cs []completion, errs []error) error {
+	jobs := make([]Job, len(cs))
+	for i, c := range cs {
+		jobs[i] = c.job
+	}
+	ids, epochs := idsEpochs(jobs)
+	tx, err := q.pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("leasequeue: complete: begin: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	rows, err := tx.Query(ctx, qComplete, ids, epochs, q.now())
+	if err != nil {
+		return fmt.Errorf("leasequeue: complete: %w", err)
+	}
+	isHeld, err := collectClaims(rows)
+	if err != nil {
+		return fmt.Errorf("leasequeue: complete: %w", err)
+	}
+	for i, c := range cs {
+		if !isHeld[claimOf(c.job)] {
+			errs[i] = ErrLeaseLost
+			continue
+		}
+		if c.effects == nil {
+			continue
+		}
+		if err := c.effects(ctx, tx); err != nil {
+			return effectError{err: err}
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("leasequeue: complete: commit: %w", err)
+	}
+	q.m.completed.Add(ctx, int64(len(isHeld)), q.m.attrs)
+	for i, c := range cs {
+		if errors.Is(errs[i], ErrLeaseLost) {
+			q.m.fenced.Add(ctx, 1, q.m.attrs)
+			q.logger.Warn("completion fenced off: lease lost to another claim; nothing committed",
+				"job_id", c.job.ID, "stale_epoch", c.job.Epoch, "owner", c.job.Owner)
+		}
+	}
+	return nil
+}
+
+type failure struct {
+	job   Job
+	cause error
+}
+
+type failResult struct {
+	dead bool
+	err  error // ErrLeaseLost when fenced off
+}
+
+// fail records failures in tx (fenced) and reports, per failure, whether the
+// job was parked or the claim had lost it.
+func (q *Queue) fail(ctx context.Context, tx pgx.Tx, fs []failure) ([]failResult, error) {
+	n := len(fs)
+	ids, epochs := make([]int64, n), make([]int64, n)
+	dead, dues, msgs := make([]bool, n), make([]time.Time, n), make([]string, n)
+	now := q.now()
+	for i, f := range fs {
+		ids[i], epochs[i] = f.job.ID, f.job.Epoch
+		dead[i] = IsPermanent(f.cause) || f.job.Attempt >= f.job.MaxAttempts
+		dues[i] = now.Add(q.cfg.Backoff.Delay(f.job.Attempt))
+		msgs[i] = truncate(fmt.Sprintf("attempt %d: %v", f.job.Attempt, f.cause), 2000)
+	}
+	rows, err := tx.Query(ctx, qFail, ids, epochs, dead, dues, msgs, now)
+	if err != nil {
+		return nil, fmt.Errorf("leasequeue: fail: %w", err)
+	}
+	isHeld, err := collectClaims(rows)
+	if err != nil {
+		return nil, fmt.Errorf("leasequeue: fail: %w", err)
+	}
+	res := make([]failResult, n)
+	for i, f := range fs {
+		if !isHeld[claimOf(f.job)] {
+			res[i].err = ErrLeaseLost
+			continue
+		}
+		res[i].dead = dead[i]
+		if dead[i] {
+			q.logger.Error("job parked", "job_id", f.job.ID, "attempt", f.job.Attempt,
+				"max_attempts", f.job.MaxAttempts, "permanent", IsPermanent(f.cause), "error", f.cause)
+		} else {
+			q.logger.Warn("job attempt failed; will retry", "job_id", f.job.ID, "attempt", f.job.Attempt,
+				"retry_at", dues[i], "error", f.cause)
+		}
+	}
+	return res, nil
+}
+
+func (q *Queue) countFailures(ctx context.Context, res []failResult) {
+	for _, r := range res {
+		switch {
+		case r.err != nil:
+			q.m.fenced.Add(ctx, 1, q.m.attrs)
+		case r.dead:
+			q.m.dead.Add(ctx, 1, q.m.attrs)
+		default:
+			q.m.retried.Add(ctx, 1, q.m.attrs)
+		}
+	}
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}

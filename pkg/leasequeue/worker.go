@@ -1,0 +1,484 @@
+package leasequeue
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// WorkerConfig of a Worker.
+type WorkerConfig struct {
+	// Owner names this worker in jobs.lease_owner. Default
+	// "<hostname>-<pid>-<random>", unique per process start.
+	Owner string
+	// Workers is how many handlers run at once. Default 10.
+	Workers int
+	// FetchBatch caps the jobs one claim takes. Default Workers (at most 1000).
+	FetchBatch int
+	// PollInterval is the wait after a claim found no work, unless a
+	// notification (Enqueue, Retry) wakes the worker first. Default 1s.
+	PollInterval time.Duration
+	// RescueInterval is how often expired leases are looked for. A dead
+	// worker's job is redone within LeaseDuration + RescueInterval. Default 1s.
+	RescueInterval time.Duration
+	// FullScanInterval bounds how long the keyset cursor may run ahead before
+	// it rewinds to pick up rows committed behind it. Default 1s.
+	FullScanInterval time.Duration
+	// HeartbeatInterval is how often running jobs' leases are extended.
+	// Default LeaseDuration/3; must be below LeaseDuration.
+	HeartbeatInterval time.Duration
+	// CompleteBatch caps the jobs completed in one transaction. Default 256.
+	CompleteBatch int
+	// Completers is how many completion transactions may be in flight at once.
+	// Default 2: one commits while the next batch gathers.
+	Completers int
+	// ShutdownGrace is how long running handlers may finish after Run's
+	// context is cancelled; then they are cancelled and their jobs released.
+	// Default 10s.
+	ShutdownGrace time.Duration
+	// DisableListen turns off LISTEN/NOTIFY wake-ups (one pooled connection
+	// per worker); idle workers then find new jobs after PollInterval.
+	// Default false.
+	DisableListen bool
+}
+
+func (c *WorkerConfig) setDefaults(lease time.Duration) {
+	if c.Owner == "" {
+		host, _ := os.Hostname()
+		b := make([]byte, 4)
+		_, _ = rand.Read(b)
+		c.Owner = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b))
+	}
+	if c.Workers == 0 {
+		c.Workers = 10
+	}
+	if c.FetchBatch == 0 {
+		c.FetchBatch = min(c.Workers, 1000)
+	}
+	if c.PollInterval == 0 {
+		c.PollInterval = time.Second
+	}
+	if c.RescueInterval == 0 {
+		c.RescueInterval = time.Second
+	}
+	if c.FullScanInterval == 0 {
+		c.FullScanInterval = time.Second
+	}
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = lease / 3
+	}
+	if c.CompleteBatch == 0 {
+		c.CompleteBatch = 256
+	}
+	if c.Completers == 0 {
+		c.Completers = 2
+	}
+	if c.ShutdownGrace == 0 {
+		c.ShutdownGrace = 10 * time.Second
+	}
+}
+
+// Validate reports an unusable configuration; lease is the queue's (zero:
+// its default). Zero fields take their defaults.
+func (c WorkerConfig) Validate(lease time.Duration) error {
+	if lease == 0 {
+		lease = 30 * time.Second
+	}
+	c.setDefaults(lease)
+	var errs []error
+	check := func(ok bool, format string, args ...any) {
+		if !ok {
+			errs = append(errs, fmt.Errorf(format, args...))
+		}
+	}
+	check(len(c.Owner) <= 200, "Owner: at most 200 characters")
+	check(c.Workers >= 1 && c.Workers <= 10000, "Workers %d: want 1..10000", c.Workers)
+	check(c.FetchBatch >= 1 && c.FetchBatch <= 1000, "FetchBatch %d: want 1..1000", c.FetchBatch)
+	check(c.PollInterval > 0, "PollInterval %v: want > 0", c.PollInterval)
+	check(c.RescueInterval > 0, "RescueInterval %v: want > 0", c.RescueInterval)
+	check(c.FullScanInterval > 0, "FullScanInterval %v: want > 0", c.FullScanInterval)
+	check(c.HeartbeatInterval > 0 && c.HeartbeatInterval < lease,
+		"HeartbeatInterval %v: want > 0 and below the lease (%v)", c.HeartbeatInterval, lease)
+	check(c.CompleteBatch >= 1 && c.CompleteBatch <= 10000, "CompleteBatch %d: want 1..10000", c.CompleteBatch)
+	check(c.Completers >= 1 && c.Completers <= 64, "Completers %d: want 1..64", c.Completers)
+	check(c.ShutdownGrace > 0, "ShutdownGrace %v: want > 0", c.ShutdownGrace)
+	return errors.Join(errs...)
+}
+
+// Worker claims a queue's jobs and runs them with a Handler: fetch (keyset
+// claim + rescue of expired leases), heartbeat, and group-committed fenced
+// completion. Run any number of Workers, in any number of processes.
+type Worker struct {
+	q      *Queue
+	h      Handler
+	cfg    WorkerConfig
+	logger *slog.Logger
+
+	busy  atomic.Int64  // handlers running
+	freed chan struct{} // a handler finished (cap 1)
+	wake  chan struct{} // a NOTIFY arrived (cap 1)
+
+	mu       sync.Mutex
+	inflight map[claim]*inflight // claimed, not yet finalised; by claim, as a job may be re-claimed by this worker while its stale claim finalises
+}
+
+type inflight struct {
+	job    Job
+	cancel context.CancelFunc
+	lost   bool // a heartbeat found the lease taken over
+}
+
+type outcome struct {
+	job     Job
+	effects Complete
+	err     error
+	release bool // shutdown cancelled the handler: give the job back
+	lost    bool // lease lost: nothing to write
+}
+
+// NewWorker returns a worker of q running h.
+func NewWorker(q *Queue, h Handler, cfg WorkerConfig) (*Worker, error) {
+	if q == nil {
+		return nil, errors.New("leasequeue: nil queue")
+	}
+	if h == nil {
+		return nil, errors.New("leasequeue: nil handler")
+	}
+	cfg.setDefaults(q.cfg.LeaseDuration)
+	if err := cfg.Validate(q.cfg.LeaseDuration); err != nil {
+		return nil, fmt.Errorf("leasequeue: worker config: %w", err)
+	}
+	return &Worker{
+		q:        q,
+		h:        h,
+		cfg:      cfg,
+		logger:   q.logger.With("owner", cfg.Owner),
+		freed:    make(chan struct{}, 1),
+		wake:     make(chan struct{}, 1),
+		inflight: make(map[claim]*inflight),
+	}, nil
+}
+
+// Owner returns the name this worker claims under.
+func (w *Worker) Owner() string { return w.cfg.Owner }
+
+// Run works until ctx is cancelled, then shuts down gracefully: it stops
+// claiming, lets running handlers finish for up to ShutdownGrace, cancels the
+// rest and releases their jobs, commits what finished, and returns nil.
+func (w *Worker) Run(ctx context.Context) error {
+	bg := context.WithoutCancel(ctx)
+	workCtx, cancelWork := context.WithCancel(bg)
+	defer cancelWork()
+
+	results := make(chan outcome, w.cfg.Workers)
+	var completers sync.WaitGroup
+	for range w.cfg.Completers {
+		completers.Go(func() { w.completeLoop(bg, results) })
+	}
+	hbCtx, stopHeartbeat := context.WithCancel(bg)
+	var heartbeat sync.WaitGroup
+	heartbeat.Go(func() { w.heartbeatLoop(hbCtx) })
+	if !w.cfg.DisableListen {
+		heartbeat.Go(func() { w.listen(ctx) })
+	}
+
+	w.logger.Info("lease worker started", "workers", w.cfg.Workers, "lease", w.q.cfg.LeaseDuration)
+	var handlers sync.WaitGroup
+	w.fetchLoop(ctx, workCtx, results, &handlers)
+
+	idle := make(chan struct{})
+	go func() { handlers.Wait(); close(idle) }()
+	grace := time.NewTimer(w.cfg.ShutdownGrace)
+	defer grace.Stop()
+	select {
+	case <-idle:
+	case <-grace.C:
+		w.logger.Warn("shutdown grace over: cancelling running handlers; their jobs are released",
+			"running", w.busy.Load())
+		cancelWork()
+		<-idle
+	}
+	close(results)
+	completers.Wait()
+	stopHeartbeat()
+	heartbeat.Wait()
+	w.logger.Info("lease worker stopped")
+	return nil
+}
+
+func (w *Worker) fetchLoop(ctx, workCtx context.Context, results chan<- outcome, handlers *sync.WaitGroup) {
+	var cursor int64
+	var lastRescue, lastFullScan time.Time
+	poll := time.NewTimer(0)
+	<-poll.C
+	defer poll.Stop()
+	wait := func(d time.Duration) {
+		poll.Reset(d)
+		defer poll.Stop()
+		select {
+		case <-ctx.Done():
+		case <-w.wake:
+		case <-poll.C:
+		}
+	}
+	for ctx.Err() == nil {
+		free := w.cfg.Workers - int(w.busy.Load())
+		if free <= 0 {
+			select {
+			case <-ctx.Done():
+			case <-w.freed:
+			}
+			continue
+		}
+		want := min(free, w.cfg.FetchBatch)
+		var jobs []Job
+		now := time.Now()
+		if now.Sub(lastRescue) >= w.cfg.RescueInterval {
+			lastRescue = now
+			rescued, err := w.claimWith(ctx, func(c context.Context) ([]Job, error) {
+				return w.q.ClaimExpired(c, w.cfg.Owner, want)
+			})
+			if err != nil {
+				w.logger.Error("rescue of expired leases failed", "error", err)
+			}
+			jobs = rescued
+		}
+		short := false
+		if n := want - len(jobs); n > 0 {
+			if cursor > 0 && now.Sub(lastFullScan) >= w.cfg.FullScanInterval {
+				cursor = 0
+			}
+			if cursor == 0 {
+				lastFullScan = now
+			}
+			from := cursor
+			fresh, err := w.claimWith(ctx, func(c context.Context) ([]Job, error) {
+				return w.q.Claim(c, w.cfg.Owner, n, from)
+			})
+			if err != nil {
+				w.logger.Error("claim failed; backing off", "error", err)
+				wait(w.cfg.PollInterval)
+				continue
+			}
+			for _, j := range fresh {
+				cursor = max(cursor, j.ID)
+			}
+			if len(fresh) < n {
+				// The end of the keyset: rewind, so the next claim also sees
+				// rows committed behind the cursor and retries now due.
+				short, cursor = from == 0, 0
+			}
+			jobs = append(jobs, fresh...)
+		}
+		for _, j := range jobs {
+			w.start(workCtx, j, results, handlers)
+		}
+		if short {
+			// Nothing more to claim: sleep until notified or the next poll.
+			wait(w.cfg.PollInterval)
+		}
+	}
+}
+
+// claimWith runs a claim statement on a context that survives ctx: a claim
+// cancelled mid-flight could commit without its rows reaching us, leaving
+// them to wait for their lease to expire.
+func (w *Worker) claimWith(ctx context.Context, f func(context.Context) ([]Job, error)) ([]Job, error) {
+	if ctx.Err() != nil {
+		return nil, nil
+	}
+	c, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.q.cfg.LeaseDuration)
+	defer cancel()
+	return f(c)
+}
+
+func (w *Worker) start(workCtx context.Context, job Job, results chan<- outcome, handlers *sync.WaitGroup) {
+	jctx, cancel := context.WithCancel(workCtx)
+	w.mu.Lock()
+	w.inflight[claimOf(job)] = &inflight{job: job, cancel: cancel}
+	w.mu.Unlock()
+	w.busy.Add(1)
+	handlers.Go(func() {
+		defer cancel()
+		effects, err := w.call(jctx, job)
+		o := outcome{job: job, effects: effects, err: err}
+		if err != nil && jctx.Err() != nil {
+			w.mu.Lock()
+			lost := w.inflight[claimOf(job)].lost
+			w.mu.Unlock()
+			o.lost = lost
+			o.release = !lost && workCtx.Err() != nil
+		}
+		w.busy.Add(-1)
+		select {
+		case w.freed <- struct{}{}:
+		default:
+		}
+		results <- o
+	})
+}
+
+// call runs the handler, turning a panic into a failed attempt.
+func (w *Worker) call(ctx context.Context, job Job) (effects Complete, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			effects, err = nil, fmt.Errorf("handler panic: %v", p)
+		}
+	}()
+	return w.h(ctx, job)
+}
+
+func (w *Worker) completeLoop(ctx context.Context, results <-chan outcome) {
+	for o := range results {
+		batch := []outcome{o}
+	gather:
+		for len(batch) < w.cfg.CompleteBatch {
+			select {
+			case more, ok := <-results:
+				if !ok {
+					break gather
+				}
+				batch = append(batch, more)
+			default:
+				break gather
+			}
+		}
+		w.finalise(ctx, batch)
+	}
+}
+
+// finalise writes the outcomes of a batch: completions in one group-committed
+// transaction, failures in another, releases in one statement.
+func (w *Worker) finalise(ctx context.Context, batch []outcome) {
+	ctx, cancel := context.WithTimeout(ctx, w.q.cfg.LeaseDuration)
+	defer cancel()
+	var done []completion
+	var failed []failure
+	var released []Job
+	for _, o := range batch {
+		switch {
+		case o.lost:
+		case o.release:
+			released = append(released, o.job)
+		case o.err != nil:
+			failed = append(failed, failure{job: o.job, cause: o.err})
+		default:
+			done = append(done, completion{job: o.job, effects: o.effects})
+		}
+	}
+	if len(done) > 0 {
+		w.q.completeBatch(ctx, done)
+	}
+	if len(failed) > 0 {
+		err := pgx.BeginFunc(ctx, w.q.pool, func(tx pgx.Tx) error {
+			res, err := w.q.fail(ctx, tx, failed)
+			if err == nil {
+				defer w.q.countFailures(ctx, res)
+			}
+			return err
+		})
+		if err != nil {
+			w.logger.Error("recording failed attempts failed; the jobs are left to their leases", "jobs", len(failed), "error", err)
+		}
+	}
+	if len(released) > 0 {
+		if n, err := w.q.Release(ctx, released); err != nil {
+			w.logger.Error("release failed; the jobs are left to their leases", "jobs", len(released), "error", err)
+		} else {
+			w.logger.Info("released jobs on shutdown", "jobs", n)
+		}
+	}
+	w.mu.Lock()
+	for _, o := range batch {
+		delete(w.inflight, claimOf(o.job))
+	}
+	w.mu.Unlock()
+}
+
+func (w *Worker) heartbeatLoop(ctx context.Context) {
+	t := time.NewTicker(w.cfg.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		w.mu.Lock()
+		jobs := make([]Job, 0, len(w.inflight))
+		for _, f := range w.inflight {
+			if !f.lost {
+				jobs = append(jobs, f.job)
+			}
+		}
+		w.mu.Unlock()
+		if len(jobs) == 0 {
+			continue
+		}
+		c, cancel := context.WithTimeout(ctx, w.cfg.HeartbeatInterval)
+		lost, err := w.q.Heartbeat(c, jobs)
+		cancel()
+		if err != nil {
+			w.logger.Error("heartbeat failed; leases run out unless the next one succeeds", "jobs", len(jobs), "error", err)
+			continue
+		}
+		w.mu.Lock()
+		for _, j := range lost {
+			if f := w.inflight[claimOf(j)]; f != nil {
+				f.lost = true
+				f.cancel()
+			}
+		}
+		w.mu.Unlock()
+	}
+}
+
+// listen turns NOTIFY on the queue's channel into wake-ups of the fetch loop.
+func (w *Worker) listen(ctx context.Context) {
+	for ctx.Err() == nil {
+		err := w.listenOnce(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		w.logger.Warn("LISTEN connection lost; polling until it is back", "error", err)
+		t := time.NewTimer(w.cfg.PollInterval)
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+func (w *Worker) listenOnce(ctx context.Context) error {
+	conn, err := w.q.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	// The connection carries a LISTEN: close it rather than return it to the pool.
+	defer func() {
+		_ = conn.Conn().Close(context.WithoutCancel(ctx))
+		conn.Release()
+	}()
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{w.q.channel}.Sanitize()); err != nil {
+		return err
+	}
+	for {
+		if _, err := conn.Conn().WaitForNotification(ctx); err != nil {
+			return err
+		}
+		select {
+		case w.wake <- struct{}{}:
+		default:
+		}
+	}
+}

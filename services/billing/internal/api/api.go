@@ -1,0 +1,135 @@
+// Package api serves lossless.billing.v1.BillingService: read-only access to
+// the invoices billing issued. Requests are validated by pkg/server's
+// protovalidate interceptor before they reach the handlers (INVALID_ARGUMENT
+// with one field violation per bad field; HTTP 400 through the gateway).
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	billingv1 "github.com/lossless-dev/lossless/gen/lossless/billing/v1"
+	moneyv1 "github.com/lossless-dev/lossless/gen/lossless/money/v1"
+	"github.com/lossless-dev/lossless/pkg/apierror"
+	"github.com/lossless-dev/lossless/pkg/server"
+	"github.com/lossless-dev/lossless/services/billing/internal/invoice"
+	"github.com/lossless-dev/lossless/services/billing/internal/store"
+)
+
+// Page sizes of ListInvoices.
+const (
+	DefaultPageSize = 50
+	MaxPageSize     = 500
+)
+
+// Service implements BillingService.
+type Service struct {
+	billingv1.UnimplementedBillingServiceServer
+	pool   *pgxpool.Pool
+	logger *slog.Logger
+}
+
+// NewService returns the service reading from pool.
+func NewService(pool *pgxpool.Pool, logger *slog.Logger) (*Service, error) {
+	if pool == nil || logger == nil {
+		return nil, errors.New("api: nil pool or logger")
+	}
+	return &Service{pool: pool, logger: logger}, nil
+}
+
+// Register registers svc on the gRPC server and its REST gateway.
+func Register(ctx context.Context, srv *server.Server, svc *Service) error {
+	billingv1.RegisterBillingServiceServer(srv.GRPC(), svc)
+	if err := billingv1.RegisterBillingServiceHandler(ctx, srv.Gateway(), srv.GatewayConn()); err != nil {
+		return fmt.Errorf("api: register gateway: %w", err)
+	}
+	return nil
+}
+
+// GetInvoice returns one invoice; NOT_FOUND when unknown.
+func (s *Service) GetInvoice(ctx context.Context, req *billingv1.GetInvoiceRequest) (*billingv1.GetInvoiceResponse, error) {
+	id, err := uuid.Parse(req.GetId())
+	if err != nil { // protovalidate already refused it; kept for direct callers
+		return nil, apierror.InvalidArgument(apierror.Violation{Field: "id", Description: "value must be a valid UUID"})
+	}
+	inv, err := store.Get(ctx, s.pool, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, apierror.NotFound("invoice", req.GetId())
+	}
+	if err != nil {
+		s.logger.ErrorContext(ctx, "get invoice failed", "invoice_id", id, "error", err)
+		return nil, err
+	}
+	return &billingv1.GetInvoiceResponse{Invoice: toProto(inv)}, nil
+}
+
+// ListInvoices pages invoices newest first, by work order and/or issue time.
+func (s *Service) ListInvoices(ctx context.Context, req *billingv1.ListInvoicesRequest) (*billingv1.ListInvoicesResponse, error) {
+	f := store.Filter{Limit: int(req.GetPageSize())}
+	if f.Limit == 0 {
+		f.Limit = DefaultPageSize
+	}
+	f.Limit = min(f.Limit, MaxPageSize)
+	if req.GetWorkOrderId() != "" {
+		id, err := uuid.Parse(req.GetWorkOrderId())
+		if err != nil {
+			return nil, apierror.InvalidArgument(apierror.Violation{Field: "work_order_id", Description: "value must be a valid UUID"})
+		}
+		f.WorkOrderID = id
+	}
+	if req.GetIssuedAfter() != nil {
+		f.IssuedAfter = req.GetIssuedAfter().AsTime()
+	}
+	if req.GetIssuedBefore() != nil {
+		f.IssuedBefore = req.GetIssuedBefore().AsTime()
+	}
+	if tok := req.GetPageToken(); tok != "" {
+		c, err := store.ParseToken(tok)
+		if err != nil {
+			return nil, apierror.InvalidArgument(apierror.Violation{Field: "page_token", Description: err.Error()})
+		}
+		f.After = &c
+	}
+	invs, next, err := store.List(ctx, s.pool, f)
+	if err != nil {
+		s.logger.ErrorContext(ctx, "list invoices failed", "error", err)
+		return nil, err
+	}
+	resp := &billingv1.ListInvoicesResponse{Invoices: make([]*billingv1.Invoice, len(invs))}
+	for i, inv := range invs {
+		resp.Invoices[i] = toProto(inv)
+	}
+	if next != nil {
+		resp.NextPageToken = next.Token()
+	}
+	return resp, nil
+}
+
+func toProto(inv invoice.Invoice) *billingv1.Invoice {
+	money := func(minor int64) *moneyv1.Money {
+		return &moneyv1.Money{CurrencyCode: inv.Currency, MinorUnits: minor}
+	}
+	out := &billingv1.Invoice{
+		Id:          inv.ID.String(),
+		Number:      inv.Number,
+		WorkOrderId: inv.WorkOrderID.String(),
+		CustomerId:  inv.CustomerID,
+		Total:       money(inv.TotalMinor),
+		IssueTime:   timestamppb.New(inv.IssuedAt),
+	}
+	for _, l := range inv.Lines {
+		out.Lines = append(out.Lines, &billingv1.InvoiceLine{
+			Description: l.Description,
+			Quantity:    l.Quantity,
+			UnitPrice:   money(l.UnitPriceMinor),
+			Amount:      money(l.AmountMinor),
+		})
+	}
+	return out
+}

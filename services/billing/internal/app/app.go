@@ -1,0 +1,174 @@
+// Package app assembles the billing service process: the database pool, the
+// idempotent consumer of workorder-events (intake), the leased invoice worker
+// (issuer on pkg/leasequeue), the InvoiceIssued outbox relay to
+// billing-events, the processed-events cleanup and the read API, served by
+// pkg/server (gRPC :9092, REST :8082, health, graceful shutdown).
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	gpubsub "cloud.google.com/go/pubsub/v2"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
+
+	eventsv1 "github.com/lossless-dev/lossless/gen/lossless/events/v1"
+	"github.com/lossless-dev/lossless/pkg/dedup"
+	"github.com/lossless-dev/lossless/pkg/leasequeue"
+	"github.com/lossless-dev/lossless/pkg/outbox"
+	"github.com/lossless-dev/lossless/pkg/outboxpubsub"
+	"github.com/lossless-dev/lossless/pkg/pgpool"
+	"github.com/lossless-dev/lossless/pkg/pubsub"
+	"github.com/lossless-dev/lossless/pkg/server"
+	"github.com/lossless-dev/lossless/services/billing/internal/api"
+	"github.com/lossless-dev/lossless/services/billing/internal/config"
+	"github.com/lossless-dev/lossless/services/billing/internal/intake"
+	"github.com/lossless-dev/lossless/services/billing/internal/issuer"
+)
+
+// App is the assembled process.
+type App struct {
+	cfg       config.Config
+	log       *slog.Logger
+	meter     metric.Meter
+	pool      *pgxpool.Pool
+	ps        *gpubsub.Client
+	publisher *pubsub.Publisher
+	srv       *server.Server
+	closed    bool
+}
+
+// New connects to the database (failing fast when unreachable) and to
+// Pub/Sub, builds every component and binds the listeners. opts go to
+// server.New (e.g. the /metrics handler). A nil meter disables metrics.
+func New(ctx context.Context, cfg config.Config, logger *slog.Logger, meter metric.Meter, opts ...server.Option) (*App, error) {
+	if logger == nil {
+		return nil, errors.New("app: logger is nil")
+	}
+	if meter == nil {
+		meter = noop.NewMeterProvider().Meter("")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	pool, err := pgpool.New(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("app: database pool: %w", err)
+	}
+	a := &App{cfg: cfg, log: logger, meter: meter, pool: pool}
+	if err := pool.Ping(ctx); err != nil {
+		a.Close()
+		return nil, fmt.Errorf("app: database unreachable (DATABASE_URL): %w", err)
+	}
+	if a.ps, err = pubsub.NewClient(ctx, cfg.PubSub); err != nil {
+		a.Close()
+		return nil, fmt.Errorf("app: pubsub client (PUBSUB_*): %w", err)
+	}
+	if err := a.assemble(ctx, opts); err != nil {
+		a.Close()
+		return nil, err
+	}
+	return a, nil
+}
+
+// Components are the parts of billing that run as background loops; tests
+// build them on their own database and emulator.
+type Components struct {
+	Queue   *leasequeue.Queue
+	Worker  *leasequeue.Worker
+	Intake  *intake.Intake
+	Issuer  *issuer.Issuer
+	Relay   *outbox.Relay
+	Cleaner *dedup.Cleaner
+}
+
+// Build assembles the components on pool, publishing InvoiceIssued with pub.
+func Build(pool *pgxpool.Pool, pub *pubsub.Publisher, cfg config.Config, logger *slog.Logger, meter metric.Meter) (*Components, error) {
+	var c Components
+	var err error
+	if c.Queue, err = leasequeue.New(pool, cfg.Queue, logger.With("component", "invoice-jobs"), meter); err != nil {
+		return nil, err
+	}
+	if c.Issuer, err = issuer.New(cfg.Queue.Now, logger.With("component", "issuer"), meter); err != nil {
+		return nil, err
+	}
+	if c.Worker, err = leasequeue.NewWorker(c.Queue, c.Issuer.Handle, cfg.Worker); err != nil {
+		return nil, err
+	}
+	if c.Intake, err = intake.New(pool, c.Queue, intake.Config{JobMaxAttempts: cfg.JobMaxAttempts},
+		logger.With("component", "intake"), meter); err != nil {
+		return nil, err
+	}
+	invoiceIssued := string((&eventsv1.InvoiceIssued{}).ProtoReflect().Descriptor().FullName())
+	dispatchers := map[string]outbox.Dispatcher{invoiceIssued: outboxpubsub.New(pub)}
+	if c.Relay, err = outbox.NewRelay(pool, dispatchers, cfg.Outbox, logger.With("component", "outbox-relay"), meter); err != nil {
+		return nil, err
+	}
+	if c.Cleaner, err = dedup.NewCleaner(pool, cfg.ProcessedEvents, logger.With("component", "processed-events-cleanup")); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+func (a *App) assemble(ctx context.Context, opts []server.Option) error {
+	var err error
+	if a.publisher, err = pubsub.NewPublisher(a.ps, pubsub.TopicBillingEvents, pubsub.DefaultPublisherConfig()); err != nil {
+		return err
+	}
+	c, err := Build(a.pool, a.publisher, a.cfg, a.log, a.meter)
+	if err != nil {
+		return err
+	}
+	sub, err := pubsub.NewSubscriber(a.ps, pubsub.SubWorkOrderEvents, a.cfg.Subscriber, a.log.With("component", "subscriber"), a.meter)
+	if err != nil {
+		return err
+	}
+	svc, err := api.NewService(a.pool, a.log.With("component", "api"))
+	if err != nil {
+		return err
+	}
+	workers := []server.Option{
+		// Batched intake: one commit per pulled batch (see intake.HandleBatch).
+		server.WithWorker("intake", func(ctx context.Context) error { return sub.RunBatch(ctx, c.Intake.HandleBatch) }),
+		server.WithWorker("invoice-worker", c.Worker.Run),
+		server.WithWorker("outbox-relay", c.Relay.Run),
+		server.WithWorker("processed-events-cleanup", c.Cleaner.Run),
+	}
+	if a.srv, err = server.New(a.cfg.Server, a.log, append(workers, opts...)...); err != nil {
+		return err
+	}
+	a.srv.AddReadinessCheck("database", a.pool.Ping)
+	return api.Register(ctx, a.srv, svc)
+}
+
+// Run serves until ctx is cancelled (SIGTERM), then shuts down gracefully
+// and releases the connections. It returns nil after a clean shutdown.
+func (a *App) Run(ctx context.Context) error {
+	defer a.Close()
+	return a.srv.Run(ctx)
+}
+
+// GRPCAddr is the bound gRPC address (tests use ":0").
+func (a *App) GRPCAddr() string { return a.srv.GRPCAddr() }
+
+// HTTPAddr is the bound HTTP address.
+func (a *App) HTTPAddr() string { return a.srv.HTTPAddr() }
+
+// Close releases the connections; Run calls it. Safe to call twice.
+func (a *App) Close() {
+	if a.closed {
+		return
+	}
+	a.closed = true
+	if a.publisher != nil {
+		a.publisher.Stop()
+	}
+	if a.ps != nil {
+		_ = a.ps.Close()
+	}
+	a.pool.Close()
+}

@@ -1,0 +1,46 @@
+package config_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/lossless-dev/lossless/pkg/envconfig"
+	"github.com/lossless-dev/lossless/services/billing/internal/config"
+)
+
+func TestDefaultsAreValid(t *testing.T) {
+	t.Parallel()
+	c, err := config.FromEnv(envconfig.FromMap(map[string]string{"DATABASE_URL": "postgres://u@localhost/billing"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Server.GRPCAddr != ":9092" || c.Server.HTTPAddr != ":8082" || c.JobMaxAttempts != 10 {
+		t.Fatalf("%+v", c)
+	}
+}
+
+func TestErrorsNameTheVariable(t *testing.T) {
+	t.Parallel()
+	_, err := config.FromEnv(envconfig.FromMap(map[string]string{
+		"BILLING_JOBS_LEASE":                 "soon",
+		"BILLING_JOBS_MAX_ATTEMPTS":          "0",
+		"BILLING_PROCESSED_EVENTS_RETENTION": "1h",
+	}))
+	if err == nil {
+		t.Fatal("accepted")
+	}
+	for _, name := range []string{"DATABASE_URL", "BILLING_JOBS_LEASE"} {
+		if !strings.Contains(err.Error(), name) {
+			t.Errorf("error does not name %s: %v", name, err)
+		}
+	}
+	_, err = config.FromEnv(envconfig.FromMap(map[string]string{
+		"DATABASE_URL": "postgres://u@localhost/billing", "BILLING_JOBS_MAX_ATTEMPTS": "0",
+		"BILLING_PROCESSED_EVENTS_RETENTION": "1h", "BILLING_JOBS_SHUTDOWN_GRACE": "30s",
+	}))
+	for _, name := range []string{"BILLING_JOBS_MAX_ATTEMPTS", "BILLING_PROCESSED_EVENTS_", "BILLING_JOBS_SHUTDOWN_GRACE"} {
+		if err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("error does not name %s: %v", name, err)
+		}
+	}
+}

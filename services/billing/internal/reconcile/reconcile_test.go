@@ -1,0 +1,99 @@
+package reconcile_test
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
+	"github.com/lossless-dev/lossless/migrations"
+	"github.com/lossless-dev/lossless/pkg/pgtest"
+	"github.com/lossless-dev/lossless/services/billing/internal/reconcile"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+// The runbook quotes the reconciliation query; it must be the one the
+// command runs.
+func TestRunbookQuotesTheQuery(t *testing.T) {
+	t.Parallel()
+	rb, err := os.ReadFile("../../../../docs/runbooks/billing-jobs-dead-or-stuck.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := strings.NewReplacer("$1", "'invoices'", "$2::timestamptz", "now()", "$3::interval", "interval '5 minutes'").
+		Replace(strings.TrimSpace(reconcile.LocalSQL))
+	if !strings.Contains(string(rb), q) {
+		t.Fatal("docs/runbooks/billing-jobs-dead-or-stuck.md does not quote reconcile.LocalSQL")
+	}
+}
+
+// orders is the work-order API's list, served from memory.
+type orders []*workorderv1.WorkOrder
+
+func (o orders) ListWorkOrders(_ context.Context, req *workorderv1.ListWorkOrdersRequest, _ ...grpc.CallOption) (*workorderv1.ListWorkOrdersResponse, error) {
+	var out []*workorderv1.WorkOrder
+	for _, w := range o {
+		if w.GetStatus() == req.GetStatus() {
+			out = append(out, w)
+		}
+	}
+	return &workorderv1.ListWorkOrdersResponse{WorkOrders: out}, nil
+}
+
+func TestCrossServiceFindsEachKind(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t, migrations.Billing())
+	ctx := context.Background()
+	now := time.Now()
+	old := timestamppb.New(now.Add(-time.Hour))
+	invoiced, notApplied, missing, mismatch, fresh := uuid.New(), uuid.New(), uuid.New(), uuid.New(), uuid.New()
+	invoiceOf := map[uuid.UUID]uuid.UUID{}
+	for i, wo := range []uuid.UUID{invoiced, notApplied, mismatch} {
+		inv := uuid.New()
+		invoiceOf[wo] = inv
+		if _, err := pool.Exec(ctx, `WITH j AS (INSERT INTO jobs (queue, unique_key, payload, state, max_attempts, due_at, epoch)
+			VALUES ('invoices', $1::text, '', 'done', 10, now(), 1) RETURNING id)
+			INSERT INTO invoices (id, number, work_order_id, customer_id, currency_code, total_minor, issued_at, job_id, source_event)
+			SELECT $2, 'INV-2026-00000' || $3::int, $1::uuid, 'c', 'EUR', 1, now(), j.id, 'e' FROM j`, wo, inv, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wo := orders{
+		{Id: invoiced.String(), Status: workorderv1.WorkOrderStatus_WORK_ORDER_STATUS_INVOICED, InvoiceId: invoiceOf[invoiced].String(), UpdateTime: old},
+		{Id: notApplied.String(), Status: workorderv1.WorkOrderStatus_WORK_ORDER_STATUS_COMPLETED, UpdateTime: old},
+		{Id: missing.String(), Status: workorderv1.WorkOrderStatus_WORK_ORDER_STATUS_COMPLETED, UpdateTime: old},
+		{Id: mismatch.String(), Status: workorderv1.WorkOrderStatus_WORK_ORDER_STATUS_INVOICED, InvoiceId: uuid.NewString(), UpdateTime: old},
+		{Id: fresh.String(), Status: workorderv1.WorkOrderStatus_WORK_ORDER_STATUS_COMPLETED, UpdateTime: timestamppb.New(now)},
+	}
+	found, err := reconcile.CrossService(ctx, pool, wo, now, 10*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, d := range found {
+		got[d.WorkOrderID] = d.Kind
+	}
+	want := map[string]string{
+		notApplied.String(): reconcile.KindInvoiceNotApplied,
+		missing.String():    reconcile.KindCompletedNotInvoiced,
+		mismatch.String():   reconcile.KindInvoiceMismatch,
+	}
+	if len(got) != len(want) {
+		t.Fatalf("found %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Fatalf("order %s: %q, want %q (all: %v)", k, got[k], v, got)
+		}
+	}
+	if local, err := reconcile.Local(ctx, pool, "invoices", now, time.Minute); err != nil || len(local) != 0 {
+		t.Fatalf("local on consistent jobs/invoices: %v %v", local, err)
+	}
+}

@@ -1,0 +1,259 @@
+// Command billing is the billing service: it consumes the work-order
+// service's completion events idempotently, issues exactly one invoice per
+// work order with a leased, fenced worker, publishes InvoiceIssued through
+// its outbox, and serves the invoices over gRPC and REST.
+//
+// Usage:
+//
+//	billing [serve]        serve gRPC :9092 and REST :8082 and run the consumer, invoice worker and relay (default)
+//	billing migrate        apply the database migrations and exit
+//	billing provision      create the Pub/Sub topics and subscriptions (idempotent)
+//	billing jobs list [-state dead] [-limit 100] [-before ID]
+//	                       print invoice jobs as JSON lines, newest first
+//	billing jobs retry -ticket T -actor A -id N [-id N ...]
+//	                       requeue parked (dead) invoice jobs; audited in job_audit
+//	billing reconcile [-tolerance 5m] [-workorder-addr host:9090 -grace 10m]
+//	                       print discrepancies as JSON lines; exit status 3 when any
+//
+// Configuration comes from the environment; see internal/config. The operator
+// commands need only DATABASE_URL (and, for the cross-service check, the
+// work-order gRPC address).
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
+	"github.com/lossless-dev/lossless/migrations"
+	"github.com/lossless-dev/lossless/pkg/envconfig"
+	"github.com/lossless-dev/lossless/pkg/leasequeue"
+	"github.com/lossless-dev/lossless/pkg/pgmigrate"
+	"github.com/lossless-dev/lossless/pkg/pubsub"
+	"github.com/lossless-dev/lossless/pkg/server"
+	"github.com/lossless-dev/lossless/pkg/telemetry"
+	"github.com/lossless-dev/lossless/services/billing/internal/app"
+	"github.com/lossless-dev/lossless/services/billing/internal/config"
+	"github.com/lossless-dev/lossless/services/billing/internal/reconcile"
+)
+
+// errDiscrepancies makes `billing reconcile` exit with status 3, so a cron
+// job or a CI step can alert on it.
+var errDiscrepancies = errors.New("discrepancies found")
+
+func main() {
+	err := run(os.Args[1:])
+	if errors.Is(err, errDiscrepancies) {
+		os.Exit(3)
+	}
+	if err != nil {
+		slog.New(slog.NewJSONHandler(os.Stderr, nil)).Error("billing failed", "error", err.Error())
+		os.Exit(1)
+	}
+}
+
+const usage = `usage: billing [serve|migrate|provision|jobs list|jobs retry|reconcile] (see services/billing/main.go)`
+
+func run(args []string) error {
+	cmd := "serve"
+	if len(args) > 0 {
+		cmd, args = args[0], args[1:]
+	}
+	ctx, stop := server.SignalContext(context.Background())
+	defer stop()
+	env := envconfig.New()
+	logger := telemetry.NewLogger(os.Stderr, slog.LevelInfo).With("service", config.ServiceName)
+	switch cmd {
+	case "serve":
+		return serve(ctx, env)
+	case "migrate":
+		dsn := env.Required("DATABASE_URL")
+		if err := env.Err(); err != nil {
+			return err
+		}
+		v, err := pgmigrate.Up(ctx, dsn, migrations.Billing())
+		if err != nil {
+			return err
+		}
+		logger.Info("migrated", "version", v)
+		return nil
+	case "provision":
+		cfg := pubsub.ClientConfigFromEnv(env)
+		if err := env.Err(); err != nil {
+			return err
+		}
+		return pubsub.ProvisionCommand(ctx, cfg, logger)
+	case "jobs":
+		if len(args) == 0 {
+			return errors.New("jobs: want list or retry")
+		}
+		return jobs(ctx, env, logger, args[0], args[1:])
+	case "reconcile":
+		return reconcileCmd(ctx, env, args)
+	case "-h", "--help", "help":
+		fmt.Println(usage)
+		return nil
+	default:
+		return fmt.Errorf("unknown command %q; %s", cmd, usage)
+	}
+}
+
+func serve(ctx context.Context, env *envconfig.Reader) (err error) {
+	cfg, err := config.FromEnv(env)
+	if err != nil {
+		return fmt.Errorf("configuration: %w", err)
+	}
+	tel, err := telemetry.Setup(ctx, cfg.Telemetry, os.Stdout)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		err = errors.Join(err, tel.Shutdown(context.WithoutCancel(ctx)))
+	}()
+	a, err := app.New(ctx, cfg, tel.Logger, tel.MeterProvider.Meter(config.ServiceName),
+		server.WithHTTPHandler("GET /metrics", tel.MetricsHandler))
+	if err != nil {
+		return err
+	}
+	return a.Run(ctx)
+}
+
+func openQueue(ctx context.Context, env *envconfig.Reader, logger *slog.Logger) (*pgxpool.Pool, *leasequeue.Queue, error) {
+	dsn := env.Required("DATABASE_URL")
+	if err := env.Err(); err != nil {
+		return nil, nil, err
+	}
+	pool, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		return nil, nil, fmt.Errorf("DATABASE_URL: %w", err)
+	}
+	q, err := leasequeue.New(pool, leasequeue.Config{Name: config.QueueName}, logger, nil)
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return pool, q, nil
+}
+
+type idList []int64
+
+func (l *idList) String() string { return fmt.Sprint(*l) }
+func (l *idList) Set(s string) error {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n <= 0 {
+		return fmt.Errorf("job id %q: want a positive integer", s)
+	}
+	*l = append(*l, n)
+	return nil
+}
+
+func jobs(ctx context.Context, env *envconfig.Reader, logger *slog.Logger, sub string, args []string) error {
+	fs := flag.NewFlagSet("billing jobs "+sub, flag.ContinueOnError)
+	switch sub {
+	case "list":
+		state := fs.String("state", "", "available, running, done or dead (default all)")
+		limit := fs.Int("limit", 100, "maximum jobs to print (at most 1000)")
+		before := fs.Int64("before", 0, "only jobs with a smaller id (paging)")
+		if err := fs.Parse(args); err != nil {
+			return err
+		}
+		pool, q, err := openQueue(ctx, env, logger)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		js, err := q.List(ctx, pool, leasequeue.ListFilter{State: leasequeue.State(*state), Limit: *limit, BeforeID: *before})
+		if err != nil {
+			return err
+		}
+		enc := json.NewEncoder(os.Stdout)
+		for _, j := range js {
+			if err := enc.Encode(j); err != nil {
+				return err
+			}
+		}
+		return nil
+	case "retry":
+		ticket := fs.String("ticket", "", "change or incident ticket authorising the retry (required)")
+		actor := fs.String("actor", "", "who runs the retry (required)")
+		var ids idList
+		fs.Var(&ids, "id", "parked job id to requeue (repeatable, required)")
+		if err := fs.Parse(args); err != nil {
+			return err
+		}
+		if *ticket == "" || *actor == "" {
+			return fmt.Errorf("jobs retry: -ticket and -actor are required: %w", leasequeue.ErrAuditRequired)
+		}
+		if len(ids) == 0 {
+			return errors.New("jobs retry: at least one -id is required")
+		}
+		pool, q, err := openQueue(ctx, env, logger)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		done, err := q.Retry(ctx, ids, *ticket, *actor)
+		if err != nil {
+			return err
+		}
+		return json.NewEncoder(os.Stdout).Encode(map[string]any{"requested": ids, "requeued": done})
+	default:
+		return fmt.Errorf("jobs %q: want list or retry", sub)
+	}
+}
+
+func reconcileCmd(ctx context.Context, env *envconfig.Reader, args []string) error {
+	fs := flag.NewFlagSet("billing reconcile", flag.ContinueOnError)
+	tolerance := fs.Duration("tolerance", 5*time.Minute, "age after which an expired lease or a waiting job counts")
+	woAddr := fs.String("workorder-addr", "", "work-order gRPC address (host:port); set to also compare with the work-order service")
+	grace := fs.Duration("grace", 10*time.Minute, "cross-service check: orders changed more recently than this are in flight, not discrepancies")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	dsn := env.Required("DATABASE_URL")
+	if err := env.Err(); err != nil {
+		return err
+	}
+	pool, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		return fmt.Errorf("DATABASE_URL: %w", err)
+	}
+	defer pool.Close()
+	found, err := reconcile.Local(ctx, pool, config.QueueName, time.Now(), *tolerance)
+	if err != nil {
+		return err
+	}
+	if *woAddr != "" {
+		conn, err := grpc.NewClient(*woAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return fmt.Errorf("-workorder-addr: %w", err)
+		}
+		defer func() { _ = conn.Close() }()
+		cross, err := reconcile.CrossService(ctx, pool, workorderv1.NewWorkOrderServiceClient(conn), time.Now(), *grace)
+		if err != nil {
+			return err
+		}
+		found = append(found, cross...)
+	}
+	enc := json.NewEncoder(os.Stdout)
+	for _, d := range found {
+		if err := enc.Encode(d); err != nil {
+			return err
+		}
+	}
+	if len(found) > 0 {
+		return errDiscrepancies
+	}
+	return nil
+}
