@@ -130,6 +130,9 @@ func TestEndToEnd_EveryValidOrderInvoicedExactlyOnceUnderFaultsAndACrash(t *test
 
 	// No order stuck: every valid order invoiced.
 	if res.Invoiced != orders {
+		for id := range res.NotInvoiced {
+			explain(t, id, wo, billing, provider)
+		}
 		t.Fatalf("%d of %d orders invoiced; not invoiced: %v", res.Invoiced, orders, res.NotInvoiced)
 	}
 	// I3: exactly one invoice per work order.
@@ -238,6 +241,32 @@ func duplicatesAbsorbed(t *testing.T, base string) float64 {
 		}
 	}
 	return sum
+}
+
+// explain logs everything the three databases know about one order, so a
+// stuck order can be diagnosed from the test output alone.
+func explain(t *testing.T, id string, wo, billing, provider *pgxpool.Pool) {
+	t.Helper()
+	dump := func(name string, db *pgxpool.Pool, q string) {
+		rows, err := db.Query(context.Background(), q, id)
+		if err != nil {
+			t.Logf("%s: %v", name, err)
+			return
+		}
+		defer rows.Close()
+		for rows.Next() {
+			vals, _ := rows.Values()
+			t.Logf("%s %s: %v", id, name, vals)
+		}
+	}
+	dump("order", wo, "SELECT status, positions, completed_items, provider_job_id FROM work_orders WHERE id = $1")
+	dump("transition", wo, "SELECT from_status, to_status, cause, occurred_at FROM work_order_transitions WHERE work_order_id = $1 ORDER BY id")
+	dump("waiting point", wo, "SELECT id, consumed_at, consumed_by FROM waiting_points WHERE work_order_id = $1")
+	dump("inbox", wo, "SELECT id, event_type, status, park_reason, attempts, last_error, received_at FROM inbox WHERE correlation_key = $1 ORDER BY id")
+	dump("outbox", wo, "SELECT event_type, status, attempts, last_error FROM outbox WHERE aggregate_id = $1")
+	dump("provider job", provider, "SELECT status, positions, created_at FROM jobs WHERE work_order_id = $1::uuid")
+	dump("provider event", provider, "SELECT e.seq, e.kind, e.copies, e.published_at, e.publish_count FROM job_events e JOIN jobs j USING (job_id) WHERE j.work_order_id = $1::uuid ORDER BY e.seq")
+	dump("billing job", billing, "SELECT state, attempts, last_error FROM jobs WHERE unique_key = $1")
 }
 
 func openDB(t *testing.T, dsn string) *pgxpool.Pool {
