@@ -50,8 +50,10 @@ func (p *Process) Start() error {
 	cmd.Stdout = p.out
 	cmd.Stderr = p.out
 	// Own process group: a terminal Ctrl-C reaches only the supervisor, which
-	// then stops children in order instead of all at once.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// then stops children in order instead of all at once. Pdeathsig: if the
+	// supervisor itself dies (kill -9, a test binary's timeout), the children
+	// die with it instead of holding the ports of the next run.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("%s: start: %w", p.Name, err)
 	}
