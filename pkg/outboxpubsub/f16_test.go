@@ -74,12 +74,12 @@ func TestF16_PubSubUnavailable_OutboxRetriesThenPublishesSameEventID(t *testing.
 	waitfor.Condition(t, 20*time.Second, "outbox retries during the outage", func() bool {
 		return attempts(t, pool, ev) >= 3
 	})
-	if st := status_(t, pool, ev); st != "PENDING" {
+	if st := eventStatus(t, pool, ev); st != "PENDING" {
 		t.Fatalf("during the outage the event is %s, want PENDING (kept, retried)", st)
 	}
 
 	down.on.Store(false)
-	waitfor.Value(t, 10*time.Second, "event published after the outage", "PUBLISHED", func() string { return status_(t, pool, ev) })
+	waitfor.Value(t, 10*time.Second, "event published after the outage", "PUBLISHED", func() string { return eventStatus(t, pool, ev) })
 
 	got := receiveOne(t, emu)
 	if got.Attributes[pubsub.AttrEventID] != ev.ID.String() {
@@ -96,7 +96,7 @@ func attempts(t *testing.T, pool *pgxpool.Pool, ev outbox.Event) int {
 	return n
 }
 
-func status_(t *testing.T, pool *pgxpool.Pool, ev outbox.Event) string {
+func eventStatus(t *testing.T, pool *pgxpool.Pool, ev outbox.Event) string {
 	t.Helper()
 	var s string
 	if err := pool.QueryRow(context.Background(), "SELECT status FROM outbox WHERE event_id = $1", ev.ID).Scan(&s); err != nil {
