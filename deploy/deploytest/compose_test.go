@@ -424,7 +424,12 @@ func TestComposeAddressesNameServices(t *testing.T) {
 			if v == nil {
 				continue
 			}
-			host, port, err := net.SplitHostPort(*v)
+			addr := *v
+			if name == "OTEL_EXPORTER_OTLP_ENDPOINT" {
+				// The OpenTelemetry specification's form is a URL.
+				addr = strings.TrimPrefix(addr, "http://")
+			}
+			host, port, err := net.SplitHostPort(addr)
 			if err != nil {
 				t.Errorf("service %s: %s=%q: want host:port: %v", s.Name, name, *v, err)
 				continue

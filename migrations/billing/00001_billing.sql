@@ -65,6 +65,11 @@ CREATE TABLE jobs (
     last_error   text,
     created_at   timestamptz NOT NULL DEFAULT now(),
     finished_at  timestamptz,
+    -- W3C trace context of the span that enqueued the job: each attempt's
+    -- span links to it, so the job's trace is reachable from the event that
+    -- caused it (docs/adr/0009). Empty when tracing was off.
+    traceparent  text        NOT NULL DEFAULT '',
+    tracestate   text        NOT NULL DEFAULT '',
     CONSTRAINT jobs_queue_unique_key UNIQUE (queue, unique_key),
     CONSTRAINT jobs_running_has_owner CHECK (state <> 'running' OR lease_owner IS NOT NULL)
 );

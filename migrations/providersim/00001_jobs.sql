@@ -43,6 +43,10 @@ CREATE TABLE jobs (
     not_before     timestamptz NOT NULL DEFAULT now(),
     attempts       integer     NOT NULL DEFAULT 0,
     last_error     text,
+    -- W3C trace context of the SubmitWorkOrder call: the execution's span
+    -- links to it (docs/adr/0009). Empty when the caller was not traced.
+    traceparent    text        NOT NULL DEFAULT '',
+    tracestate     text        NOT NULL DEFAULT '',
     CONSTRAINT jobs_split_within_positions CHECK (fault_split_first >= 0 AND fault_split_first < positions)
 );
 

@@ -89,6 +89,11 @@ func NewStore(pool *pgxpool.Pool, meter metric.Meter) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Duplicates absorbed and payload conflicts are read by the dashboard and
+	// alerts; their series exist at 0 from the start.
+	for _, outcome := range []string{"inserted", "poison", "duplicate", "conflict"} {
+		received.Add(context.Background(), 0, metric.WithAttributes(attribute.String("outcome", outcome)))
+	}
 	return &Store{pool: pool, received: received, maxDeadlockRetries: 3}, nil
 }
 

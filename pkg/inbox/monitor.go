@@ -40,6 +40,10 @@ SELECT count(*) FROM (SELECT 1 FROM inbox WHERE status = 'OPEN' LIMIT $1) o`
 type MonitorConfig struct {
 	// Interval between refreshes. Default 15s (a typical scrape interval).
 	Interval time.Duration
+	// Reasons are park reasons always reported, at 0 when no entry is parked
+	// for them, so alert rules and dashboards find the series before the
+	// first rejection. ReasonPoison is always included.
+	Reasons []string
 }
 
 // Validate reports an unusable configuration.
@@ -51,8 +55,8 @@ func (c MonitorConfig) Validate() error {
 }
 
 // Monitor publishes the inbox's stall and rejection gauges (I7):
-// inbox.oldest_open_age, inbox.parked{reason}, inbox.open_conflicts,
-// inbox.open.entries. Values are refreshed by Run on an interval, not at
+// inbox.oldest_open_age, inbox.parked_entries{reason}, inbox.open_conflicts,
+// inbox.open_entries. Values are refreshed by Run on an interval, not at
 // scrape time, so scrapes never query the database.
 type Monitor struct {
 	pool   *pgxpool.Pool
@@ -83,7 +87,7 @@ func NewMonitor(pool *pgxpool.Pool, cfg MonitorConfig, logger *slog.Logger, mete
 	m := &Monitor{pool: pool, cfg: cfg, logger: logger, parked: map[string]int64{}}
 	age, err1 := meter.Float64ObservableGauge("inbox.oldest_open_age", metric.WithUnit("s"),
 		metric.WithDescription("Age of the oldest OPEN inbox entry (alarm: stalled correlation)."))
-	parked, err2 := meter.Int64ObservableGauge("inbox.parked",
+	parked, err2 := meter.Int64ObservableGauge("inbox.parked_entries",
 		metric.WithDescription("PARKED inbox entries by reason (alarm: needs a person)."))
 	conflicts, err3 := meter.Int64ObservableGauge("inbox.open_conflicts",
 		metric.WithDescription("Unresolved same-id-different-payload conflicts (alarm: producer bug)."))
@@ -165,8 +169,14 @@ func (m *Monitor) Refresh(ctx context.Context) error {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	// A reason whose entries were all repaired reports 0, not a stale value.
+	// A reason whose entries were all repaired reports 0, not a stale value;
+	// the configured reasons report 0 from the start.
 	for reason := range m.parked {
+		if _, ok := parked[reason]; !ok {
+			parked[reason] = 0
+		}
+	}
+	for _, reason := range append([]string{ReasonPoison}, m.cfg.Reasons...) {
 		if _, ok := parked[reason]; !ok {
 			parked[reason] = 0
 		}

@@ -12,6 +12,10 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/lossless-dev/lossless/pkg/telemetry"
 )
 
 // claimDue picks the next due entries for this relay.
@@ -75,6 +79,7 @@ type Relay struct {
 	handler Handler
 	cfg     Config
 	logger  *slog.Logger
+	tracer  trace.Tracer
 	m       relayMetrics
 
 	cursor    int64
@@ -88,8 +93,24 @@ type relayMetrics struct {
 	fallbacks metric.Int64Counter
 }
 
+// RelayOption adds an optional dependency to a Relay.
+type RelayOption func(*Relay)
+
+// WithTracerProvider traces the relay: each claimed batch is applied under
+// one span, a new trace linked to the span that stored each entry (its
+// traceparent column; docs/adr/0009). What the handler writes in it (an
+// outbox row) carries that span's context onward. Without it nothing is
+// traced.
+func WithTracerProvider(tp trace.TracerProvider) RelayOption {
+	return func(r *Relay) {
+		if tp != nil {
+			r.tracer = tp.Tracer("github.com/lossless-dev/lossless/pkg/inbox")
+		}
+	}
+}
+
 // NewRelay returns a relay applying entries with handler.
-func NewRelay(pool *pgxpool.Pool, handler Handler, cfg Config, logger *slog.Logger, meter metric.Meter) (*Relay, error) {
+func NewRelay(pool *pgxpool.Pool, handler Handler, cfg Config, logger *slog.Logger, meter metric.Meter, opts ...RelayOption) (*Relay, error) {
 	if pool == nil || handler == nil || logger == nil {
 		return nil, errors.New("inbox: NewRelay needs a pool, a handler and a logger")
 	}
@@ -111,8 +132,13 @@ func NewRelay(pool *pgxpool.Pool, handler Handler, cfg Config, logger *slog.Logg
 	if err := errors.Join(err1, err2, err3, err4); err != nil {
 		return nil, err
 	}
-	return &Relay{pool: pool, handler: handler, cfg: cfg.withDefaults(), logger: logger,
-		m: relayMetrics{outcomes: outcomes, latency: latency, failures: failures, fallbacks: fallbacks}}, nil
+	r := &Relay{pool: pool, handler: handler, cfg: cfg.withDefaults(), logger: logger,
+		tracer: tracenoop.NewTracerProvider().Tracer(""),
+		m:      relayMetrics{outcomes: outcomes, latency: latency, failures: failures, fallbacks: fallbacks}}
+	for _, o := range opts {
+		o(r)
+	}
+	return r, nil
 }
 
 // Run claims and applies entries until ctx is cancelled, then returns nil
@@ -207,6 +233,8 @@ func (r *Relay) processBatch(ctx context.Context, from int64, bh BatchHandler, b
 		if err != nil || len(claimed) == 0 {
 			return err
 		}
+		ctx, span := r.startSpan(ctx, claimed, batched)
+		defer span.End()
 		if batched {
 			outs, err = r.applyBatch(ctx, tx, bh, claimed)
 			if err != nil {
@@ -228,6 +256,20 @@ func (r *Relay) processBatch(ctx context.Context, from int64, bh BatchHandler, b
 		return nil, nil, err
 	}
 	return claimed, outs, nil
+}
+
+// startSpan starts the span that applies a claimed batch: a new root linked
+// to the span that stored each entry (up to telemetry.SpanLimits' links).
+func (r *Relay) startSpan(ctx context.Context, claimed []Entry, batched bool) (context.Context, trace.Span) {
+	links := make([]trace.Link, 0, len(claimed))
+	for i := range claimed {
+		if l, ok := telemetry.ProducerLink(claimed[i].Traceparent, claimed[i].Tracestate); ok {
+			l.Attributes = []attribute.KeyValue{attribute.Int64("inbox.id", claimed[i].ID), attribute.String("event_id", claimed[i].EventID)}
+			links = append(links, l)
+		}
+	}
+	return r.tracer.Start(ctx, "inbox apply", trace.WithNewRoot(), trace.WithSpanKind(trace.SpanKindConsumer), trace.WithLinks(links...),
+		trace.WithAttributes(attribute.Int("inbox.batch.size", len(claimed)), attribute.Bool("inbox.batch.set_based", batched)))
 }
 
 func claim(ctx context.Context, tx pgx.Tx, from int64, limit int) ([]Entry, error) {

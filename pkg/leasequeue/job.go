@@ -33,6 +33,10 @@ type NewJob struct {
 	MaxAttempts int
 	// RunAt delays the first claim; zero means now.
 	RunAt time.Time
+	// Traceparent and Tracestate are the W3C trace context of the operation
+	// that enqueued the job (telemetry.TraceHeaders(ctx)); each attempt's
+	// span links to it. Empty: no link.
+	Traceparent, Tracestate string
 }
 
 // DefaultMaxAttempts is the attempt budget of a job enqueued without one:
@@ -52,6 +56,8 @@ type Job struct {
 	Epoch     int64
 	Owner     string
 	CreatedAt time.Time
+	// Traceparent and Tracestate: the enqueuer's trace context (NewJob).
+	Traceparent, Tracestate string
 }
 
 // Complete holds a job's transactional effects. It runs inside the

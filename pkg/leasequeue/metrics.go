@@ -2,14 +2,13 @@ package leasequeue
 
 import (
 	"context"
-	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 )
 
-// metrics of one queue. Counters are per process; the gauges read the
-// database at collection time, so every replica reports the same totals.
+// metrics of one queue. Counters are per process; the gauges show the last
+// Queue.RunStats refresh (the table's totals, the same on every replica).
 type metrics struct {
 	attrs, attrsFresh, attrsRescued metric.MeasurementOption
 
@@ -49,12 +48,20 @@ func newMetrics(meter metric.Meter, q *Queue) (*metrics, error) {
 			return nil, err
 		}
 	}
-	deadG, err := meter.Int64ObservableGauge("leasequeue.jobs.dead.current",
-		metric.WithDescription("Parked jobs waiting for an operator (alert when > 0)."))
+	// Alerted series exist from the start at 0 (an alert on increase()
+	// cannot see a series' first sample).
+	for _, c := range []struct {
+		c metric.Int64Counter
+		a metric.MeasurementOption
+	}{{m.fenced, m.attrs}, {m.dead, m.attrs}, {m.claimed, m.attrsRescued}, {m.claimed, m.attrsFresh}} {
+		c.c.Add(context.Background(), 0, c.a)
+	}
+	jobsG, err := meter.Int64ObservableGauge("leasequeue.jobs",
+		metric.WithDescription("Jobs by state (available, running, dead; capped counts), refreshed every StatsInterval. dead = parked, waiting for an operator: alert on any."))
 	if err != nil {
 		return nil, err
 	}
-	expiredG, err := meter.Int64ObservableGauge("leasequeue.leases.expired.current",
+	expiredG, err := meter.Int64ObservableGauge("leasequeue.leases.expired",
 		metric.WithDescription("Running jobs whose lease has expired and not yet been rescued (alert when > 0 for longer than the rescue interval)."))
 	if err != nil {
 		return nil, err
@@ -64,18 +71,23 @@ func newMetrics(meter metric.Meter, q *Queue) (*metrics, error) {
 	if err != nil {
 		return nil, err
 	}
-	_, err = meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
-		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		defer cancel()
-		s, err := q.Stats(ctx, q.pool)
-		if err != nil {
-			return err
+	queue = attribute.String("queue", q.cfg.Name)
+	byState := map[State]metric.MeasurementOption{}
+	for _, st := range []State{StateAvailable, StateRunning, StateDead} {
+		byState[st] = metric.WithAttributes(queue, attribute.String("state", string(st)))
+	}
+	_, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		s := q.stats.Load()
+		if s == nil {
+			return nil
 		}
-		o.ObserveInt64(deadG, s.Dead, m.attrs)
+		o.ObserveInt64(jobsG, s.Available, byState[StateAvailable])
+		o.ObserveInt64(jobsG, s.Running, byState[StateRunning])
+		o.ObserveInt64(jobsG, s.Dead, byState[StateDead])
 		o.ObserveInt64(expiredG, s.ExpiredLeases, m.attrs)
 		o.ObserveFloat64(ageG, s.OldestAvailableAge.Seconds(), m.attrs)
 		return nil
-	}, deadG, expiredG, ageG)
+	}, jobsG, expiredG, ageG)
 	if err != nil {
 		return nil, err
 	}

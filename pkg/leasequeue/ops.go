@@ -103,7 +103,10 @@ func (q *Queue) Retry(ctx context.Context, ids []int64, ticket, actor string) ([
 	return out, nil
 }
 
-// Stats is a snapshot of a queue's health (I7).
+// statsCountCap bounds every count of Stats.
+const statsCountCap = 100000
+
+// Stats is a snapshot of a queue's health (I7). Counts are capped at 100000.
 type Stats struct {
 	Available int64
 	Running   int64
@@ -121,7 +124,7 @@ func (q *Queue) Stats(ctx context.Context, db DB) (Stats, error) {
 	var s Stats
 	var oldest *time.Time
 	now := q.now()
-	err := db.QueryRow(ctx, qStats, q.cfg.Name, now).Scan(&s.Available, &s.Running, &s.ExpiredLeases, &s.Dead, &oldest)
+	err := db.QueryRow(ctx, qStats, q.cfg.Name, now, statsCountCap).Scan(&s.Available, &s.Running, &s.ExpiredLeases, &s.Dead, &oldest)
 	if err != nil {
 		return Stats{}, fmt.Errorf("leasequeue: stats: %w", err)
 	}

@@ -11,10 +11,10 @@ package leasequeue
 // folded by PostgreSQL).
 const qEnqueue = `
 WITH ins AS (
-    INSERT INTO jobs (queue, unique_key, payload, max_attempts, due_at)
-    SELECT $1, u.unique_key, u.payload, u.max_attempts, u.due_at
-    FROM unnest($2::text[], $3::bytea[], $4::int[], $5::timestamptz[])
-        AS u(unique_key, payload, max_attempts, due_at)
+    INSERT INTO jobs (queue, unique_key, payload, max_attempts, due_at, traceparent, tracestate)
+    SELECT $1, u.unique_key, u.payload, u.max_attempts, u.due_at, u.traceparent, u.tracestate
+    FROM unnest($2::text[], $3::bytea[], $4::int[], $5::timestamptz[], $7::text[], $8::text[])
+        AS u(unique_key, payload, max_attempts, due_at, traceparent, tracestate)
     ON CONFLICT (queue, unique_key) DO NOTHING
     RETURNING id
 )
@@ -42,7 +42,8 @@ SET state = 'running', attempts = j.attempts + 1, epoch = j.epoch + 1,
     lease_owner = $5, due_at = $6
 FROM picked
 WHERE j.id = picked.id
-RETURNING j.id, coalesce(j.unique_key, ''), j.payload, j.attempts, j.max_attempts, j.epoch, j.created_at`
+RETURNING j.id, coalesce(j.unique_key, ''), j.payload, j.attempts, j.max_attempts, j.epoch, j.created_at,
+          j.traceparent, j.tracestate`
 
 // qClaimExpired claims running jobs whose lease expired (their worker is
 // presumed dead): the rescue is an ordinary claim, so it bumps the epoch and
@@ -61,7 +62,8 @@ SET state = 'running', attempts = j.attempts + 1, epoch = j.epoch + 1,
     lease_owner = $4, due_at = $5
 FROM picked
 WHERE j.id = picked.id
-RETURNING j.id, coalesce(j.unique_key, ''), j.payload, j.attempts, j.max_attempts, j.epoch, j.created_at`
+RETURNING j.id, coalesce(j.unique_key, ''), j.payload, j.attempts, j.max_attempts, j.epoch, j.created_at,
+          j.traceparent, j.tracestate`
 
 // qBuryExpired parks jobs whose lease expired on their last attempt: a job
 // that keeps killing its worker must not be claimed forever. The epoch bump
@@ -144,13 +146,16 @@ WHERE queue = $1 AND ($2 = '' OR state = $2) AND ($3 = 0 OR id < $3)
 ORDER BY id DESC
 LIMIT $4`
 
-// qStats feeds the gauges (I7): parked jobs, expired leases (a worker died or
-// is stuck; rescue should bring this back to zero within RescueInterval) and
-// the age of the oldest available job. Each count uses its partial index.
+// qStats feeds the gauges (I7): jobs by state, expired leases (a worker died
+// or is stuck; rescue should bring this back to zero within RescueInterval)
+// and the age of the oldest available job. Each count walks its partial
+// index and stops at $3 (statsCountCap): a backlog of millions must not turn
+// the monitoring query into a load of its own; beyond the cap the exact
+// number changes no alert. Done jobs are not counted (they only grow).
 const qStats = `
 SELECT
-    (SELECT count(*) FROM jobs WHERE queue = $1 AND state = 'available'),
-    (SELECT count(*) FROM jobs WHERE queue = $1 AND state = 'running'),
-    (SELECT count(*) FROM jobs WHERE queue = $1 AND state = 'running' AND due_at < $2),
-    (SELECT count(*) FROM jobs WHERE queue = $1 AND state = 'dead'),
+    (SELECT count(*) FROM (SELECT 1 FROM jobs WHERE queue = $1 AND state = 'available' LIMIT $3) a),
+    (SELECT count(*) FROM (SELECT 1 FROM jobs WHERE queue = $1 AND state = 'running' LIMIT $3) r),
+    (SELECT count(*) FROM (SELECT 1 FROM jobs WHERE queue = $1 AND state = 'running' AND due_at < $2 LIMIT $3) e),
+    (SELECT count(*) FROM (SELECT 1 FROM jobs WHERE queue = $1 AND state = 'dead' LIMIT $3) d),
     (SELECT min(due_at) FROM jobs WHERE queue = $1 AND state = 'available' AND due_at <= $2)`

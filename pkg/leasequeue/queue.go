@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -14,6 +15,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/lossless-dev/lossless/pkg/backoff"
 )
@@ -22,6 +25,10 @@ import (
 type Config struct {
 	// Name of the queue (jobs.queue). Required; letters, digits, '.', '_', '-'.
 	Name string
+	// StatsInterval is how often RunStats refreshes the queue's gauges (jobs
+	// by state, expired leases, oldest available age) with one bounded
+	// query. Default 15s (a typical scrape interval); scrapes never query.
+	StatsInterval time.Duration
 	// LeaseDuration is how long a claim holds a job without a heartbeat. It
 	// bounds how long a dead worker's job waits before another worker takes it
 	// over (plus the Worker's RescueInterval). Default 30s.
@@ -40,6 +47,9 @@ var queueName = regexp.MustCompile(`^[A-Za-z0-9._-]{1,60}$`)
 func (c *Config) setDefaults() {
 	if c.LeaseDuration == 0 {
 		c.LeaseDuration = 30 * time.Second
+	}
+	if c.StatsInterval == 0 {
+		c.StatsInterval = 15 * time.Second
 	}
 	if c.Backoff.Base == 0 {
 		c.Backoff.Base = time.Second
@@ -61,6 +71,9 @@ func (c Config) Validate() error {
 	if c.LeaseDuration < 0 || (c.LeaseDuration > 0 && c.LeaseDuration < 10*time.Millisecond) {
 		errs = append(errs, fmt.Errorf("LeaseDuration %v: want at least 10ms", c.LeaseDuration))
 	}
+	if c.StatsInterval < 0 {
+		errs = append(errs, fmt.Errorf("StatsInterval %v: want >= 0", c.StatsInterval))
+	}
 	if err := c.Backoff.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("backoff: %w", err))
 	}
@@ -74,11 +87,27 @@ type Queue struct {
 	cfg     Config
 	channel string // NOTIFY channel
 	logger  *slog.Logger
+	tracer  trace.Tracer
 	m       *metrics
+	stats   atomic.Pointer[Stats] // last RunStats refresh; nil before the first
+}
+
+// Option adds an optional dependency to a Queue.
+type Option func(*Queue)
+
+// WithTracerProvider traces the queue's workers: each attempt of a job is a
+// span, a new trace linked to the span that enqueued the job (NewJob's
+// Traceparent). Without it nothing is traced.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(q *Queue) {
+		if tp != nil {
+			q.tracer = tp.Tracer("github.com/lossless-dev/lossless/pkg/leasequeue")
+		}
+	}
 }
 
 // New returns the queue cfg.Name on pool. meter may be nil (no metrics).
-func New(pool *pgxpool.Pool, cfg Config, logger *slog.Logger, meter metric.Meter) (*Queue, error) {
+func New(pool *pgxpool.Pool, cfg Config, logger *slog.Logger, meter metric.Meter, opts ...Option) (*Queue, error) {
 	if pool == nil {
 		return nil, errors.New("leasequeue: nil pool")
 	}
@@ -97,6 +126,10 @@ func New(pool *pgxpool.Pool, cfg Config, logger *slog.Logger, meter metric.Meter
 		cfg:     cfg,
 		channel: notifyChannel(cfg.Name),
 		logger:  logger.With("queue", cfg.Name),
+		tracer:  tracenoop.NewTracerProvider().Tracer(""),
+	}
+	for _, o := range opts {
+		o(q)
 	}
 	m, err := newMetrics(meter, q)
 	if err != nil {
@@ -104,6 +137,34 @@ func New(pool *pgxpool.Pool, cfg Config, logger *slog.Logger, meter metric.Meter
 	}
 	q.m = m
 	return q, nil
+}
+
+// RunStats refreshes the gauges every StatsInterval until ctx is cancelled.
+// Run it once per process (the counts are the table's, so every replica
+// reports the same values).
+func (q *Queue) RunStats(ctx context.Context) error {
+	t := time.NewTicker(q.cfg.StatsInterval)
+	defer t.Stop()
+	for {
+		if err := q.RefreshStats(ctx); err != nil && ctx.Err() == nil {
+			q.logger.WarnContext(ctx, "queue stats refresh failed", "error", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// RefreshStats runs the stats query once and publishes it to the gauges.
+func (q *Queue) RefreshStats(ctx context.Context) error {
+	s, err := q.Stats(ctx, q.pool)
+	if err != nil {
+		return err
+	}
+	q.stats.Store(&s)
+	return nil
 }
 
 // Name returns the queue's name.
@@ -149,7 +210,10 @@ func (q *Queue) Enqueue(ctx context.Context, db DB, jobs ...NewJob) (int, error)
 	payloads := make([][]byte, len(jobs))
 	maxes := make([]int32, len(jobs))
 	dues := make([]time.Time, len(jobs))
+	parents := make([]string, len(jobs))
+	states := make([]string, len(jobs))
 	for i, j := range jobs {
+		parents[i], states[i] = j.Traceparent, j.Tracestate
 		if j.UniqueKey != "" {
 			k := j.UniqueKey
 			keys[i] = &k
@@ -168,7 +232,7 @@ func (q *Queue) Enqueue(ctx context.Context, db DB, jobs ...NewJob) (int, error)
 		}
 	}
 	var n int64
-	if err := db.QueryRow(ctx, qEnqueue, q.cfg.Name, keys, payloads, maxes, dues, q.channel).Scan(&n, nil); err != nil {
+	if err := db.QueryRow(ctx, qEnqueue, q.cfg.Name, keys, payloads, maxes, dues, q.channel, parents, states).Scan(&n, nil); err != nil {
 		return 0, fmt.Errorf("leasequeue: enqueue: %w", err)
 	}
 	q.m.enqueued.Add(ctx, n, q.m.attrs)
@@ -225,7 +289,7 @@ func (q *Queue) claim(ctx context.Context, sql, owner string, args ...any) ([]Jo
 	jobs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Job, error) {
 		j := Job{Owner: owner}
 		var attempt, maxAttempts int32
-		err := r.Scan(&j.ID, &j.UniqueKey, &j.Payload, &attempt, &maxAttempts, &j.Epoch, &j.CreatedAt)
+		err := r.Scan(&j.ID, &j.UniqueKey, &j.Payload, &attempt, &maxAttempts, &j.Epoch, &j.CreatedAt, &j.Traceparent, &j.Tracestate)
 		j.Attempt, j.MaxAttempts = int(attempt), int(maxAttempts)
 		return j, err
 	})

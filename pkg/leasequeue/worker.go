@@ -13,6 +13,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/lossless-dev/lossless/pkg/telemetry"
 )
 
 // WorkerConfig of a Worker.
@@ -309,7 +314,18 @@ func (w *Worker) start(workCtx context.Context, job Job, results chan<- outcome,
 	w.busy.Add(1)
 	handlers.Go(func() {
 		defer cancel()
+		// One span per attempt: a new trace linked to the enqueuer's span
+		// (docs/adr/0009). It covers the handler's work; the effects commit
+		// later in a group commit shared with other jobs.
+		jctx, span := telemetry.StartLinked(jctx, w.q.tracer, "job "+w.q.cfg.Name, job.Traceparent, job.Tracestate,
+			trace.WithAttributes(attribute.Int64("job.id", job.ID), attribute.String("job.unique_key", job.UniqueKey),
+				attribute.Int("job.attempt", job.Attempt), attribute.Int64("job.epoch", job.Epoch)))
 		effects, err := w.call(jctx, job)
+		if err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, "attempt failed")
+		}
+		span.End()
 		o := outcome{job: job, effects: effects, err: err}
 		if err != nil && jctx.Err() != nil {
 			w.mu.Lock()

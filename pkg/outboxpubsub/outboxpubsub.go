@@ -14,6 +14,7 @@ import (
 
 	"github.com/lossless-dev/lossless/pkg/outbox"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
+	"github.com/lossless-dev/lossless/pkg/telemetry"
 )
 
 // headerAttributes are the outbox headers carried over as message
@@ -48,6 +49,16 @@ func (d *Dispatcher) Dispatch(ctx context.Context, ev outbox.Event) (outbox.Comm
 	for _, k := range headerAttributes {
 		if v := ev.Headers[k]; v != "" {
 			attrs[k] = v
+		}
+	}
+	// Under a dispatch span (pkg/outboxtrace) the message names that span as
+	// its producer, so the consumer links to the publish, which links to the
+	// row's writer (docs/adr/0009). Untraced, the row's own context passes on.
+	if tp, ts := telemetry.TraceHeaders(ctx); tp != "" {
+		attrs[pubsub.AttrTraceparent] = tp
+		delete(attrs, pubsub.AttrTracestate)
+		if ts != "" {
+			attrs[pubsub.AttrTracestate] = ts
 		}
 	}
 	if _, err := d.pub.PublishRaw(ctx, ev.Payload, attrs, ev.AggregateID); err != nil {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	otelcodes "go.opentelemetry.io/otel/codes"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -140,6 +141,8 @@ func (s *Subscriber) processBatch(ctx context.Context, h BatchHandler, rms []*pu
 		ms[i] = fromReceivedMessage(rm)
 		ackIDs[i] = rm.GetAckId()
 	}
+	ctx, span := s.startSpan(ctx, ms)
+	defer span.End()
 	stopLeases := s.extendLeases(ctx, ackIDs)
 	errs := s.callBatch(ctx, h, ms)
 	stopLeases()
@@ -166,6 +169,7 @@ func (s *Subscriber) processBatch(ctx context.Context, h BatchHandler, rms []*pu
 		}
 	}
 	if len(nacks) > 0 {
+		span.SetStatus(otelcodes.Error, fmt.Sprintf("%d of %d messages nacked", len(nacks), len(ms)))
 		s.nacks.Add(actx, int64(len(nacks)), s.attrs)
 		if err := s.modifyAckDeadline(actx, nacks, 0); err != nil {
 			// The lease simply runs out; the message is redelivered later.

@@ -9,6 +9,9 @@ import (
 	"time"
 
 	gpubsub "cloud.google.com/go/pubsub/v2"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/propagation"
 	"google.golang.org/protobuf/proto"
 )
@@ -130,14 +133,28 @@ func (c PublisherConfig) Validate() error {
 
 // Publisher publishes events to one topic and awaits every result.
 type Publisher struct {
-	pub   *gpubsub.Publisher
-	topic string
-	trace propagation.TextMapPropagator
+	pub       *gpubsub.Publisher
+	topic     string
+	trace     propagation.TextMapPropagator
+	published metric.Int64Counter
+	okAttrs   metric.MeasurementOption
+	failAttrs metric.MeasurementOption
+}
+
+// PublisherOption adds an optional dependency to a Publisher.
+type PublisherOption func(*publisherDeps)
+
+type publisherDeps struct{ meter metric.Meter }
+
+// WithPublisherMeter counts publishes on meter: pubsub.publisher.messages
+// {topic, outcome=published|failed}. Without it nothing is counted.
+func WithPublisherMeter(m metric.Meter) PublisherOption {
+	return func(d *publisherDeps) { d.meter = m }
 }
 
 // NewPublisher returns a publisher for topicID. Message ordering is always
 // enabled: every event carries its work order id as ordering key.
-func NewPublisher(c *gpubsub.Client, topicID string, cfg PublisherConfig) (*Publisher, error) {
+func NewPublisher(c *gpubsub.Client, topicID string, cfg PublisherConfig, opts ...PublisherOption) (*Publisher, error) {
 	if c == nil {
 		return nil, errors.New("pubsub: NewPublisher: nil client")
 	}
@@ -161,7 +178,26 @@ func NewPublisher(c *gpubsub.Client, topicID string, cfg PublisherConfig) (*Publ
 	}
 	pub.PublishSettings = settings
 	pub.EnableMessageOrdering = true
-	return &Publisher{pub: pub, topic: topicID, trace: propagation.TraceContext{}}, nil
+	deps := publisherDeps{}
+	for _, o := range opts {
+		o(&deps)
+	}
+	if deps.meter == nil {
+		deps.meter = noop.NewMeterProvider().Meter("")
+	}
+	published, err := deps.meter.Int64Counter("pubsub.publisher.messages",
+		metric.WithDescription("Publish results awaited, by topic and outcome (published, failed). A failed publish stays in its outbox and is retried."))
+	if err != nil {
+		return nil, fmt.Errorf("pubsub: NewPublisher: %w", err)
+	}
+	topic := attribute.String("topic", topicID)
+	p := &Publisher{pub: pub, topic: topicID, trace: propagation.TraceContext{}, published: published,
+		okAttrs:   metric.WithAttributes(topic, attribute.String("outcome", "published")),
+		failAttrs: metric.WithAttributes(topic, attribute.String("outcome", "failed"))}
+	// Both series exist from the start, so a rate over them reads 0, not "no data".
+	published.Add(context.Background(), 0, p.okAttrs)
+	published.Add(context.Background(), 0, p.failAttrs)
+	return p, nil
 }
 
 // Publish encodes m.Event as protobuf binary, sets the standard attributes and
@@ -226,11 +262,13 @@ func (p *Publisher) PublishRaw(ctx context.Context, data []byte, attrs map[strin
 	res := p.pub.Publish(ctx, &gpubsub.Message{Data: data, Attributes: attrs, OrderingKey: orderingKey})
 	id, err := res.Get(ctx)
 	if err != nil {
+		p.published.Add(ctx, 1, p.failAttrs)
 		if orderingKey != "" {
 			p.pub.ResumePublish(orderingKey)
 		}
 		return "", fmt.Errorf("pubsub: publish to %s (event %s, key %q): %w", p.topic, attrs[AttrEventID], orderingKey, err)
 	}
+	p.published.Add(ctx, 1, p.okAttrs)
 	return id, nil
 }
 

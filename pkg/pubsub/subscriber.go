@@ -10,10 +10,14 @@ import (
 
 	gpubsub "cloud.google.com/go/pubsub/v2"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/lossless-dev/lossless/pkg/backoff"
+	"github.com/lossless-dev/lossless/pkg/telemetry"
 )
 
 // Received is one delivered message.
@@ -147,6 +151,7 @@ type Subscriber struct {
 	cfg    SubscriberConfig
 	logger *slog.Logger
 
+	tracer      trace.Tracer
 	attrs       metric.MeasurementOption
 	acks        metric.Int64Counter
 	nacks       metric.Int64Counter
@@ -154,8 +159,25 @@ type Subscriber struct {
 	panics      metric.Int64Counter
 }
 
+// SubscriberOption adds an optional dependency to a Subscriber.
+type SubscriberOption func(*Subscriber)
+
+// WithTracerProvider traces deliveries: each pulled batch (RunBatch) or
+// message (Run) is processed under a consumer span that starts a new trace
+// and links to every producer span named by the messages' traceparent
+// attributes (docs/adr/0009). Handlers store that span's context with what
+// they write (inbox row, job), so the next hop links to it in turn. Without
+// it nothing is traced.
+func WithTracerProvider(tp trace.TracerProvider) SubscriberOption {
+	return func(s *Subscriber) {
+		if tp != nil {
+			s.tracer = tp.Tracer("github.com/lossless-dev/lossless/pkg/pubsub")
+		}
+	}
+}
+
 // NewSubscriber returns a subscriber for subscriptionID. meter may be nil.
-func NewSubscriber(c *gpubsub.Client, subscriptionID string, cfg SubscriberConfig, logger *slog.Logger, meter metric.Meter) (*Subscriber, error) {
+func NewSubscriber(c *gpubsub.Client, subscriptionID string, cfg SubscriberConfig, logger *slog.Logger, meter metric.Meter, opts ...SubscriberOption) (*Subscriber, error) {
 	if c == nil {
 		return nil, errors.New("pubsub: NewSubscriber: nil client")
 	}
@@ -178,6 +200,10 @@ func NewSubscriber(c *gpubsub.Client, subscriptionID string, cfg SubscriberConfi
 		cfg:    cfg.withDefaults(),
 		logger: logger.With("subscription", subscriptionID),
 		attrs:  metric.WithAttributes(attribute.String("subscription", subscriptionID)),
+		tracer: tracenoop.NewTracerProvider().Tracer(""),
+	}
+	for _, o := range opts {
+		o(s)
 	}
 	var err error
 	if s.acks, err = meter.Int64Counter("pubsub.subscriber.acks",
@@ -195,6 +221,10 @@ func NewSubscriber(c *gpubsub.Client, subscriptionID string, cfg SubscriberConfi
 	if s.panics, err = meter.Int64Counter("pubsub.subscriber.handler_panics",
 		metric.WithDescription("Handler panics, recovered and turned into nacks.")); err != nil {
 		return nil, err
+	}
+	// The series exist from the start, so rates and alerts read 0, not "no data".
+	for _, c := range []metric.Int64Counter{s.acks, s.nacks, s.ackFailures, s.panics} {
+		c.Add(context.Background(), 0, s.attrs)
 	}
 	return s, nil
 }
@@ -218,10 +248,13 @@ func (s *Subscriber) Run(ctx context.Context, h Handler) error {
 	}
 	err := sub.Receive(ctx, func(ctx context.Context, m *gpubsub.Message) {
 		r := fromClientMessage(m)
+		ctx, span := s.startSpan(ctx, []*Received{r})
+		defer span.End()
 		if err := s.call(ctx, r, func(ctx context.Context) error { return h(ctx, r) }); err != nil {
 			m.Nack()
 			s.nacks.Add(ctx, 1, s.attrs)
 			s.logNack(ctx, r, err)
+			span.SetStatus(codes.Error, "nacked")
 			return
 		}
 		m.Ack()
@@ -231,6 +264,24 @@ func (s *Subscriber) Run(ctx context.Context, h Handler) error {
 		return fmt.Errorf("pubsub: receive %s: %w", s.id, err)
 	}
 	return nil
+}
+
+// startSpan starts the consumer span of a delivery of ms: a new root, linked
+// to each message's producer span (OpenTelemetry messaging conventions for
+// batch receiving). The SDK keeps 128 links per span by default;
+// telemetry.Setup raises that to a full Pull (1000).
+func (s *Subscriber) startSpan(ctx context.Context, ms []*Received) (context.Context, trace.Span) {
+	links := make([]trace.Link, 0, len(ms))
+	for _, m := range ms {
+		if l, ok := telemetry.ProducerLink(m.Attributes[AttrTraceparent], m.Attributes[AttrTracestate]); ok {
+			l.Attributes = []attribute.KeyValue{attribute.String("messaging.message.id", m.ID), attribute.String("event_id", m.Attributes[AttrEventID])}
+			links = append(links, l)
+		}
+	}
+	return s.tracer.Start(ctx, "process "+s.id, trace.WithNewRoot(), trace.WithSpanKind(trace.SpanKindConsumer), trace.WithLinks(links...),
+		trace.WithAttributes(attribute.String("messaging.system", "gcp_pubsub"),
+			attribute.String("messaging.destination.subscription.name", s.id),
+			attribute.Int("messaging.batch.message_count", len(ms))))
 }
 
 // call runs fn and turns a panic into an error, so the message is nacked and

@@ -29,6 +29,8 @@ import (
 
 	"buf.build/go/protovalidate"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc/filters"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -38,6 +40,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/lossless-dev/lossless/pkg/apierror"
+	"github.com/lossless-dev/lossless/pkg/telemetry"
 )
 
 // Config of the listeners and the shutdown.
@@ -115,6 +118,22 @@ func WithUnaryInterceptors(i ...grpc.UnaryServerInterceptor) Option {
 // WithGRPCOptions adds gRPC server options (e.g. stats handlers for tracing).
 func WithGRPCOptions(opts ...grpc.ServerOption) Option {
 	return func(o *options) { o.grpcOpts = append(o.grpcOpts, opts...) }
+}
+
+// WithTelemetry instruments the gRPC server with otelgrpc: a server span per
+// call (continuing the caller's W3C trace context from the metadata; the REST
+// gateway forwards an HTTP traceparent header as such metadata, see
+// HeaderMatcher) and the rpc.server.* metrics (request rate, latency, status
+// codes). Health checks are left out: they are polled every few seconds and
+// would drown the traces. tel's nil fields are no-ops.
+func WithTelemetry(tel telemetry.Providers) Option {
+	tel = tel.WithDefaults()
+	return WithGRPCOptions(grpc.StatsHandler(otelgrpc.NewServerHandler(
+		otelgrpc.WithTracerProvider(tel.TracerProvider),
+		otelgrpc.WithMeterProvider(tel.MeterProvider),
+		otelgrpc.WithPropagators(tel.Propagator),
+		otelgrpc.WithFilter(filters.Not(filters.HealthCheck())),
+	)))
 }
 
 // WithHTTPHandler serves handler at pattern on the HTTP listener (e.g. "/metrics").

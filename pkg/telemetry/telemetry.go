@@ -40,8 +40,11 @@ import (
 type Config struct {
 	// ServiceName is the OpenTelemetry service.name. Required.
 	ServiceName string
-	// OTLPEndpoint is the OTLP/gRPC collector address ("otel-collector:4317").
-	// Env OTEL_EXPORTER_OTLP_ENDPOINT. Default "": traces are not exported.
+	// OTLPEndpoint is the OTLP/gRPC collector, as the OpenTelemetry
+	// specification writes it ("http://otel-collector:4317"; a bare
+	// "host:port" is accepted too). Plain-text gRPC either way: the collector
+	// is a sidecar or on the local network. Env OTEL_EXPORTER_OTLP_ENDPOINT.
+	// Default "": traces are not exported.
 	OTLPEndpoint string
 	// LogLevel is debug, info, warn or error. Env LOG_LEVEL. Default info.
 	LogLevel string
@@ -67,6 +70,11 @@ func (c Config) Validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// MetricNamespace prefixes every metric a service exports
+// ("lossless_..."), so the system's series are easy to find and cannot
+// collide with those of other software on the same Prometheus.
+const MetricNamespace = "lossless"
 
 // Telemetry holds a service's providers.
 type Telemetry struct {
@@ -99,7 +107,10 @@ func Setup(ctx context.Context, cfg Config, out io.Writer) (*Telemetry, error) {
 	// A registry of our own, not the global default one.
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	exporter, err := otelprom.New(otelprom.WithRegisterer(reg), otelprom.WithoutScopeInfo())
+	// Namespace "lossless": instrument "inbox.oldest_open_age" (unit s) is
+	// exported as lossless_inbox_oldest_open_age_seconds. deploy/compose/
+	// metrics.txt lists the names the alerts and dashboards rely on.
+	exporter, err := otelprom.New(otelprom.WithRegisterer(reg), otelprom.WithoutScopeInfo(), otelprom.WithNamespace(MetricNamespace))
 	if err != nil {
 		return nil, fmt.Errorf("telemetry: prometheus exporter: %w", err)
 	}
@@ -112,14 +123,19 @@ func Setup(ctx context.Context, cfg Config, out io.Writer) (*Telemetry, error) {
 		t.TracerProvider = noop.NewTracerProvider()
 		return t, nil
 	}
-	traceExp, err := otlptracegrpc.New(ctx, otlptracegrpc.WithEndpoint(cfg.OTLPEndpoint), otlptracegrpc.WithInsecure())
+	traceExp, err := otlptracegrpc.New(ctx, otlptracegrpc.WithEndpoint(strings.TrimPrefix(cfg.OTLPEndpoint, "http://")), otlptracegrpc.WithInsecure())
 	if err != nil {
 		return nil, fmt.Errorf("telemetry: OTLP exporter: %w", err)
 	}
-	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(traceExp), sdktrace.WithResource(res))
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(traceExp), sdktrace.WithResource(res), sdktrace.WithRawSpanLimits(SpanLimits()))
 	t.TracerProvider = tp
 	t.shutdown = append(t.shutdown, tp.Shutdown)
 	return t, nil
+}
+
+// Providers returns the providers to pass to a service's assembly.
+func (t *Telemetry) Providers() Providers {
+	return Providers{MeterProvider: t.MeterProvider, TracerProvider: t.TracerProvider, Propagator: t.Propagator}
 }
 
 // Shutdown flushes and stops the providers.
@@ -129,6 +145,15 @@ func (t *Telemetry) Shutdown(ctx context.Context) error {
 		errs = append(errs, t.shutdown[i](ctx))
 	}
 	return errors.Join(errs...)
+}
+
+// SpanLimits are the SDK's defaults except for links: a consumer span of a
+// batch links to every message's producer (up to 1000 per Pub/Sub Pull), and
+// the default of 128 would silently cut the chain of the others.
+func SpanLimits() sdktrace.SpanLimits {
+	l := sdktrace.NewSpanLimits()
+	l.LinkCountLimit = 1000
+	return l
 }
 
 func parseLevel(s string) (slog.Level, error) {

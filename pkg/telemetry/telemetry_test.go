@@ -38,7 +38,7 @@ func TestMetricsAreExposedInPrometheusFormat(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
-	c, _ := tel.MeterProvider.Meter("t").Int64Counter("lossless_test_events")
+	c, _ := tel.MeterProvider.Meter("t").Int64Counter("test.events")
 	c.Add(context.Background(), 3)
 	rec := httptest.NewRecorder()
 	tel.MetricsHandler.ServeHTTP(rec, httptest.NewRequestWithContext(context.Background(), "GET", "/metrics", nil))

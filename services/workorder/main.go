@@ -99,7 +99,7 @@ func serve(ctx context.Context, env *envconfig.Reader) (err error) {
 	defer func() {
 		err = errors.Join(err, tel.Shutdown(context.WithoutCancel(ctx)))
 	}()
-	a, err := app.New(ctx, cfg, tel.Logger, tel.MeterProvider.Meter(config.ServiceName),
+	a, err := app.New(ctx, cfg, tel.Logger, tel.Providers(),
 		server.WithHTTPHandler("GET /metrics", tel.MetricsHandler))
 	if err != nil {
 		return err

@@ -13,17 +13,17 @@ import (
 
 	gpubsub "cloud.google.com/go/pubsub/v2"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/metric/noop"
 
 	eventsv1 "github.com/lossless-dev/lossless/gen/lossless/events/v1"
 	"github.com/lossless-dev/lossless/pkg/dedup"
 	"github.com/lossless-dev/lossless/pkg/leasequeue"
 	"github.com/lossless-dev/lossless/pkg/outbox"
 	"github.com/lossless-dev/lossless/pkg/outboxpubsub"
+	"github.com/lossless-dev/lossless/pkg/outboxtrace"
 	"github.com/lossless-dev/lossless/pkg/pgpool"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/server"
+	"github.com/lossless-dev/lossless/pkg/telemetry"
 	"github.com/lossless-dev/lossless/services/billing/internal/api"
 	"github.com/lossless-dev/lossless/services/billing/internal/config"
 	"github.com/lossless-dev/lossless/services/billing/internal/intake"
@@ -34,7 +34,7 @@ import (
 type App struct {
 	cfg       config.Config
 	log       *slog.Logger
-	meter     metric.Meter
+	tel       telemetry.Providers
 	pool      *pgxpool.Pool
 	ps        *gpubsub.Client
 	publisher *pubsub.Publisher
@@ -44,22 +44,21 @@ type App struct {
 
 // New connects to the database (failing fast when unreachable) and to
 // Pub/Sub, builds every component and binds the listeners. opts go to
-// server.New (e.g. the /metrics handler). A nil meter disables metrics.
-func New(ctx context.Context, cfg config.Config, logger *slog.Logger, meter metric.Meter, opts ...server.Option) (*App, error) {
+// server.New (e.g. the /metrics handler). tel's nil providers disable that
+// signal.
+func New(ctx context.Context, cfg config.Config, logger *slog.Logger, tel telemetry.Providers, opts ...server.Option) (*App, error) {
 	if logger == nil {
 		return nil, errors.New("app: logger is nil")
 	}
-	if meter == nil {
-		meter = noop.NewMeterProvider().Meter("")
-	}
+	tel = tel.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	pool, err := pgpool.New(ctx, cfg.DatabaseURL)
+	pool, err := pgpool.New(ctx, cfg.DatabaseURL, tel)
 	if err != nil {
 		return nil, fmt.Errorf("app: database pool: %w", err)
 	}
-	a := &App{cfg: cfg, log: logger, meter: meter, pool: pool}
+	a := &App{cfg: cfg, log: logger, tel: tel, pool: pool}
 	if err := pool.Ping(ctx); err != nil {
 		a.Close()
 		return nil, fmt.Errorf("app: database unreachable (DATABASE_URL): %w", err)
@@ -87,10 +86,14 @@ type Components struct {
 }
 
 // Build assembles the components on pool, publishing InvoiceIssued with pub.
-func Build(pool *pgxpool.Pool, pub *pubsub.Publisher, cfg config.Config, logger *slog.Logger, meter metric.Meter) (*Components, error) {
+// tel's nil providers disable that signal.
+func Build(pool *pgxpool.Pool, pub *pubsub.Publisher, cfg config.Config, logger *slog.Logger, tel telemetry.Providers) (*Components, error) {
 	var c Components
 	var err error
-	if c.Queue, err = leasequeue.New(pool, cfg.Queue, logger.With("component", "invoice-jobs"), meter); err != nil {
+	tel = tel.WithDefaults()
+	meter := tel.MeterProvider.Meter(config.ServiceName)
+	if c.Queue, err = leasequeue.New(pool, cfg.Queue, logger.With("component", "invoice-jobs"), meter,
+		leasequeue.WithTracerProvider(tel.TracerProvider)); err != nil {
 		return nil, err
 	}
 	if c.Issuer, err = issuer.New(cfg.Queue.Now, logger.With("component", "issuer"), meter); err != nil {
@@ -104,7 +107,7 @@ func Build(pool *pgxpool.Pool, pub *pubsub.Publisher, cfg config.Config, logger 
 		return nil, err
 	}
 	invoiceIssued := string((&eventsv1.InvoiceIssued{}).ProtoReflect().Descriptor().FullName())
-	dispatchers := map[string]outbox.Dispatcher{invoiceIssued: outboxpubsub.New(pub)}
+	dispatchers := outboxtrace.Dispatchers(tel.TracerProvider, map[string]outbox.Dispatcher{invoiceIssued: outboxpubsub.New(pub)})
 	if c.Relay, err = outbox.NewRelay(pool, dispatchers, cfg.Outbox, logger.With("component", "outbox-relay"), meter); err != nil {
 		return nil, err
 	}
@@ -116,14 +119,22 @@ func Build(pool *pgxpool.Pool, pub *pubsub.Publisher, cfg config.Config, logger 
 
 func (a *App) assemble(ctx context.Context, opts []server.Option) error {
 	var err error
-	if a.publisher, err = pubsub.NewPublisher(a.ps, pubsub.TopicBillingEvents, pubsub.DefaultPublisherConfig()); err != nil {
+	meter := a.tel.MeterProvider.Meter(config.ServiceName)
+	if a.publisher, err = pubsub.NewPublisher(a.ps, pubsub.TopicBillingEvents, pubsub.DefaultPublisherConfig(), pubsub.WithPublisherMeter(meter)); err != nil {
 		return err
 	}
-	c, err := Build(a.pool, a.publisher, a.cfg, a.log, a.meter)
+	c, err := Build(a.pool, a.publisher, a.cfg, a.log, a.tel)
 	if err != nil {
 		return err
 	}
-	sub, err := pubsub.NewSubscriber(a.ps, pubsub.SubWorkOrderEvents, a.cfg.Subscriber, a.log.With("component", "subscriber"), a.meter)
+	sub, err := pubsub.NewSubscriber(a.ps, pubsub.SubWorkOrderEvents, a.cfg.Subscriber, a.log.With("component", "subscriber"), meter,
+		pubsub.WithTracerProvider(a.tel.TracerProvider))
+	if err != nil {
+		return err
+	}
+	deadLetters, err := pubsub.NewDeadLetterMonitor(a.ps, pubsub.DeadLetterMonitorConfig{
+		Subscriptions: []string{pubsub.SubWorkOrderEventsDeadLetter},
+	}, a.log.With("component", "dead-letter-monitor"), meter)
 	if err != nil {
 		return err
 	}
@@ -137,6 +148,9 @@ func (a *App) assemble(ctx context.Context, opts []server.Option) error {
 		server.WithWorker("invoice-worker", c.Worker.Run),
 		server.WithWorker("outbox-relay", c.Relay.Run),
 		server.WithWorker("processed-events-cleanup", c.Cleaner.Run),
+		server.WithWorker("invoice-jobs-stats", c.Queue.RunStats),
+		server.WithWorker("dead-letter-monitor", deadLetters.Run),
+		server.WithTelemetry(a.tel),
 	}
 	if a.srv, err = server.New(a.cfg.Server, a.log, append(workers, opts...)...); err != nil {
 		return err

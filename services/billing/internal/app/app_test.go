@@ -29,6 +29,7 @@ import (
 	"github.com/lossless-dev/lossless/pkg/pgtest"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/pubsubtest"
+	"github.com/lossless-dev/lossless/pkg/telemetry"
 	"github.com/lossless-dev/lossless/pkg/waitfor"
 	"github.com/lossless-dev/lossless/services/billing/internal/app"
 	"github.com/lossless-dev/lossless/services/billing/internal/config"
@@ -92,7 +93,7 @@ func setupB(t testing.TB) *testBundle {
 		ProcessedEvents: dedup.CleanerConfig{},
 		Outbox:          outbox.Config{PollInterval: 10 * time.Millisecond},
 	}
-	if b.c, err = app.Build(b.pool, b.pub, b.cfg, b.logger, b.meter.Meter("test")); err != nil {
+	if b.c, err = app.Build(b.pool, b.pub, b.cfg, b.logger, telemetry.Providers{MeterProvider: b.meter}); err != nil {
 		t.Fatal(err)
 	}
 	return b

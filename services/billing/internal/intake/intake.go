@@ -33,6 +33,7 @@ import (
 	"github.com/lossless-dev/lossless/pkg/dedup"
 	"github.com/lossless-dev/lossless/pkg/leasequeue"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
+	"github.com/lossless-dev/lossless/pkg/telemetry"
 	"github.com/lossless-dev/lossless/services/billing/internal/issuer"
 )
 
@@ -81,6 +82,11 @@ func New(pool *pgxpool.Pool, queue *leasequeue.Queue, cfg Config, logger *slog.L
 	if err != nil {
 		return nil, err
 	}
+	// Every outcome's series exists at 0 from the start: the parked alert
+	// reads increase() over it, which cannot see a series' first sample.
+	for _, o := range []string{OutcomeEnqueued, OutcomeDuplicate, OutcomeOrderAlreadyQueued, OutcomeParked, OutcomeIgnored} {
+		outcomes.Add(context.Background(), 0, metric.WithAttributes(attribute.String("outcome", o)))
+	}
 	validator, err := protovalidate.New()
 	if err != nil {
 		return nil, fmt.Errorf("intake: validator: %w", err)
@@ -119,7 +125,7 @@ func (in *Intake) HandleBatch(ctx context.Context, ms []*pubsub.Received) []erro
 		return nil
 	})
 	if err != nil {
-		in.logger.Error("intake transaction failed; messages nacked for redelivery", "messages", len(ms), "error", err)
+		in.logger.ErrorContext(ctx, "intake transaction failed; messages nacked for redelivery", "messages", len(ms), "error", err)
 		for i := range errs {
 			errs[i] = err
 		}
@@ -137,7 +143,7 @@ func (in *Intake) handle(ctx context.Context, tx pgx.Tx, m *pubsub.Received) (st
 	case eventType == "":
 		return in.park(ctx, tx, m, "", "missing attribute "+pubsub.AttrEventType)
 	case eventType != EventType:
-		in.logger.Debug("event type not consumed by billing; acked", "event_type", eventType, "message_id", m.ID)
+		in.logger.DebugContext(ctx, "event type not consumed by billing; acked", "event_type", eventType, "message_id", m.ID)
 		return OutcomeIgnored, nil
 	}
 	if v := m.Attributes[pubsub.AttrSchemaVersion]; v != "" && v != "1" {
@@ -156,17 +162,26 @@ func (in *Intake) handle(ctx context.Context, tx pgx.Tx, m *pubsub.Received) (st
 	}
 	switch out {
 	case dedup.Duplicate:
-		in.logger.Debug("duplicate delivery; nothing to do", "event_id", ev.GetEventId(), "message_id", m.ID)
+		in.logger.DebugContext(ctx, "duplicate delivery; nothing to do", "event_id", ev.GetEventId(), "message_id", m.ID)
 		return OutcomeDuplicate, nil
 	case dedup.Conflict:
-		in.logger.Error("event id reused with different content: producer bug; message parked",
+		in.logger.ErrorContext(ctx, "event id reused with different content: producer bug; message parked",
 			"event_id", ev.GetEventId(), "work_order_id", ev.GetWorkOrderId())
 		return in.park(ctx, tx, m, ev.GetEventId(), "event id already processed with different content (producer bug)")
+	}
+	// The job keeps the trace context of the consumer span this delivery
+	// runs under (pkg/pubsub), or else the message's own: the worker's span
+	// links to it (docs/adr/0009).
+	tp, ts := telemetry.TraceHeaders(ctx)
+	if tp == "" {
+		tp, ts = m.Attributes[pubsub.AttrTraceparent], m.Attributes[pubsub.AttrTracestate]
 	}
 	n, err := in.queue.Enqueue(ctx, tx, leasequeue.NewJob{
 		UniqueKey:   ev.GetWorkOrderId(),
 		Payload:     m.Data,
 		MaxAttempts: in.cfg.JobMaxAttempts,
+		Traceparent: tp,
+		Tracestate:  ts,
 	})
 	if err != nil {
 		return "", err
@@ -174,7 +189,7 @@ func (in *Intake) handle(ctx context.Context, tx pgx.Tx, m *pubsub.Received) (st
 	if n == 0 {
 		// A distinct event announcing the same order's completion: the
 		// order's job exists, and one order gets one invoice (I3).
-		in.logger.Warn("second completion event for an order that already has its invoice job; no second job",
+		in.logger.WarnContext(ctx, "second completion event for an order that already has its invoice job; no second job",
 			"event_id", ev.GetEventId(), "work_order_id", ev.GetWorkOrderId())
 		return OutcomeOrderAlreadyQueued, nil
 	}
@@ -217,6 +232,6 @@ func (in *Intake) park(ctx context.Context, tx pgx.Tx, m *pubsub.Received, event
 	if _, err := tx.Exec(ctx, qPark, in.cfg.Subscription, m.ID, eventID, m.Attributes[pubsub.AttrEventType], attrs, data, reason); err != nil {
 		return "", fmt.Errorf("intake: park message %s: %w", m.ID, err)
 	}
-	in.logger.Error("message parked", "message_id", m.ID, "event_id", eventID, "reason", reason)
+	in.logger.ErrorContext(ctx, "message parked", "message_id", m.ID, "event_id", eventID, "reason", reason)
 	return OutcomeParked, nil
 }

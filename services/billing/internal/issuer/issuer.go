@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -88,7 +89,15 @@ func (i *Issuer) Handle(ctx context.Context, job leasequeue.Job) (leasequeue.Com
 		Total:       &moneyv1.Money{CurrencyCode: inv.Currency, MinorUnits: inv.TotalMinor},
 		IssuedAt:    timestamppb.New(inv.IssuedAt),
 	}
+	// The effects commit later, in a group commit outside this attempt's
+	// span. Under its span context again, InvoiceIssued's outbox headers
+	// (outbox.NewEvent) name the attempt as its producer (docs/adr/0009),
+	// and the log lines carry its ids.
+	sc := trace.SpanContextFromContext(ctx)
 	return func(ctx context.Context, tx pgx.Tx) error {
+		if sc.IsValid() {
+			ctx = trace.ContextWithSpanContext(ctx, sc)
+		}
 		number, inserted, err := store.InsertInvoice(ctx, tx, inv, job.ID, ev.GetEventId())
 		if err != nil {
 			return err
@@ -97,7 +106,7 @@ func (i *Issuer) Handle(ctx context.Context, job leasequeue.Job) (leasequeue.Com
 			// The order already has its invoice (and its InvoiceIssued was
 			// appended with it): finish the job without a second event.
 			i.preexists.Add(ctx, 1)
-			i.logger.Warn("work order already invoiced; job finished without a second invoice",
+			i.logger.WarnContext(ctx, "work order already invoiced; job finished without a second invoice",
 				"job_id", job.ID, "work_order_id", inv.WorkOrderID)
 			return nil
 		}
@@ -118,7 +127,7 @@ func (i *Issuer) Handle(ctx context.Context, job leasequeue.Job) (leasequeue.Com
 			return err
 		}
 		i.issued.Add(ctx, 1)
-		i.logger.Info("invoice issued", "invoice_id", inv.ID, "number", number,
+		i.logger.InfoContext(ctx, "invoice issued", "invoice_id", inv.ID, "number", number,
 			"work_order_id", inv.WorkOrderID, "job_id", job.ID, "epoch", job.Epoch)
 		return nil
 	}, nil

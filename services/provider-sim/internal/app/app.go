@@ -103,15 +103,18 @@ type App struct {
 }
 
 // New connects to PostgreSQL and Pub/Sub and binds the listeners. opts are
-// passed to server.New (e.g. the /metrics handler).
-func New(ctx context.Context, cfg Config, logger *slog.Logger, meter metric.Meter, opts ...server.Option) (*App, error) {
+// passed to server.New (e.g. the /metrics handler). tel's nil providers
+// disable that signal.
+func New(ctx context.Context, cfg Config, logger *slog.Logger, tel telemetry.Providers, opts ...server.Option) (*App, error) {
 	if logger == nil {
 		return nil, errors.New("app: nil logger")
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	pool, err := pgpool.New(ctx, cfg.DatabaseURL)
+	tel = tel.WithDefaults()
+	meter := tel.MeterProvider.Meter(ServiceName)
+	pool, err := pgpool.New(ctx, cfg.DatabaseURL, tel)
 	if err != nil {
 		return nil, fmt.Errorf("connect to the database: %w", err)
 	}
@@ -120,7 +123,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, meter metric.Mete
 		pool.Close()
 		return nil, err
 	}
-	pub, err := pubsub.NewPublisher(client, pubsub.TopicWorkOrderCompleted, cfg.Publisher)
+	pub, err := pubsub.NewPublisher(client, pubsub.TopicWorkOrderCompleted, cfg.Publisher, pubsub.WithPublisherMeter(meter))
 	if err != nil {
 		_ = client.Close()
 		pool.Close()
@@ -131,19 +134,19 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, meter metric.Mete
 		_ = client.Close()
 		pool.Close()
 	}}
-	if err := a.assemble(cfg, meter, opts); err != nil {
+	if err := a.assemble(cfg, tel, meter, opts); err != nil {
 		a.close()
 		return nil, err
 	}
 	return a, nil
 }
 
-func (a *App) assemble(cfg Config, meter metric.Meter, opts []server.Option) error {
+func (a *App) assemble(cfg Config, tel telemetry.Providers, meter metric.Meter, opts []server.Option) error {
 	dice, err := faults.NewDice(cfg.Faults)
 	if err != nil {
 		return err
 	}
-	eng, err := engine.New(a.pool, a.pub, dice, cfg.Engine, a.logger, meter)
+	eng, err := engine.New(a.pool, a.pub, dice, cfg.Engine, a.logger, meter, engine.WithTracerProvider(tel.TracerProvider))
 	if err != nil {
 		return err
 	}
@@ -155,7 +158,7 @@ func (a *App) assemble(cfg Config, meter metric.Meter, opts []server.Option) err
 	if err != nil {
 		return err
 	}
-	srv, err := server.New(cfg.Server, a.logger, append(opts, server.WithWorker("engine", eng.Run))...)
+	srv, err := server.New(cfg.Server, a.logger, append(opts, server.WithWorker("engine", eng.Run), server.WithTelemetry(tel))...)
 	if err != nil {
 		return err
 	}

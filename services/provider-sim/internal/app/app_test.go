@@ -27,6 +27,7 @@ import (
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/pubsubtest"
 	"github.com/lossless-dev/lossless/pkg/server"
+	"github.com/lossless-dev/lossless/pkg/telemetry"
 	"github.com/lossless-dev/lossless/pkg/waitfor"
 	"github.com/lossless-dev/lossless/services/provider-sim/internal/app"
 	"github.com/lossless-dev/lossless/services/provider-sim/internal/engine"
@@ -55,7 +56,7 @@ func setup(t *testing.T, exec time.Duration) *bundle {
 			ExecBase: exec, ExecPerPosition: time.Microsecond, NoJitter: true,
 		},
 	}
-	a, err := app.New(context.Background(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	a, err := app.New(context.Background(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), telemetry.Providers{})
 	if err != nil {
 		t.Fatal(err)
 	}

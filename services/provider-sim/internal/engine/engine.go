@@ -25,8 +25,11 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/lossless-dev/lossless/pkg/pubsub"
+	"github.com/lossless-dev/lossless/pkg/telemetry"
 	"github.com/lossless-dev/lossless/services/provider-sim/internal/faults"
 )
 
@@ -68,8 +71,23 @@ type Engine struct {
 	dice    *faults.Dice
 	cfg     Config
 	logger  *slog.Logger
+	tracer  trace.Tracer
 	wake    chan struct{}
 	metrics metrics
+}
+
+// Option adds an optional dependency to an Engine.
+type Option func(*Engine)
+
+// WithTracerProvider traces job executions: each is a span, a new trace
+// linked to the SubmitWorkOrder call that created the job, and the messages
+// it publishes name it as their producer (docs/adr/0009).
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(e *Engine) {
+		if tp != nil {
+			e.tracer = tp.Tracer("github.com/lossless-dev/lossless/services/provider-sim/internal/engine")
+		}
+	}
 }
 
 type metrics struct {
@@ -81,7 +99,7 @@ type metrics struct {
 }
 
 // New returns an engine; Run starts its workers.
-func New(pool *pgxpool.Pool, pub Publisher, dice *faults.Dice, cfg Config, logger *slog.Logger, meter metric.Meter) (*Engine, error) {
+func New(pool *pgxpool.Pool, pub Publisher, dice *faults.Dice, cfg Config, logger *slog.Logger, meter metric.Meter, opts ...Option) (*Engine, error) {
 	switch {
 	case pool == nil:
 		return nil, errors.New("engine: nil pool")
@@ -110,10 +128,15 @@ func New(pool *pgxpool.Pool, pub Publisher, dice *faults.Dice, cfg Config, logge
 	if err != nil {
 		return nil, err
 	}
-	return &Engine{
+	e := &Engine{
 		pool: pool, st: store{pool: pool}, pub: pub, dice: dice, cfg: cfg,
 		logger: logger, wake: make(chan struct{}, 1), metrics: m,
-	}, nil
+		tracer: tracenoop.NewTracerProvider().Tracer(""),
+	}
+	for _, o := range opts {
+		o(e)
+	}
+	return e, nil
 }
 
 func newMetrics(meter metric.Meter) (metrics, error) {
@@ -156,9 +179,10 @@ func (e *Engine) Submit(ctx context.Context, o Order) (Acceptance, bool, error) 
 		return Acceptance{}, false, err
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	traceparent, tracestate := telemetry.TraceHeaders(ctx)
 	j, err := scanJob(tx.QueryRow(ctx, insertJob, jobID, o.WorkOrderID, o.CustomerID, o.Description, o.Positions,
 		status, runFor.Microseconds(), plan.EarlyCompletion, plan.Duplicate, plan.SplitFirst, string(plan.Poison),
-		plan.UnknownOrder, plan.PublishThenCrash, e.cfg.Owner, e.cfg.Lease.Microseconds()))
+		plan.UnknownOrder, plan.PublishThenCrash, e.cfg.Owner, e.cfg.Lease.Microseconds(), traceparent, tracestate))
 	if errors.Is(err, pgx.ErrNoRows) {
 		// A concurrent submission of the same order won; answer with its job.
 		_ = tx.Rollback(ctx)
@@ -288,6 +312,9 @@ func (e *Engine) Run(ctx context.Context) error {
 // shutdown it releases the job for the next owner; on a technical failure it
 // schedules a retry.
 func (e *Engine) execute(ctx context.Context, j *job) {
+	ctx, span := telemetry.StartLinked(ctx, e.tracer, "provider execute", j.Traceparent, j.Tracestate,
+		trace.WithAttributes(attribute.String("work_order.id", j.WorkOrderID.String()), attribute.String("provider.job_id", j.ID.String())))
+	defer span.End()
 	log := e.logger.With("job_id", j.ID, "work_order_id", j.WorkOrderID, "lease_token", j.LeaseToken)
 	jobCtx, cancel := context.WithCancelCause(ctx)
 	var hb sync.WaitGroup
@@ -429,6 +456,12 @@ func (e *Engine) publishOne(parent context.Context, j *job, r eventRow, log *slo
 		j.CrashPending = false
 	}
 	attrs := pubsub.EventAttributes(r.EventID.String(), r.EventType, 1, r.OccurredAt)
+	if tp, ts := telemetry.TraceHeaders(ctx); tp != "" {
+		attrs[pubsub.AttrTraceparent] = tp
+		if ts != "" {
+			attrs[pubsub.AttrTracestate] = ts
+		}
+	}
 	for range r.Copies {
 		if _, err := e.pub.PublishRaw(ctx, r.Payload, attrs, r.OrderingKey); err != nil {
 			return fmt.Errorf("publish %s event %s: %w", r.Kind, r.EventID, err)

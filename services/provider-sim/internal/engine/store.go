@@ -44,13 +44,16 @@ type job struct {
 	LeaseToken int64
 	// Attempts counts earlier technical failures (for the retry backoff).
 	Attempts int
+	// Traceparent and Tracestate of the SubmitWorkOrder call that created
+	// the job; the execution's span links to it.
+	Traceparent, Tracestate string
 }
 
 const jobColumns = `job_id, work_order_id, customer_id, description, positions, status, run_for_us,
 	CASE WHEN started_at IS NULL THEN run_for_us
 	     ELSE greatest(0, run_for_us - (extract(epoch FROM clock_timestamp() - started_at) * 1000000)::bigint) END,
 	accepted_at, fault_early_completion, fault_duplicate, fault_split_first, fault_poison, fault_unknown_order,
-	fault_crash_pending, lease_token, attempts`
+	fault_crash_pending, lease_token, attempts, traceparent, tracestate`
 
 func scanJob(row pgx.Row) (*job, error) {
 	var j job
@@ -58,7 +61,7 @@ func scanJob(row pgx.Row) (*job, error) {
 	var poison string
 	err := row.Scan(&j.ID, &j.WorkOrderID, &j.CustomerID, &j.Description, &j.Positions, &j.Status, &runUS,
 		&remainingUS, &j.AcceptedAt, &j.Plan.EarlyCompletion, &j.Plan.Duplicate, &j.Plan.SplitFirst, &poison,
-		&j.Plan.UnknownOrder, &j.CrashPending, &j.LeaseToken, &j.Attempts)
+		&j.Plan.UnknownOrder, &j.CrashPending, &j.LeaseToken, &j.Attempts, &j.Traceparent, &j.Tracestate)
 	if err != nil {
 		return nil, err
 	}
@@ -78,13 +81,15 @@ const insertJob = `
 INSERT INTO jobs (job_id, work_order_id, customer_id, description, positions, status, run_for_us,
                   started_at, completed_at,
                   fault_early_completion, fault_duplicate, fault_split_first, fault_poison,
-                  fault_unknown_order, fault_crash_pending, lease_owner, lease_until, lease_token)
+                  fault_unknown_order, fault_crash_pending, lease_owner, lease_until, lease_token,
+                  traceparent, tracestate)
 VALUES ($1, $2, $3, $4, $5, $6, $7,
         CASE WHEN $8::boolean THEN now() END, CASE WHEN $8::boolean THEN now() END,
         $8, $9, $10, $11, $12, $13,
         CASE WHEN $8::boolean THEN $14 END,
         CASE WHEN $8::boolean THEN now() + $15::bigint * interval '1 microsecond' END,
-        CASE WHEN $8::boolean THEN 1 ELSE 0 END)
+        CASE WHEN $8::boolean THEN 1 ELSE 0 END,
+        $16, $17)
 ON CONFLICT (work_order_id) DO NOTHING
 RETURNING ` + jobColumns
 

@@ -15,8 +15,8 @@ import (
 	"log/slog"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/metric/noop"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -29,9 +29,11 @@ import (
 	"github.com/lossless-dev/lossless/pkg/inbox"
 	"github.com/lossless-dev/lossless/pkg/outbox"
 	"github.com/lossless-dev/lossless/pkg/outboxpubsub"
+	"github.com/lossless-dev/lossless/pkg/outboxtrace"
 	"github.com/lossless-dev/lossless/pkg/pgpool"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/server"
+	"github.com/lossless-dev/lossless/pkg/telemetry"
 	"github.com/lossless-dev/lossless/services/workorder/internal/admin"
 	"github.com/lossless-dev/lossless/services/workorder/internal/api"
 	"github.com/lossless-dev/lossless/services/workorder/internal/config"
@@ -39,6 +41,7 @@ import (
 	"github.com/lossless-dev/lossless/services/workorder/internal/handoff"
 	"github.com/lossless-dev/lossless/services/workorder/internal/invoicing"
 	"github.com/lossless-dev/lossless/services/workorder/internal/orders"
+	"github.com/lossless-dev/lossless/services/workorder/internal/orderstats"
 	"github.com/lossless-dev/lossless/services/workorder/internal/receiver"
 )
 
@@ -46,6 +49,7 @@ import (
 type App struct {
 	cfg    config.Config
 	log    *slog.Logger
+	tel    telemetry.Providers
 	meter  metric.Meter
 	pool   *pgxpool.Pool
 	conn   *grpc.ClientConn // to the provider
@@ -57,29 +61,33 @@ type App struct {
 
 // New connects to the database (failing fast when it is unreachable), builds
 // every component and binds the listeners. opts go to server.New (e.g. the
-// /metrics handler). A nil meter disables metrics.
-func New(ctx context.Context, cfg config.Config, logger *slog.Logger, meter metric.Meter, opts ...server.Option) (*App, error) {
+// /metrics handler). tel's nil providers disable that signal.
+func New(ctx context.Context, cfg config.Config, logger *slog.Logger, tel telemetry.Providers, opts ...server.Option) (*App, error) {
 	if logger == nil {
 		return nil, errors.New("app: logger is nil")
 	}
-	if meter == nil {
-		meter = noop.NewMeterProvider().Meter("")
-	}
+	tel = tel.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	pool, err := pgpool.New(ctx, cfg.DatabaseURL)
+	pool, err := pgpool.New(ctx, cfg.DatabaseURL, tel)
 	if err != nil {
 		return nil, fmt.Errorf("app: database pool: %w", err)
 	}
-	a := &App{cfg: cfg, log: logger, meter: meter, pool: pool}
+	a := &App{cfg: cfg, log: logger, tel: tel, meter: tel.MeterProvider.Meter(config.ServiceName), pool: pool}
 	if err := pool.Ping(ctx); err != nil {
 		a.Close()
 		return nil, fmt.Errorf("app: database unreachable (DATABASE_URL): %w", err)
 	}
 	// grpc.NewClient does not dial: the provider may start after us, and the
 	// relay retries hand-offs until it is reachable.
-	if a.conn, err = grpc.NewClient(cfg.ProviderAddr, grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
+	// The hand-off call is a child of its outbox dispatch span, and carries
+	// the trace context to the provider (otelgrpc client handler).
+	if a.conn, err = grpc.NewClient(cfg.ProviderAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithStatsHandler(otelgrpc.NewClientHandler(
+			otelgrpc.WithTracerProvider(tel.TracerProvider),
+			otelgrpc.WithMeterProvider(tel.MeterProvider),
+			otelgrpc.WithPropagators(tel.Propagator)))); err != nil {
 		a.Close()
 		return nil, fmt.Errorf("app: provider client (PROVIDER_ADDR): %w", err)
 	}
@@ -113,16 +121,17 @@ func (a *App) assemble(ctx context.Context, opts []server.Option) error {
 	}
 
 	// Completion events for billing go to Pub/Sub through the outbox too.
-	if a.pub, err = pubsub.NewPublisher(a.ps, pubsub.TopicWorkOrderEvents, pubsub.DefaultPublisherConfig()); err != nil {
+	if a.pub, err = pubsub.NewPublisher(a.ps, pubsub.TopicWorkOrderEvents, pubsub.DefaultPublisherConfig(), pubsub.WithPublisherMeter(a.meter)); err != nil {
 		return err
 	}
 
 	// One dispatcher per outbox event type; an event of an unknown type goes
 	// to FAILED, never silently dropped.
-	dispatchers := map[string]outbox.Dispatcher{
+	// Each dispatch is a span linked to the request that wrote the event.
+	dispatchers := outboxtrace.Dispatchers(a.tel.TracerProvider, map[string]outbox.Dispatcher{
 		handoff.EventType:                   handOff,
 		correlation.EventCompletionRecorded: outboxpubsub.New(a.pub),
-	}
+	})
 	relay, err := outbox.NewRelay(a.pool, dispatchers, a.cfg.Outbox, a.log.With("component", "outbox-relay"), a.meter)
 	if err != nil {
 		return err
@@ -135,7 +144,8 @@ func (a *App) assemble(ctx context.Context, opts []server.Option) error {
 	if err != nil {
 		return err
 	}
-	sub, err := pubsub.NewSubscriber(a.ps, pubsub.SubWorkOrderCompleted, pubsub.DefaultSubscriberConfig(), a.log.With("component", "inbox-receiver"), a.meter)
+	sub, err := pubsub.NewSubscriber(a.ps, pubsub.SubWorkOrderCompleted, pubsub.DefaultSubscriberConfig(), a.log.With("component", "inbox-receiver"), a.meter,
+		pubsub.WithTracerProvider(a.tel.TracerProvider))
 	if err != nil {
 		return err
 	}
@@ -143,11 +153,15 @@ func (a *App) assemble(ctx context.Context, opts []server.Option) error {
 	if err != nil {
 		return err
 	}
-	correlate, err := inbox.NewRelay(a.pool, correlation.NewHandler(), a.cfg.Inbox, a.log.With("component", "inbox-relay"), a.meter)
+	correlate, err := inbox.NewRelay(a.pool, correlation.NewHandler(), a.cfg.Inbox, a.log.With("component", "inbox-relay"), a.meter,
+		inbox.WithTracerProvider(a.tel.TracerProvider))
 	if err != nil {
 		return err
 	}
-	monitor, err := inbox.NewMonitor(a.pool, inbox.MonitorConfig{}, a.log.With("component", "inbox-monitor"), a.meter)
+	monitor, err := inbox.NewMonitor(a.pool, inbox.MonitorConfig{Reasons: []string{
+		correlation.ReasonNotWaiting, correlation.ReasonUnknownOrder, correlation.ReasonAmbiguous,
+		correlation.ReasonOverCompletion, correlation.ReasonOrderCancelled,
+	}}, a.log.With("component", "inbox-monitor"), a.meter)
 	if err != nil {
 		return err
 	}
@@ -157,7 +171,19 @@ func (a *App) assemble(ctx context.Context, opts []server.Option) error {
 	if err != nil {
 		return err
 	}
-	billingSub, err := pubsub.NewSubscriber(a.ps, pubsub.SubBillingEvents, pubsub.DefaultSubscriberConfig(), a.log.With("component", "invoicing"), a.meter)
+	billingSub, err := pubsub.NewSubscriber(a.ps, pubsub.SubBillingEvents, pubsub.DefaultSubscriberConfig(), a.log.With("component", "invoicing"), a.meter,
+		pubsub.WithTracerProvider(a.tel.TracerProvider))
+	if err != nil {
+		return err
+	}
+	// Stall gauges that need a query, each refreshed on its own interval.
+	deadLetters, err := pubsub.NewDeadLetterMonitor(a.ps, pubsub.DeadLetterMonitorConfig{
+		Subscriptions: []string{pubsub.SubWorkOrderCompletedDeadLetter, pubsub.SubBillingEventsDeadLetter},
+	}, a.log.With("component", "dead-letter-monitor"), a.meter)
+	if err != nil {
+		return err
+	}
+	orderGauges, err := orderstats.New(a.pool, orderstats.Config{}, a.log.With("component", "order-stats"), a.meter)
 	if err != nil {
 		return err
 	}
@@ -184,6 +210,9 @@ func (a *App) assemble(ctx context.Context, opts []server.Option) error {
 		server.WithWorker("inbox-monitor", monitor.Run),
 		server.WithWorker("invoicing", func(ctx context.Context) error { return billingSub.RunBatch(ctx, invoiced.HandleBatch) }),
 		server.WithWorker("dedup-cleaner", markers.Run),
+		server.WithWorker("dead-letter-monitor", deadLetters.Run),
+		server.WithWorker("order-stats", orderGauges.Run),
+		server.WithTelemetry(a.tel),
 	}
 
 	a.srv, err = server.New(a.cfg.Server, a.log, append(workers, opts...)...)

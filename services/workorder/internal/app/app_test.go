@@ -101,7 +101,7 @@ func TestServeShutdown_InFlightHandOffFinishesAndNoNewWorkIsClaimed(t *testing.T
 	provider := &blockingProvider{called: make(chan string, 2), release: make(chan struct{})}
 	cfg := testConfig(t, dsn, startProvider(t, provider))
 
-	a, err := app.New(context.Background(), cfg, slog.New(slog.DiscardHandler), nil)
+	a, err := app.New(context.Background(), cfg, slog.New(slog.DiscardHandler), telemetry.Providers{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,7 +218,7 @@ func TestNewFailsFastOnAnUnreachableDatabase(t *testing.T) {
 	_ = lis.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_, err = app.New(ctx, testConfig(t, "postgres://u@"+addr+"/db?connect_timeout=2", "127.0.0.1:1"), slog.New(slog.DiscardHandler), nil)
+	_, err = app.New(ctx, testConfig(t, "postgres://u@"+addr+"/db?connect_timeout=2", "127.0.0.1:1"), slog.New(slog.DiscardHandler), telemetry.Providers{})
 	if err == nil || !strings.Contains(err.Error(), "DATABASE_URL") {
 		t.Fatalf("err = %v, want an error naming DATABASE_URL", err)
 	}

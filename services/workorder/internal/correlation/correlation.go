@@ -466,14 +466,18 @@ func (h *Handler) completionRecorded(ctx context.Context, e *inbox.Entry, ev Eve
 	if err != nil {
 		return outbox.Event{}, err
 	}
-	out.ID, out.OccurredAt = eventID, now
-	// Continue the provider's trace: the inbox row kept its traceparent.
-	if e.Traceparent != "" {
+	// NewEvent put the trace context of ctx in the headers: the inbox
+	// relay's span, which links to the span that stored the entry, so the
+	// dispatch of this event links back along the chain (docs/adr/0009).
+	// Untraced here, the entry's own context passes on unchanged, so a
+	// traced consumer downstream still links to the traced producer.
+	if out.Headers[outbox.HeaderTraceparent] == "" && e.Traceparent != "" {
 		out.Headers[outbox.HeaderTraceparent] = e.Traceparent
 		if e.Tracestate != "" {
 			out.Headers[outbox.HeaderTracestate] = e.Tracestate
 		}
 	}
+	out.ID, out.OccurredAt = eventID, now
 	out.Headers[outbox.HeaderCorrelationID] = "inbox:" + ev.EventID
 	return out, nil
 }

@@ -6,7 +6,7 @@ import (
 	"github.com/lossless-dev/lossless/pkg/inbox"
 )
 
-// Park reasons of the work-order correlation (metric label inbox.parked{reason},
+// Park reasons of the work-order correlation (metric label inbox.parked_entries{reason},
 // runbooks). inbox.ReasonPoison covers undecodable payloads.
 const (
 	ReasonNotWaiting     = "NOT_WAITING"

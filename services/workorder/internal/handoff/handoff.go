@@ -39,6 +39,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -175,7 +176,7 @@ func (d *Dispatcher) Dispatch(ctx context.Context, ev outbox.Event) (outbox.Comm
 	if jobID == "" {
 		return nil, outbox.Permanent(fmt.Errorf("handoff: provider accepted work order %s without a job id", id))
 	}
-	return d.commit(id, jobID, ev.ID.String(), log), nil
+	return d.commit(trace.SpanContextFromContext(ctx), id, jobID, ev.ID.String(), log), nil
 }
 
 // detach returns the context of a provider call: bounded by the hand-off
@@ -195,9 +196,13 @@ func detach(ctx context.Context, deadline time.Duration) (context.Context, conte
 	return context.WithTimeout(detached, deadline)
 }
 
-// commit records the acceptance in the relay's mark transaction.
-func (d *Dispatcher) commit(id uuid.UUID, jobID, eventID string, log *slog.Logger) outbox.Commit {
+// commit records the acceptance in the relay's mark transaction. Its log
+// lines carry the dispatch span's ids (sc), the span of the hand-off call.
+func (d *Dispatcher) commit(sc trace.SpanContext, id uuid.UUID, jobID, eventID string, log *slog.Logger) outbox.Commit {
 	return func(ctx context.Context, tx pgx.Tx) error {
+		if sc.IsValid() {
+			ctx = trace.ContextWithSpanContext(ctx, sc)
+		}
 		var outcome orders.HandOffOutcome
 		_, err := d.repo.UpdateTx(ctx, tx, id, func(o *orders.Order) error {
 			outcome = o.AcceptHandOff(jobID, eventID)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/lossless-dev/lossless/pkg/inbox"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
+	"github.com/lossless-dev/lossless/pkg/telemetry"
 	"github.com/lossless-dev/lossless/services/workorder/internal/correlation"
 )
 
@@ -44,8 +45,15 @@ func (r *Receiver) Run(ctx context.Context) error {
 func Handle(store *inbox.Store, logger *slog.Logger) pubsub.BatchHandler {
 	return func(ctx context.Context, ms []*pubsub.Received) []error {
 		msgs := make([]inbox.Message, len(ms))
+		// Under the subscriber's consumer span (linked to each message's
+		// producer) every entry keeps THAT span's context, so the inbox
+		// relay links to the receipt, which links to the publish (ADR 0009).
+		tp, ts := telemetry.TraceHeaders(ctx)
 		for i, m := range ms {
 			msgs[i] = Decode(m)
+			if tp != "" {
+				msgs[i].Traceparent, msgs[i].Tracestate = tp, ts
+			}
 		}
 		res, err := store.Ingest(ctx, msgs)
 		errs := make([]error, len(ms))
