@@ -54,6 +54,25 @@ CREATE INDEX inbox_parked_idx ON inbox (received_at, id) WHERE status = 'PARKED'
 -- Cleanup walks resolved rows oldest first.
 CREATE INDEX inbox_resolved_idx ON inbox (processed_at) WHERE status IN ('APPLIED', 'DUPLICATE');
 
+-- Wake the correlation relays when new entries commit (pkg/inbox listens on
+-- channel "inbox"). One notification per inserting statement, not per row: a
+-- receiver batch of 500 wakes the relays once. NOTIFY is delivered at
+-- commit, so a woken relay always sees the rows; parked poison does not wake
+-- anyone. Polling stays the fallback.
+-- +goose StatementBegin
+CREATE FUNCTION inbox_notify() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM new_rows WHERE status = 'OPEN') THEN
+        PERFORM pg_notify('inbox', '');
+    END IF;
+    RETURN NULL;
+END
+$$;
+-- +goose StatementEnd
+CREATE TRIGGER inbox_notify AFTER INSERT ON inbox
+    REFERENCING NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION inbox_notify();
+
 -- The inbox churns (insert, one update, delete): vacuum it early so dead
 -- index entries do not pile up in front of the claim.
 ALTER TABLE inbox SET (autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_threshold = 1000,
@@ -106,6 +125,8 @@ CREATE TABLE work_order_applied_events (
 CREATE INDEX work_order_applied_events_order_idx ON work_order_applied_events (work_order_id);
 
 -- +goose Down
+DROP TRIGGER inbox_notify ON inbox;
+DROP FUNCTION inbox_notify();
 DROP TABLE work_order_applied_events;
 DROP TABLE operator_audit;
 DROP TABLE inbox_conflicts;

@@ -13,8 +13,14 @@ import (
 type Config struct {
 	// BatchSize is the number of entries claimed per transaction. Default 100.
 	BatchSize int
-	// PollInterval is the wait after a claim found nothing due. Default 200ms.
+	// PollInterval is the wait after a claim found nothing due, unless a
+	// NOTIFY from a new insert wakes the relay first. Default 200ms: the
+	// fallback when the LISTEN connection is down, and the pick-up delay of
+	// entries that become due by time (backoff) or by SQL repair.
 	PollInterval time.Duration
+	// NotifyChannel is the LISTEN channel the inbox insert trigger notifies
+	// (migrations/workorder/00003_inbox.sql). Default "inbox".
+	NotifyChannel string
 	// SweepInterval bounds how long the keyset cursor may run ahead: every
 	// SweepInterval the claim restarts from the lowest open id, picking up
 	// entries that became due, were blocked by an older entry of their key,
@@ -56,6 +62,9 @@ func ConfigFromEnv(r *envconfig.Reader, prefix string) Config {
 func (c Config) withDefaults() Config {
 	if c.BatchSize == 0 {
 		c.BatchSize = 100
+	}
+	if c.NotifyChannel == "" {
+		c.NotifyChannel = "inbox"
 	}
 	if c.PollInterval == 0 {
 		c.PollInterval = 200 * time.Millisecond

@@ -589,3 +589,33 @@ func TestBatchHandler_TechnicalFailureFallsBackEntryByEntry(t *testing.T) {
 		})
 	}
 }
+
+// A new entry wakes an idle relay through NOTIFY: with polling set to an
+// hour, only the insert trigger's notification can explain a prompt apply.
+func TestNotifyWakesAnIdleRelay(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.effectsTable(t)
+	r := b.relay(t, &batchRecorder{}, inbox.Config{PollInterval: time.Hour, SweepInterval: time.Hour})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("relay: %v", err)
+		}
+	})
+
+	// Let the relay find the empty inbox and go idle on its LISTEN
+	// connection (the first LISTEN also wakes it once, see pgnotify).
+	waitfor.Condition(t, 10*time.Second, "relay listening", func() bool {
+		return b.count(t, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN%'`) >= 1
+	})
+	if _, err := b.store.Ingest(ctx, []inbox.Message{msg("woken", "k1", "p")}); err != nil {
+		t.Fatal(err)
+	}
+	waitfor.Value(t, 10*time.Second, "entry applied after NOTIFY", 1, func() int {
+		return b.count(t, `SELECT count(*) FROM effects WHERE event_id = 'woken'`)
+	})
+}

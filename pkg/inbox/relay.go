@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -15,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/lossless-dev/lossless/pkg/pgnotify"
 	"github.com/lossless-dev/lossless/pkg/telemetry"
 )
 
@@ -84,6 +86,7 @@ type Relay struct {
 
 	cursor    int64
 	lastSweep time.Time
+	wake      pgnotify.Wake
 }
 
 type relayMetrics struct {
@@ -134,7 +137,8 @@ func NewRelay(pool *pgxpool.Pool, handler Handler, cfg Config, logger *slog.Logg
 	}
 	r := &Relay{pool: pool, handler: handler, cfg: cfg.withDefaults(), logger: logger,
 		tracer: tracenoop.NewTracerProvider().Tracer(""),
-		m:      relayMetrics{outcomes: outcomes, latency: latency, failures: failures, fallbacks: fallbacks}}
+		m:      relayMetrics{outcomes: outcomes, latency: latency, failures: failures, fallbacks: fallbacks},
+		wake:   pgnotify.NewWake()}
 	for _, o := range opts {
 		o(r)
 	}
@@ -146,6 +150,14 @@ func NewRelay(pool *pgxpool.Pool, handler Handler, cfg Config, logger *slog.Logg
 // (e.g. database unavailable, F15) is retried with backoff; nothing is lost
 // because the entries stay OPEN.
 func (r *Relay) Run(ctx context.Context) error {
+	listenCtx, stopListen := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer stopListen()
+	wg.Go(func() {
+		pgnotify.Listen(listenCtx, r.pool.Config().ConnConfig, r.cfg.NotifyChannel, r.cfg.TechnicalBackoff, r.logger,
+			func(string) { r.wake.Signal() })
+	})
 	failures := 0
 	for {
 		n, err := r.ProcessBatch(ctx)
@@ -166,11 +178,19 @@ func (r *Relay) Run(ctx context.Context) error {
 			failures = 0
 			continue
 		}
+		// New entries committed (NOTIFY) end an idle wait; after a failed
+		// batch the backoff applies and a wake-up does not cut it short.
+		wake := r.wake
+		if err != nil {
+			wake = nil
+		}
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return nil
+		case <-wake:
+			t.Stop()
 		case <-t.C:
 		}
 	}

@@ -22,6 +22,7 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/lossless-dev/lossless/pkg/backoff"
+	"github.com/lossless-dev/lossless/pkg/pgnotify"
 )
 
 // markTimeout bounds the claim and the marking of a batch, which run even
@@ -676,41 +677,13 @@ func (r *Relay) maintain(ctx context.Context) {
 	}
 }
 
-// listen holds a dedicated connection (not a pool connection, which LISTEN
-// would pin) on the notify channel and wakes the batch loop on every
-// notification. It reconnects with backoff; meanwhile polling covers.
+// listen wakes the batch loop on every notification of the outbox trigger,
+// whose payload is the lowest id the notifying statement inserted: the
+// cursor rewinds to it, so a row committed late with a lower id than the
+// cursor is not skipped (the commit-order trap).
 func (r *Relay) listen(ctx context.Context) {
-	for attempt := 1; ctx.Err() == nil; attempt++ {
-		err := r.listenOnce(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		delay := r.policy.Delay(attempt)
-		r.log.Warn("outbox LISTEN connection lost; polling until it is back", "error", err, "retry_in", delay)
-		sleep(ctx, delay)
-	}
-}
-
-func (r *Relay) listenOnce(ctx context.Context) error {
-	conn, err := pgx.ConnectConfig(ctx, r.pool.Config().ConnConfig.Copy())
-	if err != nil {
-		return err
-	}
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-		defer cancel()
-		_ = conn.Close(cctx)
-	}()
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{r.cfg.NotifyChannel}.Sanitize()); err != nil {
-		return err
-	}
-	r.signal() // notifications sent while we were not listening are lost
-	for {
-		n, err := conn.WaitForNotification(ctx)
-		if err != nil {
-			return err
-		}
-		if id, err := strconv.ParseInt(n.Payload, 10, 64); err == nil {
+	pgnotify.Listen(ctx, r.pool.Config().ConnConfig, r.cfg.NotifyChannel, r.policy, r.log, func(payload string) {
+		if id, err := strconv.ParseInt(payload, 10, 64); err == nil {
 			for {
 				cur := r.rewind.Load()
 				if id >= cur || r.rewind.CompareAndSwap(cur, id) {
@@ -719,7 +692,7 @@ func (r *Relay) listenOnce(ctx context.Context) error {
 			}
 		}
 		r.signal()
-	}
+	})
 }
 
 func (r *Relay) signal() {

@@ -77,11 +77,13 @@ func (s *Subscriber) RunBatch(ctx context.Context, h BatchHandler) error {
 func (s *Subscriber) pullLoop(ctx context.Context, h BatchHandler) error {
 	failures, failedBatches := 0, 0
 	for ctx.Err() == nil {
-		// No ReturnImmediately: the server waits briefly for messages, so an
-		// idle subscription does not turn into a busy loop.
+		// By default no ReturnImmediately: the server holds an empty Pull
+		// until messages arrive, so an idle subscription is not a busy loop
+		// (see SubscriberConfig.EmptyPollInterval for emulators).
 		resp, err := s.client.SubscriptionAdminClient.Pull(ctx, &pubsubpb.PullRequest{
-			Subscription: s.name,
-			MaxMessages:  int32(s.cfg.BatchSize),
+			Subscription:      s.name,
+			MaxMessages:       int32(s.cfg.BatchSize),
+			ReturnImmediately: s.cfg.EmptyPollInterval > 0, //nolint:staticcheck // deprecated on real Pub/Sub; used only against emulators
 		})
 		if err != nil {
 			if ctx.Err() != nil {
@@ -100,6 +102,9 @@ func (s *Subscriber) pullLoop(ctx context.Context, h BatchHandler) error {
 		}
 		failures = 0
 		if len(resp.GetReceivedMessages()) == 0 {
+			if s.cfg.EmptyPollInterval > 0 && !sleep(ctx, s.cfg.EmptyPollInterval) {
+				return nil
+			}
 			continue
 		}
 		if acked, nacked := s.processBatch(ctx, h, resp.GetReceivedMessages()); acked == 0 && nacked > 0 {

@@ -82,6 +82,25 @@ type SubscriberConfig struct {
 	// (Unavailable, ...) or after a batch whose every message failed.
 	// Default Base 100 ms, Max 10 s.
 	PullBackoff backoff.Policy
+	// EmptyPollInterval, when positive, makes RunBatch pull with
+	// ReturnImmediately and wait this long after an empty pull itself.
+	// Default 0: the server holds an empty Pull until a message arrives,
+	// which is right on real Pub/Sub (ReturnImmediately is discouraged
+	// there). pstest instead holds an empty Pull for a fixed 500 ms and does
+	// not wake on new messages (pstest/fake.go), which adds up to 500 ms per
+	// hop; DefaultSubscriberConfigFor sets 10 ms when an emulator is used.
+	EmptyPollInterval time.Duration
+}
+
+// DefaultSubscriberConfigFor returns the defaults for the endpoint of c:
+// against an emulator (PUBSUB_EMULATOR_HOST set), empty pulls poll every
+// 10 ms instead of being held by the server (see EmptyPollInterval).
+func DefaultSubscriberConfigFor(c ClientConfig) SubscriberConfig {
+	d := DefaultSubscriberConfig()
+	if c.EmulatorHost != "" {
+		d.EmptyPollInterval = 10 * time.Millisecond
+	}
+	return d
 }
 
 // DefaultSubscriberConfig returns the defaults documented on each field.
@@ -127,7 +146,7 @@ func (c SubscriberConfig) Validate() error {
 	if c.NumGoroutines < 0 || c.MaxOutstandingMessages < 0 || c.MaxOutstandingBytes < 0 || c.BatchConcurrency < 0 {
 		errs = append(errs, errors.New("subscriber: counts must not be negative"))
 	}
-	if c.MaxExtension < 0 || c.AckTimeout < 0 {
+	if c.MaxExtension < 0 || c.AckTimeout < 0 || c.EmptyPollInterval < 0 {
 		errs = append(errs, errors.New("subscriber: durations must not be negative"))
 	}
 	if c.BatchSize < 0 || c.BatchSize > 1000 {

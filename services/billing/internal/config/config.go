@@ -123,9 +123,9 @@ func FromEnv(r *envconfig.Reader) (Config, error) {
 			Interval:  r.Duration("BILLING_PROCESSED_EVENTS_CLEANUP_INTERVAL", time.Hour),
 			BatchSize: r.Int("BILLING_PROCESSED_EVENTS_CLEANUP_BATCH", 5000),
 		},
-		Subscriber: pubsub.DefaultSubscriberConfig(),
-		Telemetry:  telemetry.ConfigFromEnv(r, ServiceName),
+		Telemetry: telemetry.ConfigFromEnv(r, ServiceName),
 	}
+	c.Subscriber = pubsub.DefaultSubscriberConfigFor(c.PubSub)
 	if err := r.Err(); err != nil {
 		return c, err
 	}

@@ -144,7 +144,7 @@ func (a *App) assemble(ctx context.Context, opts []server.Option) error {
 	if err != nil {
 		return err
 	}
-	sub, err := pubsub.NewSubscriber(a.ps, pubsub.SubWorkOrderCompleted, pubsub.DefaultSubscriberConfig(), a.log.With("component", "inbox-receiver"), a.meter,
+	sub, err := pubsub.NewSubscriber(a.ps, pubsub.SubWorkOrderCompleted, pubsub.DefaultSubscriberConfigFor(a.cfg.PubSub), a.log.With("component", "inbox-receiver"), a.meter,
 		pubsub.WithTracerProvider(a.tel.TracerProvider))
 	if err != nil {
 		return err
@@ -171,7 +171,7 @@ func (a *App) assemble(ctx context.Context, opts []server.Option) error {
 	if err != nil {
 		return err
 	}
-	billingSub, err := pubsub.NewSubscriber(a.ps, pubsub.SubBillingEvents, pubsub.DefaultSubscriberConfig(), a.log.With("component", "invoicing"), a.meter,
+	billingSub, err := pubsub.NewSubscriber(a.ps, pubsub.SubBillingEvents, pubsub.DefaultSubscriberConfigFor(a.cfg.PubSub), a.log.With("component", "invoicing"), a.meter,
 		pubsub.WithTracerProvider(a.tel.TracerProvider))
 	if err != nil {
 		return err
