@@ -76,7 +76,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	inbox, _ := loadgen.Scrape(ctx, hc, *workorder+"/metrics",
-		"lossless_inbox_parked_entries", "lossless_inbox_duplicates_total", "lossless_inbox_payload_conflicts_total")
+		// parked entries by reason; received by outcome (duplicate = absorbed); open payload conflicts.
+		"lossless_inbox_parked_entries", "lossless_inbox_received_total", "lossless_inbox_open_conflicts")
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
