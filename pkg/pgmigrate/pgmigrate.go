@@ -8,8 +8,11 @@ import (
 	"database/sql"
 	"fmt"
 	"io/fs"
+	"log/slog"
 
 	"github.com/pressly/goose/v3"
+
+	"github.com/lossless-dev/lossless/pkg/envconfig"
 	// Registers the "pgx" database/sql driver used by goose.
 	_ "github.com/jackc/pgx/v5/stdlib"
 )
@@ -39,4 +42,20 @@ func UpDB(ctx context.Context, db *sql.DB, migrations fs.FS) (int64, error) {
 		return 0, fmt.Errorf("read migration version: %w", err)
 	}
 	return v, nil
+}
+
+// Command is the `<service> migrate` subcommand: it reads DATABASE_URL from
+// env (failing with the variable's name when it is missing), applies
+// migrations and logs the version reached.
+func Command(ctx context.Context, env *envconfig.Reader, migrations fs.FS, logger *slog.Logger) error {
+	dsn := env.Required("DATABASE_URL")
+	if err := env.Err(); err != nil {
+		return err
+	}
+	v, err := Up(ctx, dsn, migrations)
+	if err != nil {
+		return err
+	}
+	logger.InfoContext(ctx, "migrated", "version", v)
+	return nil
 }

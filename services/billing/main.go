@@ -78,16 +78,7 @@ func run(args []string) error {
 	case "serve":
 		return serve(ctx, env)
 	case "migrate":
-		dsn := env.Required("DATABASE_URL")
-		if err := env.Err(); err != nil {
-			return err
-		}
-		v, err := pgmigrate.Up(ctx, dsn, migrations.Billing())
-		if err != nil {
-			return err
-		}
-		logger.Info("migrated", "version", v)
-		return nil
+		return pgmigrate.Command(ctx, env, migrations.Billing(), logger)
 	case "provision":
 		cfg := pubsub.ClientConfigFromEnv(env)
 		if err := env.Err(); err != nil {

@@ -46,16 +46,7 @@ func run(args []string) error {
 	case "serve":
 		return serve(ctx, env)
 	case "migrate":
-		dsn := env.Required(app.EnvDatabaseURL)
-		if err := env.Err(); err != nil {
-			return err
-		}
-		v, err := pgmigrate.Up(ctx, dsn, migrations.ProviderSim())
-		if err != nil {
-			return err
-		}
-		logger().Info("migrated", "version", v)
-		return nil
+		return pgmigrate.Command(ctx, env, migrations.ProviderSim(), logger())
 	case "provision":
 		cfg := pubsub.ClientConfigFromEnv(env)
 		if err := env.Err(); err != nil {
