@@ -4,14 +4,11 @@
 -- dispatch and mark them. The same file creates the billing outbox.
 --
 -- Status machine (CHECK below):
---   PENDING --claimed, dispatched--> PUBLISHED (published_at set; deleted after retention)
---   PENDING --claimed, transient failure--> PENDING (next_attempt_at = now + backoff)
---   PENDING --claimed, permanent, unknown type, or attempts exhausted--> FAILED (terminal)
--- A claimed row stays PENDING: the claim is recorded once per batch in
--- outbox_leases (below), not on each row, so an event is written once on its
--- way out (the mark), not twice. A lease that expires (its relay is presumed
--- dead) is charged one attempt on each of its rows, which any relay may then
--- claim again.
+--   PENDING    --claim-->      PUBLISHING (lease_owner, lease_expires_at set)
+--   PUBLISHING --dispatched--> PUBLISHED  (published_at set; deleted after retention)
+--   PUBLISHING --transient-->  PENDING    (next_attempt_at = now + backoff)
+--   PUBLISHING --permanent, unknown type, or attempts exhausted--> FAILED (terminal)
+--   PUBLISHING --lease expired--> claimed again by any relay (the claimer is presumed dead)
 -- FAILED keeps blocking later events of its aggregate until an operator
 -- requeues it (docs/runbooks/outbox-relay-stalled.md).
 
@@ -35,35 +32,39 @@ CREATE TABLE outbox (
     headers          jsonb       NOT NULL DEFAULT '{}'::jsonb,
     status           text        NOT NULL DEFAULT 'PENDING'
         CONSTRAINT outbox_status_valid
-        CHECK (status IN ('PENDING', 'PUBLISHED', 'FAILED')),
-    -- Dispatch attempts settled so far: counted when the outcome is marked,
-    -- and when a lease expires unsettled (its relay crashed mid-dispatch, so
-    -- a poison row cannot loop forever).
+        CHECK (status IN ('PENDING', 'PUBLISHING', 'PUBLISHED', 'FAILED')),
+    -- Dispatch attempts so far, counted at claim time (a relay that crashes
+    -- mid-dispatch has used an attempt, so a poison row cannot loop forever).
     attempts         integer     NOT NULL DEFAULT 0 CHECK (attempts >= 0),
     last_error       text,
     -- Earliest time a PENDING row may be claimed again after a transient
     -- failure (backoff); NULL: no backoff pending, claim at once.
     next_attempt_at  timestamptz,
+    -- Fencing token of the claim ("<relay id>#<claim number>") and its expiry;
+    -- the mark only touches a row whose token is still the marker's.
+    lease_owner      text,
+    lease_expires_at timestamptz,
     -- Business time of the fact, set by the producer...
     occurred_at      timestamptz NOT NULL,
     -- ...distinct from the time the row was written (basis of the age alarm).
     created_at       timestamptz NOT NULL DEFAULT now(),
     published_at     timestamptz,
     CONSTRAINT outbox_published_consistent
-        CHECK ((status = 'PUBLISHED') = (published_at IS NOT NULL))
+        CHECK ((status = 'PUBLISHED') = (published_at IS NOT NULL)),
+    CONSTRAINT outbox_lease_consistent
+        CHECK ((status = 'PUBLISHING') = (lease_owner IS NOT NULL AND lease_expires_at IS NOT NULL))
 ) WITH (
-    -- Free room on each page keeps a row's new version on its own page: the
-    -- mark's version (a new primary-key entry, no partial-index entry) and a
-    -- retry's (attempts, next_attempt_at: a HOT update, no index entry).
-    -- Measured in pkg/outbox B1.
+    -- Free room on each page lets the claim (PENDING -> PUBLISHING, columns
+    -- not in any index) be a HOT update: a new row version on the same page
+    -- and no new index entries. Measured in pkg/outbox B1.
     fillfactor = 50
 );
 
--- The claim index: every row not yet published (PENDING, FAILED), in claim
--- order. Partial, so it holds the backlog, not the retained history. Its
--- predicate is on published_at rather than status on purpose: a column in an
--- index predicate makes every update of it non-HOT, and a move to FAILED
--- changes status; only the mark (PUBLISHED) leaves the index.
+-- The claim index: every row not yet published (PENDING, PUBLISHING, FAILED),
+-- in claim order. Partial, so it holds the backlog, not the retained
+-- history. Its predicate is on published_at rather than status on purpose:
+-- a column in an index predicate makes every update of it non-HOT, and the
+-- claim changes status; only the mark (PUBLISHED) leaves the index.
 CREATE INDEX outbox_unpublished_idx ON outbox (id) WHERE published_at IS NULL;
 
 -- The per-aggregate ordering guard: "is there an earlier unpublished event of
@@ -75,26 +76,6 @@ CREATE INDEX outbox_aggregate_unpublished_idx ON outbox (aggregate_id, id) WHERE
 -- page ranges summarise well, and the index costs almost nothing on the mark
 -- (a B-tree entry per published row cost the relay a third of its writes).
 CREATE INDEX outbox_published_at_brin ON outbox USING brin (published_at) WITH (autosummarize = on);
-
--- Claims in flight: one row per claimed batch, the "lease". While it has not
--- expired, no other relay claims its rows; the relay that owns it settles the
--- batch and deletes it in the same statement (the delete is the fence: a
--- relay whose lease was taken over finds nothing to delete and marks
--- nothing). An expired lease is deleted by the next claim of any relay,
--- which charges its rows one attempt and may claim them again. Claims are
--- serialised by an advisory lock (pkg/outbox/queries.go), so each claim sees
--- every lease committed before it. The table holds at most one row per
--- running relay.
-CREATE TABLE outbox_leases (
-    -- "<relay id>#<claim number>"; relay_id is in the relay's logs.
-    token      text           PRIMARY KEY,
-    relay_id   text           NOT NULL,
-    -- The claimed outbox ids. A keyset batch is one or a few id ranges, so a
-    -- multirange stays a few bytes where an id array would take 4 kB.
-    claimed    int8multirange NOT NULL CHECK (NOT isempty(claimed)),
-    claimed_at timestamptz    NOT NULL,
-    expires_at timestamptz    NOT NULL CHECK (expires_at > claimed_at)
-);
 
 -- Wakes the relays (LISTEN outbox) when events commit: one notification per
 -- INSERT statement, delivered at commit (never for a rolled-back one). The
@@ -115,7 +96,6 @@ CREATE TRIGGER outbox_notify AFTER INSERT ON outbox
     FOR EACH STATEMENT EXECUTE FUNCTION outbox_notify();
 
 -- +goose Down
-DROP TABLE outbox_leases;
 DROP TRIGGER outbox_notify ON outbox;
 DROP FUNCTION outbox_notify();
 DROP TABLE outbox;

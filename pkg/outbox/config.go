@@ -34,12 +34,12 @@ const (
 // Config of a Relay. The zero value of every field means its default; call
 // WithDefaults (NewRelay does) and Validate.
 type Config struct {
-	// RelayID names this relay in outbox_leases and logs, so an operator can
+	// RelayID names this relay in lease_owner and logs, so an operator can
 	// see which replica holds a row. Default: "<hostname>-<pid>-<random>".
 	RelayID string
 	// BatchSize is the most rows one claim takes. Default 500: large enough
-	// that the two commits per batch (claim, settle) cost little per row,
-	// small enough that a batch dispatches well within LeaseDuration.
+	// that the two commits per batch (claim, mark) cost little per row, small
+	// enough that a batch dispatches well within LeaseDuration.
 	BatchSize int
 	// DispatchConcurrency is how many aggregates of one batch dispatch in
 	// parallel; events of one aggregate always dispatch one after another.
@@ -54,10 +54,9 @@ type Config struct {
 	// blocked behind an earlier event of their aggregate, and late commits
 	// whose NOTIFY was lost. Default 1s.
 	SweepInterval time.Duration
-	// LeaseDuration is how long a claimed batch stays leased to its relay
-	// before another relay may reclaim it (the claimer is presumed dead and
-	// each row is charged an attempt). Dispatch of a batch is cut off at 80%
-	// of it. Default 30s.
+	// LeaseDuration is how long a claimed row stays PUBLISHING before another
+	// relay may reclaim it (the claimer is presumed dead). Dispatch of a batch
+	// is cut off at 80% of it. Default 30s.
 	LeaseDuration time.Duration
 	// BackoffBase and BackoffMax shape the delay before a transient failure is
 	// retried: full jitter in [0, min(BackoffMax, BackoffBase·2^(n-1))].
@@ -71,7 +70,7 @@ type Config struct {
 	// same day.
 	MaxAttempts int
 	// Retention keeps PUBLISHED rows for diagnosis and replay before cleanup
-	// deletes them. PENDING and FAILED rows are never deleted.
+	// deletes them. PENDING, PUBLISHING and FAILED rows are never deleted.
 	// Default 24h.
 	Retention time.Duration
 	// CleanupInterval is how often the relay deletes expired PUBLISHED rows;

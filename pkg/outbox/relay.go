@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"math"
 	"runtime/debug"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -59,8 +58,8 @@ type Relay struct {
 // Stats is a snapshot of the outbox table, for metrics, the runbook and
 // admin endpoints.
 type Stats struct {
-	// Pending counts rows not yet published and not FAILED (PENDING, claimed
-	// or not), capped at Config.StatsCountLimit.
+	// Pending counts rows not yet published and not FAILED (PENDING and
+	// PUBLISHING), capped at Config.StatsCountLimit.
 	Pending int64
 	// Failed counts FAILED rows (within the same capped scan).
 	Failed int64
@@ -133,14 +132,14 @@ func (r *Relay) initMetrics(meter metric.Meter) error {
 		metric.WithDescription("Dispatched events whose lease had been taken over before the mark (a duplicate follows)."))
 	add(err)
 	pending, err := meter.Int64ObservableGauge("outbox.events.pending",
-		metric.WithDescription("Rows PENDING, claimed or not (capped scan), refreshed every stats interval."))
+		metric.WithDescription("Rows PENDING or PUBLISHING (capped scan), refreshed every stats interval."))
 	add(err)
 	failed, err := meter.Int64ObservableGauge("outbox.events.failed",
 		metric.WithDescription("Rows in FAILED, waiting for an operator."))
 	add(err)
 	age, err := meter.Float64ObservableGauge("outbox.events.oldest_pending_age",
 		metric.WithUnit("s"),
-		metric.WithDescription("Age of the oldest PENDING row; 0 when none."))
+		metric.WithDescription("Age of the oldest PENDING or PUBLISHING row; 0 when none."))
 	add(err)
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("outbox: metrics: %w", err)
@@ -248,24 +247,7 @@ func (r *Relay) claim(ctx context.Context, now time.Time) ([]claimedRow, int, st
 	// rows instead of dispatching them.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), markTimeout)
 	defer cancel()
-	// One round trip, one implicit transaction (see queries.go).
-	batch := &pgx.Batch{}
-	batch.Queue(qClaimLock, claimLockNamespace, claimLockKey)
-	batch.Queue(qExpireLeases, now, r.cfg.MaxAttempts)
-	batch.Queue(qClaim, from, r.cfg.BatchSize, now, token, r.cfg.LeaseDuration, r.cfg.RelayID)
-	br := r.pool.SendBatch(cctx, batch)
-	defer func() { _ = br.Close() }()
-	if _, err := br.Exec(); err != nil {
-		return nil, 0, "", fmt.Errorf("outbox: claim lock: %w", err)
-	}
-	expired, err := br.Exec()
-	if err != nil {
-		return nil, 0, "", fmt.Errorf("outbox: expire leases: %w", err)
-	}
-	if n := expired.RowsAffected(); n > 0 {
-		r.log.Warn("outbox leases expired before their relay settled them; rows charged an attempt and claimable again", "rows", n)
-	}
-	rows, err := br.Query()
+	rows, err := r.pool.Query(cctx, qClaim, from, r.cfg.BatchSize, now, token, r.cfg.LeaseDuration)
 	if err != nil {
 		return nil, 0, "", fmt.Errorf("outbox: claim: %w", err)
 	}
@@ -318,7 +300,7 @@ func (r *Relay) claim(ctx context.Context, now time.Time) ([]claimedRow, int, st
 type outcomeKind int
 
 const (
-	outcomeReleased  outcomeKind = iota // not dispatched; left untouched, released with the lease
+	outcomeReleased  outcomeKind = iota // not dispatched; back to PENDING, attempt refunded
 	outcomePublished                    // dispatched
 	outcomeRetry                        // transient failure
 	outcomeFailed                       // permanent failure
@@ -410,92 +392,66 @@ func (r *Relay) dispatchOne(ctx context.Context, ev Event) (o outcome) {
 	}
 }
 
-// settle records the outcome of a batch and ends its lease. Without
-// Commits (the common case) that is one statement, qSettle. Published rows
-// with Commits are first marked in a transaction that runs the Commits
-// (qMarkPublishedInTx); qSettle then records the rest. It runs on a context
-// that survives Run's cancellation, bounded by markTimeout.
+// settle records the outcome of a batch: published rows (with their
+// Commits) in one transaction, everything else in one statement. It runs on
+// a context that survives Run's cancellation, bounded by markTimeout.
 func (r *Relay) settle(ctx context.Context, rows []claimedRow, outs []outcome, token string) error {
 	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), markTimeout)
 	defer cancel()
 	now := r.cfg.Now()
-	var published, withCommit []int
+	var published []int
 	for i := range outs {
-		switch {
-		case outs[i].kind != outcomePublished:
-		case outs[i].commit != nil:
-			withCommit = append(withCommit, i)
-		default:
+		if outs[i].kind == outcomePublished {
 			published = append(published, i)
 		}
 	}
-	marked := map[int64]bool{}
-	leaseHeld := true
-	if len(withCommit) > 0 {
-		// Every published row goes through the transaction, so the Commits
-		// and the marks of one batch are recorded together when they can be.
-		published = append(published, withCommit...)
-		slices.Sort(published)
-		var err error
-		marked, leaseHeld, err = r.markPublished(mctx, rows, outs, published, token, now)
+	if len(published) > 0 {
+		marked, err := r.markPublished(mctx, rows, outs, published, token, now)
 		if err != nil {
-			// Nothing was marked: the lease expires and the rows are
-			// dispatched again (a duplicate, never a loss).
+			// Nothing was marked: the rows keep their lease and are
+			// dispatched again after it expires (a duplicate, never a loss).
 			return err
 		}
-		published = nil
-	}
-	if leaseHeld {
-		ids := make([]int64, len(published))
-		for k, i := range published {
-			ids[k] = rows[i].id
-		}
-		u := r.unpublished(mctx, rows, outs, now)
-		var got []int64
-		var held int
-		err := r.pool.QueryRow(mctx, qSettle, token, now, ids, u.ids, u.status, u.errs, u.nexts).Scan(&held, &got)
-		if err != nil {
-			// The lease stays: the batch is dispatched again once it expires.
-			return fmt.Errorf("outbox: settle batch: %w", err)
-		}
-		for _, id := range got {
-			marked[id] = true
-		}
-		if held == 0 && len(u.ids) > 0 {
-			r.log.Warn("outbox lease lost before settling failed dispatches; the new claimer retries them", "rows", len(u.ids), "lease", token)
+		for _, i := range published {
+			typ := attribute.String("event_type", rows[i].ev.Type)
+			switch {
+			case marked[rows[i].id]:
+				r.m.dispatched.Add(mctx, 1, metric.WithAttributes(typ))
+			case outs[i].kind == outcomePublished: // lease lost to another relay
+				r.m.leaseLost.Add(mctx, 1, metric.WithAttributes(typ))
+				r.log.Warn("outbox lease lost before mark; another relay will publish again", "event_id", rows[i].ev.ID)
+			}
 		}
 	}
-	for i := range outs {
-		if outs[i].kind != outcomePublished {
-			continue
-		}
-		typ := attribute.String("event_type", rows[i].ev.Type)
-		if marked[rows[i].id] {
-			r.m.dispatched.Add(mctx, 1, metric.WithAttributes(typ))
-			continue
-		}
-		r.m.leaseLost.Add(mctx, 1, metric.WithAttributes(typ))
-		r.log.Warn("outbox lease lost before mark; another relay will publish again", "event_id", rows[i].ev.ID, "lease", token)
-	}
-	return nil
+	return r.markUnpublished(mctx, rows, outs, token, now)
 }
 
 // markPublished marks the published rows and runs their Commits in one
 // transaction. If that fails (a Commit error aborts the whole transaction),
 // each row is retried alone so one bad Commit does not hold back the others;
-// a row whose own Commit fails becomes a transient failure (outs is
-// updated). It reports the rows marked and whether the lease was still held.
-func (r *Relay) markPublished(ctx context.Context, rows []claimedRow, outs []outcome, idx []int, token string, now time.Time) (map[int64]bool, bool, error) {
+// a row whose own Commit fails becomes a transient failure.
+func (r *Relay) markPublished(ctx context.Context, rows []claimedRow, outs []outcome, idx []int, token string, now time.Time) (map[int64]bool, error) {
+	hasCommit := false
+	for _, i := range idx {
+		hasCommit = hasCommit || outs[i].commit != nil
+	}
 	ids := make([]int64, len(idx))
 	for k, i := range idx {
 		ids[k] = rows[i].id
 	}
+	if !hasCommit {
+		marked, err := r.execMark(ctx, r.pool, ids, token, now)
+		if err != nil {
+			return nil, fmt.Errorf("outbox: mark published: %w", err)
+		}
+		return marked, nil
+	}
 	marked, err := r.markTx(ctx, rows, outs, idx, ids, token, now)
 	if err == nil {
-		return marked, len(marked) > 0, nil
+		return marked, nil
 	}
 	if ctx.Err() != nil {
-		return nil, false, fmt.Errorf("outbox: mark published: %w", err)
+		return nil, fmt.Errorf("outbox: mark published: %w", err)
 	}
 	r.log.Warn("outbox batch mark failed; marking one by one", "error", err, "rows", len(idx))
 	marked = make(map[int64]bool, len(idx))
@@ -503,35 +459,24 @@ func (r *Relay) markPublished(ctx context.Context, rows []claimedRow, outs []out
 		one, err := r.markTx(ctx, rows, outs, []int{i}, []int64{rows[i].id}, token, now)
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil, false, fmt.Errorf("outbox: mark published: %w", err)
+				return nil, fmt.Errorf("outbox: mark published: %w", err)
 			}
 			outs[i] = outcome{kind: outcomeRetry, err: fmt.Errorf("commit after dispatch: %w", err)}
 			continue
-		}
-		if len(one) == 0 {
-			return marked, false, nil // the lease was taken over: stop here
 		}
 		for id := range one {
 			marked[id] = true
 		}
 	}
-	return marked, true, nil
+	return marked, nil
 }
 
 func (r *Relay) markTx(ctx context.Context, rows []claimedRow, outs []outcome, idx []int, ids []int64, token string, now time.Time) (map[int64]bool, error) {
 	var marked map[int64]bool
 	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
-		q, err := tx.Query(ctx, qMarkPublishedInTx, token, ids, now)
-		if err != nil {
+		var err error
+		if marked, err = r.execMark(ctx, tx, ids, token, now); err != nil {
 			return err
-		}
-		got, err := pgx.CollectRows(q, pgx.RowTo[int64])
-		if err != nil {
-			return err
-		}
-		marked = make(map[int64]bool, len(got))
-		for _, id := range got {
-			marked[id] = true
 		}
 		for _, i := range idx {
 			if c := outs[i].commit; c != nil && marked[rows[i].id] {
@@ -550,46 +495,70 @@ type Querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
-// settlement holds the arguments of qSettle for rows not published.
-type settlement struct {
-	ids    []int64
-	status []string
-	errs   []*string
-	nexts  []*time.Time
+func (r *Relay) execMark(ctx context.Context, q Querier, ids []int64, token string, now time.Time) (map[int64]bool, error) {
+	rows, err := q.Query(ctx, qMarkPublished, ids, now, token)
+	if err != nil {
+		return nil, err
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, err
+	}
+	marked := make(map[int64]bool, len(got))
+	for _, id := range got {
+		marked[id] = true
+	}
+	return marked, nil
 }
 
-// unpublished decides what happens to each dispatched row that was not
-// published (retry with backoff, or FAILED), counts and logs it. Rows never
-// dispatched (outcomeReleased) are left alone: ending the lease releases them.
-func (r *Relay) unpublished(ctx context.Context, rows []claimedRow, outs []outcome, now time.Time) settlement {
-	var u settlement
+func (r *Relay) markUnpublished(ctx context.Context, rows []claimedRow, outs []outcome, token string, now time.Time) error {
+	var (
+		ids     []int64
+		status  []string
+		errs    []*string
+		nexts   []*time.Time
+		refunds []int32
+	)
 	for i, o := range outs {
-		if o.kind == outcomePublished || o.kind == outcomeReleased {
+		if o.kind == outcomePublished {
 			continue
 		}
 		ev := rows[i].ev
 		typ := attribute.String("event_type", ev.Type)
-		s := truncate(o.err.Error(), 2000)
-		msg := &s
+		var msg *string
+		if o.err != nil {
+			s := truncate(o.err.Error(), 2000)
+			msg = &s
+		}
 		switch {
+		case o.kind == outcomeReleased:
+			ids, status, errs, nexts, refunds = append(ids, rows[i].id), append(status, "PENDING"), append(errs, nil), append(nexts, nil), append(refunds, 1)
+			continue
 		case o.kind == outcomeFailed:
 			r.m.errors.Add(ctx, 1, metric.WithAttributes(typ, attribute.String("error.kind", "permanent")))
 		case ev.Attempts >= r.cfg.MaxAttempts:
 			r.m.errors.Add(ctx, 1, metric.WithAttributes(typ, attribute.String("error.kind", "transient")))
 			s := fmt.Sprintf("attempts exhausted (%d): %s", ev.Attempts, *msg)
 			msg = &s
+			o.kind = outcomeFailed
 		default:
 			r.m.errors.Add(ctx, 1, metric.WithAttributes(typ, attribute.String("error.kind", "transient")))
 			next := now.Add(r.policy.Delay(ev.Attempts))
-			u.ids, u.status, u.errs, u.nexts = append(u.ids, rows[i].id), append(u.status, "PENDING"), append(u.errs, msg), append(u.nexts, &next)
+			ids, status, errs, nexts, refunds = append(ids, rows[i].id), append(status, "PENDING"), append(errs, msg), append(nexts, &next), append(refunds, 0)
 			r.log.Warn("outbox dispatch failed; will retry", "event_id", ev.ID, "event_type", ev.Type, "attempt", ev.Attempts, "next_attempt_at", next, "error", o.err)
 			continue
 		}
 		r.m.failed.Add(ctx, 1, metric.WithAttributes(typ))
 		r.log.Error("outbox event moved to FAILED", "event_id", ev.ID, "event_type", ev.Type, "aggregate_id", ev.AggregateID, "attempt", ev.Attempts, "error", *msg)
-		u.ids, u.status, u.errs, u.nexts = append(u.ids, rows[i].id), append(u.status, "FAILED"), append(u.errs, msg), append(u.nexts, nil)
+		ids, status, errs, nexts, refunds = append(ids, rows[i].id), append(status, "FAILED"), append(errs, msg), append(nexts, nil), append(refunds, 0)
 	}
-	return u
+	if len(ids) == 0 {
+		return nil
+	}
+	if _, err := r.pool.Exec(ctx, qMarkUnpublished, ids, status, errs, nexts, refunds, token); err != nil {
+		return fmt.Errorf("outbox: mark unpublished: %w", err)
+	}
+	return nil
 }
 
 // Stats reads the current numbers from the database (bounded queries).
