@@ -46,6 +46,7 @@ import (
 
 	eventsv1 "github.com/lossless-dev/lossless/gen/lossless/events/v1"
 	providerv1 "github.com/lossless-dev/lossless/gen/lossless/provider/v1"
+	"github.com/lossless-dev/lossless/pkg/inbox"
 	"github.com/lossless-dev/lossless/pkg/outbox"
 	"github.com/lossless-dev/lossless/services/workorder/internal/orders"
 )
@@ -213,8 +214,14 @@ func (d *Dispatcher) commit(sc trace.SpanContext, id uuid.UUID, jobID, eventID s
 		}
 		switch outcome {
 		case orders.HandedOff:
+			// The waiting point exists from this commit on: completions that
+			// overtook the hand-off (F5) need not sit out their backoff.
+			early, err := inbox.MakeDue(ctx, tx, id.String())
+			if err != nil {
+				return err
+			}
 			d.handedOff.Add(ctx, 1)
-			log.InfoContext(ctx, "work order handed off", "provider_job_id", jobID)
+			log.InfoContext(ctx, "work order handed off", "provider_job_id", jobID, "early_completions_released", early)
 		case orders.AcceptedAfterCancel:
 			d.afterCancel.Add(ctx, 1)
 			log.WarnContext(ctx, "provider accepted a work order cancelled during its hand-off; order stays CANCELLED", "provider_job_id", jobID)

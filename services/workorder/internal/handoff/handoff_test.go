@@ -21,6 +21,7 @@ import (
 
 	providerv1 "github.com/lossless-dev/lossless/gen/lossless/provider/v1"
 	"github.com/lossless-dev/lossless/migrations"
+	"github.com/lossless-dev/lossless/pkg/inbox"
 	"github.com/lossless-dev/lossless/pkg/outbox"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
 	"github.com/lossless-dev/lossless/pkg/waitfor"
@@ -430,5 +431,37 @@ func TestMalformedEventIsPermanent(t *testing.T) {
 	_, err := b.dispatcher.Dispatch(context.Background(), outbox.Event{ID: uuid.New(), Payload: []byte{0xff, 0xff}})
 	if !outbox.IsPermanent(err) {
 		t.Fatalf("garbage payload: %v", err)
+	}
+}
+
+// F5: a completion that overtook the hand-off sits deferred in the inbox.
+// Recording the waiting point makes it due in the same transaction, so it
+// does not wait out its backoff.
+func TestF5_HandOffMakesDeferredCompletionsDue(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	id := b.createOrder(t)
+	ctx := context.Background()
+	msg := inbox.Message{Source: "provider", EventID: "early-1", EventType: "lossless.events.v1.WorkOrderCompleted",
+		SchemaVersion: 1, CorrelationKey: id.String(), Payload: []byte("x")}
+	store, err := inbox.NewStore(b.pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Ingest(ctx, []inbox.Message{msg}); err != nil {
+		t.Fatal(err)
+	}
+	// As the correlation relay leaves it after a NOT_WAITING attempt.
+	if _, err := b.pool.Exec(ctx, `UPDATE inbox SET attempts = 1, next_attempt_at = now() + interval '1 hour' WHERE event_id = 'early-1'`); err != nil {
+		t.Fatal(err)
+	}
+	b.runRelay(t)
+	b.waitEvent(t, id, "PUBLISHED")
+	var due bool
+	if err := b.pool.QueryRow(ctx, `SELECT next_attempt_at <= now() FROM inbox WHERE event_id = 'early-1'`).Scan(&due); err != nil {
+		t.Fatal(err)
+	}
+	if !due {
+		t.Fatal("the deferred completion still waits for its backoff after the hand-off committed")
 	}
 }

@@ -1,0 +1,38 @@
+package inbox
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// qMakeDue pulls the next attempt of a key's deferred entries to now. It
+// touches only OPEN entries waiting for a later attempt: entries already due
+// are claimable anyway, and resolved or parked ones are not the relay's.
+const qMakeDue = `
+UPDATE inbox SET next_attempt_at = now()
+WHERE correlation_key = $1 AND status = 'OPEN' AND next_attempt_at > now()`
+
+// qNotify wakes the relays; the insert trigger does not fire on UPDATE.
+const qNotify = `SELECT pg_notify($1, '')`
+
+// MakeDue makes the deferred entries of one correlation key due at once, in
+// the caller's transaction, and wakes the relays at its commit. Call it when
+// the condition those entries wait for becomes true: the work-order service
+// calls it when it records a waiting point, so a completion that overtook
+// its hand-off (F5) applies right after the hand-off commits instead of
+// after its backoff. It returns the number of entries made due.
+func MakeDue(ctx context.Context, tx pgx.Tx, key string) (int64, error) {
+	tag, err := tx.Exec(ctx, qMakeDue, key)
+	if err != nil {
+		return 0, fmt.Errorf("inbox: make entries of %s due: %w", key, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return 0, nil
+	}
+	if _, err := tx.Exec(ctx, qNotify, Config{}.withDefaults().NotifyChannel); err != nil {
+		return 0, fmt.Errorf("inbox: notify: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
