@@ -51,19 +51,27 @@ func InvalidArgument(violations ...Violation) error {
 }
 
 // FromValidation converts a protovalidate error into INVALID_ARGUMENT with one
-// field violation per failed rule. Other errors pass through unchanged.
+// field violation per bad field: a field that breaks several rules (an empty
+// customer_id fails both min_len and pattern) gets one violation whose
+// description lists every broken rule. Other errors pass through unchanged.
 func FromValidation(err error) error {
 	var verr *protovalidate.ValidationError
 	if !errors.As(err, &verr) {
 		return err
 	}
 	vs := make([]Violation, 0, len(verr.Violations))
+	index := map[string]int{}
 	for _, v := range verr.Violations {
 		field := protovalidate.FieldPathString(v.Proto.GetField())
 		if field == "" {
 			// Message-level (CEL) rules have no field; name the rule instead.
 			field = v.Proto.GetRuleId()
 		}
+		if i, seen := index[field]; seen {
+			vs[i].Description += "; " + v.Proto.GetMessage()
+			continue
+		}
+		index[field] = len(vs)
 		vs = append(vs, Violation{Field: field, Description: v.Proto.GetMessage()})
 	}
 	return InvalidArgument(vs...)
