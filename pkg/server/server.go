@@ -84,6 +84,7 @@ type Option func(*options)
 
 type options struct {
 	workers      []worker
+	auth         []grpc.UnaryServerInterceptor
 	interceptors []grpc.UnaryServerInterceptor
 	grpcOpts     []grpc.ServerOption
 	handlers     []route
@@ -107,6 +108,13 @@ type route struct {
 // prevent.
 func WithWorker(name string, fn func(ctx context.Context) error) Option {
 	return func(o *options) { o.workers = append(o.workers, worker{name, fn}) }
+}
+
+// WithAuthInterceptors adds interceptors that run before request
+// validation, so a caller without credentials is refused before learning
+// anything about its request.
+func WithAuthInterceptors(i ...grpc.UnaryServerInterceptor) Option {
+	return func(o *options) { o.auth = append(o.auth, i...) }
 }
 
 // WithUnaryInterceptors adds interceptors after the built-in recovery and
@@ -183,7 +191,10 @@ func New(cfg Config, logger *slog.Logger, opts ...Option) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("server: build validator: %w", err)
 	}
-	chain := append([]grpc.UnaryServerInterceptor{recoverUnary(logger), validateUnary(validator)}, s.opts.interceptors...)
+	chain := []grpc.UnaryServerInterceptor{recoverUnary(logger)}
+	chain = append(chain, s.opts.auth...)
+	chain = append(chain, validateUnary(validator))
+	chain = append(chain, s.opts.interceptors...)
 	s.grpc = grpc.NewServer(append([]grpc.ServerOption{grpc.ChainUnaryInterceptor(chain...)}, s.opts.grpcOpts...)...)
 	s.health = health.NewServer()
 	// Not serving until Run has started every listener and worker.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -45,6 +46,22 @@ func NewService(ops *Ops, token string, logger *slog.Logger) (*Service, error) {
 		logger.Warn("admin: " + EnvOperatorToken + " is not set; the admin service refuses every call")
 	}
 	return s, nil
+}
+
+// AuthInterceptor refuses calls to this service without the operator token
+// before anything else runs, request validation included: an unauthenticated
+// caller gets UNAUTHENTICATED or PERMISSION_DENIED whatever its request, and
+// nothing is read or changed. Other services on the server pass through.
+func (s *Service) AuthInterceptor() grpc.UnaryServerInterceptor {
+	prefix := "/" + workorderv1.WorkOrderAdminService_ServiceDesc.ServiceName + "/"
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if strings.HasPrefix(info.FullMethod, prefix) {
+			if err := s.authorize(ctx); err != nil {
+				return nil, err
+			}
+		}
+		return handler(ctx, req)
+	}
 }
 
 // authorize checks `authorization: Bearer <token>`. The comparison is

@@ -215,6 +215,8 @@ func (a *App) assemble(ctx context.Context, opts []server.Option) error {
 		server.WithTelemetry(a.tel),
 	}
 
+	// The operator token is checked before request validation (admin only).
+	workers = append(workers, server.WithAuthInterceptors(adminSvc.AuthInterceptor()))
 	a.srv, err = server.New(a.cfg.Server, a.log, append(workers, opts...)...)
 	if err != nil {
 		return err

@@ -18,6 +18,11 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
 	providerv1 "github.com/lossless-dev/lossless/gen/lossless/provider/v1"
 	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
 	"github.com/lossless-dev/lossless/migrations"
@@ -221,5 +226,45 @@ func TestNewFailsFastOnAnUnreachableDatabase(t *testing.T) {
 	_, err = app.New(ctx, testConfig(t, "postgres://u@"+addr+"/db?connect_timeout=2", "127.0.0.1:1"), slog.New(slog.DiscardHandler), telemetry.Providers{})
 	if err == nil || !strings.Contains(err.Error(), "DATABASE_URL") {
 		t.Fatalf("err = %v, want an error naming DATABASE_URL", err)
+	}
+}
+
+// The operator token is checked before request validation: a caller without
+// the token learns nothing about its request, even an invalid one.
+func TestAdminRefusesMissingTokenBeforeValidating(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.NewDatabase(t, migrations.WorkOrder())
+	cfg := testConfig(t, dsn, startProvider(t, &blockingProvider{called: make(chan string, 1), release: make(chan struct{})}))
+	cfg.OperatorToken = "s3cret"
+	a, err := app.New(context.Background(), cfg, slog.New(slog.DiscardHandler), telemetry.Providers{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	})
+	conn, err := grpc.NewClient(a.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	admin := workorderv1.NewWorkOrderAdminServiceClient(conn)
+	invalid := &workorderv1.RecordReHandOffRequest{WorkOrderId: "not-a-uuid"} // no ticket, no actor, bad id
+	waitfor.Condition(t, 10*time.Second, "server up", func() bool {
+		_, err := admin.RecordReHandOff(context.Background(), invalid)
+		return status.Code(err) != codes.Unavailable
+	})
+	if _, err := admin.RecordReHandOff(context.Background(), invalid); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("no token: %v, want UNAUTHENTICATED", err)
+	}
+	authed := metadata.NewOutgoingContext(context.Background(), metadata.Pairs("authorization", "Bearer s3cret"))
+	if _, err := admin.RecordReHandOff(authed, invalid); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("with the token an invalid request is INVALID_ARGUMENT, got %v", err)
 	}
 }
