@@ -641,7 +641,9 @@ func TestConcurrentRelays_NoDoubleDispatch_PerAggregateOrder(t *testing.T) {
 		}
 		wg.Wait()
 		want := int64((round + 1) * aggregates * perAgg)
-		deadline := time.Now().Add(10 * time.Second)
+		// A deadline poll rather than waitfor: on timeout the rows still
+		// undispatched are logged before failing. 30 s: a loaded CI machine.
+		deadline := time.Now().Add(30 * time.Second)
 		for total.Load() != want && time.Now().Before(deadline) {
 			time.Sleep(waitfor.Poll)
 		}
