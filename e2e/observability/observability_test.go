@@ -244,28 +244,34 @@ func TestObservability_OneOrderTracedAcrossEveryHopAndEveryContractMetricExporte
 
 	t.Run("metrics contract", func(t *testing.T) {
 		contract := readContract(t)
-		exported := map[string]string{}
-		for svc, url := range stack.URLs() {
-			for fam := range scrapeFamilies(t, url+"/metrics") {
-				exported[fam] += svc + " "
+		// Gauges appear after their monitor's first refresh (the dead-letter
+		// depth is counted by pulling), so poll the scrapes until every name
+		// of the contract is exported or the deadline passes.
+		var missing, have []string
+		if waitfor.Until(60*time.Second, func() bool {
+			exported := map[string]string{}
+			for svc, url := range stack.URLs() {
+				for fam := range scrapeFamilies(t, url+"/metrics") {
+					exported[fam] += svc + " "
+				}
 			}
-		}
-		var missing []string
-		for _, name := range contract {
-			if exported[name] == "" {
-				missing = append(missing, name)
+			missing, have = missing[:0], have[:0]
+			for _, name := range contract {
+				if exported[name] == "" {
+					missing = append(missing, name)
+				}
 			}
-		}
-		if len(missing) > 0 {
-			var have []string
 			for k := range exported {
 				if strings.HasPrefix(k, "lossless_") {
 					have = append(have, k)
 				}
 			}
-			sort.Strings(have)
-			t.Errorf("metrics read by alerts or dashboards but exported by no service: %v\nexported lossless_* families: %v", missing, have)
+			return len(missing) == 0
+		}) {
+			return
 		}
+		sort.Strings(have)
+		t.Errorf("metrics read by alerts or dashboards but exported by no service: %v\nexported lossless_* families: %v", missing, have)
 	})
 }
 

@@ -641,13 +641,9 @@ func TestConcurrentRelays_NoDoubleDispatch_PerAggregateOrder(t *testing.T) {
 		}
 		wg.Wait()
 		want := int64((round + 1) * aggregates * perAgg)
-		// A deadline poll rather than waitfor: on timeout the rows still
-		// undispatched are logged before failing. 30 s: a loaded CI machine.
-		deadline := time.Now().Add(30 * time.Second)
-		for total.Load() != want && time.Now().Before(deadline) {
-			time.Sleep(waitfor.Poll)
-		}
-		if total.Load() != want {
+		// On timeout the rows still undispatched are logged before failing.
+		// 30 s: a loaded CI machine.
+		if !waitfor.Until(30*time.Second, func() bool { return total.Load() == want }) {
 			rows, _ := b.pool.Query(ctx, `SELECT id, aggregate_id, status, attempts, last_error, lease_owner, next_attempt_at FROM outbox WHERE status <> 'PUBLISHED' ORDER BY id`)
 			for rows.Next() {
 				vals, _ := rows.Values()

@@ -42,3 +42,17 @@ func Value[T comparable](t testing.TB, timeout time.Duration, msg string, want T
 		time.Sleep(Poll)
 	}
 }
+
+// Until polls cond until it returns true or timeout passes, and reports
+// which. Use it when a failure needs more detail than a message: the caller
+// inspects its own state and fails the test itself.
+func Until(timeout time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(Poll)
+	}
+	return true
+}
