@@ -10,9 +10,20 @@ import (
 // qMakeDue pulls the next attempt of a key's deferred entries to now. It
 // touches only OPEN entries waiting for a later attempt: entries already due
 // are claimable anyway, and resolved or parked ones are not the relay's.
+//
+// SKIP LOCKED avoids a lock-order inversion: the caller holds the order's row
+// lock and comes here second, while a relay that claimed an entry of the
+// same order (entry lock first) waits for that order lock. Waiting for the
+// entry would deadlock; skipping it is safe, because that relay reads the
+// order and its waiting points only after the caller commits and releases
+// the order lock, so it sees the waiting point anyway.
 const qMakeDue = `
 UPDATE inbox SET next_attempt_at = now()
-WHERE correlation_key = $1 AND status = 'OPEN' AND next_attempt_at > now()`
+WHERE id IN (
+    SELECT id FROM inbox
+    WHERE correlation_key = $1 AND status = 'OPEN' AND next_attempt_at > now()
+    FOR UPDATE SKIP LOCKED
+)`
 
 // qNotify wakes the relays; the insert trigger does not fire on UPDATE.
 const qNotify = `SELECT pg_notify($1, '')`
