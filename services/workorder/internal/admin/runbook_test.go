@@ -17,7 +17,8 @@ var sqlBlock = regexp.MustCompile("(?s)```sql\n(.*?)```")
 
 // TestRunbookSQL runs every ```sql block of the inbox runbooks, in order as
 // one psql script per runbook, against a migrated workorder database: the
-// SQL an operator copies must work.
+// SQL an operator copies must work. The outbox runbook runs here too: the
+// work-order database carries the outbox schema.
 func TestRunbookSQL(t *testing.T) {
 	t.Parallel()
 	psql := findPSQL()
@@ -28,6 +29,7 @@ func TestRunbookSQL(t *testing.T) {
 	for _, name := range []string{
 		"repair-parked-inbox-entries.md", "ambiguous-correlation.md", "replay-dead-letter-events.md",
 		"stuck-work-order.md", "inbox-oldest-open-entry.md", "inbox-payload-conflict.md",
+		"outbox-relay-stalled.md",
 	} {
 		doc, err := os.ReadFile(filepath.Join("..", "..", "..", "..", "docs", "runbooks", name))
 		if err != nil {
