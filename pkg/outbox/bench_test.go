@@ -30,6 +30,7 @@ import (
 	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/outbox"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
+	"github.com/lossless-dev/lossless/pkg/waitfor"
 )
 
 func envInt(b *testing.B, name string, def int) int {
@@ -179,18 +180,18 @@ func drain(b *testing.B, dsn string, pool *pgxpool.Pool, relays, n int) float64 
 		}
 		wg.Go(func() { _ = r.Run(ctx) })
 	}
-	for d.n.Load() < int64(n) {
-		time.Sleep(5 * time.Millisecond)
+	// A drain that stalls has lost work: fail instead of hanging.
+	if !waitfor.Until(10*time.Minute, func() bool { return d.n.Load() >= int64(n) }) {
+		b.Fatalf("drain stalled: %d of %d dispatched", d.n.Load(), n)
 	}
 	var left int
-	for {
+	if !waitfor.Until(time.Minute, func() bool {
 		if err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE published_at IS NULL`).Scan(&left); err != nil {
 			b.Fatal(err)
 		}
-		if left == 0 {
-			break
-		}
-		time.Sleep(5 * time.Millisecond)
+		return left == 0
+	}) {
+		b.Fatalf("%d events dispatched but never marked published", left)
 	}
 	elapsed := time.Since(start)
 	cancel()

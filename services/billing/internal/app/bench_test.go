@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/lossless-dev/lossless/pkg/pubsub"
+	"github.com/lossless-dev/lossless/pkg/waitfor"
 )
 
 // BenchmarkInvoiceBurnDown is B3 with real invoice work: N completion events
@@ -54,15 +55,14 @@ func BenchmarkInvoiceBurnDown(b *testing.B) {
 		b.StartTimer()
 		start := time.Now()
 		go func() { stopped <- w.Run(runCtx) }()
-		for {
-			var n int
-			if err := bundle.pool.QueryRow(ctx, `SELECT count(*) FROM invoices`).Scan(&n); err != nil {
+		var issued int
+		if !waitfor.Until(10*time.Minute, func() bool {
+			if err := bundle.pool.QueryRow(ctx, `SELECT count(*) FROM invoices`).Scan(&issued); err != nil {
 				b.Fatal(err)
 			}
-			if n == jobs {
-				break
-			}
-			time.Sleep(5 * time.Millisecond) // a benchmark's progress poll, not a test synchronisation
+			return issued == jobs
+		}) {
+			b.Fatalf("burn-down stalled: %d of %d invoices", issued, jobs)
 		}
 		total += time.Since(start)
 		b.StopTimer()

@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/lossless-dev/lossless/pkg/waitfor"
 	"github.com/lossless-dev/lossless/services/provider-sim/internal/engine"
 )
 
@@ -64,15 +65,14 @@ func BenchmarkBurnDown(b *testing.B) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() { defer close(done); _ = e.Run(ctx) }()
-		for {
-			var left int
+		var left int
+		if !waitfor.Until(10*time.Minute, func() bool {
 			if err := bd.pool.QueryRow(context.Background(), `SELECT count(*) FROM jobs WHERE status <> 'DONE'`).Scan(&left); err != nil {
 				b.Fatal(err)
 			}
-			if left == 0 {
-				break
-			}
-			time.Sleep(5 * time.Millisecond)
+			return left == 0
+		}) {
+			b.Fatalf("burn-down stalled: %d jobs not done", left)
 		}
 		cancel()
 		<-done
