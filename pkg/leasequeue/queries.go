@@ -89,6 +89,15 @@ FROM unnest($1::bigint[], $2::bigint[]) AS h(id, epoch)
 WHERE j.id = h.id AND j.epoch = h.epoch AND j.state = 'running'
 RETURNING j.id, j.epoch`
 
+// qSameEpoch returns the claims, among those a heartbeat did not extend,
+// whose job still carries their epoch: this very claim settled the job (done,
+// failed, parked) between the heartbeat's snapshot of in-flight jobs and its
+// UPDATE. Only a changed epoch means another claim took the job over.
+const qSameEpoch = `
+SELECT j.id, j.epoch
+FROM unnest($1::bigint[], $2::bigint[]) AS h(id, epoch)
+JOIN jobs j ON j.id = h.id AND j.epoch = h.epoch`
+
 // qComplete marks jobs done, fenced; the caller runs the jobs' effects in the
 // same transaction only for the (id, epoch) pairs returned: one batch may hold
 // two claims of one job (a stale one and its successor), and only the current

@@ -315,13 +315,33 @@ func (q *Queue) Heartbeat(ctx context.Context, jobs []Job) (lost []Job, err erro
 	if err != nil {
 		return nil, fmt.Errorf("leasequeue: heartbeat: %w", err)
 	}
+	var missed []Job
 	for _, j := range jobs {
 		if !held[claimOf(j)] {
-			lost = append(lost, j)
-			q.m.leaseLost.Add(ctx, 1, q.m.attrs)
-			q.logger.Warn("lease lost: job taken over by another claim; stopping its handler",
-				"job_id", j.ID, "epoch", j.Epoch, "owner", j.Owner)
+			missed = append(missed, j)
 		}
+	}
+	if len(missed) == 0 {
+		return nil, nil
+	}
+	// A job this claim settled meanwhile is not lost: only a changed epoch is.
+	ids, epochs = idsEpochs(missed)
+	rows, err = q.pool.Query(ctx, qSameEpoch, ids, epochs)
+	if err != nil {
+		return nil, fmt.Errorf("leasequeue: heartbeat: %w", err)
+	}
+	settled, err := collectClaims(rows)
+	if err != nil {
+		return nil, fmt.Errorf("leasequeue: heartbeat: %w", err)
+	}
+	for _, j := range missed {
+		if settled[claimOf(j)] {
+			continue
+		}
+		lost = append(lost, j)
+		q.m.leaseLost.Add(ctx, 1, q.m.attrs)
+		q.logger.Warn("lease lost: job taken over by another claim; stopping its handler",
+			"job_id", j.ID, "epoch", j.Epoch, "owner", j.Owner)
 	}
 	return lost, nil
 }

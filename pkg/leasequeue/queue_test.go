@@ -512,3 +512,29 @@ func TestGracefulShutdownFinishesOrReleases(t *testing.T) {
 		t.Fatal("long job not released")
 	}
 }
+
+// A heartbeat that races its own claim's completion (the job is done before
+// the heartbeat's UPDATE runs) must not report a lost lease: only another
+// claim's epoch means lost. A false report would page on the lease-lost
+// counter for healthy work.
+func TestHeartbeatAfterOwnCompletionIsNotALostLease(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	q := b.queue(t)
+	ctx := context.Background()
+	b.enqueue(t, q, 1, 5)
+	a, err := q.Claim(ctx, "worker-a", 10, 0)
+	if err != nil || len(a) != 1 {
+		t.Fatalf("claim: %+v, %v", a, err)
+	}
+	if err := q.Complete(ctx, a[0], nil); err != nil {
+		t.Fatal(err)
+	}
+	lost, err := q.Heartbeat(ctx, a)
+	if err != nil || len(lost) != 0 {
+		t.Fatalf("heartbeat after own completion: lost=%v, %v; want none", lost, err)
+	}
+	if got := b.counter(t, "leasequeue.lease.lost"); got != 0 {
+		t.Fatalf("lease-lost counter = %d, want 0", got)
+	}
+}
