@@ -9,20 +9,25 @@ import (
 )
 
 // Each service owns its database, so the outbox schema that pkg/outbox
-// expects is created by a copy of one migration in every publishing
+// expects is created by copies of the same migrations in every publishing
 // service's folder. The copies must not drift: pkg/outbox's queries are
 // written against exactly this schema.
-func TestOutboxMigrationIsTheSameInEveryService(t *testing.T) {
+func TestOutboxMigrationsAreTheSameInEveryService(t *testing.T) {
 	t.Parallel()
-	want, err := fs.ReadFile(migrations.WorkOrder(), "00002_outbox.sql")
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := fs.ReadFile(migrations.Billing(), "00002_outbox.sql")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Fatal("migrations/billing/00002_outbox.sql differs from migrations/workorder/00002_outbox.sql; change both together")
+	for _, pair := range []struct{ workorder, billing string }{
+		{"00002_outbox.sql", "00002_outbox.sql"},
+		{"00005_outbox_published.sql", "00003_outbox_published.sql"},
+	} {
+		want, err := fs.ReadFile(migrations.WorkOrder(), pair.workorder)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := fs.ReadFile(migrations.Billing(), pair.billing)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("migrations/billing/%s differs from migrations/workorder/%s; change both together", pair.billing, pair.workorder)
+		}
 	}
 }

@@ -3,7 +3,12 @@
 -- transaction inserts its events here (pkg/outbox.Append); relays claim,
 -- dispatch and mark them. The same file creates the billing outbox.
 --
--- Status machine (CHECK below):
+-- SUPERSEDED IN PART: the lease columns, the PUBLISHED state in this table
+-- and its partial indexes were replaced by 00005_outbox_published.sql
+-- (billing: 00003), where the current status machine is described. This file
+-- is kept as applied; read the two together.
+--
+-- Original status machine (CHECK below):
 --   PENDING    --claim-->      PUBLISHING (lease_owner, lease_expires_at set)
 --   PUBLISHING --dispatched--> PUBLISHED  (published_at set; deleted after retention)
 --   PUBLISHING --transient-->  PENDING    (next_attempt_at = now + backoff)

@@ -17,6 +17,7 @@ import (
 const (
 	DefaultBatchSize           = 500
 	DefaultDispatchConcurrency = 16
+	DefaultBatchesInFlight     = 2
 	DefaultPollInterval        = time.Second
 	DefaultSweepInterval       = time.Second
 	DefaultLeaseDuration       = 30 * time.Second
@@ -38,9 +39,15 @@ type Config struct {
 	// see which replica holds a row. Default: "<hostname>-<pid>-<random>".
 	RelayID string
 	// BatchSize is the most rows one claim takes. Default 500: large enough
-	// that the two commits per batch (claim, mark) cost little per row, small
-	// enough that a batch dispatches well within LeaseDuration.
+	// that the round trips and the commit of a batch cost little per row,
+	// small enough that a batch dispatches well within LeaseDuration.
 	BatchSize int
+	// BatchesInFlight is how many batches one relay works on at once: while
+	// one is dispatched and recorded, the next is claimed, so the database
+	// and the relay work at the same time. The claims of one relay are
+	// serialised (its batches never overlap); each batch in flight holds a
+	// pool connection. Default 2.
+	BatchesInFlight int
 	// DispatchConcurrency is how many aggregates of one batch dispatch in
 	// parallel; events of one aggregate always dispatch one after another.
 	// Default 16.
@@ -94,7 +101,7 @@ type Config struct {
 
 // ConfigFromEnv reads the relay settings from environment variables with the
 // given prefix (e.g. "WORKORDER_OUTBOX_"): BATCH_SIZE, DISPATCH_CONCURRENCY,
-// POLL_INTERVAL, SWEEP_INTERVAL, LEASE_DURATION, BACKOFF_BASE, BACKOFF_MAX,
+// BATCHES_IN_FLIGHT, POLL_INTERVAL, SWEEP_INTERVAL, LEASE_DURATION, BACKOFF_BASE, BACKOFF_MAX,
 // MAX_ATTEMPTS, RETENTION, CLEANUP_INTERVAL, CLEANUP_BATCH, STATS_INTERVAL,
 // RELAY_ID. Unset variables keep the defaults.
 func ConfigFromEnv(r *envconfig.Reader, prefix string) Config {
@@ -102,6 +109,7 @@ func ConfigFromEnv(r *envconfig.Reader, prefix string) Config {
 		RelayID:             r.String(prefix+"RELAY_ID", ""),
 		BatchSize:           r.Int(prefix+"BATCH_SIZE", DefaultBatchSize),
 		DispatchConcurrency: r.Int(prefix+"DISPATCH_CONCURRENCY", DefaultDispatchConcurrency),
+		BatchesInFlight:     r.Int(prefix+"BATCHES_IN_FLIGHT", DefaultBatchesInFlight),
 		PollInterval:        r.Duration(prefix+"POLL_INTERVAL", DefaultPollInterval),
 		SweepInterval:       r.Duration(prefix+"SWEEP_INTERVAL", DefaultSweepInterval),
 		LeaseDuration:       r.Duration(prefix+"LEASE_DURATION", DefaultLeaseDuration),
@@ -123,6 +131,7 @@ func (c Config) WithDefaults() Config {
 	}
 	setInt(&c.BatchSize, DefaultBatchSize)
 	setInt(&c.DispatchConcurrency, DefaultDispatchConcurrency)
+	setInt(&c.BatchesInFlight, DefaultBatchesInFlight)
 	setDur(&c.PollInterval, DefaultPollInterval)
 	setDur(&c.SweepInterval, DefaultSweepInterval)
 	setDur(&c.LeaseDuration, DefaultLeaseDuration)
@@ -154,6 +163,7 @@ func (c Config) Validate() error {
 	}
 	positive("BatchSize", int64(c.BatchSize))
 	positive("DispatchConcurrency", int64(c.DispatchConcurrency))
+	positive("BatchesInFlight", int64(c.BatchesInFlight))
 	positive("PollInterval", int64(c.PollInterval))
 	positive("SweepInterval", int64(c.SweepInterval))
 	positive("LeaseDuration", int64(c.LeaseDuration))
@@ -163,6 +173,9 @@ func (c Config) Validate() error {
 	positive("CleanupBatch", int64(c.CleanupBatch))
 	positive("StatsInterval", int64(c.StatsInterval))
 	positive("StatsCountLimit", int64(c.StatsCountLimit))
+	if c.BatchesInFlight > 16 {
+		errs = append(errs, errors.New("outbox config: BatchesInFlight above 16 holds more connections than it can use"))
+	}
 	if c.BatchSize > 10_000 {
 		errs = append(errs, errors.New("outbox config: BatchSize above 10000 holds too many row locks in one claim"))
 	}

@@ -126,7 +126,7 @@ func rowOf(t *testing.T, pool *pgxpool.Pool, id uuid.UUID) row {
 	t.Helper()
 	var r row
 	err := pool.QueryRow(context.Background(),
-		`SELECT status, attempts, last_error FROM outbox WHERE event_id = $1`, id).Scan(&r.Status, &r.Attempts, &r.LastError)
+		`SELECT status, attempts, last_error FROM outbox_events WHERE event_id = $1`, id).Scan(&r.Status, &r.Attempts, &r.LastError)
 	if err != nil {
 		t.Fatalf("row %s: %v", id, err)
 	}
@@ -136,7 +136,7 @@ func rowOf(t *testing.T, pool *pgxpool.Pool, id uuid.UUID) row {
 func countStatus(t *testing.T, pool *pgxpool.Pool, status string) int {
 	t.Helper()
 	var n int
-	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox WHERE status = $1`, status).Scan(&n); err != nil {
+	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox_events WHERE status = $1`, status).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n
@@ -220,43 +220,59 @@ func TestF1_CrashAfterCommitBeforePublish_PublishesAfterRestart(t *testing.T) {
 	}
 }
 
-// F2: a relay publishes, then dies before marking. After its lease expires
-// another relay delivers the same event again, with the same event id (the
-// consumer deduplicates on it).
+// doomedPool returns a pool whose sessions the test can kill from the
+// database side, as the death of the relay's process would end them.
+func doomedPool(t *testing.T, b *bundle) (*pgxpool.Pool, func()) {
+	t.Helper()
+	cfg := b.pool.Config().Copy()
+	name := "doomed-" + uuid.NewString()[:8]
+	cfg.ConnConfig.RuntimeParams["application_name"] = name
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	kill := func() {
+		var n int
+		err := b.pool.QueryRow(context.Background(), `
+			SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1`, name).Scan(&n)
+		if err != nil || n == 0 {
+			t.Errorf("killed %d sessions (%v)", n, err)
+		}
+	}
+	return pool, kill
+}
+
+// F2: a relay publishes, then dies before recording it. Its transaction dies
+// with it, so the row is claimable again at once, and the next relay
+// delivers the same event again, with the same event id (the consumer
+// deduplicates on it).
 func TestF2_PublishThenCrashBeforeMark_RedeliversSameEventID(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ev := event("wo-1", 1)
 	appendCommitted(t, b.pool, ev)
 
-	doomed, err := pgxpool.New(context.Background(), b.pool.Config().ConnString())
-	if err != nil {
-		t.Fatal(err)
-	}
+	doomed, kill := doomedPool(t, b)
 	b.rec.fn = func(outbox.Event) (outbox.Commit, error) {
-		doomed.Close() // the "crash": the relay loses its database before the mark
+		kill() // the "crash": the relay's session ends after the publish, before the mark
 		return nil, nil
 	}
-	first := b.relay(t, doomed, outbox.Config{LeaseDuration: time.Minute})
+	first := b.relay(t, doomed, outbox.Config{})
 	if _, err := first.ProcessBatch(context.Background()); err == nil {
-		t.Fatal("mark succeeded on a closed pool")
+		t.Fatal("mark succeeded in a terminated session")
 	}
-	if got := rowOf(t, b.pool, ev.ID); got.Status != "PUBLISHING" || b.rec.count.Load() != 1 {
+	if got := rowOf(t, b.pool, ev.ID); got.Status != "PENDING" || b.rec.count.Load() != 1 {
 		t.Fatalf("after crash: %+v, deliveries %d", got, b.rec.count.Load())
 	}
 	b.rec.fn = nil
-	second := b.relay(t, b.pool, outbox.Config{LeaseDuration: time.Minute})
-	processBatch(t, second)
-	if b.rec.count.Load() != 1 {
-		t.Fatal("redelivered before the lease expired")
-	}
-	b.clock.Advance(time.Minute + time.Second)
-	processBatch(t, second)
+	processBatch(t, b.relay(t, b.pool, outbox.Config{}))
 	got := b.rec.events()
-	if len(got) != 2 || got[0].ID != ev.ID || got[1].ID != ev.ID || got[1].Attempts != 2 {
+	if len(got) != 2 || got[0].ID != ev.ID || got[1].ID != ev.ID {
 		t.Fatalf("deliveries %+v", got)
 	}
-	if r := rowOf(t, b.pool, ev.ID); r.Status != "PUBLISHED" || r.Attempts != 2 {
+	// The crashed attempt left no trace: attempts count recorded failures.
+	if r := rowOf(t, b.pool, ev.ID); r.Status != "PUBLISHED" || r.Attempts != 1 {
 		t.Fatalf("row %+v", r)
 	}
 }
@@ -286,9 +302,11 @@ func TestF3_RollbackLeavesNoEvent(t *testing.T) {
 	}
 }
 
-// A relay killed in the middle of a batch leaves its rows PUBLISHING; they
-// are claimed again, by any relay, once the lease expires, and not before.
-func TestRelayKilledMidBatch_RowsReclaimedAfterLeaseExpiry(t *testing.T) {
+// A relay killed in the middle of a batch: nothing of the batch was
+// recorded, and another relay claims every row of it at once (no lease to
+// wait for: the locks died with the session). The rows dispatched before the
+// kill are dispatched a second time.
+func TestRelayKilledMidBatch_RowsReclaimedAtOnce(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	var evs []outbox.Event
@@ -297,36 +315,74 @@ func TestRelayKilledMidBatch_RowsReclaimedAfterLeaseExpiry(t *testing.T) {
 	}
 	appendCommitted(t, b.pool, evs...)
 
-	doomed, err := pgxpool.New(context.Background(), b.pool.Config().ConnString())
-	if err != nil {
-		t.Fatal(err)
-	}
+	doomed, kill := doomedPool(t, b)
 	var calls atomic.Int64
 	b.rec.fn = func(outbox.Event) (outbox.Commit, error) {
 		if calls.Add(1) == 4 {
-			doomed.Close() // killed after three deliveries
+			kill() // killed after three deliveries
 			return nil, errors.New("killed")
 		}
 		return nil, nil
 	}
-	cfg := outbox.Config{LeaseDuration: 30 * time.Second, DispatchConcurrency: 1}
+	cfg := outbox.Config{DispatchConcurrency: 1}
 	if _, err := b.relay(t, doomed, cfg).ProcessBatch(context.Background()); err == nil {
 		t.Fatal("relay survived its own death")
 	}
-	if n := countStatus(t, b.pool, "PUBLISHING"); n != 10 {
-		t.Fatalf("%d rows PUBLISHING after the kill, want 10", n)
+	if n := countStatus(t, b.pool, "PENDING"); n != 10 {
+		t.Fatalf("%d rows PENDING after the kill, want 10", n)
 	}
 	b.rec.fn = nil
-	survivor := b.relay(t, b.pool, cfg)
-	before := b.rec.count.Load()
-	processBatch(t, survivor)
-	if b.rec.count.Load() != before {
-		t.Fatal("rows reclaimed while the lease was still valid")
-	}
-	b.clock.Advance(31 * time.Second)
-	processBatch(t, survivor)
+	processBatch(t, b.relay(t, b.pool, cfg))
 	if n := countStatus(t, b.pool, "PUBLISHED"); n != 10 {
-		t.Fatalf("%d rows published after lease expiry, want 10", n)
+		t.Fatalf("%d rows published by the survivor, want 10", n)
+	}
+	// The dying relay delivered 9 (all but the 4th) before its mark failed;
+	// the survivor delivers all 10 again.
+	if got := b.rec.count.Load(); got != 19 {
+		t.Fatalf("%d deliveries, want 9 + 10", got)
+	}
+}
+
+// A claim holds its rows while the relay dispatches: another relay does not
+// take them. A relay that hangs without closing its connection (a frozen
+// process, a partition) loses them when the server's idle-in-transaction
+// timeout, set to the lease, ends its session.
+func TestClaimHoldsRowsUntilTheLeaseThenTheServerReleasesThem(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ev := event("wo-1", 1)
+	appendCommitted(t, b.pool, ev)
+
+	claimed, release := make(chan struct{}), make(chan struct{})
+	hung := outbox.DispatcherFunc(func(context.Context, outbox.Event) (outbox.Commit, error) {
+		close(claimed)
+		<-release // ignores its context, like a process that stopped running
+		return nil, nil
+	})
+	stuck, err := outbox.NewRelay(b.pool, map[string]outbox.Dispatcher{testType: hung},
+		outbox.Config{Now: b.clock.Now, LeaseDuration: time.Second}, discard(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stuckErr := make(chan error, 1)
+	go func() { _, err := stuck.ProcessBatch(context.Background()); stuckErr <- err }()
+	<-claimed
+
+	other := b.relay(t, b.pool, outbox.Config{})
+	processBatch(t, other)
+	if b.rec.count.Load() != 0 {
+		t.Fatal("a second relay dispatched a row the first one holds")
+	}
+	waitfor.Condition(t, 10*time.Second, "row released by the server and published by the other relay", func() bool {
+		processBatch(t, other)
+		return rowOf(t, b.pool, ev.ID).Status == "PUBLISHED"
+	})
+	close(release)
+	if err := <-stuckErr; err == nil {
+		t.Fatal("the hung relay recorded its batch after losing its session")
+	}
+	if got := rowOf(t, b.pool, ev.ID); got.Status != "PUBLISHED" || got.Attempts != 1 || b.rec.count.Load() != 1 {
+		t.Fatalf("row %+v after both relays, other relay dispatched %d", got, b.rec.count.Load())
 	}
 }
 
@@ -421,8 +477,8 @@ func TestTransientFailure_RetriedWithBackoffThenPublished(t *testing.T) {
 		processBatch(t, r)
 	}
 	got = rowOf(t, b.pool, ev.ID)
-	if got.Status != "PUBLISHED" || got.Attempts != 3 || got.LastError != nil {
-		t.Fatalf("after recovery: %+v", got)
+	if got.Status != "PUBLISHED" || got.Attempts != 3 || got.LastError == nil || *got.LastError != "provider unavailable" {
+		t.Fatalf("after recovery (the last error is kept for diagnosis): %+v", got)
 	}
 }
 
@@ -535,11 +591,12 @@ func TestCleanup_DeletesOnlyOldPublishedRows(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	oldPub, newPub, oldPending, oldFailed := event("a", 1), event("b", 1), event("c", 1), event("d", 1)
-	appendCommitted(t, b.pool, oldPub, newPub, oldPending, oldFailed)
-	_, err := b.pool.Exec(ctx, `
-		UPDATE outbox SET status = 'PUBLISHED', published_at = now() - interval '25 hours' WHERE event_id = $1;`, oldPub.ID)
+	appendCommitted(t, b.pool, oldPub, newPub)
+	processBatch(t, b.relay(t, b.pool, outbox.Config{}))
+	appendCommitted(t, b.pool, oldPending, oldFailed)
+	_, err := b.pool.Exec(ctx, `UPDATE outbox_published SET published_at = now() - interval '25 hours' WHERE event_id = $1`, oldPub.ID)
 	if err == nil {
-		_, err = b.pool.Exec(ctx, `UPDATE outbox SET status = 'PUBLISHED', published_at = now() - interval '23 hours' WHERE event_id = $1`, newPub.ID)
+		_, err = b.pool.Exec(ctx, `UPDATE outbox_published SET published_at = now() - interval '23 hours' WHERE event_id = $1`, newPub.ID)
 	}
 	if err == nil {
 		_, err = b.pool.Exec(ctx, `UPDATE outbox SET created_at = now() - interval '48 hours' WHERE event_id = ANY($1)`, []uuid.UUID{oldPending.ID, oldFailed.ID})
@@ -556,7 +613,7 @@ func TestCleanup_DeletesOnlyOldPublishedRows(t *testing.T) {
 		t.Fatalf("deleted %d (%v), want 1", n, err)
 	}
 	var left []uuid.UUID
-	rows, _ := b.pool.Query(ctx, `SELECT event_id FROM outbox ORDER BY id`)
+	rows, _ := b.pool.Query(ctx, `SELECT event_id FROM outbox_events ORDER BY id`)
 	left, err = pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
 	if err != nil || len(left) != 3 || left[0] != newPub.ID || left[1] != oldPending.ID || left[2] != oldFailed.ID {
 		t.Fatalf("left %v (%v)", left, err)
@@ -644,7 +701,7 @@ func TestConcurrentRelays_NoDoubleDispatch_PerAggregateOrder(t *testing.T) {
 		// On timeout the rows still undispatched are logged before failing.
 		// 30 s: a loaded CI machine.
 		if !waitfor.Until(30*time.Second, func() bool { return total.Load() == want }) {
-			rows, _ := b.pool.Query(ctx, `SELECT id, aggregate_id, status, attempts, last_error, lease_owner, next_attempt_at FROM outbox WHERE status <> 'PUBLISHED' ORDER BY id`)
+			rows, _ := b.pool.Query(ctx, `SELECT id, aggregate_id, status, attempts, last_error, next_attempt_at FROM outbox ORDER BY id`)
 			for rows.Next() {
 				vals, _ := rows.Values()
 				t.Log(vals...)

@@ -24,11 +24,6 @@ import (
 	"github.com/lossless-dev/lossless/pkg/pgnotify"
 )
 
-// markTimeout bounds the claim and the marking of a batch, which run even
-// after Run's context is cancelled so that a clean shutdown neither leaves
-// claimed rows behind nor dispatched rows to be redelivered.
-const markTimeout = 10 * time.Second
-
 // Relay claims outbox rows, dispatches each to the Dispatcher of its event
 // type and marks the outcome. Run any number of relays (one per replica) on
 // one table: claims never overlap while leases hold, and events of one
@@ -48,11 +43,14 @@ type Relay struct {
 	wake   chan struct{}
 	stats  atomic.Pointer[Stats]
 
-	// batchMu serialises batches; the fields below belong to the batch loop.
-	batchMu   sync.Mutex
+	// beginClaim opens a claim transaction (qBeginClaim with the lease).
+	beginClaim string
+
+	// claimMu serialises the claims of this relay (its batches never
+	// overlap); the fields below belong to the claim.
+	claimMu   sync.Mutex
 	cursor    int64
 	lastSweep time.Time
-	claims    int64
 }
 
 // Stats is a snapshot of the outbox table, for metrics, the runbook and
@@ -72,7 +70,7 @@ type instruments struct {
 	dispatched metric.Int64Counter
 	errors     metric.Int64Counter
 	failed     metric.Int64Counter
-	leaseLost  metric.Int64Counter
+	unsettled  metric.Int64Counter
 }
 
 // NewRelay returns a relay; dispatchers are keyed by event type. An event
@@ -107,6 +105,7 @@ func NewRelay(pool *pgxpool.Pool, dispatchers map[string]Dispatcher, cfg Config,
 		log:         logger.With("component", "outbox.relay", "relay_id", cfg.RelayID),
 		policy:      backoff.Policy{Base: cfg.BackoffBase, Max: cfg.BackoffMax},
 		wake:        make(chan struct{}, 1),
+		beginClaim:  fmt.Sprintf(qBeginClaim, cfg.LeaseDuration.Milliseconds()),
 	}
 	r.rewind.Store(math.MaxInt64)
 	if err := r.initMetrics(meter); err != nil {
@@ -128,8 +127,8 @@ func (r *Relay) initMetrics(meter metric.Meter) error {
 	r.m.failed, err = meter.Int64Counter("outbox.events.moved_to_failed",
 		metric.WithDescription("Events moved to FAILED (permanent error, unknown type, attempts exhausted)."))
 	add(err)
-	r.m.leaseLost, err = meter.Int64Counter("outbox.leases.lost",
-		metric.WithDescription("Dispatched events whose lease had been taken over before the mark (a duplicate follows)."))
+	r.m.unsettled, err = meter.Int64Counter("outbox.events.unsettled",
+		metric.WithDescription("Dispatched events whose batch could not be recorded afterwards; they are dispatched again (duplicates)."))
 	add(err)
 	pending, err := meter.Int64ObservableGauge("outbox.events.pending",
 		metric.WithDescription("Rows PENDING or PUBLISHING (capped scan), refreshed every stats interval."))
@@ -175,12 +174,21 @@ func (r *Relay) Run(ctx context.Context) error {
 	wg.Go(func() { r.listen(ctx) })
 	wg.Go(func() { r.maintain(ctx) })
 
+	for range r.cfg.BatchesInFlight {
+		wg.Go(func() { r.loop(ctx) })
+	}
+	return nil
+}
+
+// loop is one of Run's BatchesInFlight batch loops: while one loop
+// dispatches its batch, another claims the next.
+func (r *Relay) loop(ctx context.Context) {
 	failures := 0
 	for ctx.Err() == nil {
 		full, err := r.ProcessBatch(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
-				break
+				return
 			}
 			failures++
 			delay := r.policy.Delay(failures)
@@ -190,6 +198,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		}
 		failures = 0
 		if full {
+			r.signal() // a backlog: keep the other loops busy too
 			continue
 		}
 		t := time.NewTimer(r.cfg.PollInterval)
@@ -200,26 +209,50 @@ func (r *Relay) Run(ctx context.Context) error {
 		}
 		t.Stop()
 	}
-	return nil
 }
 
-// ProcessBatch claims one batch, dispatches it and marks the outcome. It
-// reports whether the claim was full (more rows are probably waiting). Run
-// calls it in a loop; operator commands and tests may call it directly.
+// ProcessBatch claims one batch, dispatches it and records the outcome, all
+// in one transaction whose row locks are the claim. It reports whether the
+// claim was full (more rows are probably waiting). Run's loops call it;
+// operator commands and tests may call it directly. Concurrent calls claim
+// one after another and then work in parallel.
+//
+// The transaction is bounded by LeaseDuration: on the client by a context
+// deadline (dispatch is cut off at 80% of it), on the server by
+// idle_in_transaction_session_timeout, so a relay that hangs or vanishes
+// releases its rows to the other relays within one lease. It is not tied to
+// ctx: once claimed, a batch is settled even when Run is being stopped (the
+// dispatch itself stops, and undispatched rows are released unwritten).
 func (r *Relay) ProcessBatch(ctx context.Context) (full bool, err error) {
-	r.batchMu.Lock()
-	defer r.batchMu.Unlock()
-	now := r.cfg.Now()
-	rows, scanned, token, err := r.claim(ctx, now)
+	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.LeaseDuration)
+	defer cancel()
+	tx, err := r.pool.BeginTx(tctx, pgx.TxOptions{BeginQuery: r.beginClaim})
+	if err != nil {
+		return false, fmt.Errorf("outbox: begin claim: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(tctx)) }() // no-op after Commit
+	r.claimMu.Lock()
+	rows, scanned, err := r.claim(tctx, tx, r.cfg.Now())
+	r.claimMu.Unlock()
 	if err != nil {
 		return false, err
 	}
+	var outcomes []outcome
 	if len(rows) > 0 {
-		outcomes := r.dispatchAll(ctx, rows)
-		if err := r.settle(ctx, rows, outcomes, token); err != nil {
+		dctx, dcancel := context.WithTimeout(ctx, r.cfg.LeaseDuration*8/10)
+		outcomes = r.dispatchAll(dctx, rows)
+		dcancel()
+		if err := r.settle(tctx, tx, rows, outcomes); err != nil {
+			r.unsettled(tctx, rows, outcomes, err)
 			return false, err
 		}
 	}
+	if err := tx.Commit(tctx); err != nil {
+		err = fmt.Errorf("outbox: commit batch: %w", err)
+		r.unsettled(tctx, rows, outcomes, err)
+		return false, err
+	}
+	r.count(tctx, rows, outcomes)
 	return scanned >= r.cfg.BatchSize, nil
 }
 
@@ -228,7 +261,7 @@ type claimedRow struct {
 	ev Event
 }
 
-func (r *Relay) claim(ctx context.Context, now time.Time) ([]claimedRow, int, string, error) {
+func (r *Relay) claim(ctx context.Context, tx pgx.Tx, now time.Time) ([]claimedRow, int, error) {
 	from := r.cursor
 	if rw := r.rewind.Swap(math.MaxInt64); rw-1 < from {
 		from = rw - 1 // a late commit behind the cursor: go back for it
@@ -238,18 +271,9 @@ func (r *Relay) claim(ctx context.Context, now time.Time) ([]claimedRow, int, st
 		from = 0
 		r.lastSweep = now
 	}
-	r.claims++
-	token := r.cfg.RelayID + "#" + strconv.FormatInt(r.claims, 10)
-	// The claim is not abandoned when ctx is cancelled: a client that gives
-	// up on the statement does not stop the server from committing it, and
-	// rows claimed that way would wait for their lease to expire. It runs to
-	// completion (bounded by markTimeout) and a cancelled batch releases its
-	// rows instead of dispatching them.
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), markTimeout)
-	defer cancel()
-	rows, err := r.pool.Query(cctx, qClaim, from, r.cfg.BatchSize, now, token, r.cfg.LeaseDuration)
+	rows, err := tx.Query(ctx, qClaim, from, r.cfg.BatchSize, now)
 	if err != nil {
-		return nil, 0, "", fmt.Errorf("outbox: claim: %w", err)
+		return nil, 0, fmt.Errorf("outbox: claim: %w", err)
 	}
 	defer rows.Close()
 	var (
@@ -267,7 +291,7 @@ func (r *Relay) claim(ctx context.Context, now time.Time) ([]claimedRow, int, st
 		)
 		var n int64
 		if err := rows.Scan(&n, &scannedTo, &id, &eventID, &aggType, &aggID, &typ, &sv, &payload, &headers, &occurredAt, &attempts); err != nil {
-			return nil, 0, "", fmt.Errorf("outbox: claim: scan: %w", err)
+			return nil, 0, fmt.Errorf("outbox: claim: scan: %w", err)
 		}
 		scanned = int(n)
 		if id == nil {
@@ -285,7 +309,7 @@ func (r *Relay) claim(ctx context.Context, now time.Time) ([]claimedRow, int, st
 		out = append(out, claimedRow{id: *id, ev: ev})
 	}
 	if err := rows.Err(); err != nil {
-		return nil, 0, "", fmt.Errorf("outbox: claim: %w", err)
+		return nil, 0, fmt.Errorf("outbox: claim: %w", err)
 	}
 	// Move the cursor past everything scanned, claimed or not: skipped rows
 	// (locked by another relay, blocked behind their aggregate) are another
@@ -294,13 +318,13 @@ func (r *Relay) claim(ctx context.Context, now time.Time) ([]claimedRow, int, st
 	if scannedTo > r.cursor || scanned > 0 {
 		r.cursor = scannedTo
 	}
-	return out, scanned, token, nil
+	return out, scanned, nil
 }
 
 type outcomeKind int
 
 const (
-	outcomeReleased  outcomeKind = iota // not dispatched; back to PENDING, attempt refunded
+	outcomeReleased  outcomeKind = iota // not dispatched; left as it was
 	outcomePublished                    // dispatched
 	outcomeRetry                        // transient failure
 	outcomeFailed                       // permanent failure
@@ -315,8 +339,8 @@ type outcome struct {
 // dispatchAll dispatches a claimed batch: aggregates in parallel (up to
 // DispatchConcurrency), the events of one aggregate one after another in id
 // order, stopping that aggregate at its first failure so that no later event
-// overtakes it. The dispatch is cut off well before the lease expires, so a
-// slow destination does not cause a second relay to dispatch the same rows.
+// overtakes it. ctx carries the cut-off, well before the claim transaction's
+// deadline, so that a slow destination cannot outlive the claim.
 func (r *Relay) dispatchAll(ctx context.Context, rows []claimedRow) []outcome {
 	out := make([]outcome, len(rows))
 	var groups [][]int
@@ -330,14 +354,12 @@ func (r *Relay) dispatchAll(ctx context.Context, rows []claimedRow) []outcome {
 		}
 		groups[g] = append(groups[g], i)
 	}
-	dctx, cancel := context.WithTimeout(ctx, r.cfg.LeaseDuration*8/10)
-	defer cancel()
 	runGroup := func(g []int) {
 		for _, i := range g {
-			if dctx.Err() != nil {
+			if ctx.Err() != nil {
 				return // the rest stays outcomeReleased
 			}
-			out[i] = r.dispatchOne(dctx, rows[i].ev)
+			out[i] = r.dispatchOne(ctx, rows[i].ev)
 			if out[i].kind != outcomePublished {
 				return
 			}
@@ -392,12 +414,10 @@ func (r *Relay) dispatchOne(ctx context.Context, ev Event) (o outcome) {
 	}
 }
 
-// settle records the outcome of a batch: published rows (with their
-// Commits) in one transaction, everything else in one statement. It runs on
-// a context that survives Run's cancellation, bounded by markTimeout.
-func (r *Relay) settle(ctx context.Context, rows []claimedRow, outs []outcome, token string) error {
-	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), markTimeout)
-	defer cancel()
+// settle records the outcome of a batch in the claim transaction: published
+// rows move to outbox_published (with their Commits), failed ones are
+// updated, released ones are left alone.
+func (r *Relay) settle(ctx context.Context, tx pgx.Tx, rows []claimedRow, outs []outcome) error {
 	now := r.cfg.Now()
 	var published []int
 	for i := range outs {
@@ -406,159 +426,156 @@ func (r *Relay) settle(ctx context.Context, rows []claimedRow, outs []outcome, t
 		}
 	}
 	if len(published) > 0 {
-		marked, err := r.markPublished(mctx, rows, outs, published, token, now)
-		if err != nil {
-			// Nothing was marked: the rows keep their lease and are
-			// dispatched again after it expires (a duplicate, never a loss).
+		if err := r.markPublished(ctx, tx, rows, outs, published, now); err != nil {
 			return err
 		}
-		for _, i := range published {
-			typ := attribute.String("event_type", rows[i].ev.Type)
-			switch {
-			case marked[rows[i].id]:
-				r.m.dispatched.Add(mctx, 1, metric.WithAttributes(typ))
-			case outs[i].kind == outcomePublished: // lease lost to another relay
-				r.m.leaseLost.Add(mctx, 1, metric.WithAttributes(typ))
-				r.log.Warn("outbox lease lost before mark; another relay will publish again", "event_id", rows[i].ev.ID)
-			}
-		}
 	}
-	return r.markUnpublished(mctx, rows, outs, token, now)
+	return r.markUnpublished(ctx, tx, rows, outs, now)
 }
 
-// markPublished marks the published rows and runs their Commits in one
-// transaction. If that fails (a Commit error aborts the whole transaction),
-// each row is retried alone so one bad Commit does not hold back the others;
-// a row whose own Commit fails becomes a transient failure.
-func (r *Relay) markPublished(ctx context.Context, rows []claimedRow, outs []outcome, idx []int, token string, now time.Time) (map[int64]bool, error) {
+// markPublished moves the published rows and runs their Commits. When a
+// Commit fails, the batch's work is rolled back to a savepoint (the row locks
+// are kept) and each row is moved with its Commit alone, so one bad Commit
+// does not hold back the others; a row whose own Commit fails becomes a
+// transient failure. Savepoints cost a subtransaction each, so they are used
+// only when a batch carries Commits, and one per row only on this rare path.
+func (r *Relay) markPublished(ctx context.Context, tx pgx.Tx, rows []claimedRow, outs []outcome, idx []int, now time.Time) error {
 	hasCommit := false
 	for _, i := range idx {
 		hasCommit = hasCommit || outs[i].commit != nil
 	}
+	if !hasCommit {
+		return r.move(ctx, tx, rows, idx, now)
+	}
+	err := pgx.BeginFunc(ctx, tx, func(sp pgx.Tx) error { return r.moveAndCommit(ctx, sp, rows, outs, idx, now) })
+	if err == nil {
+		return nil
+	}
+	if ctx.Err() != nil || tx.Conn().IsClosed() {
+		return fmt.Errorf("outbox: mark published: %w", err)
+	}
+	r.log.Warn("outbox batch mark failed; marking one by one", "error", err, "rows", len(idx))
+	for _, i := range idx {
+		err := pgx.BeginFunc(ctx, tx, func(sp pgx.Tx) error { return r.moveAndCommit(ctx, sp, rows, outs, []int{i}, now) })
+		if err != nil {
+			if ctx.Err() != nil || tx.Conn().IsClosed() {
+				return fmt.Errorf("outbox: mark published: %w", err)
+			}
+			outs[i] = outcome{kind: outcomeRetry, err: fmt.Errorf("commit after dispatch: %w", err)}
+		}
+	}
+	return nil
+}
+
+func (r *Relay) moveAndCommit(ctx context.Context, tx pgx.Tx, rows []claimedRow, outs []outcome, idx []int, now time.Time) error {
+	if err := r.move(ctx, tx, rows, idx, now); err != nil {
+		return err
+	}
+	for _, i := range idx {
+		if c := outs[i].commit; c != nil {
+			if err := c(ctx, tx); err != nil {
+				return fmt.Errorf("commit of event %s: %w", rows[i].ev.ID, err)
+			}
+		}
+	}
+	return nil
+}
+
+// move runs qMarkPublished for rows[idx]. Every row is locked by this
+// transaction, so each must move; a shortfall means the schema or the lock
+// discipline is broken, and the batch is not committed.
+func (r *Relay) move(ctx context.Context, tx pgx.Tx, rows []claimedRow, idx []int, now time.Time) error {
 	ids := make([]int64, len(idx))
 	for k, i := range idx {
 		ids[k] = rows[i].id
 	}
-	if !hasCommit {
-		marked, err := r.execMark(ctx, r.pool, ids, token, now)
-		if err != nil {
-			return nil, fmt.Errorf("outbox: mark published: %w", err)
-		}
-		return marked, nil
+	tag, err := tx.Exec(ctx, qMarkPublished, ids, now)
+	if err != nil {
+		return fmt.Errorf("outbox: mark published: %w", err)
 	}
-	marked, err := r.markTx(ctx, rows, outs, idx, ids, token, now)
-	if err == nil {
-		return marked, nil
+	if tag.RowsAffected() != int64(len(ids)) {
+		return fmt.Errorf("outbox: mark published: moved %d of %d locked rows", tag.RowsAffected(), len(ids))
 	}
-	if ctx.Err() != nil {
-		return nil, fmt.Errorf("outbox: mark published: %w", err)
-	}
-	r.log.Warn("outbox batch mark failed; marking one by one", "error", err, "rows", len(idx))
-	marked = make(map[int64]bool, len(idx))
-	for _, i := range idx {
-		one, err := r.markTx(ctx, rows, outs, []int{i}, []int64{rows[i].id}, token, now)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, fmt.Errorf("outbox: mark published: %w", err)
-			}
-			outs[i] = outcome{kind: outcomeRetry, err: fmt.Errorf("commit after dispatch: %w", err)}
-			continue
-		}
-		for id := range one {
-			marked[id] = true
-		}
-	}
-	return marked, nil
+	return nil
 }
 
-func (r *Relay) markTx(ctx context.Context, rows []claimedRow, outs []outcome, idx []int, ids []int64, token string, now time.Time) (map[int64]bool, error) {
-	var marked map[int64]bool
-	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
-		var err error
-		if marked, err = r.execMark(ctx, tx, ids, token, now); err != nil {
-			return err
+func (r *Relay) markUnpublished(ctx context.Context, tx pgx.Tx, rows []claimedRow, outs []outcome, now time.Time) error {
+	var (
+		ids    []int64
+		status []string
+		errs   []string
+		nexts  []*time.Time
+	)
+	for i, o := range outs {
+		if o.kind == outcomePublished || o.kind == outcomeReleased {
+			continue
 		}
-		for _, i := range idx {
-			if c := outs[i].commit; c != nil && marked[rows[i].id] {
-				if err := c(ctx, tx); err != nil {
-					return fmt.Errorf("commit of event %s: %w", rows[i].ev.ID, err)
-				}
-			}
+		ev := rows[i].ev
+		msg := truncate(o.err.Error(), 2000)
+		switch {
+		case o.kind == outcomeFailed:
+		case ev.Attempts >= r.cfg.MaxAttempts:
+			msg = fmt.Sprintf("attempts exhausted (%d): %s", ev.Attempts, msg)
+		default:
+			next := now.Add(r.policy.Delay(ev.Attempts))
+			ids, status, errs, nexts = append(ids, rows[i].id), append(status, "PENDING"), append(errs, msg), append(nexts, &next)
+			continue
 		}
+		ids, status, errs, nexts = append(ids, rows[i].id), append(status, "FAILED"), append(errs, msg), append(nexts, nil)
+	}
+	if len(ids) == 0 {
 		return nil
-	})
-	return marked, err
+	}
+	if _, err := tx.Exec(ctx, qMarkUnpublished, ids, status, errs, nexts); err != nil {
+		return fmt.Errorf("outbox: mark unpublished: %w", err)
+	}
+	return nil
+}
+
+// count updates the metrics and logs of a committed batch.
+func (r *Relay) count(ctx context.Context, rows []claimedRow, outs []outcome) {
+	for i, o := range outs {
+		ev := rows[i].ev
+		typ := attribute.String("event_type", ev.Type)
+		switch {
+		case o.kind == outcomePublished:
+			r.m.dispatched.Add(ctx, 1, metric.WithAttributes(typ))
+		case o.kind == outcomeRetry && ev.Attempts < r.cfg.MaxAttempts:
+			r.m.errors.Add(ctx, 1, metric.WithAttributes(typ, attribute.String("error.kind", "transient")))
+			r.log.Warn("outbox dispatch failed; will retry", "event_id", ev.ID, "event_type", ev.Type, "attempt", ev.Attempts, "error", o.err)
+		case o.kind == outcomeRetry || o.kind == outcomeFailed:
+			kind := "permanent"
+			if o.kind == outcomeRetry {
+				kind = "transient" // attempts exhausted
+			}
+			r.m.errors.Add(ctx, 1, metric.WithAttributes(typ, attribute.String("error.kind", kind)))
+			r.m.failed.Add(ctx, 1, metric.WithAttributes(typ))
+			r.log.Error("outbox event moved to FAILED", "event_id", ev.ID, "event_type", ev.Type, "aggregate_id", ev.AggregateID, "attempt", ev.Attempts, "error", o.err)
+		}
+	}
+}
+
+// unsettled reports a batch whose outcome could not be recorded: the
+// transaction is rolled back, every row is claimable again, and the events
+// that were dispatched will be dispatched a second time (at-least-once;
+// consumers deduplicate on event_id).
+func (r *Relay) unsettled(ctx context.Context, rows []claimedRow, outs []outcome, err error) {
+	n := 0
+	for _, o := range outs {
+		if o.kind == outcomePublished {
+			n++
+		}
+	}
+	if n == 0 {
+		return
+	}
+	r.m.unsettled.Add(ctx, int64(n))
+	r.log.Warn("outbox batch not recorded after dispatch; its events will be dispatched again", "dispatched", n, "rows", len(rows), "error", err)
 }
 
 // Querier is what ReadStats needs: a *pgxpool.Pool, *pgx.Conn or pgx.Tx.
 type Querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-}
-
-func (r *Relay) execMark(ctx context.Context, q Querier, ids []int64, token string, now time.Time) (map[int64]bool, error) {
-	rows, err := q.Query(ctx, qMarkPublished, ids, now, token)
-	if err != nil {
-		return nil, err
-	}
-	got, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	if err != nil {
-		return nil, err
-	}
-	marked := make(map[int64]bool, len(got))
-	for _, id := range got {
-		marked[id] = true
-	}
-	return marked, nil
-}
-
-func (r *Relay) markUnpublished(ctx context.Context, rows []claimedRow, outs []outcome, token string, now time.Time) error {
-	var (
-		ids     []int64
-		status  []string
-		errs    []*string
-		nexts   []*time.Time
-		refunds []int32
-	)
-	for i, o := range outs {
-		if o.kind == outcomePublished {
-			continue
-		}
-		ev := rows[i].ev
-		typ := attribute.String("event_type", ev.Type)
-		var msg *string
-		if o.err != nil {
-			s := truncate(o.err.Error(), 2000)
-			msg = &s
-		}
-		switch {
-		case o.kind == outcomeReleased:
-			ids, status, errs, nexts, refunds = append(ids, rows[i].id), append(status, "PENDING"), append(errs, nil), append(nexts, nil), append(refunds, 1)
-			continue
-		case o.kind == outcomeFailed:
-			r.m.errors.Add(ctx, 1, metric.WithAttributes(typ, attribute.String("error.kind", "permanent")))
-		case ev.Attempts >= r.cfg.MaxAttempts:
-			r.m.errors.Add(ctx, 1, metric.WithAttributes(typ, attribute.String("error.kind", "transient")))
-			s := fmt.Sprintf("attempts exhausted (%d): %s", ev.Attempts, *msg)
-			msg = &s
-			o.kind = outcomeFailed
-		default:
-			r.m.errors.Add(ctx, 1, metric.WithAttributes(typ, attribute.String("error.kind", "transient")))
-			next := now.Add(r.policy.Delay(ev.Attempts))
-			ids, status, errs, nexts, refunds = append(ids, rows[i].id), append(status, "PENDING"), append(errs, msg), append(nexts, &next), append(refunds, 0)
-			r.log.Warn("outbox dispatch failed; will retry", "event_id", ev.ID, "event_type", ev.Type, "attempt", ev.Attempts, "next_attempt_at", next, "error", o.err)
-			continue
-		}
-		r.m.failed.Add(ctx, 1, metric.WithAttributes(typ))
-		r.log.Error("outbox event moved to FAILED", "event_id", ev.ID, "event_type", ev.Type, "aggregate_id", ev.AggregateID, "attempt", ev.Attempts, "error", *msg)
-		ids, status, errs, nexts, refunds = append(ids, rows[i].id), append(status, "FAILED"), append(errs, msg), append(nexts, nil), append(refunds, 0)
-	}
-	if len(ids) == 0 {
-		return nil
-	}
-	if _, err := r.pool.Exec(ctx, qMarkUnpublished, ids, status, errs, nexts, refunds, token); err != nil {
-		return fmt.Errorf("outbox: mark unpublished: %w", err)
-	}
-	return nil
 }
 
 // Stats reads the current numbers from the database (bounded queries).
