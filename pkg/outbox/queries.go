@@ -48,9 +48,9 @@ const qBeginClaim = `BEGIN; SET LOCAL idle_in_transaction_session_timeout = %d`
 //     sweep takes them.
 //   - attempts + 1 is the number of this attempt; it is recorded by the
 //     statement that settles the row.
-//   - The outer SELECT returns one row even when nothing was claimable, with
-//     the last candidate id and the candidate count: the cursor moves past
-//     blocked candidates, and a full candidate batch means "claim again now".
+//   - Every candidate comes back, blocked ones flagged: the relay moves its
+//     cursor past all of them and knows whether the batch was full, without
+//     a second statement or a summary row.
 const qClaim = `
 WITH candidates AS (
     SELECT id, event_id, aggregate_type, aggregate_id, event_type, schema_version,
@@ -62,19 +62,15 @@ WITH candidates AS (
     ORDER BY id
     LIMIT $2
     FOR UPDATE SKIP LOCKED
-), claimed AS (
-    SELECT c.*
-    FROM candidates c
-    WHERE NOT EXISTS (
-        SELECT 1 FROM outbox e
-        WHERE e.aggregate_id = c.aggregate_id
-          AND e.id < c.id
-          AND e.id NOT IN (SELECT id FROM candidates))
 )
-SELECT s.scanned, s.scanned_to, c.id, c.event_id, c.aggregate_type, c.aggregate_id, c.event_type,
-       c.schema_version, c.payload, c.headers, c.occurred_at, c.attempts + 1
-FROM (SELECT count(*) AS scanned, coalesce(max(id), $1) AS scanned_to FROM candidates) s
-LEFT JOIN claimed c ON true
+SELECT c.id, c.event_id, c.aggregate_type, c.aggregate_id, c.event_type, c.schema_version,
+       c.payload, c.headers, c.occurred_at, c.attempts + 1,
+       NOT EXISTS (
+           SELECT 1 FROM outbox e
+           WHERE e.aggregate_id = c.aggregate_id
+             AND e.id < c.id
+             AND e.id NOT IN (SELECT id FROM candidates)) AS claimable
+FROM candidates c
 ORDER BY c.id`
 
 // qMarkPublished moves dispatched rows to outbox_published in one statement

@@ -2,7 +2,6 @@ package outbox
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,7 +12,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/attribute"
@@ -279,34 +277,30 @@ func (r *Relay) claim(ctx context.Context, tx pgx.Tx, now time.Time) ([]claimedR
 	var (
 		out       []claimedRow
 		scanned   int
-		scannedTo int64
+		scannedTo = from
 	)
 	for rows.Next() {
 		var (
-			id, sv, attempts    *int64
-			eventID             *uuid.UUID
-			aggType, aggID, typ *string
-			payload, headers    []byte
-			occurredAt          *time.Time
+			row       claimedRow
+			sv, att   int32
+			headers   []byte
+			claimable bool
 		)
-		var n int64
-		if err := rows.Scan(&n, &scannedTo, &id, &eventID, &aggType, &aggID, &typ, &sv, &payload, &headers, &occurredAt, &attempts); err != nil {
+		ev := &row.ev
+		if err := rows.Scan(&row.id, &ev.ID, &ev.AggregateType, &ev.AggregateID, &ev.Type, &sv,
+			&ev.Payload, &headers, &ev.OccurredAt, &att, &claimable); err != nil {
 			return nil, 0, fmt.Errorf("outbox: claim: scan: %w", err)
 		}
-		scanned = int(n)
-		if id == nil {
-			continue // nothing claimable: the row only carries the scan summary
+		scanned++
+		scannedTo = row.id
+		if !claimable {
+			continue // behind an earlier event of its aggregate
 		}
-		ev := Event{
-			ID: *eventID, AggregateType: *aggType, AggregateID: *aggID, Type: *typ,
-			SchemaVersion: int(*sv), Payload: payload, OccurredAt: *occurredAt, Attempts: int(*attempts),
+		ev.SchemaVersion, ev.Attempts = int(sv), int(att)
+		if ev.Headers, err = decodeHeaders(headers); err != nil {
+			r.log.Warn("outbox event with unreadable headers; dispatching without them", "event_id", ev.ID, "error", err)
 		}
-		if len(headers) > 0 {
-			if err := json.Unmarshal(headers, &ev.Headers); err != nil {
-				r.log.Warn("outbox event with unreadable headers; dispatching without them", "event_id", ev.ID, "error", err)
-			}
-		}
-		out = append(out, claimedRow{id: *id, ev: ev})
+		out = append(out, row)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, 0, fmt.Errorf("outbox: claim: %w", err)
@@ -372,19 +366,16 @@ func (r *Relay) dispatchAll(ctx context.Context, rows []claimedRow) []outcome {
 		}
 		return out
 	}
-	next := make(chan []int)
+	// Workers take the next group by index: no channel hand-off per group.
+	var next atomic.Int64
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() {
-			for g := range next {
-				runGroup(g)
+			for g := next.Add(1) - 1; g < int64(len(groups)); g = next.Add(1) - 1 {
+				runGroup(groups[g])
 			}
 		})
 	}
-	for _, g := range groups {
-		next <- g
-	}
-	close(next)
 	wg.Wait()
 	return out
 }
@@ -532,14 +523,19 @@ func (r *Relay) markUnpublished(ctx context.Context, tx pgx.Tx, rows []claimedRo
 	return nil
 }
 
-// count updates the metrics and logs of a committed batch.
+// count updates the metrics and logs of a committed batch; the success
+// counter is added once per event type, not once per event.
 func (r *Relay) count(ctx context.Context, rows []claimedRow, outs []outcome) {
+	var published map[string]int64
 	for i, o := range outs {
 		ev := rows[i].ev
 		typ := attribute.String("event_type", ev.Type)
 		switch {
 		case o.kind == outcomePublished:
-			r.m.dispatched.Add(ctx, 1, metric.WithAttributes(typ))
+			if published == nil {
+				published = make(map[string]int64, 1)
+			}
+			published[ev.Type]++
 		case o.kind == outcomeRetry && ev.Attempts < r.cfg.MaxAttempts:
 			r.m.errors.Add(ctx, 1, metric.WithAttributes(typ, attribute.String("error.kind", "transient")))
 			r.log.Warn("outbox dispatch failed; will retry", "event_id", ev.ID, "event_type", ev.Type, "attempt", ev.Attempts, "error", o.err)
@@ -552,6 +548,9 @@ func (r *Relay) count(ctx context.Context, rows []claimedRow, outs []outcome) {
 			r.m.failed.Add(ctx, 1, metric.WithAttributes(typ))
 			r.log.Error("outbox event moved to FAILED", "event_id", ev.ID, "event_type", ev.Type, "aggregate_id", ev.AggregateID, "attempt", ev.Attempts, "error", o.err)
 		}
+	}
+	for typ, n := range published {
+		r.m.dispatched.Add(ctx, n, metric.WithAttributes(attribute.String("event_type", typ)))
 	}
 }
 
