@@ -35,8 +35,9 @@ const (
 // Config of a Relay. The zero value of every field means its default; call
 // WithDefaults (NewRelay does) and Validate.
 type Config struct {
-	// RelayID names this relay in lease_owner and logs, so an operator can
-	// see which replica holds a row. Default: "<hostname>-<pid>-<random>".
+	// RelayID names this relay in logs and, while a batch is in flight, as
+	// the application_name of its session, so an operator can see which
+	// replica holds which rows. Default: "<hostname>-<pid>-<random>".
 	RelayID string
 	// BatchSize is the most rows one claim takes. Default 500: large enough
 	// that the round trips and the commit of a batch cost little per row,
@@ -56,14 +57,17 @@ type Config struct {
 	// notification, LISTEN connection down). Default 1s.
 	PollInterval time.Duration
 	// SweepInterval bounds how long the relay's keyset cursor may run ahead
-	// before one claim restarts from the oldest unpublished row, to pick up
-	// rows the cursor passed: retry-due rows, expired leases, events that were
-	// blocked behind an earlier event of their aggregate, and late commits
-	// whose NOTIFY was lost. Default 1s.
+	// before one claim restarts from the oldest pending row, to pick up rows
+	// the cursor passed: retry-due rows, rows another relay held and released,
+	// events that were blocked behind an earlier event of their aggregate, and
+	// late commits whose NOTIFY was lost. Default 1s.
 	SweepInterval time.Duration
-	// LeaseDuration is how long a claimed row stays PUBLISHING before another
-	// relay may reclaim it (the claimer is presumed dead). Dispatch of a batch
-	// is cut off at 80% of it. Default 30s.
+	// LeaseDuration bounds a batch's claim transaction, whose row locks keep
+	// other relays off its rows: dispatch is cut off at 80% of it, the relay
+	// gives up on the transaction at 100%, and the server ends a transaction
+	// left idle that long (idle_in_transaction_session_timeout), releasing the
+	// rows of a relay that hangs or vanishes without closing its connection.
+	// A relay that dies releases its rows at once. Default 30s.
 	LeaseDuration time.Duration
 	// BackoffBase and BackoffMax shape the delay before a transient failure is
 	// retried: full jitter in [0, min(BackoffMax, BackoffBase·2^(n-1))].
@@ -76,11 +80,11 @@ type Config struct {
 	// a database fail-over we expect to ride out, short enough to alert the
 	// same day.
 	MaxAttempts int
-	// Retention keeps PUBLISHED rows for diagnosis and replay before cleanup
-	// deletes them. PENDING, PUBLISHING and FAILED rows are never deleted.
-	// Default 24h.
+	// Retention keeps published events (outbox_published) for diagnosis and
+	// replay before cleanup deletes them. Undelivered rows (outbox: PENDING,
+	// FAILED) are never deleted. Default 24h.
 	Retention time.Duration
-	// CleanupInterval is how often the relay deletes expired PUBLISHED rows;
+	// CleanupInterval is how often the relay deletes expired published rows;
 	// CleanupBatch bounds one DELETE so it never holds many locks or bloats a
 	// single transaction. Defaults 1m and 1000 (repeated until done).
 	CleanupInterval time.Duration
@@ -94,8 +98,8 @@ type Config struct {
 	// NotifyChannel is the LISTEN channel the outbox trigger notifies.
 	// Default "outbox" (the migration's trigger uses that name).
 	NotifyChannel string
-	// Now is the clock; nil means time.Now. Tests inject it to expire leases
-	// and backoffs without sleeping. All time comparisons of the relay use it.
+	// Now is the clock; nil means time.Now. Tests inject it to expire
+	// backoffs and trigger sweeps without sleeping. All time comparisons of the relay use it.
 	Now func() time.Time
 }
 

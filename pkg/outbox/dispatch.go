@@ -20,11 +20,12 @@ type DispatcherFunc func(ctx context.Context, ev Event) (Commit, error)
 // Dispatch calls f.
 func (f DispatcherFunc) Dispatch(ctx context.Context, ev Event) (Commit, error) { return f(ctx, ev) }
 
-// Commit runs inside the transaction that marks the event PUBLISHED (nil:
-// nothing extra). The hand-off uses it to move the order to HANDED_OFF and
-// record the waiting point atomically with the mark. A Commit that fails
-// leaves the event unmarked; the relay treats it as a transient failure, so it
-// must be idempotent with respect to a redelivery of the same event.
+// Commit runs inside the transaction that records the event as published
+// (nil: nothing extra). The hand-off uses it to move the order to HANDED_OFF
+// and record the waiting point atomically with that record. A Commit that
+// fails leaves the event unpublished; the relay treats it as a transient
+// failure, so it must be idempotent with respect to a redelivery of the same
+// event.
 type Commit func(ctx context.Context, tx pgx.Tx) error
 
 type permanentError struct{ err error }

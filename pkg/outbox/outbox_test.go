@@ -220,9 +220,11 @@ func TestF1_CrashAfterCommitBeforePublish_PublishesAfterRestart(t *testing.T) {
 	}
 }
 
-// doomedPool returns a pool whose sessions the test can kill from the
-// database side, as the death of the relay's process would end them.
-func doomedPool(t *testing.T, b *bundle) (*pgxpool.Pool, func()) {
+// doomedPool returns a pool, and the relay id to use with it, whose sessions
+// the test can kill from the database side, as the death of the relay's
+// process would end them. (A batch in flight shows the relay id as its
+// application_name.)
+func doomedPool(t *testing.T, b *bundle) (*pgxpool.Pool, string, func()) {
 	t.Helper()
 	cfg := b.pool.Config().Copy()
 	name := "doomed-" + uuid.NewString()[:8]
@@ -240,7 +242,7 @@ func doomedPool(t *testing.T, b *bundle) (*pgxpool.Pool, func()) {
 			t.Errorf("killed %d sessions (%v)", n, err)
 		}
 	}
-	return pool, kill
+	return pool, name, kill
 }
 
 // F2: a relay publishes, then dies before recording it. Its transaction dies
@@ -253,12 +255,12 @@ func TestF2_PublishThenCrashBeforeMark_RedeliversSameEventID(t *testing.T) {
 	ev := event("wo-1", 1)
 	appendCommitted(t, b.pool, ev)
 
-	doomed, kill := doomedPool(t, b)
+	doomed, relayID, kill := doomedPool(t, b)
 	b.rec.fn = func(outbox.Event) (outbox.Commit, error) {
 		kill() // the "crash": the relay's session ends after the publish, before the mark
 		return nil, nil
 	}
-	first := b.relay(t, doomed, outbox.Config{})
+	first := b.relay(t, doomed, outbox.Config{RelayID: relayID})
 	if _, err := first.ProcessBatch(context.Background()); err == nil {
 		t.Fatal("mark succeeded in a terminated session")
 	}
@@ -315,7 +317,7 @@ func TestRelayKilledMidBatch_RowsReclaimedAtOnce(t *testing.T) {
 	}
 	appendCommitted(t, b.pool, evs...)
 
-	doomed, kill := doomedPool(t, b)
+	doomed, relayID, kill := doomedPool(t, b)
 	var calls atomic.Int64
 	b.rec.fn = func(outbox.Event) (outbox.Commit, error) {
 		if calls.Add(1) == 4 {
@@ -325,7 +327,7 @@ func TestRelayKilledMidBatch_RowsReclaimedAtOnce(t *testing.T) {
 		return nil, nil
 	}
 	cfg := outbox.Config{DispatchConcurrency: 1}
-	if _, err := b.relay(t, doomed, cfg).ProcessBatch(context.Background()); err == nil {
+	if _, err := b.relay(t, doomed, outbox.Config{DispatchConcurrency: 1, RelayID: relayID}).ProcessBatch(context.Background()); err == nil {
 		t.Fatal("relay survived its own death")
 	}
 	if n := countStatus(t, b.pool, "PENDING"); n != 10 {
@@ -360,13 +362,20 @@ func TestClaimHoldsRowsUntilTheLeaseThenTheServerReleasesThem(t *testing.T) {
 		return nil, nil
 	})
 	stuck, err := outbox.NewRelay(b.pool, map[string]outbox.Dispatcher{testType: hung},
-		outbox.Config{Now: b.clock.Now, LeaseDuration: time.Second}, discard(), nil)
+		outbox.Config{Now: b.clock.Now, LeaseDuration: time.Second, RelayID: "stuck-relay"}, discard(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	stuckErr := make(chan error, 1)
 	go func() { _, err := stuck.ProcessBatch(context.Background()); stuckErr <- err }()
 	<-claimed
+	// The batch in flight is visible to an operator (runbook: batches in flight).
+	var inFlight int
+	if err := b.pool.QueryRow(context.Background(), `
+		SELECT count(*) FROM pg_stat_activity
+		WHERE application_name = 'stuck-relay' AND state LIKE 'idle in transaction%'`).Scan(&inFlight); err != nil || inFlight != 1 {
+		t.Fatalf("%d sessions show the relay's batch in flight (%v), want 1", inFlight, err)
+	}
 
 	other := b.relay(t, b.pool, outbox.Config{})
 	processBatch(t, other)

@@ -12,13 +12,15 @@ INSERT INTO outbox (event_id, aggregate_type, aggregate_id, event_type, schema_v
 SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::int[],
                      $6::bytea[], $7::jsonb[], $8::timestamptz[])`
 
-// qBeginClaim opens the claim transaction. The relay holds it across the
-// dispatch, so the server must end it if the relay vanishes without closing
-// its connection (a partition, a frozen VM): the idle timeout, set to the
-// lease, aborts the transaction and releases its row locks to other relays.
-// %d is the lease in milliseconds (an integer the relay formats; SET takes no
-// bind parameters).
-const qBeginClaim = `BEGIN; SET LOCAL idle_in_transaction_session_timeout = %d`
+// qBeginClaim opens the claim transaction in one round trip. The relay holds
+// it across the dispatch, so the server must end it if the relay vanishes
+// without closing its connection (a partition, a frozen VM): the idle
+// timeout, set to the lease, aborts the transaction and releases its row
+// locks to other relays. application_name shows the relay id in
+// pg_stat_activity while the batch is in flight (the runbook's "batches in
+// flight"). SET takes no bind parameters: %d is the lease in milliseconds,
+// %s the relay id quoted as a literal.
+const qBeginClaim = `BEGIN; SET LOCAL idle_in_transaction_session_timeout = %d; SET LOCAL application_name = %s`
 
 // qClaim locks up to $2 claimable rows after the cursor $1 and returns them.
 // It runs in the claim transaction: the row locks are the lease, held while

@@ -8,6 +8,7 @@ import (
 	"math"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,9 +24,10 @@ import (
 )
 
 // Relay claims outbox rows, dispatches each to the Dispatcher of its event
-// type and marks the outcome. Run any number of relays (one per replica) on
-// one table: claims never overlap while leases hold, and events of one
-// aggregate dispatch in id order across all of them.
+// type and records the outcome. Run any number of relays (one per replica)
+// on one table: claims never overlap (each batch holds its rows' locks until
+// it is recorded), and events of one aggregate dispatch in id order across
+// all of them.
 type Relay struct {
 	pool        *pgxpool.Pool
 	dispatchers map[string]Dispatcher
@@ -55,7 +57,7 @@ type Relay struct {
 // admin endpoints.
 type Stats struct {
 	// Pending counts rows not yet published and not FAILED (PENDING and
-	// PUBLISHING), capped at Config.StatsCountLimit.
+	// being dispatched), capped at Config.StatsCountLimit.
 	Pending int64
 	// Failed counts FAILED rows (within the same capped scan).
 	Failed int64
@@ -103,7 +105,7 @@ func NewRelay(pool *pgxpool.Pool, dispatchers map[string]Dispatcher, cfg Config,
 		log:         logger.With("component", "outbox.relay", "relay_id", cfg.RelayID),
 		policy:      backoff.Policy{Base: cfg.BackoffBase, Max: cfg.BackoffMax},
 		wake:        make(chan struct{}, 1),
-		beginClaim:  fmt.Sprintf(qBeginClaim, cfg.LeaseDuration.Milliseconds()),
+		beginClaim:  fmt.Sprintf(qBeginClaim, cfg.LeaseDuration.Milliseconds(), quoteLiteral(cfg.RelayID)),
 	}
 	r.rewind.Store(math.MaxInt64)
 	if err := r.initMetrics(meter); err != nil {
@@ -117,7 +119,7 @@ func (r *Relay) initMetrics(meter metric.Meter) error {
 	var errs []error
 	add := func(e error) { errs = append(errs, e) }
 	r.m.dispatched, err = meter.Int64Counter("outbox.events.dispatched",
-		metric.WithDescription("Events dispatched successfully and marked PUBLISHED."))
+		metric.WithDescription("Events dispatched successfully and moved to outbox_published."))
 	add(err)
 	r.m.errors, err = meter.Int64Counter("outbox.dispatch.errors",
 		metric.WithDescription("Failed dispatch attempts, by error kind (transient, permanent)."))
@@ -129,14 +131,14 @@ func (r *Relay) initMetrics(meter metric.Meter) error {
 		metric.WithDescription("Dispatched events whose batch could not be recorded afterwards; they are dispatched again (duplicates)."))
 	add(err)
 	pending, err := meter.Int64ObservableGauge("outbox.events.pending",
-		metric.WithDescription("Rows PENDING or PUBLISHING (capped scan), refreshed every stats interval."))
+		metric.WithDescription("Rows PENDING, in flight or not (capped scan), refreshed every stats interval."))
 	add(err)
 	failed, err := meter.Int64ObservableGauge("outbox.events.failed",
 		metric.WithDescription("Rows in FAILED, waiting for an operator."))
 	add(err)
 	age, err := meter.Float64ObservableGauge("outbox.events.oldest_pending_age",
 		metric.WithUnit("s"),
-		metric.WithDescription("Age of the oldest PENDING or PUBLISHING row; 0 when none."))
+		metric.WithDescription("Age of the oldest PENDING row; 0 when none."))
 	add(err)
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("outbox: metrics: %w", err)
@@ -157,10 +159,10 @@ func (r *Relay) initMetrics(meter metric.Meter) error {
 	return nil
 }
 
-// Run claims and dispatches until ctx is cancelled; then finishes (or
-// releases) its in-flight batch and returns nil. It also listens for NOTIFY
-// on a dedicated connection, deletes expired PUBLISHED rows and refreshes
-// the gauges. Database errors are logged and retried with backoff; Run
+// Run claims and dispatches with BatchesInFlight loops until ctx is
+// cancelled; then records its in-flight batches (undispatched rows are
+// released) and returns nil. It also listens for NOTIFY on a dedicated
+// connection, deletes expired published rows and refreshes the gauges. Database errors are logged and retried with backoff; Run
 // returns an error only when called twice concurrently.
 func (r *Relay) Run(ctx context.Context) error {
 	if !r.running.CompareAndSwap(false, true) {
@@ -701,4 +703,10 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n]
+}
+
+// quoteLiteral quotes s as an SQL string literal (standard_conforming_strings,
+// the default since PostgreSQL 9.1), for the one SET that takes no parameters.
+func quoteLiteral(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
 }
