@@ -74,14 +74,24 @@ func TestF16_PubSubUnavailable_OutboxRetriesThenPublishesSameEventID(t *testing.
 	waitfor.Condition(t, 20*time.Second, "outbox retries during the outage", func() bool {
 		return attempts(t, pool, ev) >= 3
 	})
-	// Kept and retried: waiting for its next attempt (PENDING) or in one
-	// (PUBLISHING), never FAILED, never PUBLISHED.
-	if st := eventStatus(t, pool, ev); st != "PENDING" && st != "PUBLISHING" {
-		t.Fatalf("during the outage the event is %s, want PENDING or PUBLISHING (kept, retried)", st)
+	// Kept and retried: PENDING in the outbox (an attempt in flight is a row
+	// lock, not a status), never FAILED, never PUBLISHED.
+	if st := eventStatus(t, pool, ev); st != "PENDING" {
+		t.Fatalf("during the outage the event is %s, want PENDING (kept, retried)", st)
 	}
+	failures := attempts(t, pool, ev)
 
 	down.on.Store(false)
 	waitfor.Value(t, 10*time.Second, "event published after the outage", "PUBLISHED", func() string { return eventStatus(t, pool, ev) })
+	// Moved to outbox_published with every failed attempt counted, plus the
+	// one that succeeded.
+	if n := attempts(t, pool, ev); n <= failures {
+		t.Fatalf("published after %d attempts, want more than the %d failures seen during the outage", n, failures)
+	}
+	var undelivered int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM outbox").Scan(&undelivered); err != nil || undelivered != 0 {
+		t.Fatalf("undelivered outbox rows: %d (%v), want 0", undelivered, err)
+	}
 
 	got := receiveOne(t, emu)
 	if got.Attributes[pubsub.AttrEventID] != ev.ID.String() {
@@ -89,10 +99,12 @@ func TestF16_PubSubUnavailable_OutboxRetriesThenPublishesSameEventID(t *testing.
 	}
 }
 
+// attempts and eventStatus read the event wherever it is (outbox_events:
+// the outbox while undelivered, outbox_published once delivered).
 func attempts(t *testing.T, pool *pgxpool.Pool, ev outbox.Event) int {
 	t.Helper()
 	var n int
-	if err := pool.QueryRow(context.Background(), "SELECT attempts FROM outbox WHERE event_id = $1", ev.ID).Scan(&n); err != nil {
+	if err := pool.QueryRow(context.Background(), "SELECT attempts FROM outbox_events WHERE event_id = $1", ev.ID).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n
@@ -101,7 +113,7 @@ func attempts(t *testing.T, pool *pgxpool.Pool, ev outbox.Event) int {
 func eventStatus(t *testing.T, pool *pgxpool.Pool, ev outbox.Event) string {
 	t.Helper()
 	var s string
-	if err := pool.QueryRow(context.Background(), "SELECT status FROM outbox WHERE event_id = $1", ev.ID).Scan(&s); err != nil {
+	if err := pool.QueryRow(context.Background(), "SELECT status FROM outbox_events WHERE event_id = $1", ev.ID).Scan(&s); err != nil {
 		t.Fatal(err)
 	}
 	return s

@@ -283,6 +283,15 @@ func TestF4_DuplicateDeliveryOverPubSubOneInvoice(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no InvoiceIssued on billing-events")
 	}
+	// Once recorded, the event has left the outbox for outbox_published:
+	// one event, delivered on the first attempt, nothing left to deliver.
+	waitfor.Value(t, 10*time.Second, "InvoiceIssued recorded as published", 1, func() int {
+		return b.count(t, `SELECT count(*) FROM outbox_events WHERE status = 'PUBLISHED' AND attempts = 1
+			AND published_at IS NOT NULL AND aggregate_id = $1`, orderID.String())
+	})
+	if n := b.count(t, `SELECT count(*) FROM outbox`); n != 0 {
+		t.Fatalf("undelivered outbox rows: %d, want 0", n)
+	}
 }
 
 // F4, concurrently: the same event delivered 4 times at once, 20 rounds:
@@ -381,7 +390,7 @@ func TestF12_WorkerDiesMidInvoice(t *testing.T) {
 		return b.count(t, `SELECT count(*) FROM invoices i JOIN jobs j ON j.id = i.job_id
 			WHERE i.work_order_id = $1 AND j.state = 'done' AND j.epoch = 2`, ev.GetWorkOrderId())
 	})
-	if n := b.count(t, `SELECT count(*) FROM outbox WHERE event_type = 'lossless.events.v1.InvoiceIssued'`); n != 1 {
+	if n := b.count(t, `SELECT count(*) FROM outbox_events WHERE event_type = 'lossless.events.v1.InvoiceIssued'`); n != 1 {
 		t.Fatalf("InvoiceIssued events: %d", n)
 	}
 }
@@ -423,7 +432,7 @@ func TestF13_StaleWorkerIssuesNothing(t *testing.T) {
 	if n := b.count(t, `SELECT count(*) FROM invoices`); n != 1 {
 		t.Fatalf("invoices: %d", n)
 	}
-	if n := b.count(t, `SELECT count(*) FROM outbox`); n != 1 {
+	if n := b.count(t, `SELECT count(*) FROM outbox_events`); n != 1 {
 		t.Fatalf("InvoiceIssued events: %d", n)
 	}
 	if got := b.counter(t, "billing.invoices.issued"); got != 1 {
@@ -478,7 +487,7 @@ func TestThreeWorkersRandomLeaseExpiriesExactlyOneInvoiceEach(t *testing.T) {
 	if n := b.count(t, `SELECT count(*) FROM invoices`); n != orders {
 		t.Fatalf("invoices: %d, want %d", n, orders)
 	}
-	if n := b.count(t, `SELECT count(DISTINCT aggregate_id) FROM outbox`); n != orders || b.count(t, `SELECT count(*) FROM outbox`) != orders {
+	if n := b.count(t, `SELECT count(DISTINCT aggregate_id) FROM outbox_events`); n != orders || b.count(t, `SELECT count(*) FROM outbox_events`) != orders {
 		t.Fatalf("InvoiceIssued events: want exactly one per order")
 	}
 	if found, err := reconcile.Local(ctx, b.pool, config.QueueName, b.clock.Now(), time.Minute); err != nil || len(found) != 0 {
@@ -544,7 +553,7 @@ func TestParkedJobRetriedByOperatorIssuesOneInvoice(t *testing.T) {
 	if n := b.count(t, `SELECT count(*) FROM job_audit WHERE job_id = $1 AND ticket = 'INC-42' AND actor = 'ops@example'`, id); n != 1 {
 		t.Fatalf("audit rows: %d", n)
 	}
-	if n := b.count(t, `SELECT count(*) FROM outbox`); n != 1 {
+	if n := b.count(t, `SELECT count(*) FROM outbox_events`); n != 1 {
 		t.Fatalf("InvoiceIssued events: %d", n)
 	}
 }

@@ -97,3 +97,32 @@ func TestCrossServiceFindsEachKind(t *testing.T) {
 		t.Fatalf("local on consistent jobs/invoices: %v %v", local, err)
 	}
 }
+
+// Only a FAILED InvoiceIssued is a discrepancy: a pending event is on its
+// way, and a published one has left the outbox for outbox_published.
+func TestLocalFindsOnlyFailedInvoiceEvents(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t, migrations.Billing())
+	ctx := context.Background()
+	failed, pending, published := uuid.New(), uuid.New(), uuid.New()
+	if _, err := pool.Exec(ctx, `
+INSERT INTO outbox (event_id, aggregate_type, aggregate_id, event_type, payload, occurred_at, status, attempts, last_error)
+VALUES ($1::uuid, 'invoice', $1::uuid::text, 'lossless.events.v1.InvoiceIssued', '', now(), 'FAILED', 1, 'no dispatcher'),
+       ($2::uuid, 'invoice', $2::uuid::text, 'lossless.events.v1.InvoiceIssued', '', now(), 'PENDING', 0, NULL)`, failed, pending); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `
+INSERT INTO outbox_published (event_id, id, aggregate_type, aggregate_id, event_type, schema_version, payload, headers,
+                              attempts, occurred_at, created_at, published_at)
+VALUES ($1::uuid, 1000, 'invoice', $1::uuid::text, 'lossless.events.v1.InvoiceIssued', 1, '', '{}', 1, now(), now(), now())`, published); err != nil {
+		t.Fatal(err)
+	}
+	found, err := reconcile.Local(ctx, pool, "invoices", time.Now(), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(found) != 1 || found[0].Kind != reconcile.KindInvoiceEventFailed || found[0].WorkOrderID != failed.String() ||
+		!strings.Contains(found[0].Detail, "no dispatcher") {
+		t.Fatalf("found %+v, want one %s for %s", found, reconcile.KindInvoiceEventFailed, failed)
+	}
+}

@@ -170,7 +170,7 @@ func (b testBundle) count(t *testing.T, table string) int {
 
 func (b testBundle) assertNothingStored(t *testing.T) {
 	t.Helper()
-	for _, table := range []string{"work_orders", "work_order_transitions", "outbox", "idempotency_keys"} {
+	for _, table := range []string{"work_orders", "work_order_transitions", "outbox_events", "idempotency_keys"} {
 		if n := b.count(t, table); n != 0 {
 			t.Errorf("%s has %d rows after a rejected request, want 0", table, n)
 		}
@@ -247,13 +247,17 @@ func TestCreateStoresTheOrderItsTransitionAndOneHandOffEvent(t *testing.T) {
 		t.Fatalf("created order %v", wo)
 	}
 
-	// I1: exactly one hand-off event for the order, in the same database.
+	// I1: exactly one hand-off event for the order, in the same database,
+	// still to deliver (no relay runs here).
+	if n := b.count(t, "outbox_events"); n != 1 {
+		t.Fatalf("outbox events = %d, want 1", n)
+	}
 	var (
 		aggType, aggID, evType, status string
 		payload                        []byte
 	)
 	if err := b.pool.QueryRow(context.Background(),
-		`SELECT aggregate_type, aggregate_id, event_type, status, payload FROM outbox`).
+		`SELECT aggregate_type, aggregate_id, event_type, status, payload FROM outbox_events`).
 		Scan(&aggType, &aggID, &evType, &status, &payload); err != nil {
 		t.Fatal(err)
 	}
@@ -319,7 +323,7 @@ func TestIdempotentReplayReturnsTheOriginalResponseAndCreatesOneOrder(t *testing
 	if second.header.Get("Grpc-Metadata-Idempotent-Replayed") != "true" || first.header.Get("Grpc-Metadata-Idempotent-Replayed") != "" {
 		t.Errorf("replayed header: first %q, second %q", first.header.Get("Grpc-Metadata-Idempotent-Replayed"), second.header.Get("Grpc-Metadata-Idempotent-Replayed"))
 	}
-	for table, want := range map[string]int{"work_orders": 1, "outbox": 1, "idempotency_keys": 1} {
+	for table, want := range map[string]int{"work_orders": 1, "outbox_events": 1, "idempotency_keys": 1} {
 		if n := b.count(t, table); n != want {
 			t.Errorf("%s = %d, want %d", table, n, want)
 		}
@@ -390,8 +394,8 @@ func TestConcurrentCreatesWithOneIdempotencyKeyCreateOneOrder(t *testing.T) {
 			t.Fatalf("round %d: work_orders = %d, want %d", round, n, round+1)
 		}
 	}
-	if n := b.count(t, "outbox"); n != rounds {
-		t.Fatalf("outbox = %d, want %d", n, rounds)
+	if n := b.count(t, "outbox_events"); n != rounds {
+		t.Fatalf("outbox events = %d, want %d", n, rounds)
 	}
 }
 

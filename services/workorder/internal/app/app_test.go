@@ -188,7 +188,7 @@ func TestServeShutdown_InFlightHandOffFinishesAndNoNewWorkIsClaimed(t *testing.T
 	state := func(id uuid.UUID) (order, event string) {
 		t.Helper()
 		if err := pool.QueryRow(context.Background(), `
-SELECT o.status, e.status FROM work_orders o JOIN outbox e ON e.aggregate_id = o.id::text WHERE o.id = $1`, id).
+SELECT o.status, e.status FROM work_orders o JOIN outbox_events e ON e.aggregate_id = o.id::text WHERE o.id = $1`, id).
 			Scan(&order, &event); err != nil {
 			t.Fatal(err)
 		}

@@ -167,8 +167,8 @@ func (b bundle) state(t *testing.T, id uuid.UUID) orderState {
 SELECT o.status, o.completed_items,
        (SELECT count(*) FROM waiting_points w WHERE w.work_order_id = o.id AND w.consumed_at IS NULL),
        coalesce((SELECT string_agg(consumed_by, ',') FROM waiting_points w WHERE w.work_order_id = o.id AND w.consumed_at IS NOT NULL), ''),
-       (SELECT count(*) FROM outbox x WHERE x.aggregate_id = o.id::text AND x.event_type = 'lossless.events.v1.WorkOrderCompletionRecorded'),
-       coalesce((SELECT x.headers->>'traceparent' FROM outbox x WHERE x.aggregate_id = o.id::text AND x.event_type = 'lossless.events.v1.WorkOrderCompletionRecorded' LIMIT 1), '')
+       (SELECT count(*) FROM outbox_events x WHERE x.aggregate_id = o.id::text AND x.event_type = 'lossless.events.v1.WorkOrderCompletionRecorded'),
+       coalesce((SELECT x.headers->>'traceparent' FROM outbox_events x WHERE x.aggregate_id = o.id::text AND x.event_type = 'lossless.events.v1.WorkOrderCompletionRecorded' LIMIT 1), '')
 FROM work_orders o WHERE o.id = $1`, id).Scan(&s.Status, &s.Completed, &s.OpenWaitingPoints, &s.ConsumedBy, &s.CompletionOutboxEvents, &s.OutboxTraceparent)
 	if err != nil {
 		t.Fatal(err)

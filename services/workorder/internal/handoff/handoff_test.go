@@ -141,16 +141,19 @@ func (b testBundle) createOrder(t *testing.T) uuid.UUID {
 func (b testBundle) event(t *testing.T, id uuid.UUID) outbox.Event {
 	t.Helper()
 	var ev outbox.Event
-	if err := b.pool.QueryRow(context.Background(), `SELECT event_id, payload FROM outbox WHERE aggregate_id = $1`, id.String()).
+	if err := b.pool.QueryRow(context.Background(), `SELECT event_id, payload FROM outbox_events WHERE aggregate_id = $1`, id.String()).
 		Scan(&ev.ID, &ev.Payload); err != nil {
 		t.Fatal(err)
 	}
 	return ev
 }
 
+// eventStatus reads the order's hand-off event wherever it is: PENDING or
+// FAILED in outbox, PUBLISHED once moved to outbox_published. attempts counts
+// the recorded failures, plus the successful attempt once published.
 func (b testBundle) eventStatus(t *testing.T, id uuid.UUID) (status string, attempts int) {
 	t.Helper()
-	if err := b.pool.QueryRow(context.Background(), `SELECT status, attempts FROM outbox WHERE aggregate_id = $1`, id.String()).
+	if err := b.pool.QueryRow(context.Background(), `SELECT status, attempts FROM outbox_events WHERE aggregate_id = $1`, id.String()).
 		Scan(&status, &attempts); err != nil {
 		t.Fatal(err)
 	}
@@ -190,6 +193,14 @@ func TestHandOffEndToEnd(t *testing.T) {
 
 	if n := b.provider.callsFor(id); n != 1 {
 		t.Fatalf("provider called %d times for the order, want 1", n)
+	}
+	// Delivered on the first attempt and moved out of the outbox.
+	if _, attempts := b.eventStatus(t, id); attempts != 1 {
+		t.Fatalf("attempts = %d, want 1", attempts)
+	}
+	var undelivered int
+	if err := b.pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox WHERE aggregate_id = $1`, id.String()).Scan(&undelivered); err != nil || undelivered != 0 {
+		t.Fatalf("undelivered outbox rows for the order: %d (%v), want 0", undelivered, err)
 	}
 	o := b.order(t, id)
 	job := "job-" + id.String()[:8]
@@ -245,7 +256,7 @@ func TestProviderUnavailableThenOK_RetriedThenHandedOff(t *testing.T) {
 		t.Fatalf("provider called %d times, want 3", n)
 	}
 	if _, attempts := b.eventStatus(t, id); attempts != 3 {
-		t.Fatalf("attempts = %d, want 3", attempts)
+		t.Fatalf("attempts = %d, want 3 (two failures, then the delivery)", attempts)
 	}
 	if o := b.order(t, id); o.Status != orders.StatusHandedOff {
 		t.Fatalf("order %s, want HANDED_OFF", o.Status)
@@ -317,8 +328,42 @@ func TestCancelDuringHandOff_OrderStaysCancelledAndAcceptanceIsRecorded(t *testi
 	}
 }
 
-// A second dispatch of the same event (relay crash after the call, before the
-// mark: F2 on the hand-off) changes nothing and adds no waiting point.
+// F2 on the hand-off: the relay dies after the provider accepted, before its
+// transaction recorded anything. Its claim dies with its session, so the
+// event is still PENDING with no attempt counted; the next dispatch calls the
+// provider again, which answers with the same job (idempotent by work order
+// id), and the order is handed off once.
+func TestF2_RelayDiesAfterProviderCall_NextDispatchHandsOffOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	id := b.createOrder(t)
+	commit, err := b.dispatcher.Dispatch(context.Background(), b.event(t, id))
+	if err != nil || commit == nil {
+		t.Fatalf("first dispatch: commit %v err %v, want the acceptance", commit != nil, err)
+	}
+	// The dying relay never runs commit.
+	if st, attempts := b.eventStatus(t, id); st != "PENDING" || attempts != 0 {
+		t.Fatalf("after the crash the event is %s with %d attempts, want PENDING with 0", st, attempts)
+	}
+	b.runRelay(t)
+	b.waitEvent(t, id, "PUBLISHED")
+	if n := b.provider.callsFor(id); n != 2 {
+		t.Fatalf("provider called %d times, want 2 (the crashed dispatch and its redelivery)", n)
+	}
+	if _, attempts := b.eventStatus(t, id); attempts != 1 {
+		t.Fatalf("attempts = %d, want 1 (the crash recorded nothing)", attempts)
+	}
+	if wp := b.waitingPoints(t, id); len(wp) != 1 {
+		t.Fatalf("waiting points %v, want one", wp)
+	}
+	if o := b.order(t, id); o.Status != orders.StatusHandedOff || o.Version != 2 {
+		t.Fatalf("order %s version %d", o.Status, o.Version)
+	}
+}
+
+// A dispatch of an event whose order is already HANDED_OFF (an operator
+// requeued it, or the migration to outbox_published returned a PUBLISHING row
+// to PENDING) changes nothing and adds no waiting point.
 func TestF2_RepeatedAcceptanceAddsNoSecondWaitingPoint(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
@@ -337,7 +382,8 @@ func TestF2_RepeatedAcceptanceAddsNoSecondWaitingPoint(t *testing.T) {
 		if err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error { return commit(ctx, tx) }); err != nil {
 			t.Fatal(err)
 		}
-		// Even a commit applied twice (two relays raced) is harmless.
+		// Even a commit applied twice is harmless (the relay applies it once,
+		// in the transaction that moves the event out of the outbox).
 		if err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error { return commit(ctx, tx) }); err != nil {
 			t.Fatal(err)
 		}

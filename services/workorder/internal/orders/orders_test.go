@@ -97,7 +97,7 @@ func TestF3_RolledBackCreateLeavesNoOrderAndNoEvent(t *testing.T) {
 	if !errors.Is(err, rollback) {
 		t.Fatal(err)
 	}
-	for _, table := range []string{"work_orders", "work_order_transitions", "outbox"} {
+	for _, table := range []string{"work_orders", "work_order_transitions", "outbox_events"} {
 		if n := count(t, pool, table); n != 0 {
 			t.Errorf("%s = %d after rollback, want 0", table, n)
 		}
@@ -106,7 +106,7 @@ func TestF3_RolledBackCreateLeavesNoOrderAndNoEvent(t *testing.T) {
 	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { _, err := repo.Create(ctx, tx, newOrder(t)); return err }); err != nil {
 		t.Fatal(err)
 	}
-	for _, table := range []string{"work_orders", "work_order_transitions", "outbox"} {
+	for _, table := range []string{"work_orders", "work_order_transitions", "outbox_events"} {
 		if n := count(t, pool, table); n != 1 {
 			t.Errorf("%s = %d after commit, want 1", table, n)
 		}

@@ -297,7 +297,7 @@ func TestF15_DatabaseDownAndBack_NothingLost(t *testing.T) {
 	if got := b.count(t, `SELECT count(*) FROM work_orders WHERE status = 'COMPLETED' AND completed_items = 1`); got != n {
 		t.Fatalf("completed orders = %d, want %d", got, n)
 	}
-	if got := b.count(t, `SELECT count(*) FROM outbox WHERE event_type = 'lossless.events.v1.WorkOrderCompletionRecorded'`); got != n {
+	if got := b.count(t, `SELECT count(*) FROM outbox_events WHERE event_type = 'lossless.events.v1.WorkOrderCompletionRecorded'`); got != n {
 		t.Fatalf("completion events = %d, want %d (one each)", got, n)
 	}
 }
