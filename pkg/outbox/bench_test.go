@@ -174,7 +174,9 @@ func drain(b *testing.B, dsn string, pool *pgxpool.Pool, relays, n int) float64 
 	var wg sync.WaitGroup
 	start := time.Now()
 	for range relays {
-		r, err := outbox.NewRelay(benchPool(b, dsn), map[string]outbox.Dispatcher{testType: d}, outbox.Config{}, discard(), nil)
+		rp := benchPool(b, dsn)
+		defer rp.Close() // this drain's connections do not linger into the next measurement
+		r, err := outbox.NewRelay(rp, map[string]outbox.Dispatcher{testType: d}, outbox.Config{}, discard(), nil)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -53,9 +53,12 @@ const qBeginClaim = `BEGIN; SET LOCAL idle_in_transaction_session_timeout = %d; 
 //   - Every candidate comes back, blocked ones flagged: the relay moves its
 //     cursor past all of them and knows whether the batch was full, without
 //     a second statement or a summary row.
+//   - ctid is the row's physical address, stable while this transaction
+//     holds the row lock; the statements that record the outcome address
+//     the rows by it (see qMarkPublished).
 const qClaim = `
 WITH candidates AS (
-    SELECT id, event_id, aggregate_type, aggregate_id, event_type, schema_version,
+    SELECT ctid, id, event_id, aggregate_type, aggregate_id, event_type, schema_version,
            payload, headers, occurred_at, attempts
     FROM outbox
     WHERE status = 'PENDING'
@@ -65,7 +68,7 @@ WITH candidates AS (
     LIMIT $2
     FOR UPDATE SKIP LOCKED
 )
-SELECT c.id, c.event_id, c.aggregate_type, c.aggregate_id, c.event_type, c.schema_version,
+SELECT c.ctid, c.id, c.event_id, c.aggregate_type, c.aggregate_id, c.event_type, c.schema_version,
        c.payload, c.headers, c.occurred_at, c.attempts + 1,
        NOT EXISTS (
            SELECT 1 FROM outbox e
@@ -79,12 +82,17 @@ ORDER BY c.id`
 // of the claim transaction. The rows are locked by that transaction, so no
 // other relay can have moved or changed them: no fencing token is needed.
 // A DELETE leaves no new version in the hot table and no index entry to
-// maintain there; the history insert is append-only. "status = 'PENDING'"
-// lets the planner use outbox_pending_idx.
+// maintain there; the history insert is append-only.
+//
+// The rows are addressed by ctid (a TID scan), not by id: a queue table's
+// statistics swing from millions of live rows to none between two
+// autovacuums, and with them the planner's choice for "id = ANY($1)"; B2
+// caught this statement taking seconds per batch right after an autovacuum.
+// A TID scan has no plan to get wrong.
 const qMarkPublished = `
 WITH moved AS (
     DELETE FROM outbox
-    WHERE id = ANY($1::bigint[]) AND status = 'PENDING'
+    WHERE ctid = ANY($1::tid[]) AND status = 'PENDING'
     RETURNING event_id, id, aggregate_type, aggregate_id, event_type, schema_version,
               payload, headers, attempts, last_error, occurred_at, created_at
 )
@@ -109,7 +117,7 @@ SET status = u.status,
     next_attempt_at = u.next_attempt_at
 FROM unnest($1::bigint[], $2::text[], $3::text[], $4::timestamptz[])
      AS u(id, status, err, next_attempt_at)
-WHERE o.id = u.id AND o.status = 'PENDING'`
+WHERE o.ctid = ANY($5::tid[]) AND o.id = u.id AND o.status = 'PENDING'`
 
 // qCleanup deletes one bounded batch of published rows older than the
 // retention, found through the BRIN index on published_at (no ORDER BY: any

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -22,6 +23,11 @@ import (
 	"github.com/lossless-dev/lossless/pkg/backoff"
 	"github.com/lossless-dev/lossless/pkg/pgnotify"
 )
+
+// rollbackTimeout bounds the rollback of a batch that could not be recorded;
+// if the server does not answer in time the connection is closed, which ends
+// the transaction just as well.
+const rollbackTimeout = 5 * time.Second
 
 // Relay claims outbox rows, dispatches each to the Dispatcher of its event
 // type and records the outcome. Run any number of relays (one per replica)
@@ -230,7 +236,11 @@ func (r *Relay) ProcessBatch(ctx context.Context) (full bool, err error) {
 	if err != nil {
 		return false, fmt.Errorf("outbox: begin claim: %w", err)
 	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(tctx)) }() // no-op after Commit
+	defer func() { // a no-op after Commit; bounded even when tctx has expired
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+		defer rcancel()
+		_ = tx.Rollback(rctx)
+	}()
 	r.claimMu.Lock()
 	rows, scanned, err := r.claim(tctx, tx, r.cfg.Now())
 	r.claimMu.Unlock()
@@ -257,8 +267,9 @@ func (r *Relay) ProcessBatch(ctx context.Context) (full bool, err error) {
 }
 
 type claimedRow struct {
-	id int64
-	ev Event
+	tid pgtype.TID // physical address, stable while the claim holds the row lock
+	id  int64
+	ev  Event
 }
 
 func (r *Relay) claim(ctx context.Context, tx pgx.Tx, now time.Time) ([]claimedRow, int, error) {
@@ -289,7 +300,7 @@ func (r *Relay) claim(ctx context.Context, tx pgx.Tx, now time.Time) ([]claimedR
 			claimable bool
 		)
 		ev := &row.ev
-		if err := rows.Scan(&row.id, &ev.ID, &ev.AggregateType, &ev.AggregateID, &ev.Type, &sv,
+		if err := rows.Scan(&row.tid, &row.id, &ev.ID, &ev.AggregateType, &ev.AggregateID, &ev.Type, &sv,
 			&ev.Payload, &headers, &ev.OccurredAt, &att, &claimable); err != nil {
 			return nil, 0, fmt.Errorf("outbox: claim: scan: %w", err)
 		}
@@ -478,22 +489,23 @@ func (r *Relay) moveAndCommit(ctx context.Context, tx pgx.Tx, rows []claimedRow,
 // transaction, so each must move; a shortfall means the schema or the lock
 // discipline is broken, and the batch is not committed.
 func (r *Relay) move(ctx context.Context, tx pgx.Tx, rows []claimedRow, idx []int, now time.Time) error {
-	ids := make([]int64, len(idx))
+	tids := make([]pgtype.TID, len(idx))
 	for k, i := range idx {
-		ids[k] = rows[i].id
+		tids[k] = rows[i].tid
 	}
-	tag, err := tx.Exec(ctx, qMarkPublished, ids, now)
+	tag, err := tx.Exec(ctx, qMarkPublished, tids, now)
 	if err != nil {
 		return fmt.Errorf("outbox: mark published: %w", err)
 	}
-	if tag.RowsAffected() != int64(len(ids)) {
-		return fmt.Errorf("outbox: mark published: moved %d of %d locked rows", tag.RowsAffected(), len(ids))
+	if tag.RowsAffected() != int64(len(tids)) {
+		return fmt.Errorf("outbox: mark published: moved %d of %d locked rows", tag.RowsAffected(), len(tids))
 	}
 	return nil
 }
 
 func (r *Relay) markUnpublished(ctx context.Context, tx pgx.Tx, rows []claimedRow, outs []outcome, now time.Time) error {
 	var (
+		tids   []pgtype.TID
 		ids    []int64
 		status []string
 		errs   []string
@@ -511,15 +523,15 @@ func (r *Relay) markUnpublished(ctx context.Context, tx pgx.Tx, rows []claimedRo
 			msg = fmt.Sprintf("attempts exhausted (%d): %s", ev.Attempts, msg)
 		default:
 			next := now.Add(r.policy.Delay(ev.Attempts))
-			ids, status, errs, nexts = append(ids, rows[i].id), append(status, "PENDING"), append(errs, msg), append(nexts, &next)
+			tids, ids, status, errs, nexts = append(tids, rows[i].tid), append(ids, rows[i].id), append(status, "PENDING"), append(errs, msg), append(nexts, &next)
 			continue
 		}
-		ids, status, errs, nexts = append(ids, rows[i].id), append(status, "FAILED"), append(errs, msg), append(nexts, nil)
+		tids, ids, status, errs, nexts = append(tids, rows[i].tid), append(ids, rows[i].id), append(status, "FAILED"), append(errs, msg), append(nexts, nil)
 	}
 	if len(ids) == 0 {
 		return nil
 	}
-	if _, err := tx.Exec(ctx, qMarkUnpublished, ids, status, errs, nexts); err != nil {
+	if _, err := tx.Exec(ctx, qMarkUnpublished, ids, status, errs, nexts, tids); err != nil {
 		return fmt.Errorf("outbox: mark unpublished: %w", err)
 	}
 	return nil

@@ -43,7 +43,7 @@ func New(pub *pubsub.Publisher) outbox.Dispatcher {
 }
 
 // Dispatch publishes ev and returns once Pub/Sub accepted it. No Commit:
-// marking the row PUBLISHED is all that follows.
+// recording the event as published is all that follows.
 func (d *Dispatcher) Dispatch(ctx context.Context, ev outbox.Event) (outbox.Commit, error) {
 	attrs := pubsub.EventAttributes(ev.ID.String(), ev.Type, ev.SchemaVersion, ev.OccurredAt)
 	for _, k := range headerAttributes {
