@@ -18,9 +18,26 @@ SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::int[],
 // timeout, set to the lease, aborts the transaction and releases its row
 // locks to other relays. application_name shows the relay id in
 // pg_stat_activity while the batch is in flight (the runbook's "batches in
-// flight"). SET takes no bind parameters: %d is the lease in milliseconds,
-// %s the relay id quoted as a literal.
-const qBeginClaim = `BEGIN; SET LOCAL idle_in_transaction_session_timeout = %d; SET LOCAL application_name = %s`
+// flight").
+//
+// The enable_* settings pin the plans. Every statement of the relay has one
+// right plan: index scans in id order, a nested-loop probe per candidate,
+// TID scans. A queue table's statistics are always wrong, though: between
+// two autovacuums the live row count swings from millions to none, and B2
+// caught the planner answering with sorts and hash joins over the whole
+// table, which made each claim take seconds for a minute after vacuum
+// resumed. Disabled paths cost so much that JIT compilation would kick in
+// (about 170 ms per statement), hence jit = off. SET takes no bind
+// parameters: %d is the lease in milliseconds, %s the relay id quoted as a
+// literal.
+const qBeginClaim = `BEGIN;
+SET LOCAL idle_in_transaction_session_timeout = %d;
+SET LOCAL application_name = %s;
+SET LOCAL enable_seqscan = off;
+SET LOCAL enable_sort = off;
+SET LOCAL enable_hashjoin = off;
+SET LOCAL enable_mergejoin = off;
+SET LOCAL jit = off`
 
 // qClaim locks up to $2 claimable rows after the cursor $1 and returns them.
 // It runs in the claim transaction: the row locks are the lease, held while

@@ -43,7 +43,7 @@ type Config struct {
 	HandOff handoff.Config
 
 	// Outbox configures the outbox relay: WORKORDER_OUTBOX_* (BATCH_SIZE,
-	// POLL_INTERVAL, LEASE_DURATION, BACKOFF_BASE, BACKOFF_MAX, MAX_ATTEMPTS,
+	// BATCHES_IN_FLIGHT, POLL_INTERVAL, LEASE_DURATION, BACKOFF_BASE, BACKOFF_MAX, MAX_ATTEMPTS,
 	// RETENTION, ...; see outbox.ConfigFromEnv and outbox.Config for defaults).
 	Outbox outbox.Config
 
