@@ -170,8 +170,9 @@ func (r *Relay) initMetrics(meter metric.Meter) error {
 // Run claims and dispatches with BatchesInFlight loops until ctx is
 // cancelled; then records its in-flight batches (undispatched rows are
 // released) and returns nil. It also listens for NOTIFY on a dedicated
-// connection, deletes expired published rows and refreshes the gauges. Database errors are logged and retried with backoff; Run
-// returns an error only when called twice concurrently.
+// connection, deletes expired published rows and refreshes the gauges.
+// Database errors are logged and retried with backoff; Run returns an error
+// only when called twice concurrently.
 func (r *Relay) Run(ctx context.Context) error {
 	if !r.running.CompareAndSwap(false, true) {
 		return errors.New("outbox: relay already running")
@@ -632,7 +633,7 @@ func ReadStats(ctx context.Context, db Querier, countLimit int, now time.Time) (
 	return s, nil
 }
 
-// Cleanup deletes PUBLISHED rows older than the retention, in bounded
+// Cleanup deletes outbox_published rows older than the retention, in bounded
 // batches, and returns how many it deleted. Run calls it every
 // CleanupInterval.
 func (r *Relay) Cleanup(ctx context.Context) (int64, error) {
