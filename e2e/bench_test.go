@@ -45,8 +45,8 @@ const pubsubHops = 3
 // LISTEN/NOTIFY wakes the next stage.
 func BenchmarkB5_EndToEndLatency(b *testing.B) {
 	ctx := context.Background()
-	duration := envDuration("LOSSLESS_B5_DURATION", time.Minute)
-	capN := envInt("LOSSLESS_B5_CAPACITY_N", 600)
+	duration := envDuration(b, "LOSSLESS_B5_DURATION", time.Minute)
+	capN := envInt(b, "LOSSLESS_B5_CAPACITY_N", 600)
 
 	binDir := b.TempDir()
 	_, thisFile, _, _ := runtime.Caller(0)
@@ -139,16 +139,28 @@ type discard struct{}
 
 func (discard) Write(p []byte) (int, error) { return len(p), nil }
 
-func envDuration(name string, def time.Duration) time.Duration {
-	if d, err := time.ParseDuration(os.Getenv(name)); err == nil {
-		return d
+// envDuration and envInt read a benchmark knob; a value that does not parse
+// stops the benchmark naming the variable rather than running the default.
+func envDuration(b *testing.B, name string, def time.Duration) time.Duration {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
 	}
-	return def
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		b.Fatalf("%s=%q: want a positive duration such as 2m", name, v)
+	}
+	return d
 }
 
-func envInt(name string, def int) int {
-	if n, err := strconv.Atoi(os.Getenv(name)); err == nil && n > 0 {
-		return n
+func envInt(b *testing.B, name string, def int) int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
 	}
-	return def
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 {
+		b.Fatalf("%s=%q: want a positive integer", name, v)
+	}
+	return n
 }
