@@ -396,12 +396,13 @@ func TestClaimHoldsRowsUntilTheLeaseThenTheServerReleasesThem(t *testing.T) {
 }
 
 // The commit-order trap (watermill #311): a row with a lower id that commits
-// after the cursor passed a higher id must still be dispatched, both through
-// NOTIFY (the trigger announces its id) and, with no listener, through the
-// periodic sweep.
+// after the cursor passed a higher id must still be dispatched: through
+// NOTIFY (the trigger announces its id); when the notification was lost
+// because nobody listened, at the (re)connect of the listener; and, with no
+// listener, through the periodic sweep.
 func TestLateCommitWithLowerID_IsDispatched(t *testing.T) {
 	t.Parallel()
-	for _, via := range []string{"notify", "sweep"} {
+	for _, via := range []string{"notify", "listen", "sweep"} {
 		t.Run(via, func(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
@@ -429,12 +430,22 @@ func TestLateCommitWithLowerID_IsDispatched(t *testing.T) {
 			// The clock never advances in this test unless we say so: no sweep
 			// happens after the first claim.
 			r := b.relay(t, b.pool, outbox.Config{PollInterval: time.Hour, SweepInterval: time.Hour})
-			if via == "notify" {
+			switch via {
+			case "notify":
 				runRelay(t, r)
+				waitListening(t, b.pool)
 				waitfor.Value(t, 5*time.Second, "early event published", "PUBLISHED", func() string { return rowOf(t, b.pool, early.ID).Status })
 				if err := slow.Commit(ctx); err != nil {
 					t.Fatal(err)
 				}
+				waitfor.Value(t, 5*time.Second, "late event published", "PUBLISHED", func() string { return rowOf(t, b.pool, late.ID).Status })
+				return
+			case "listen":
+				processBatch(t, r) // claims "early"; the cursor passes it
+				if err := slow.Commit(ctx); err != nil { // nobody listens: the NOTIFY is lost
+					t.Fatal(err)
+				}
+				runRelay(t, r) // no sweep is due: only the rewind at LISTEN finds the row
 				waitfor.Value(t, 5*time.Second, "late event published", "PUBLISHED", func() string { return rowOf(t, b.pool, late.ID).Status })
 				return
 			}
@@ -634,13 +645,8 @@ func TestCleanup_DeletesOnlyOldPublishedRows(t *testing.T) {
 func TestNotify_WakesIdleRelay(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	ctx := context.Background()
 	runRelay(t, b.relay(t, b.pool, outbox.Config{PollInterval: time.Hour, SweepInterval: time.Hour}))
-	waitfor.Condition(t, 5*time.Second, "relay listening", func() bool {
-		var n int
-		err := b.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query = 'LISTEN "outbox"'`).Scan(&n)
-		return err == nil && n == 1
-	})
+	waitListening(t, b.pool)
 	for i := range 3 {
 		ev := event(fmt.Sprintf("wo-%d", i), 1)
 		appendCommitted(t, b.pool, ev)
@@ -760,4 +766,15 @@ func TestNewRelay_RefusesMissingDependenciesAndBadConfig(t *testing.T) {
 			t.Errorf("%s accepted", name)
 		}
 	}
+}
+
+// waitListening waits until a relay's LISTEN is in place: a notification
+// sent before that is lost, by design of NOTIFY.
+func waitListening(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	waitfor.Condition(t, 5*time.Second, "relay listening", func() bool {
+		var n int
+		err := pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query = 'LISTEN "outbox"'`).Scan(&n)
+		return err == nil && n == 1
+	})
 }

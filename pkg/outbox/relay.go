@@ -691,15 +691,20 @@ func (r *Relay) maintain(ctx context.Context) {
 // listen wakes the batch loop on every notification of the outbox trigger,
 // whose payload is the lowest id the notifying statement inserted: the
 // cursor rewinds to it, so a row committed late with a lower id than the
-// cursor is not skipped (the commit-order trap).
+// cursor is not skipped (the commit-order trap). pgnotify calls back with an
+// empty payload after every (re)connect: notifications sent while nobody
+// listened are lost, so the next claim starts from the beginning of the
+// index instead of waiting for the sweep.
 func (r *Relay) listen(ctx context.Context) {
 	pgnotify.Listen(ctx, r.pool.Config().ConnConfig, r.cfg.NotifyChannel, r.policy, r.log, func(payload string) {
-		if id, err := strconv.ParseInt(payload, 10, 64); err == nil {
-			for {
-				cur := r.rewind.Load()
-				if id >= cur || r.rewind.CompareAndSwap(cur, id) {
-					break
-				}
+		id, err := strconv.ParseInt(payload, 10, 64)
+		if err != nil {
+			id = 1 // (re)connected, or a payload not from our trigger: rewind fully
+		}
+		for {
+			cur := r.rewind.Load()
+			if id >= cur || r.rewind.CompareAndSwap(cur, id) {
+				break
 			}
 		}
 		r.signal()
