@@ -223,7 +223,9 @@ func TestF1_CrashAfterCommitBeforePublish_PublishesAfterRestart(t *testing.T) {
 // doomedPool returns a pool, and the relay id to use with it, whose sessions
 // the test can kill from the database side, as the death of the relay's
 // process would end them. (A batch in flight shows the relay id as its
-// application_name.)
+// application_name.) kill returns once the sessions have exited: the server
+// releases a session's row locks as its process exits, a moment after the
+// client has seen the connection drop.
 func doomedPool(t *testing.T, b *bundle) (*pgxpool.Pool, string, func()) {
 	t.Helper()
 	cfg := b.pool.Config().Copy()
@@ -237,7 +239,8 @@ func doomedPool(t *testing.T, b *bundle) (*pgxpool.Pool, string, func()) {
 	kill := func() {
 		var n int
 		err := b.pool.QueryRow(context.Background(), `
-			SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1`, name).Scan(&n)
+			SELECT count(*) FILTER (WHERE pg_terminate_backend(pid, 10000))
+			FROM pg_stat_activity WHERE application_name = $1`, name).Scan(&n)
 		if err != nil || n == 0 {
 			t.Errorf("killed %d sessions (%v)", n, err)
 		}
@@ -442,7 +445,8 @@ func TestLateCommitWithLowerID_IsDispatched(t *testing.T) {
 				return
 			case "listen":
 				processBatch(t, r) // claims "early"; the cursor passes it
-				if err := slow.Commit(ctx); err != nil { // nobody listens: the NOTIFY is lost
+				// Nobody listens yet: the commit's NOTIFY is lost.
+				if err := slow.Commit(ctx); err != nil {
 					t.Fatal(err)
 				}
 				runRelay(t, r) // no sweep is due: only the rewind at LISTEN finds the row
