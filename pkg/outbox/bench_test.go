@@ -1,7 +1,8 @@
 package outbox_test
 
-// Benchmarks B1 and B2 of the performance design (../shared/design/performance.md): the relay against
-// PostgreSQL anchors measured on the same database in the same run, A B A B,
+// Benchmarks B1 and B2 of the performance design
+// (../shared/design/performance.md): the relay against PostgreSQL anchors
+// (pkg/outboxbench) measured on the same database in the same run, A B A B,
 // reported as medians of pairwise ratios. Run with `make bench` (fsync on).
 //
 //	OUTBOX_BENCH_EVENTS          B1 backlog size (default 200000; the design's figure is 1000000)
@@ -10,7 +11,7 @@ package outbox_test
 //	OUTBOX_B2_SUSTAIN            B2 sustained phase (default 60s; the design's figure is 5m)
 //	OUTBOX_B2_HOLD               B2 phase with vacuum held back by an open transaction (default 30s; design 60s)
 //	OUTBOX_B2_AFTER              B2 phase after the release (default 30s; design 60s)
-//	OUTBOX_B2_BACKLOG            B2 initial backlog (default 25000 per second of the three phases: the
+//	OUTBOX_B2_BACKLOG            B2 initial backlog (default 40000 per second of the three phases: the
 //	                             relay must never catch up, or the producer, not the relay, sets the
 //	                             rate measured; the benchmark fails if it does)
 
@@ -19,7 +20,6 @@ import (
 	"fmt"
 	"os"
 	"runtime"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -31,8 +31,8 @@ import (
 
 	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/outbox"
+	"github.com/lossless-dev/lossless/pkg/outboxbench"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
-	"github.com/lossless-dev/lossless/pkg/waitfor"
 )
 
 func envInt(b *testing.B, name string, def int) int {
@@ -67,95 +67,18 @@ func benchPool(b *testing.B, dsn string) *pgxpool.Pool {
 	return pool
 }
 
-func mustExec(b *testing.B, pool *pgxpool.Pool, sql string, args ...any) {
-	b.Helper()
-	if _, err := pool.Exec(context.Background(), sql, args...); err != nil {
-		b.Fatalf("%s: %v", sql, err)
-	}
-}
-
-// checkpoint flushes dirty pages (as the shared anchor script does) so one
-// measurement does not pay for the previous one's writes. It needs the
-// superuser connection of the test server.
-func checkpoint(b *testing.B) {
-	b.Helper()
-	conn, err := pgx.Connect(context.Background(), pgtest.ServerDSN(b))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer func() { _ = conn.Close(context.Background()) }()
-	if _, err := conn.Exec(context.Background(), `CHECKPOINT`); err != nil {
-		b.Fatal(err)
-	}
-}
-
-const benchPayload = `{"order_id":"ord_0123456789","amount_cents":12345,"currency":"USD","kind":"OrderCompleted"}`
-
-// Anchors: /work/shared/bench/sql/setup_q.sql, claim100.sql and
-// claim100_keyset.sql, ported verbatim.
-const (
-	anchorSetup = `
-DROP TABLE IF EXISTS q;
-CREATE TABLE q (id bigserial PRIMARY KEY, status text NOT NULL DEFAULT 'PENDING', payload jsonb NOT NULL, created_at timestamptz NOT NULL DEFAULT now());`
-	anchorFill   = `INSERT INTO q(status, payload) SELECT 'PENDING', $2::jsonb FROM generate_series(1, $1::int)`
-	anchorIndex  = `CREATE INDEX q_pending_idx ON q(id) WHERE status='PENDING'`
-	anchorNaive  = `WITH c AS (SELECT id FROM q WHERE status='PENDING' ORDER BY id LIMIT 100 FOR UPDATE SKIP LOCKED) UPDATE q SET status='DONE' FROM c WHERE q.id=c.id`
-	anchorKeyset = `WITH c AS (SELECT id FROM q WHERE status='PENDING' AND id > $1 ORDER BY id LIMIT 100 FOR UPDATE SKIP LOCKED), u AS (UPDATE q SET status='DONE' FROM c WHERE q.id=c.id RETURNING q.id) SELECT coalesce(max(id), $1) AS last FROM u`
-)
-
-// anchor runs one anchor claim loop on a fresh backlog of n rows for at most
-// d and returns rows claimed per second.
-func anchor(b *testing.B, pool *pgxpool.Pool, keyset bool, n int, d time.Duration) float64 {
-	b.Helper()
-	ctx := context.Background()
-	mustExec(b, pool, anchorSetup)
-	mustExec(b, pool, anchorFill, n, benchPayload)
-	mustExec(b, pool, anchorIndex)
-	mustExec(b, pool, `VACUUM ANALYZE q`)
-	checkpoint(b)
-	conn, err := pool.Acquire(ctx)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer conn.Release()
-	var last int64
-	claimed := 0
-	start := time.Now()
-	for time.Since(start) < d && claimed < n {
-		if keyset {
-			if err := conn.QueryRow(ctx, anchorKeyset, last).Scan(&last); err != nil {
-				b.Fatal(err)
-			}
-			claimed = int(last) // ids are 1..n
-			continue
-		}
-		tag, err := conn.Exec(ctx, anchorNaive)
-		if err != nil {
-			b.Fatal(err)
-		}
-		claimed += int(tag.RowsAffected())
-	}
-	return float64(claimed) / time.Since(start).Seconds()
-}
-
-// fillOutbox writes a backlog of n events: one INSERT per 10k rows, ids
-// ordered by time like the UUIDv7 of NewEvent, four
-// events per aggregate spread over the backlog (the ordering guard is
-// exercised, as with work orders that emit several events each).
+// fillOutbox writes a backlog of n no-op benchmark events.
 func fillOutbox(b *testing.B, pool *pgxpool.Pool, n int) {
 	b.Helper()
-	mustExec(b, pool, `TRUNCATE outbox, outbox_published`)
-	for from := 0; from < n; from += 10_000 {
-		to := min(from+10_000, n)
-		mustExec(b, pool, `
-INSERT INTO outbox (event_id, aggregate_type, aggregate_id, event_type, payload, headers, occurred_at)
-SELECT (lpad(to_hex((extract(epoch FROM clock_timestamp()) * 1000)::bigint), 12, '0') || '7' ||
-        substr(md5(g::text), 1, 19))::uuid, 'work_order', 'wo-' || (g % $3), $4, convert_to($5, 'UTF8'),
-       '{"correlation_id":"bench","traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}', now()
-FROM generate_series($1::int, $2::int - 1) g`, from, to, max(n/4, 1), testType, benchPayload)
-	}
-	mustExec(b, pool, `VACUUM ANALYZE outbox`)
-	checkpoint(b)
+	outboxbench.Fill(b, pool, outboxbench.Backlog{
+		Events:    n,
+		EventType: testType,
+		Payload:   []byte(outboxbench.AnchorPayload),
+		Headers: map[string]string{
+			outbox.HeaderCorrelationID: "bench",
+			outbox.HeaderTraceparent:   "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+		},
+	})
 }
 
 // counting is the no-op dispatcher of the benchmarks.
@@ -184,35 +107,14 @@ func drain(b *testing.B, dsn string, pool *pgxpool.Pool, relays, n int) float64 
 		}
 		wg.Go(func() { _ = r.Run(ctx) })
 	}
-	// A drain that stalls has lost work: fail instead of hanging.
-	if !waitfor.Until(10*time.Minute, func() bool { return d.n.Load() >= int64(n) }) {
-		b.Fatalf("drain stalled: %d of %d dispatched", d.n.Load(), n)
-	}
-	var left int
-	if !waitfor.Until(time.Minute, func() bool {
-		if err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox`).Scan(&left); err != nil {
-			b.Fatal(err)
-		}
-		return left == 0
-	}) {
-		b.Fatalf("%d events dispatched but never marked published", left)
-	}
+	outboxbench.WaitDrained(b, pool, n, d.n.Load)
 	elapsed := time.Since(start)
 	cancel()
 	wg.Wait()
 	if got := d.n.Load(); got != int64(n) {
-		b.Fatalf("dispatched %d events for a backlog of %d: duplicates without a lease expiry", got, n)
+		b.Fatalf("dispatched %d events for a backlog of %d: a batch was dispatched twice", got, n)
 	}
 	return float64(n) / elapsed.Seconds()
-}
-
-func median(xs []float64) float64 {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 // BenchmarkB1_RelayDrain: the relay (claim -> no-op dispatch -> mark) drains a
@@ -228,23 +130,23 @@ func BenchmarkB1_RelayDrain(b *testing.B) {
 	for b.Loop() {
 		var keyset, naive, one, two, rK1, rN1, rK2, rN2 []float64
 		for round := range rounds {
-			k := anchor(b, pool, true, n, anchorFor)
+			k := outboxbench.Anchor(b, pool, outboxbench.Keyset, n, anchorFor)
 			r1 := drain(b, dsn, pool, 1, n)
 			r2 := drain(b, dsn, pool, 2, n)
-			nv := anchor(b, pool, false, n, anchorFor)
+			nv := outboxbench.Anchor(b, pool, outboxbench.Naive, n, anchorFor)
 			keyset, naive, one, two = append(keyset, k), append(naive, nv), append(one, r1), append(two, r2)
 			rK1, rN1, rK2, rN2 = append(rK1, r1/k), append(rN1, r1/nv), append(rK2, r2/k), append(rN2, r2/nv)
 			b.Logf("B1 round %d: events=%d keyset=%.0f naive=%.0f relay1=%.0f relay2=%.0f rows/s; relay1/keyset=%.2f relay1/naive=%.2f relay2/keyset=%.2f relay2/naive=%.2f",
 				round, n, k, nv, r1, r2, r1/k, r1/nv, r2/k, r2/nv)
 		}
-		b.ReportMetric(median(one), "relay1_rows/s")
-		b.ReportMetric(median(two), "relay2_rows/s")
-		b.ReportMetric(median(keyset), "keyset_rows/s")
-		b.ReportMetric(median(naive), "naive_rows/s")
-		b.ReportMetric(median(rK1), "relay1/keyset")
-		b.ReportMetric(median(rN1), "relay1/naive")
-		b.ReportMetric(median(rK2), "relay2/keyset")
-		b.ReportMetric(median(rN2), "relay2/naive")
+		b.ReportMetric(outboxbench.Median(one), "relay1_rows/s")
+		b.ReportMetric(outboxbench.Median(two), "relay2_rows/s")
+		b.ReportMetric(outboxbench.Median(keyset), "keyset_rows/s")
+		b.ReportMetric(outboxbench.Median(naive), "naive_rows/s")
+		b.ReportMetric(outboxbench.Median(rK1), "relay1/keyset")
+		b.ReportMetric(outboxbench.Median(rN1), "relay1/naive")
+		b.ReportMetric(outboxbench.Median(rK2), "relay2/keyset")
+		b.ReportMetric(outboxbench.Median(rN2), "relay2/naive")
 		b.Logf("B1 go=%s GOMAXPROCS=%d fsync=%s", runtime.Version(), runtime.GOMAXPROCS(0), os.Getenv(pgtest.EnvFsync))
 	}
 }
@@ -259,9 +161,9 @@ func BenchmarkB2_SustainedDrain(b *testing.B) {
 	sustain := envDur(b, "OUTBOX_B2_SUSTAIN", time.Minute)
 	hold := envDur(b, "OUTBOX_B2_HOLD", 30*time.Second)
 	after := envDur(b, "OUTBOX_B2_AFTER", 30*time.Second)
-	// The relay drains ~24k rows/s more than the producer adds on the
-	// reference machine; the backlog must outlast all three phases.
-	backlog := envInt(b, "OUTBOX_B2_BACKLOG", int((sustain+hold+after).Seconds())*25_000)
+	// The relay drained ~24k rows/s more than the producer added on the
+	// reference machine; the backlog must outlast all three phases, with room.
+	backlog := envInt(b, "OUTBOX_B2_BACKLOG", int((sustain+hold+after).Seconds())*40_000)
 	window := min(30*time.Second, sustain/2)
 	dsn := pgtest.NewDatabase(b, migrations.WorkOrder())
 	pool := benchPool(b, dsn)

@@ -20,7 +20,6 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -37,11 +36,11 @@ import (
 	moneyv1 "github.com/lossless-dev/lossless/gen/lossless/money/v1"
 	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/outbox"
+	"github.com/lossless-dev/lossless/pkg/outboxbench"
 	"github.com/lossless-dev/lossless/pkg/outboxpubsub"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/pubsubtest"
-	"github.com/lossless-dev/lossless/pkg/waitfor"
 )
 
 // ceilingInFlight is the most publishes the relay awaits at once with the
@@ -54,29 +53,6 @@ const ceilingInFlight = outbox.DefaultDispatchConcurrency * outbox.DefaultBatche
 const (
 	b1pTraceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 	b1pCorrelation = "bench"
-)
-
-// b1pFill writes rows [$1, $2) of a backlog in one statement, as
-// pkg/outbox's fillOutbox: ids shaped like the UUIDv7 of outbox.NewEvent,
-// aggregate 'wo-' || (g % $3), so each aggregate has several events spread
-// over the backlog and the relay's per-aggregate ordering guard is exercised.
-const b1pFill = `
-INSERT INTO outbox (event_id, aggregate_type, aggregate_id, event_type, payload, headers, occurred_at)
-SELECT (lpad(to_hex((extract(epoch FROM clock_timestamp()) * 1000)::bigint), 12, '0') || '7' ||
-        substr(md5(g::text), 1, 19))::uuid, 'work_order', 'wo-' || (g % $3), $4, $5::bytea,
-       jsonb_build_object('correlation_id', $6::text, 'traceparent', $7::text), now()
-FROM generate_series($1::int, $2::int - 1) g`
-
-// Keyset anchor: /work/shared/bench/sql/setup_q.sql and claim100_keyset.sql,
-// ported verbatim (as in pkg/outbox's B1).
-const (
-	anchorPayload = `{"order_id":"ord_0123456789","amount_cents":12345,"currency":"USD","kind":"OrderCompleted"}`
-	anchorSetup   = `
-DROP TABLE IF EXISTS q;
-CREATE TABLE q (id bigserial PRIMARY KEY, status text NOT NULL DEFAULT 'PENDING', payload jsonb NOT NULL, created_at timestamptz NOT NULL DEFAULT now());`
-	anchorFill   = `INSERT INTO q(status, payload) SELECT 'PENDING', $2::jsonb FROM generate_series(1, $1::int)`
-	anchorIndex  = `CREATE INDEX q_pending_idx ON q(id) WHERE status='PENDING'`
-	anchorKeyset = `WITH c AS (SELECT id FROM q WHERE status='PENDING' AND id > $1 ORDER BY id LIMIT 100 FOR UPDATE SKIP LOCKED), u AS (UPDATE q SET status='DONE' FROM c WHERE q.id=c.id RETURNING q.id) SELECT coalesce(max(id), $1) AS last FROM u`
 )
 
 // b1pRig is what the three measurements share: one database, one emulator
@@ -128,7 +104,7 @@ func BenchmarkB1p_RelayToPubSub(b *testing.B) {
 	for b.Loop() {
 		var keyset, ceiling, relay, rMin, rK, rC []float64
 		for round := range rounds {
-			k := r.keyset(anchorFor)
+			k := outboxbench.Anchor(b, pool, outboxbench.Keyset, n, anchorFor)
 			c := r.ceiling()
 			rl := r.relay()
 			keyset, ceiling, relay = append(keyset, k), append(ceiling, c), append(relay, rl)
@@ -136,39 +112,15 @@ func BenchmarkB1p_RelayToPubSub(b *testing.B) {
 			b.Logf("B1p round %d: events=%d keyset=%.0f rows/s ceiling=%.0f msg/s (in-flight %d) relay=%.0f rows/s; relay/min(keyset,ceiling)=%.2f relay/keyset=%.2f relay/ceiling=%.2f",
 				round, n, k, c, ceilingInFlight, rl, rl/min(k, c), rl/k, rl/c)
 		}
-		b.ReportMetric(b1pMedian(relay), "relay_rows/s")
-		b.ReportMetric(b1pMedian(keyset), "keyset_rows/s")
-		b.ReportMetric(b1pMedian(ceiling), "ceiling_msg/s")
-		b.ReportMetric(b1pMedian(rMin), "relay/min_anchor")
-		b.ReportMetric(b1pMedian(rK), "relay/keyset")
-		b.ReportMetric(b1pMedian(rC), "relay/ceiling")
+		b.ReportMetric(outboxbench.Median(relay), "relay_rows/s")
+		b.ReportMetric(outboxbench.Median(keyset), "keyset_rows/s")
+		b.ReportMetric(outboxbench.Median(ceiling), "ceiling_msg/s")
+		b.ReportMetric(outboxbench.Median(rMin), "relay/min_anchor")
+		b.ReportMetric(outboxbench.Median(rK), "relay/keyset")
+		b.ReportMetric(outboxbench.Median(rC), "relay/ceiling")
 		b.Logf("B1p go=%s GOMAXPROCS=%d fsync=%s rounds=%d target: relay/min_anchor >= 0.7",
 			runtime.Version(), runtime.GOMAXPROCS(0), os.Getenv(pgtest.EnvFsync), rounds)
 	}
-}
-
-// keyset runs the keyset claim loop on a fresh table of n rows for at most d
-// and returns rows claimed per second.
-func (r *b1pRig) keyset(d time.Duration) float64 {
-	b, ctx := r.b, context.Background()
-	r.exec(anchorSetup)
-	r.exec(anchorFill, r.n, anchorPayload)
-	r.exec(anchorIndex)
-	r.exec(`VACUUM ANALYZE q`)
-	r.checkpoint()
-	conn, err := r.pool.Acquire(ctx)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer conn.Release()
-	var last int64
-	start := time.Now()
-	for time.Since(start) < d && last < int64(r.n) { // ids are 1..n
-		if err := conn.QueryRow(ctx, anchorKeyset, last).Scan(&last); err != nil {
-			b.Fatal(err)
-		}
-	}
-	return float64(last) / time.Since(start).Seconds()
 }
 
 // ceiling publishes n messages shaped like the relay's (payload, attributes,
@@ -176,7 +128,7 @@ func (r *b1pRig) keyset(d time.Duration) float64 {
 // returns messages per second.
 func (r *b1pRig) ceiling() float64 {
 	b := r.b
-	r.checkpoint() // the previous measurement's dirty pages are not flushed during this one
+	pgtest.Checkpoint(b) // the previous measurement's dirty pages are not flushed during this one
 	pub := r.publisher()
 	defer pub.Stop()
 	aggregates := max(r.n/4, 1)
@@ -213,12 +165,10 @@ func (r *b1pRig) ceiling() float64 {
 // effect and returns rows per second.
 func (r *b1pRig) relay() float64 {
 	b, ctx := r.b, context.Background()
-	r.exec(`TRUNCATE outbox, outbox_published`)
-	for from := 0; from < r.n; from += 10_000 {
-		r.exec(b1pFill, from, min(from+10_000, r.n), max(r.n/4, 1), r.eventType, r.payload, b1pCorrelation, b1pTraceparent)
-	}
-	r.exec(`VACUUM ANALYZE outbox`)
-	r.checkpoint()
+	outboxbench.Fill(b, r.pool, outboxbench.Backlog{
+		Events: r.n, EventType: r.eventType, Payload: r.payload,
+		Headers: map[string]string{outbox.HeaderCorrelationID: b1pCorrelation, outbox.HeaderTraceparent: b1pTraceparent},
+	})
 
 	pub := r.publisher()
 	defer pub.Stop()
@@ -249,19 +199,7 @@ func (r *b1pRig) relay() float64 {
 
 	start := time.Now()
 	wg.Go(func() { _ = relay.Run(runCtx) })
-	// A drain that stalls has lost work: fail instead of hanging.
-	if !waitfor.Until(10*time.Minute, func() bool { return published.Load() >= int64(r.n) }) {
-		b.Fatalf("relay stalled: %d of %d events published", published.Load(), r.n)
-	}
-	var left int
-	if !waitfor.Until(time.Minute, func() bool {
-		if err := r.pool.QueryRow(ctx, `SELECT count(*) FROM outbox`).Scan(&left); err != nil {
-			b.Fatal(err)
-		}
-		return left == 0
-	}) {
-		b.Fatalf("%d events published but still in the outbox", left)
-	}
+	outboxbench.WaitDrained(b, r.pool, r.n, published.Load)
 	elapsed := time.Since(start)
 	stop()
 	wg.Wait()
@@ -327,28 +265,6 @@ func (r *b1pRig) publisher() *pubsub.Publisher {
 	return pub
 }
 
-func (r *b1pRig) exec(sql string, args ...any) {
-	r.b.Helper()
-	if _, err := r.pool.Exec(context.Background(), sql, args...); err != nil {
-		r.b.Fatalf("%s: %v", sql, err)
-	}
-}
-
-// checkpoint flushes dirty pages (as the shared anchor script does) so one
-// measurement does not pay for the previous one's writes; it needs the test
-// server's superuser.
-func (r *b1pRig) checkpoint() {
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, pgtest.ServerDSN(r.b))
-	if err != nil {
-		r.b.Fatal(err)
-	}
-	defer func() { _ = conn.Close(ctx) }()
-	if _, err := conn.Exec(ctx, `CHECKPOINT`); err != nil {
-		r.b.Fatal(err)
-	}
-}
-
 func b1pEnv(b *testing.B, name string, def int) int {
 	v := os.Getenv(name)
 	if v == "" {
@@ -359,13 +275,4 @@ func b1pEnv(b *testing.B, name string, def int) int {
 		b.Fatalf("%s=%q: want a positive integer", name, v)
 	}
 	return n
-}
-
-func b1pMedian(xs []float64) float64 {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }

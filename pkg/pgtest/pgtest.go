@@ -24,6 +24,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/peterldowns/pgtestdb"
 	"github.com/peterldowns/pgtestdb/migrators/common"
@@ -96,6 +97,22 @@ func ServerDSN(t testing.TB) string {
 		t.Fatalf("pgtest: %v", err)
 	}
 	return base.URL()
+}
+
+// Checkpoint flushes the test server's dirty pages, so that a benchmark
+// measurement does not pay for the writes of the one before it (the shared
+// anchor scripts do the same). It needs the superuser of ServerDSN.
+func Checkpoint(t testing.TB) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, ServerDSN(t))
+	if err != nil {
+		t.Fatalf("pgtest: checkpoint: %v", err)
+	}
+	defer func() { _ = conn.Close(ctx) }()
+	if _, err := conn.Exec(ctx, `CHECKPOINT`); err != nil {
+		t.Fatalf("pgtest: checkpoint: %v", err)
+	}
 }
 
 func server() (pgtestdb.Config, error) {
