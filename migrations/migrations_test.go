@@ -17,6 +17,7 @@ func TestOutboxMigrationsAreTheSameInEveryService(t *testing.T) {
 	for _, pair := range []struct{ workorder, billing string }{
 		{"00002_outbox.sql", "00002_outbox.sql"},
 		{"00005_outbox_published.sql", "00003_outbox_published.sql"},
+		{"00006_outbox_autovacuum.sql", "00004_outbox_autovacuum.sql"},
 	} {
 		want, err := fs.ReadFile(migrations.WorkOrder(), pair.workorder)
 		if err != nil {
