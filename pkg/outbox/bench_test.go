@@ -20,7 +20,6 @@ import (
 	"fmt"
 	"os"
 	"runtime"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -34,28 +33,6 @@ import (
 	"github.com/lossless-dev/lossless/pkg/outboxbench"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
 )
-
-func envInt(b *testing.B, name string, def int) int {
-	if v := os.Getenv(name); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			b.Fatalf("%s=%q: %v", name, v, err)
-		}
-		return n
-	}
-	return def
-}
-
-func envDur(b *testing.B, name string, def time.Duration) time.Duration {
-	if v := os.Getenv(name); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			b.Fatalf("%s=%q: %v", name, v, err)
-		}
-		return d
-	}
-	return def
-}
 
 func benchPool(b *testing.B, dsn string) *pgxpool.Pool {
 	b.Helper()
@@ -122,9 +99,9 @@ func drain(b *testing.B, dsn string, pool *pgxpool.Pool, relays, n int) float64 
 // run on the same database between them (A B A B). Targets: >= 0.7 x keyset
 // and >= 3 x naive.
 func BenchmarkB1_RelayDrain(b *testing.B) {
-	n := envInt(b, "OUTBOX_BENCH_EVENTS", 200_000)
-	rounds := envInt(b, "OUTBOX_BENCH_ROUNDS", 2)
-	anchorFor := time.Duration(envInt(b, "OUTBOX_BENCH_ANCHOR_SECONDS", 10)) * time.Second
+	n := outboxbench.EnvInt(b, "OUTBOX_BENCH_EVENTS", 200_000)
+	rounds := outboxbench.EnvInt(b, "OUTBOX_BENCH_ROUNDS", 2)
+	anchorFor := time.Duration(outboxbench.EnvInt(b, "OUTBOX_BENCH_ANCHOR_SECONDS", 10)) * time.Second
 	dsn := pgtest.NewDatabase(b, migrations.WorkOrder())
 	pool := benchPool(b, dsn)
 	for b.Loop() {
@@ -158,12 +135,12 @@ func BenchmarkB1_RelayDrain(b *testing.B) {
 // Targets: last 30 s of the sustained phase >= 0.8 x its first 30 s; the held
 // phase >= 0.5 x; the last 30 s after the release >= 0.8 x.
 func BenchmarkB2_SustainedDrain(b *testing.B) {
-	sustain := envDur(b, "OUTBOX_B2_SUSTAIN", time.Minute)
-	hold := envDur(b, "OUTBOX_B2_HOLD", 30*time.Second)
-	after := envDur(b, "OUTBOX_B2_AFTER", 30*time.Second)
+	sustain := outboxbench.EnvDuration(b, "OUTBOX_B2_SUSTAIN", time.Minute)
+	hold := outboxbench.EnvDuration(b, "OUTBOX_B2_HOLD", 30*time.Second)
+	after := outboxbench.EnvDuration(b, "OUTBOX_B2_AFTER", 30*time.Second)
 	// The relay drained ~24k rows/s more than the producer added on the
 	// reference machine; the backlog must outlast all three phases, with room.
-	backlog := envInt(b, "OUTBOX_B2_BACKLOG", int((sustain+hold+after).Seconds())*40_000)
+	backlog := outboxbench.EnvInt(b, "OUTBOX_B2_BACKLOG", int((sustain+hold+after).Seconds())*40_000)
 	window := min(30*time.Second, sustain/2)
 	dsn := pgtest.NewDatabase(b, migrations.WorkOrder())
 	pool := benchPool(b, dsn)
@@ -200,7 +177,7 @@ func BenchmarkB2_SustainedDrain(b *testing.B) {
 				produced.Add(100)
 			}
 		})
-		// Samples of the dispatched count, one per second.
+		// Samples of the dispatched and produced counts, one per second.
 		type sample struct {
 			at   time.Time
 			n, p int64 // dispatched, produced

@@ -8,7 +8,9 @@ package outboxbench
 import (
 	"context"
 	"encoding/json"
+	"os"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -52,6 +54,9 @@ CREATE TABLE q (id bigserial PRIMARY KEY, status text NOT NULL DEFAULT 'PENDING'
 // claimed per second.
 func Anchor(tb testing.TB, pool *pgxpool.Pool, claim Claim, n int, d time.Duration) float64 {
 	tb.Helper()
+	if claim != Keyset && claim != Naive {
+		tb.Fatalf("outboxbench: unknown claim %d", claim)
+	}
 	ctx := context.Background()
 	exec(tb, pool, anchorSetup)
 	exec(tb, pool, anchorFill, n, AnchorPayload)
@@ -67,21 +72,18 @@ func Anchor(tb testing.TB, pool *pgxpool.Pool, claim Claim, n int, d time.Durati
 	claimed := 0
 	start := time.Now()
 	for time.Since(start) < d && claimed < n {
-		switch claim {
-		case Keyset:
+		if claim == Keyset {
 			if err := conn.QueryRow(ctx, anchorKeyset, last).Scan(&last); err != nil {
 				tb.Fatal(err)
 			}
 			claimed = int(last)
-		case Naive:
-			tag, err := conn.Exec(ctx, anchorNaive)
-			if err != nil {
-				tb.Fatal(err)
-			}
-			claimed += int(tag.RowsAffected())
-		default:
-			tb.Fatalf("outboxbench: unknown claim %d", claim)
+			continue
 		}
+		tag, err := conn.Exec(ctx, anchorNaive)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		claimed += int(tag.RowsAffected())
 	}
 	return float64(claimed) / time.Since(start).Seconds()
 }
@@ -159,6 +161,36 @@ func Median(xs []float64) float64 {
 		return s[len(s)/2]
 	}
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// EnvInt and EnvDuration read a benchmark knob from the environment: def
+// when unset; a value that is not positive, or does not parse, stops the
+// benchmark naming the variable rather than silently running the default.
+func EnvInt(tb testing.TB, name string, def int) int {
+	tb.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 {
+		tb.Fatalf("%s=%q: want a positive integer", name, v)
+	}
+	return n
+}
+
+// EnvDuration: see EnvInt.
+func EnvDuration(tb testing.TB, name string, def time.Duration) time.Duration {
+	tb.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		tb.Fatalf("%s=%q: want a positive duration such as 60s", name, v)
+	}
+	return d
 }
 
 func exec(tb testing.TB, pool *pgxpool.Pool, sql string, args ...any) {

@@ -73,9 +73,9 @@ type b1pRig struct {
 // between its runs. Every drain must publish each event exactly once, with
 // its row's event_id, payload and ordering key, in id order per key.
 func BenchmarkB1p_RelayToPubSub(b *testing.B) {
-	n := b1pEnv(b, "OUTBOX_B1P_EVENTS", 20_000)
-	rounds := b1pEnv(b, "OUTBOX_B1P_ROUNDS", 2)
-	anchorFor := time.Duration(b1pEnv(b, "OUTBOX_BENCH_ANCHOR_SECONDS", 10)) * time.Second
+	n := outboxbench.EnvInt(b, "OUTBOX_B1P_EVENTS", 20_000)
+	rounds := outboxbench.EnvInt(b, "OUTBOX_B1P_ROUNDS", 2)
+	anchorFor := time.Duration(outboxbench.EnvInt(b, "OUTBOX_BENCH_ANCHOR_SECONDS", 10)) * time.Second
 	ev := &eventsv1.WorkOrderCompletionRecorded{
 		EventId: "0196f1b2-7c3d-7e4f-8a5b-6c7d8e9f0a1b", WorkOrderId: "wo-000123", CustomerId: "cust-0042",
 		Description: "Replace the pump seal and pressure-test the line", Positions: 3, CompletedItems: 3,
@@ -263,16 +263,4 @@ func (r *b1pRig) publisher() *pubsub.Publisher {
 		r.b.Fatal(err)
 	}
 	return pub
-}
-
-func b1pEnv(b *testing.B, name string, def int) int {
-	v := os.Getenv(name)
-	if v == "" {
-		return def
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 1 {
-		b.Fatalf("%s=%q: want a positive integer", name, v)
-	}
-	return n
 }
