@@ -56,5 +56,16 @@ bench: ## Run the benchmarks (B1-B5 of the performance design) with fsync on; wr
 	@mkdir -p bench
 	LOSSLESS_PG_FSYNC=on $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./... | tee bench/report.txt
 
+FUZZTIME ?= 30s
+
+.PHONY: fuzz
+fuzz: ## Fuzz every Fuzz target for FUZZTIME each (default 30s), e.g. make fuzz FUZZTIME=5m; a failing input lands in the package's testdata/fuzz.
+	@set -e; for dir in $$(grep -rl --include='*_test.go' '^func Fuzz' pkg services cmd internal | xargs -n1 dirname | sort -u); do \
+		for t in $$(grep -ho '^func Fuzz[A-Za-z0-9_]*' $$dir/*_test.go | sed 's/^func //'); do \
+			echo "fuzz ./$$dir $$t ($(FUZZTIME))"; \
+			$(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) ./$$dir; \
+		done; \
+	done
+
 .PHONY: ci
-ci: check-generated lint test ## What .ci/run runs after installing prerequisites.
+ci: check-generated lint test ## What .ci/run runs after installing prerequisites (make test runs every seed corpus).

@@ -297,6 +297,9 @@ func TestParseKey(t *testing.T) {
 		{"has space", "", false},
 		{"tab\tkey", "", false},
 		{"ключ", "", false},
+		{`"a\"b"`, "", false}, // a quote inside the key: bare and quoted forms would differ
+		{`"\"\""`, "", false}, // the key "" quoted: its bare form is the empty key
+		{`back\slash`, "", false},
 	} {
 		got, err := idempotency.ParseKey(tc.raw)
 		if (err == nil) != tc.ok || got != tc.want {

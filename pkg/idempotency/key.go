@@ -22,9 +22,11 @@ const MaxKeyLen = 255
 // ErrInvalidKey wraps every key validation failure.
 var ErrInvalidKey = errors.New("invalid idempotency key")
 
-// ValidateKey accepts 1 to MaxKeyLen visible ASCII characters (0x21–0x7E).
-// UUIDs, ULIDs and base64 tokens all qualify; whitespace and control
-// characters do not, because proxies trim or mangle them in headers.
+// ValidateKey accepts 1 to MaxKeyLen visible ASCII characters (0x21–0x7E)
+// other than '"' and '\'. UUIDs, ULIDs and base64 tokens all qualify;
+// whitespace and control characters do not, because proxies trim or mangle
+// them in headers; a quote or backslash would make the bare and the quoted
+// header form of one key mean different keys (ParseKey unquotes).
 func ValidateKey(key string) error {
 	if key == "" {
 		return fmt.Errorf("%w: must not be empty", ErrInvalidKey)
@@ -35,6 +37,8 @@ func ValidateKey(key string) error {
 	for i := 0; i < len(key); i++ {
 		if c := key[i]; c < 0x21 || c > 0x7e {
 			return fmt.Errorf("%w: byte %d (0x%02x) is not a visible ASCII character", ErrInvalidKey, i, c)
+		} else if c == '"' || c == '\\' {
+			return fmt.Errorf("%w: byte %d is %q, which is not allowed in a key", ErrInvalidKey, i, c)
 		}
 	}
 	return nil

@@ -1,0 +1,96 @@
+// Package pgerr classifies PostgreSQL and pgx errors by what the caller
+// should do about them, in one place, so that every batch consumer, relay and
+// API answers the same question the same way:
+//
+//   - [IsData]: the statement was rejected because of the data it carried (a
+//     NUL byte in text, an over-long id, a CHECK or foreign key violation).
+//     Retrying the same data fails the same way: isolate the row that caused
+//     it and park it; its batch-mates are fine.
+//   - [IsUnavailable]: the database could not be reached or could not serve
+//     the request now (connection refused or lost, server shutting down or
+//     starting, too many connections, a pool acquire or statement that ran out
+//     of time). Retrying later is safe: nack, back off, answer UNAVAILABLE.
+//
+// Anything else (a syntax error, a missing table, a permission) is a bug or a
+// deployment fault: neither isolating rows nor retrying fixes it.
+package pgerr
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// IsData reports whether err is a PostgreSQL error caused by the values a
+// statement carried: SQLSTATE class 22 (data exception: invalid byte
+// sequence, untranslatable character, string too long, value out of range),
+// class 23 (integrity constraint violation: CHECK, NOT NULL, foreign key,
+// unique), and 54000 (program limit exceeded: an index row too large for a
+// btree page). Such an error repeats for the same input, so the input must be
+// set aside rather than retried.
+func IsData(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	switch {
+	case strings.HasPrefix(pgErr.Code, "22"), strings.HasPrefix(pgErr.Code, "23"):
+		return true
+	case pgErr.Code == "54000":
+		return true
+	}
+	return false
+}
+
+// IsUnavailable reports whether err means the database is unreachable or
+// overloaded right now, so the same request may succeed later: connection
+// failures (refused, reset, EOF, DNS), SQLSTATE class 08 (connection
+// exception), 53 (insufficient resources, including too_many_connections),
+// 57P01-57P03 (admin or crash shutdown, cannot connect now), 57014 (a
+// statement_timeout or cancel) and 55P03 (lock_timeout), a deadline that ran
+// out (pool acquire, per-request deadline) and errors pgconn marks as safe
+// to retry because nothing was sent.
+//
+// context.Canceled is not unavailability: the caller went away.
+func IsUnavailable(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch {
+		case strings.HasPrefix(pgErr.Code, "08"), strings.HasPrefix(pgErr.Code, "53"):
+			return true
+		}
+		switch pgErr.Code {
+		case "57P01", "57P02", "57P03", "57014", "55P03":
+			return true
+		}
+		return false
+	}
+	var connErr *pgconn.ConnectError
+	if errors.As(err, &connErr) {
+		return true
+	}
+	if pgconn.SafeToRetry(err) || pgconn.Timeout(err) {
+		return true
+	}
+	var netErr net.Error
+	if errors.As(err, &netErr) {
+		return true
+	}
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) {
+		return true
+	}
+	// pgx reports a connection that died mid-query as a plain error whose
+	// text is the only sign ("conn closed", "unexpected EOF" wrapped as text).
+	msg := err.Error()
+	return strings.Contains(msg, "conn closed") || strings.Contains(msg, "closed pool")
+}
