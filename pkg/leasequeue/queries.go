@@ -131,6 +131,24 @@ FROM unnest($1::bigint[], $2::bigint[]) AS r(id, epoch)
 WHERE j.id = r.id AND j.epoch = r.epoch AND j.state = 'running'
 RETURNING j.id`
 
+// qReleaseInstance gives back, at a worker's start, the jobs a previous
+// incarnation of the same instance still holds: that process is dead (this
+// one replaced it), so waiting out its leases would only delay the work. The
+// epoch bump fences the dead incarnation off exactly as a rescue would; the
+// claim's attempt stays charged (the job may be what killed it), and a job
+// out of attempts is parked as qBuryExpired parks it. starts_with, not LIKE:
+// an instance name may contain '_' or '%'. Running jobs are few; no index.
+const qReleaseInstance = `
+UPDATE jobs
+SET state = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'available' END,
+    finished_at = CASE WHEN attempts >= max_attempts THEN $4::timestamptz END,
+    epoch = epoch + 1, due_at = $4, lease_owner = NULL,
+    last_error = 'lease held by ' || lease_owner || ' released when instance ' || $2 || ' restarted'
+        || coalesce(' (previous error: ' || last_error || ')', '')
+WHERE queue = $1 AND state = 'running'
+  AND starts_with(lease_owner, $2 || '/') AND lease_owner <> $3
+RETURNING id, state, pg_notify($5, '')`
+
 // qRetry requeues parked jobs for an operator, who is audited in the same
 // transaction (I6). Only 'dead' jobs: requeueing a running or done job would
 // be a second effect. attempts restart so the job gets its full budget again;

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -536,5 +537,81 @@ func TestHeartbeatAfterOwnCompletionIsNotALostLease(t *testing.T) {
 	}
 	if got := b.counter(t, "leasequeue.lease.lost"); got != 0 {
 		t.Fatalf("lease-lost counter = %d, want 0", got)
+	}
+}
+
+// A restarted instance (same Instance, new process) redoes the jobs its dead
+// predecessor held at once, not after their lease; the predecessor's late
+// completion is fenced off; a worker of ANOTHER instance leaves those leases
+// alone until they expire.
+func TestRestartedInstanceTakesBackItsLeasesAtOnceAndFencesItsPredecessor(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	q := b.queue(t)
+	ctx := context.Background()
+	b.enqueue(t, q, 2, 5)
+
+	// The dead incarnation of billing-1 holds both jobs (30 s lease, and the
+	// test clock never advances: only a release can free them).
+	dead, err := q.Claim(ctx, "billing-1/100-dead", 10, 0)
+	if err != nil || len(dead) != 2 {
+		t.Fatalf("dead incarnation's claim: %+v, %v", dead, err)
+	}
+
+	// Another instance starts first and works (it completes a new job), but
+	// leaves billing-1's leases alone.
+	handle := func(_ context.Context, job leasequeue.Job) (leasequeue.Complete, error) {
+		return recordEffect(job), nil
+	}
+	other, err := leasequeue.NewWorker(q, handle, fastWorker(leasequeue.WorkerConfig{Instance: "billing-2", Workers: 2}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopOther := run(t, other)
+	b.enqueue(t, q, 1, 5)
+	waitfor.Value(t, 10*time.Second, "billing-2 completes the new job", 1,
+		func() int { return b.count(t, `SELECT count(*) FROM jobs WHERE state = 'done'`) })
+	stopOther()
+	if n := b.count(t, `SELECT count(*) FROM jobs WHERE state = 'running' AND lease_owner = 'billing-1/100-dead' AND epoch = 1`); n != 2 {
+		t.Fatalf("billing-2 touched billing-1's leases: %d of 2 still held", n)
+	}
+
+	restarted, err := leasequeue.NewWorker(q, handle, fastWorker(leasequeue.WorkerConfig{Instance: "billing-1", Workers: 2}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, restarted)
+	waitfor.Value(t, 10*time.Second, "the restarted billing-1 redoes its predecessor's jobs", 3,
+		func() int { return b.count(t, `SELECT count(*) FROM jobs WHERE state = 'done'`) })
+
+	for _, j := range dead {
+		if err := q.Complete(ctx, j, recordEffect(j)); !errors.Is(err, leasequeue.ErrLeaseLost) {
+			t.Fatalf("dead incarnation's late complete of job %d: %v, want ErrLeaseLost", j.ID, err)
+		}
+	}
+	if n := b.count(t, `SELECT count(*) FROM effects WHERE epoch = 1 AND job_id = ANY($1)`, []int64{dead[0].ID, dead[1].ID}); n != 0 {
+		t.Fatalf("the dead incarnation's effects committed: %d", n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM effects`); n != 3 {
+		t.Fatalf("effects: %d, want 3 (one per job)", n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM jobs WHERE id = ANY($1) AND attempts = 2 AND epoch >= 3`, []int64{dead[0].ID, dead[1].ID}); n != 2 {
+		t.Fatalf("released jobs: want attempts 2 (the dead claim stays charged) and a new epoch")
+	}
+}
+
+func TestWorkerConfigRefusesABadInstance(t *testing.T) {
+	t.Parallel()
+	for _, cfg := range []leasequeue.WorkerConfig{
+		{Instance: "a/b"},
+		{Instance: strings.Repeat("i", 101)},
+		{Instance: "billing-1", Owner: "billing-2/1"},
+	} {
+		if err := cfg.Validate(lease); err == nil {
+			t.Errorf("Validate(%+v) = nil, want an error", cfg)
+		}
+	}
+	if err := (leasequeue.WorkerConfig{Instance: "billing-1.eu_west"}).Validate(lease); err != nil {
+		t.Errorf("valid instance refused: %v", err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,8 +23,18 @@ import (
 
 // WorkerConfig of a Worker.
 type WorkerConfig struct {
+	// Instance is this worker's identity that survives a restart (a pod or
+	// host name, env INSTANCE_ID in the services). When set, Owner is
+	// "<Instance>/<pid>-<random>" and Run first releases the jobs an earlier
+	// incarnation of the instance still held (Queue.ReleaseInstance): a
+	// restarted process redoes its dead predecessor's jobs at once instead of
+	// after their lease. Leases of other instances still wait for expiry.
+	// Must be unique among live workers of the queue; letters, digits, '.',
+	// '_' and '-', at most 100. Default "": no release at start.
+	Instance string
 	// Owner names this worker in jobs.lease_owner. Default
-	// "<hostname>-<pid>-<random>", unique per process start.
+	// "<hostname>-<pid>-<random>", unique per process start (with Instance:
+	// see above; an explicit Owner must then start with "<Instance>/").
 	Owner string
 	// Workers is how many handlers run at once. Default 10.
 	Workers int
@@ -58,10 +69,14 @@ type WorkerConfig struct {
 
 func (c *WorkerConfig) setDefaults(lease time.Duration) {
 	if c.Owner == "" {
-		host, _ := os.Hostname()
 		b := make([]byte, 4)
 		_, _ = rand.Read(b)
-		c.Owner = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b))
+		if c.Instance != "" {
+			c.Owner = fmt.Sprintf("%s/%d-%s", c.Instance, os.Getpid(), hex.EncodeToString(b))
+		} else {
+			host, _ := os.Hostname()
+			c.Owner = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b))
+		}
 	}
 	if c.Workers == 0 {
 		c.Workers = 10
@@ -106,6 +121,10 @@ func (c WorkerConfig) Validate(lease time.Duration) error {
 		}
 	}
 	check(len(c.Owner) <= 200, "Owner: at most 200 characters")
+	check(c.Instance == "" || validInstance(c.Instance),
+		"Instance %q: want 1..100 letters, digits, '.', '_' or '-'", c.Instance)
+	check(c.Instance == "" || strings.HasPrefix(c.Owner, c.Instance+"/"),
+		"Owner %q: must start with Instance %q and '/'", c.Owner, c.Instance)
 	check(c.Workers >= 1 && c.Workers <= 10000, "Workers %d: want 1..10000", c.Workers)
 	check(c.FetchBatch >= 1 && c.FetchBatch <= 1000, "FetchBatch %d: want 1..1000", c.FetchBatch)
 	check(c.PollInterval > 0, "PollInterval %v: want > 0", c.PollInterval)
@@ -117,6 +136,20 @@ func (c WorkerConfig) Validate(lease time.Duration) error {
 	check(c.Completers >= 1 && c.Completers <= 64, "Completers %d: want 1..64", c.Completers)
 	check(c.ShutdownGrace > 0, "ShutdownGrace %v: want > 0", c.ShutdownGrace)
 	return errors.Join(errs...)
+}
+
+// validInstance: 1..100 of [A-Za-z0-9._-]; no '/', which separates the
+// instance from the incarnation in lease_owner.
+func validInstance(s string) bool {
+	if len(s) == 0 || len(s) > 100 {
+		return false
+	}
+	for _, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 // Worker claims a queue's jobs and runs them with a Handler: fetch (keyset
@@ -196,6 +229,17 @@ func (w *Worker) Run(ctx context.Context) error {
 		heartbeat.Go(func() { w.listen(ctx) })
 	}
 
+	if w.cfg.Instance != "" {
+		// Best effort: if it fails, those leases simply expire.
+		released, parked, err := w.q.ReleaseInstance(ctx, w.cfg.Instance, w.cfg.Owner)
+		switch {
+		case err != nil:
+			w.logger.Warn("could not release the jobs of this instance's previous incarnation; they wait for their lease", "error", err)
+		case released+parked > 0:
+			w.logger.Warn("released the jobs of this instance's previous incarnation", "instance", w.cfg.Instance,
+				"released", released, "parked", parked)
+		}
+	}
 	w.logger.Info("lease worker started", "workers", w.cfg.Workers, "lease", w.q.cfg.LeaseDuration)
 	var handlers sync.WaitGroup
 	w.fetchLoop(ctx, workCtx, results, &handlers)
