@@ -18,6 +18,7 @@ func TestOutboxMigrationsAreTheSameInEveryService(t *testing.T) {
 		{"00002_outbox.sql", "00002_outbox.sql"},
 		{"00005_outbox_published.sql", "00003_outbox_published.sql"},
 		{"00006_outbox_autovacuum.sql", "00004_outbox_autovacuum.sql"},
+		{"00007_outbox_dispatching.sql", "00005_outbox_dispatching.sql"},
 	} {
 		want, err := fs.ReadFile(migrations.WorkOrder(), pair.workorder)
 		if err != nil {

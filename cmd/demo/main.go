@@ -4,7 +4,7 @@
 // ends), and prints a summary. It talks only to public APIs, so it works
 // against `make run` and `docker compose up` alike.
 //
-//	go run ./cmd/demo -n 200 -faults duplicate=0.2,early_completion=0.2
+//	PROVIDER_OPERATOR_TOKEN=... go run ./cmd/demo -n 200 -faults duplicate=0.2,early_completion=0.2
 //	go run ./cmd/demo -rate 50 -duration 5m -json    # open-loop load (B5)
 package main
 
@@ -45,6 +45,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		concurrency = fs.Int("concurrency", 16, "in-flight create requests")
 		wait        = fs.Duration("wait", 2*time.Minute, "how long to wait for orders to be invoiced")
 		faults      = fs.String("faults", "", "provider fault knobs, e.g. duplicate=0.2,early_completion=0.2,split_completion=0.1,poison=0.05,unknown_order=0.05")
+		token       = fs.String("provider-token", os.Getenv("PROVIDER_OPERATOR_TOKEN"), "provider-sim operator token, needed by -faults (default $PROVIDER_OPERATOR_TOKEN)")
 		asJSON      = fs.Bool("json", false, "print the result as JSON")
 	)
 	if err := fs.Parse(args); err != nil {
@@ -59,7 +60,10 @@ func run(args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		if err := putFaults(ctx, hc, *provider, knobs); err != nil {
+		if *token == "" {
+			return errors.New("-faults needs the provider's operator token: set PROVIDER_OPERATOR_TOKEN or -provider-token")
+		}
+		if err := putFaults(ctx, hc, *provider, *token, knobs); err != nil {
 			return fmt.Errorf("set provider faults: %w", err)
 		}
 		fmt.Fprintf(stderr, "provider faults on: %s\n", *faults)
@@ -133,13 +137,14 @@ func parseFaults(s string) (map[string]any, error) {
 	return knobs, nil
 }
 
-func putFaults(ctx context.Context, hc *http.Client, base string, knobs map[string]any) error {
+func putFaults(ctx context.Context, hc *http.Client, base, token string, knobs map[string]any) error {
 	body, _ := json.Marshal(knobs)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPut, base+"/v1/faults", bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+token)
 	resp, err := hc.Do(req)
 	if err != nil {
 		return err

@@ -20,18 +20,61 @@ import (
 
 // loadProject loads a compose file the way `docker compose` does (schema
 // validation, interpolation, include resolution, path resolution).
+// The operator tokens have no default (the file refuses to load without
+// them), so the checks below set these; WithEnv wins over the shell and .env.
 func loadProject(t testing.TB, rel string) *types.Project {
 	t.Helper()
-	opts, err := cli.NewProjectOptions([]string{repoPath(t, rel)},
-		cli.WithOsEnv, cli.WithDotEnv, cli.WithName("lossless"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := opts.LoadProject(context.Background())
+	p, err := loadProjectWith(t, rel, cli.WithEnv(testOperatorTokens), cli.WithOsEnv, cli.WithDotEnv)
 	if err != nil {
 		t.Fatalf("load %s: %v", rel, err)
 	}
 	return p
+}
+
+var testOperatorTokens = []string{
+	"WORKORDER_OPERATOR_TOKEN=workorder-operator-token-0123456789abcdef",
+	"PROVIDER_OPERATOR_TOKEN=provider-operator-token-0123456789abcdef",
+}
+
+func loadProjectWith(t testing.TB, rel string, env ...cli.ProjectOptionsFn) (*types.Project, error) {
+	t.Helper()
+	opts, err := cli.NewProjectOptions([]string{repoPath(t, rel)}, append(env, cli.WithName("lossless"))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return opts.LoadProject(context.Background())
+}
+
+// TestComposeRefusesToLoadWithoutOperatorTokens: a token with a public
+// default protects nothing, so compose stops, naming the variable, until the
+// operator sets each one (shell or .env). Only the given environment counts
+// here: neither the shell's nor a .env file's.
+func TestComposeRefusesToLoadWithoutOperatorTokens(t *testing.T) {
+	t.Parallel()
+	for i, tok := range testOperatorTokens {
+		name, _, _ := strings.Cut(tok, "=")
+		others := slices.Delete(slices.Clone(testOperatorTokens), i, i+1)
+		_, err := loadProjectWith(t, rootComposeFile, cli.WithEnv(others))
+		if err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("without %s: load error %v, want one naming it", name, err)
+		}
+	}
+}
+
+// TestComposeOperatorTokensReachTheirServices: each service gets the token the
+// operator set, unchanged.
+func TestComposeOperatorTokensReachTheirServices(t *testing.T) {
+	t.Parallel()
+	p, err := loadProjectWith(t, rootComposeFile, cli.WithEnv(testOperatorTokens))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for svc, tok := range map[string]string{"workorder": testOperatorTokens[0], "provider-sim": testOperatorTokens[1]} {
+		name, want, _ := strings.Cut(tok, "=")
+		if v := p.Services[svc].Environment[name]; v == nil || *v != want {
+			t.Errorf("service %s: %s = %v, want the operator's %q", svc, name, v, want)
+		}
+	}
 }
 
 func sortedServices(p *types.Project) []types.ServiceConfig {

@@ -53,6 +53,7 @@ func TestAlertRulesParse(t *testing.T) {
 		"BillingJobsParked",              // billing jobs parked
 		"BillingFencedCommits",           // fenced-off commits (F13)
 		"BillingLeasesExpired",           // expired leases (I7)
+		"UnknownEventTypeParked",         // nothing dropped silently: unknown types parked
 		"ServiceDown",                    // the others cannot fire without a scrape
 	} {
 		if !alerts[want] {

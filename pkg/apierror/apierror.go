@@ -5,14 +5,19 @@
 package apierror
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"buf.build/go/protovalidate"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/protoadapt"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/lossless-dev/lossless/pkg/pgerr"
 )
 
 // Domain is the ErrorInfo domain of every reason this system emits.
@@ -114,4 +119,67 @@ func withDetails(code codes.Code, msg string, details ...protoadapt.MessageV1) e
 		return status.Error(code, msg)
 	}
 	return st.Err()
+}
+
+// ReasonDatabaseUnavailable is the ErrorInfo reason of UNAVAILABLE answers
+// caused by a database outage or overload.
+const ReasonDatabaseUnavailable = "DATABASE_UNAVAILABLE"
+
+// RetryDelay is the retry hint of UNAVAILABLE answers (google.rpc.RetryInfo;
+// HTTP Retry-After): long enough for a restarted PostgreSQL or a pool with a
+// free connection, short enough not to stall a client.
+const RetryDelay = time.Second
+
+// Unavailable returns UNAVAILABLE "database unavailable; retry" with a
+// RetryInfo of RetryDelay: the request did nothing and may be repeated.
+func Unavailable() error {
+	return withDetails(codes.Unavailable, "database unavailable; retry",
+		&errdetails.ErrorInfo{Reason: ReasonDatabaseUnavailable, Domain: Domain},
+		&errdetails.RetryInfo{RetryDelay: durationpb.New(RetryDelay)})
+}
+
+// RetryAfter returns the RetryInfo delay carried by err, or 0.
+func RetryAfter(err error) time.Duration {
+	s, ok := status.FromError(err)
+	if !ok {
+		return 0
+	}
+	for _, d := range s.Details() {
+		if r, ok := d.(*errdetails.RetryInfo); ok {
+			return r.GetRetryDelay().AsDuration()
+		}
+	}
+	return 0
+}
+
+// Public maps a handler's error to the one its client may see:
+//
+//   - a gRPC status passes unchanged: handlers chose it;
+//   - the client's cancellation (ctx cancelled) is CANCELLED;
+//   - a database outage or overload ([pgerr.IsUnavailable]: connection
+//     refused or lost, shutdown, too many connections, pool acquire,
+//     statement or request deadline) is [Unavailable];
+//   - anything else is INTERNAL "internal error", with ref (a trace or
+//     request id) when not empty, so the client can quote it.
+//
+// Only the first case keeps err's text: driver errors carry SQL, hosts and
+// user names. hidden reports that err's text was dropped and must be logged.
+func Public(ctx context.Context, err error, ref string) (public error, hidden bool) {
+	if err == nil {
+		return nil, false
+	}
+	if _, ok := status.FromError(err); ok {
+		return err, false
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(ctx.Err(), context.Canceled) {
+		return status.Error(codes.Canceled, "request cancelled"), false
+	}
+	if pgerr.IsUnavailable(err) {
+		return Unavailable(), true
+	}
+	msg := "internal error"
+	if ref != "" {
+		msg += " (ref " + ref + ")"
+	}
+	return status.Error(codes.Internal, msg), true
 }

@@ -1,9 +1,13 @@
 package apierror_test
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"testing"
 
 	"buf.build/go/protovalidate"
+	"github.com/jackc/pgx/v5/pgconn"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -43,5 +47,39 @@ func TestFromValidationReportsEachBadFieldOnce(t *testing.T) {
 	}
 	if len(counts) != len(want) {
 		t.Errorf("violations %v, want exactly %v", counts, want)
+	}
+}
+
+// Public keeps handler statuses, turns a client's cancellation into
+// CANCELLED, an outage into UNAVAILABLE with a retry hint, and anything else
+// into a bare INTERNAL naming only the reference.
+func TestPublicHidesDriverTextAndClassifiesOutages(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	outage := fmt.Errorf("insert into orders (host=10.1.2.3): %w", &pgconn.PgError{Code: "53300", Message: "sorry, too many clients already"})
+	for _, tc := range []struct {
+		name       string
+		ctx        context.Context
+		err        error
+		want       codes.Code
+		wantHidden bool
+		wantMsg    string
+	}{
+		{"status passes", ctx, apierror.NotFound("work order", "x"), codes.NotFound, false, `work order "x" not found`},
+		{"client cancelled", cancelled, errors.New("read tcp: use of closed network connection"), codes.Canceled, false, "request cancelled"},
+		{"outage", ctx, outage, codes.Unavailable, true, "database unavailable; retry"},
+		{"deadline", ctx, fmt.Errorf("acquire: %w", context.DeadlineExceeded), codes.Unavailable, true, "database unavailable; retry"},
+		{"bug", ctx, errors.New(`ERROR: column "secret" does not exist`), codes.Internal, true, "internal error (ref r-1)"},
+	} {
+		got, hidden := apierror.Public(tc.ctx, tc.err, "r-1")
+		st := status.Convert(got)
+		if st.Code() != tc.want || hidden != tc.wantHidden || st.Message() != tc.wantMsg {
+			t.Errorf("%s: %v hidden=%v, want %v %q hidden=%v", tc.name, got, hidden, tc.want, tc.wantMsg, tc.wantHidden)
+		}
+		if tc.want == codes.Unavailable && apierror.RetryAfter(got) != apierror.RetryDelay {
+			t.Errorf("%s: retry after %v, want %v", tc.name, apierror.RetryAfter(got), apierror.RetryDelay)
+		}
 	}
 }

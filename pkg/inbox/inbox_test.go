@@ -115,7 +115,7 @@ func TestF4_ConcurrentCopiesStoreOneRow(t *testing.T) {
 	ctx := context.Background()
 	for round := range 20 {
 		// Two batches share two keys in opposite order: the deadlock-prone
-		// case, retried inside Ingest.
+		// case, made safe by Ingest's canonical insert order.
 		m1, m2 := msg(fmt.Sprintf("r%d-a", round), "k", "p"), msg(fmt.Sprintf("r%d-b", round), "k2", "p")
 		var wg sync.WaitGroup
 		errs := make([]error, 4)

@@ -1,39 +1,58 @@
 package inbox
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
+
+	"github.com/lossless-dev/lossless/pkg/pgerr"
+	"github.com/lossless-dev/lossless/pkg/pgtext"
 )
 
-// insertBatch is the receiver's only write: one statement for the whole
-// batch. ON CONFLICT DO NOTHING makes a redelivery (F4, F10) a no-op that
-// still acks. Rows keep the batch's order (WITH ORDINALITY) so ids follow
-// receipt order; the relay's "older" means lower id. Poison arrives with a
-// park reason and is stored PARKED: kept, never retried by the relay.
+// insertBatch is the receiver's write: one statement for the whole batch.
+// ON CONFLICT DO NOTHING makes a redelivery (F4, F10) a no-op that still
+// acks. Poison arrives with a park reason and is stored PARKED: kept, never
+// retried by the relay.
+//
+// Two orders meet here. The arrays arrive sorted by (source, event_id) and
+// rows are inserted in that order (pos): every inserter takes the unique
+// index's locks in one canonical order, so concurrent batches with
+// overlapping keys wait for each other but cannot deadlock. Ids, however,
+// are drawn from the identity's sequence in receipt order (the subquery is
+// sorted by receipt, and PostgreSQL evaluates a volatile select-list function
+// after its subquery's sort), because the relay's "older" is "lower id"
+// (I4). A skipped duplicate burns its id, as the identity default did.
 const insertBatch = `
-INSERT INTO inbox (source, event_id, event_type, schema_version, correlation_key, payload, payload_sha256,
+INSERT INTO inbox (id, source, event_id, event_type, schema_version, correlation_key, payload, payload_sha256,
                    attributes, message_id, delivery_attempt, traceparent, tracestate,
                    status, park_reason, last_error, parked_at)
-SELECT m.source, m.event_id, m.event_type, m.schema_version, m.correlation_key, m.payload, m.sha,
-       m.attrs::jsonb, m.message_id, m.delivery_attempt, m.traceparent, m.tracestate,
-       CASE WHEN m.park_reason IS NULL THEN 'OPEN' ELSE 'PARKED' END,
-       m.park_reason, m.park_error,
-       CASE WHEN m.park_reason IS NULL THEN NULL ELSE now() END
-FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::bytea[], $7::bytea[],
-            $8::text[], $9::text[], $10::int[], $11::text[], $12::text[], $13::text[], $14::text[])
-     WITH ORDINALITY AS m(source, event_id, event_type, schema_version, correlation_key, payload, sha,
-                          attrs, message_id, delivery_attempt, traceparent, tracestate, park_reason, park_error, ord)
-ORDER BY m.ord
+OVERRIDING SYSTEM VALUE
+SELECT r.id, r.source, r.event_id, r.event_type, r.schema_version, r.correlation_key, r.payload, r.sha,
+       r.attrs::jsonb, r.message_id, r.delivery_attempt, r.traceparent, r.tracestate,
+       CASE WHEN r.park_reason IS NULL THEN 'OPEN' ELSE 'PARKED' END,
+       r.park_reason, r.park_error,
+       CASE WHEN r.park_reason IS NULL THEN NULL ELSE now() END
+FROM (SELECT nextval(pg_get_serial_sequence('inbox', 'id')) AS id, m.*
+      FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::bytea[], $7::bytea[],
+                  $8::text[], $9::text[], $10::int[], $11::text[], $12::text[], $13::text[], $14::text[], $15::int[])
+           WITH ORDINALITY AS m(source, event_id, event_type, schema_version, correlation_key, payload, sha,
+                                attrs, message_id, delivery_attempt, traceparent, tracestate, park_reason, park_error,
+                                receipt, pos)
+      ORDER BY m.receipt) r
+ORDER BY r.pos
 ON CONFLICT (source, event_id) DO NOTHING
 RETURNING source, event_id, status`
 
@@ -42,7 +61,9 @@ RETURNING source, event_id, status`
 // it takes a fresh snapshot, so it sees a conflicting row committed by a
 // concurrent receiver after the insert's snapshot was taken (ON CONFLICT
 // waited for that transaction). A different hash under the same id is a
-// producer bug (seed 004): the second payload is kept, never dropped.
+// producer bug: the second payload is kept, never dropped. Rows go in
+// one canonical order, like the inbox insert, so that concurrent batches
+// cannot deadlock on inbox_conflicts either.
 const recordConflicts = `
 INSERT INTO inbox_conflicts (source, event_id, payload, payload_sha256, attributes, message_id)
 SELECT m.source, m.event_id, m.payload, m.sha, m.attrs::jsonb, m.message_id
@@ -50,15 +71,29 @@ FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bytea[], $5::text[], $6::te
      AS m(source, event_id, payload, sha, attrs, message_id)
 JOIN inbox i ON i.source = m.source AND i.event_id = m.event_id
 WHERE i.payload_sha256 <> m.sha
+ORDER BY m.source, m.event_id, m.sha
 ON CONFLICT (source, event_id, payload_sha256) DO NOTHING
 RETURNING source, event_id`
+
+// Column limits of the inbox table (CHECK constraints in
+// migrations/workorder/00003_inbox.sql), in characters.
+const (
+	MaxSourceLength  = 64
+	MaxEventIDLength = 200
+)
+
+// poisonKeyPrefix keys an entry whose own event id is unusable.
+const poisonKeyPrefix = "pubsub-message:"
 
 // IngestResult counts what one Ingest call stored.
 type IngestResult struct {
 	// Inserted new OPEN entries.
 	Inserted int
-	// Poison stored as PARKED entries.
+	// Poison stored as PARKED entries (Rejected included).
 	Poison int
+	// Rejected counts the Poison entries parked by the store itself because
+	// their data could not be stored as received (see Store.Ingest).
+	Rejected int
 	// Duplicates: already stored with the same payload (a redelivery).
 	Duplicates int
 	// Conflicts: newly recorded in inbox_conflicts (stored under the same id
@@ -71,9 +106,6 @@ type IngestResult struct {
 type Store struct {
 	pool     *pgxpool.Pool
 	received metric.Int64Counter
-	// maxDeadlockRetries bounds the retries of a batch chosen as a deadlock
-	// victim (two receivers inserting overlapping keys in opposite orders).
-	maxDeadlockRetries int
 }
 
 // NewStore returns a Store on pool. meter may be nil (no metrics).
@@ -94,108 +126,327 @@ func NewStore(pool *pgxpool.Pool, meter metric.Meter) (*Store, error) {
 	for _, outcome := range []string{"inserted", "poison", "duplicate", "conflict"} {
 		received.Add(context.Background(), 0, metric.WithAttributes(attribute.String("outcome", outcome)))
 	}
-	return &Store{pool: pool, received: received, maxDeadlockRetries: 3}, nil
+	return &Store{pool: pool, received: received}, nil
 }
 
 // Ingest stores msgs in one transaction. A nil error means every message is
-// durably stored (new, duplicate, conflict or poison) and may be acked; an
+// durably stored (new, duplicate, conflict or parked) and may be acked; an
 // error means none may be acked (nack: the broker redelivers).
 //
-// Rows keep the batch order rather than a sorted key order, so two
-// concurrent batches with overlapping keys in opposite orders can deadlock;
-// PostgreSQL aborts one, and Ingest retries it (bounded). Such overlaps are
-// only concurrent duplicate deliveries, which are rare.
+// One message's data never fails its batch. A message carrying what
+// PostgreSQL cannot store (a NUL byte or invalid UTF-8 in a text field or an
+// attribute, an event id over MaxEventIDLength) is stored PARKED, escaped
+// (StorableString, StorableAttributes; under PoisonKey when its event id is
+// the problem), with its raw payload. If the single-statement batch insert
+// still fails with a data error (pgerr.IsData: a rule this code does not
+// know), Ingest stores the batch again one message per savepoint and parks
+// each message the database rejects. Any other error fails the batch.
+//
+// Rows are inserted in (source, event_id) order, so concurrent batches with
+// overlapping keys cannot deadlock; ids still follow receipt order.
 func (s *Store) Ingest(ctx context.Context, msgs []Message) (IngestResult, error) {
 	if len(msgs) == 0 {
 		return IngestResult{}, nil
 	}
-	cols, err := toColumns(msgs)
+	rows, err := prepare(msgs)
 	if err != nil {
 		return IngestResult{}, err
 	}
-	for attempt := 0; ; attempt++ {
-		res, err := s.ingestOnce(ctx, cols)
-		var pgErr *pgconn.PgError
-		if err != nil && errors.As(err, &pgErr) && pgErr.Code == "40P01" && attempt < s.maxDeadlockRetries {
-			continue
-		}
-		if err == nil {
-			for outcome, n := range map[string]int{"inserted": res.Inserted, "poison": res.Poison, "duplicate": res.Duplicates, "conflict": res.Conflicts} {
-				if n > 0 {
-					s.received.Add(ctx, int64(n), metric.WithAttributes(attribute.String("outcome", outcome)))
-				}
-			}
-		}
-		return res, err
+	res, err := s.ingestBatch(ctx, rows)
+	if pgerr.IsData(err) {
+		res, err = s.ingestIsolated(ctx, rows)
 	}
+	if err != nil {
+		return IngestResult{}, err
+	}
+	for outcome, n := range map[string]int{"inserted": res.Inserted, "poison": res.Poison, "duplicate": res.Duplicates, "conflict": res.Conflicts} {
+		if n > 0 {
+			s.received.Add(ctx, int64(n), metric.WithAttributes(attribute.String("outcome", outcome)))
+		}
+	}
+	return res, nil
 }
 
-func (s *Store) ingestOnce(ctx context.Context, c columns) (IngestResult, error) {
+// ingestBatch is the normal case: the whole batch in one statement.
+func (s *Store) ingestBatch(ctx context.Context, rows []row) (IngestResult, error) {
 	var res IngestResult
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		res = IngestResult{}
-		rows, err := tx.Query(ctx, insertBatch, c.source, c.eventID, c.eventType, c.schemaVersion,
-			c.correlationKey, c.payload, c.sha, c.attrs, c.messageID, c.deliveryAttempt,
-			c.traceparent, c.tracestate, c.parkReason, c.parkError)
+		inserted, err := insertRows(ctx, tx, rows, &res)
 		if err != nil {
-			return fmt.Errorf("inbox: insert batch: %w", err)
+			return err
 		}
-		inserted := make(map[[2]string]bool, len(c.source))
-		for rows.Next() {
-			var src, id, status string
-			if err := rows.Scan(&src, &id, &status); err != nil {
-				rows.Close()
-				return err
-			}
-			inserted[[2]string{src, id}] = true
-			if Status(status) == StatusParked {
-				res.Poison++
-			} else {
-				res.Inserted++
-			}
-		}
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("inbox: insert batch: %w", err)
-		}
-		// Messages not inserted: a redelivery, or a conflict. A message may
-		// also repeat inside one batch; the first copy wins.
-		var d columns
-		seen := make(map[[2]string]bool, len(c.source))
-		for i := range c.source {
-			k := [2]string{c.source[i], c.eventID[i]}
-			if inserted[k] && !seen[k] {
-				seen[k] = true
-				continue
-			}
-			d.source = append(d.source, c.source[i])
-			d.eventID = append(d.eventID, c.eventID[i])
-			d.payload = append(d.payload, c.payload[i])
-			d.sha = append(d.sha, c.sha[i])
-			d.attrs = append(d.attrs, c.attrs[i])
-			d.messageID = append(d.messageID, c.messageID[i])
-		}
-		if len(d.source) == 0 {
-			return nil
-		}
-		rows, err = tx.Query(ctx, recordConflicts, d.source, d.eventID, d.payload, d.sha, d.attrs, d.messageID)
-		if err != nil {
-			return fmt.Errorf("inbox: record conflicts: %w", err)
-		}
-		newConflicts := 0
-		for rows.Next() {
-			newConflicts++
-		}
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("inbox: record conflicts: %w", err)
-		}
-		res.Conflicts = newConflicts
-		res.Duplicates = len(d.source) - newConflicts
-		return nil
+		return insertConflicts(ctx, tx, rows, inserted, &res)
 	})
 	return res, err
 }
 
-// columns is a batch in column-major form for unnest().
+// ingestIsolated stores rows one savepoint each, in key order, after the
+// batch statement failed with a data error. The messages the database
+// rejects are parked afterwards, in the key order of their parked rows: every
+// lock is still taken in one order per phase, so this path cannot deadlock
+// with a concurrent batch either.
+func (s *Store) ingestIsolated(ctx context.Context, rows []row) (IngestResult, error) {
+	var res IngestResult
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		res = IngestResult{}
+		inserted := make(map[rowKey]bool, len(rows))
+		stored := make([]row, 0, len(rows))
+		var rejected []row
+		for _, r := range rows {
+			sp, err := tx.Begin(ctx)
+			if err != nil {
+				return err
+			}
+			one, err := insertRows(ctx, sp, []row{r}, &res)
+			if err != nil {
+				if !pgerr.IsData(err) {
+					return err
+				}
+				if rbErr := sp.Rollback(ctx); rbErr != nil {
+					return rbErr
+				}
+				rejected = append(rejected, r.park("rejected by the database: "+err.Error()))
+				continue
+			}
+			if err := sp.Commit(ctx); err != nil {
+				return err
+			}
+			for k := range one {
+				inserted[k] = true
+			}
+			stored = append(stored, r)
+		}
+		if len(rejected) > 0 {
+			sortRows(rejected)
+			parked, err := insertRows(ctx, tx, rejected, &res)
+			if err != nil {
+				return fmt.Errorf("inbox: park rows the database rejected: %w", err)
+			}
+			for k := range parked {
+				inserted[k] = true
+			}
+			stored = append(stored, rejected...)
+			sortRows(stored)
+		}
+		return insertConflicts(ctx, tx, stored, inserted, &res)
+	})
+	return res, err
+}
+
+type rowKey struct{ source, eventID string }
+
+// insertRows runs insertBatch for rs (in key order) and counts the rows it
+// stored into res; it returns their keys.
+func insertRows(ctx context.Context, q pgx.Tx, rs []row, res *IngestResult) (map[rowKey]bool, error) {
+	c := toColumns(rs)
+	rows, err := q.Query(ctx, insertBatch, c.source, c.eventID, c.eventType, c.schemaVersion,
+		c.correlationKey, c.payload, c.sha, c.attrs, c.messageID, c.deliveryAttempt,
+		c.traceparent, c.tracestate, c.parkReason, c.parkError, c.receipt)
+	if err != nil {
+		return nil, fmt.Errorf("inbox: insert batch: %w", err)
+	}
+	defer rows.Close()
+	rejected := make(map[rowKey]bool)
+	for _, r := range rs {
+		if r.rejected {
+			rejected[r.key()] = true
+		}
+	}
+	inserted := make(map[rowKey]bool, len(rs))
+	for rows.Next() {
+		var k rowKey
+		var status string
+		if err := rows.Scan(&k.source, &k.eventID, &status); err != nil {
+			return nil, err
+		}
+		inserted[k] = true
+		switch {
+		case Status(status) != StatusParked:
+			res.Inserted++
+		case rejected[k]:
+			res.Poison++
+			res.Rejected++
+		default:
+			res.Poison++
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("inbox: insert batch: %w", err)
+	}
+	return inserted, nil
+}
+
+// insertConflicts records the rows not inserted whose payload differs from
+// the stored one, and counts the rest as duplicates. A key may also repeat
+// inside one batch; the first copy (in receipt order) wins.
+func insertConflicts(ctx context.Context, tx pgx.Tx, rs []row, inserted map[rowKey]bool, res *IngestResult) error {
+	var d []row
+	seen := make(map[rowKey]bool, len(rs))
+	for _, r := range rs {
+		k := r.key()
+		if inserted[k] && !seen[k] {
+			seen[k] = true
+			continue
+		}
+		d = append(d, r)
+	}
+	if len(d) == 0 {
+		return nil
+	}
+	c := toColumns(d)
+	rows, err := tx.Query(ctx, recordConflicts, c.source, c.eventID, c.payload, c.sha, c.attrs, c.messageID)
+	if err != nil {
+		return fmt.Errorf("inbox: record conflicts: %w", err)
+	}
+	newConflicts := 0
+	for rows.Next() {
+		newConflicts++
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("inbox: record conflicts: %w", err)
+	}
+	res.Conflicts += newConflicts
+	res.Duplicates += len(d) - newConflicts
+	return nil
+}
+
+// row is one message ready for the inbox: storable text, marshalled
+// attributes, its payload hash and its position in the received batch.
+type row struct {
+	Message
+	attrs    string
+	sha      []byte
+	receipt  int
+	rejected bool
+}
+
+func (r row) key() rowKey { return rowKey{r.Source, r.EventID} }
+
+// park returns the parked form of a row the database rejected for cause.
+func (r row) park(cause string) row {
+	p := r
+	p.rejected = true
+	prior := ""
+	if r.ParkReason == "" {
+		p.ParkReason = ReasonPoison
+	} else {
+		prior = r.ParkError + "; "
+	}
+	p.ParkError = pgtext.Storable(prior + "not storable as received: " + cause)
+	return p
+}
+
+// prepare validates msgs, replaces each message PostgreSQL cannot store by
+// its parked, escaped form, and sorts the batch by key (stable: copies of a
+// key stay in receipt order).
+func prepare(msgs []Message) ([]row, error) {
+	rows := make([]row, len(msgs))
+	for i, m := range msgs {
+		if m.Source == "" || m.EventID == "" {
+			return nil, fmt.Errorf("inbox: message %d has no source or event id (poison must be keyed by its message id)", i)
+		}
+		if pgtext.Problem(m.Source) != "" || utf8.RuneCountInString(m.Source) > MaxSourceLength {
+			return nil, fmt.Errorf("inbox: message %d: source %q is not a storable name of at most %d characters", i, m.Source, MaxSourceLength)
+		}
+		r := row{receipt: i}
+		if problems := unstorable(m); len(problems) > 0 {
+			m = storable(m, problems)
+			r.rejected = true
+		}
+		if m.Attributes == nil {
+			m.Attributes = map[string]string{}
+		}
+		a, err := json.Marshal(m.Attributes)
+		if err != nil {
+			return nil, err
+		}
+		sum := sha256.Sum256(m.Payload)
+		if m.Payload == nil {
+			m.Payload = []byte{}
+		}
+		r.Message, r.attrs, r.sha = m, string(a), sum[:]
+		rows[i] = r
+	}
+	sortRows(rows)
+	return rows, nil
+}
+
+func sortRows(rs []row) {
+	slices.SortStableFunc(rs, func(a, b row) int {
+		return cmp.Or(strings.Compare(a.Source, b.Source), strings.Compare(a.EventID, b.EventID))
+	})
+}
+
+// unstorable lists why PostgreSQL would reject m, one "field: problem" each.
+func unstorable(m Message) []string {
+	var problems []string
+	check := func(field, s string) {
+		if p := pgtext.Problem(s); p != "" {
+			problems = append(problems, field+" "+p)
+		}
+	}
+	check("event_id", m.EventID)
+	if n := utf8.RuneCountInString(m.EventID); n > MaxEventIDLength {
+		problems = append(problems, fmt.Sprintf("event_id has %d characters, more than %d", n, MaxEventIDLength))
+	}
+	check("event_type", m.EventType)
+	check("correlation_key", m.CorrelationKey)
+	check("message_id", m.MessageID)
+	check("traceparent", m.Traceparent)
+	check("tracestate", m.Tracestate)
+	check("park_reason", m.ParkReason)
+	check("park_error", m.ParkError)
+	_, escaped := pgtext.StorableMap(m.Attributes)
+	problems = append(problems, escaped...)
+	return problems
+}
+
+// storable returns the parked form of m that PostgreSQL can store: text
+// escaped, the key replaced by PoisonKey when the event id is unusable, no
+// correlation key when it is unusable, and why in the park error.
+func storable(m Message, problems []string) Message {
+	p := m
+	var notes []string
+	if pgtext.Problem(m.EventID) != "" || utf8.RuneCountInString(m.EventID) > MaxEventIDLength {
+		p.EventID = PoisonKey(m.MessageID)
+		notes = append(notes, "keyed by message id")
+	}
+	if pgtext.Problem(m.CorrelationKey) != "" {
+		p.CorrelationKey = ""
+		notes = append(notes, "correlation key dropped")
+	}
+	p.EventType = pgtext.Storable(m.EventType)
+	p.MessageID = pgtext.Storable(m.MessageID)
+	p.Traceparent = pgtext.Storable(m.Traceparent)
+	p.Tracestate = pgtext.Storable(m.Tracestate)
+	p.Attributes, _ = pgtext.StorableMap(m.Attributes)
+	notes = append(notes, `text escaped: NUL and invalid bytes as \xHH, backslash doubled`)
+	prior := ""
+	if m.ParkReason == "" {
+		p.ParkReason = ReasonPoison
+	} else {
+		p.ParkReason = pgtext.Storable(m.ParkReason)
+		prior = m.ParkError + "; "
+	}
+	p.ParkError = pgtext.Storable(prior + "not storable as received: " + strings.Join(problems, "; ") + " (" + strings.Join(notes, "; ") + ")")
+	return p
+}
+
+// PoisonKey is the event id of an entry whose own event id is missing or
+// unusable: "pubsub-message:<message id>", so that a redelivery of the same
+// message still deduplicates. A message id that is not storable is escaped;
+// one that would make the key too long is replaced by its SHA-256 (hex).
+func PoisonKey(messageID string) string {
+	k := poisonKeyPrefix + pgtext.Storable(messageID)
+	if utf8.RuneCountInString(k) <= MaxEventIDLength {
+		return k
+	}
+	sum := sha256.Sum256([]byte(messageID))
+	return poisonKeyPrefix + "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// columns is a batch in column-major form for unnest(), in key order.
 type columns struct {
 	source, eventID, eventType []string
 	schemaVersion              []int32
@@ -205,48 +456,34 @@ type columns struct {
 	deliveryAttempt            []int32
 	traceparent, tracestate    []string
 	parkReason, parkError      []*string
+	receipt                    []int32
 }
 
-func toColumns(msgs []Message) (columns, error) {
+func toColumns(rs []row) columns {
 	var c columns
-	for i := range msgs {
-		m := &msgs[i]
-		if m.Source == "" || m.EventID == "" {
-			return columns{}, fmt.Errorf("inbox: message %d has no source or event id (poison must be keyed by its message id)", i)
-		}
-		attrs := m.Attributes
-		if attrs == nil {
-			attrs = map[string]string{}
-		}
-		a, err := json.Marshal(attrs)
-		if err != nil {
-			return columns{}, err
-		}
-		sum := sha256.Sum256(m.Payload)
-		payload := m.Payload
-		if payload == nil {
-			payload = []byte{}
-		}
-		c.source = append(c.source, m.Source)
-		c.eventID = append(c.eventID, m.EventID)
-		c.eventType = append(c.eventType, m.EventType)
-		c.schemaVersion = append(c.schemaVersion, int32(m.SchemaVersion))
-		c.correlationKey = append(c.correlationKey, nullable(m.CorrelationKey))
-		c.payload = append(c.payload, payload)
-		c.sha = append(c.sha, sum[:])
-		c.attrs = append(c.attrs, string(a))
-		c.messageID = append(c.messageID, m.MessageID)
-		c.deliveryAttempt = append(c.deliveryAttempt, int32(m.DeliveryAttempt))
-		c.traceparent = append(c.traceparent, m.Traceparent)
-		c.tracestate = append(c.tracestate, m.Tracestate)
+	for i := range rs {
+		r := &rs[i]
+		c.source = append(c.source, r.Source)
+		c.eventID = append(c.eventID, r.EventID)
+		c.eventType = append(c.eventType, r.EventType)
+		c.schemaVersion = append(c.schemaVersion, int32(r.SchemaVersion))
+		c.correlationKey = append(c.correlationKey, nullable(r.CorrelationKey))
+		c.payload = append(c.payload, r.Payload)
+		c.sha = append(c.sha, r.sha)
+		c.attrs = append(c.attrs, r.attrs)
+		c.messageID = append(c.messageID, r.MessageID)
+		c.deliveryAttempt = append(c.deliveryAttempt, int32(r.DeliveryAttempt))
+		c.traceparent = append(c.traceparent, r.Traceparent)
+		c.tracestate = append(c.tracestate, r.Tracestate)
 		var reason, perr *string
-		if m.ParkReason != "" {
-			reason, perr = &m.ParkReason, &m.ParkError
+		if r.ParkReason != "" {
+			reason, perr = &r.ParkReason, &r.ParkError
 		}
 		c.parkReason = append(c.parkReason, reason)
 		c.parkError = append(c.parkError, perr)
+		c.receipt = append(c.receipt, int32(r.receipt))
 	}
-	return c, nil
+	return c
 }
 
 func nullable(s string) *string {

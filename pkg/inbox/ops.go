@@ -255,8 +255,9 @@ func timeOrNil(t time.Time) any {
 type CleanupRequest struct {
 	Authorization
 	// Retention: only entries resolved longer ago are deleted. Default
-	// DefaultRetention; at least 24h, so a mistyped value cannot wipe
-	// yesterday's evidence.
+	// DefaultRetention; at least MinRetention (24h), so a mistyped value
+	// cannot wipe yesterday's evidence, at most MaxRetention (10 years). An
+	// API taking hours converts them with RetentionFromHours.
 	Retention time.Duration
 	// BatchSize rows per statement. Default DefaultCleanupBatch.
 	BatchSize int
@@ -287,6 +288,34 @@ SELECT count(*) FROM (
 // MinRetention is the smallest retention Cleanup accepts.
 const MinRetention = 24 * time.Hour
 
+// MaxRetention is the largest: ten years (87600h). A larger value is a
+// mistake, and an hour count past about 2.5 million overflows time.Duration
+// into an arbitrary one, as short as a day.
+const MaxRetention = 87600 * time.Hour
+
+// RetentionFromHours converts an API's retention_hours (0: DefaultRetention)
+// into a retention, bounding the count before multiplying so that no value
+// can overflow time.Duration. The error wraps ErrInvalidRequest.
+func RetentionFromHours(hours int64) (time.Duration, error) {
+	if hours == 0 {
+		return DefaultRetention, nil
+	}
+	minH, maxH := int64(MinRetention/time.Hour), int64(MaxRetention/time.Hour)
+	if hours < minH || hours > maxH {
+		return 0, fmt.Errorf("%w: retention_hours must be within %d..%d (or 0 for the default), got %d",
+			ErrInvalidRequest, minH, maxH, hours)
+	}
+	return time.Duration(hours) * time.Hour, nil
+}
+
+// checkRetention bounds a retention on both sides.
+func checkRetention(retention time.Duration) error {
+	if retention < MinRetention || retention > MaxRetention {
+		return fmt.Errorf("%w: retention %s is outside %s..%s", ErrInvalidRequest, retention, MinRetention, MaxRetention)
+	}
+	return nil
+}
+
 // Cleanup deletes resolved entries older than the retention in bounded
 // batches (one short transaction each) and audits the run. It never deletes
 // PARKED entries. It returns the rows deleted (or, on a dry run, that would be).
@@ -297,8 +326,8 @@ func (o *Ops) Cleanup(ctx context.Context, req CleanupRequest) (int, error) {
 	if req.Retention == 0 {
 		req.Retention = DefaultRetention
 	}
-	if req.Retention < MinRetention {
-		return 0, fmt.Errorf("%w: retention below %s", ErrInvalidRequest, MinRetention)
+	if err := checkRetention(req.Retention); err != nil {
+		return 0, err
 	}
 	if req.BatchSize <= 0 {
 		req.BatchSize = DefaultCleanupBatch
@@ -320,8 +349,8 @@ func (o *Ops) Cleanup(ctx context.Context, req CleanupRequest) (int, error) {
 // CleanupResolved is the unattended form (a periodic worker): same
 // statement, no audit row (it is policy, not an operator decision).
 func (o *Ops) CleanupResolved(ctx context.Context, retention time.Duration, batchSize, maxBatches int) (int, error) {
-	if retention < MinRetention {
-		return 0, fmt.Errorf("%w: retention below %s", ErrInvalidRequest, MinRetention)
+	if err := checkRetention(retention); err != nil {
+		return 0, err
 	}
 	return o.cleanup(ctx, retention, batchSize, maxBatches, false)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -94,6 +95,7 @@ type relayMetrics struct {
 	latency   metric.Float64Histogram
 	failures  metric.Int64Counter
 	fallbacks metric.Int64Counter
+	panics    metric.Int64Counter
 }
 
 // RelayOption adds an optional dependency to a Relay.
@@ -132,12 +134,14 @@ func NewRelay(pool *pgxpool.Pool, handler Handler, cfg Config, logger *slog.Logg
 		metric.WithDescription("Relay batches that failed as a whole (database unavailable, timeout)."))
 	fallbacks, err4 := meter.Int64Counter("inbox.relay.batch_fallbacks",
 		metric.WithDescription("Batches a BatchHandler could not apply as a whole, re-applied entry by entry (a technical error in the batch)."))
-	if err := errors.Join(err1, err2, err3, err4); err != nil {
+	panics, err5 := meter.Int64Counter("inbox.relay.handler_panics",
+		metric.WithDescription("Handler panics recovered by the relay; each charges the entry being applied an attempt."))
+	if err := errors.Join(err1, err2, err3, err4, err5); err != nil {
 		return nil, err
 	}
 	r := &Relay{pool: pool, handler: handler, cfg: cfg.withDefaults(), logger: logger,
 		tracer: tracenoop.NewTracerProvider().Tracer(""),
-		m:      relayMetrics{outcomes: outcomes, latency: latency, failures: failures, fallbacks: fallbacks},
+		m:      relayMetrics{outcomes: outcomes, latency: latency, failures: failures, fallbacks: fallbacks, panics: panics},
 		wake:   pgnotify.NewWake()}
 	for _, o := range opts {
 		o(r)
@@ -217,6 +221,15 @@ func (r *Relay) ProcessBatch(ctx context.Context) (int, error) {
 		r.m.fallbacks.Add(ctx, 1)
 		r.logger.InfoContext(ctx, "inbox relay: batch failed; applying its entries one by one", "error", bf.err)
 		claimed, outs, err = r.processBatch(ctx, from, nil, false)
+	}
+	if lost := (*lostPanicError)(nil); errors.As(err, &lost) {
+		// The panic left the transaction unusable, so the batch rolled back
+		// and its attempt was not recorded: record it now, or the entry would
+		// take its batch down on every claim.
+		if cerr := r.chargeLostPanic(ctx, lost); cerr != nil {
+			return 0, errors.Join(err, cerr)
+		}
+		return 0, nil
 	}
 	if err != nil {
 		return 0, err
@@ -318,6 +331,7 @@ type outcome struct {
 	lastError   *string
 	parkReason  *string
 	disposition Disposition
+	panicked    bool
 	receivedAt  time.Time
 }
 
@@ -330,7 +344,7 @@ func (r *Relay) apply(ctx context.Context, tx pgx.Tx, e *Entry) (outcome, error)
 	if err != nil {
 		return outcome{}, err
 	}
-	herr := r.handler.Handle(ctx, sp, e)
+	herr := r.handle(ctx, sp, e)
 	if herr == nil {
 		if err := sp.Commit(ctx); err != nil {
 			return outcome{}, err
@@ -338,7 +352,13 @@ func (r *Relay) apply(ctx context.Context, tx pgx.Tx, e *Entry) (outcome, error)
 		return r.outcome(ctx, e, nil), nil
 	}
 	if err := sp.Rollback(ctx); err != nil {
+		if pe := (*panicError)(nil); errors.As(herr, &pe) {
+			return outcome{}, &lostPanicError{entry: *e, panic: pe, err: err}
+		}
 		return outcome{}, errors.Join(herr, err)
+	}
+	if pe := (*panicError)(nil); errors.As(herr, &pe) {
+		return r.outcome(ctx, e, herr), nil // charged even when out of time: the panic is the entry's
 	}
 	if ctx.Err() != nil {
 		// Shutting down or out of time: not the entry's fault.
@@ -355,7 +375,7 @@ func (r *Relay) applyBatch(ctx context.Context, tx pgx.Tx, bh BatchHandler, clai
 	for i := range claimed {
 		es[i] = &claimed[i]
 	}
-	results, err := bh.HandleBatch(ctx, tx, es)
+	results, err := r.handleBatch(ctx, tx, bh, es)
 	if err == nil && len(results) != len(es) {
 		err = fmt.Errorf("%d results for %d entries", len(results), len(es))
 	}
@@ -384,10 +404,24 @@ func (r *Relay) outcome(ctx context.Context, e *Entry, herr error) outcome {
 		o.status = StatusApplied
 		return o
 	}
-	d, reason := Classify(herr)
-	o.disposition = d
 	msg := herr.Error()
 	o.lastError = &msg
+	if pe := (*panicError)(nil); errors.As(herr, &pe) {
+		// A panic is no business outcome and may not heal: retried like a
+		// technical failure, but parked once MaxAttempts is reached.
+		o.disposition, o.panicked = Technical, true
+		if o.attempts >= r.cfg.MaxAttempts {
+			reason := ReasonPanic
+			o.status, o.parkReason = StatusParked, &reason
+			r.logger.ErrorContext(ctx, "inbox relay: entry parked after repeated panics", "inbox_id", e.ID, "event_id", e.EventID,
+				"event_type", e.EventType, "correlation_key", e.CorrelationKey, "attempts", o.attempts, "error", msg)
+		} else {
+			o.status, o.delay = StatusOpen, r.cfg.TechnicalBackoff.Delay(o.attempts)
+		}
+		return o
+	}
+	d, reason := Classify(herr)
+	o.disposition = d
 	switch d {
 	case Duplicate:
 		o.status = StatusDuplicate
@@ -437,6 +471,10 @@ func (r *Relay) record(ctx context.Context, claimed []Entry, outs []outcome) {
 			r.m.latency.Record(ctx, time.Since(claimed[i].ReceivedAt).Seconds())
 		case StatusParked:
 			label = "parked"
+		default:
+			if o.panicked {
+				label = "panic"
+			}
 		}
 		attrs := []attribute.KeyValue{attribute.String("outcome", label)}
 		if o.parkReason != nil {
@@ -444,4 +482,95 @@ func (r *Relay) record(ctx context.Context, claimed []Entry, outs []outcome) {
 		}
 		r.m.outcomes.Add(ctx, 1, metric.WithAttributes(attrs...))
 	}
+}
+
+// ReasonPanic parks an entry whose handler panicked on each of
+// Config.MaxAttempts attempts; last_error holds "panic: <value>", the
+// relay's log the stack.
+const ReasonPanic = "PANIC"
+
+// panicError is a recovered handler panic; its message starts "panic: ".
+type panicError struct {
+	value any
+}
+
+func (e *panicError) Error() string { return fmt.Sprintf("panic: %v", e.value) }
+
+// lostPanicError is a panic after which the savepoint could not be rolled
+// back (e.g. the handler left a query result unread): the claim transaction
+// is unusable and its batch rolls back, the entry's attempt with it.
+type lostPanicError struct {
+	entry Entry
+	panic *panicError
+	err   error
+}
+
+func (e *lostPanicError) Error() string {
+	return fmt.Sprintf("inbox: entry %d: %v; transaction lost: %v", e.entry.ID, e.panic, e.err)
+}
+func (e *lostPanicError) Unwrap() error { return e.err }
+
+// recovered turns a recovered panic value into a panicError, counted and
+// logged with its stack.
+func (r *Relay) recovered(ctx context.Context, p any, attrs ...any) error {
+	r.m.panics.Add(ctx, 1)
+	r.logger.ErrorContext(ctx, "inbox relay: handler panicked",
+		append(attrs, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))...)
+	return &panicError{value: p}
+}
+
+// handle runs the handler for one entry, recovering a panic as its error.
+func (r *Relay) handle(ctx context.Context, tx pgx.Tx, e *Entry) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = r.recovered(ctx, p, "inbox_id", e.ID, "event_id", e.EventID, "event_type", e.EventType)
+		}
+	}()
+	return r.handler.Handle(ctx, tx, e)
+}
+
+// handleBatch runs HandleBatch, recovering a panic as a failure of the whole
+// batch: the entry-by-entry fallback then finds the entry that panics.
+func (r *Relay) handleBatch(ctx context.Context, tx pgx.Tx, bh BatchHandler, es []*Entry) (res []error, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			res, err = nil, r.recovered(ctx, p, "batch_size", len(es))
+		}
+	}()
+	return bh.HandleBatch(ctx, tx, es)
+}
+
+// lockUnchanged locks an entry if it is still OPEN, untouched since it was
+// claimed (same attempts), and not being applied by another relay.
+const lockUnchanged = `
+SELECT id FROM inbox
+WHERE id = $1 AND status = 'OPEN' AND attempts = $2
+FOR UPDATE SKIP LOCKED`
+
+// chargeLostPanic records the attempt of a panic whose transaction was lost,
+// in a transaction of its own. An entry another relay has meanwhile claimed
+// or resolved is left to it.
+func (r *Relay) chargeLostPanic(ctx context.Context, lost *lostPanicError) error {
+	r.logger.WarnContext(ctx, "inbox relay: a panic lost the batch's transaction; charging the entry alone",
+		"inbox_id", lost.entry.ID, "event_id", lost.entry.EventID, "error", lost.err)
+	var o outcome
+	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
+		var id int64
+		err := tx.QueryRow(ctx, lockUnchanged, lost.entry.ID, lost.entry.Attempts).Scan(&id)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		o = r.outcome(ctx, &lost.entry, lost.panic)
+		return resolve(ctx, tx, []outcome{o})
+	})
+	if err != nil {
+		return fmt.Errorf("inbox: charge panic of entry %d: %w", lost.entry.ID, err)
+	}
+	if o.id != 0 {
+		r.record(ctx, []Entry{lost.entry}, []outcome{o})
+	}
+	return nil
 }

@@ -53,6 +53,11 @@ type Relay struct {
 	// beginClaim opens a claim transaction (qBeginClaim with the lease).
 	beginClaim string
 
+	// inFlight is held shared while a batch dispatches and exclusively while
+	// a suspect event dispatches alone (journal.go), so that a crash then
+	// can be charged to that event.
+	inFlight sync.RWMutex
+
 	// claimMu serialises the claims of this relay (its batches never
 	// overlap); the fields below belong to the claim.
 	claimMu   sync.Mutex
@@ -252,18 +257,52 @@ func (r *Relay) ProcessBatch(ctx context.Context) (full bool, err error) {
 	}
 	var outcomes []outcome
 	if len(rows) > 0 {
+		// The journal first, in a commit of its own: a dispatch that kills
+		// the process rolls this transaction back, but not that record.
+		j := &journal{suspects: map[int64]bool{}, crashes: map[int64]int{}}
+		ids := make([]int64, len(rows))
+		for i := range rows {
+			ids[i] = rows[i].id
+		}
+		if err := r.journalStart(tctx, ids, false, j); err != nil {
+			r.forget(ctx, j.created)
+			return false, err
+		}
+		settled := false
+		defer func() {
+			if !settled {
+				r.forget(ctx, j.created)
+			}
+		}()
+		if rows, err = r.chargeCrashes(tctx, tx, rows, j); err != nil {
+			return false, err
+		}
 		dctx, dcancel := context.WithTimeout(ctx, r.cfg.LeaseDuration*8/10)
-		outcomes = r.dispatchAll(dctx, rows)
+		if len(j.suspects) > 0 {
+			outcomes = r.dispatchAlone(dctx, tctx, rows, j)
+		} else {
+			r.inFlight.RLock()
+			outcomes = r.dispatchAll(dctx, rows)
+			r.inFlight.RUnlock()
+		}
 		dcancel()
 		if err := r.settle(tctx, tx, rows, outcomes); err != nil {
 			r.unsettled(tctx, rows, outcomes, err)
 			return false, err
 		}
-	}
-	if err := tx.Commit(tctx); err != nil {
-		err = fmt.Errorf("outbox: commit batch: %w", err)
-		r.unsettled(tctx, rows, outcomes, err)
-		return false, err
+		if _, err := tx.Exec(tctx, qJournalDone, j.settledIDs()); err != nil {
+			err = fmt.Errorf("outbox: journal: %w", err)
+			r.unsettled(tctx, rows, outcomes, err)
+			return false, err
+		}
+		if err := tx.Commit(tctx); err != nil {
+			err = fmt.Errorf("outbox: commit batch: %w", err)
+			r.unsettled(tctx, rows, outcomes, err)
+			return false, err
+		}
+		settled = true
+	} else if err := tx.Commit(tctx); err != nil {
+		return false, fmt.Errorf("outbox: commit batch: %w", err)
 	}
 	r.count(tctx, rows, outcomes)
 	return scanned >= r.cfg.BatchSize, nil
@@ -683,6 +722,9 @@ func (r *Relay) maintain(ctx context.Context) {
 				r.log.Warn("outbox cleanup failed", "error", err)
 			case n > 0:
 				r.log.Info("outbox cleanup deleted published rows", "rows", n, "retention", r.cfg.Retention)
+			}
+			if err := r.collectJournal(ctx); err != nil && ctx.Err() == nil {
+				r.log.Warn("outbox journal cleanup failed", "error", err)
 			}
 		}
 	}

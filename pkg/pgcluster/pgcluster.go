@@ -153,6 +153,16 @@ func (c *Cluster) Stop(ctx context.Context) error {
 	return nil
 }
 
+// Crash stops the server the way a power cut or an OOM kill of the
+// postmaster would (pg_ctl -m immediate: no shutdown checkpoint, every client
+// cut off); the next Restart runs crash recovery. For fault injection.
+func (c *Cluster) Crash(ctx context.Context) error {
+	if out, err := c.run(ctx, "pg_ctl", "-D", c.dataDir, "-m", "immediate", "-w", "stop"); err != nil {
+		return fmt.Errorf("pg_ctl stop -m immediate: %w: %s", err, out)
+	}
+	return nil
+}
+
 // Remove stops the server if it runs and deletes a folder Start created.
 func (c *Cluster) Remove() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

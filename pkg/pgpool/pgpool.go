@@ -1,43 +1,242 @@
-// Package pgpool opens the PostgreSQL connection pool of a service with
-// defaults that fit its workload: pgxpool's own default (max(4, CPUs)
-// connections) starves a process that runs an API, several relays and a
-// LISTEN connection at once.
+// Package pgpool opens the PostgreSQL connection pools of a service with
+// bounds that fit its workload: a pool size (pgxpool's own default,
+// max(4, CPUs), starves a process that runs an API, several relays and a
+// LISTEN connection at once), and server-side time bounds on every
+// connection (statement_timeout, lock_timeout) plus a connect timeout, so a
+// stuck query, a lock queue or an unreachable server cannot hold a
+// connection or a caller for ever.
+//
+// A service opens two pools (Open): one for its API and one for its
+// background workers (relays, consumers, cleanups), so a flood of API
+// requests queues on the API pool and cannot take the connections the
+// relays need to drain the outbox and the inbox.
+//
+// # Connection arithmetic
+//
+// PostgreSQL's default max_connections is 100, 3 of them reserved for
+// superusers. With the defaults the three services open at most:
+//
+//	workorder     API 10 + workers 12 + 2 LISTEN (outbox and inbox relay) = 24
+//	billing       API  5 + workers 16 + 1 LISTEN (outbox relay)           = 22
+//	provider-sim  one pool of DefaultMaxConns (New)                      = 20
+//	                                                                  total 66
+//
+// LISTEN connections (pkg/pgnotify) are opened from the workers' pool
+// settings but outside the pool. 66 + 3 reserved leaves 31 connections: one
+// replica of the largest service during a rolling deploy (24) plus a few
+// operator sessions (psql, migrate, CLI commands). Running more replicas
+// needs a larger max_connections or a connection pooler (PgBouncer in
+// transaction mode works for the pools, not for the LISTEN connections).
 package pgpool
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/exaring/otelpgx"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/lossless-dev/lossless/pkg/envconfig"
 	"github.com/lossless-dev/lossless/pkg/telemetry"
 )
 
-// DefaultMaxConns is the pool size when the URL does not set pool_max_conns:
-// enough for the API, every background loop and one LISTEN connection each,
-// far below PostgreSQL's default max_connections of 100 for three services.
-const DefaultMaxConns = 20
+// Defaults of Config and New; see the Config fields for the reasoning.
+const (
+	DefaultMaxConns         = 20
+	DefaultAPIMaxConns      = 10
+	DefaultWorkerMaxConns   = 12
+	DefaultStatementTimeout = 30 * time.Second
+	DefaultLockTimeout      = 10 * time.Second
+	DefaultConnectTimeout   = 5 * time.Second
 
-// New parses dsn (env DATABASE_URL) and opens a pool. Pool settings in the
-// URL (pool_max_conns, pool_min_conns, ...) win over the defaults here.
+	// minWorkerMaxConns: the invoice worker holds one pooled connection for
+	// LISTEN for good, and each relay keeps a batch in flight while it
+	// claims the next; fewer connections can stall them.
+	minWorkerMaxConns = 4
+)
+
+// Config of a service's database pools. Zero fields take the defaults.
+// Settings present in URL (statement_timeout, lock_timeout, connect_timeout,
+// pool_max_conns, or -c options in the options parameter) win over these.
+type Config struct {
+	// URL is the service's database (env DATABASE_URL, required).
+	URL string
+
+	// StatementTimeout (env DATABASE_STATEMENT_TIMEOUT, default 30s) is the
+	// server's statement_timeout on every connection: a statement running
+	// longer is cancelled (SQLSTATE 57014, pgerr.IsUnavailable: retried).
+	// 30s is far above any statement the services run (the outbox's
+	// backlog sweep takes seconds at worst) and equal to the outbox
+	// relay's default lease, which bounds its claim transaction anyway. It
+	// bounds statements, not transactions: the relay's claim transaction,
+	// idle while it dispatches, is bounded by its own
+	// idle_in_transaction_session_timeout. Migrations and the operator
+	// commands open their own connections without it.
+	StatementTimeout time.Duration
+
+	// LockTimeout (env DATABASE_LOCK_TIMEOUT, default 10s) is the server's
+	// lock_timeout: a statement waiting longer for a lock fails (55P03,
+	// pgerr.IsUnavailable), so a request or batch queued behind a stuck
+	// transaction gives its connection back instead of piling up. Below
+	// StatementTimeout, or it would never fire. The claims of relays and
+	// queues use SKIP LOCKED and never wait.
+	LockTimeout time.Duration
+
+	// ConnectTimeout (env DATABASE_CONNECT_TIMEOUT, default 5s) bounds
+	// opening one connection (dial, TLS, authentication), so an unreachable
+	// server fails the start-up check or a pool acquire promptly.
+	ConnectTimeout time.Duration
+
+	// APIMaxConns (env DATABASE_API_MAX_CONNS, default 10) caps the API's
+	// pool. Requests beyond it wait for a connection within their own
+	// deadline; they never take the workers' connections.
+	APIMaxConns int
+
+	// WorkerMaxConns (env DATABASE_WORKER_MAX_CONNS, default 12, at least
+	// 4) caps the pool of the background loops: relays, consumers, queue
+	// workers, cleanups, gauges and operator RPCs.
+	WorkerMaxConns int
+}
+
+// ConfigFromEnv reads DATABASE_URL (required) and the DATABASE_* settings
+// above from r; unset variables take def's values, and def's zero fields the
+// package defaults (a service passes its own pool sizes in def). Check
+// r.Err() and Validate afterwards.
+func ConfigFromEnv(r *envconfig.Reader, def Config) Config {
+	def = def.WithDefaults()
+	return Config{
+		URL:              r.Required("DATABASE_URL"),
+		StatementTimeout: r.Duration("DATABASE_STATEMENT_TIMEOUT", def.StatementTimeout),
+		LockTimeout:      r.Duration("DATABASE_LOCK_TIMEOUT", def.LockTimeout),
+		ConnectTimeout:   r.Duration("DATABASE_CONNECT_TIMEOUT", def.ConnectTimeout),
+		APIMaxConns:      r.Int("DATABASE_API_MAX_CONNS", def.APIMaxConns),
+		WorkerMaxConns:   r.Int("DATABASE_WORKER_MAX_CONNS", def.WorkerMaxConns),
+	}
+}
+
+// WithDefaults returns c with every zero field but URL set to its default.
+func (c Config) WithDefaults() Config {
+	if c.StatementTimeout == 0 {
+		c.StatementTimeout = DefaultStatementTimeout
+	}
+	if c.LockTimeout == 0 {
+		c.LockTimeout = DefaultLockTimeout
+	}
+	if c.ConnectTimeout == 0 {
+		c.ConnectTimeout = DefaultConnectTimeout
+	}
+	if c.APIMaxConns == 0 {
+		c.APIMaxConns = DefaultAPIMaxConns
+	}
+	if c.WorkerMaxConns == 0 {
+		c.WorkerMaxConns = DefaultWorkerMaxConns
+	}
+	return c
+}
+
+// Validate reports settings that cannot work, each naming its variable. Zero
+// fields are valid (defaults).
+func (c Config) Validate() error {
+	var errs []error
+	if c.URL == "" {
+		errs = append(errs, errors.New("DATABASE_URL: required but not set"))
+	} else if _, err := pgxpool.ParseConfig(c.URL); err != nil {
+		errs = append(errs, errors.New("DATABASE_URL: not a valid PostgreSQL connection string"))
+	}
+	d := c.WithDefaults()
+	if c.StatementTimeout < 0 || (c.StatementTimeout > 0 && c.StatementTimeout < time.Millisecond) {
+		errs = append(errs, fmt.Errorf("DATABASE_STATEMENT_TIMEOUT: %v, want at least 1ms", c.StatementTimeout))
+	}
+	if c.LockTimeout < 0 || (c.LockTimeout > 0 && c.LockTimeout < time.Millisecond) {
+		errs = append(errs, fmt.Errorf("DATABASE_LOCK_TIMEOUT: %v, want at least 1ms", c.LockTimeout))
+	} else if d.LockTimeout >= d.StatementTimeout {
+		errs = append(errs, fmt.Errorf("DATABASE_LOCK_TIMEOUT: %v must be below DATABASE_STATEMENT_TIMEOUT (%v), or it never fires", d.LockTimeout, d.StatementTimeout))
+	}
+	if c.ConnectTimeout < 0 {
+		errs = append(errs, fmt.Errorf("DATABASE_CONNECT_TIMEOUT: %v must not be negative", c.ConnectTimeout))
+	}
+	if c.APIMaxConns < 0 || c.APIMaxConns > 1000 {
+		errs = append(errs, fmt.Errorf("DATABASE_API_MAX_CONNS: %d, want 1..1000", c.APIMaxConns))
+	}
+	if c.WorkerMaxConns < 0 || (c.WorkerMaxConns > 0 && c.WorkerMaxConns < minWorkerMaxConns) || c.WorkerMaxConns > 1000 {
+		errs = append(errs, fmt.Errorf("DATABASE_WORKER_MAX_CONNS: %d, want %d..1000", c.WorkerMaxConns, minWorkerMaxConns))
+	}
+	return errors.Join(errs...)
+}
+
+// Pools are a service's two pools; see the package doc.
+type Pools struct {
+	// API serves the request handlers.
+	API *pgxpool.Pool
+	// Workers serves the background loops.
+	Workers *pgxpool.Pool
+}
+
+// Close closes both pools.
+func (p *Pools) Close() {
+	if p.API != nil {
+		p.API.Close()
+	}
+	if p.Workers != nil {
+		p.Workers.Close()
+	}
+}
+
+// Open validates cfg and opens the API and workers' pools. It does not
+// connect: pgxpool opens connections on first use (callers Ping to fail
+// fast).
 //
 // Queries are traced with otelpgx on tel's providers: a query becomes a span
 // only inside a recording span (a request, a relay dispatch, a consumer), so
 // the idle polls of the background loops never produce root spans of their
 // own. Its duration histogram (db.client.operation.duration) goes to tel's
 // meter provider.
+func Open(ctx context.Context, cfg Config, tel telemetry.Providers) (*Pools, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.WithDefaults()
+	api, err := newPool(ctx, cfg, cfg.APIMaxConns, tel)
+	if err != nil {
+		return nil, err
+	}
+	workers, err := newPool(ctx, cfg, cfg.WorkerMaxConns, tel)
+	if err != nil {
+		api.Close()
+		return nil, err
+	}
+	return &Pools{API: api, Workers: workers}, nil
+}
+
+// New parses dsn (env DATABASE_URL) and opens one pool of DefaultMaxConns
+// connections with the default time bounds, for a service that does not
+// split its API from its workers. Settings in the URL win, as with Open.
 func New(ctx context.Context, dsn string, tel telemetry.Providers) (*pgxpool.Pool, error) {
+	return newPool(ctx, Config{URL: dsn}.WithDefaults(), DefaultMaxConns, tel)
+}
+
+func newPool(ctx context.Context, c Config, maxConns int, tel telemetry.Providers) (*pgxpool.Pool, error) {
 	tel = tel.WithDefaults()
-	cfg, err := pgxpool.ParseConfig(dsn)
+	cfg, err := pgxpool.ParseConfig(c.URL)
 	if err != nil {
 		return nil, fmt.Errorf("DATABASE_URL: %w", err)
 	}
-	if !strings.Contains(dsn, "pool_max_conns") {
-		cfg.MaxConns = DefaultMaxConns
+	if !strings.Contains(c.URL, "pool_max_conns") {
+		cfg.MaxConns = int32(maxConns) //nolint:gosec // validated: at most 1000
 	}
-	cfg.ConnConfig.Tracer = otelpgx.NewTracer(
+	cc := cfg.ConnConfig
+	setTimeout(cc.RuntimeParams, "statement_timeout", c.StatementTimeout)
+	setTimeout(cc.RuntimeParams, "lock_timeout", c.LockTimeout)
+	// pgconn leaves ConnectTimeout 0 unless connect_timeout (or
+	// PGCONNECT_TIMEOUT) was given; it then bounds the whole connect.
+	if cc.ConnectTimeout == 0 {
+		cc.ConnectTimeout = c.ConnectTimeout
+	}
+	cc.Tracer = otelpgx.NewTracer(
 		otelpgx.WithTracerProvider(tel.TracerProvider),
 		otelpgx.WithMeterProvider(tel.MeterProvider),
 	)
@@ -46,4 +245,13 @@ func New(ctx context.Context, dsn string, tel telemetry.Providers) (*pgxpool.Poo
 		return nil, fmt.Errorf("DATABASE_URL: %w", err)
 	}
 	return pool, nil
+}
+
+// setTimeout sends name=d (milliseconds) as a startup parameter, unless the
+// URL already set it, directly or as "-c name=..." in options (PGOPTIONS).
+func setTimeout(params map[string]string, name string, d time.Duration) {
+	if _, ok := params[name]; ok || strings.Contains(params["options"], name) {
+		return
+	}
+	params[name] = strconv.FormatInt(d.Milliseconds(), 10)
 }

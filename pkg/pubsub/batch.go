@@ -11,6 +11,7 @@ import (
 	otelcodes "go.opentelemetry.io/otel/codes"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 )
 
 // leaseRenewEvery is how often RunBatch extends the leases of a batch whose
@@ -19,9 +20,10 @@ import (
 const leaseRenewEvery = MinAckDeadline / 2
 
 // RunBatch receives with synchronous unary Pull and hands each pulled batch
-// to h; it then acks the messages h succeeded with in one Acknowledge call
-// and nacks the others with ModifyAckDeadline(0). It is the mode for
-// inbox-style ingest, where one database commit covers a whole batch.
+// to h, split into calls of at most MaxBatchBytes; after each call it acks
+// the messages h succeeded with in one Acknowledge call and nacks the others
+// with ModifyAckDeadline(0). It is the mode for inbox-style ingest, where
+// one database commit covers a whole batch.
 //
 // Why unary Pull rather than the client's StreamingPull: pstest hands a
 // stream one message per 10 ms tick (40-90 msg/s), while Pull(1000) plus
@@ -31,13 +33,16 @@ const leaseRenewEvery = MinAckDeadline / 2
 // negligible next to the batch's commit.
 //
 // Correctness on real Pub/Sub:
-//   - Leases: messages arrive with the subscription's ack deadline; while h
-//     runs, RunBatch extends it to BatchLeaseExtension every 5 s, for at
-//     most MaxExtension, so a slow commit is not redelivered meanwhile.
+//   - Leases: messages arrive with the subscription's ack deadline; until
+//     their handler call returned, RunBatch extends it to
+//     BatchLeaseExtension every 5 s, for at most MaxExtension, so a slow
+//     commit is not redelivered meanwhile, nor are the later calls' messages
+//     of the same pull waiting their turn.
 //   - Ordering: on an ordered subscription Pub/Sub does not deliver a key's
 //     next messages while earlier ones of that key are outstanding, so
 //     several pull loops never hold one key in two batches at once; within a
-//     batch, messages of a key are in publish order and h sees them so. If a
+//     batch, messages of a key are in publish order and h sees them so (the
+//     calls of one pull run one after another, in order). If a
 //     message is nacked, Pub/Sub redelivers it and the key's later messages,
 //     even those acked, so order is restored at the cost of duplicates,
 //     which the consumer's unique key absorbs. The inbox additionally
@@ -76,13 +81,14 @@ func (s *Subscriber) RunBatch(ctx context.Context, h BatchHandler) error {
 
 func (s *Subscriber) pullLoop(ctx context.Context, h BatchHandler) error {
 	failures, failedBatches := 0, 0
+	maxMessages := s.cfg.BatchSize // until the first pull shows the message size
 	for ctx.Err() == nil {
 		// By default no ReturnImmediately: the server holds an empty Pull
 		// until messages arrive, so an idle subscription is not a busy loop
 		// (see SubscriberConfig.EmptyPollInterval for emulators).
 		resp, err := s.client.SubscriptionAdminClient.Pull(ctx, &pubsubpb.PullRequest{
 			Subscription:      s.name,
-			MaxMessages:       int32(s.cfg.BatchSize),
+			MaxMessages:       int32(maxMessages),          //nolint:gosec // at most BatchSize (validated <= 1000)
 			ReturnImmediately: s.cfg.EmptyPollInterval > 0, //nolint:staticcheck // deprecated on real Pub/Sub; used only against emulators
 		})
 		if err != nil {
@@ -107,7 +113,10 @@ func (s *Subscriber) pullLoop(ctx context.Context, h BatchHandler) error {
 			}
 			continue
 		}
-		if acked, nacked := s.processBatch(ctx, h, resp.GetReceivedMessages()); acked == 0 && nacked > 0 {
+		rms := resp.GetReceivedMessages()
+		sizes := messageSizes(rms)
+		maxMessages = s.nextPullSize(sizes)
+		if acked, nacked := s.processPull(ctx, h, rms, sizes); acked == 0 && nacked > 0 {
 			// Every message failed: the handler's dependency (the database)
 			// is most likely down. Pulling again at once would only churn
 			// the nacked messages through their delivery attempts; on
@@ -137,20 +146,90 @@ func retryablePullError(err error) bool {
 	return true
 }
 
-// processBatch runs h on one pulled batch, then acks and nacks; it returns
+// messageSizes returns each message's size as Pub/Sub counts it (the
+// PubsubMessage's encoded size).
+func messageSizes(rms []*pubsubpb.ReceivedMessage) []int {
+	sizes := make([]int, len(rms))
+	for i, rm := range rms {
+		sizes[i] = proto.Size(rm.GetMessage())
+	}
+	return sizes
+}
+
+// nextPullSize is how many messages of the mean size of the last pull fit
+// in MaxBatchBytes, between 1 and BatchSize.
+func (s *Subscriber) nextPullSize(sizes []int) int {
+	total := 0
+	for _, n := range sizes {
+		total += n
+	}
+	mean := max(1, total/len(sizes))
+	return min(s.cfg.BatchSize, max(1, s.cfg.MaxBatchBytes/mean))
+}
+
+// splitByBytes cuts sizes into consecutive runs of at most limit bytes; a
+// single message above limit is a run of its own. It returns the end index
+// of each run.
+func splitByBytes(sizes []int, limit int) []int {
+	var ends []int
+	run := 0
+	for i, n := range sizes {
+		if run > 0 && run+n > limit {
+			ends = append(ends, i)
+			run = 0
+		}
+		run += n
+	}
+	return append(ends, len(sizes))
+}
+
+// processPull hands one pulled batch to h in calls of at most MaxBatchBytes,
+// one after another, acking and nacking after each call. The leases of the
+// messages whose call has not returned are extended throughout. It returns
 // how many messages h succeeded and failed with.
-func (s *Subscriber) processBatch(ctx context.Context, h BatchHandler, rms []*pubsubpb.ReceivedMessage) (acked, nacked int) {
+func (s *Subscriber) processPull(ctx context.Context, h BatchHandler, rms []*pubsubpb.ReceivedMessage, sizes []int) (acked, nacked int) {
+	leases := &pendingLeases{ids: make([]string, len(rms))}
+	for i, rm := range rms {
+		leases.ids[i] = rm.GetAckId()
+	}
+	stopLeases := s.extendLeases(ctx, leases)
+	defer stopLeases()
+	start := 0
+	for _, end := range splitByBytes(sizes, s.cfg.MaxBatchBytes) {
+		a, n := s.processBatch(ctx, h, rms[start:end], leases.ids[start:end], func() { leases.settle(end) })
+		acked, nacked = acked+a, nacked+n
+		start = end
+	}
+	return acked, nacked
+}
+
+// pendingLeases are the ack IDs of one pull; ids[from:] still await their
+// handler call, and only those are extended.
+type pendingLeases struct {
+	mu   sync.Mutex // held across an extension, so settle waits for it
+	ids  []string
+	from int
+}
+
+// settle stops the extension of ids[:end]: once it returns, no extension of
+// them is in flight or will be sent, so a nack (deadline 0) is not undone.
+func (p *pendingLeases) settle(end int) {
+	p.mu.Lock()
+	p.from = end
+	p.mu.Unlock()
+}
+
+// processBatch runs h on one handler call's messages, calls handled, then
+// acks and nacks; it returns how many messages h succeeded and failed with.
+func (s *Subscriber) processBatch(ctx context.Context, h BatchHandler, rms []*pubsubpb.ReceivedMessage, ackIDs []string, handled func()) (acked, nacked int) {
 	ms := make([]*Received, len(rms))
-	ackIDs := make([]string, len(rms))
 	for i, rm := range rms {
 		ms[i] = fromReceivedMessage(rm)
-		ackIDs[i] = rm.GetAckId()
 	}
 	ctx, span := s.startSpan(ctx, ms)
 	defer span.End()
-	stopLeases := s.extendLeases(ctx, ackIDs)
 	errs := s.callBatch(ctx, h, ms)
-	stopLeases()
+	handled()
 
 	var acks, nacks []string
 	for i, id := range ackIDs {
@@ -206,9 +285,10 @@ func (s *Subscriber) callBatch(ctx context.Context, h BatchHandler, ms []*Receiv
 	return errs
 }
 
-// extendLeases renews the batch's ack deadline every leaseRenewEvery until
-// stop is called or MaxExtension has passed.
-func (s *Subscriber) extendLeases(ctx context.Context, ackIDs []string) (stop func()) {
+// extendLeases renews the ack deadline of the pending messages every
+// leaseRenewEvery until stop is called, none is pending or MaxExtension has
+// passed.
+func (s *Subscriber) extendLeases(ctx context.Context, p *pendingLeases) (stop func()) {
 	done := make(chan struct{})
 	finished := make(chan struct{})
 	go func() {
@@ -225,16 +305,31 @@ func (s *Subscriber) extendLeases(ctx context.Context, ackIDs []string) (stop fu
 			case now := <-t.C:
 				if now.After(limit) {
 					s.logger.WarnContext(ctx, "pubsub batch handler exceeded MaxExtension; its messages will be redelivered",
-						"messages", len(ackIDs), "max_extension", s.cfg.MaxExtension)
+						"messages", len(p.ids), "max_extension", s.cfg.MaxExtension)
 					return
 				}
-				if err := s.modifyAckDeadline(ctx, ackIDs, s.cfg.BatchLeaseExtension); err != nil && ctx.Err() == nil {
-					s.logger.WarnContext(ctx, "pubsub lease extension failed", "messages", len(ackIDs), "error", err)
+				if !s.extendPending(ctx, p) {
+					return
 				}
 			}
 		}
 	}()
 	return func() { close(done); <-finished }
+}
+
+// extendPending extends the pending messages' leases; false when none is
+// pending.
+func (s *Subscriber) extendPending(ctx context.Context, p *pendingLeases) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ackIDs := p.ids[p.from:]
+	if len(ackIDs) == 0 {
+		return false
+	}
+	if err := s.modifyAckDeadline(ctx, ackIDs, s.cfg.BatchLeaseExtension); err != nil && ctx.Err() == nil {
+		s.logger.WarnContext(ctx, "pubsub lease extension failed", "messages", len(ackIDs), "error", err)
+	}
+	return true
 }
 
 func (s *Subscriber) modifyAckDeadline(ctx context.Context, ackIDs []string, d time.Duration) error {

@@ -67,6 +67,18 @@ type SubscriberConfig struct {
 
 	// BatchSize is RunBatch's MaxMessages per Pull. Default 500, at most 1000.
 	BatchSize int
+	// MaxBatchBytes bounds the message bytes (proto size: data, attributes,
+	// ordering key) of one RunBatch handler call, so a batch of large
+	// messages cannot take the handler's memory and transaction with it: a
+	// pulled batch above it is handed over in several calls, each acked and
+	// nacked by its own result; a single message above it goes alone. The
+	// next Pull asks for MaxBatchBytes / (mean message size of the previous
+	// pull) messages, at most BatchSize, so one pull stays near the bound.
+	// The first pull of each loop, and a pull whose messages are much larger
+	// than the previous ones, can still exceed it once: Pull bounds messages,
+	// not bytes, so that response may hold up to BatchSize messages of up to
+	// 10 MB (Pub/Sub's largest). Default 16 MiB.
+	MaxBatchBytes int
 	// BatchConcurrency is the number of RunBatch pull loops, i.e. batches in
 	// flight at once. Default 2: one batch is pulled while another commits.
 	BatchConcurrency int
@@ -111,6 +123,7 @@ func DefaultSubscriberConfig() SubscriberConfig {
 		MaxOutstandingBytes:    64 << 20,
 		MaxExtension:           10 * time.Minute,
 		BatchSize:              500,
+		MaxBatchBytes:          16 << 20,
 		BatchConcurrency:       2,
 		BatchLeaseExtension:    60 * time.Second,
 		AckTimeout:             30 * time.Second,
@@ -125,6 +138,7 @@ func (c SubscriberConfig) withDefaults() SubscriberConfig {
 	setDefault(&c.MaxOutstandingBytes, d.MaxOutstandingBytes)
 	setDefault(&c.MaxExtension, d.MaxExtension)
 	setDefault(&c.BatchSize, d.BatchSize)
+	setDefault(&c.MaxBatchBytes, d.MaxBatchBytes)
 	setDefault(&c.BatchConcurrency, d.BatchConcurrency)
 	setDefault(&c.BatchLeaseExtension, d.BatchLeaseExtension)
 	setDefault(&c.AckTimeout, d.AckTimeout)
@@ -143,7 +157,7 @@ func setDefault[T comparable](v *T, def T) {
 // Validate reports impossible settings. Zero fields are valid (defaults).
 func (c SubscriberConfig) Validate() error {
 	var errs []error
-	if c.NumGoroutines < 0 || c.MaxOutstandingMessages < 0 || c.MaxOutstandingBytes < 0 || c.BatchConcurrency < 0 {
+	if c.NumGoroutines < 0 || c.MaxOutstandingMessages < 0 || c.MaxOutstandingBytes < 0 || c.BatchConcurrency < 0 || c.MaxBatchBytes < 0 {
 		errs = append(errs, errors.New("subscriber: counts must not be negative"))
 	}
 	if c.MaxExtension < 0 || c.AckTimeout < 0 || c.EmptyPollInterval < 0 {

@@ -2,8 +2,10 @@ package server
 
 import (
 	"context"
+	"math"
 	"net/http"
 	"net/textproto"
+	"strconv"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 
@@ -13,10 +15,19 @@ import (
 // GatewayErrorHandler maps gRPC errors to HTTP the standard way
 // (runtime.HTTPStatusFromCode), except for reasons HTTP can say better than
 // gRPC: a reused Idempotency-Key with a different body is 422 Unprocessable
-// Content, and a key whose first request is still in flight is 409 Conflict
-// (IETF httpapi idempotency-key draft). The body stays the google.rpc.Status
-// with its details, so field violations reach REST clients too.
+// Content, a key whose first request is still in flight is 409 Conflict
+// (IETF httpapi idempotency-key draft), a body over the size limit is 413 and
+// a body not received within the read timeout is 408 (whatever error the
+// body's decoder made of them). A google.rpc.RetryInfo becomes a Retry-After
+// header (whole seconds). The body stays the google.rpc.Status with its
+// details, so field violations reach REST clients too.
 func GatewayErrorHandler(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
+	if bodyErr := bodyError(r); bodyErr != nil {
+		err = bodyErr
+	}
+	if d := apierror.RetryAfter(err); d > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(d.Seconds()))))
+	}
 	switch apierror.Reason(err) {
 	case apierror.ReasonIdempotencyKeyMismatch:
 		err = &runtime.HTTPStatusError{HTTPStatus: http.StatusUnprocessableEntity, Err: err}

@@ -40,6 +40,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/lossless-dev/lossless/pkg/apierror"
+	"github.com/lossless-dev/lossless/pkg/envconfig"
 	"github.com/lossless-dev/lossless/pkg/telemetry"
 )
 
@@ -56,7 +57,53 @@ type Config struct {
 	// one outbox batch or invoice job, shorter than Kubernetes' default 30 s
 	// termination grace period, so we exit before being SIGKILLed.
 	ShutdownTimeout time.Duration
+
+	// MaxBodyBytes bounds an HTTP request body. Default 1 MiB: a work order
+	// is a few KiB. A larger body is refused with 413 before it is buffered.
+	// (gRPC has its own bound: grpc-go refuses messages over 4 MiB.)
+	MaxBodyBytes int64
+	// ReadHeaderTimeout bounds reading an HTTP request's headers, so a client
+	// that never finishes them (slow loris) does not hold a connection.
+	// Default 5s.
+	ReadHeaderTimeout time.Duration
+	// ReadTimeout bounds reading a whole HTTP request, headers and body; a
+	// body trickled slower is answered 408 and the connection closed.
+	// Default 15s: a 1 MiB body at a slow mobile 1 Mbit/s takes 8 s.
+	ReadTimeout time.Duration
+	// RequestTimeout is the deadline of every gRPC (and so REST) handler: set
+	// when the client sent none, shortened when it sent a longer one.
+	// Default 10s.
+	RequestTimeout time.Duration
+	// WriteTimeout bounds an HTTP exchange from the end of its headers to the
+	// end of the response. Must exceed RequestTimeout, or a handler that uses
+	// its whole deadline loses its response. Default RequestTimeout + 5s.
+	WriteTimeout time.Duration
+	// IdleTimeout closes keep-alive connections idle this long. Default 60s.
+	IdleTimeout time.Duration
 }
+
+// ConfigFromEnv reads the listeners and limits with the names every service
+// shares (each process has its own environment): GRPC_ADDR and HTTP_ADDR
+// (defaults grpcAddr and httpAddr, the service's own ports),
+// SHUTDOWN_TIMEOUT, HTTP_MAX_BODY_BYTES, HTTP_READ_HEADER_TIMEOUT,
+// HTTP_READ_TIMEOUT, HTTP_WRITE_TIMEOUT, HTTP_IDLE_TIMEOUT and
+// REQUEST_TIMEOUT (defaults: the Default constants; 0 means the default).
+func ConfigFromEnv(r *envconfig.Reader, grpcAddr, httpAddr string) Config {
+	return Config{
+		GRPCAddr:          r.String("GRPC_ADDR", grpcAddr),
+		HTTPAddr:          r.String("HTTP_ADDR", httpAddr),
+		ShutdownTimeout:   r.Duration("SHUTDOWN_TIMEOUT", DefaultShutdownTimeout),
+		MaxBodyBytes:      int64(r.Int("HTTP_MAX_BODY_BYTES", DefaultMaxBodyBytes)),
+		ReadHeaderTimeout: r.Duration("HTTP_READ_HEADER_TIMEOUT", DefaultReadHeaderTimeout),
+		ReadTimeout:       r.Duration("HTTP_READ_TIMEOUT", DefaultReadTimeout),
+		RequestTimeout:    r.Duration("REQUEST_TIMEOUT", DefaultRequestTimeout),
+		WriteTimeout:      r.Duration("HTTP_WRITE_TIMEOUT", 0),
+		IdleTimeout:       r.Duration("HTTP_IDLE_TIMEOUT", DefaultIdleTimeout),
+	}
+}
+
+// EnvNames lists the variables ConfigFromEnv reads, for errors that name them.
+const EnvNames = "GRPC_ADDR / HTTP_ADDR / SHUTDOWN_TIMEOUT / HTTP_MAX_BODY_BYTES / HTTP_READ_HEADER_TIMEOUT / HTTP_READ_TIMEOUT / HTTP_WRITE_TIMEOUT / HTTP_IDLE_TIMEOUT / REQUEST_TIMEOUT"
 
 // Validate reports missing or invalid settings.
 func (c Config) Validate() error {
@@ -70,14 +117,63 @@ func (c Config) Validate() error {
 	if c.ShutdownTimeout < 0 {
 		errs = append(errs, errors.New("shutdown timeout must not be negative"))
 	}
+	if c.MaxBodyBytes < 0 {
+		errs = append(errs, errors.New("max body bytes must not be negative"))
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"read header timeout", c.ReadHeaderTimeout}, {"read timeout", c.ReadTimeout},
+		{"request timeout", c.RequestTimeout}, {"write timeout", c.WriteTimeout}, {"idle timeout", c.IdleTimeout},
+	} {
+		if d.v < 0 {
+			errs = append(errs, fmt.Errorf("%s must not be negative", d.name))
+		}
+	}
+	if c.WriteTimeout > 0 && c.WriteTimeout <= c.RequestTimeout {
+		errs = append(errs, fmt.Errorf("write timeout %v must exceed request timeout %v", c.WriteTimeout, c.RequestTimeout))
+	}
 	return errors.Join(errs...)
 }
 
+// Defaults of Config's limits.
+const (
+	DefaultShutdownTimeout   = 20 * time.Second
+	DefaultMaxBodyBytes      = 1 << 20
+	DefaultReadHeaderTimeout = 5 * time.Second
+	DefaultReadTimeout       = 15 * time.Second
+	DefaultRequestTimeout    = 10 * time.Second
+	DefaultIdleTimeout       = 60 * time.Second
+)
+
 func (c *Config) setDefaults() {
 	if c.ShutdownTimeout == 0 {
-		c.ShutdownTimeout = 20 * time.Second
+		c.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if c.ReadHeaderTimeout == 0 {
+		c.ReadHeaderTimeout = DefaultReadHeaderTimeout
+	}
+	if c.ReadTimeout == 0 {
+		c.ReadTimeout = DefaultReadTimeout
+	}
+	if c.RequestTimeout == 0 {
+		c.RequestTimeout = DefaultRequestTimeout
+	}
+	if c.WriteTimeout == 0 {
+		c.WriteTimeout = c.RequestTimeout + 5*time.Second
+	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = DefaultIdleTimeout
 	}
 }
+
+// readyLogInterval spaces the log lines of a readiness check that keeps
+// failing: probes poll every few seconds.
+const readyLogInterval = time.Minute
 
 // Option customises a Server.
 type Option func(*options)
@@ -170,6 +266,8 @@ type Server struct {
 	checks  map[string]func(context.Context) error
 	gwConn  *grpc.ClientConn
 	started atomic.Bool
+	// readyLog spaces the log lines of a failing readiness check.
+	readyLog *logThrottle
 }
 
 // New binds both listeners (so ":0" addresses are resolved before Run) and
@@ -183,7 +281,7 @@ func New(cfg Config, logger *slog.Logger, opts ...Option) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
-	s := &Server{cfg: cfg, log: logger, checks: map[string]func(context.Context) error{}}
+	s := &Server{cfg: cfg, log: logger, checks: map[string]func(context.Context) error{}, readyLog: newLogThrottle(readyLogInterval)}
 	for _, o := range opts {
 		o(&s.opts)
 	}
@@ -191,7 +289,9 @@ func New(cfg Config, logger *slog.Logger, opts ...Option) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("server: build validator: %w", err)
 	}
-	chain := []grpc.UnaryServerInterceptor{recoverUnary(logger)}
+	// Outermost: every error, including a recovered panic's and an auth
+	// refusal, leaves as a public status.
+	chain := []grpc.UnaryServerInterceptor{publicErrorsUnary(logger), recoverUnary(logger), deadlineUnary(cfg.RequestTimeout)}
 	chain = append(chain, s.opts.auth...)
 	chain = append(chain, validateUnary(validator))
 	chain = append(chain, s.opts.interceptors...)
@@ -232,7 +332,13 @@ func New(cfg Config, logger *slog.Logger, opts ...Option) (*Server, error) {
 		httpMux.Handle(r.pattern, r.handler)
 	}
 	httpMux.Handle("/", s.mux)
-	s.http = &http.Server{Handler: httpMux, ReadHeaderTimeout: 10 * time.Second}
+	s.http = &http.Server{
+		Handler:           s.boundHTTP(httpMux),
+		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
+		ReadTimeout:       cfg.ReadTimeout,
+		WriteTimeout:      cfg.WriteTimeout,
+		IdleTimeout:       cfg.IdleTimeout,
+	}
 	return s, nil
 }
 
@@ -350,7 +456,7 @@ func (s *Server) Run(ctx context.Context) error {
 
 func (s *Server) serveReadyz(w http.ResponseWriter, r *http.Request) {
 	if !s.ready.Load() {
-		http.Error(w, "not ready: starting or shutting down\n", http.StatusServiceUnavailable)
+		http.Error(w, "not ready", http.StatusServiceUnavailable)
 		return
 	}
 	s.mu.Lock()
@@ -363,9 +469,15 @@ func (s *Server) serveReadyz(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	for name, check := range checks {
 		if err := check(ctx); err != nil {
-			http.Error(w, fmt.Sprintf("not ready: %s: %v\n", name, err), http.StatusServiceUnavailable)
+			// The cause (addresses, user names) is for operators, not for
+			// whoever can reach /readyz.
+			if ok, skipped := s.readyLog.allow(name, time.Now()); ok {
+				s.log.Warn("not ready", "check", name, "error", err, "similar_failures_not_logged", skipped)
+			}
+			http.Error(w, "not ready", http.StatusServiceUnavailable)
 			return
 		}
+		s.readyLog.reset(name)
 	}
 	_, _ = w.Write([]byte("ready\n"))
 }

@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -37,6 +39,10 @@ func (f *fakeProvider) UpdateFaults(_ context.Context, r *providerv1.UpdateFault
 	return &providerv1.UpdateFaultsResponse{Faults: r.GetFaults()}, nil
 }
 
+func (f *fakeProvider) GetFaults(context.Context, *providerv1.GetFaultsRequest) (*providerv1.GetFaultsResponse, error) {
+	return &providerv1.GetFaultsResponse{Faults: &providerv1.Faults{}}, nil
+}
+
 func (f *fakeProvider) SubmitWorkOrder(context.Context, *providerv1.SubmitWorkOrderRequest) (*providerv1.SubmitWorkOrderResponse, error) {
 	return nil, apierror.FailedPrecondition(apierror.ReasonIdempotencyKeyMismatch, "key reused with a different body")
 }
@@ -47,11 +53,37 @@ type bundle struct {
 	cancel context.CancelFunc
 	done   chan error
 	base   string
+	logs   *logBuffer // everything the server logged
+}
+
+// logBuffer is an io.Writer safe for the server's concurrent log writes.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
 }
 
 func setup(t *testing.T, opts ...server.Option) *bundle {
 	t.Helper()
-	b := start(t, opts...)
+	return setupWith(t, server.Config{}, opts...)
+}
+
+// setupWith is setup with listener and limit settings from cfg; its
+// addresses and shutdown timeout are the test's.
+func setupWith(t *testing.T, cfg server.Config, opts ...server.Option) *bundle {
+	t.Helper()
+	b := startWith(t, cfg, opts...)
 	waitfor.Condition(t, 5*time.Second, "server ready", func() bool {
 		resp, err := http.Get(b.base + "/readyz") //nolint:noctx // test
 		if err != nil {
@@ -65,8 +97,14 @@ func setup(t *testing.T, opts ...server.Option) *bundle {
 
 func start(t *testing.T, opts ...server.Option) *bundle {
 	t.Helper()
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	srv, err := server.New(server.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", ShutdownTimeout: 5 * time.Second}, logger, opts...)
+	return startWith(t, server.Config{}, opts...)
+}
+
+func startWith(t *testing.T, cfg server.Config, opts ...server.Option) *bundle {
+	t.Helper()
+	cfg.GRPCAddr, cfg.HTTPAddr, cfg.ShutdownTimeout = "127.0.0.1:0", "127.0.0.1:0", 5*time.Second
+	logs := &logBuffer{}
+	srv, err := server.New(cfg, slog.New(slog.NewTextHandler(logs, nil)), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +118,7 @@ func start(t *testing.T, opts ...server.Option) *bundle {
 	if err := providerv1.RegisterProviderServiceHandler(ctx, srv.Gateway(), srv.GatewayConn()); err != nil {
 		t.Fatal(err)
 	}
-	b := &bundle{srv: srv, fake: fake, cancel: cancel, done: make(chan error, 1), base: "http://" + srv.HTTPAddr()}
+	b := &bundle{srv: srv, fake: fake, cancel: cancel, done: make(chan error, 1), base: "http://" + srv.HTTPAddr(), logs: logs}
 	go func() { b.done <- srv.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()

@@ -37,6 +37,7 @@ import (
 	"github.com/lossless-dev/lossless/services/workorder/internal/app"
 	"github.com/lossless-dev/lossless/services/workorder/internal/config"
 	"github.com/lossless-dev/lossless/services/workorder/internal/invoicing"
+	"github.com/lossless-dev/lossless/services/workorder/internal/receiver"
 )
 
 func main() {
@@ -108,6 +109,7 @@ func cliLogger() *slog.Logger {
 func inboxCommand(ctx context.Context, env *envconfig.Reader, args []string) error {
 	dsn := env.Required("DATABASE_URL")
 	psCfg := pubsub.ClientConfigFromEnv(env)
+	recvCfg := receiver.ConfigFromEnv(env, "WORKORDER_RECEIVER_")
 	if err := env.Err(); err != nil {
 		return err
 	}
@@ -116,7 +118,7 @@ func inboxCommand(ctx context.Context, env *envconfig.Reader, args []string) err
 		return fmt.Errorf("DATABASE_URL: %w", err)
 	}
 	defer pool.Close()
-	deps := admin.Deps{Pool: pool, Logger: cliLogger()}
+	deps := admin.Deps{Pool: pool, Receiver: recvCfg, Logger: cliLogger()}
 	// Only dead-letter replay needs Pub/Sub; other commands work without it.
 	if len(args) > 0 && args[0] == "replay-dead-letters" {
 		ps, err := pubsub.NewClient(ctx, psCfg)
@@ -150,6 +152,7 @@ func invoicingCommand(ctx context.Context, env *envconfig.Reader, args []string)
 		return errors.New("workorder invoicing replay: --id, --ticket and --actor are required")
 	}
 	dsn := env.Required("DATABASE_URL")
+	maxPayload := env.Int("WORKORDER_INVOICING_MAX_PAYLOAD_BYTES", invoicing.DefaultMaxPayloadBytes)
 	if err := env.Err(); err != nil {
 		return err
 	}
@@ -158,7 +161,7 @@ func invoicingCommand(ctx context.Context, env *envconfig.Reader, args []string)
 		return fmt.Errorf("DATABASE_URL: %w", err)
 	}
 	defer pool.Close()
-	inv, err := invoicing.New(pool, cliLogger(), nil)
+	inv, err := invoicing.New(pool, cliLogger(), nil, invoicing.WithConfig(invoicing.Config{MaxPayloadBytes: maxPayload}))
 	if err != nil {
 		return err
 	}

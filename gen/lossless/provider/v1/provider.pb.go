@@ -28,8 +28,10 @@ const (
 type SubmitWorkOrderRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The work-order service's id; the provider's idempotency key.
-	WorkOrderId   string `protobuf:"bytes,1,opt,name=work_order_id,json=workOrderId,proto3" json:"work_order_id,omitempty"`
-	CustomerId    string `protobuf:"bytes,2,opt,name=customer_id,json=customerId,proto3" json:"customer_id,omitempty"`
+	WorkOrderId string `protobuf:"bytes,1,opt,name=work_order_id,json=workOrderId,proto3" json:"work_order_id,omitempty"`
+	// Must not contain NUL (U+0000).
+	CustomerId string `protobuf:"bytes,2,opt,name=customer_id,json=customerId,proto3" json:"customer_id,omitempty"`
+	// Must not contain NUL (U+0000).
 	Description   string `protobuf:"bytes,3,opt,name=description,proto3" json:"description,omitempty"`
 	Positions     int32  `protobuf:"varint,4,opt,name=positions,proto3" json:"positions,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -491,12 +493,14 @@ var File_lossless_provider_v1_provider_proto protoreflect.FileDescriptor
 
 const file_lossless_provider_v1_provider_proto_rawDesc = "" +
 	"\n" +
-	"#lossless/provider/v1/provider.proto\x12\x14lossless.provider.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc9\x01\n" +
+	"#lossless/provider/v1/provider.proto\x12\x14lossless.provider.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf9\x02\n" +
 	"\x16SubmitWorkOrderRequest\x12,\n" +
-	"\rwork_order_id\x18\x01 \x01(\tB\b\xbaH\x05r\x03\xb0\x01\x01R\vworkOrderId\x12*\n" +
-	"\vcustomer_id\x18\x02 \x01(\tB\t\xbaH\x06r\x04\x10\x01\x18@R\n" +
-	"customerId\x12*\n" +
-	"\vdescription\x18\x03 \x01(\tB\b\xbaH\x05r\x03\x18\xd0\x0fR\vdescription\x12)\n" +
+	"\rwork_order_id\x18\x01 \x01(\tB\b\xbaH\x05r\x03\xb0\x01\x01R\vworkOrderId\x12\x81\x01\n" +
+	"\vcustomer_id\x18\x02 \x01(\tB`\xbaH]\xba\x01T\n" +
+	"\rstring.no_nul\x12)must not contain a NUL character (U+0000)\x1a\x18!this.contains('\\u0000')r\x04\x10\x01\x18@R\n" +
+	"customerId\x12\x81\x01\n" +
+	"\vdescription\x18\x03 \x01(\tB_\xbaH\\\xba\x01T\n" +
+	"\rstring.no_nul\x12)must not contain a NUL character (U+0000)\x1a\x18!this.contains('\\u0000')r\x03\x18\xd0\x0fR\vdescription\x12)\n" +
 	"\tpositions\x18\x04 \x01(\x05B\v\xbaH\b\x1a\x06\x18\xa0\x8d\x06(\x01R\tpositions\"\x84\x01\n" +
 	"\n" +
 	"Acceptance\x12\x15\n" +

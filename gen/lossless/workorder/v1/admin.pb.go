@@ -26,9 +26,9 @@ const (
 // Authorization of a mutating operator call.
 type OperatorAuthorization struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Change or incident reference.
+	// Change or incident reference; must not contain NUL (U+0000).
 	Ticket string `protobuf:"bytes,1,opt,name=ticket,proto3" json:"ticket,omitempty"`
-	// Who acts.
+	// Who acts; must not contain NUL (U+0000).
 	Actor         string `protobuf:"bytes,2,opt,name=actor,proto3" json:"actor,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -256,7 +256,7 @@ type ListInboxEntriesRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// OPEN, APPLIED, DUPLICATE or PARKED; empty means PARKED.
 	Status string `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
-	// Only this park reason.
+	// Only this park reason; must not contain NUL (U+0000).
 	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
 	// Page after this id.
 	AfterId int64 `protobuf:"varint,3,opt,name=after_id,json=afterId,proto3" json:"after_id,omitempty"`
@@ -463,7 +463,7 @@ type ReplayInboxEntriesRequest struct {
 	Ids      []int64                `protobuf:"varint,2,rep,packed,name=ids,proto3" json:"ids,omitempty"`
 	FromTime *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=from_time,json=fromTime,proto3" json:"from_time,omitempty"`
 	ToTime   *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=to_time,json=toTime,proto3" json:"to_time,omitempty"`
-	// Only entries parked for this reason.
+	// Only entries parked for this reason; must not contain NUL (U+0000).
 	Reason string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
 	// Report, change nothing (still audited).
 	DryRun        bool `protobuf:"varint,6,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
@@ -599,6 +599,7 @@ type ReplayDeadLettersRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Authorization *OperatorAuthorization `protobuf:"bytes,1,opt,name=authorization,proto3" json:"authorization,omitempty"`
 	// Only dead letters with these Pub/Sub message ids; empty means any.
+	// Ids must not contain NUL (U+0000).
 	MessageIds []string `protobuf:"bytes,2,rep,name=message_ids,json=messageIds,proto3" json:"message_ids,omitempty"`
 	// Upper bound of dead letters taken in this call (required, 1..1000).
 	MaxMessages   int32 `protobuf:"varint,3,opt,name=max_messages,json=maxMessages,proto3" json:"max_messages,omitempty"`
@@ -972,12 +973,12 @@ var File_lossless_workorder_v1_admin_proto protoreflect.FileDescriptor
 
 const file_lossless_workorder_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"!lossless/workorder/v1/admin.proto\x12\x15lossless.workorder.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"]\n" +
-	"\x15OperatorAuthorization\x12\"\n" +
-	"\x06ticket\x18\x01 \x01(\tB\n" +
-	"\xbaH\ar\x05\x10\x01\x18\xc8\x01R\x06ticket\x12 \n" +
-	"\x05actor\x18\x02 \x01(\tB\n" +
-	"\xbaH\ar\x05\x10\x01\x18\xc8\x01R\x05actor\"\xeb\x05\n" +
+	"!lossless/workorder/v1/admin.proto\x12\x15lossless.workorder.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8b\x02\n" +
+	"\x15OperatorAuthorization\x12y\n" +
+	"\x06ticket\x18\x01 \x01(\tBa\xbaH^\xba\x01T\n" +
+	"\rstring.no_nul\x12)must not contain a NUL character (U+0000)\x1a\x18!this.contains('\\u0000')r\x05\x10\x01\x18\xc8\x01R\x06ticket\x12w\n" +
+	"\x05actor\x18\x02 \x01(\tBa\xbaH^\xba\x01T\n" +
+	"\rstring.no_nul\x12)must not contain a NUL character (U+0000)\x1a\x18!this.contains('\\u0000')r\x05\x10\x01\x18\xc8\x01R\x05actor\"\xeb\x05\n" +
 	"\n" +
 	"InboxEntry\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x16\n" +
@@ -1006,10 +1007,11 @@ const file_lossless_workorder_v1_admin_proto_rawDesc = "" +
 	"\vtraceparent\x18\x11 \x01(\tR\vtraceparent\x1a=\n" +
 	"\x0fAttributesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xca\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa1\x02\n" +
 	"\x17ListInboxEntriesRequest\x12A\n" +
-	"\x06status\x18\x01 \x01(\tB)\xbaH&r$R\x00R\x04OPENR\aAPPLIEDR\tDUPLICATER\x06PARKEDR\x06status\x12\x1f\n" +
-	"\x06reason\x18\x02 \x01(\tB\a\xbaH\x04r\x02\x18@R\x06reason\x12\"\n" +
+	"\x06status\x18\x01 \x01(\tB)\xbaH&r$R\x00R\x04OPENR\aAPPLIEDR\tDUPLICATER\x06PARKEDR\x06status\x12v\n" +
+	"\x06reason\x18\x02 \x01(\tB^\xbaH[\xba\x01T\n" +
+	"\rstring.no_nul\x12)must not contain a NUL character (U+0000)\x1a\x18!this.contains('\\u0000')r\x02\x18@R\x06reason\x12\"\n" +
 	"\bafter_id\x18\x03 \x01(\x03B\a\xbaH\x04\"\x02(\x00R\aafterId\x12'\n" +
 	"\tpage_size\x18\x04 \x01(\x05B\n" +
 	"\xbaH\a\x1a\x05\x18\xe8\a(\x00R\bpageSize\"W\n" +
@@ -1018,20 +1020,22 @@ const file_lossless_workorder_v1_admin_proto_rawDesc = "" +
 	"\x14GetInboxEntryRequest\x12\x17\n" +
 	"\x02id\x18\x01 \x01(\x03B\a\xbaH\x04\"\x02 \x00R\x02id\"P\n" +
 	"\x15GetInboxEntryResponse\x127\n" +
-	"\x05entry\x18\x01 \x01(\v2!.lossless.workorder.v1.InboxEntryR\x05entry\"\xbc\x02\n" +
+	"\x05entry\x18\x01 \x01(\v2!.lossless.workorder.v1.InboxEntryR\x05entry\"\x93\x03\n" +
 	"\x19ReplayInboxEntriesRequest\x12Z\n" +
 	"\rauthorization\x18\x01 \x01(\v2,.lossless.workorder.v1.OperatorAuthorizationB\x06\xbaH\x03\xc8\x01\x01R\rauthorization\x12\x1b\n" +
 	"\x03ids\x18\x02 \x03(\x03B\t\xbaH\x06\x92\x01\x03\x10\xe8\aR\x03ids\x127\n" +
 	"\tfrom_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\bfromTime\x123\n" +
-	"\ato_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x06toTime\x12\x1f\n" +
-	"\x06reason\x18\x05 \x01(\tB\a\xbaH\x04r\x02\x18@R\x06reason\x12\x17\n" +
+	"\ato_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x06toTime\x12v\n" +
+	"\x06reason\x18\x05 \x01(\tB^\xbaH[\xba\x01T\n" +
+	"\rstring.no_nul\x12)must not contain a NUL character (U+0000)\x1a\x18!this.contains('\\u0000')r\x02\x18@R\x06reason\x12\x17\n" +
 	"\adry_run\x18\x06 \x01(\bR\x06dryRun\"G\n" +
 	"\x1aReplayInboxEntriesResponse\x12\x10\n" +
 	"\x03ids\x18\x01 \x03(\x03R\x03ids\x12\x17\n" +
-	"\adry_run\x18\x02 \x01(\bR\x06dryRun\"\xea\x01\n" +
+	"\adry_run\x18\x02 \x01(\bR\x06dryRun\"\xc4\x02\n" +
 	"\x18ReplayDeadLettersRequest\x12Z\n" +
-	"\rauthorization\x18\x01 \x01(\v2,.lossless.workorder.v1.OperatorAuthorizationB\x06\xbaH\x03\xc8\x01\x01R\rauthorization\x12*\n" +
-	"\vmessage_ids\x18\x02 \x03(\tB\t\xbaH\x06\x92\x01\x03\x10\xe8\aR\n" +
+	"\rauthorization\x18\x01 \x01(\v2,.lossless.workorder.v1.OperatorAuthorizationB\x06\xbaH\x03\xc8\x01\x01R\rauthorization\x12\x83\x01\n" +
+	"\vmessage_ids\x18\x02 \x03(\tBb\xbaH_\x92\x01\\\x10\xe8\a\"W\xba\x01T\n" +
+	"\rstring.no_nul\x12)must not contain a NUL character (U+0000)\x1a\x18!this.contains('\\u0000')R\n" +
 	"messageIds\x12-\n" +
 	"\fmax_messages\x18\x03 \x01(\x05B\n" +
 	"\xbaH\a\x1a\x05\x18\xe8\a(\x01R\vmaxMessages\x12\x17\n" +

@@ -96,7 +96,7 @@ type WorkOrder struct {
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// The customer the work is done for.
 	CustomerId string `protobuf:"bytes,2,opt,name=customer_id,json=customerId,proto3" json:"customer_id,omitempty"`
-	// Free text describing the work.
+	// Free text describing the work; must not contain NUL (U+0000).
 	Description string `protobuf:"bytes,3,opt,name=description,proto3" json:"description,omitempty"`
 	// Number of positions (items) to execute.
 	Positions int32 `protobuf:"varint,4,opt,name=positions,proto3" json:"positions,omitempty"`
@@ -587,7 +587,7 @@ func (x *ListWorkOrdersResponse) GetNextPageToken() string {
 type CancelWorkOrderRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	// Optional reason, recorded in the status history.
+	// Optional reason, recorded in the status history; must not contain NUL (U+0000).
 	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -773,12 +773,13 @@ var File_lossless_workorder_v1_workorder_proto protoreflect.FileDescriptor
 
 const file_lossless_workorder_v1_workorder_proto_rawDesc = "" +
 	"\n" +
-	"%lossless/workorder/v1/workorder.proto\x12\x15lossless.workorder.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dlossless/money/v1/money.proto\"\xca\x04\n" +
+	"%lossless/workorder/v1/workorder.proto\x12\x15lossless.workorder.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dlossless/money/v1/money.proto\"\xa2\x05\n" +
 	"\tWorkOrder\x12\x13\n" +
 	"\x02id\x18\x01 \x01(\tB\x03\xe0A\x03R\x02id\x12K\n" +
 	"\vcustomer_id\x18\x02 \x01(\tB*\xe0A\x02\xbaH$r\"\x10\x01\x18@2\x1c^[A-Za-z0-9][A-Za-z0-9._-]*$R\n" +
-	"customerId\x12/\n" +
-	"\vdescription\x18\x03 \x01(\tB\r\xe0A\x02\xbaH\ar\x05\x10\x01\x18\xd0\x0fR\vdescription\x12,\n" +
+	"customerId\x12\x86\x01\n" +
+	"\vdescription\x18\x03 \x01(\tBd\xe0A\x02\xbaH^\xba\x01T\n" +
+	"\rstring.no_nul\x12)must not contain a NUL character (U+0000)\x1a\x18!this.contains('\\u0000')r\x05\x10\x01\x18\xd0\x0fR\vdescription\x12,\n" +
 	"\tpositions\x18\x04 \x01(\x05B\x0e\xe0A\x02\xbaH\b\x1a\x06\x18\xa0\x8d\x06(\x01R\tpositions\x12B\n" +
 	"\n" +
 	"unit_price\x18\x05 \x01(\v2\x18.lossless.money.v1.MoneyB\t\xe0A\x02\xbaH\x03\xc8\x01\x01R\tunitPrice\x12C\n" +
@@ -818,10 +819,11 @@ const file_lossless_workorder_v1_workorder_proto_rawDesc = "" +
 	"\x16ListWorkOrdersResponse\x12A\n" +
 	"\vwork_orders\x18\x01 \x03(\v2 .lossless.workorder.v1.WorkOrderR\n" +
 	"workOrders\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"T\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xab\x01\n" +
 	"\x16CancelWorkOrderRequest\x12\x18\n" +
-	"\x02id\x18\x01 \x01(\tB\b\xbaH\x05r\x03\xb0\x01\x01R\x02id\x12 \n" +
-	"\x06reason\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\xf4\x03R\x06reason\"Z\n" +
+	"\x02id\x18\x01 \x01(\tB\b\xbaH\x05r\x03\xb0\x01\x01R\x02id\x12w\n" +
+	"\x06reason\x18\x02 \x01(\tB_\xbaH\\\xba\x01T\n" +
+	"\rstring.no_nul\x12)must not contain a NUL character (U+0000)\x1a\x18!this.contains('\\u0000')r\x03\x18\xf4\x03R\x06reason\"Z\n" +
 	"\x17CancelWorkOrderResponse\x12?\n" +
 	"\n" +
 	"work_order\x18\x01 \x01(\v2 .lossless.workorder.v1.WorkOrderR\tworkOrder\"7\n" +

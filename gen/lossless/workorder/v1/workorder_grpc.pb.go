@@ -38,6 +38,12 @@ const (
 // request is refused (HTTP 422). See docs/adr/0003-api-idempotency-keys.md.
 type WorkOrderServiceClient interface {
 	// Creates a work order and, in the same transaction, its hand-off event.
+	//
+	// A request carrying an Idempotency-Key is safe to retry on HTTP 503 /
+	// gRPC UNAVAILABLE (database unavailable; honour Retry-After or the
+	// google.rpc.RetryInfo delay) and on network errors: the retry either
+	// creates the order or returns the one the first attempt created. Without
+	// a key, a retry after a lost response may create a second order.
 	CreateWorkOrder(ctx context.Context, in *CreateWorkOrderRequest, opts ...grpc.CallOption) (*CreateWorkOrderResponse, error)
 	// Returns one work order. Unknown id: NOT_FOUND.
 	GetWorkOrder(ctx context.Context, in *GetWorkOrderRequest, opts ...grpc.CallOption) (*GetWorkOrderResponse, error)
@@ -119,6 +125,12 @@ func (c *workOrderServiceClient) ListWorkOrderHistory(ctx context.Context, in *L
 // request is refused (HTTP 422). See docs/adr/0003-api-idempotency-keys.md.
 type WorkOrderServiceServer interface {
 	// Creates a work order and, in the same transaction, its hand-off event.
+	//
+	// A request carrying an Idempotency-Key is safe to retry on HTTP 503 /
+	// gRPC UNAVAILABLE (database unavailable; honour Retry-After or the
+	// google.rpc.RetryInfo delay) and on network errors: the retry either
+	// creates the order or returns the one the first attempt created. Without
+	// a key, a retry after a lost response may create a second order.
 	CreateWorkOrder(context.Context, *CreateWorkOrderRequest) (*CreateWorkOrderResponse, error)
 	// Returns one work order. Unknown id: NOT_FOUND.
 	GetWorkOrder(context.Context, *GetWorkOrderRequest) (*GetWorkOrderResponse, error)

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -63,8 +64,9 @@ func (s *Service) GetInvoice(ctx context.Context, req *billingv1.GetInvoiceReque
 		return nil, apierror.NotFound("invoice", req.GetId())
 	}
 	if err != nil {
-		s.logger.ErrorContext(ctx, "get invoice failed", "invoice_id", id, "error", err)
-		return nil, err
+		// pkg/server's interceptor answers UNAVAILABLE or a bare INTERNAL
+		// and logs this; the client never sees the driver's text.
+		return nil, fmt.Errorf("get invoice %s: %w", id, err)
 	}
 	return &billingv1.GetInvoiceResponse{Invoice: toProto(inv)}, nil
 }
@@ -91,6 +93,9 @@ func (s *Service) ListInvoices(ctx context.Context, req *billingv1.ListInvoicesR
 	}
 	if tok := req.GetPageToken(); tok != "" {
 		c, err := store.ParseToken(tok)
+		if err == nil && !plausibleIssueTime(c.IssuedAt, time.Now()) {
+			err = errors.New("page token out of range")
+		}
 		if err != nil {
 			return nil, apierror.InvalidArgument(apierror.Violation{Field: "page_token", Description: err.Error()})
 		}
@@ -98,8 +103,7 @@ func (s *Service) ListInvoices(ctx context.Context, req *billingv1.ListInvoicesR
 	}
 	invs, next, err := store.List(ctx, s.pool, f)
 	if err != nil {
-		s.logger.ErrorContext(ctx, "list invoices failed", "error", err)
-		return nil, err
+		return nil, fmt.Errorf("list invoices: %w", err) // see GetInvoice
 	}
 	resp := &billingv1.ListInvoicesResponse{Invoices: make([]*billingv1.Invoice, len(invs))}
 	for i, inv := range invs {
@@ -109,6 +113,18 @@ func (s *Service) ListInvoices(ctx context.Context, req *billingv1.ListInvoicesR
 		resp.NextPageToken = next.Token()
 	}
 	return resp, nil
+}
+
+// maxTokenSkew is how far past now a page token's time may lie: tokens carry
+// the database's issue times, and replicas' clocks differ a little.
+const maxTokenSkew = 24 * time.Hour
+
+// plausibleIssueTime reports whether t can be an invoice's issue time: not
+// before 1970, not in the future. A token with any other time was not issued
+// by a previous response, and its extremes overflow PostgreSQL's timestamptz
+// (the driver then silently queries some other position).
+func plausibleIssueTime(t, now time.Time) bool {
+	return !t.Before(time.Unix(0, 0)) && !t.After(now.Add(maxTokenSkew))
 }
 
 func toProto(inv invoice.Invoice) *billingv1.Invoice {

@@ -40,7 +40,12 @@ type testBundle struct {
 
 func setup(t *testing.T) testBundle {
 	t.Helper()
-	pool := pgtest.NewPool(t, migrations.Billing())
+	return setupOn(t, pgtest.NewPool(t, migrations.Billing()))
+}
+
+// setupOn serves the API over pool.
+func setupOn(t *testing.T, pool *pgxpool.Pool) testBundle {
+	t.Helper()
 	logger := slog.New(slog.DiscardHandler)
 	svc, err := api.NewService(pool, logger)
 	if err != nil {

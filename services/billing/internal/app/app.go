@@ -35,7 +35,7 @@ type App struct {
 	cfg       config.Config
 	log       *slog.Logger
 	tel       telemetry.Providers
-	pool      *pgxpool.Pool
+	db        *pgpool.Pools // API and workers' pools, kept apart (pkg/pgpool)
 	ps        *gpubsub.Client
 	publisher *pubsub.Publisher
 	srv       *server.Server
@@ -54,12 +54,12 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger, tel teleme
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	pool, err := pgpool.New(ctx, cfg.DatabaseURL, tel)
+	db, err := pgpool.Open(ctx, cfg.Database, tel)
 	if err != nil {
 		return nil, fmt.Errorf("app: database pool: %w", err)
 	}
-	a := &App{cfg: cfg, log: logger, tel: tel, pool: pool}
-	if err := pool.Ping(ctx); err != nil {
+	a := &App{cfg: cfg, log: logger, tel: tel, db: db}
+	if err := db.Workers.Ping(ctx); err != nil {
 		a.Close()
 		return nil, fmt.Errorf("app: database unreachable (DATABASE_URL): %w", err)
 	}
@@ -102,7 +102,7 @@ func Build(pool *pgxpool.Pool, pub *pubsub.Publisher, cfg config.Config, logger 
 	if c.Worker, err = leasequeue.NewWorker(c.Queue, c.Issuer.Handle, cfg.Worker); err != nil {
 		return nil, err
 	}
-	if c.Intake, err = intake.New(pool, c.Queue, intake.Config{JobMaxAttempts: cfg.JobMaxAttempts},
+	if c.Intake, err = intake.New(pool, c.Queue, intake.Config{JobMaxAttempts: cfg.JobMaxAttempts, MaxPayloadBytes: cfg.IntakeMaxPayloadBytes},
 		logger.With("component", "intake"), meter); err != nil {
 		return nil, err
 	}
@@ -123,7 +123,8 @@ func (a *App) assemble(ctx context.Context, opts []server.Option) error {
 	if a.publisher, err = pubsub.NewPublisher(a.ps, pubsub.TopicBillingEvents, pubsub.DefaultPublisherConfig(), pubsub.WithPublisherMeter(meter)); err != nil {
 		return err
 	}
-	c, err := Build(a.pool, a.publisher, a.cfg, a.log, a.tel)
+	// Background loops on the workers' pool, the read API on its own.
+	c, err := Build(a.db.Workers, a.publisher, a.cfg, a.log, a.tel)
 	if err != nil {
 		return err
 	}
@@ -138,7 +139,7 @@ func (a *App) assemble(ctx context.Context, opts []server.Option) error {
 	if err != nil {
 		return err
 	}
-	svc, err := api.NewService(a.pool, a.log.With("component", "api"))
+	svc, err := api.NewService(a.db.API, a.log.With("component", "api"))
 	if err != nil {
 		return err
 	}
@@ -155,7 +156,9 @@ func (a *App) assemble(ctx context.Context, opts []server.Option) error {
 	if a.srv, err = server.New(a.cfg.Server, a.log, append(workers, opts...)...); err != nil {
 		return err
 	}
-	a.srv.AddReadinessCheck("database", a.pool.Ping)
+	// Reachability, on the workers' pool: an exhausted API pool is
+	// back-pressure, not a reason to leave the load balancer.
+	a.srv.AddReadinessCheck("database", a.db.Workers.Ping)
 	return api.Register(ctx, a.srv, svc)
 }
 
@@ -184,5 +187,5 @@ func (a *App) Close() {
 	if a.ps != nil {
 		_ = a.ps.Close()
 	}
-	a.pool.Close()
+	a.db.Close()
 }

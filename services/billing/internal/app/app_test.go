@@ -351,8 +351,8 @@ func TestF9_PoisonMessagesAreParkedAndAcked(t *testing.T) {
 			t.Fatalf("message %s nacked: %v", m.ID, err)
 		}
 	}
-	if n := b.count(t, `SELECT count(*) FROM parked_messages`); n != 3 {
-		t.Fatalf("parked: %d, want 3 (garbage once, invalid, missing type)", n)
+	if n := b.count(t, `SELECT count(*) FROM parked_messages`); n != 4 {
+		t.Fatalf("parked: %d, want 4 (garbage once, invalid, missing type, unknown type)", n)
 	}
 	if n := b.count(t, `SELECT count(*) FROM parked_messages WHERE message_id = 'g1' AND data = '\xff0102'::bytea
 		AND reason LIKE 'unparseable payload%'`); n != 1 {

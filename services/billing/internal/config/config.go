@@ -9,16 +9,16 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/lossless-dev/lossless/pkg/backoff"
 	"github.com/lossless-dev/lossless/pkg/dedup"
 	"github.com/lossless-dev/lossless/pkg/envconfig"
 	"github.com/lossless-dev/lossless/pkg/leasequeue"
 	"github.com/lossless-dev/lossless/pkg/outbox"
+	"github.com/lossless-dev/lossless/pkg/pgpool"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/server"
 	"github.com/lossless-dev/lossless/pkg/telemetry"
+	"github.com/lossless-dev/lossless/services/billing/internal/intake"
 )
 
 // ServiceName is the telemetry service name.
@@ -27,13 +27,23 @@ const ServiceName = "billing"
 // QueueName is the invoice jobs' queue in the jobs table.
 const QueueName = "invoices"
 
+// Billing's pool sizes, where they differ from pkg/pgpool's defaults.
+const (
+	DefaultAPIMaxConns    = 5
+	DefaultWorkerMaxConns = 16
+)
+
 // Config of the billing service.
 type Config struct {
-	// DatabaseURL is billing's own PostgreSQL database (env DATABASE_URL,
-	// required). Pool settings ride on it (pool_max_conns=20): the invoice
-	// worker holds one connection for LISTEN and up to Jobs.Completers for
-	// completions, the consumer one per batch in flight.
-	DatabaseURL string
+	// Database is billing's own PostgreSQL database (env DATABASE_URL,
+	// required) and its bounds: DATABASE_STATEMENT_TIMEOUT (default 30s),
+	// DATABASE_LOCK_TIMEOUT (10s), DATABASE_CONNECT_TIMEOUT (5s),
+	// DATABASE_API_MAX_CONNS (default 5 here: the read API runs one short
+	// statement per request) and DATABASE_WORKER_MAX_CONNS (default 16
+	// here: the invoice worker holds one connection for LISTEN and up to
+	// BILLING_JOBS_COMPLETERS for completions, the consumer and the relay
+	// one per batch in flight). See pkg/pgpool for the connection arithmetic.
+	Database pgpool.Config
 
 	// Server holds the listeners: GRPC_ADDR (default ":9092"), HTTP_ADDR
 	// (default ":8082", REST gateway, /healthz, /readyz, /metrics) and
@@ -67,6 +77,10 @@ type Config struct {
 	//     invoice's effects are a few statements run one after another inside
 	//     its batch's transaction, so parallel small batches beat one large one
 	//     (B3: 2 × 256 gave 1.2k invoices/s, 8 × 32 gave 2.6k on 2 cores).
+	//   INSTANCE_ID (default "": none): this process's name across restarts
+	//     (a pod name, "billing-1"); unique among live replicas. When set, a
+	//     restarted instance redoes the jobs its dead predecessor held at once
+	//     instead of after their lease (leasequeue.WorkerConfig.Instance).
 	Worker leasequeue.WorkerConfig
 
 	// JobMaxAttempts is each invoice job's attempt budget
@@ -81,7 +95,14 @@ type Config struct {
 	// BILLING_PROCESSED_EVENTS_CLEANUP_BATCH (5000).
 	ProcessedEvents dedup.CleanerConfig
 
-	// Subscriber tunes the consumer (pubsub.SubscriberConfig defaults).
+	// IntakeMaxPayloadBytes caps a workorder-events message's payload
+	// (BILLING_INTAKE_MAX_PAYLOAD_BYTES, default 1 MiB); larger ones are
+	// parked with their raw bytes.
+	IntakeMaxPayloadBytes int
+
+	// Subscriber tunes the consumer (pubsub.SubscriberConfig defaults):
+	// PUBSUB_MAX_BATCH_BYTES (default 16 MiB) bounds the message bytes of
+	// one batch handed to it.
 	Subscriber pubsub.SubscriberConfig
 
 	// Telemetry: LOG_LEVEL (default info), OTEL_EXPORTER_OTLP_ENDPOINT.
@@ -92,14 +113,10 @@ type Config struct {
 func FromEnv(r *envconfig.Reader) (Config, error) {
 	lease := r.Duration("BILLING_JOBS_LEASE", 30*time.Second)
 	c := Config{
-		DatabaseURL: r.Required("DATABASE_URL"),
-		Server: server.Config{
-			GRPCAddr:        r.String("GRPC_ADDR", ":9092"),
-			HTTPAddr:        r.String("HTTP_ADDR", ":8082"),
-			ShutdownTimeout: r.Duration("SHUTDOWN_TIMEOUT", 20*time.Second),
-		},
-		PubSub: pubsub.ClientConfigFromEnv(r),
-		Outbox: outbox.ConfigFromEnv(r, "BILLING_OUTBOX_"),
+		Database: pgpool.ConfigFromEnv(r, pgpool.Config{APIMaxConns: DefaultAPIMaxConns, WorkerMaxConns: DefaultWorkerMaxConns}),
+		Server:   server.ConfigFromEnv(r, ":9092", ":8082"),
+		PubSub:   pubsub.ClientConfigFromEnv(r),
+		Outbox:   outbox.ConfigFromEnv(r, "BILLING_OUTBOX_"),
 		Queue: leasequeue.Config{
 			Name:          QueueName,
 			LeaseDuration: lease,
@@ -109,6 +126,7 @@ func FromEnv(r *envconfig.Reader) (Config, error) {
 			},
 		},
 		Worker: leasequeue.WorkerConfig{
+			Instance:          r.String("INSTANCE_ID", ""),
 			Workers:           r.Int("BILLING_JOBS_WORKERS", 10),
 			PollInterval:      r.Duration("BILLING_JOBS_POLL_INTERVAL", time.Second),
 			RescueInterval:    r.Duration("BILLING_JOBS_RESCUE_INTERVAL", time.Second),
@@ -123,9 +141,11 @@ func FromEnv(r *envconfig.Reader) (Config, error) {
 			Interval:  r.Duration("BILLING_PROCESSED_EVENTS_CLEANUP_INTERVAL", time.Hour),
 			BatchSize: r.Int("BILLING_PROCESSED_EVENTS_CLEANUP_BATCH", 5000),
 		},
-		Telemetry: telemetry.ConfigFromEnv(r, ServiceName),
+		IntakeMaxPayloadBytes: r.Int("BILLING_INTAKE_MAX_PAYLOAD_BYTES", intake.DefaultMaxPayloadBytes),
+		Telemetry:             telemetry.ConfigFromEnv(r, ServiceName),
 	}
 	c.Subscriber = pubsub.DefaultSubscriberConfigFor(c.PubSub)
+	c.Subscriber.MaxBatchBytes = r.Int("PUBSUB_MAX_BATCH_BYTES", c.Subscriber.MaxBatchBytes)
 	if err := r.Err(); err != nil {
 		return c, err
 	}
@@ -134,18 +154,15 @@ func FromEnv(r *envconfig.Reader) (Config, error) {
 
 // Validate reports settings that cannot work, naming the variable.
 func (c Config) Validate() error {
-	var errs []error
-	if c.DatabaseURL == "" {
-		errs = append(errs, errors.New("DATABASE_URL: required but not set"))
-	} else if _, err := pgxpool.ParseConfig(c.DatabaseURL); err != nil {
-		errs = append(errs, errors.New("DATABASE_URL: not a valid PostgreSQL connection string"))
-	}
+	errs := []error{c.Database.Validate()}
 	errs = append(errs,
-		envconfig.Check("GRPC_ADDR / HTTP_ADDR / SHUTDOWN_TIMEOUT", c.Server.Validate()),
+		envconfig.Check(server.EnvNames, c.Server.Validate()),
+		envconfig.Check("PUBSUB_MAX_BATCH_BYTES", c.Subscriber.Validate()),
+		envconfig.Check("BILLING_INTAKE_MAX_PAYLOAD_BYTES", intake.Config{MaxPayloadBytes: c.IntakeMaxPayloadBytes}.Validate()),
 		envconfig.Check("PUBSUB_*", c.PubSub.Validate()),
 		envconfig.Check("BILLING_OUTBOX_*", c.Outbox.Validate()),
 		envconfig.Check("BILLING_JOBS_LEASE / BILLING_JOBS_BACKOFF_*", c.Queue.Validate()),
-		envconfig.Check("BILLING_JOBS_*", c.Worker.Validate(c.Queue.LeaseDuration)),
+		envconfig.Check("BILLING_JOBS_* / INSTANCE_ID", c.Worker.Validate(c.Queue.LeaseDuration)),
 		envconfig.Check("BILLING_PROCESSED_EVENTS_*", c.ProcessedEvents.Validate()),
 		c.Telemetry.Validate(),
 	)

@@ -3,6 +3,7 @@ package config_test
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/lossless-dev/lossless/pkg/envconfig"
 	"github.com/lossless-dev/lossless/services/billing/internal/config"
@@ -16,6 +17,14 @@ func TestDefaultsAreValid(t *testing.T) {
 	}
 	if c.Server.GRPCAddr != ":9092" || c.Server.HTTPAddr != ":8082" || c.JobMaxAttempts != 10 {
 		t.Fatalf("%+v", c)
+	}
+	if d := c.Database; d.URL != "postgres://u@localhost/billing" || d.StatementTimeout != 30*time.Second || d.LockTimeout != 10*time.Second ||
+		d.ConnectTimeout != 5*time.Second || d.APIMaxConns != config.DefaultAPIMaxConns || d.WorkerMaxConns != config.DefaultWorkerMaxConns {
+		t.Fatalf("database defaults: %+v", d)
+	}
+	c, err = config.FromEnv(envconfig.FromMap(map[string]string{"DATABASE_URL": "postgres://x", "DATABASE_API_MAX_CONNS": "2", "DATABASE_WORKER_MAX_CONNS": "8"}))
+	if err != nil || c.Database.APIMaxConns != 2 || c.Database.WorkerMaxConns != 8 {
+		t.Fatalf("pool sizes from env: %v %+v", err, c.Database)
 	}
 }
 
@@ -39,6 +48,14 @@ func TestErrorsNameTheVariable(t *testing.T) {
 		"BILLING_PROCESSED_EVENTS_RETENTION": "1h", "BILLING_JOBS_SHUTDOWN_GRACE": "30s",
 	}))
 	for _, name := range []string{"BILLING_JOBS_MAX_ATTEMPTS", "BILLING_PROCESSED_EVENTS_", "BILLING_JOBS_SHUTDOWN_GRACE"} {
+		if err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("error does not name %s: %v", name, err)
+		}
+	}
+	_, err = config.FromEnv(envconfig.FromMap(map[string]string{
+		"DATABASE_URL": "postgres://x", "DATABASE_STATEMENT_TIMEOUT": "-1s", "DATABASE_WORKER_MAX_CONNS": "1",
+	}))
+	for _, name := range []string{"DATABASE_STATEMENT_TIMEOUT", "DATABASE_WORKER_MAX_CONNS"} {
 		if err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("error does not name %s: %v", name, err)
 		}

@@ -2,20 +2,23 @@
 // events (subscription billing.workorder-events). For each
 // WorkOrderCompletionRecorded it inserts the event's id into processed_events
 // first and enqueues the invoice job, in one transaction; the message is acked
-// only after that commit (seed 002). A redelivery, or a concurrent delivery of
-// the same event, finds the marker and commits nothing new.
+// only after that commit. A redelivery, or a concurrent delivery of the same
+// event, finds the marker and commits nothing new.
 //
-// Messages that cannot become a job (unparseable, wrong schema version,
-// invalid content, an event id reused with other content) are parked in
+// Nothing is dropped silently. Messages that cannot become a job
+// (unparseable, oversize, wrong schema version, invalid content, bytes the
+// database cannot store, an event id reused with other content) are parked in
 // parked_messages with their raw bytes and the reason, counted, and acked:
 // never lost, never retried forever (F9; the same rule as the inbox's poison
-// handling). Event types billing does not consume are acked and counted.
-// Only database failures nack, so Pub/Sub redelivers (F15).
+// handling). An event type billing does not consume is parked the same way
+// and counted apart (outcome unknown_type), because it means a producer
+// publishes something this consumer was not built for. Only infrastructure
+// failures nack, so Pub/Sub redelivers (F15); one message's data never takes
+// its batch down (see HandleBatch).
 package intake
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -23,18 +26,19 @@ import (
 
 	"buf.build/go/protovalidate"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
-	"google.golang.org/protobuf/proto"
 
 	eventsv1 "github.com/lossless-dev/lossless/gen/lossless/events/v1"
 	"github.com/lossless-dev/lossless/pkg/dedup"
 	"github.com/lossless-dev/lossless/pkg/leasequeue"
+	"github.com/lossless-dev/lossless/pkg/pgerr"
+	"github.com/lossless-dev/lossless/pkg/pgtext"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/telemetry"
-	"github.com/lossless-dev/lossless/services/billing/internal/issuer"
 )
 
 // Consumer is the dedup marker's consumer name in processed_events.
@@ -43,7 +47,15 @@ const Consumer = "billing.invoicing"
 // EventType is the event billing invoices.
 var EventType = string((&eventsv1.WorkOrderCompletionRecorded{}).ProtoReflect().Descriptor().FullName())
 
-// Config of the consumer.
+// DefaultMaxPayloadBytes is Config.MaxPayloadBytes's default: 1 MiB. A
+// completion event is a few hundred bytes; Pub/Sub allows up to 10 MB.
+const DefaultMaxPayloadBytes = 1 << 20
+
+// maxPayloadBytesLimit is Pub/Sub's own message size limit: a cap above it
+// would never apply.
+const maxPayloadBytesLimit = 10 << 20
+
+// Config of the consumer. The zero value of every field means its default.
 type Config struct {
 	// Subscription the messages come from, recorded with parked messages.
 	// Default pubsub.SubWorkOrderEvents.
@@ -51,16 +63,46 @@ type Config struct {
 	// JobMaxAttempts is the attempt budget of each invoice job. Default
 	// leasequeue.DefaultMaxAttempts.
 	JobMaxAttempts int
+	// MaxPayloadBytes caps a message's payload: a larger one is parked
+	// unparsed, with its raw bytes, instead of being decoded and copied
+	// into a job. Default DefaultMaxPayloadBytes; 1..10 MiB.
+	MaxPayloadBytes int
+}
+
+func (c *Config) setDefaults() {
+	if c.Subscription == "" {
+		c.Subscription = pubsub.SubWorkOrderEvents
+	}
+	if c.MaxPayloadBytes == 0 {
+		c.MaxPayloadBytes = DefaultMaxPayloadBytes
+	}
+}
+
+// Validate reports an unusable configuration; zero fields take their
+// defaults.
+func (c Config) Validate() error {
+	c.setDefaults()
+	var errs []error
+	if c.JobMaxAttempts < 0 || c.JobMaxAttempts > 1000 {
+		errs = append(errs, fmt.Errorf("JobMaxAttempts %d: want 0..1000", c.JobMaxAttempts))
+	}
+	if c.MaxPayloadBytes < 1 || c.MaxPayloadBytes > maxPayloadBytesLimit {
+		errs = append(errs, fmt.Errorf("MaxPayloadBytes %d: want 1..%d", c.MaxPayloadBytes, maxPayloadBytesLimit))
+	}
+	if p := pgtext.Problem(c.Subscription); p != "" {
+		errs = append(errs, fmt.Errorf("subscription %q: %s", c.Subscription, p))
+	}
+	return errors.Join(errs...)
 }
 
 // Intake consumes WorkOrderCompletionRecorded events into invoice jobs.
 type Intake struct {
-	pool      *pgxpool.Pool
-	queue     *leasequeue.Queue
-	cfg       Config
-	logger    *slog.Logger
-	validator protovalidate.Validator
-	outcomes  metric.Int64Counter
+	pool     *pgxpool.Pool
+	queue    *leasequeue.Queue
+	cfg      Config
+	logger   *slog.Logger
+	decoder  decoder
+	outcomes metric.Int64Counter
 }
 
 // New returns the consumer. meter may be nil.
@@ -68,30 +110,29 @@ func New(pool *pgxpool.Pool, queue *leasequeue.Queue, cfg Config, logger *slog.L
 	if pool == nil || queue == nil || logger == nil {
 		return nil, errors.New("intake: nil pool, queue or logger")
 	}
-	if cfg.Subscription == "" {
-		cfg.Subscription = pubsub.SubWorkOrderEvents
-	}
-	if cfg.JobMaxAttempts < 0 || cfg.JobMaxAttempts > 1000 {
-		return nil, fmt.Errorf("intake: JobMaxAttempts %d: want 0..1000", cfg.JobMaxAttempts)
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("intake: %w", err)
 	}
 	if meter == nil {
 		meter = noop.NewMeterProvider().Meter("")
 	}
 	outcomes, err := meter.Int64Counter("billing.intake.messages",
-		metric.WithDescription("Messages consumed, by outcome: enqueued, duplicate, order_already_queued, parked, ignored. Alert on parked."))
+		metric.WithDescription("Messages consumed, by outcome: enqueued, duplicate, order_already_queued, parked, unknown_type (parked too). Alert on parked and unknown_type."))
 	if err != nil {
 		return nil, err
 	}
-	// Every outcome's series exists at 0 from the start: the parked alert
-	// reads increase() over it, which cannot see a series' first sample.
-	for _, o := range []string{OutcomeEnqueued, OutcomeDuplicate, OutcomeOrderAlreadyQueued, OutcomeParked, OutcomeIgnored} {
+	// Every outcome's series exists at 0 from the start: the alerts read
+	// increase() over it, which cannot see a series' first sample.
+	for _, o := range []string{OutcomeEnqueued, OutcomeDuplicate, OutcomeOrderAlreadyQueued, OutcomeParked, OutcomeUnknownType} {
 		outcomes.Add(context.Background(), 0, metric.WithAttributes(attribute.String("outcome", o)))
 	}
 	validator, err := protovalidate.New()
 	if err != nil {
 		return nil, fmt.Errorf("intake: validator: %w", err)
 	}
-	return &Intake{pool: pool, queue: queue, cfg: cfg, logger: logger, validator: validator, outcomes: outcomes}, nil
+	return &Intake{pool: pool, queue: queue, cfg: cfg, logger: logger, outcomes: outcomes,
+		decoder: decoder{validator: validator, maxPayloadBytes: cfg.MaxPayloadBytes}}, nil
 }
 
 // Outcomes of one message.
@@ -100,7 +141,9 @@ const (
 	OutcomeDuplicate          = "duplicate"
 	OutcomeOrderAlreadyQueued = "order_already_queued"
 	OutcomeParked             = "parked"
-	OutcomeIgnored            = "ignored"
+	// OutcomeUnknownType: an event type this consumer does not read,
+	// parked like any other message it cannot process.
+	OutcomeUnknownType = "unknown_type"
 )
 
 // Handle consumes one message: nil means durably handled (ack).
@@ -110,20 +153,26 @@ func (in *Intake) Handle(ctx context.Context, m *pubsub.Received) error {
 
 // HandleBatch consumes a batch in one transaction (one commit for all):
 // every statement in it is conflict-tolerant (ON CONFLICT DO NOTHING), so one
-// message's duplicate never aborts the others. A database error nacks the
-// whole batch; redelivery is safe because nothing of it committed.
+// message's duplicate never aborts the others, and the decoder parks what the
+// database would reject before it gets there.
+//
+// Should the database still reject a message's data (pgerr.IsData: a rule
+// the decoder does not know), the batch runs again with a savepoint per
+// message: the offending message's effects roll back to its savepoint and it
+// is parked with the rule it broke, in the same transaction as its
+// batch-mates' effects. Any other error nacks the whole batch; redelivery is
+// safe because nothing of it committed.
 func (in *Intake) HandleBatch(ctx context.Context, ms []*pubsub.Received) []error {
+	verdicts := make([]verdict, len(ms))
+	for i, m := range ms {
+		verdicts[i] = in.decoder.decode(m)
+	}
+	outcomes, err := in.commit(ctx, ms, verdicts, false)
+	if pgerr.IsData(err) {
+		in.logger.WarnContext(ctx, "database rejected a message's data; isolating the batch's messages", "messages", len(ms), "error", err)
+		outcomes, err = in.commit(ctx, ms, verdicts, true)
+	}
 	errs := make([]error, len(ms))
-	outcomes := make([]string, len(ms))
-	err := pgx.BeginFunc(ctx, in.pool, func(tx pgx.Tx) error {
-		for i, m := range ms {
-			var err error
-			if outcomes[i], err = in.handle(ctx, tx, m); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
 	if err != nil {
 		in.logger.ErrorContext(ctx, "intake transaction failed; messages nacked for redelivery", "messages", len(ms), "error", err)
 		for i := range errs {
@@ -137,25 +186,57 @@ func (in *Intake) HandleBatch(ctx context.Context, ms []*pubsub.Received) []erro
 	return errs
 }
 
-func (in *Intake) handle(ctx context.Context, tx pgx.Tx, m *pubsub.Received) (string, error) {
-	eventType := m.Attributes[pubsub.AttrEventType]
-	switch {
-	case eventType == "":
-		return in.park(ctx, tx, m, "", "missing attribute "+pubsub.AttrEventType)
-	case eventType != EventType:
-		in.logger.DebugContext(ctx, "event type not consumed by billing; acked", "event_type", eventType, "message_id", m.ID)
-		return OutcomeIgnored, nil
+// commit handles ms in one transaction; with isolate, each message under its
+// own savepoint.
+func (in *Intake) commit(ctx context.Context, ms []*pubsub.Received, verdicts []verdict, isolate bool) ([]string, error) {
+	outcomes := make([]string, len(ms))
+	err := pgx.BeginFunc(ctx, in.pool, func(tx pgx.Tx) error {
+		for i, m := range ms {
+			var err error
+			if isolate {
+				outcomes[i], err = in.handleIsolated(ctx, tx, m, verdicts[i])
+			} else {
+				outcomes[i], err = in.handle(ctx, tx, m, verdicts[i])
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return outcomes, err
+}
+
+// handleIsolated handles m under a savepoint (pgx: Begin on a Tx). A data
+// error rolls back m's effects only, and m is parked instead.
+func (in *Intake) handleIsolated(ctx context.Context, tx pgx.Tx, m *pubsub.Received, v verdict) (string, error) {
+	var outcome string
+	err := pgx.BeginFunc(ctx, tx, func(sp pgx.Tx) error {
+		var err error
+		outcome, err = in.handle(ctx, sp, m, v)
+		return err
+	})
+	if !pgerr.IsData(err) {
+		return outcome, err
 	}
-	if v := m.Attributes[pubsub.AttrSchemaVersion]; v != "" && v != "1" {
-		return in.park(ctx, tx, m, "", "unsupported schema_version "+v+" (this consumer reads 1)")
+	return in.park(ctx, tx, m, verdict{ev: v.ev, outcome: OutcomeParked, reason: rejected(err)})
+}
+
+// rejected is the park reason of a data error: the database's message names
+// the rule (constraint, encoding); the SQLSTATE classifies it.
+func rejected(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return fmt.Sprintf("rejected by the database: %s (SQLSTATE %s)", pgErr.Message, pgErr.Code)
 	}
-	var ev eventsv1.WorkOrderCompletionRecorded
-	if err := proto.Unmarshal(m.Data, &ev); err != nil {
-		return in.park(ctx, tx, m, "", "unparseable payload: "+err.Error())
+	return "rejected by the database: " + err.Error()
+}
+
+func (in *Intake) handle(ctx context.Context, tx pgx.Tx, m *pubsub.Received, v verdict) (string, error) {
+	if v.outcome != "" {
+		return in.park(ctx, tx, m, v)
 	}
-	if reason := validate(in.validator, &ev, m.Attributes[pubsub.AttrEventID]); reason != "" {
-		return in.park(ctx, tx, m, ev.GetEventId(), reason)
-	}
+	ev := v.ev
 	out, err := dedup.Claim(ctx, tx, dedup.Event{Consumer: Consumer, ID: ev.GetEventId(), Type: EventType, Payload: m.Data})
 	if err != nil {
 		return "", err
@@ -167,7 +248,8 @@ func (in *Intake) handle(ctx context.Context, tx pgx.Tx, m *pubsub.Received) (st
 	case dedup.Conflict:
 		in.logger.ErrorContext(ctx, "event id reused with different content: producer bug; message parked",
 			"event_id", ev.GetEventId(), "work_order_id", ev.GetWorkOrderId())
-		return in.park(ctx, tx, m, ev.GetEventId(), "event id already processed with different content (producer bug)")
+		return in.park(ctx, tx, m, verdict{ev: ev, outcome: OutcomeParked,
+			reason: "event id already processed with different content (producer bug)"})
 	}
 	// The job keeps the trace context of the consumer span this delivery
 	// runs under (pkg/pubsub), or else the message's own: the worker's span
@@ -196,23 +278,6 @@ func (in *Intake) handle(ctx context.Context, tx pgx.Tx, m *pubsub.Received) (st
 	return OutcomeEnqueued, nil
 }
 
-// validate returns why ev cannot be invoiced, or "".
-func validate(validator protovalidate.Validator, ev *eventsv1.WorkOrderCompletionRecorded, attrEventID string) string {
-	var reasons []string
-	if ev.GetEventId() == "" {
-		reasons = append(reasons, "event_id: missing")
-	} else if attrEventID != "" && attrEventID != ev.GetEventId() {
-		reasons = append(reasons, fmt.Sprintf("event_id %q differs from attribute event_id %q", ev.GetEventId(), attrEventID))
-	}
-	if err := validator.Validate(ev); err != nil {
-		reasons = append(reasons, err.Error())
-	}
-	if _, err := issuer.OrderFromEvent(ev); err != nil {
-		reasons = append(reasons, err.Error())
-	}
-	return strings.Join(reasons, "; ")
-}
-
 // qPark keeps a message that cannot be processed; a redelivery of the same
 // message is parked once.
 const qPark = `
@@ -220,18 +285,65 @@ INSERT INTO parked_messages (subscription, message_id, event_id, event_type, att
 VALUES ($1, $2, nullif($3, ''), nullif($4, ''), $5, $6, $7)
 ON CONFLICT (subscription, message_id) DO NOTHING`
 
-func (in *Intake) park(ctx context.Context, tx pgx.Tx, m *pubsub.Received, eventID, reason string) (string, error) {
-	attrs, err := json.Marshal(m.Attributes)
+// parkedRow is a parked_messages row as park stores it.
+type parkedRow struct {
+	messageID, eventID, eventType, reason string
+	attributes                            []byte
+	data                                  []byte
+}
+
+// parkRow builds the row that keeps m with v's reason. Every value is made
+// storable: text PostgreSQL cannot hold is stored escaped (message id,
+// attributes) or as NULL (event id, event type; the reason quotes them), the
+// reason says which, and the raw payload goes to the bytea column as
+// received.
+func parkRow(m *pubsub.Received, v verdict) (parkedRow, error) {
+	attrs, attrProblems, err := pgtext.StorableJSON(m.Attributes)
+	if err != nil {
+		return parkedRow{}, err
+	}
+	var escaped []string
+	if len(attrProblems) > 0 {
+		escaped = append(escaped, "attributes")
+	}
+	r := parkedRow{messageID: pgtext.Storable(m.ID), eventID: v.ev.GetEventId(), eventType: m.Attributes[pubsub.AttrEventType],
+		reason: pgtext.Storable(v.reason), attributes: attrs, data: m.Data}
+	var nulled []string
+	if pgtext.Problem(r.eventID) != "" {
+		r.eventID, nulled = "", append(nulled, "event_id")
+	}
+	if pgtext.Problem(r.eventType) != "" {
+		r.eventType, nulled = "", append(nulled, "event_type")
+	}
+	if pgtext.Problem(m.ID) != "" {
+		escaped = append(escaped, "message_id")
+	}
+	if len(escaped) > 0 {
+		r.reason += "; stored escaped: " + strings.Join(escaped, ", ")
+	}
+	if len(nulled) > 0 {
+		r.reason += "; stored as NULL: " + strings.Join(nulled, ", ")
+	}
+	if r.data == nil {
+		r.data = []byte{}
+	}
+	return r, nil
+}
+
+// park stores m with v's reason (see parkRow) and returns v's outcome.
+func (in *Intake) park(ctx context.Context, tx pgx.Tx, m *pubsub.Received, v verdict) (string, error) {
+	r, err := parkRow(m, v)
 	if err != nil {
 		return "", err
 	}
-	data := m.Data
-	if data == nil {
-		data = []byte{}
+	if _, err := tx.Exec(ctx, qPark, in.cfg.Subscription, r.messageID, r.eventID, r.eventType, r.attributes, r.data, r.reason); err != nil {
+		return "", fmt.Errorf("intake: park message %s: %w", r.messageID, err)
 	}
-	if _, err := tx.Exec(ctx, qPark, in.cfg.Subscription, m.ID, eventID, m.Attributes[pubsub.AttrEventType], attrs, data, reason); err != nil {
-		return "", fmt.Errorf("intake: park message %s: %w", m.ID, err)
+	if v.outcome == OutcomeUnknownType {
+		in.logger.ErrorContext(ctx, "event type not consumed by billing; message parked", "message_id", m.ID,
+			"event_type", m.Attributes[pubsub.AttrEventType], "reason", r.reason)
+	} else {
+		in.logger.ErrorContext(ctx, "message parked", "message_id", m.ID, "event_id", v.ev.GetEventId(), "reason", r.reason)
 	}
-	in.logger.ErrorContext(ctx, "message parked", "message_id", m.ID, "event_id", eventID, "reason", reason)
-	return OutcomeParked, nil
+	return v.outcome, nil
 }

@@ -6,6 +6,7 @@ package api
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 
 	"github.com/google/uuid"
@@ -17,6 +18,7 @@ import (
 
 	providerv1 "github.com/lossless-dev/lossless/gen/lossless/provider/v1"
 	"github.com/lossless-dev/lossless/pkg/apierror"
+	"github.com/lossless-dev/lossless/pkg/pgerr"
 	"github.com/lossless-dev/lossless/services/provider-sim/internal/engine"
 	"github.com/lossless-dev/lossless/services/provider-sim/internal/faults"
 )
@@ -61,13 +63,15 @@ func (p *Provider) SubmitWorkOrder(ctx context.Context, req *providerv1.SubmitWo
 	case errors.Is(err, pgx.ErrNoRows):
 		// Cannot happen (the row was inserted or found); never hide it.
 		return nil, status.Error(codes.Internal, "accepted job not found")
+	case pgerr.IsData(err):
+		// The store rejected the order's values; the same values fail the
+		// same way, so the caller must park the order, not retry it.
+		p.logger.ErrorContext(ctx, "submit rejected by the store", "work_order_id", id, "err", err)
+		return nil, apierror.InvalidArgument(apierror.Violation{Field: "work_order", Description: "rejected by the provider's store"})
 	case err != nil:
-		if ctx.Err() != nil {
-			return nil, status.FromContextError(ctx.Err()).Err()
-		}
-		p.logger.ErrorContext(ctx, "submit failed", "work_order_id", id, "err", err)
-		// The store is unreachable: the caller's outbox retries (F15).
-		return nil, status.Error(codes.Unavailable, "provider store unavailable")
+		// pkg/server's interceptor answers UNAVAILABLE for an unreachable
+		// store (the caller's outbox retries, F15) and INTERNAL otherwise.
+		return nil, fmt.Errorf("submit work order %s: %w", id, err)
 	}
 	return &providerv1.SubmitWorkOrderResponse{
 		Acceptance: &providerv1.Acceptance{

@@ -8,13 +8,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/metric"
 
 	providerv1 "github.com/lossless-dev/lossless/gen/lossless/provider/v1"
 	"github.com/lossless-dev/lossless/pkg/envconfig"
+	"github.com/lossless-dev/lossless/pkg/operatorauth"
 	"github.com/lossless-dev/lossless/pkg/pgpool"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/server"
@@ -30,10 +30,8 @@ const ServiceName = "provider-sim"
 // Environment variables read by ConfigFromEnv (besides those of the engine,
 // faults, pubsub and telemetry packages).
 const (
-	EnvDatabaseURL     = "DATABASE_URL"
-	EnvGRPCAddr        = "GRPC_ADDR"
-	EnvHTTPAddr        = "HTTP_ADDR"
-	EnvShutdownTimeout = "SHUTDOWN_TIMEOUT"
+	EnvDatabaseURL   = "DATABASE_URL"
+	EnvOperatorToken = "PROVIDER_OPERATOR_TOKEN"
 )
 
 // Config of the whole process.
@@ -41,8 +39,9 @@ type Config struct {
 	// DatabaseURL of the simulator's own database (migrations.ProviderSim).
 	// Env DATABASE_URL. Required.
 	DatabaseURL string
-	// Server listeners. Env GRPC_ADDR (default ":9091"), HTTP_ADDR (default
-	// ":8081"), SHUTDOWN_TIMEOUT (default 20s).
+	// Server listeners and request bounds. Env GRPC_ADDR (default ":9091"),
+	// HTTP_ADDR (default ":8081"), SHUTDOWN_TIMEOUT (default 20s) and the
+	// bounds of server.ConfigFromEnv.
 	Server server.Config
 	// PubSub endpoint. Env PUBSUB_PROJECT_ID, PUBSUB_EMULATOR_HOST.
 	PubSub pubsub.ClientConfig
@@ -55,22 +54,25 @@ type Config struct {
 	Faults faults.Rates
 	// Telemetry: LOG_LEVEL, OTEL_EXPORTER_OTLP_ENDPOINT.
 	Telemetry telemetry.Config
+	// OperatorToken guards the operator endpoints (UpdateFaults, PUT
+	// /v1/faults): callers send "authorization: Bearer <token>". Env
+	// PROVIDER_OPERATOR_TOKEN, default "": those endpoints refuse every call.
+	// At least operatorauth.MinLength (32) characters. The hand-off
+	// (SubmitWorkOrder) and reading the knobs stay open.
+	OperatorToken string
 }
 
 // ConfigFromEnv reads every setting; the error names each bad variable.
 func ConfigFromEnv(env *envconfig.Reader) (Config, error) {
 	cfg := Config{
-		DatabaseURL: env.Required(EnvDatabaseURL),
-		Server: server.Config{
-			GRPCAddr:        env.String(EnvGRPCAddr, ":9091"),
-			HTTPAddr:        env.String(EnvHTTPAddr, ":8081"),
-			ShutdownTimeout: env.Duration(EnvShutdownTimeout, 20*time.Second),
-		},
-		PubSub:    pubsub.ClientConfigFromEnv(env),
-		Publisher: pubsub.DefaultPublisherConfig(),
-		Engine:    engine.ConfigFromEnv(env),
-		Faults:    faults.FromEnv(env),
-		Telemetry: telemetry.ConfigFromEnv(env, ServiceName),
+		DatabaseURL:   env.Required(EnvDatabaseURL),
+		Server:        server.ConfigFromEnv(env, ":9091", ":8081"),
+		PubSub:        pubsub.ClientConfigFromEnv(env),
+		Publisher:     pubsub.DefaultPublisherConfig(),
+		Engine:        engine.ConfigFromEnv(env),
+		Faults:        faults.FromEnv(env),
+		Telemetry:     telemetry.ConfigFromEnv(env, ServiceName),
+		OperatorToken: env.String(EnvOperatorToken, ""),
 	}
 	if err := env.Err(); err != nil {
 		return cfg, err
@@ -87,9 +89,10 @@ func (c Config) Validate() error {
 		errs = append(errs, envconfig.Check(EnvDatabaseURL, errors.New("not a valid PostgreSQL connection string")))
 	}
 	if err := c.Server.Validate(); err != nil {
-		errs = append(errs, envconfig.Check(EnvGRPCAddr+"/"+EnvHTTPAddr+"/"+EnvShutdownTimeout, err))
+		errs = append(errs, envconfig.Check(server.EnvNames, err))
 	}
-	errs = append(errs, c.PubSub.Validate(), c.Publisher.Validate(), c.Engine.Validate(), c.Faults.Validate())
+	errs = append(errs, c.PubSub.Validate(), c.Publisher.Validate(), c.Engine.Validate(), c.Faults.Validate(),
+		operatorauth.Validate(EnvOperatorToken, c.OperatorToken))
 	return errors.Join(errs...)
 }
 
@@ -158,7 +161,16 @@ func (a *App) assemble(cfg Config, tel telemetry.Providers, meter metric.Meter, 
 	if err != nil {
 		return err
 	}
-	srv, err := server.New(cfg.Server, a.logger, append(opts, server.WithWorker("engine", eng.Run), server.WithTelemetry(tel))...)
+	guard, err := operatorauth.New(cfg.OperatorToken, EnvOperatorToken, a.logger)
+	if err != nil {
+		return err
+	}
+	// Changing the knobs can crash-loop the simulator (publish_then_crash):
+	// an operator endpoint. Reading them, and the hand-off the work-order
+	// relay calls, stay open.
+	auth := guard.Interceptor(providerv1.ProviderAdminService_UpdateFaults_FullMethodName)
+	srv, err := server.New(cfg.Server, a.logger, append(opts, server.WithWorker("engine", eng.Run), server.WithTelemetry(tel),
+		server.WithAuthInterceptors(auth))...)
 	if err != nil {
 		return err
 	}

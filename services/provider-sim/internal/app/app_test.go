@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -43,7 +44,15 @@ type bundle struct {
 	stop func() error
 }
 
+// operatorToken guards the fault knobs of the test servers.
+const operatorToken = "test-operator-token-0123456789abcdef"
+
 func setup(t *testing.T, exec time.Duration) *bundle {
+	t.Helper()
+	return setupWithToken(t, exec, operatorToken)
+}
+
+func setupWithToken(t *testing.T, exec time.Duration, token string) *bundle {
 	t.Helper()
 	dsn := pgtest.NewDatabase(t, migrations.ProviderSim())
 	emu := pubsubtest.New(t)
@@ -55,6 +64,7 @@ func setup(t *testing.T, exec time.Duration) *bundle {
 			Workers: 2, PollInterval: 20 * time.Millisecond, Lease: time.Second,
 			ExecBase: exec, ExecPerPosition: time.Microsecond, NoJitter: true,
 		},
+		OperatorToken: token,
 	}
 	a, err := app.New(context.Background(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), telemetry.Providers{})
 	if err != nil {
@@ -95,9 +105,18 @@ type reply struct {
 
 func (b *bundle) http(t *testing.T, method, path, body string) reply {
 	t.Helper()
+	return b.httpAuth(t, method, path, body, "")
+}
+
+// httpAuth sends auth, when not empty, as the Authorization header.
+func (b *bundle) httpAuth(t *testing.T, method, path, body, auth string) reply {
+	t.Helper()
 	req, err := http.NewRequestWithContext(context.Background(), method, b.base+path, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -112,8 +131,9 @@ func TestAdminRejectsARateOutsideTheUnitIntervalNamingTheField(t *testing.T) {
 	t.Parallel()
 	b := setup(t, time.Millisecond)
 	admin := providerv1.NewProviderAdminServiceClient(b.conn)
+	ctx := operatorContext(operatorToken)
 
-	_, err := admin.UpdateFaults(context.Background(), &providerv1.UpdateFaultsRequest{Faults: &providerv1.Faults{Duplicate: 1.5}})
+	_, err := admin.UpdateFaults(ctx, &providerv1.UpdateFaultsRequest{Faults: &providerv1.Faults{Duplicate: 1.5}})
 	st := status.Convert(err)
 	var fields []string
 	for _, d := range st.Details() {
@@ -126,12 +146,12 @@ func TestAdminRejectsARateOutsideTheUnitIntervalNamingTheField(t *testing.T) {
 	if st.Code() != codes.InvalidArgument || len(fields) != 1 || fields[0] != "faults.duplicate" {
 		t.Fatalf("gRPC: %v %v, want INVALID_ARGUMENT naming faults.duplicate", st.Code(), fields)
 	}
-	if r := b.http(t, http.MethodPut, "/v1/faults", `{"duplicate": 1.5}`); r.status != http.StatusBadRequest || !strings.Contains(r.body, "faults.duplicate") {
+	if r := b.httpAuth(t, http.MethodPut, "/v1/faults", `{"duplicate": 1.5}`, "Bearer "+operatorToken); r.status != http.StatusBadRequest || !strings.Contains(r.body, "faults.duplicate") {
 		t.Fatalf("HTTP %d %s, want 400 naming faults.duplicate", r.status, r.body)
 	}
 
 	// A valid update is in force at once, with its seed.
-	upd, err := admin.UpdateFaults(context.Background(), &providerv1.UpdateFaultsRequest{Faults: &providerv1.Faults{
+	upd, err := admin.UpdateFaults(ctx, &providerv1.UpdateFaultsRequest{Faults: &providerv1.Faults{
 		SplitCompletion: 0.5, ExtraDelay: durationpb.New(10 * time.Millisecond), Seed: 9,
 	}})
 	if err != nil || upd.GetFaults().GetSplitCompletion() != 0.5 || upd.GetFaults().GetSeed() != 9 {
@@ -141,6 +161,94 @@ func TestAdminRejectsARateOutsideTheUnitIntervalNamingTheField(t *testing.T) {
 	if r.status != http.StatusOK || !strings.Contains(r.body, `"splitCompletion":0.5`) || !strings.Contains(r.body, `"seed":"9"`) {
 		t.Fatalf("GET /v1/faults: %d %s", r.status, r.body)
 	}
+}
+
+func operatorContext(token string) context.Context {
+	return metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+token)
+}
+
+// faultsInForce reads the knobs through the open GET.
+func (b *bundle) faultsInForce(t *testing.T) string {
+	t.Helper()
+	r := b.http(t, http.MethodGet, "/v1/faults", "")
+	if r.status != http.StatusOK {
+		t.Fatalf("GET /v1/faults: %d %s", r.status, r.body)
+	}
+	return r.body
+}
+
+func TestFaultKnobsChangeOnlyWithTheOperatorToken(t *testing.T) {
+	t.Parallel()
+	b := setup(t, time.Millisecond)
+	admin := providerv1.NewProviderAdminServiceClient(b.conn)
+	crashLoop := &providerv1.UpdateFaultsRequest{Faults: &providerv1.Faults{PublishThenCrash: 1}}
+
+	for _, c := range []struct {
+		name string
+		ctx  context.Context
+		want codes.Code
+	}{
+		{"no token", context.Background(), codes.Unauthenticated},
+		{"wrong token", operatorContext("not-the-operator-token-0123456789"), codes.PermissionDenied},
+	} {
+		if _, err := admin.UpdateFaults(c.ctx, crashLoop); status.Code(err) != c.want {
+			t.Errorf("gRPC UpdateFaults with %s: %v, want %v", c.name, err, c.want)
+		}
+	}
+	for _, c := range []struct {
+		name, auth string
+		want       int
+	}{
+		{"no token", "", http.StatusUnauthorized},
+		{"wrong token", "Bearer not-the-operator-token-0123456789", http.StatusForbidden},
+		{"token without scheme", operatorToken, http.StatusForbidden},
+	} {
+		if r := b.httpAuth(t, http.MethodPut, "/v1/faults", `{"publishThenCrash": 1}`, c.auth); r.status != c.want {
+			t.Errorf("PUT /v1/faults with %s: HTTP %d %s, want %d", c.name, r.status, r.body, c.want)
+		}
+	}
+	if body := b.faultsInForce(t); strings.Contains(body, `"publishThenCrash":1`) {
+		t.Fatalf("knobs changed by an unauthenticated caller: %s", body)
+	}
+
+	if r := b.httpAuth(t, http.MethodPut, "/v1/faults", `{"duplicate": 0.25}`, "Bearer "+operatorToken); r.status != http.StatusOK {
+		t.Fatalf("PUT /v1/faults with the token: HTTP %d %s", r.status, r.body)
+	}
+	if body := b.faultsInForce(t); !strings.Contains(body, `"duplicate":0.25`) {
+		t.Fatalf("knobs after the operator's PUT: %s", body)
+	}
+}
+
+func TestWithoutATokenTheFaultKnobsRefuseEveryCallButTheHandOffWorks(t *testing.T) {
+	t.Parallel()
+	b := setupWithToken(t, time.Millisecond, "")
+	admin := providerv1.NewProviderAdminServiceClient(b.conn)
+	_, err := admin.UpdateFaults(operatorContext(operatorToken), &providerv1.UpdateFaultsRequest{Faults: &providerv1.Faults{Poison: 1}})
+	if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), app.EnvOperatorToken) {
+		t.Fatalf("UpdateFaults on a server without %s: %v, want PERMISSION_DENIED naming it", app.EnvOperatorToken, err)
+	}
+	if r := b.httpAuth(t, http.MethodPut, "/v1/faults", `{"poison": 1}`, "Bearer "+operatorToken); r.status != http.StatusForbidden {
+		t.Fatalf("PUT /v1/faults: HTTP %d %s, want 403", r.status, r.body)
+	}
+	if body := b.faultsInForce(t); strings.Contains(body, `"poison":1`) {
+		t.Fatalf("knobs changed: %s", body)
+	}
+	// The hand-off is not an operator endpoint: the work-order relay calls it
+	// without credentials, over gRPC and REST alike.
+	id := uuid.NewString()
+	if _, err := providerv1.NewProviderServiceClient(b.conn).SubmitWorkOrder(context.Background(), &providerv1.SubmitWorkOrderRequest{
+		WorkOrderId: id, CustomerId: "c-1", Positions: 1,
+	}); err != nil {
+		t.Fatalf("hand-off over gRPC: %v", err)
+	}
+	if r := b.http(t, http.MethodPost, "/v1/jobs", `{"workOrderId":"`+uuid.NewString()+`","customerId":"c-1","positions":1}`); r.status != http.StatusOK {
+		t.Fatalf("hand-off over REST: HTTP %d %s", r.status, r.body)
+	}
+	waitfor.Value(t, 5*time.Second, "handed-off job done", "DONE", func() string {
+		var s string
+		_ = b.pool.QueryRow(context.Background(), `SELECT status FROM jobs WHERE work_order_id = $1`, id).Scan(&s)
+		return s
+	})
 }
 
 func TestSubmitOverRESTIsIdempotentAndTheJobCompletes(t *testing.T) {
@@ -225,6 +333,13 @@ func TestConfigFromEnvNamesEachBadVariable(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("error %v does not name %s", err, name)
 		}
+	}
+	_, err = app.ConfigFromEnv(envconfig.FromMap(map[string]string{
+		"DATABASE_URL":            "postgres://u@127.0.0.1:5432/providersim",
+		"PROVIDER_OPERATOR_TOKEN": "too-short",
+	}))
+	if err == nil || !strings.Contains(err.Error(), "PROVIDER_OPERATOR_TOKEN") {
+		t.Errorf("short operator token: error %v does not name PROVIDER_OPERATOR_TOKEN", err)
 	}
 	cfg, err := app.ConfigFromEnv(envconfig.FromMap(map[string]string{"DATABASE_URL": "postgres://u@127.0.0.1:5432/providersim"}))
 	if err != nil || cfg.Server.GRPCAddr != ":9091" || cfg.Server.HTTPAddr != ":8081" {

@@ -29,7 +29,7 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 
-const token = "s3cret-operator-token"
+const token = "s3cret-operator-token-of-32-chars"
 
 type bundle struct {
 	pool *pgxpool.Pool
@@ -231,5 +231,24 @@ func TestReplayDeadLetters_ReentersThroughReceiverPathOnce(t *testing.T) {
 	res, err := b.ops.ReplayDeadLetters(ctx, admin.DeadLetterRequest{Authorization: auth, MaxMessages: 10})
 	if err != nil || len(res.MessageIDs) != 0 || b.count(t, `SELECT count(*) FROM inbox`) != 2 {
 		t.Fatalf("second replay: %+v %v", res, err)
+	}
+}
+
+// A retention_hours that would overflow time.Duration (5124120 h wraps to
+// about a day) is refused before anything is deleted.
+func TestAdmin_CleanupRetentionOutOfRangeIsRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t, admin.Deps{})
+	svc, _ := admin.NewService(b.ops, token, slog.New(slog.DiscardHandler))
+	ctx := metadata.NewOutgoingContext(context.Background(), metadata.Pairs("authorization", "Bearer "+token))
+	authz := &workorderv1.OperatorAuthorization{Ticket: "T-2", Actor: "alice"}
+	for _, h := range []int32{5124120, 87601, 1, -1} {
+		_, err := client(t, svc).CleanupInbox(ctx, &workorderv1.CleanupInboxRequest{Authorization: authz, RetentionHours: h, DryRun: true})
+		if status.Code(err) != codes.InvalidArgument {
+			t.Errorf("retention_hours %d: %v, want INVALID_ARGUMENT", h, err)
+		}
+	}
+	if _, err := client(t, svc).CleanupInbox(ctx, &workorderv1.CleanupInboxRequest{Authorization: authz, RetentionHours: 48, DryRun: true}); err != nil {
+		t.Fatalf("retention_hours 48: %v", err)
 	}
 }

@@ -34,6 +34,9 @@ type Deps struct {
 	PubSub *gpubsub.Client
 	// DeadLetterSubscription to replay from. Default pubsub.SubWorkOrderCompletedDeadLetter.
 	DeadLetterSubscription string
+	// Receiver configures how replayed dead letters are decoded; pass the
+	// receiver's own configuration (zero: the receiver's defaults).
+	Receiver receiver.Config
 	// Logger (required).
 	Logger *slog.Logger
 }
@@ -43,6 +46,7 @@ type Ops struct {
 	deps  Deps
 	inbox *inbox.Ops
 	store *inbox.Store
+	dec   *receiver.Decoder
 }
 
 // NewOps validates deps.
@@ -61,7 +65,11 @@ func NewOps(deps Deps) (*Ops, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Ops{deps: deps, inbox: io, store: store}, nil
+	dec, err := receiver.NewDecoder(deps.Receiver)
+	if err != nil {
+		return nil, err
+	}
+	return &Ops{deps: deps, inbox: io, store: store, dec: dec}, nil
 }
 
 // Inbox returns the generic inbox operations (list, get, replay, cleanup).
@@ -88,9 +96,11 @@ type DeadLetterResult struct {
 
 // ReplayDeadLetters pulls up to MaxMessages from the dead-letter inspection
 // subscription and re-enters the selected ones through the receiver's own
-// path (receiver.Decode + inbox.Store.Ingest: the same unique key, so a
+// path (receiver.Decoder + inbox.Store.Ingest: the same unique key, so a
 // message already in the inbox is a no-op), acks them only after that
-// commit, then audits the run. The insert is the receiver's, unchanged, so
+// commit, then audits the run. As in the receiver, a message that cannot be
+// stored as received is parked (poison) and its batch-mates re-enter; only
+// an infrastructure error fails the replay (everything is released). The insert is the receiver's, unchanged, so
 // the audit row is a separate transaction right after it.
 func (o *Ops) ReplayDeadLetters(ctx context.Context, req DeadLetterRequest) (DeadLetterResult, error) {
 	if err := req.Validate(); err != nil {
@@ -132,7 +142,7 @@ func (o *Ops) ReplayDeadLetters(ctx context.Context, req DeadLetterRequest) (Dea
 	} else if len(take) > 0 {
 		msgs := make([]inbox.Message, len(take))
 		for i, m := range take {
-			msgs[i] = receiver.Decode(m)
+			msgs[i] = o.dec.Decode(m)
 		}
 		if res.IngestResult, err = o.store.Ingest(ctx, msgs); err != nil {
 			release = append(release, takeAck...)

@@ -2,22 +2,18 @@ package admin
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"errors"
 	"log/slog"
-	"strings"
-	"time"
 
 	"github.com/google/uuid"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
 	"github.com/lossless-dev/lossless/pkg/inbox"
+	"github.com/lossless-dev/lossless/pkg/operatorauth"
 )
 
 // EnvOperatorToken names the environment variable holding the operator token.
@@ -28,24 +24,22 @@ const EnvOperatorToken = "WORKORDER_OPERATOR_TOKEN"
 type Service struct {
 	workorderv1.UnimplementedWorkOrderAdminServiceServer
 	ops    *Ops
-	token  [32]byte
-	armed  bool
+	guard  *operatorauth.Guard
 	logger *slog.Logger
 }
 
 // NewService returns the admin service. token is the operator token (from
-// EnvOperatorToken); when it is empty the service refuses every call.
+// EnvOperatorToken); when it is empty the service refuses every call, and a
+// token shorter than operatorauth.MinLength is an error.
 func NewService(ops *Ops, token string, logger *slog.Logger) (*Service, error) {
 	if ops == nil || logger == nil {
 		return nil, errors.New("admin: NewService needs ops and a logger")
 	}
-	s := &Service{ops: ops, logger: logger, armed: token != ""}
-	if s.armed {
-		s.token = sha256.Sum256([]byte(token))
-	} else {
-		logger.Warn("admin: " + EnvOperatorToken + " is not set; the admin service refuses every call")
+	guard, err := operatorauth.New(token, EnvOperatorToken, logger)
+	if err != nil {
+		return nil, err
 	}
-	return s, nil
+	return &Service{ops: ops, guard: guard, logger: logger}, nil
 }
 
 // AuthInterceptor refuses calls to this service without the operator token
@@ -53,36 +47,11 @@ func NewService(ops *Ops, token string, logger *slog.Logger) (*Service, error) {
 // caller gets UNAUTHENTICATED or PERMISSION_DENIED whatever its request, and
 // nothing is read or changed. Other services on the server pass through.
 func (s *Service) AuthInterceptor() grpc.UnaryServerInterceptor {
-	prefix := "/" + workorderv1.WorkOrderAdminService_ServiceDesc.ServiceName + "/"
-	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		if strings.HasPrefix(info.FullMethod, prefix) {
-			if err := s.authorize(ctx); err != nil {
-				return nil, err
-			}
-		}
-		return handler(ctx, req)
-	}
+	return s.guard.ServiceInterceptor(workorderv1.WorkOrderAdminService_ServiceDesc.ServiceName)
 }
 
-// authorize checks `authorization: Bearer <token>`. The comparison is
-// constant-time over SHA-256 digests, so neither content nor length leaks.
-func (s *Service) authorize(ctx context.Context) error {
-	if !s.armed {
-		return status.Error(codes.PermissionDenied, "admin service disabled: "+EnvOperatorToken+" is not set")
-	}
-	md, _ := metadata.FromIncomingContext(ctx)
-	vals := md.Get("authorization")
-	if len(vals) == 0 {
-		return status.Error(codes.Unauthenticated, "missing operator token (authorization: Bearer <token>)")
-	}
-	tok, ok := strings.CutPrefix(vals[0], "Bearer ")
-	got := sha256.Sum256([]byte(tok))
-	if !ok || subtle.ConstantTimeCompare(got[:], s.token[:]) != 1 {
-		s.logger.WarnContext(ctx, "admin: call with a wrong operator token refused")
-		return status.Error(codes.PermissionDenied, "operator token refused")
-	}
-	return nil
-}
+// authorize checks `authorization: Bearer <token>` (operatorauth.Guard).
+func (s *Service) authorize(ctx context.Context) error { return s.guard.Authorize(ctx) }
 
 func toStatus(err error) error {
 	switch {
@@ -170,8 +139,12 @@ func (s *Service) CleanupInbox(ctx context.Context, req *workorderv1.CleanupInbo
 	if err := s.authorize(ctx); err != nil {
 		return nil, err
 	}
+	retention, err := inbox.RetentionFromHours(int64(req.GetRetentionHours()))
+	if err != nil {
+		return nil, toStatus(err)
+	}
 	n, err := s.ops.Inbox().Cleanup(ctx, inbox.CleanupRequest{Authorization: auth(req.GetAuthorization()),
-		Retention: time.Duration(req.GetRetentionHours()) * time.Hour, DryRun: req.GetDryRun()})
+		Retention: retention, DryRun: req.GetDryRun()})
 	if err != nil {
 		return nil, toStatus(err)
 	}

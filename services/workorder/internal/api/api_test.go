@@ -50,7 +50,12 @@ type testBundle struct {
 
 func setup(t *testing.T) testBundle {
 	t.Helper()
-	pool := pgtest.NewPool(t, migrations.WorkOrder())
+	return setupOn(t, pgtest.NewPool(t, migrations.WorkOrder()))
+}
+
+// setupOn serves the API over pool, a migrated work-order database.
+func setupOn(t *testing.T, pool *pgxpool.Pool) testBundle {
+	t.Helper()
 	logger := slog.New(slog.DiscardHandler)
 	repo, err := orders.NewRepository(pool)
 	if err != nil {

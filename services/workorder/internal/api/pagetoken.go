@@ -26,10 +26,20 @@ func encodePageToken(c orders.Cursor, status orders.Status) string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-var errForeignPageToken = errors.New("was issued for a different status filter")
+var (
+	errForeignPageToken    = errors.New("was issued for a different status filter")
+	errOutOfRangePageToken = errors.New("is out of range: not a token from a previous response")
+)
 
-// decodePageToken returns the cursor in token, or nil for the first page.
-func decodePageToken(token string, status orders.Status) (*orders.Cursor, error) {
+// maxTokenSkew is how far past now a token's time may lie: tokens carry the
+// database's creation times, and replicas' clocks differ a little.
+const maxTokenSkew = 24 * time.Hour
+
+// decodePageToken returns the cursor in token, or nil for the first page. A
+// token whose time no order can have (before 1970, after now) is refused like
+// a malformed one: it cannot come from a previous response, and some such
+// times are beyond what PostgreSQL's timestamptz holds.
+func decodePageToken(token string, status orders.Status, now time.Time) (*orders.Cursor, error) {
 	if token == "" {
 		return nil, nil
 	}
@@ -40,6 +50,9 @@ func decodePageToken(token string, status orders.Status) (*orders.Cursor, error)
 	var t pageToken
 	if err := json.Unmarshal(b, &t); err != nil || t.ID == uuid.Nil || t.CreatedAt.IsZero() {
 		return nil, errors.New("is not a token from a previous response")
+	}
+	if t.CreatedAt.Before(time.Unix(0, 0)) || t.CreatedAt.After(now.Add(maxTokenSkew)) {
+		return nil, errOutOfRangePageToken
 	}
 	if orders.Status(t.Status) != status {
 		return nil, errForeignPageToken

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -18,9 +19,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
 
 	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
 	"github.com/lossless-dev/lossless/pkg/apierror"
@@ -104,7 +103,7 @@ func (s *Service) CreateWorkOrder(ctx context.Context, req *workorderv1.CreateWo
 	req = withoutOutputOnly(req)
 	order, err := fromCreateRequest(req)
 	if err != nil {
-		return nil, s.toStatus(ctx, err, "")
+		return nil, toStatus(err, "")
 	}
 
 	create := func(ctx context.Context, tx pgx.Tx) (*workorderv1.CreateWorkOrderResponse, error) {
@@ -127,7 +126,7 @@ func (s *Service) CreateWorkOrder(ctx context.Context, req *workorderv1.CreateWo
 	} else {
 		var ireq idempotency.Request
 		if ireq, err = idempotency.NewRequest(createScope, key, req); err != nil {
-			return nil, s.toStatus(ctx, err, "")
+			return nil, toStatus(err, "")
 		}
 		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 			var err error
@@ -138,7 +137,7 @@ func (s *Service) CreateWorkOrder(ctx context.Context, req *workorderv1.CreateWo
 		})
 	}
 	if err != nil {
-		return nil, s.toStatus(ctx, err, "")
+		return nil, toStatus(err, "")
 	}
 	if replayed {
 		// Best effort: the response is right whether or not the header arrives.
@@ -159,7 +158,7 @@ func (s *Service) GetWorkOrder(ctx context.Context, req *workorderv1.GetWorkOrde
 	}
 	o, err := s.repo.Get(ctx, id)
 	if err != nil {
-		return nil, s.toStatus(ctx, err, req.GetId())
+		return nil, toStatus(err, req.GetId())
 	}
 	return &workorderv1.GetWorkOrderResponse{WorkOrder: toProto(o)}, nil
 }
@@ -167,7 +166,7 @@ func (s *Service) GetWorkOrder(ctx context.Context, req *workorderv1.GetWorkOrde
 // ListWorkOrders returns a page of orders, newest first.
 func (s *Service) ListWorkOrders(ctx context.Context, req *workorderv1.ListWorkOrdersRequest) (*workorderv1.ListWorkOrdersResponse, error) {
 	filter := fromProtoStatus(req.GetStatus())
-	after, err := decodePageToken(req.GetPageToken(), filter)
+	after, err := decodePageToken(req.GetPageToken(), filter, time.Now())
 	if err != nil {
 		return nil, apierror.InvalidArgument(apierror.Violation{Field: "page_token", Description: err.Error()})
 	}
@@ -177,7 +176,7 @@ func (s *Service) ListWorkOrders(ctx context.Context, req *workorderv1.ListWorkO
 	}
 	list, next, err := s.repo.List(ctx, orders.ListQuery{Status: filter, After: after, Limit: size})
 	if err != nil {
-		return nil, s.toStatus(ctx, err, "")
+		return nil, toStatus(err, "")
 	}
 	resp := &workorderv1.ListWorkOrdersResponse{WorkOrders: make([]*workorderv1.WorkOrder, 0, len(list))}
 	for _, o := range list {
@@ -207,7 +206,7 @@ func (s *Service) CancelWorkOrder(ctx context.Context, req *workorderv1.CancelWo
 		return o.Cancel(req.GetReason())
 	})
 	if err != nil {
-		return nil, s.toStatus(ctx, err, req.GetId())
+		return nil, toStatus(err, req.GetId())
 	}
 	if !wasCancelled {
 		s.cancelled.Add(ctx, 1)
@@ -224,7 +223,7 @@ func (s *Service) ListWorkOrderHistory(ctx context.Context, req *workorderv1.Lis
 	}
 	history, err := s.repo.History(ctx, id)
 	if err != nil {
-		return nil, s.toStatus(ctx, err, req.GetId())
+		return nil, toStatus(err, req.GetId())
 	}
 	resp := &workorderv1.ListWorkOrderHistoryResponse{Transitions: make([]*workorderv1.StatusTransition, 0, len(history))}
 	for _, t := range history {
@@ -243,10 +242,11 @@ func parseID(id string) (uuid.UUID, error) {
 	return u, nil
 }
 
-// toStatus maps domain and infrastructure errors to the API's gRPC errors.
-// Unexpected errors are logged here and reach the client as a bare INTERNAL,
-// never with database details.
-func (s *Service) toStatus(ctx context.Context, err error, id string) error {
+// toStatus maps domain errors to the API's gRPC errors. Anything else
+// (database outages, bugs) is returned as is: pkg/server's interceptor turns
+// it into UNAVAILABLE or a bare INTERNAL (apierror.Public) and logs it, so
+// clients never see database details.
+func toStatus(err error, id string) error {
 	var stateErr *orders.StateError
 	switch {
 	case errors.Is(err, orders.ErrNotFound):
@@ -255,11 +255,6 @@ func (s *Service) toStatus(ctx context.Context, err error, id string) error {
 		return apierror.FailedPrecondition(ReasonNotCancellable, stateErr.Error())
 	case errors.Is(err, idempotency.ErrMismatch), errors.Is(err, idempotency.ErrInFlight), errors.Is(err, idempotency.ErrInvalidKey):
 		return idempotency.StatusError(err)
-	case errors.Is(err, context.Canceled):
-		return status.Error(codes.Canceled, "request cancelled")
-	case errors.Is(err, context.DeadlineExceeded):
-		return status.Error(codes.DeadlineExceeded, "request deadline exceeded")
 	}
-	s.log.ErrorContext(ctx, "work order request failed", "error", err)
-	return status.Error(codes.Internal, "internal error")
+	return err
 }

@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"log/slog"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/grpc"
@@ -51,7 +50,7 @@ type App struct {
 	log    *slog.Logger
 	tel    telemetry.Providers
 	meter  metric.Meter
-	pool   *pgxpool.Pool
+	db     *pgpool.Pools    // API and workers' pools, kept apart (pkg/pgpool)
 	conn   *grpc.ClientConn // to the provider
 	ps     *gpubsub.Client
 	pub    *pubsub.Publisher // workorder-events
@@ -70,12 +69,12 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger, tel teleme
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	pool, err := pgpool.New(ctx, cfg.DatabaseURL, tel)
+	db, err := pgpool.Open(ctx, cfg.Database, tel)
 	if err != nil {
 		return nil, fmt.Errorf("app: database pool: %w", err)
 	}
-	a := &App{cfg: cfg, log: logger, tel: tel, meter: tel.MeterProvider.Meter(config.ServiceName), pool: pool}
-	if err := pool.Ping(ctx); err != nil {
+	a := &App{cfg: cfg, log: logger, tel: tel, meter: tel.MeterProvider.Meter(config.ServiceName), db: db}
+	if err := db.Workers.Ping(ctx); err != nil {
 		a.Close()
 		return nil, fmt.Errorf("app: database unreachable (DATABASE_URL): %w", err)
 	}
@@ -102,20 +101,30 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger, tel teleme
 	return a, nil
 }
 
+// assemble builds the components. The API's handlers use a.db.API; every
+// background loop, and the operator RPCs (which must work while the API is
+// flooded), use a.db.Workers.
 func (a *App) assemble(ctx context.Context, opts []server.Option) error {
-	repo, err := orders.NewRepository(a.pool)
+	workerPool := a.db.Workers
+	apiRepo, err := orders.NewRepository(a.db.API)
 	if err != nil {
 		return err
 	}
-	keys, err := idempotency.NewStore(a.pool, a.cfg.Idempotency, a.log.With("component", "idempotency"), a.meter)
+	workerRepo, err := orders.NewRepository(workerPool)
 	if err != nil {
 		return err
 	}
-	svc, err := api.NewService(a.pool, repo, keys, a.log.With("component", "api"), a.meter)
+	// The store's pool serves only its cleanup; API requests record keys in
+	// their own transaction.
+	keys, err := idempotency.NewStore(workerPool, a.cfg.Idempotency, a.log.With("component", "idempotency"), a.meter)
 	if err != nil {
 		return err
 	}
-	handOff, err := handoff.NewDispatcher(providerv1.NewProviderServiceClient(a.conn), repo, a.cfg.HandOff, a.log.With("component", "handoff"), a.meter)
+	svc, err := api.NewService(a.db.API, apiRepo, keys, a.log.With("component", "api"), a.meter)
+	if err != nil {
+		return err
+	}
+	handOff, err := handoff.NewDispatcher(providerv1.NewProviderServiceClient(a.conn), workerRepo, a.cfg.HandOff, a.log.With("component", "handoff"), a.meter)
 	if err != nil {
 		return err
 	}
@@ -132,7 +141,7 @@ func (a *App) assemble(ctx context.Context, opts []server.Option) error {
 		handoff.EventType:                   handOff,
 		correlation.EventCompletionRecorded: outboxpubsub.New(a.pub),
 	})
-	relay, err := outbox.NewRelay(a.pool, dispatchers, a.cfg.Outbox, a.log.With("component", "outbox-relay"), a.meter)
+	relay, err := outbox.NewRelay(workerPool, dispatchers, a.cfg.Outbox, a.log.With("component", "outbox-relay"), a.meter)
 	if err != nil {
 		return err
 	}
@@ -140,25 +149,25 @@ func (a *App) assemble(ctx context.Context, opts []server.Option) error {
 	// The inbox: the receiver only stores (insert-then-ack); the relay
 	// correlates stored completions to waiting orders; the monitor exports
 	// the stall gauges (docs/adr/0007-inbox-vs-nack-retry-dlq.md).
-	store, err := inbox.NewStore(a.pool, a.meter)
+	store, err := inbox.NewStore(workerPool, a.meter)
 	if err != nil {
 		return err
 	}
-	sub, err := pubsub.NewSubscriber(a.ps, pubsub.SubWorkOrderCompleted, pubsub.DefaultSubscriberConfigFor(a.cfg.PubSub), a.log.With("component", "inbox-receiver"), a.meter,
+	sub, err := pubsub.NewSubscriber(a.ps, pubsub.SubWorkOrderCompleted, a.cfg.Subscriber, a.log.With("component", "inbox-receiver"), a.meter,
 		pubsub.WithTracerProvider(a.tel.TracerProvider))
 	if err != nil {
 		return err
 	}
-	recv, err := receiver.New(store, sub, a.log.With("component", "inbox-receiver"))
+	recv, err := receiver.New(store, sub, a.cfg.Receiver, a.log.With("component", "inbox-receiver"))
 	if err != nil {
 		return err
 	}
-	correlate, err := inbox.NewRelay(a.pool, correlation.NewHandler(), a.cfg.Inbox, a.log.With("component", "inbox-relay"), a.meter,
+	correlate, err := inbox.NewRelay(workerPool, correlation.NewHandler(), a.cfg.Inbox, a.log.With("component", "inbox-relay"), a.meter,
 		inbox.WithTracerProvider(a.tel.TracerProvider))
 	if err != nil {
 		return err
 	}
-	monitor, err := inbox.NewMonitor(a.pool, inbox.MonitorConfig{Reasons: []string{
+	monitor, err := inbox.NewMonitor(workerPool, inbox.MonitorConfig{Reasons: []string{
 		correlation.ReasonNotWaiting, correlation.ReasonUnknownOrder, correlation.ReasonAmbiguous,
 		correlation.ReasonOverCompletion, correlation.ReasonOrderCancelled,
 	}}, a.log.With("component", "inbox-monitor"), a.meter)
@@ -167,11 +176,12 @@ func (a *App) assemble(ctx context.Context, opts []server.Option) error {
 	}
 	// Back from billing: InvoiceIssued moves the order to INVOICED, once
 	// (idempotent consumer, pkg/dedup); dedup markers expire in batches.
-	invoiced, err := invoicing.New(a.pool, a.log.With("component", "invoicing"), a.meter)
+	invoiced, err := invoicing.New(workerPool, a.log.With("component", "invoicing"), a.meter,
+		invoicing.WithConfig(invoicing.Config{MaxPayloadBytes: a.cfg.InvoicingMaxPayloadBytes}))
 	if err != nil {
 		return err
 	}
-	billingSub, err := pubsub.NewSubscriber(a.ps, pubsub.SubBillingEvents, pubsub.DefaultSubscriberConfigFor(a.cfg.PubSub), a.log.With("component", "invoicing"), a.meter,
+	billingSub, err := pubsub.NewSubscriber(a.ps, pubsub.SubBillingEvents, a.cfg.Subscriber, a.log.With("component", "invoicing"), a.meter,
 		pubsub.WithTracerProvider(a.tel.TracerProvider))
 	if err != nil {
 		return err
@@ -183,15 +193,15 @@ func (a *App) assemble(ctx context.Context, opts []server.Option) error {
 	if err != nil {
 		return err
 	}
-	orderGauges, err := orderstats.New(a.pool, orderstats.Config{}, a.log.With("component", "order-stats"), a.meter)
+	orderGauges, err := orderstats.New(workerPool, orderstats.Config{}, a.log.With("component", "order-stats"), a.meter)
 	if err != nil {
 		return err
 	}
-	markers, err := dedup.NewCleaner(a.pool, dedup.CleanerConfig{}, a.log.With("component", "dedup-cleaner"))
+	markers, err := dedup.NewCleaner(workerPool, dedup.CleanerConfig{}, a.log.With("component", "dedup-cleaner"))
 	if err != nil {
 		return err
 	}
-	ops, err := admin.NewOps(admin.Deps{Pool: a.pool, PubSub: a.ps, Logger: a.log.With("component", "admin")})
+	ops, err := admin.NewOps(admin.Deps{Pool: workerPool, PubSub: a.ps, Receiver: a.cfg.Receiver, Logger: a.log.With("component", "admin")})
 	if err != nil {
 		return err
 	}
@@ -221,7 +231,10 @@ func (a *App) assemble(ctx context.Context, opts []server.Option) error {
 	if err != nil {
 		return err
 	}
-	a.srv.AddReadinessCheck("database", a.pool.Ping)
+	// Readiness asks whether the database is reachable, on the workers' pool:
+	// an exhausted API pool is back-pressure, not a reason to leave the load
+	// balancer.
+	a.srv.AddReadinessCheck("database", workerPool.Ping)
 	workorderv1.RegisterWorkOrderAdminServiceServer(a.srv.GRPC(), adminSvc)
 	return api.Register(ctx, a.srv, svc)
 }
@@ -255,5 +268,5 @@ func (a *App) Close() {
 	if a.ps != nil {
 		_ = a.ps.Close()
 	}
-	a.pool.Close()
+	a.db.Close()
 }

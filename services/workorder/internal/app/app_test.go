@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -23,11 +24,13 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	moneyv1 "github.com/lossless-dev/lossless/gen/lossless/money/v1"
 	providerv1 "github.com/lossless-dev/lossless/gen/lossless/provider/v1"
 	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
 	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/idempotency"
 	"github.com/lossless-dev/lossless/pkg/outbox"
+	"github.com/lossless-dev/lossless/pkg/pgpool"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/pubsubtest"
@@ -74,7 +77,7 @@ func testConfig(t *testing.T, dsn, providerAddr string) config.Config {
 	em := pubsubtest.New(t)
 	return config.Config{
 		PubSub:       pubsub.ClientConfig{ProjectID: em.ProjectID, EmulatorHost: em.Addr},
-		DatabaseURL:  dsn,
+		Database:     pgpool.Config{URL: dsn},
 		Server:       server.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", ShutdownTimeout: 10 * time.Second},
 		ProviderAddr: providerAddr,
 		HandOff:      handoff.Config{Deadline: 5 * time.Second},
@@ -229,13 +232,16 @@ func TestNewFailsFastOnAnUnreachableDatabase(t *testing.T) {
 	}
 }
 
+// operatorToken is long enough for operatorauth.MinLength.
+const operatorToken = "s3cret-operator-token-of-32-chars"
+
 // The operator token is checked before request validation: a caller without
 // the token learns nothing about its request, even an invalid one.
 func TestAdminRefusesMissingTokenBeforeValidating(t *testing.T) {
 	t.Parallel()
 	dsn := pgtest.NewDatabase(t, migrations.WorkOrder())
 	cfg := testConfig(t, dsn, startProvider(t, &blockingProvider{called: make(chan string, 1), release: make(chan struct{})}))
-	cfg.OperatorToken = "s3cret"
+	cfg.OperatorToken = operatorToken
 	a, err := app.New(context.Background(), cfg, slog.New(slog.DiscardHandler), telemetry.Providers{})
 	if err != nil {
 		t.Fatal(err)
@@ -263,8 +269,104 @@ func TestAdminRefusesMissingTokenBeforeValidating(t *testing.T) {
 	if _, err := admin.RecordReHandOff(context.Background(), invalid); status.Code(err) != codes.Unauthenticated {
 		t.Fatalf("no token: %v, want UNAUTHENTICATED", err)
 	}
-	authed := metadata.NewOutgoingContext(context.Background(), metadata.Pairs("authorization", "Bearer s3cret"))
+	authed := metadata.NewOutgoingContext(context.Background(), metadata.Pairs("authorization", "Bearer "+operatorToken))
 	if _, err := admin.RecordReHandOff(authed, invalid); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("with the token an invalid request is INVALID_ARGUMENT, got %v", err)
+	}
+}
+
+// apiMaxConns is the API pool of TestAPIFloodDoesNotStarveTheOutboxRelay.
+const apiMaxConns = 3
+
+// A flood of API requests stuck on the database (here: every create waits
+// for a table lock) takes at most the API pool's connections; the outbox
+// relay still claims and hands off a new order on the workers' pool.
+func TestAPIFloodDoesNotStarveTheOutboxRelay(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dsn := pgtest.NewDatabase(t, migrations.WorkOrder())
+	provider := &blockingProvider{called: make(chan string, 64), release: make(chan struct{})}
+	close(provider.release)
+	cfg := testConfig(t, dsn, startProvider(t, provider))
+	// The flood waits on a lock for as long as the server lets a request run.
+	cfg.Database.APIMaxConns, cfg.Database.LockTimeout, cfg.Database.StatementTimeout = apiMaxConns, time.Minute, 2*time.Minute
+	a, err := app.New(ctx, cfg, slog.New(slog.DiscardHandler), telemetry.Providers{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- a.Run(runCtx) }()
+
+	pool, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	// Every keyed create inserts into idempotency_keys: a SHARE lock makes
+	// each of them hold its connection while it waits.
+	lock, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lock.Exec(ctx, "LOCK TABLE idempotency_keys IN SHARE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(a.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := workorderv1.NewWorkOrderServiceClient(conn)
+	flood, cancelFlood := context.WithCancel(ctx)
+	var floodDone sync.WaitGroup
+	t.Cleanup(func() {
+		cancelFlood()
+		_ = lock.Rollback(ctx)
+		floodDone.Wait()
+		_ = conn.Close()
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	})
+	const clients = 30 // more than any pool of the service
+	for range clients {
+		floodDone.Go(func() {
+			for flood.Err() == nil {
+				rctx := metadata.AppendToOutgoingContext(flood, idempotency.MetadataKey, uuid.NewString())
+				_, _ = client.CreateWorkOrder(rctx, &workorderv1.CreateWorkOrderRequest{WorkOrder: &workorderv1.WorkOrder{
+					CustomerId: "acme", Description: "flood", Positions: 1, UnitPrice: &moneyv1.Money{CurrencyCode: "EUR", MinorUnits: 1}}})
+			}
+		})
+	}
+	waiting := func() int {
+		var n int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%INSERT INTO idempotency_keys%'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	waitfor.Condition(t, 20*time.Second, "API pool saturated by the flood", func() bool { return waiting() >= apiMaxConns })
+
+	repo, _ := orders.NewRepository(pool)
+	order, _ := orders.New("acme", "during the flood", 1, orders.Money{CurrencyCode: "EUR", MinorUnits: 1})
+	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		_, err := repo.Create(ctx, tx, order)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// Within half the server's request timeout: the flood's requests keep
+	// their connections that long, so a relay that needs one of them fails.
+	waitfor.Condition(t, server.DefaultRequestTimeout/2, "order handed off during the API flood", func() bool {
+		var st string
+		if err := pool.QueryRow(ctx, `SELECT status FROM work_orders WHERE id = $1`, order.ID).Scan(&st); err != nil {
+			t.Fatal(err)
+		}
+		return st == "HANDED_OFF"
+	})
+	if n := waiting(); n > apiMaxConns {
+		t.Fatalf("%d API requests hold a connection, want at most the API pool's %d", n, apiMaxConns)
 	}
 }

@@ -9,29 +9,39 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/lossless-dev/lossless/pkg/envconfig"
 	"github.com/lossless-dev/lossless/pkg/idempotency"
 	"github.com/lossless-dev/lossless/pkg/inbox"
+	"github.com/lossless-dev/lossless/pkg/operatorauth"
 	"github.com/lossless-dev/lossless/pkg/outbox"
+	"github.com/lossless-dev/lossless/pkg/pgpool"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/server"
 	"github.com/lossless-dev/lossless/pkg/telemetry"
 	"github.com/lossless-dev/lossless/services/workorder/internal/handoff"
+	"github.com/lossless-dev/lossless/services/workorder/internal/invoicing"
+	"github.com/lossless-dev/lossless/services/workorder/internal/receiver"
 )
 
 // Config of the work-order service.
 type Config struct {
-	// DatabaseURL is the service's own PostgreSQL database (env DATABASE_URL,
-	// required), e.g. postgres://workorder:secret@localhost:5432/workorder.
-	// Pool settings ride on it (pool_max_conns=20).
-	DatabaseURL string
+	// Database is the service's own PostgreSQL database (env DATABASE_URL,
+	// required, e.g. postgres://workorder:secret@localhost:5432/workorder)
+	// and its bounds: DATABASE_STATEMENT_TIMEOUT (default 30s),
+	// DATABASE_LOCK_TIMEOUT (10s), DATABASE_CONNECT_TIMEOUT (5s),
+	// DATABASE_API_MAX_CONNS (10) and DATABASE_WORKER_MAX_CONNS (12): the
+	// API and the background loops have separate pools (see pkg/pgpool for
+	// the reasoning and the connection arithmetic).
+	Database pgpool.Config
 
 	// Server holds the listeners: GRPC_ADDR (default ":9090"), HTTP_ADDR
-	// (default ":8080", REST gateway, /healthz, /readyz, /metrics) and
-	// SHUTDOWN_TIMEOUT (default 20s, see server.Config). The names are the
-	// same in every service: each process has its own environment.
+	// (default ":8080", REST gateway, /healthz, /readyz, /metrics),
+	// SHUTDOWN_TIMEOUT (default 20s) and the request bounds
+	// HTTP_MAX_BODY_BYTES (1 MiB), HTTP_READ_HEADER_TIMEOUT (5s),
+	// HTTP_READ_TIMEOUT (15s), HTTP_WRITE_TIMEOUT (REQUEST_TIMEOUT + 5s),
+	// HTTP_IDLE_TIMEOUT (60s) and REQUEST_TIMEOUT (10s); see server.Config.
+	// The names are the same in every service: each process has its own
+	// environment.
 	Server server.Config
 
 	// ProviderAddr is the provider's gRPC address (env PROVIDER_ADDR, default
@@ -57,6 +67,21 @@ type Config struct {
 	// "lossless-local") and PUBSUB_EMULATOR_HOST (default "": real Pub/Sub).
 	PubSub pubsub.ClientConfig
 
+	// Receiver configures the decoding of provider completions:
+	// WORKORDER_RECEIVER_MAX_PAYLOAD_BYTES (default 1 MiB; a larger payload
+	// is parked as poison with its raw bytes).
+	Receiver receiver.Config
+
+	// InvoicingMaxPayloadBytes caps an InvoiceIssued payload (env
+	// WORKORDER_INVOICING_MAX_PAYLOAD_BYTES, default 1 MiB); larger ones are
+	// parked with their raw bytes.
+	InvoicingMaxPayloadBytes int
+
+	// Subscriber tunes both consumers (pubsub.SubscriberConfig defaults):
+	// PUBSUB_MAX_BATCH_BYTES (default 16 MiB) bounds the message bytes of
+	// one batch handed to a consumer.
+	Subscriber pubsub.SubscriberConfig
+
 	// Inbox configures the correlation relay of provider completions:
 	// WORKORDER_INBOX_* (see inbox.ConfigFromEnv and inbox.Config; the
 	// reasoning is in docs/adr/0008-error-classification-and-backoff.md).
@@ -64,7 +89,9 @@ type Config struct {
 
 	// OperatorToken guards the admin gRPC service (env
 	// WORKORDER_OPERATOR_TOKEN, default "": the admin service refuses every
-	// call). Callers send it as "authorization: Bearer <token>".
+	// call). Callers send it as "authorization: Bearer <token>". When set it
+	// must be at least operatorauth.MinLength (32) characters, e.g. the
+	// output of `openssl rand -hex 32`.
 	OperatorToken string
 
 	// Telemetry: LOG_LEVEL (default info), OTEL_EXPORTER_OTLP_ENDPOINT
@@ -79,12 +106,8 @@ const ServiceName = "workorder"
 // every bad variable at once.
 func FromEnv(r *envconfig.Reader) (Config, error) {
 	c := Config{
-		DatabaseURL: r.Required("DATABASE_URL"),
-		Server: server.Config{
-			GRPCAddr:        r.String("GRPC_ADDR", ":9090"),
-			HTTPAddr:        r.String("HTTP_ADDR", ":8080"),
-			ShutdownTimeout: r.Duration("SHUTDOWN_TIMEOUT", 20*time.Second),
-		},
+		Database:     pgpool.ConfigFromEnv(r, pgpool.Config{}),
+		Server:       server.ConfigFromEnv(r, ":9090", ":8080"),
 		ProviderAddr: r.String("PROVIDER_ADDR", "localhost:9091"),
 		HandOff:      handoff.Config{Deadline: r.Duration("WORKORDER_HANDOFF_DEADLINE", handoff.DefaultDeadline)},
 		Outbox:       outbox.ConfigFromEnv(r, "WORKORDER_OUTBOX_"),
@@ -93,11 +116,15 @@ func FromEnv(r *envconfig.Reader) (Config, error) {
 			CleanupInterval: r.Duration("WORKORDER_IDEMPOTENCY_CLEANUP_INTERVAL", 5*time.Minute),
 			CleanupBatch:    r.Int("WORKORDER_IDEMPOTENCY_CLEANUP_BATCH", 1000),
 		},
-		PubSub:        pubsub.ClientConfigFromEnv(r),
-		Inbox:         inbox.ConfigFromEnv(r, "WORKORDER_INBOX_"),
-		OperatorToken: r.String("WORKORDER_OPERATOR_TOKEN", ""),
-		Telemetry:     telemetry.ConfigFromEnv(r, ServiceName),
+		PubSub:                   pubsub.ClientConfigFromEnv(r),
+		Receiver:                 receiver.ConfigFromEnv(r, "WORKORDER_RECEIVER_"),
+		InvoicingMaxPayloadBytes: r.Int("WORKORDER_INVOICING_MAX_PAYLOAD_BYTES", invoicing.DefaultMaxPayloadBytes),
+		Inbox:                    inbox.ConfigFromEnv(r, "WORKORDER_INBOX_"),
+		OperatorToken:            r.String("WORKORDER_OPERATOR_TOKEN", ""),
+		Telemetry:                telemetry.ConfigFromEnv(r, ServiceName),
 	}
+	c.Subscriber = pubsub.DefaultSubscriberConfigFor(c.PubSub)
+	c.Subscriber.MaxBatchBytes = r.Int("PUBSUB_MAX_BATCH_BYTES", c.Subscriber.MaxBatchBytes)
 	if err := r.Err(); err != nil {
 		return c, err
 	}
@@ -106,17 +133,16 @@ func FromEnv(r *envconfig.Reader) (Config, error) {
 
 // Validate reports settings that cannot work, naming the variable.
 func (c Config) Validate() error {
-	var errs []error
-	if c.DatabaseURL == "" {
-		errs = append(errs, errors.New("DATABASE_URL: required but not set"))
-	} else if _, err := pgxpool.ParseConfig(c.DatabaseURL); err != nil {
-		errs = append(errs, errors.New("DATABASE_URL: not a valid PostgreSQL connection string"))
-	}
+	errs := []error{c.Database.Validate()}
+	errs = append(errs, operatorauth.Validate("WORKORDER_OPERATOR_TOKEN", c.OperatorToken))
 	if c.ProviderAddr == "" {
 		errs = append(errs, errors.New("PROVIDER_ADDR: must not be empty"))
 	}
 	errs = append(errs,
-		envconfig.Check("GRPC_ADDR / HTTP_ADDR / SHUTDOWN_TIMEOUT", c.Server.Validate()),
+		envconfig.Check(server.EnvNames, c.Server.Validate()),
+		envconfig.Check("WORKORDER_RECEIVER_*", c.Receiver.Validate()),
+		envconfig.Check("WORKORDER_INVOICING_MAX_PAYLOAD_BYTES", invoicing.Config{MaxPayloadBytes: c.InvoicingMaxPayloadBytes}.Validate()),
+		envconfig.Check("PUBSUB_MAX_BATCH_BYTES", c.Subscriber.Validate()),
 		envconfig.Check("PUBSUB_*", c.PubSub.Validate()),
 		envconfig.Check("WORKORDER_INBOX_*", c.Inbox.Validate()),
 		envconfig.Check("WORKORDER_HANDOFF_DEADLINE", c.HandOff.Validate()),

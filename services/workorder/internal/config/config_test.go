@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/lossless-dev/lossless/pkg/envconfig"
+	"github.com/lossless-dev/lossless/pkg/operatorauth"
 	"github.com/lossless-dev/lossless/services/workorder/internal/config"
 )
 
@@ -18,6 +19,37 @@ func TestDefaults(t *testing.T) {
 	if c.Server.GRPCAddr != ":9090" || c.Server.HTTPAddr != ":8080" || c.ProviderAddr != "localhost:9091" ||
 		c.HandOff.Deadline != 10*time.Second || c.Idempotency.Retention != 24*time.Hour || c.Server.ShutdownTimeout != 20*time.Second {
 		t.Fatalf("defaults: %+v", c)
+	}
+	if d := c.Database; d.URL != "postgres://u@localhost/workorder" || d.StatementTimeout != 30*time.Second || d.LockTimeout != 10*time.Second ||
+		d.ConnectTimeout != 5*time.Second || d.APIMaxConns != 10 || d.WorkerMaxConns != 12 {
+		t.Fatalf("database defaults: %+v", d)
+	}
+	if c.OperatorToken != "" {
+		t.Fatalf("operator token %q, want unset (admin service disabled)", c.OperatorToken)
+	}
+}
+
+func TestDatabaseSettingsFromEnv(t *testing.T) {
+	t.Parallel()
+	c, err := config.FromEnv(envconfig.FromMap(map[string]string{
+		"DATABASE_URL": "postgres://u@localhost/workorder", "DATABASE_STATEMENT_TIMEOUT": "1m", "DATABASE_LOCK_TIMEOUT": "2s",
+		"DATABASE_CONNECT_TIMEOUT": "3s", "DATABASE_API_MAX_CONNS": "4", "DATABASE_WORKER_MAX_CONNS": "6",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := c.Database; d.StatementTimeout != time.Minute || d.LockTimeout != 2*time.Second || d.ConnectTimeout != 3*time.Second ||
+		d.APIMaxConns != 4 || d.WorkerMaxConns != 6 {
+		t.Fatalf("database settings: %+v", d)
+	}
+}
+
+func TestOperatorTokenOfAtLeast32CharactersIsAccepted(t *testing.T) {
+	t.Parallel()
+	token := strings.Repeat("k", operatorauth.MinLength)
+	c, err := config.FromEnv(envconfig.FromMap(map[string]string{"DATABASE_URL": "postgres://x", "WORKORDER_OPERATOR_TOKEN": token}))
+	if err != nil || c.OperatorToken != token {
+		t.Fatalf("token of %d characters: %v (%q)", len(token), err, c.OperatorToken)
 	}
 }
 
@@ -36,6 +68,13 @@ func TestErrorsNameTheVariable(t *testing.T) {
 		{map[string]string{"DATABASE_URL": "postgres://x", "WORKORDER_IDEMPOTENCY_RETENTION": "1ms"}, []string{"WORKORDER_IDEMPOTENCY_"}},
 		{map[string]string{"DATABASE_URL": "postgres://x", "WORKORDER_OUTBOX_BATCH_SIZE": "x"}, []string{"WORKORDER_OUTBOX_BATCH_SIZE"}},
 		{map[string]string{"DATABASE_URL": "postgres://x", "LOG_LEVEL": "loud"}, []string{"LOG_LEVEL"}},
+		{map[string]string{"DATABASE_URL": "postgres://x", "WORKORDER_OPERATOR_TOKEN": "s3cret"}, []string{"WORKORDER_OPERATOR_TOKEN"}},
+		{map[string]string{"DATABASE_URL": "postgres://x", "WORKORDER_OPERATOR_TOKEN": strings.Repeat("k", 31)}, []string{"WORKORDER_OPERATOR_TOKEN"}},
+		{map[string]string{"DATABASE_URL": "postgres://x", "DATABASE_STATEMENT_TIMEOUT": "soon"}, []string{"DATABASE_STATEMENT_TIMEOUT"}},
+		{map[string]string{"DATABASE_URL": "postgres://x", "DATABASE_LOCK_TIMEOUT": "-1s"}, []string{"DATABASE_LOCK_TIMEOUT"}},
+		{map[string]string{"DATABASE_URL": "postgres://x", "DATABASE_CONNECT_TIMEOUT": "x"}, []string{"DATABASE_CONNECT_TIMEOUT"}},
+		{map[string]string{"DATABASE_URL": "postgres://x", "DATABASE_API_MAX_CONNS": "-3"}, []string{"DATABASE_API_MAX_CONNS"}},
+		{map[string]string{"DATABASE_URL": "postgres://x", "DATABASE_WORKER_MAX_CONNS": "many"}, []string{"DATABASE_WORKER_MAX_CONNS"}},
 		{map[string]string{"GRPC_ADDR": " ", "LOG_LEVEL": "debug"}, []string{"DATABASE_URL"}},
 	} {
 		_, err := config.FromEnv(envconfig.FromMap(tc.env))

@@ -17,6 +17,12 @@
 //
 // The same invoice announced again under another event id (re-published) is
 // recognised: the order is INVOICED with that invoice id, nothing changes.
+//
+// Nothing is dropped silently and one message's data never fails another:
+// a message that is unparseable, oversize, carries bytes the database cannot
+// store, or that the database rejects anyway (pgerr.IsData) is parked the same
+// way; an event type this consumer does not apply is parked and counted apart
+// (outcome unknown_type). Only infrastructure failures nack.
 package invoicing
 
 import (
@@ -26,9 +32,11 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -37,6 +45,8 @@ import (
 
 	eventsv1 "github.com/lossless-dev/lossless/gen/lossless/events/v1"
 	"github.com/lossless-dev/lossless/pkg/dedup"
+	"github.com/lossless-dev/lossless/pkg/pgerr"
+	"github.com/lossless-dev/lossless/pkg/pgtext"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 )
 
@@ -51,41 +61,103 @@ const (
 	OutcomeInvoiced  = "invoiced"
 	OutcomeDuplicate = "duplicate"
 	OutcomeParked    = "parked"
-	OutcomeIgnored   = "ignored"
+	// OutcomeUnknownType: an event type this consumer does not apply,
+	// parked like any other message it cannot process.
+	OutcomeUnknownType = "unknown_type"
 )
+
+// DefaultMaxPayloadBytes is Config.MaxPayloadBytes's default: 1 MiB. An
+// InvoiceIssued is a few hundred bytes; Pub/Sub allows up to 10 MB.
+const DefaultMaxPayloadBytes = 1 << 20
+
+// maxPayloadBytesLimit is Pub/Sub's own message size limit: a cap above it
+// would never apply.
+const maxPayloadBytesLimit = 10 << 20
+
+// MaxEventIDLength is processed_events.event_id's CHECK limit, in characters
+// (migrations/workorder).
+const MaxEventIDLength = 200
+
+// Config of the consumer. The zero value of every field means its default.
+type Config struct {
+	// MaxPayloadBytes caps a message's payload: a larger one is parked
+	// unparsed, with its raw bytes. Default DefaultMaxPayloadBytes; 1..10 MiB.
+	MaxPayloadBytes int
+}
+
+func (c *Config) setDefaults() {
+	if c.MaxPayloadBytes == 0 {
+		c.MaxPayloadBytes = DefaultMaxPayloadBytes
+	}
+}
+
+// Validate reports an unusable configuration; zero fields take their
+// defaults.
+func (c Config) Validate() error {
+	c.setDefaults()
+	if c.MaxPayloadBytes < 1 || c.MaxPayloadBytes > maxPayloadBytesLimit {
+		return fmt.Errorf("MaxPayloadBytes %d: want 1..%d", c.MaxPayloadBytes, maxPayloadBytesLimit)
+	}
+	return nil
+}
+
+// Option configures New.
+type Option func(*Invoicing)
+
+// WithConfig sets the consumer's Config (default: the zero Config).
+func WithConfig(cfg Config) Option { return func(v *Invoicing) { v.cfg = cfg } }
 
 // Invoicing applies InvoiceIssued events to work orders.
 type Invoicing struct {
 	pool     *pgxpool.Pool
 	logger   *slog.Logger
+	cfg      Config
+	decoder  decoder
 	outcomes metric.Int64Counter
 }
 
 // New returns the consumer. Wire it in the workorder binary:
 //
-//	inv, _ := invoicing.New(pool, logger, meter)
+//	inv, _ := invoicing.New(pool, logger, meter, invoicing.WithConfig(cfg))
 //	sub, _ := pubsub.NewSubscriber(client, pubsub.SubBillingEvents, cfg, logger, meter)
 //	server.WithWorker("invoicing", func(ctx context.Context) error { return sub.RunBatch(ctx, inv.HandleBatch) })
 //
 // meter may be nil.
-func New(pool *pgxpool.Pool, logger *slog.Logger, meter metric.Meter) (*Invoicing, error) {
+func New(pool *pgxpool.Pool, logger *slog.Logger, meter metric.Meter, opts ...Option) (*Invoicing, error) {
 	if pool == nil || logger == nil {
 		return nil, errors.New("invoicing: nil pool or logger")
 	}
+	v := &Invoicing{pool: pool, logger: logger}
+	for _, o := range opts {
+		o(v)
+	}
+	v.cfg.setDefaults()
+	if err := v.cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("invoicing: %w", err)
+	}
+	v.decoder = decoder{maxPayloadBytes: v.cfg.MaxPayloadBytes}
 	if meter == nil {
 		meter = noop.NewMeterProvider().Meter("")
 	}
-	outcomes, err := meter.Int64Counter("workorder.invoicing.messages",
-		metric.WithDescription("InvoiceIssued messages consumed, by outcome: invoiced, duplicate, parked, ignored. Alert on parked."))
+	var err error
+	v.outcomes, err = meter.Int64Counter("workorder.invoicing.messages",
+		metric.WithDescription("InvoiceIssued messages consumed, by outcome: invoiced, duplicate, parked, unknown_type (parked too). Alert on parked and unknown_type."))
 	if err != nil {
 		return nil, err
 	}
-	return &Invoicing{pool: pool, logger: logger, outcomes: outcomes}, nil
+	// Every outcome's series exists at 0 from the start: the alerts read
+	// increase() over it, which cannot see a series' first sample.
+	for _, o := range []string{OutcomeInvoiced, OutcomeDuplicate, OutcomeParked, OutcomeUnknownType} {
+		v.outcomes.Add(context.Background(), 0, metric.WithAttributes(attribute.String("outcome", o)))
+	}
+	return v, nil
 }
 
 // HandleBatch applies each message in its own transaction (orders are
-// independent; one parked message must not hold back the others). nil entries
-// are acked; an error (database failure) nacks for redelivery.
+// independent; one parked message must not hold back the others, and one
+// transaction per order keeps row locks short and never held across orders).
+// nil entries are acked; an error (infrastructure failure) nacks for
+// redelivery.
 func (v *Invoicing) HandleBatch(ctx context.Context, ms []*pubsub.Received) []error {
 	errs := make([]error, len(ms))
 	for i, m := range ms {
@@ -106,17 +178,12 @@ func (v *Invoicing) Handle(ctx context.Context, m *pubsub.Received) error {
 }
 
 func (v *Invoicing) handle(ctx context.Context, m *pubsub.Received) (string, error) {
-	switch t := m.Attributes[pubsub.AttrEventType]; {
-	case t == "":
-		return v.park(ctx, m, nil, "missing attribute "+pubsub.AttrEventType)
-	case t != EventType:
-		return OutcomeIgnored, nil
+	d := v.decoder.decode(m)
+	if d.outcome != "" {
+		return v.park(ctx, m, d)
 	}
-	ev, reason := decode(m)
-	if reason != "" {
-		return v.park(ctx, m, ev, reason)
-	}
-	var outcome string
+	ev := d.ev
+	var outcome, reason string
 	err := pgx.BeginFunc(ctx, v.pool, func(tx pgx.Tx) error {
 		var err error
 		outcome, reason, err = apply(ctx, tx, ev, m.Data)
@@ -125,10 +192,14 @@ func (v *Invoicing) handle(ctx context.Context, m *pubsub.Received) (string, err
 		}
 		return err
 	})
-	if errors.Is(err, errNotApplicable) {
-		return v.park(ctx, m, ev, reason)
-	}
-	if err != nil {
+	switch {
+	case errors.Is(err, errNotApplicable):
+		return v.park(ctx, m, verdict{ev: ev, outcome: OutcomeParked, reason: reason})
+	case pgerr.IsData(err):
+		// A rule the decoder does not know: the transaction rolled back,
+		// marker included, so a replay can apply once the cause is fixed.
+		return v.park(ctx, m, verdict{ev: ev, outcome: OutcomeParked, reason: rejected(err)})
+	case err != nil:
 		return "", err
 	}
 	if outcome == OutcomeInvoiced {
@@ -140,20 +211,62 @@ func (v *Invoicing) handle(ctx context.Context, m *pubsub.Received) (string, err
 
 var errNotApplicable = errors.New("invoicing: event not applicable")
 
-// decode parses and checks an InvoiceIssued message; reason is "" when valid.
-func decode(m *pubsub.Received) (*eventsv1.InvoiceIssued, string) {
+// rejected is the park reason of a data error: the database's message names
+// the rule (constraint, encoding); the SQLSTATE classifies it.
+func rejected(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return fmt.Sprintf("rejected by the database: %s (SQLSTATE %s)", pgErr.Message, pgErr.Code)
+	}
+	return "rejected by the database: " + err.Error()
+}
+
+// verdict is what the decoder decided about one message before any database
+// work: apply ev (outcome ""), or park the message with reason under outcome
+// (OutcomeParked or OutcomeUnknownType).
+type verdict struct {
+	ev      *eventsv1.InvoiceIssued // nil when the payload was not parsed
+	outcome string
+	reason  string
+}
+
+// decoder turns a message into a verdict. It is pure and rejects whatever
+// the database would reject, so that such a message is parked with the rule
+// it broke instead of failing a statement.
+type decoder struct {
+	maxPayloadBytes int
+}
+
+func (d decoder) decode(m *pubsub.Received) verdict {
+	switch t := m.Attributes[pubsub.AttrEventType]; {
+	case t == "":
+		return verdict{outcome: OutcomeParked, reason: "missing attribute " + pubsub.AttrEventType}
+	case t != EventType:
+		return verdict{outcome: OutcomeUnknownType,
+			reason: fmt.Sprintf("unknown event type %q (this consumer reads %s)", t, EventType)}
+	}
+	reasons := pgtext.MapProblems(m.Attributes)
+	park := func(ev *eventsv1.InvoiceIssued, reason ...string) verdict {
+		return verdict{ev: ev, outcome: OutcomeParked, reason: strings.Join(append(reasons, reason...), "; ")}
+	}
+	if len(m.Data) > d.maxPayloadBytes {
+		return park(nil, fmt.Sprintf("payload %d bytes exceeds the cap of %d bytes", len(m.Data), d.maxPayloadBytes))
+	}
 	if v := m.Attributes[pubsub.AttrSchemaVersion]; v != "" && v != "1" {
-		return nil, "unsupported schema_version " + v + " (this consumer reads 1)"
+		return park(nil, "unsupported schema_version "+pgtext.Storable(v)+" (this consumer reads 1)")
 	}
 	var ev eventsv1.InvoiceIssued
 	if err := proto.Unmarshal(m.Data, &ev); err != nil {
-		return nil, "unparseable payload: " + err.Error()
+		return park(nil, "unparseable payload: "+err.Error())
 	}
-	var reasons []string
-	if ev.GetEventId() == "" {
+	reasons = append(reasons, pgtext.MessageProblems(ev.ProtoReflect())...)
+	switch id := ev.GetEventId(); {
+	case id == "":
 		reasons = append(reasons, "event_id: missing")
-	} else if a := m.Attributes[pubsub.AttrEventID]; a != "" && a != ev.GetEventId() {
-		reasons = append(reasons, fmt.Sprintf("event_id %q differs from attribute event_id %q", ev.GetEventId(), a))
+	case utf8.RuneCountInString(id) > MaxEventIDLength:
+		reasons = append(reasons, fmt.Sprintf("event_id: %d characters, limit %d", utf8.RuneCountInString(id), MaxEventIDLength))
+	case m.Attributes[pubsub.AttrEventID] != "" && m.Attributes[pubsub.AttrEventID] != id:
+		reasons = append(reasons, fmt.Sprintf("event_id %q differs from attribute event_id %q", id, m.Attributes[pubsub.AttrEventID]))
 	}
 	if _, err := uuid.Parse(ev.GetWorkOrderId()); err != nil {
 		reasons = append(reasons, "work_order_id: not a uuid")
@@ -164,7 +277,10 @@ func decode(m *pubsub.Received) (*eventsv1.InvoiceIssued, string) {
 	if ev.GetInvoiceNumber() == "" {
 		reasons = append(reasons, "invoice_number: missing")
 	}
-	return &ev, strings.Join(reasons, "; ")
+	if len(reasons) > 0 {
+		return park(&ev)
+	}
+	return verdict{ev: &ev}
 }
 
 // qInvoice applies the transition; status = 'COMPLETED' in the WHERE makes it
@@ -230,25 +346,59 @@ INSERT INTO parked_billing_events (message_id, event_id, work_order_id, attribut
 VALUES ($1, nullif($2, ''), $3, $4, $5, $6)
 ON CONFLICT (message_id) DO NOTHING`
 
-func (v *Invoicing) park(ctx context.Context, m *pubsub.Received, ev *eventsv1.InvoiceIssued, reason string) (string, error) {
-	attrs, err := json.Marshal(m.Attributes)
+// parkedRow is a parked_billing_events row as park stores it.
+type parkedRow struct {
+	messageID, eventID, reason string
+	workOrderID                *uuid.UUID
+	attributes                 []byte
+	data                       []byte
+}
+
+// parkRow builds the row that keeps m with d's reason. Every value is made
+// storable: text PostgreSQL cannot hold is stored escaped (message id,
+// attributes) or as NULL (event id; the reason quotes it), the reason says
+// which, and the raw payload goes to the bytea column as received.
+func parkRow(m *pubsub.Received, d verdict) (parkedRow, error) {
+	attrs, attrProblems, err := pgtext.StorableJSON(m.Attributes)
+	if err != nil {
+		return parkedRow{}, err
+	}
+	var escaped []string
+	if len(attrProblems) > 0 {
+		escaped = append(escaped, "attributes")
+	}
+	r := parkedRow{messageID: pgtext.Storable(m.ID), eventID: d.ev.GetEventId(), reason: pgtext.Storable(d.reason),
+		attributes: attrs, data: m.Data}
+	if id, err := uuid.Parse(d.ev.GetWorkOrderId()); err == nil {
+		r.workOrderID = &id
+	}
+	if pgtext.Problem(m.ID) != "" {
+		escaped = append(escaped, "message_id")
+	}
+	if len(escaped) > 0 {
+		r.reason += "; stored escaped: " + strings.Join(escaped, ", ")
+	}
+	if pgtext.Problem(r.eventID) != "" {
+		r.eventID, r.reason = "", r.reason+"; stored as NULL: event_id"
+	}
+	if r.data == nil {
+		r.data = []byte{}
+	}
+	return r, nil
+}
+
+// park stores m with d's reason (see parkRow) and returns d's outcome.
+func (v *Invoicing) park(ctx context.Context, m *pubsub.Received, d verdict) (string, error) {
+	r, err := parkRow(m, d)
 	if err != nil {
 		return "", err
 	}
-	var orderID *uuid.UUID
-	if id, err := uuid.Parse(ev.GetWorkOrderId()); err == nil {
-		orderID = &id
+	if _, err := v.pool.Exec(ctx, qPark, r.messageID, r.eventID, r.workOrderID, r.attributes, r.data, r.reason); err != nil {
+		return "", fmt.Errorf("invoicing: park message %s: %w", r.messageID, err)
 	}
-	data := m.Data
-	if data == nil {
-		data = []byte{}
-	}
-	if _, err := v.pool.Exec(ctx, qPark, m.ID, ev.GetEventId(), orderID, attrs, data, reason); err != nil {
-		return "", fmt.Errorf("invoicing: park message %s: %w", m.ID, err)
-	}
-	v.logger.ErrorContext(ctx, "InvoiceIssued parked", "message_id", m.ID, "event_id", ev.GetEventId(),
-		"work_order_id", ev.GetWorkOrderId(), "reason", reason)
-	return OutcomeParked, nil
+	v.logger.ErrorContext(ctx, "InvoiceIssued parked", "message_id", m.ID, "event_id", d.ev.GetEventId(),
+		"event_type", m.Attributes[pubsub.AttrEventType], "work_order_id", d.ev.GetWorkOrderId(), "reason", r.reason)
+	return d.outcome, nil
 }
 
 // ErrAuditRequired is returned by Replay without a ticket or an actor (I6).
@@ -283,12 +433,13 @@ func (v *Invoicing) Replay(ctx context.Context, parkedID int64, ticket, actor st
 		if err := json.Unmarshal(attrs, &m.Attributes); err != nil {
 			return err
 		}
-		ev, reason := decode(&m)
-		if reason != "" {
-			return fmt.Errorf("invoicing: parked message %d still invalid: %s", parkedID, reason)
+		d := v.decoder.decode(&m)
+		if d.outcome != "" {
+			return fmt.Errorf("invoicing: parked message %d still invalid: %s", parkedID, d.reason)
 		}
 		var err error
-		if outcome, reason, err = apply(ctx, tx, ev, m.Data); err != nil {
+		var reason string
+		if outcome, reason, err = apply(ctx, tx, d.ev, m.Data); err != nil {
 			return err
 		}
 		if reason != "" {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,6 +15,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -254,5 +257,207 @@ func TestPoisonIsParkedWithRawBytes(t *testing.T) {
 	var n int
 	if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM parked_billing_events WHERE message_id = 'p1' AND data = '\xfffe'::bytea AND reason LIKE 'unparseable%'`).Scan(&n); err != nil || n != 1 {
 		t.Fatalf("parked: %d %v", n, err)
+	}
+}
+
+func (b *testBundle) parkedReason(t *testing.T, messageID string) (reason string, data []byte) {
+	t.Helper()
+	if err := b.pool.QueryRow(context.Background(), `SELECT reason, data FROM parked_billing_events WHERE message_id = $1`,
+		messageID).Scan(&reason, &data); err != nil {
+		t.Fatalf("message %s not parked: %v", messageID, err)
+	}
+	return reason, data
+}
+
+func wantAcked(t *testing.T, errs []error) {
+	t.Helper()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("message %d nacked: %v", i, err)
+		}
+	}
+}
+
+func setupMetered(t *testing.T) (*testBundle, *sdkmetric.ManualReader) {
+	t.Helper()
+	pool := pgtest.NewPool(t, migrations.WorkOrder())
+	reader := sdkmetric.NewManualReader()
+	inv, err := invoicing.New(pool, slog.New(slog.NewJSONHandler(io.Discard, nil)),
+		sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)).Meter("test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &testBundle{pool: pool, inv: inv}, reader
+}
+
+func outcomes(t *testing.T, reader *sdkmetric.ManualReader) map[string]int64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if s, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == "workorder.invoicing.messages" {
+				for _, dp := range s.DataPoints {
+					o, _ := dp.Attributes.Value("outcome")
+					out[o.AsString()] += dp.Value
+				}
+			}
+		}
+	}
+	return out
+}
+
+// A batch mixing good InvoiceIssued events with bytes the database would
+// reject: the good orders are INVOICED, each bad message is parked with its
+// raw bytes and the rule it broke, and every message is acked (a nack would
+// redeliver it until it is dead-lettered).
+func TestBadMessagesAreParkedAndTheirBatchMatesApply(t *testing.T) {
+	t.Parallel()
+	b, reader := setupMetered(t)
+	ctx := context.Background()
+
+	var good []*eventsv1.InvoiceIssued
+	var goodIDs []uuid.UUID
+	for range 3 {
+		id := b.order(t, "COMPLETED")
+		goodIDs = append(goodIDs, id)
+		good = append(good, issued(id))
+	}
+	nulIDOrder := b.order(t, "COMPLETED")
+	nulID := issued(nulIDOrder)
+	nulID.EventId = "evt\x00" + uuid.NewString()
+	nulIDMsg := message(t, nulID)
+
+	longIDOrder := b.order(t, "COMPLETED")
+	longID := issued(longIDOrder)
+	longID.EventId = strings.Repeat("y", 201)
+	longIDMsg := message(t, longID)
+
+	nulAttr := message(t, issued(b.order(t, "COMPLETED")))
+	nulAttr.Attributes[pubsub.AttrCorrelationID] = "req\x00-1"
+
+	badUTF8Attr := message(t, issued(b.order(t, "COMPLETED")))
+	badUTF8Attr.Attributes["x-\xff"] = "v"
+
+	nulNumber := issued(b.order(t, "COMPLETED"))
+	nulNumber.InvoiceNumber = "INV\x00"
+	nulNumberMsg := message(t, nulNumber)
+
+	oversize := message(t, issued(b.order(t, "COMPLETED")))
+	oversize.Data = append(oversize.Data, make([]byte, 1<<20)...)
+
+	batch := []*pubsub.Received{message(t, good[0]), nulIDMsg, longIDMsg, message(t, good[1]), nulAttr,
+		badUTF8Attr, nulNumberMsg, oversize, message(t, good[2])}
+	wantAcked(t, b.inv.HandleBatch(ctx, batch))
+
+	for i, id := range goodIDs {
+		b.wantInvoicedOnce(t, id, good[i])
+	}
+	if s := b.state(t, nulIDOrder); s.status != "COMPLETED" {
+		t.Errorf("order of the parked message: %+v", s)
+	}
+	for _, c := range []struct {
+		m      *pubsub.Received
+		reason string
+	}{
+		{nulIDMsg, "event_id: contains a NUL byte"},
+		{longIDMsg, "event_id: 201 characters, limit 200"},
+		{nulAttr, `attribute "correlation_id": value contains a NUL byte`},
+		{badUTF8Attr, `attribute "x-\xff": name is not valid UTF-8`},
+		{nulNumberMsg, "invoice_number: contains a NUL byte"},
+		{oversize, fmt.Sprintf("payload %d bytes exceeds the cap of %d bytes", len(oversize.Data), 1<<20)},
+	} {
+		reason, data := b.parkedReason(t, c.m.ID)
+		if !strings.Contains(reason, c.reason) {
+			t.Errorf("message %s parked with reason %q, want it to contain %q", c.m.ID, reason, c.reason)
+		}
+		if string(data) != string(c.m.Data) {
+			t.Errorf("message %s: raw bytes not kept", c.m.ID)
+		}
+	}
+	var n int
+	if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM parked_billing_events WHERE work_order_id = $1`, longIDOrder).Scan(&n); err != nil || n != 1 {
+		t.Errorf("parked row of the long event id does not carry its order: %d %v", n, err)
+	}
+	if o := outcomes(t, reader); o["invoiced"] != 3 || o["parked"] != 6 {
+		t.Errorf("outcomes %v, want 3 invoiced, 6 parked", o)
+	}
+}
+
+// A data error the decoder does not foresee (a rule the test adds to the
+// transitions table) parks the message naming the rule; the order stays
+// COMPLETED and the others apply.
+func TestDataErrorParksTheMessage(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	if _, err := b.pool.Exec(ctx, `ALTER TABLE work_order_transitions ADD CONSTRAINT test_rejects_cause CHECK (cause <> 'billing:INV-REJECTED')`); err != nil {
+		t.Fatal(err)
+	}
+	rejectedOrder, goodOrder := b.order(t, "COMPLETED"), b.order(t, "COMPLETED")
+	rejected, good := issued(rejectedOrder), issued(goodOrder)
+	rejected.InvoiceNumber = "INV-REJECTED"
+	rejectedMsg := message(t, rejected)
+	wantAcked(t, b.inv.HandleBatch(ctx, []*pubsub.Received{rejectedMsg, message(t, good)}))
+	b.wantInvoicedOnce(t, goodOrder, good)
+	if s := b.state(t, rejectedOrder); s.status != "COMPLETED" || s.version != 3 {
+		t.Errorf("rejected order changed: %+v", s)
+	}
+	reason, _ := b.parkedReason(t, rejectedMsg.ID)
+	if !strings.Contains(reason, "test_rejects_cause") || !strings.Contains(reason, "23514") {
+		t.Errorf("reason %q does not name the violated rule", reason)
+	}
+	var n int
+	if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM processed_events WHERE event_id = $1`, rejected.GetEventId()).Scan(&n); err != nil || n != 0 {
+		t.Errorf("marker of the parked message committed: %d %v", n, err)
+	}
+}
+
+// Infrastructure failures nack: a cancelled context or a closed pool.
+func TestInfrastructureErrorNacks(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ms := []*pubsub.Received{message(t, issued(b.order(t, "COMPLETED"))), message(t, issued(b.order(t, "COMPLETED")))}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for i, err := range b.inv.HandleBatch(ctx, ms) {
+		if err == nil {
+			t.Errorf("message %d acked on a cancelled context", i)
+		}
+	}
+	b.pool.Close()
+	for i, err := range b.inv.HandleBatch(context.Background(), ms) {
+		if err == nil {
+			t.Errorf("message %d acked on a closed pool", i)
+		}
+	}
+}
+
+// An event type this consumer does not apply is parked and counted as
+// unknown_type, never acked silently.
+func TestUnknownEventTypeIsParkedAndCounted(t *testing.T) {
+	t.Parallel()
+	b, reader := setupMetered(t)
+	ctx := context.Background()
+	id := b.order(t, "COMPLETED")
+	m := message(t, issued(id))
+	m.Attributes[pubsub.AttrEventType] = "lossless.events.v1.InvoiceVoided"
+	wantAcked(t, b.inv.HandleBatch(ctx, []*pubsub.Received{m}))
+	reason, data := b.parkedReason(t, m.ID)
+	want := `unknown event type "lossless.events.v1.InvoiceVoided" (this consumer reads lossless.events.v1.InvoiceIssued)`
+	if reason != want {
+		t.Errorf("reason %q, want %q", reason, want)
+	}
+	if string(data) != string(m.Data) {
+		t.Error("raw bytes not kept")
+	}
+	if s := b.state(t, id); s.status != "COMPLETED" {
+		t.Errorf("order changed: %+v", s)
+	}
+	if o := outcomes(t, reader); o["unknown_type"] != 1 || o["ignored"] != 0 {
+		t.Errorf("outcomes %v, want 1 unknown_type", o)
 	}
 }

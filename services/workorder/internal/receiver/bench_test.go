@@ -120,6 +120,6 @@ func (bd bundle) receiveUntilStopped(b *testing.B) func() {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); _ = sub.RunBatch(ctx, receiver.Handle(bd.store, quiet)) }()
+	go func() { defer close(done); _ = sub.RunBatch(ctx, receiver.Handle(bd.store, decoder(b), quiet)) }()
 	return func() { cancel(); <-done }
 }

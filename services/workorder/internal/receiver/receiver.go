@@ -1,48 +1,104 @@
 // Package receiver is the work-order service's Pub/Sub receiver for
 // work-order-completed: receive, ONE batched insert into the inbox, ack after
-// commit. Nothing else happens between receipt and ack (seed 000: before the
-// ack only what can fail technically). A database error nacks the whole
-// batch; Pub/Sub redelivers it (F15).
+// commit. Nothing else happens between receipt and ack (before the ack only
+// what can fail technically).
+//
+// Isolation is per message: the decoder turns everything the database would
+// refuse (NUL bytes, invalid UTF-8, over-long ids, oversized payloads) into
+// poison, stored PARKED and acked, and the inbox store parks a message the
+// database still rejects instead of failing its batch-mates. Only an
+// infrastructure error (database unreachable, a timeout, a bug) nacks the
+// whole batch; Pub/Sub redelivers it (F15).
 package receiver
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strconv"
 
 	"github.com/google/uuid"
 
+	"github.com/lossless-dev/lossless/pkg/envconfig"
 	"github.com/lossless-dev/lossless/pkg/inbox"
+	"github.com/lossless-dev/lossless/pkg/pgtext"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/telemetry"
 	"github.com/lossless-dev/lossless/services/workorder/internal/correlation"
 )
 
+// DefaultMaxPayloadBytes is the default Config.MaxPayloadBytes: 1 MiB.
+const DefaultMaxPayloadBytes = 1 << 20
+
+// maxPubSubMessageBytes is the largest message Pub/Sub accepts; a larger cap
+// would never apply.
+const maxPubSubMessageBytes = 10 << 20
+
+// Config tunes the decoding. The zero value of a field means its default.
+type Config struct {
+	// MaxPayloadBytes caps a message body. A larger body is not parsed: it
+	// is stored as poison (raw bytes kept) with the reason "payload N bytes
+	// exceeds the cap of M bytes". Default DefaultMaxPayloadBytes (1 MiB): a
+	// valid WorkOrderCompleted is under 200 bytes, so only garbage or a
+	// producer bug reaches it; at most Pub/Sub's 10 MB message limit.
+	MaxPayloadBytes int
+}
+
+// ConfigFromEnv reads the decoding configuration with prefix (e.g.
+// "WORKORDER_RECEIVER_"): MAX_PAYLOAD_BYTES.
+func ConfigFromEnv(r *envconfig.Reader, prefix string) Config {
+	d := Config{}.withDefaults()
+	return Config{MaxPayloadBytes: r.Int(prefix+"MAX_PAYLOAD_BYTES", d.MaxPayloadBytes)}
+}
+
+func (c Config) withDefaults() Config {
+	if c.MaxPayloadBytes == 0 {
+		c.MaxPayloadBytes = DefaultMaxPayloadBytes
+	}
+	return c
+}
+
+// Validate reports an unusable configuration (after defaults).
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	if c.MaxPayloadBytes < 1 || c.MaxPayloadBytes > maxPubSubMessageBytes {
+		return fmt.Errorf("receiver: MaxPayloadBytes %d must be within 1..%d", c.MaxPayloadBytes, maxPubSubMessageBytes)
+	}
+	return nil
+}
+
 // Receiver stores every delivered message in the inbox.
 type Receiver struct {
 	store  *inbox.Store
 	sub    *pubsub.Subscriber
+	dec    *Decoder
 	logger *slog.Logger
 }
 
-// New returns a receiver reading sub (pubsub.SubWorkOrderCompleted) into store.
-func New(store *inbox.Store, sub *pubsub.Subscriber, logger *slog.Logger) (*Receiver, error) {
+// New returns a receiver reading sub (pubsub.SubWorkOrderCompleted) into
+// store, decoding with cfg.
+func New(store *inbox.Store, sub *pubsub.Subscriber, cfg Config, logger *slog.Logger) (*Receiver, error) {
 	if store == nil || sub == nil || logger == nil {
 		return nil, errors.New("receiver: New needs a store, a subscriber and a logger")
 	}
-	return &Receiver{store: store, sub: sub, logger: logger}, nil
+	dec, err := NewDecoder(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Receiver{store: store, sub: sub, dec: dec, logger: logger}, nil
 }
 
 // Run receives batches until ctx is cancelled.
 func (r *Receiver) Run(ctx context.Context) error {
-	return r.sub.RunBatch(ctx, Handle(r.store, r.logger))
+	return r.sub.RunBatch(ctx, Handle(r.store, r.dec, r.logger))
 }
 
 // Handle returns the batch handler: decode (pure CPU, cannot fail: an
-// undecodable message becomes a poison entry), one Ingest, then every
-// message's result is the transaction's: all acked or all nacked.
-func Handle(store *inbox.Store, logger *slog.Logger) pubsub.BatchHandler {
+// undecodable or unstorable message becomes a poison entry), one Ingest,
+// then every message's result is the transaction's: all acked (each message
+// stored, OPEN or PARKED) or, on an infrastructure error, all nacked.
+func Handle(store *inbox.Store, dec *Decoder, logger *slog.Logger) pubsub.BatchHandler {
 	return func(ctx context.Context, ms []*pubsub.Received) []error {
 		msgs := make([]inbox.Message, len(ms))
 		// Under the subscriber's consumer span (linked to each message's
@@ -50,7 +106,7 @@ func Handle(store *inbox.Store, logger *slog.Logger) pubsub.BatchHandler {
 		// relay links to the receipt, which links to the publish (ADR 0009).
 		tp, ts := telemetry.TraceHeaders(ctx)
 		for i, m := range ms {
-			msgs[i] = Decode(m)
+			msgs[i] = dec.Decode(m)
 			if tp != "" {
 				msgs[i].Traceparent, msgs[i].Tracestate = tp, ts
 			}
@@ -68,49 +124,90 @@ func Handle(store *inbox.Store, logger *slog.Logger) pubsub.BatchHandler {
 			logger.ErrorContext(ctx, "inbox receiver: poison or conflicting messages stored for an operator",
 				"poison", res.Poison, "conflicts", res.Conflicts)
 		}
+		if res.Rejected > 0 {
+			logger.ErrorContext(ctx, "inbox receiver: the database refused messages the decoder accepted; parked by the store (teach Decode the rule)",
+				"rejected", res.Rejected)
+		}
 		return errs
 	}
 }
 
-// Decode turns a delivery into an inbox message. Validation failures (F9:
-// unparseable, schema-invalid, missing ids, unknown schema_version or
-// event_type) produce a message with ParkReason POISON: stored with its raw
-// bytes and attributes, acked, never retried.
-func Decode(m *pubsub.Received) inbox.Message {
-	attrs := m.Attributes
+// Decoder turns deliveries into inbox messages.
+type Decoder struct {
+	maxPayload int
+}
+
+// NewDecoder returns a Decoder for cfg (zero fields: defaults).
+func NewDecoder(cfg Config) (*Decoder, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Decoder{maxPayload: cfg.withDefaults().MaxPayloadBytes}, nil
+}
+
+// Decode turns a delivery into an inbox message that the inbox table can
+// store. Validation failures produce a message with ParkReason POISON and
+// a ParkError naming the rule: stored with its raw bytes and attributes,
+// acked, never retried. The rules: payload within the size cap; attributes
+// storable (no NUL byte, valid UTF-8; else stored escaped, see
+// pgtext.StorableMap); schema_version an integer; the payload parses
+// and validates (F9: unknown schema_version or event_type, missing ids, an
+// event_id over inbox.MaxEventIDLength); the event_id storable; the
+// event_id attribute, when present, equal to the payload's.
+func (d *Decoder) Decode(m *pubsub.Received) inbox.Message {
+	attrs, escaped := pgtext.StorableMap(m.Attributes)
 	msg := inbox.Message{
 		Source:          correlation.Source,
 		EventType:       attrs[pubsub.AttrEventType],
 		Payload:         m.Data,
 		Attributes:      attrs,
-		MessageID:       m.ID,
+		MessageID:       pgtext.Storable(m.ID),
 		DeliveryAttempt: m.DeliveryAttempt,
 		Traceparent:     attrs[pubsub.AttrTraceparent],
 		Tracestate:      attrs[pubsub.AttrTracestate],
 	}
-	version, verr := strconv.Atoi(attrs[pubsub.AttrSchemaVersion])
-	msg.SchemaVersion = version
-	ev, err := correlation.Parse(msg.EventType, version, m.Data)
-	if verr != nil {
-		err = errors.Join(correlation.ErrInvalid, errors.New("schema_version attribute missing or not an integer"))
-	}
-	if err == nil && attrs[pubsub.AttrEventID] != "" && attrs[pubsub.AttrEventID] != ev.EventID {
-		err = errors.Join(correlation.ErrInvalid, errors.New("event_id attribute differs from the payload's event_id"))
-	}
+	err := d.validate(m, escaped, &msg)
 	if err == nil {
-		msg.EventID, msg.CorrelationKey = ev.EventID, ev.OrderID.String()
 		return msg
 	}
-	// Poison. Keyed by the claimed event id if there is one (a later valid
+	// Poison. Keyed by the claimed event id if it is usable (a later valid
 	// message under it then shows up as a conflict, which it is), else by
 	// the message id, so a redelivery of the same poison still dedups.
-	msg.ParkReason, msg.ParkError = inbox.ReasonPoison, err.Error()
-	msg.EventID = attrs[pubsub.AttrEventID]
-	if msg.EventID == "" || len(msg.EventID) > 200 {
-		msg.EventID = "pubsub-message:" + m.ID
+	msg.ParkReason, msg.ParkError = inbox.ReasonPoison, pgtext.Storable(err.Error())
+	msg.EventID, msg.CorrelationKey = m.Attributes[pubsub.AttrEventID], ""
+	if msg.EventID == "" || len(msg.EventID) > inbox.MaxEventIDLength || pgtext.Problem(msg.EventID) != "" {
+		msg.EventID = inbox.PoisonKey(m.ID)
 	}
-	if _, uerr := uuid.Parse(m.OrderingKey); uerr == nil {
-		msg.CorrelationKey = m.OrderingKey
+	if u, uerr := uuid.Parse(m.OrderingKey); uerr == nil {
+		msg.CorrelationKey = u.String()
 	}
 	return msg
+}
+
+// validate applies Decode's rules in order and, when they pass, sets the
+// message's schema version, event id and correlation key.
+func (d *Decoder) validate(m *pubsub.Received, escaped []string, msg *inbox.Message) error {
+	if len(m.Data) > d.maxPayload {
+		return fmt.Errorf("%w: payload %d bytes exceeds the cap of %d bytes", correlation.ErrInvalid, len(m.Data), d.maxPayload)
+	}
+	if len(escaped) > 0 {
+		return fmt.Errorf("%w: attributes not storable (kept escaped): %v", correlation.ErrInvalid, escaped)
+	}
+	version, err := strconv.Atoi(m.Attributes[pubsub.AttrSchemaVersion])
+	if err != nil {
+		return errors.Join(correlation.ErrInvalid, errors.New("schema_version attribute missing or not an integer"))
+	}
+	msg.SchemaVersion = version
+	ev, err := correlation.Parse(msg.EventType, version, m.Data)
+	if err != nil {
+		return err
+	}
+	if p := pgtext.Problem(ev.EventID); p != "" {
+		return fmt.Errorf("%w: event_id %q %s", correlation.ErrInvalid, ev.EventID, p)
+	}
+	if id := m.Attributes[pubsub.AttrEventID]; id != "" && id != ev.EventID {
+		return errors.Join(correlation.ErrInvalid, errors.New("event_id attribute differs from the payload's event_id"))
+	}
+	msg.EventID, msg.CorrelationKey = ev.EventID, ev.OrderID.String()
+	return nil
 }

@@ -67,7 +67,7 @@ func (b bundle) receive(t testing.TB, wrap func(pubsub.BatchHandler) pubsub.Batc
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := receiver.Handle(b.store, quiet)
+	h := receiver.Handle(b.store, decoder(t), quiet)
 	if wrap != nil {
 		h = wrap(h)
 	}
@@ -75,6 +75,15 @@ func (b bundle) receive(t testing.TB, wrap func(pubsub.BatchHandler) pubsub.Batc
 	done := make(chan struct{})
 	go func() { defer close(done); _ = sub.RunBatch(ctx, h) }()
 	t.Cleanup(func() { cancel(); <-done })
+}
+
+func decoder(t testing.TB) *receiver.Decoder {
+	t.Helper()
+	d, err := receiver.NewDecoder(receiver.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
 }
 
 func (b bundle) publish(t testing.TB, eventID string, order uuid.UUID, items int) string {
@@ -119,7 +128,7 @@ func TestF4_SameMessageTwiceAlsoConcurrently_OneRow(t *testing.T) {
 		}
 		wg.Wait()
 		// Redelivery of the same copy, and a direct concurrent ingest of it.
-		msg := receiver.Decode(&pubsub.Received{ID: "direct", Data: mustData(id, order), Attributes: attrs(id)})
+		msg := decoder(t).Decode(&pubsub.Received{ID: "direct", Data: mustData(id, order), Attributes: attrs(id)})
 		var wg2 sync.WaitGroup
 		for range 2 {
 			wg2.Go(func() {

@@ -1,0 +1,207 @@
+package pgpool_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/lossless-dev/lossless/migrations"
+	"github.com/lossless-dev/lossless/pkg/envconfig"
+	"github.com/lossless-dev/lossless/pkg/pgpool"
+	"github.com/lossless-dev/lossless/pkg/pgtest"
+	"github.com/lossless-dev/lossless/pkg/telemetry"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+func show(t *testing.T, pool *pgxpool.Pool, setting string) string {
+	t.Helper()
+	var v string
+	if err := pool.QueryRow(context.Background(), "SHOW "+setting).Scan(&v); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func sqlState(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code
+	}
+	return ""
+}
+
+func TestNewSetsDefaultTimeouts(t *testing.T) {
+	t.Parallel()
+	pool, err := pgpool.New(context.Background(), pgtest.NewDatabase(t, migrations.WorkOrder()), telemetry.Providers{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if got := show(t, pool, "statement_timeout"); got != "30s" {
+		t.Errorf("statement_timeout = %s, want 30s", got)
+	}
+	if got := show(t, pool, "lock_timeout"); got != "10s" {
+		t.Errorf("lock_timeout = %s, want 10s", got)
+	}
+	if got := pool.Config().ConnConfig.ConnectTimeout; got != 5*time.Second {
+		t.Errorf("connect timeout = %v, want 5s", got)
+	}
+	if got := pool.Config().MaxConns; got != pgpool.DefaultMaxConns {
+		t.Errorf("max conns = %d, want %d", got, pgpool.DefaultMaxConns)
+	}
+}
+
+// A query that runs longer than the statement timeout is cancelled by the
+// server (57014), on both pools, so a stuck query cannot hold a connection
+// for ever.
+func TestStatementTimeoutCancelsALongQuery(t *testing.T) {
+	t.Parallel()
+	pools, err := pgpool.Open(context.Background(), pgpool.Config{
+		URL: pgtest.NewDatabase(t, migrations.WorkOrder()), StatementTimeout: 100 * time.Millisecond, LockTimeout: 50 * time.Millisecond,
+	}, telemetry.Providers{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pools.Close()
+	for name, pool := range map[string]*pgxpool.Pool{"api": pools.API, "workers": pools.Workers} {
+		start := time.Now()
+		_, err := pool.Exec(context.Background(), "SELECT pg_sleep(5)")
+		if sqlState(err) != "57014" {
+			t.Errorf("%s: pg_sleep(5) under a 100ms statement_timeout: %v, want SQLSTATE 57014", name, err)
+		}
+		if d := time.Since(start); d > 4*time.Second {
+			t.Errorf("%s: the query ran %v", name, d)
+		}
+	}
+}
+
+// A statement that waits for a row lock longer than the lock timeout fails
+// with 55P03 instead of queueing behind the holder.
+func TestLockTimeoutEndsALockWait(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pools, err := pgpool.Open(ctx, pgpool.Config{
+		URL: pgtest.NewDatabase(t, migrations.WorkOrder()), LockTimeout: 100 * time.Millisecond,
+	}, telemetry.Providers{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pools.Close()
+	if _, err := pools.Workers.Exec(ctx, "CREATE TABLE locked (id int PRIMARY KEY); INSERT INTO locked VALUES (1)"); err != nil {
+		t.Fatal(err)
+	}
+	holder, err := pools.Workers.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = holder.Rollback(ctx) }()
+	if _, err := holder.Exec(ctx, "SELECT 1 FROM locked WHERE id = 1 FOR UPDATE"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = pools.API.Exec(ctx, "UPDATE locked SET id = 1 WHERE id = 1")
+	if sqlState(err) != "55P03" {
+		t.Fatalf("update of a locked row: %v, want SQLSTATE 55P03", err)
+	}
+}
+
+// Settings in DATABASE_URL win over the configured ones.
+func TestURLSettingsWin(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.NewDatabase(t, migrations.WorkOrder())
+	sep := "?"
+	if strings.Contains(dsn, "?") {
+		sep = "&"
+	}
+	dsn += sep + "statement_timeout=7000&lock_timeout=3000&connect_timeout=2&pool_max_conns=3"
+	pools, err := pgpool.Open(context.Background(), pgpool.Config{URL: dsn}, telemetry.Providers{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pools.Close()
+	for name, pool := range map[string]*pgxpool.Pool{"api": pools.API, "workers": pools.Workers} {
+		if got := show(t, pool, "statement_timeout"); got != "7s" {
+			t.Errorf("%s: statement_timeout = %s, want the URL's 7s", name, got)
+		}
+		if got := show(t, pool, "lock_timeout"); got != "3s" {
+			t.Errorf("%s: lock_timeout = %s, want the URL's 3s", name, got)
+		}
+		if got := pool.Config().ConnConfig.ConnectTimeout; got != 2*time.Second {
+			t.Errorf("%s: connect timeout = %v, want the URL's 2s", name, got)
+		}
+		if got := pool.Config().MaxConns; got != 3 {
+			t.Errorf("%s: max conns = %d, want the URL's 3", name, got)
+		}
+	}
+}
+
+// The API pool and the workers' pool are separate: with every API
+// connection taken, the workers still get theirs at once.
+func TestAPIPoolExhaustionLeavesTheWorkersPoolFree(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pools, err := pgpool.Open(ctx, pgpool.Config{URL: pgtest.NewDatabase(t, migrations.WorkOrder()), APIMaxConns: 2, WorkerMaxConns: 4}, telemetry.Providers{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pools.Close()
+	for range 2 {
+		c, err := pools.API.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Release()
+	}
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	if c, err := pools.API.Acquire(short); err == nil {
+		c.Release()
+		t.Fatal("a third API connection was handed out; want the API pool capped at 2")
+	}
+	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer wcancel()
+	if _, err := pools.Workers.Exec(wctx, "SELECT 1"); err != nil {
+		t.Fatalf("workers' pool while the API pool is exhausted: %v", err)
+	}
+}
+
+func TestConfigFromEnv(t *testing.T) {
+	t.Parallel()
+	c := pgpool.ConfigFromEnv(envconfig.FromMap(map[string]string{"DATABASE_URL": "postgres://x"}), pgpool.Config{})
+	if c.URL != "postgres://x" || c.StatementTimeout != 30*time.Second || c.LockTimeout != 10*time.Second ||
+		c.ConnectTimeout != 5*time.Second || c.APIMaxConns != 10 || c.WorkerMaxConns != 12 {
+		t.Fatalf("defaults: %+v", c)
+	}
+	c = pgpool.ConfigFromEnv(envconfig.FromMap(map[string]string{}), pgpool.Config{APIMaxConns: 5, WorkerMaxConns: 16})
+	if c.APIMaxConns != 5 || c.WorkerMaxConns != 16 {
+		t.Fatalf("service defaults not kept: %+v", c)
+	}
+	for _, tc := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{"DATABASE_STATEMENT_TIMEOUT": "soon"}, "DATABASE_STATEMENT_TIMEOUT"},
+		{map[string]string{"DATABASE_STATEMENT_TIMEOUT": "-1s"}, "DATABASE_STATEMENT_TIMEOUT"},
+		{map[string]string{"DATABASE_LOCK_TIMEOUT": "-1s"}, "DATABASE_LOCK_TIMEOUT"},
+		{map[string]string{"DATABASE_LOCK_TIMEOUT": "40s"}, "DATABASE_LOCK_TIMEOUT"},
+		{map[string]string{"DATABASE_CONNECT_TIMEOUT": "x"}, "DATABASE_CONNECT_TIMEOUT"},
+		{map[string]string{"DATABASE_CONNECT_TIMEOUT": "-5s"}, "DATABASE_CONNECT_TIMEOUT"},
+		{map[string]string{"DATABASE_API_MAX_CONNS": "-1"}, "DATABASE_API_MAX_CONNS"},
+		{map[string]string{"DATABASE_API_MAX_CONNS": "many"}, "DATABASE_API_MAX_CONNS"},
+		{map[string]string{"DATABASE_WORKER_MAX_CONNS": "2"}, "DATABASE_WORKER_MAX_CONNS"},
+	} {
+		tc.env["DATABASE_URL"] = "postgres://x"
+		r := envconfig.FromMap(tc.env)
+		c := pgpool.ConfigFromEnv(r, pgpool.Config{})
+		err := errors.Join(r.Err(), c.Validate())
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: error %v, want one naming %s", tc.env, err, tc.want)
+		}
+	}
+}
