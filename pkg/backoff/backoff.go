@@ -16,6 +16,11 @@ type Policy struct {
 	Base time.Duration
 	// Max caps every delay. Default 5m.
 	Max time.Duration
+	// Floor is the share of the ceiling every delay keeps, in [0, 1): 0 is
+	// full jitter (delays anywhere in [0, ceiling]), 0.5 "equal jitter"
+	// (in [ceiling/2, ceiling]). A floor bounds how many retries fit in a
+	// time window, which full jitter does not. Default 0.
+	Floor float64
 	// Rand returns a float in [0,1); nil uses math/rand/v2. Tests inject it.
 	Rand func() float64
 }
@@ -28,11 +33,14 @@ func (p Policy) Validate() error {
 	if p.Base > 0 && p.Max > 0 && p.Max < p.Base {
 		return errors.New("backoff: Max must be at least Base")
 	}
+	if p.Floor < 0 || p.Floor >= 1 {
+		return errors.New("backoff: Floor must be within [0, 1)")
+	}
 	return nil
 }
 
 // Delay returns the delay before retry number attempt (1 = first retry):
-// a uniform random value in [0, min(Max, Base·2^(attempt-1))].
+// a uniform random value in [Floor·c, c], c = min(Max, Base·2^(attempt-1)).
 func (p Policy) Delay(attempt int) time.Duration {
 	base, maxDelay := p.Base, p.Max
 	if base <= 0 {
@@ -53,5 +61,5 @@ func (p Policy) Delay(attempt int) time.Duration {
 	if p.Rand != nil {
 		r = p.Rand
 	}
-	return time.Duration(r() * float64(ceiling+1))
+	return time.Duration((p.Floor + (1-p.Floor)*r()) * float64(ceiling+1))
 }

@@ -37,3 +37,14 @@ func TestValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestFloorKeepsAShareOfTheCeiling(t *testing.T) {
+	t.Parallel()
+	p := Policy{Base: time.Second, Max: time.Minute, Floor: 0.5, Rand: func() float64 { return 0 }}
+	if d := p.Delay(3); d < 2*time.Second {
+		t.Fatalf("delay %v below half the 4s ceiling", d)
+	}
+	if err := (Policy{Floor: 1}).Validate(); err == nil {
+		t.Fatal("Floor 1 accepted")
+	}
+}

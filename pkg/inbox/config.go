@@ -31,7 +31,12 @@ type Config struct {
 	// at least MaxAge ago. Defaults 10 and 15m.
 	MaxAttempts int
 	MaxAge      time.Duration
-	// DeferBackoff spaces the attempts of a Deferred entry. Default Base 1s, Max 30s.
+	// DeferBackoff spaces the attempts of a Deferred entry. Default Base 1s,
+	// Max 5m, Floor 0.5 (every delay at least half its ceiling): an entry
+	// that never becomes applicable (F8, unknown order) costs 12 to 15
+	// attempts before MaxAge parks it, not dozens, while the first retries
+	// stay within seconds. An early completion (F5) does not wait for its
+	// backoff: the hand-off's commit makes it due.
 	DeferBackoff backoff.Policy
 	// TechnicalBackoff spaces the attempts after a technical error of one
 	// entry, and the relay's own retries when a claim fails (database down).
@@ -82,7 +87,10 @@ func (c Config) withDefaults() Config {
 		c.DeferBackoff.Base = time.Second
 	}
 	if c.DeferBackoff.Max == 0 {
-		c.DeferBackoff.Max = 30 * time.Second
+		c.DeferBackoff.Max = 5 * time.Minute
+	}
+	if c.DeferBackoff.Floor == 0 {
+		c.DeferBackoff.Floor = 0.5
 	}
 	if c.TechnicalBackoff.Base == 0 {
 		c.TechnicalBackoff.Base = 500 * time.Millisecond
