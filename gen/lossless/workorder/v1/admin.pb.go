@@ -755,7 +755,7 @@ type CleanupInboxRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Authorization *OperatorAuthorization `protobuf:"bytes,1,opt,name=authorization,proto3" json:"authorization,omitempty"`
 	// Resolved entries older than this many hours; 0 means the default (744 h
-	// = 31 days); at least 24.
+	// = 31 days); otherwise 24 to 87600 (ten years).
 	RetentionHours int32 `protobuf:"varint,2,opt,name=retention_hours,json=retentionHours,proto3" json:"retention_hours,omitempty"`
 	DryRun         bool  `protobuf:"varint,3,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
 	unknownFields  protoimpl.UnknownFields
@@ -1049,10 +1049,10 @@ const file_lossless_workorder_v1_admin_proto_rawDesc = "" +
 	"duplicates\x12\x16\n" +
 	"\x06poison\x18\x04 \x01(\x05R\x06poison\x12\x1c\n" +
 	"\tconflicts\x18\x05 \x01(\x05R\tconflicts\x12\x17\n" +
-	"\adry_run\x18\x06 \x01(\bR\x06dryRun\"\xbc\x01\n" +
+	"\adry_run\x18\x06 \x01(\bR\x06dryRun\"\xc0\x01\n" +
 	"\x13CleanupInboxRequest\x12Z\n" +
-	"\rauthorization\x18\x01 \x01(\v2,.lossless.workorder.v1.OperatorAuthorizationB\x06\xbaH\x03\xc8\x01\x01R\rauthorization\x120\n" +
-	"\x0fretention_hours\x18\x02 \x01(\x05B\a\xbaH\x04\x1a\x02(\x00R\x0eretentionHours\x12\x17\n" +
+	"\rauthorization\x18\x01 \x01(\v2,.lossless.workorder.v1.OperatorAuthorizationB\x06\xbaH\x03\xc8\x01\x01R\rauthorization\x124\n" +
+	"\x0fretention_hours\x18\x02 \x01(\x05B\v\xbaH\b\x1a\x06\x18\xb0\xac\x05(\x00R\x0eretentionHours\x12\x17\n" +
 	"\adry_run\x18\x03 \x01(\bR\x06dryRun\"I\n" +
 	"\x14CleanupInboxResponse\x12\x18\n" +
 	"\adeleted\x18\x01 \x01(\x05R\adeleted\x12\x17\n" +
