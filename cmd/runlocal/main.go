@@ -1,7 +1,10 @@
 // Command runlocal is `make run`: the whole system as local processes, no
 // Docker. PostgreSQL comes from the local binaries (or DATABASE_URL), Pub/Sub
-// from the emulator we ship (or PUBSUB_EMULATOR_HOST). Ctrl-C stops every
-// process and removes the ephemeral cluster.
+// from the emulator we ship (or PUBSUB_EMULATOR_HOST). REPLICAS (default 1)
+// starts that many replicas of every service. The operator endpoints are
+// guarded by a token generated for this run (or WORKORDER_OPERATOR_TOKEN /
+// PROVIDER_OPERATOR_TOKEN), printed in the banner. Ctrl-C stops every process
+// and removes the ephemeral cluster.
 package main
 
 import (
@@ -10,6 +13,8 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -27,7 +32,19 @@ func main() {
 	}
 }
 
+// maxReplicas bounds REPLICAS: each replica is three processes.
+const maxReplicas = 9
+
 func run() error {
+	replicas, err := replicasFromEnv(os.Getenv("REPLICAS"))
+	if err != nil {
+		return err
+	}
+	token, extra, err := operatorTokens(os.Getenv("WORKORDER_OPERATOR_TOKEN"), os.Getenv("PROVIDER_OPERATOR_TOKEN"))
+	if err != nil {
+		return err
+	}
+
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
@@ -45,25 +62,14 @@ func run() error {
 		DatabaseURL:   os.Getenv("DATABASE_URL"),
 		EmulatorHost:  os.Getenv("PUBSUB_EMULATOR_HOST"),
 		ProjectID:     os.Getenv("PUBSUB_PROJECT_ID"),
-		OperatorToken: os.Getenv("WORKORDER_OPERATOR_TOKEN"),
+		Replicas:      replicas,
+		OperatorToken: token,
+		ExtraEnv:      extra,
 	})
 	if err != nil {
 		return err
 	}
-	urls, grpcAddrs := stack.URLs(), stack.GRPCAddrs()
-	fmt.Printf(`
-lossless is running. Ctrl-C stops everything.
-
-  work orders  REST %s/v1/work-orders    gRPC %s
-  provider     REST %s/v1/faults         gRPC %s
-  billing      REST %s/v1/invoices       gRPC %s
-  metrics      %s/metrics  %s/metrics  %s/metrics
-  Pub/Sub emulator  %s
-
-Try:  make demo        (or: curl -X POST %s/v1/work-orders -d '{"customer_id":"acme","description":"paint","positions":3,"unit_price":{"currency_code":"EUR","minor_units":1250}}')
-
-`, urls["workorder"], grpcAddrs["workorder"], urls["provider-sim"], grpcAddrs["provider-sim"], urls["billing"], grpcAddrs["billing"],
-		urls["workorder"], urls["provider-sim"], urls["billing"], stack.Emulator, urls["workorder"])
+	fmt.Print(banner(stack))
 
 	<-ctx.Done()
 	fmt.Println("\nstopping ...")
@@ -72,4 +78,63 @@ Try:  make demo        (or: curl -X POST %s/v1/work-orders -d '{"customer_id":"a
 	}
 	fmt.Println("stopped; nothing left running")
 	return nil
+}
+
+// replicasFromEnv parses REPLICAS; empty means 1.
+func replicasFromEnv(v string) (int, error) {
+	if v == "" {
+		return 1, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > maxReplicas {
+		return 0, fmt.Errorf("REPLICAS: %q is not a number of replicas within 1..%d", v, maxReplicas)
+	}
+	return n, nil
+}
+
+// operatorTokens returns the token every service gets and, when the user set
+// a different one for the provider, the environment that keeps it. A token
+// the user did not set is generated: the operator endpoints never run open.
+func operatorTokens(workorder, provider string) (string, map[string][]string, error) {
+	token := workorder
+	if token == "" {
+		token = provider
+	}
+	if token == "" {
+		t, err := localstack.NewOperatorToken()
+		if err != nil {
+			return "", nil, err
+		}
+		token = t
+	}
+	if provider != "" && provider != token {
+		return token, map[string][]string{"provider-sim": {"PROVIDER_OPERATOR_TOKEN=" + provider}}, nil
+	}
+	return token, nil, nil
+}
+
+func banner(stack *localstack.Stack) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "\nlossless is running. Ctrl-C stops everything.\n\n")
+	api := map[string]string{"workorder": "/v1/work-orders", "provider-sim": "/v1/faults", "billing": "/v1/invoices"}
+	for _, in := range stack.Instances() {
+		fmt.Fprintf(&b, "  %-15s REST %s%-16s gRPC %s   metrics %s/metrics\n", in.ID, in.URL, api[in.Service], in.GRPC, in.URL)
+	}
+	fmt.Fprintf(&b, "  Pub/Sub emulator  %s\n", stack.Emulator)
+	wo := stack.URLs()["workorder"]
+	fmt.Fprintf(&b, `
+Operator token of this run (generated unless WORKORDER_OPERATOR_TOKEN or
+PROVIDER_OPERATOR_TOKEN is set); the fault and admin endpoints refuse calls
+without it:
+
+  export PROVIDER_OPERATOR_TOKEN=%s    # make demo ARGS="-faults ..." reads it
+  curl -H "authorization: Bearer $PROVIDER_OPERATOR_TOKEN" -X PUT %s/v1/faults -d '{"duplicate":0.2}'
+  grpcurl -plaintext -H "authorization: Bearer $PROVIDER_OPERATOR_TOKEN" %s list
+
+`, stack.OperatorToken, stack.URLs()["provider-sim"], stack.GRPCAddrs()["workorder"])
+	if len(stack.Replicas("provider-sim")) > 1 {
+		b.WriteString("Each provider-sim replica has its own fault knobs (make demo sets provider-sim-1's);\nworkorder-k hands off to provider-sim-k.\n\n")
+	}
+	fmt.Fprintf(&b, "Try:  make demo        (or: curl -X POST %s/v1/work-orders -d '{\"customer_id\":\"acme\",\"description\":\"paint\",\"positions\":3,\"unit_price\":{\"currency_code\":\"EUR\",\"minor_units\":1250}}')\n\n", wo)
+	return b.String()
 }

@@ -44,17 +44,18 @@ func TestAlertRulesParse(t *testing.T) {
 		}
 	}
 	for _, want := range []string{
-		"OutboxOldestPendingEventTooOld", // oldest pending outbox event too old
-		"OutboxFailedEvents",             // outbox FAILED events
-		"InboxOldestOpenEntryTooOld",     // oldest open inbox entry too old
-		"InboxEntriesParked",             // any parked inbox entry
-		"InboxAmbiguousCorrelation",      // parked as ambiguous (F7)
-		"PubSubDeadLetters",              // dead-letter depth > 0
-		"BillingJobsParked",              // billing jobs parked
-		"BillingFencedCommits",           // fenced-off commits (F13)
-		"BillingLeasesExpired",           // expired leases (I7)
-		"UnknownEventTypeParked",         // nothing dropped silently: unknown types parked
-		"ServiceDown",                    // the others cannot fire without a scrape
+		"OutboxOldestPendingEventTooOld",   // oldest pending outbox event too old
+		"OutboxFailedEvents",               // outbox FAILED events
+		"InboxOldestOpenEntryTooOld",       // oldest open inbox entry too old
+		"InboxEntriesParked",               // any parked inbox entry
+		"InboxAmbiguousCorrelation",        // parked as ambiguous (F7)
+		"PubSubDeadLetters",                // dead-letter depth > 0
+		"BillingJobsParked",                // billing jobs parked
+		"BillingFencedCommits",             // fenced-off commits (F13)
+		"BillingLeasesExpired",             // expired leases (I7)
+		"UnknownEventTypeParked",           // nothing dropped silently: unknown types parked
+		"WorkOrderInvoicingMessagesParked", // an InvoiceIssued the work-order service cannot apply
+		"ServiceDown",                      // the others cannot fire without a scrape
 	} {
 		if !alerts[want] {
 			t.Errorf("alert %s missing", want)

@@ -19,6 +19,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/google/uuid"
 )
 
 // Config of one run.
@@ -46,6 +48,12 @@ type Config struct {
 	HTTP *http.Client
 	// Seed makes order contents reproducible. Default 1.
 	Seed uint64
+	// CreateRetry bounds how long one order's creation is retried after an
+	// answer that promises nothing was decided (HTTP 503 UNAVAILABLE, 409
+	// key still in flight) or a failed connection (a replica restarting).
+	// Every attempt carries the order's Idempotency-Key, so a retry never
+	// creates a second order. Default 0: no retry.
+	CreateRetry time.Duration
 }
 
 // Validate reports unusable settings.
@@ -53,7 +61,7 @@ func (c Config) Validate() error {
 	if c.BaseURL == "" {
 		return errors.New("loadgen: BaseURL is required")
 	}
-	if c.Rate < 0 || c.Count < 0 || c.Concurrency < 0 || c.MaxPositions < 0 || c.MaxPositions > 100000 {
+	if c.Rate < 0 || c.Count < 0 || c.Concurrency < 0 || c.MaxPositions < 0 || c.MaxPositions > 100000 || c.CreateRetry < 0 {
 		return errors.New("loadgen: negative or out-of-range setting")
 	}
 	return nil
@@ -182,12 +190,13 @@ func create(ctx context.Context, c *client, cfg Config) ([]string, int) {
 			}
 		}
 		body := newOrder(rng, cfg.MaxPositions, i)
+		key := uuid.NewString() // random, unlike the seeded contents: a key outlives the run
 		sem <- struct{}{}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			id, err := c.create(ctx, body)
+			id, err := c.createRetrying(ctx, body, key, cfg.CreateRetry)
 			if err != nil {
 				errs.Add(1)
 				return
@@ -284,12 +293,32 @@ type client struct {
 	http *http.Client
 }
 
-func (c *client) create(ctx context.Context, body []byte) (string, error) {
+// createRetrying creates one order, retrying for up to budget while the
+// answer says nothing was decided yet.
+func (c *client) createRetrying(ctx context.Context, body []byte, key string, budget time.Duration) (string, error) {
+	deadline := time.Now().Add(budget)
+	for wait := 50 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+		id, err := c.create(ctx, body, key)
+		var st *statusError
+		retryable := err != nil && (!errors.As(err, &st) || st.code == http.StatusServiceUnavailable || st.code == http.StatusConflict)
+		if !retryable || time.Now().Add(wait).After(deadline) {
+			return id, err
+		}
+		select {
+		case <-ctx.Done():
+			return "", err
+		case <-time.After(wait):
+		}
+	}
+}
+
+func (c *client) create(ctx context.Context, body []byte, key string) (string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/v1/work-orders", bytes.NewReader(body))
 	if err != nil {
 		return "", err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", key)
 	var out struct {
 		WorkOrder struct {
 			ID string `json:"id"`
@@ -343,10 +372,18 @@ func (c *client) do(req *http.Request, out any) error {
 		return err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s %s: HTTP %d: %s", req.Method, req.URL.Path, resp.StatusCode, bytes.TrimSpace(b))
+		return &statusError{code: resp.StatusCode, msg: fmt.Sprintf("%s %s: HTTP %d: %s", req.Method, req.URL.Path, resp.StatusCode, bytes.TrimSpace(b))}
 	}
 	return json.Unmarshal(b, out)
 }
+
+// statusError is an HTTP answer other than 200.
+type statusError struct {
+	code int
+	msg  string
+}
+
+func (e *statusError) Error() string { return e.msg }
 
 // bar is a one-line text progress bar.
 type bar struct {

@@ -2,11 +2,14 @@
 // way `make run` does and the end-to-end test does: PostgreSQL (an ephemeral
 // cluster, or DATABASE_URL), the Pub/Sub emulator we ship (or
 // PUBSUB_EMULATOR_HOST), provisioning, migrations, then provider-sim,
-// workorder and billing, each with its own database and ports.
+// workorder and billing, each with its own database and ports, each in as
+// many replicas as Config.Replicas asks for.
 package localstack
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +19,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -32,7 +37,8 @@ var binaries = []struct{ name, pkg string }{
 	{"pubsub-emulator", "./cmd/pubsub-emulator"},
 }
 
-// Ports of one stack. Zero values take the documented defaults.
+// Ports of one stack. Zero values take the documented defaults. The
+// service ports are those of replica 1.
 type Ports struct {
 	Emulator      int // default 8085
 	WorkOrderGRPC int // default 9090
@@ -41,7 +47,23 @@ type Ports struct {
 	ProviderHTTP  int // default 8081
 	BillingGRPC   int // default 9092
 	BillingHTTP   int // default 8082
+	// More holds the ports of replicas 2, 3, ... in order. A replica without
+	// an entry, or a zero port in it, listens on replica 1's port plus
+	// ReplicaPortStep × (replica − 1): with the defaults workorder-2 serves
+	// gRPC on 9100 and REST on 8090, provider-sim-2 9101/8091, billing-2
+	// 9102/8092.
+	More []ReplicaPorts
 }
+
+// ReplicaPorts are the ports of one replica of every service.
+type ReplicaPorts struct {
+	WorkOrderGRPC, WorkOrderHTTP int
+	ProviderGRPC, ProviderHTTP   int
+	BillingGRPC, BillingHTTP     int
+}
+
+// ReplicaPortStep separates the default ports of consecutive replicas.
+const ReplicaPortStep = 10
 
 func (p *Ports) setDefaults() {
 	def := func(v *int, d int) {
@@ -58,9 +80,42 @@ func (p *Ports) setDefaults() {
 	def(&p.BillingHTTP, 8082)
 }
 
-// FreePorts returns a Ports with every port free on loopback (for tests).
-func FreePorts() (Ports, error) {
-	var ps [7]int
+// replica returns the ports of replica k (1-based) of every service.
+func (p *Ports) replica(k int) ReplicaPorts {
+	first := ReplicaPorts{p.WorkOrderGRPC, p.WorkOrderHTTP, p.ProviderGRPC, p.ProviderHTTP, p.BillingGRPC, p.BillingHTTP}
+	if k == 1 {
+		return first
+	}
+	var r ReplicaPorts
+	if k-2 < len(p.More) {
+		r = p.More[k-2]
+	}
+	off := ReplicaPortStep * (k - 1)
+	def := func(v *int, base int) {
+		if *v == 0 {
+			*v = base + off
+		}
+	}
+	def(&r.WorkOrderGRPC, first.WorkOrderGRPC)
+	def(&r.WorkOrderHTTP, first.WorkOrderHTTP)
+	def(&r.ProviderGRPC, first.ProviderGRPC)
+	def(&r.ProviderHTTP, first.ProviderHTTP)
+	def(&r.BillingGRPC, first.BillingGRPC)
+	def(&r.BillingHTTP, first.BillingHTTP)
+	return r
+}
+
+// FreePorts returns a Ports with every port of a one-replica stack free on
+// loopback (for tests).
+func FreePorts() (Ports, error) { return FreePortsFor(1) }
+
+// FreePortsFor returns a Ports with every port of a stack of replicas
+// replicas free on loopback (for tests).
+func FreePortsFor(replicas int) (Ports, error) {
+	if replicas < 1 {
+		return Ports{}, errors.New("localstack: FreePortsFor needs at least one replica")
+	}
+	ps := make([]int, 1+6*replicas)
 	var ls []net.Listener
 	defer func() {
 		for _, l := range ls {
@@ -76,7 +131,12 @@ func FreePorts() (Ports, error) {
 		ls = append(ls, l)
 		ps[i] = l.Addr().(*net.TCPAddr).Port
 	}
-	return Ports{ps[0], ps[1], ps[2], ps[3], ps[4], ps[5], ps[6]}, nil
+	p := Ports{Emulator: ps[0], WorkOrderGRPC: ps[1], WorkOrderHTTP: ps[2], ProviderGRPC: ps[3], ProviderHTTP: ps[4], BillingGRPC: ps[5], BillingHTTP: ps[6]}
+	for k := 1; k < replicas; k++ {
+		q := ps[1+6*k:]
+		p.More = append(p.More, ReplicaPorts{q[0], q[1], q[2], q[3], q[4], q[5]})
+	}
+	return p, nil
 }
 
 // Config of a local stack.
@@ -95,10 +155,24 @@ type Config struct {
 	ProjectID string
 	// Ports of the services. Zero values take the defaults.
 	Ports Ports
-	// OperatorToken for the work-order admin API. Default "local-operator-token".
+	// Replicas of each service (workorder, provider-sim, billing). Default 1.
+	// Replicas of a service share its database and Pub/Sub subscriptions;
+	// each has its own ports (see Ports.More) and instance id
+	// ("<service>-<k>": env INSTANCE_ID, OTEL service.instance.id, the outbox
+	// relay id and the prefix of its log lines). Workorder replica k hands
+	// off to provider-sim replica ((k−1) mod Replicas)+1: PROVIDER_ADDR takes
+	// one address, and any workorder replica's relay dispatches any pending
+	// hand-off, so a killed provider replica delays, never strands, orders.
+	Replicas int
+	// OperatorToken guards the operator endpoints of every service
+	// (WORKORDER_OPERATOR_TOKEN, PROVIDER_OPERATOR_TOKEN). Default: 32 random
+	// bytes, hex-encoded, new for each stack: the endpoints fail closed and
+	// only whoever started the stack can use them (Stack.OperatorToken).
 	OperatorToken string
-	// ExtraEnv is added to every service's environment per service name
-	// (e.g. provider fault knobs: {"provider-sim": {"PROVIDER_FAULT_DUPLICATE=0.2"}}).
+	// ExtraEnv is added to every service's environment per service name, for
+	// every replica (e.g. provider fault knobs: {"provider-sim":
+	// {"PROVIDER_FAULT_DUPLICATE=0.2"}}), then per instance id
+	// ({"billing-2": {...}}), which wins.
 	ExtraEnv map[string][]string
 	// Log receives every process's output, each line prefixed with its name.
 	// Default os.Stdout.
@@ -109,13 +183,39 @@ type Config struct {
 
 // Stack is a running local system.
 type Stack struct {
-	cfg      Config
-	cluster  *pgcluster.Cluster
-	logMu    sync.Mutex
-	procs    map[string]*Process
-	order    []string
-	DSN      map[string]string // service name -> database URL
-	Emulator string            // host:port
+	cfg       Config
+	cluster   *pgcluster.Cluster
+	logMu     sync.Mutex
+	procs     map[string]*Process // by instance id; a service name names replica 1
+	order     []string            // instance ids in start order
+	instances []Instance
+	DSN       map[string]string // database name (workorder, billing, providersim) -> URL
+	Emulator  string            // host:port
+	// OperatorToken is the bearer token of every service's operator
+	// endpoints (Config.OperatorToken, or the one generated).
+	OperatorToken string
+}
+
+// Instance is one replica of a service.
+type Instance struct {
+	ID      string // "<service>-<replica>", e.g. "workorder-2"
+	Service string // workorder, provider-sim or billing
+	Replica int    // 1-based
+	GRPC    string // host:port
+	URL     string // REST base URL, also /healthz, /readyz, /metrics
+}
+
+// services in start order: the provider first (workorder hands off to it),
+// billing last (it consumes what workorder publishes).
+var services = []string{"provider-sim", "workorder", "billing"}
+
+// NewOperatorToken returns 32 random bytes, hex-encoded.
+func NewOperatorToken() (string, error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("localstack: operator token: %w", err)
+	}
+	return hex.EncodeToString(b), nil
 }
 
 // Build compiles the stack's binaries into dir (static, like `make build`).
@@ -141,7 +241,17 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		cfg.ProjectID = "lossless-local"
 	}
 	if cfg.OperatorToken == "" {
-		cfg.OperatorToken = "local-operator-token"
+		tok, err := NewOperatorToken()
+		if err != nil {
+			return nil, err
+		}
+		cfg.OperatorToken = tok
+	}
+	if cfg.Replicas == 0 {
+		cfg.Replicas = 1
+	}
+	if cfg.Replicas < 0 || cfg.Replicas > 20 {
+		return nil, fmt.Errorf("localstack: Replicas %d: want 1..20", cfg.Replicas)
 	}
 	if cfg.Log == nil {
 		cfg.Log = os.Stdout
@@ -150,7 +260,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		cfg.ReadyTimeout = 60 * time.Second
 	}
 	cfg.Ports.setDefaults()
-	s := &Stack{cfg: cfg, procs: map[string]*Process{}, DSN: map[string]string{}}
+	s := &Stack{cfg: cfg, procs: map[string]*Process{}, DSN: map[string]string{}, OperatorToken: cfg.OperatorToken}
 	defer func() {
 		if err != nil {
 			_ = s.Stop(10 * time.Second)
@@ -176,7 +286,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	s.Emulator = cfg.EmulatorHost
 	if s.Emulator == "" {
 		s.Emulator = fmt.Sprintf("127.0.0.1:%d", cfg.Ports.Emulator)
-		em := s.add("pubsub-emulator", nil, "PUBSUB_EMULATOR_LISTEN="+s.Emulator)
+		em := s.add("pubsub-emulator", "pubsub-emulator", nil, "PUBSUB_EMULATOR_LISTEN="+s.Emulator)
 		if err := em.Start(); err != nil {
 			return nil, err
 		}
@@ -195,62 +305,152 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		}
 	}
 
-	p := cfg.Ports
 	// Every service reads its listen addresses from GRPC_ADDR and HTTP_ADDR.
-	s.add("provider-sim", []string{"serve"},
-		fmt.Sprintf("GRPC_ADDR=127.0.0.1:%d", p.ProviderGRPC),
-		fmt.Sprintf("HTTP_ADDR=127.0.0.1:%d", p.ProviderHTTP))
-	s.add("workorder", []string{"serve"},
-		fmt.Sprintf("GRPC_ADDR=127.0.0.1:%d", p.WorkOrderGRPC),
-		fmt.Sprintf("HTTP_ADDR=127.0.0.1:%d", p.WorkOrderHTTP),
-		fmt.Sprintf("PROVIDER_ADDR=127.0.0.1:%d", p.ProviderGRPC),
-		"WORKORDER_OPERATOR_TOKEN="+cfg.OperatorToken)
-	s.add("billing", []string{"serve"},
-		fmt.Sprintf("GRPC_ADDR=127.0.0.1:%d", p.BillingGRPC),
-		fmt.Sprintf("HTTP_ADDR=127.0.0.1:%d", p.BillingHTTP))
-	for _, svc := range []string{"provider-sim", "workorder", "billing"} {
-		s.procs[svc].Supervise = true
-		if err := s.procs[svc].Start(); err != nil {
-			return nil, err
+	for _, svc := range services {
+		for k := 1; k <= cfg.Replicas; k++ {
+			in := s.instance(svc, k)
+			env := []string{
+				"GRPC_ADDR=" + in.GRPC,
+				"HTTP_ADDR=" + strings.TrimPrefix(in.URL, "http://"),
+				"INSTANCE_ID=" + in.ID,
+				"OTEL_RESOURCE_ATTRIBUTES=service.instance.id=" + in.ID,
+			}
+			switch svc {
+			case "workorder":
+				provider := s.instance("provider-sim", (k-1)%cfg.Replicas+1)
+				env = append(env, "PROVIDER_ADDR="+provider.GRPC,
+					"WORKORDER_OUTBOX_RELAY_ID="+in.ID,
+					"WORKORDER_OPERATOR_TOKEN="+cfg.OperatorToken)
+			case "provider-sim":
+				env = append(env, "PROVIDER_OPERATOR_TOKEN="+cfg.OperatorToken)
+			case "billing":
+				env = append(env, "BILLING_OUTBOX_RELAY_ID="+in.ID)
+			}
+			p := s.add(in.ID, svc, []string{"serve"}, env...)
+			p.Supervise = true
+			if k == 1 {
+				s.procs[svc] = p
+			}
+			s.instances = append(s.instances, in)
 		}
-		if err := s.WaitReady(ctx, svc); err != nil {
-			return nil, err
+	}
+	// Replicas of one service start together; readiness is awaited before
+	// the next service, so a consumer never starts ahead of its producer.
+	for _, svc := range services {
+		for _, in := range s.instances {
+			if in.Service == svc {
+				if err := s.procs[in.ID].Start(); err != nil {
+					return nil, err
+				}
+			}
+		}
+		for _, in := range s.instances {
+			if in.Service == svc {
+				if err := s.WaitReady(ctx, in.ID); err != nil {
+					return nil, err
+				}
+			}
 		}
 	}
 	return s, nil
 }
 
-// URLs are the HTTP base URLs of the services.
+// instance describes replica k of svc.
+func (s *Stack) instance(svc string, k int) Instance {
+	r := s.cfg.Ports.replica(k)
+	grpcPort, httpPort := r.WorkOrderGRPC, r.WorkOrderHTTP
+	switch svc {
+	case "provider-sim":
+		grpcPort, httpPort = r.ProviderGRPC, r.ProviderHTTP
+	case "billing":
+		grpcPort, httpPort = r.BillingGRPC, r.BillingHTTP
+	}
+	return Instance{
+		ID:      fmt.Sprintf("%s-%d", svc, k),
+		Service: svc,
+		Replica: k,
+		GRPC:    fmt.Sprintf("127.0.0.1:%d", grpcPort),
+		URL:     fmt.Sprintf("http://127.0.0.1:%d", httpPort),
+	}
+}
+
+// Instances lists every replica of every service, in start order.
+func (s *Stack) Instances() []Instance { return slices.Clone(s.instances) }
+
+// Replicas returns the replicas of svc, replica 1 first.
+func (s *Stack) Replicas(svc string) []Instance {
+	var out []Instance
+	for _, in := range s.instances {
+		if in.Service == svc {
+			out = append(out, in)
+		}
+	}
+	return out
+}
+
+// URLs are the HTTP base URLs of the services' replica 1.
 func (s *Stack) URLs() map[string]string {
-	p := s.cfg.Ports
-	return map[string]string{
-		"workorder":    fmt.Sprintf("http://127.0.0.1:%d", p.WorkOrderHTTP),
-		"provider-sim": fmt.Sprintf("http://127.0.0.1:%d", p.ProviderHTTP),
-		"billing":      fmt.Sprintf("http://127.0.0.1:%d", p.BillingHTTP),
+	out := map[string]string{}
+	for _, in := range s.instances {
+		if in.Replica == 1 {
+			out[in.Service] = in.URL
+		}
 	}
+	return out
 }
 
-// GRPCAddrs are the gRPC addresses of the services.
+// GRPCAddrs are the gRPC addresses of the services' replica 1.
 func (s *Stack) GRPCAddrs() map[string]string {
-	p := s.cfg.Ports
-	return map[string]string{
-		"workorder":    fmt.Sprintf("127.0.0.1:%d", p.WorkOrderGRPC),
-		"provider-sim": fmt.Sprintf("127.0.0.1:%d", p.ProviderGRPC),
-		"billing":      fmt.Sprintf("127.0.0.1:%d", p.BillingGRPC),
+	out := map[string]string{}
+	for _, in := range s.instances {
+		if in.Replica == 1 {
+			out[in.Service] = in.GRPC
+		}
 	}
+	return out
 }
 
-// Process returns a long-running process by name (for fault injection).
+// RestartPostgres crashes the stack's own PostgreSQL cluster (pg_ctl stop
+// -m immediate: every connection cut, no shutdown checkpoint) and starts it
+// again, which runs crash recovery. It needs the ephemeral cluster: a stack
+// on DatabaseURL does not own its server.
+func (s *Stack) RestartPostgres(ctx context.Context) error {
+	if s.cluster == nil {
+		return errors.New("localstack: RestartPostgres needs the stack's own cluster (DatabaseURL empty)")
+	}
+	s.logf("postgres", "crash (pg_ctl stop -m immediate) and restart")
+	if err := s.cluster.Crash(ctx); err != nil {
+		return err
+	}
+	if err := s.cluster.Restart(ctx); err != nil {
+		return err
+	}
+	s.logf("postgres", "back, listening on 127.0.0.1:%d", s.cluster.Port())
+	return nil
+}
+
+// Process returns a long-running process (for fault injection) by instance
+// id ("billing-2"); a service name ("billing") names its replica 1.
 func (s *Stack) Process(name string) *Process { return s.procs[name] }
 
-// WaitReady polls a service's /readyz until it answers 200.
-func (s *Stack) WaitReady(ctx context.Context, svc string) error {
+// WaitReady polls /readyz of an instance ("billing-2", or "billing" for
+// replica 1) until it answers 200.
+func (s *Stack) WaitReady(ctx context.Context, name string) error {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.ReadyTimeout)
 	defer cancel()
-	u := s.URLs()[svc] + "/readyz"
+	p := s.procs[name]
+	if p == nil {
+		return fmt.Errorf("localstack: no instance %q", name)
+	}
+	var u string
+	for _, in := range s.instances {
+		if in.ID == p.Name {
+			u = in.URL + "/readyz"
+		}
+	}
 	for {
-		if exited, err := s.procs[svc].Exited(); exited {
-			return fmt.Errorf("%s exited during start-up: %w", svc, err)
+		if exited, err := p.Exited(); exited {
+			return fmt.Errorf("%s exited during start-up: %w", name, err)
 		}
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 		if resp, err := http.DefaultClient.Do(req); err == nil {
@@ -261,7 +461,7 @@ func (s *Stack) WaitReady(ctx context.Context, svc string) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%s not ready at %s: %w", svc, u, ctx.Err())
+			return fmt.Errorf("%s not ready at %s: %w", name, u, ctx.Err())
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
@@ -272,36 +472,51 @@ func (s *Stack) WaitReady(ctx context.Context, svc string) error {
 // services' exit errors: a non-zero exit after SIGTERM is a failed graceful
 // shutdown.
 func (s *Stack) Stop(timeout time.Duration) error {
-	var errs []error
-	for i := len(s.order) - 1; i >= 0; i-- {
-		if err := s.procs[s.order[i]].Stop(timeout); err != nil {
-			errs = append(errs, err)
-		}
-	}
+	err := s.stop(timeout, false)
 	if s.cluster != nil {
 		s.cluster.Remove()
 		s.logf("postgres", "stopped and removed")
 	}
+	return err
+}
+
+// StopServices stops the services like Stop, but leaves the emulator and
+// PostgreSQL running, so a test can inspect what the shutdown left behind.
+// Stop still has to be called.
+func (s *Stack) StopServices(timeout time.Duration) error { return s.stop(timeout, true) }
+
+func (s *Stack) stop(timeout time.Duration, servicesOnly bool) error {
+	var errs []error
+	for i := len(s.order) - 1; i >= 0; i-- {
+		if servicesOnly && s.order[i] == "pubsub-emulator" {
+			continue
+		}
+		if err := s.procs[s.order[i]].Stop(timeout); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	return errors.Join(errs...)
 }
 
-func (s *Stack) add(name string, args []string, env ...string) *Process {
+// add registers a process named name running binary (a service's).
+func (s *Stack) add(name, binary string, args []string, env ...string) *Process {
 	svcEnv := []string{
 		"PUBSUB_EMULATOR_HOST=" + s.Emulator,
 		"PUBSUB_PROJECT_ID=" + s.cfg.ProjectID,
 	}
-	switch name {
+	switch binary {
 	case "workorder", "billing":
-		svcEnv = append(svcEnv, "DATABASE_URL="+s.DSN[name])
+		svcEnv = append(svcEnv, "DATABASE_URL="+s.DSN[binary])
 	case "provider-sim":
 		svcEnv = append(svcEnv, "DATABASE_URL="+s.DSN["providersim"])
 	}
-	svcEnv = append(svcEnv, s.cfg.ExtraEnv[name]...)
+	// Later entries win: the caller's ExtraEnv overrides the stack's choices.
+	svcEnv = append(append(append(svcEnv, env...), s.cfg.ExtraEnv[binary]...), s.cfg.ExtraEnv[name]...)
 	p := &Process{
 		Name: name,
-		Path: filepath.Join(s.cfg.BinDir, name),
+		Path: filepath.Join(s.cfg.BinDir, binary),
 		Args: args,
-		Env:  append(svcEnv, env...),
+		Env:  svcEnv,
 		out:  &prefixWriter{mu: &s.logMu, out: s.cfg.Log, prefix: fmt.Sprintf("%-16s| ", name)},
 	}
 	s.procs[name] = p
@@ -310,11 +525,9 @@ func (s *Stack) add(name string, args []string, env ...string) *Process {
 }
 
 func (s *Stack) oneShot(ctx context.Context, label, binary string, args ...string) error {
-	p := s.add(binary, args)
-	p.Name = label
-	p.out.prefix = fmt.Sprintf("%-16s| ", label)
+	p := s.add(label, binary, args)
 	// One-shot jobs are not part of the long-running set.
-	delete(s.procs, binary)
+	delete(s.procs, label)
 	s.order = s.order[:len(s.order)-1]
 	if err := p.Run(ctx); err != nil {
 		return fmt.Errorf("%s failed: %w", label, err)

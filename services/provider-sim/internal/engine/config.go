@@ -19,6 +19,7 @@ const (
 	EnvExecJitter      = "PROVIDER_EXEC_JITTER"
 	EnvRetryBase       = "PROVIDER_RETRY_BASE"
 	EnvRetryMax        = "PROVIDER_RETRY_MAX"
+	EnvInstance        = "INSTANCE_ID"
 )
 
 // Config tunes execution. The zero value of a field means its default.
@@ -47,6 +48,8 @@ type Config struct {
 	// Retry spaces the attempts of a job whose publish failed (Pub/Sub
 	// unavailable, F16). Default base 500ms, max 30s, full jitter.
 	Retry backoff.Policy
+	// Instance is this process's identity across restarts. WIP.
+	Instance string
 	// Owner names this instance in lease_owner. Default: a random id.
 	Owner string
 	// Crash is called by the publish_then_crash fault right after the publish
