@@ -48,13 +48,13 @@ type testBundle struct {
 	grpc workorderv1.WorkOrderServiceClient
 }
 
-func setup(t *testing.T) testBundle {
+func setup(t testing.TB) testBundle {
 	t.Helper()
 	return setupOn(t, pgtest.NewPool(t, migrations.WorkOrder()))
 }
 
 // setupOn serves the API over pool, a migrated work-order database.
-func setupOn(t *testing.T, pool *pgxpool.Pool) testBundle {
+func setupOn(t testing.TB, pool *pgxpool.Pool) testBundle {
 	t.Helper()
 	logger := slog.New(slog.DiscardHandler)
 	repo, err := orders.NewRepository(pool)
@@ -99,7 +99,7 @@ type response struct {
 	header http.Header
 }
 
-func (b testBundle) do(t *testing.T, method, path, body string, header map[string]string) response {
+func (b testBundle) do(t testing.TB, method, path, body string, header map[string]string) response {
 	t.Helper()
 	req, err := http.NewRequestWithContext(context.Background(), method, b.base+path, strings.NewReader(body))
 	if err != nil {
@@ -123,7 +123,7 @@ func (b testBundle) do(t *testing.T, method, path, body string, header map[strin
 
 const validOrder = `{"customer_id":"acme-1","description":"paint the fence","positions":3,"unit_price":{"currency_code":"EUR","minor_units":1250}}`
 
-func (b testBundle) create(t *testing.T, body string, header map[string]string) *workorderv1.WorkOrder {
+func (b testBundle) create(t testing.TB, body string, header map[string]string) *workorderv1.WorkOrder {
 	t.Helper()
 	r := b.do(t, http.MethodPost, "/v1/work-orders", body, header)
 	if r.code != http.StatusOK {
@@ -134,7 +134,7 @@ func (b testBundle) create(t *testing.T, body string, header map[string]string) 
 	return out.GetWorkOrder()
 }
 
-func decode(t *testing.T, body []byte, m proto.Message) {
+func decode(t testing.TB, body []byte, m proto.Message) {
 	t.Helper()
 	if err := protojson.Unmarshal(body, m); err != nil {
 		t.Fatalf("decode %s: %v", body, err)
@@ -164,7 +164,7 @@ func rpcError(t *testing.T, r response) (violations []string, reason string) {
 	return violations, reason
 }
 
-func (b testBundle) count(t *testing.T, table string) int {
+func (b testBundle) count(t testing.TB, table string) int {
 	t.Helper()
 	var n int
 	if err := b.pool.QueryRow(context.Background(), "SELECT count(*) FROM "+table).Scan(&n); err != nil {
