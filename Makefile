@@ -52,7 +52,7 @@ demo: ## Create orders against a running stack and print a summary, e.g. make de
 	$(GO) run ./cmd/demo $(ARGS)
 
 .PHONY: bench
-bench: ## Run the benchmarks (B1-B5 of the performance design) with fsync on; writes bench/report.txt.
+bench: ## Run the benchmarks (B1-B5 of docs/performance.md) with fsync on; writes bench/report.txt.
 	@mkdir -p bench
 	LOSSLESS_PG_FSYNC=on $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./... | tee bench/report.txt
 

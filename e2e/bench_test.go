@@ -33,7 +33,7 @@ const pubsubHops = 3
 
 // BenchmarkB5_EndToEndLatency measures create→invoiced latency under
 // open-loop load at 10% and 50% of the system's measured capacity (benchmark
-// B5 of the performance design). Environment:
+// B5 of docs/performance.md). Environment:
 //
 //	LOSSLESS_B5_DURATION   open-loop phase length (default 60s; the design's run is 5m)
 //	LOSSLESS_B5_CAPACITY_N orders of the closed-loop capacity probe (default 600)

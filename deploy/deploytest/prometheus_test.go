@@ -53,6 +53,7 @@ func TestAlertRulesParse(t *testing.T) {
 		"BillingJobsParked",                // billing jobs parked
 		"BillingFencedCommits",             // fenced-off commits (F13)
 		"BillingLeasesExpired",             // expired leases (I7)
+		"OutboxDependencyUnavailable",      // a destination down: events wait uncharged (circuit open)
 		"UnknownEventTypeParked",           // nothing dropped silently: unknown types parked
 		"WorkOrderInvoicingMessagesParked", // an InvoiceIssued the work-order service cannot apply
 		"ServiceDown",                      // the others cannot fire without a scrape

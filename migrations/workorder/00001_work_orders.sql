@@ -37,7 +37,7 @@ CREATE TABLE work_order_transitions (
 );
 CREATE INDEX work_order_transitions_order_idx ON work_order_transitions (work_order_id, id);
 
--- The explicit waiting point (seed 000): recorded in the transaction that
+-- The explicit waiting point: recorded in the transaction that
 -- marks the hand-off published, consumed by the correlation that completes
 -- the order. There is deliberately NO unique constraint on open waiting
 -- points per order: a manual re-hand-off can create a second one, and the

@@ -1,5 +1,5 @@
 -- +goose Up
--- Transactional outbox (seeds 001 and 003; ADR 0001, ADR 0002). A business
+-- Transactional outbox (ADR 0001, ADR 0002). A business
 -- transaction inserts its events here (pkg/outbox.Append); relays claim,
 -- dispatch and mark them. The same file creates the billing outbox.
 --

@@ -1,5 +1,5 @@
 -- +goose Up
--- Transactional inbox (seed 000, variant 2; ADR 0007). The receiver does ONE
+-- Transactional inbox (ADR 0007, variant 2). The receiver does ONE
 -- insert per batch into `inbox` and acks only after commit; the correlation
 -- relay applies OPEN entries later. Nothing here is ever deleted unless it is
 -- resolved (APPLIED or DUPLICATE) and older than the retention: PARKED rows
@@ -44,7 +44,7 @@ CREATE TABLE inbox (
 -- Claim path. Partial on OPEN so the index holds only live work; the relay
 -- walks it by id with a keyset cursor (and sweeps from the start on an
 -- interval) because a plain "ORDER BY id LIMIT n" over a partial index decays
--- as every resolved row leaves a dead entry at its front (performance.md).
+-- as every resolved row leaves a dead entry at its front (docs/performance.md).
 CREATE INDEX inbox_open_idx ON inbox (id) WHERE status = 'OPEN';
 -- The NOT EXISTS ordering guard: "is there an older OPEN entry of this key?"
 -- is one probe into this small partial index.
@@ -79,7 +79,7 @@ ALTER TABLE inbox SET (autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_
                        autovacuum_analyze_scale_factor = 0.02);
 
 -- A second payload under an already stored (source, event_id) with another
--- hash (seed 004: a producer bug, never a silent duplicate). The first
+-- hash (a producer bug, never a silent duplicate). The first
 -- payload stays in `inbox`; every different payload is kept here.
 CREATE TABLE inbox_conflicts (
     id               bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,

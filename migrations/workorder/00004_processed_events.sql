@@ -8,7 +8,7 @@ CREATE TABLE processed_events (
     event_id     text        NOT NULL CHECK (length(event_id) BETWEEN 1 AND 200),
     event_type   text        NOT NULL,
     -- SHA-256 of the payload: the same id with other content is a producer
-    -- bug, reported (seed 004), not silently treated as a duplicate.
+    -- bug, reported, not silently treated as a duplicate.
     fingerprint  bytea       NOT NULL,
     processed_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (consumer, event_id)

@@ -1,4 +1,4 @@
-// Package dedup is the idempotent-consumer marker (seed 002): before applying
+// Package dedup is the idempotent-consumer marker: before applying
 // an event, the consumer inserts the event's id into processed_events inside
 // the transaction that applies the effect. The primary key arbitrates: the
 // first delivery inserts and applies; any later or concurrent delivery finds
@@ -34,7 +34,7 @@ const (
 	// Duplicate: the event was already processed; apply nothing, commit, ack.
 	Duplicate
 	// Conflict: the id was processed with different content. A producer bug
-	// (seed 004): apply nothing, ack, and alert; it is not a normal duplicate.
+	// apply nothing, ack, and alert; it is not a normal duplicate.
 	Conflict
 )
 

@@ -17,7 +17,7 @@
 //   - after Config.Retention the key is forgotten and a reuse is a new request.
 //
 // This is API idempotency: one client retrying one call. It is NOT consumer
-// idempotency (deduplicating messages by event id, seed 002), which the inbox
+// idempotency (deduplicating messages by event id), which the inbox
 // and the idempotent consumer implement. See docs/adr/0003-api-idempotency-keys.md.
 //
 // The table (see migrations/workorder/00001_work_orders.sql) must exist in the

@@ -6,7 +6,7 @@ import (
 )
 
 // Disposition is what the relay does with an entry whose handler failed.
-// Seed 000: only "not yet waiting" heals with time; the other business
+// Only "not yet waiting" heals with time; the other business
 // rejections persist however often they are retried; technical failures heal
 // with retry. See docs/adr/0008-error-classification-and-backoff.md.
 type Disposition int

@@ -1,4 +1,4 @@
-// Package inbox is the receiving half of reliable messaging (seed 000,
+// Package inbox is the receiving half of reliable messaging (ADR 0007,
 // variant 2): a table that stores every incoming event idempotently BEFORE the
 // broker is acked, and a relay that applies the stored entries later, one
 // correlation key at a time, with business rejections parked instead of lost.
@@ -21,7 +21,7 @@
 //     jitter, forever, visible through the age-of-oldest-open-entry alarm.
 //   - Ops: list, show, replay (reopen) parked entries with ticket + actor +
 //     audit row, cleanup of resolved entries in bounded batches.
-//   - Monitor: the two alarms of seed 000 (parked count, oldest open age) and
+//   - Monitor: the inbox's two alarms (parked count, oldest open age) and
 //     open conflicts, as metrics refreshed on an interval.
 //
 // The package is generic: it knows nothing about work orders. A service

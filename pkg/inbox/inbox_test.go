@@ -404,7 +404,7 @@ func TestOneLineSQLRepair_GoesThroughTheRelay(t *testing.T) {
 	r := b.relay(t, h, inbox.Config{})
 	drain(t, r)
 	healed = true
-	// The seed's repair, verbatim as in the runbook.
+	// The one-line SQL repair, verbatim as in the runbook.
 	if _, err := b.pool.Exec(ctx, `UPDATE inbox SET status = 'OPEN', attempts = 0, next_attempt_at = now() WHERE id = 1`); err != nil {
 		t.Fatal(err)
 	}

@@ -136,7 +136,7 @@ func NewStore(pool *pgxpool.Pool, meter metric.Meter) (*Store, error) {
 // One message's data never fails its batch. A message carrying what
 // PostgreSQL cannot store (a NUL byte or invalid UTF-8 in a text field or an
 // attribute, an event id over MaxEventIDLength) is stored PARKED, escaped
-// (StorableString, StorableAttributes; under PoisonKey when its event id is
+// (pgtext.Storable, pgtext.StorableMap; under PoisonKey when its event id is
 // the problem), with its raw payload. If the single-statement batch insert
 // still fails with a data error (pgerr.IsData: a rule this code does not
 // know), Ingest stores the batch again one message per savepoint and parks

@@ -19,7 +19,7 @@ import (
 // would itself load the database it is watching.
 const countCap = 100000
 
-// The two alarms of seed 000, plus conflicts. Each query is bounded: an index
+// The two alarms (parked count, oldest open age), plus conflicts. Each query is bounded: an index
 // probe or a capped count over a partial index.
 const (
 	// Oldest OPEN entry by id (inbox_open_idx), its age in the database's clock.

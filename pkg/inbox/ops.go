@@ -184,7 +184,7 @@ ORDER BY id
 LIMIT $5
 FOR UPDATE`
 
-// reopen is the seed's one-line SQL repair, applied to a checked id list:
+// reopen is the runbook's one-line SQL repair, applied to a checked id list:
 // the entry goes back through the normal relay path.
 const reopen = `
 UPDATE inbox SET status = 'OPEN', attempts = 0, next_attempt_at = now()

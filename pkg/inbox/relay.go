@@ -27,11 +27,11 @@ import (
 //     live work.
 //   - id > $1 is a keyset cursor: a relay draining a backlog does not re-walk
 //     the dead index entries that every resolved row leaves at the front of
-//     that index (the decay of the naive claim, performance.md). The relay
+//     that index (the decay of the naive claim, docs/performance.md). The relay
 //     resets the cursor to 0 on every SweepInterval and whenever it has caught
 //     up, so nothing behind the cursor is left: entries that became due, were
 //     blocked, or committed late with a lower id.
-//   - NOT EXISTS is the per-key ordering guard (seed 000): an entry is never
+//   - NOT EXISTS is the per-key ordering guard: an entry is never
 //     taken while an OLDER (lower id) entry of the same key is still OPEN,
 //     whether that one is backing off or locked by another relay right now (a
 //     row locked by another transaction is still OPEN in our snapshot). In

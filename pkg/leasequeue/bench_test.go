@@ -31,7 +31,7 @@ func benchEnv(b *testing.B, name string, def int) int {
 // BenchmarkBurnDown is B3's no-op burn-down: N jobs inserted, then W
 // handlers drain them; reports jobs/s. The anchor is River v0.51.2 on the
 // same server: `go run . -database-url URL -jobs N -workers W` in
-// /work/shared/bench/river-compare (see bench/river-compare-run.md). Point
+// bench/river-compare (see bench/river-compare-run.md). Point
 // both at one server with DATABASE_URL; with LOSSLESS_PG_FSYNC=on the
 // ephemeral server keeps fsync on.
 func BenchmarkBurnDown(b *testing.B) {

@@ -23,7 +23,7 @@ SELECT count(*), pg_notify($6, '') FROM ins`
 // qClaimAvailable claims fresh jobs. Keyset by id (id > $2) over the partial
 // index of available jobs: every claimed row leaves a dead entry at the front
 // of that index until vacuum, and a scan from the start walks all of them
-// (the "naive" claim of docs performance.md decays from ~15k to ~3k rows/s).
+// (the "naive" claim of docs/performance.md decays from ~15k to ~3k rows/s).
 // The cursor skips them. Its trap, ids committed out of order and retries
 // whose due_at was still in the future when the cursor passed, is closed by
 // the Worker rewinding the cursor to 0 whenever a claim comes back short and

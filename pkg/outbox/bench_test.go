@@ -1,7 +1,6 @@
 package outbox_test
 
-// Benchmarks B1 and B2 of the performance design
-// (../shared/design/performance.md): the relay against PostgreSQL anchors
+// Benchmarks B1 and B2 of docs/performance.md: the relay against PostgreSQL anchors
 // (pkg/outboxbench) measured on the same database in the same run, A B A B,
 // reported as medians of pairwise ratios. Run with `make bench` (fsync on).
 //

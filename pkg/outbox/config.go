@@ -30,6 +30,10 @@ const (
 	DefaultStatsInterval       = 15 * time.Second
 	DefaultStatsCountLimit     = 1_000_000
 	DefaultNotifyChannel       = "outbox"
+
+	DefaultCircuitThreshold        = 5
+	DefaultCircuitProbeInterval    = time.Second
+	DefaultCircuitProbeIntervalMax = 2 * time.Second
 )
 
 // Config of a Relay. The zero value of every field means its default; call
@@ -80,6 +84,19 @@ type Config struct {
 	// a database fail-over we expect to ride out, short enough to alert the
 	// same day.
 	MaxAttempts int
+	// CircuitThreshold is how many dispatches in a row to one dependency
+	// (one event type, or the types grouped by WithDependency) must fail
+	// with an Unavailable error before the relay stops dispatching to it;
+	// such failures charge no attempt and no backoff (circuit.go).
+	// Default 5: a handful of refused connections is an outage, not chance.
+	CircuitThreshold int
+	// CircuitProbeInterval is the wait from the circuit opening to the first
+	// probe, a single dispatch that tests the dependency; every failed probe
+	// doubles it up to CircuitProbeIntervalMax. The dependency's backlog goes
+	// out at most CircuitProbeIntervalMax after it is back. A probe costs one
+	// dispatch, so probing often is cheap. Defaults 1s and 2s.
+	CircuitProbeInterval    time.Duration
+	CircuitProbeIntervalMax time.Duration
 	// Retention keeps published events (outbox_published) for diagnosis and
 	// replay before cleanup deletes them. Undelivered rows (outbox: PENDING,
 	// FAILED) are never deleted. Default 24h.
@@ -106,24 +123,28 @@ type Config struct {
 // ConfigFromEnv reads the relay settings from environment variables with the
 // given prefix (e.g. "WORKORDER_OUTBOX_"): BATCH_SIZE, DISPATCH_CONCURRENCY,
 // BATCHES_IN_FLIGHT, POLL_INTERVAL, SWEEP_INTERVAL, LEASE_DURATION, BACKOFF_BASE, BACKOFF_MAX,
-// MAX_ATTEMPTS, RETENTION, CLEANUP_INTERVAL, CLEANUP_BATCH, STATS_INTERVAL,
-// RELAY_ID. Unset variables keep the defaults.
+// MAX_ATTEMPTS, CIRCUIT_THRESHOLD, CIRCUIT_PROBE_INTERVAL,
+// CIRCUIT_PROBE_INTERVAL_MAX, RETENTION, CLEANUP_INTERVAL, CLEANUP_BATCH,
+// STATS_INTERVAL, RELAY_ID. Unset variables keep the defaults.
 func ConfigFromEnv(r *envconfig.Reader, prefix string) Config {
 	return Config{
-		RelayID:             r.String(prefix+"RELAY_ID", ""),
-		BatchSize:           r.Int(prefix+"BATCH_SIZE", DefaultBatchSize),
-		DispatchConcurrency: r.Int(prefix+"DISPATCH_CONCURRENCY", DefaultDispatchConcurrency),
-		BatchesInFlight:     r.Int(prefix+"BATCHES_IN_FLIGHT", DefaultBatchesInFlight),
-		PollInterval:        r.Duration(prefix+"POLL_INTERVAL", DefaultPollInterval),
-		SweepInterval:       r.Duration(prefix+"SWEEP_INTERVAL", DefaultSweepInterval),
-		LeaseDuration:       r.Duration(prefix+"LEASE_DURATION", DefaultLeaseDuration),
-		BackoffBase:         r.Duration(prefix+"BACKOFF_BASE", DefaultBackoffBase),
-		BackoffMax:          r.Duration(prefix+"BACKOFF_MAX", DefaultBackoffMax),
-		MaxAttempts:         r.Int(prefix+"MAX_ATTEMPTS", DefaultMaxAttempts),
-		Retention:           r.Duration(prefix+"RETENTION", DefaultRetention),
-		CleanupInterval:     r.Duration(prefix+"CLEANUP_INTERVAL", DefaultCleanupInterval),
-		CleanupBatch:        r.Int(prefix+"CLEANUP_BATCH", DefaultCleanupBatch),
-		StatsInterval:       r.Duration(prefix+"STATS_INTERVAL", DefaultStatsInterval),
+		RelayID:                 r.String(prefix+"RELAY_ID", ""),
+		BatchSize:               r.Int(prefix+"BATCH_SIZE", DefaultBatchSize),
+		DispatchConcurrency:     r.Int(prefix+"DISPATCH_CONCURRENCY", DefaultDispatchConcurrency),
+		BatchesInFlight:         r.Int(prefix+"BATCHES_IN_FLIGHT", DefaultBatchesInFlight),
+		PollInterval:            r.Duration(prefix+"POLL_INTERVAL", DefaultPollInterval),
+		SweepInterval:           r.Duration(prefix+"SWEEP_INTERVAL", DefaultSweepInterval),
+		LeaseDuration:           r.Duration(prefix+"LEASE_DURATION", DefaultLeaseDuration),
+		BackoffBase:             r.Duration(prefix+"BACKOFF_BASE", DefaultBackoffBase),
+		BackoffMax:              r.Duration(prefix+"BACKOFF_MAX", DefaultBackoffMax),
+		MaxAttempts:             r.Int(prefix+"MAX_ATTEMPTS", DefaultMaxAttempts),
+		CircuitThreshold:        r.Int(prefix+"CIRCUIT_THRESHOLD", DefaultCircuitThreshold),
+		CircuitProbeInterval:    r.Duration(prefix+"CIRCUIT_PROBE_INTERVAL", DefaultCircuitProbeInterval),
+		CircuitProbeIntervalMax: r.Duration(prefix+"CIRCUIT_PROBE_INTERVAL_MAX", DefaultCircuitProbeIntervalMax),
+		Retention:               r.Duration(prefix+"RETENTION", DefaultRetention),
+		CleanupInterval:         r.Duration(prefix+"CLEANUP_INTERVAL", DefaultCleanupInterval),
+		CleanupBatch:            r.Int(prefix+"CLEANUP_BATCH", DefaultCleanupBatch),
+		StatsInterval:           r.Duration(prefix+"STATS_INTERVAL", DefaultStatsInterval),
 	}
 }
 
@@ -142,6 +163,11 @@ func (c Config) WithDefaults() Config {
 	setDur(&c.BackoffBase, DefaultBackoffBase)
 	setDur(&c.BackoffMax, DefaultBackoffMax)
 	setInt(&c.MaxAttempts, DefaultMaxAttempts)
+	setInt(&c.CircuitThreshold, DefaultCircuitThreshold)
+	setDur(&c.CircuitProbeInterval, DefaultCircuitProbeInterval)
+	if c.CircuitProbeIntervalMax == 0 {
+		c.CircuitProbeIntervalMax = max(DefaultCircuitProbeIntervalMax, c.CircuitProbeInterval)
+	}
 	setDur(&c.Retention, DefaultRetention)
 	setDur(&c.CleanupInterval, DefaultCleanupInterval)
 	setInt(&c.CleanupBatch, DefaultCleanupBatch)
@@ -172,6 +198,9 @@ func (c Config) Validate() error {
 	positive("SweepInterval", int64(c.SweepInterval))
 	positive("LeaseDuration", int64(c.LeaseDuration))
 	positive("MaxAttempts", int64(c.MaxAttempts))
+	positive("CircuitThreshold", int64(c.CircuitThreshold))
+	positive("CircuitProbeInterval", int64(c.CircuitProbeInterval))
+	positive("CircuitProbeIntervalMax", int64(c.CircuitProbeIntervalMax))
 	positive("Retention", int64(c.Retention))
 	positive("CleanupInterval", int64(c.CleanupInterval))
 	positive("CleanupBatch", int64(c.CleanupBatch))
@@ -185,6 +214,9 @@ func (c Config) Validate() error {
 	}
 	if err := (backoff.Policy{Base: c.BackoffBase, Max: c.BackoffMax}).Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("outbox config: %w", err))
+	}
+	if c.CircuitProbeInterval > 0 && c.CircuitProbeIntervalMax > 0 && c.CircuitProbeIntervalMax < c.CircuitProbeInterval {
+		errs = append(errs, errors.New("outbox config: CircuitProbeIntervalMax must not be below CircuitProbeInterval"))
 	}
 	if c.Retention > 0 && c.Retention < time.Minute {
 		errs = append(errs, errors.New("outbox config: Retention below 1m leaves no time to diagnose a published event"))

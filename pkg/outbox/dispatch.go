@@ -9,7 +9,8 @@ import (
 
 // Dispatcher delivers one event to its destination. A nil error means
 // delivered. Return Permanent(err) for errors that no retry can fix (invalid
-// payload, unknown destination); any other error is retried with backoff.
+// payload, unknown destination) and Unavailable(err) when the destination
+// cannot be reached at all; any other error is retried with backoff.
 type Dispatcher interface {
 	Dispatch(ctx context.Context, ev Event) (Commit, error)
 }
@@ -46,4 +47,32 @@ func Permanent(err error) error {
 func IsPermanent(err error) bool {
 	var p *permanentError
 	return errors.As(err, &p)
+}
+
+type unavailableError struct{ err error }
+
+func (e *unavailableError) Error() string { return "dependency unavailable: " + e.err.Error() }
+func (e *unavailableError) Unwrap() error { return e.err }
+
+// Unavailable marks err as "the dispatcher's dependency cannot be reached"
+// (connection refused, gRPC UNAVAILABLE, no answer within the deadline): not
+// the event's fault. The relay charges the event no attempt and no backoff
+// for it, leaves the row as it was, and counts the failure against the
+// dependency's circuit, which stops dispatching to it after a few in a row
+// and probes it until it answers (circuit.go). Return it only for errors any
+// event would get now; an error of this event's own making must stay
+// transient (backoff, FAILED at MaxAttempts) or Permanent.
+// Unavailable(nil) is nil.
+func Unavailable(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &unavailableError{err: err}
+}
+
+// IsUnavailable reports whether err (or an error it wraps) was marked
+// Unavailable.
+func IsUnavailable(err error) bool {
+	var u *unavailableError
+	return errors.As(err, &u)
 }

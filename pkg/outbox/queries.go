@@ -48,7 +48,7 @@ SET LOCAL jit = off`
 //
 // Why it is shaped this way:
 //   - "id > $1" (keyset) descends outbox_pending_idx straight to the cursor.
-//     Ordering by id from the start of the index (the seed's plain claim)
+//     Ordering by id from the start of the index (the plain SKIP LOCKED claim of docs/performance.md)
 //     walks every dead entry left by recently published rows until vacuum
 //     removes them; that claim decays from ~15k to ~3k rows/s on a backlog
 //     (docs/adr/0002-outbox-polling-vs-cdc.md). The relay runs the same query
@@ -70,6 +70,10 @@ SET LOCAL jit = off`
 //   - Every candidate comes back, blocked ones flagged: the relay moves its
 //     cursor past all of them and knows whether the batch was full, without
 //     a second statement or a summary row.
+//   - $4 lists the event types whose dependency's circuit is open: their
+//     rows stay unclaimed, unwritten and uncharged until it closes (see
+//     circuit.go). Normally empty, which costs nothing; during an outage the
+//     scan steps over those rows as it steps over rows in backoff.
 //   - ctid is the row's physical address, stable while this transaction
 //     holds the row lock; the statements that record the outcome address
 //     the rows by it (see qMarkPublished).
@@ -81,6 +85,7 @@ WITH candidates AS (
     WHERE status = 'PENDING'
       AND id > $1
       AND (next_attempt_at IS NULL OR next_attempt_at <= $3)
+      AND event_type <> ALL($4::text[])
     ORDER BY id
     LIMIT $2
     FOR UPDATE SKIP LOCKED

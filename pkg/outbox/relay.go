@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -42,6 +44,10 @@ type Relay struct {
 	log         *slog.Logger
 	policy      backoff.Policy
 	m           instruments
+	// circuits holds the circuit of each event type's dependency (several
+	// types may share one, WithDependency); circuitList each circuit once.
+	circuits    map[string]*Circuit
+	circuitList []*Circuit
 
 	running atomic.Bool
 	// rewind is the lowest id announced by NOTIFY since the last claim
@@ -64,6 +70,7 @@ type Relay struct {
 	cursor    int64
 	lastSweep time.Time     // when the last sweep finished
 	sweepGap  time.Duration // wait before the next sweep: SweepInterval, or more after a slow sweep
+	excluded  []string      // event types the last claim left alone (circuit open)
 }
 
 // Stats is a snapshot of the outbox table, for metrics, the runbook and
@@ -84,12 +91,32 @@ type instruments struct {
 	errors     metric.Int64Counter
 	failed     metric.Int64Counter
 	unsettled  metric.Int64Counter
+	circuit    metric.Int64Counter
+}
+
+// A RelayOption configures a Relay.
+type RelayOption func(*relayOptions)
+
+type relayOptions struct {
+	dependencies map[string]string // event type -> dependency name
+}
+
+// WithDependency names the dependency the dispatchers of eventTypes call,
+// so that they share one circuit (an outage of a Pub/Sub topic stops every
+// event type published to it). Without it each event type has a circuit of
+// its own, named after the type.
+func WithDependency(name string, eventTypes ...string) RelayOption {
+	return func(o *relayOptions) {
+		for _, t := range eventTypes {
+			o.dependencies[t] = name
+		}
+	}
 }
 
 // NewRelay returns a relay; dispatchers are keyed by event type. An event
 // whose type has no dispatcher goes to FAILED (permanent), never silently
 // dropped. meter may be nil (no metrics).
-func NewRelay(pool *pgxpool.Pool, dispatchers map[string]Dispatcher, cfg Config, logger *slog.Logger, meter metric.Meter) (*Relay, error) {
+func NewRelay(pool *pgxpool.Pool, dispatchers map[string]Dispatcher, cfg Config, logger *slog.Logger, meter metric.Meter, opts ...RelayOption) (*Relay, error) {
 	if pool == nil {
 		return nil, errors.New("outbox: NewRelay: nil pool")
 	}
@@ -124,7 +151,48 @@ func NewRelay(pool *pgxpool.Pool, dispatchers map[string]Dispatcher, cfg Config,
 	if err := r.initMetrics(meter); err != nil {
 		return nil, err
 	}
+	o := relayOptions{dependencies: map[string]string{}}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	r.circuits = make(map[string]*Circuit, len(dispatchers))
+	byName := map[string]*Circuit{}
+	ccfg := CircuitConfig{Threshold: cfg.CircuitThreshold, ProbeInterval: cfg.CircuitProbeInterval, ProbeIntervalMax: cfg.CircuitProbeIntervalMax}
+	for _, typ := range slices.Sorted(maps.Keys(dispatchers)) {
+		name := o.dependencies[typ]
+		if name == "" {
+			name = typ
+		}
+		c, ok := byName[name]
+		if !ok {
+			c = NewCircuit(name, ccfg, r.circuitChanged)
+			byName[name] = c
+			r.circuitList = append(r.circuitList, c)
+		}
+		r.circuits[typ] = c
+	}
 	return r, nil
+}
+
+// circuitChanged counts and logs a circuit's transition. When a circuit
+// closes, the rows of its dependency (left alone while it was open, never
+// backed off for the outage) are due: the relay rewinds its cursor to the
+// start of the index and wakes, so they go out now rather than at the next
+// sweep.
+func (r *Relay) circuitChanged(name string, from, to CircuitState) {
+	r.m.circuit.Add(context.Background(), 1, metric.WithAttributes(
+		attribute.String("dependency", name), attribute.String("to", to.String())))
+	switch to {
+	case CircuitOpen:
+		if from == CircuitClosed {
+			r.log.Warn("outbox dependency unavailable; circuit open, its events wait without being charged", "dependency", name,
+				"probe_interval", r.cfg.CircuitProbeInterval)
+		}
+	case CircuitClosed:
+		r.log.Info("outbox dependency answered; circuit closed, dispatching its events", "dependency", name)
+		r.rewindTo(1)
+		r.signal()
+	}
 }
 
 func (r *Relay) initMetrics(meter metric.Meter) error {
@@ -143,6 +211,12 @@ func (r *Relay) initMetrics(meter metric.Meter) error {
 	r.m.unsettled, err = meter.Int64Counter("outbox.events.unsettled",
 		metric.WithDescription("Dispatched events whose batch could not be recorded afterwards; they are dispatched again (duplicates)."))
 	add(err)
+	r.m.circuit, err = meter.Int64Counter("outbox.circuit.transitions",
+		metric.WithDescription("State changes of a dependency's circuit, by dependency and new state (open, half_open, closed)."))
+	add(err)
+	circuitState, err := meter.Int64ObservableGauge("outbox.circuit.state",
+		metric.WithDescription("State of each dependency's circuit: 0 closed, 1 half-open (a probe in flight), 2 open (its events are not dispatched)."))
+	add(err)
 	pending, err := meter.Int64ObservableGauge("outbox.events.pending",
 		metric.WithDescription("Rows PENDING, in flight or not (capped scan), refreshed every stats interval."))
 	add(err)
@@ -154,6 +228,15 @@ func (r *Relay) initMetrics(meter metric.Meter) error {
 		metric.WithDescription("Age of the oldest PENDING row; 0 when none."))
 	add(err)
 	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("outbox: metrics: %w", err)
+	}
+	_, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		for _, c := range r.circuitList {
+			o.ObserveInt64(circuitState, int64(c.State()), metric.WithAttributes(attribute.String("dependency", c.Name())))
+		}
+		return nil
+	}, circuitState)
+	if err != nil {
 		return fmt.Errorf("outbox: metrics: %w", err)
 	}
 	_, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
@@ -308,6 +391,19 @@ func (r *Relay) ProcessBatch(ctx context.Context) (full bool, err error) {
 	return scanned >= r.cfg.BatchSize, nil
 }
 
+// unclaimable lists the event types whose circuit is open with no probe due:
+// the claim leaves their rows alone. Empty (and free in the claim) while
+// every dependency is reachable.
+func (r *Relay) unclaimable(now time.Time) []string {
+	types := []string{} // not nil: "<> ALL(NULL)" would exclude every row
+	for typ, c := range r.circuits {
+		if !c.Claimable(now) {
+			types = append(types, typ)
+		}
+	}
+	return types
+}
+
 type claimedRow struct {
 	tid pgtype.TID // physical address, stable while the claim holds the row lock
 	id  int64
@@ -333,7 +429,17 @@ func (r *Relay) claim(ctx context.Context, tx pgx.Tx, now time.Time) ([]claimedR
 			r.lastSweep, r.sweepGap = done, 4*done.Sub(now)
 		}()
 	}
-	rows, err := tx.Query(ctx, qClaim, from, r.cfg.BatchSize, now)
+	excluded := r.unclaimable(now)
+	for _, typ := range r.excluded {
+		if !slices.Contains(excluded, typ) {
+			// A probe is due (or the circuit closed): the type's rows lie
+			// behind the cursor, which moved on while they were excluded.
+			from = 0
+			break
+		}
+	}
+	r.excluded = excluded
+	rows, err := tx.Query(ctx, qClaim, from, r.cfg.BatchSize, now, excluded)
 	if err != nil {
 		return nil, 0, fmt.Errorf("outbox: claim: %w", err)
 	}
@@ -382,10 +488,11 @@ func (r *Relay) claim(ctx context.Context, tx pgx.Tx, now time.Time) ([]claimedR
 type outcomeKind int
 
 const (
-	outcomeReleased  outcomeKind = iota // not dispatched; left as it was
-	outcomePublished                    // dispatched
-	outcomeRetry                        // transient failure
-	outcomeFailed                       // permanent failure
+	outcomeReleased    outcomeKind = iota // not dispatched; left as it was
+	outcomePublished                      // dispatched
+	outcomeRetry                          // transient failure
+	outcomeFailed                         // permanent failure
+	outcomeUnavailable                    // dependency unavailable; left as it was, not charged
 )
 
 type outcome struct {
@@ -449,25 +556,43 @@ func (r *Relay) dispatchOne(ctx context.Context, ev Event) (o outcome) {
 	if !ok {
 		return outcome{kind: outcomeFailed, err: fmt.Errorf("no dispatcher for event type %q", ev.Type)}
 	}
+	c := r.circuits[ev.Type]
+	if !c.Allow(r.cfg.Now()) {
+		return outcome{kind: outcomeReleased, err: errCircuitOpen}
+	}
 	defer func() {
 		if p := recover(); p != nil {
 			r.log.Error("outbox dispatcher panicked", "event_id", ev.ID, "event_type", ev.Type, "panic", p, "stack", string(debug.Stack()))
+			c.Success() // the event's fault, not the dependency's
 			o = outcome{kind: outcomeRetry, err: fmt.Errorf("dispatcher panicked: %v", p)}
 		}
 	}()
 	commit, err := d.Dispatch(ctx, ev)
 	switch {
 	case err == nil:
+		c.Success()
 		return outcome{kind: outcomePublished, commit: commit}
 	case IsPermanent(err):
+		c.Success()
 		return outcome{kind: outcomeFailed, err: err}
-	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
-		// Cut off by shutdown or the lease deadline: not the event's fault.
+	case ctx.Err() != nil && (errors.Is(err, ctx.Err()) || IsUnavailable(err)):
+		// Cut off by shutdown or the lease deadline: not the event's fault,
+		// and it says nothing about the dependency.
+		c.Abandon()
 		return outcome{kind: outcomeReleased, err: err}
+	case IsUnavailable(err):
+		c.Failure(r.cfg.Now())
+		return outcome{kind: outcomeUnavailable, err: err}
 	default:
+		// The dependency answered; the error is this event's (backoff).
+		c.Success()
 		return outcome{kind: outcomeRetry, err: err}
 	}
 }
+
+// errCircuitOpen is the outcome of an event not dispatched because its
+// dependency's circuit is open (claimed before it opened, or with a probe).
+var errCircuitOpen = errors.New("dependency circuit open")
 
 // settle records the outcome of a batch in the claim transaction: published
 // rows move to outbox_published (with their Commits), failed ones are
@@ -563,8 +688,8 @@ func (r *Relay) markUnpublished(ctx context.Context, tx pgx.Tx, rows []claimedRo
 		nexts  []*time.Time
 	)
 	for i, o := range outs {
-		if o.kind == outcomePublished || o.kind == outcomeReleased {
-			continue
+		if o.kind == outcomePublished || o.kind == outcomeReleased || o.kind == outcomeUnavailable {
+			continue // an outage is not the event's fault: no attempt, no backoff
 		}
 		ev := rows[i].ev
 		msg := truncate(o.err.Error(), 2000)
@@ -601,6 +726,9 @@ func (r *Relay) count(ctx context.Context, rows []claimedRow, outs []outcome) {
 				published = make(map[string]int64, 1)
 			}
 			published[ev.Type]++
+		case o.kind == outcomeUnavailable:
+			r.m.errors.Add(ctx, 1, metric.WithAttributes(typ, attribute.String("error.kind", "unavailable")))
+			r.log.Debug("outbox dispatch found its dependency unavailable", "event_id", ev.ID, "event_type", ev.Type, "error", o.err)
 		case o.kind == outcomeRetry && ev.Attempts < r.cfg.MaxAttempts:
 			r.m.errors.Add(ctx, 1, metric.WithAttributes(typ, attribute.String("error.kind", "transient")))
 			r.log.Warn("outbox dispatch failed; will retry", "event_id", ev.ID, "event_type", ev.Type, "attempt", ev.Attempts, "error", o.err)
@@ -743,14 +871,19 @@ func (r *Relay) listen(ctx context.Context) {
 		if err != nil {
 			id = 1 // (re)connected, or a payload not from our trigger: rewind fully
 		}
-		for {
-			cur := r.rewind.Load()
-			if id >= cur || r.rewind.CompareAndSwap(cur, id) {
-				break
-			}
-		}
+		r.rewindTo(id)
 		r.signal()
 	})
+}
+
+// rewindTo makes the next claim start at id at the latest.
+func (r *Relay) rewindTo(id int64) {
+	for {
+		cur := r.rewind.Load()
+		if id >= cur || r.rewind.CompareAndSwap(cur, id) {
+			return
+		}
+	}
 }
 
 func (r *Relay) signal() {

@@ -1,8 +1,8 @@
 // Package outboxbench is what the outbox benchmarks share (B1 and B2 in
-// pkg/outbox, B1p in pkg/outboxpubsub): the PostgreSQL claim anchors of the
-// performance design, ported verbatim from its scripts, and a backlog of
-// outbox rows shaped like production's. Like pgtest, its helpers take a
-// testing.TB and stop the benchmark on error.
+// pkg/outbox, B1p in pkg/outboxpubsub): the PostgreSQL claim anchors of
+// docs/performance.md, verbatim, and a backlog of outbox rows shaped like
+// production's. Like pgtest, its helpers take a testing.TB and stop the
+// benchmark on error.
 package outboxbench
 
 import (
@@ -24,10 +24,10 @@ import (
 type Claim int
 
 const (
-	// Keyset is claim100_keyset.sql: 100 rows after the last id claimed,
-	// claimed and marked in one statement. It stays flat on a backlog.
+	// Keyset claims and marks, in one statement, the 100 rows after the last
+	// id claimed. It stays flat on a backlog.
 	Keyset Claim = iota + 1
-	// Naive is claim100.sql, the seed's plain claim: 100 rows from the start
+	// Naive is the plain SKIP LOCKED claim: 100 rows from the start
 	// of the partial index, which walks the dead entries of the rows marked
 	// before it until vacuum removes them.
 	Naive
@@ -37,8 +37,8 @@ const (
 // no-op benchmarks' events.
 const AnchorPayload = `{"order_id":"ord_0123456789","amount_cents":12345,"currency":"USD","kind":"OrderCompleted"}`
 
-// The anchors: ../shared/bench/sql/setup_q.sql, claim100.sql and
-// claim100_keyset.sql, verbatim.
+// The anchors' table and claims, as docs/performance.md defines them. The
+// fill takes the row count and payload as parameters; the claims are verbatim.
 const (
 	anchorSetup = `
 DROP TABLE IF EXISTS q;
@@ -150,7 +150,7 @@ func WaitDrained(tb testing.TB, pool *pgxpool.Pool, n int, dispatched func() int
 }
 
 // Median returns the median of xs (the mean of the middle two for an even
-// count), the figure the performance design quotes for pairwise ratios.
+// count), the figure docs/performance.md quotes for pairwise ratios.
 func Median(xs []float64) float64 {
 	if len(xs) == 0 {
 		return 0

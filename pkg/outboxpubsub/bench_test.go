@@ -1,6 +1,6 @@
 package outboxpubsub_test
 
-// Benchmark B1p of the performance design: the outbox relay (claim ->
+// Benchmark B1p of docs/performance.md: the outbox relay (claim ->
 // publish to the Pub/Sub emulator -> mark) drains a backlog, against two
 // anchors measured in the same run, round by round (A B A B): the keyset
 // 100-row claim on the same database (as in B1, pkg/outbox) and the

@@ -26,19 +26,26 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 
-// outage makes the emulator refuse every Publish with UNAVAILABLE while on.
-type outage struct{ on atomic.Bool }
+// outage makes the emulator refuse every Publish with UNAVAILABLE while on,
+// and counts the refusals.
+type outage struct {
+	on      atomic.Bool
+	refused atomic.Int64
+}
 
 func (o *outage) React(any) (bool, any, error) {
 	if o.on.Load() {
+		o.refused.Add(1)
 		return true, nil, status.Error(codes.Unavailable, "injected outage")
 	}
 	return false, nil, nil
 }
 
-// F16: while Pub/Sub refuses publishes, the outbox keeps the event and
-// retries it with backoff; when Pub/Sub is back, the event is published with
-// its own event_id, exactly the bytes committed with the business change.
+// F16: while Pub/Sub refuses publishes, the outbox keeps the event, charges
+// it nothing (the outage is Pub/Sub's, not the event's) and probes Pub/Sub
+// through the topic's circuit; when Pub/Sub is back, the event is published
+// with its own event_id, exactly the bytes committed with the business
+// change, on its first recorded attempt.
 func TestF16_PubSubUnavailable_OutboxRetriesThenPublishesSameEventID(t *testing.T) {
 	t.Parallel()
 	down := &outage{}
@@ -61,7 +68,8 @@ func TestF16_PubSubUnavailable_OutboxRetriesThenPublishesSameEventID(t *testing.
 
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	relay, err := outbox.NewRelay(pool, map[string]outbox.Dispatcher{ev.Type: outboxpubsub.New(publisher(t, emu, pubsub.PublisherConfig{Timeout: 300 * time.Millisecond}))},
-		outbox.Config{PollInterval: 20 * time.Millisecond, SweepInterval: 20 * time.Millisecond, BackoffBase: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond, MaxAttempts: 1000},
+		outbox.Config{PollInterval: 20 * time.Millisecond, SweepInterval: 20 * time.Millisecond, BackoffBase: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond, MaxAttempts: 3,
+			CircuitThreshold: 2, CircuitProbeInterval: 50 * time.Millisecond, CircuitProbeIntervalMax: 100 * time.Millisecond},
 		logger, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -71,22 +79,22 @@ func TestF16_PubSubUnavailable_OutboxRetriesThenPublishesSameEventID(t *testing.
 	wg.Go(func() { _ = relay.Run(runCtx) })
 	t.Cleanup(func() { stop(); wg.Wait() })
 
+	// More refused publishes than MaxAttempts: charged, they would have
+	// moved the event to FAILED.
 	waitfor.Condition(t, 20*time.Second, "outbox retries during the outage", func() bool {
-		return attempts(t, pool, ev) >= 3
+		return down.refused.Load() >= 6
 	})
 	// Kept and retried: PENDING in the outbox (an attempt in flight is a row
-	// lock, not a status), never FAILED, never PUBLISHED.
-	if st := eventStatus(t, pool, ev); st != "PENDING" {
-		t.Fatalf("during the outage the event is %s, want PENDING (kept, retried)", st)
+	// lock, not a status), never FAILED, never PUBLISHED, and not charged.
+	if st, n := eventStatus(t, pool, ev), attempts(t, pool, ev); st != "PENDING" || n != 0 {
+		t.Fatalf("during the outage the event is %s with %d attempts, want PENDING with none charged", st, n)
 	}
-	failures := attempts(t, pool, ev)
 
 	down.on.Store(false)
 	waitfor.Value(t, 10*time.Second, "event published after the outage", "PUBLISHED", func() string { return eventStatus(t, pool, ev) })
-	// Moved to outbox_published with every failed attempt counted, plus the
-	// one that succeeded.
-	if n := attempts(t, pool, ev); n <= failures {
-		t.Fatalf("published after %d attempts, want more than the %d failures seen during the outage", n, failures)
+	// Moved to outbox_published with one attempt: the one that succeeded.
+	if n := attempts(t, pool, ev); n != 1 {
+		t.Fatalf("published with %d attempts, want 1 (the outage charged none)", n)
 	}
 	var undelivered int
 	if err := pool.QueryRow(ctx, "SELECT count(*) FROM outbox").Scan(&undelivered); err != nil || undelivered != 0 {

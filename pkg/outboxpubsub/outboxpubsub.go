@@ -32,8 +32,11 @@ type Dispatcher struct {
 // traceparent/tracestate/correlation_id from the headers) and ordering key =
 // AggregateID. Errors Pub/Sub will repeat forever (InvalidArgument,
 // PermissionDenied, NotFound) are outbox.Permanent: the row goes to FAILED
-// and alerts instead of retrying; every other error is transient and the
-// relay retries with backoff (F16). New panics on a nil publisher, a
+// and alerts instead of retrying; Unavailable and DeadlineExceeded (Pub/Sub
+// unreachable, after the client's own retries) are outbox.Unavailable: the
+// relay charges the event nothing and the topic's circuit waits for Pub/Sub
+// to answer a probe (F16); every other error is transient and the relay
+// retries it with backoff. New panics on a nil publisher, a
 // programming error at wiring time.
 func New(pub *pubsub.Publisher) outbox.Dispatcher {
 	if pub == nil {
@@ -80,9 +83,17 @@ func Classify(err error) error {
 	if code == codes.Unknown && errors.As(err, &coded) {
 		code = coded.GRPCStatus().Code()
 	}
+	if code == codes.Unknown && errors.Is(err, context.DeadlineExceeded) {
+		// The client retries UNAVAILABLE itself until the publisher's
+		// Timeout and then reports only the timeout. (A cut-off of the
+		// relay's own context is told apart by the relay.)
+		code = codes.DeadlineExceeded
+	}
 	switch code {
 	case codes.InvalidArgument, codes.PermissionDenied, codes.NotFound:
 		return outbox.Permanent(fmt.Errorf("outboxpubsub: %s: %w", code, err))
+	case codes.Unavailable, codes.DeadlineExceeded:
+		return outbox.Unavailable(fmt.Errorf("outboxpubsub: %s: %w", code, err))
 	}
 	return err
 }

@@ -15,7 +15,7 @@ import (
 
 // BenchmarkPublish is the publish-only ceiling of our Publisher against the
 // pstest emulator over loopback gRPC, no database: the anchor B1p compares
-// the outbox relay with (docs/design/performance.md). Each publish is awaited
+// the outbox relay with (docs/performance.md). Each publish is awaited
 // and has its own ordering key (one work order per event), as the relay's
 // dispatches do; "in-flight" is how many publishes are awaited at once.
 //

@@ -40,8 +40,8 @@ const (
 	MinMessageRetention             = 10 * time.Minute
 	MaxSubscriptionMessageRetention = 7 * 24 * time.Hour
 	// MaxTopicMessageRetention: with topic retention set, messages stay
-	// readable (seek) up to 31 days, acknowledged or not; the seed's "10 min
-	// to 31 days" is this limit.
+	// readable (seek) up to 31 days, acknowledged or not; Pub/Sub's
+	// documented retention range, 10 min to 31 days, ends at this limit.
 	MaxTopicMessageRetention = 31 * 24 * time.Hour
 	MaxRetryBackoff          = 600 * time.Second
 	MinMaxDeliveryAttempts   = 5
@@ -102,7 +102,7 @@ func SystemTopology() Topology {
 			// No topic retention on event topics: the consumer's inbox is the
 			// durable record once acked, and the subscription keeps what is
 			// not yet acked. Topic retention would only add seek-after-ack,
-			// which the inbox's SQL repair replaces (seed 000).
+			// which the inbox's SQL repair replaces.
 			Topic{ID: c.topic},
 			deadLetterTopic(c.dlTopic),
 		)
@@ -126,7 +126,7 @@ func consumerSubscription(id, topic, dlTopic string) Subscription {
 		AckDeadline: 60 * time.Second,
 		// 7 days, the maximum without topic retention: the time operators
 		// have to bring a dead consumer back before Pub/Sub drops unacked
-		// messages (seed 000: retention is the final expiry, acked or not).
+		// messages (retention is the final expiry, acked or not).
 		MessageRetention: MaxSubscriptionMessageRetention,
 		// Nacks only come from technical failures (database down, F15). 1 s
 		// to 60 s spreads redeliveries so a recovering database is not

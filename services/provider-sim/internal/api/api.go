@@ -8,10 +8,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -98,13 +101,32 @@ func NewAdmin(d *faults.Dice, logger *slog.Logger) (*Admin, error) {
 	return &Admin{dice: d, logger: logger}, nil
 }
 
-// GetFaults returns the knobs in force, with the effective seed.
-func (a *Admin) GetFaults(context.Context, *providerv1.GetFaultsRequest) (*providerv1.GetFaultsResponse, error) {
+// Response metadata naming the fault stream in force (faults.Stream): the
+// knobs' seed alone does not say which plans a start draws. Over REST they
+// arrive as the headers Grpc-Metadata-Provider-Instance and
+// Grpc-Metadata-Provider-Incarnation.
+const (
+	MetadataInstance    = "provider-instance"
+	MetadataIncarnation = "provider-incarnation"
+)
+
+// GetFaults returns the knobs in force, with the effective seed, and names
+// the stream in the response metadata.
+func (a *Admin) GetFaults(ctx context.Context, _ *providerv1.GetFaultsRequest) (*providerv1.GetFaultsResponse, error) {
+	a.sendStream(ctx)
 	return &providerv1.GetFaultsResponse{Faults: toProto(a.dice.Rates())}, nil
 }
 
+func (a *Admin) sendStream(ctx context.Context) {
+	s := a.dice.Stream()
+	// Fails only outside a gRPC call (a direct call in a test): nothing to tell.
+	_ = grpc.SetHeader(ctx, metadata.Pairs(MetadataInstance, s.Instance,
+		MetadataIncarnation, strconv.FormatInt(s.Incarnation, 10)))
+}
+
 // UpdateFaults replaces every knob (a PUT: unset fields become 0) and
-// reseeds the generator. The change lives in memory until the next restart.
+// reseeds the generator, within this start's stream. The change lives in
+// memory until the next restart.
 func (a *Admin) UpdateFaults(ctx context.Context, req *providerv1.UpdateFaultsRequest) (*providerv1.UpdateFaultsResponse, error) {
 	r := fromProto(req.GetFaults())
 	// The interceptor's protovalidate rules say the same; checking here too
@@ -119,10 +141,12 @@ func (a *Admin) UpdateFaults(ctx context.Context, req *providerv1.UpdateFaultsRe
 	if err := a.dice.Set(r); err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
 	}
-	now := a.dice.Rates()
+	now, stream := a.dice.Rates(), a.dice.Stream()
 	a.logger.InfoContext(ctx, "fault knobs updated", "duplicate", now.Duplicate, "early_completion", now.EarlyCompletion,
 		"split_completion", now.SplitCompletion, "poison", now.Poison, "unknown_order", now.UnknownOrder,
-		"publish_then_crash", now.PublishThenCrash, "extra_delay", now.ExtraDelay, "seed", now.Seed)
+		"publish_then_crash", now.PublishThenCrash, "extra_delay", now.ExtraDelay, "seed", now.Seed,
+		"instance", stream.Instance, "incarnation", stream.Incarnation)
+	a.sendStream(ctx)
 	return &providerv1.UpdateFaultsResponse{Faults: toProto(now)}, nil
 }
 

@@ -35,7 +35,7 @@ func TestSubmitRejectedByTheStoreIsInvalidArgumentNotUnavailable(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pub.Stop)
-	dice, err := faults.NewDice(faults.Rates{Seed: 1})
+	dice, err := faults.NewDice(faults.Rates{Seed: 1}, faults.Stream{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
+	"math/rand/v2"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/metric"
@@ -22,6 +24,7 @@ import (
 	"github.com/lossless-dev/lossless/services/provider-sim/internal/api"
 	"github.com/lossless-dev/lossless/services/provider-sim/internal/engine"
 	"github.com/lossless-dev/lossless/services/provider-sim/internal/faults"
+	"github.com/lossless-dev/lossless/services/provider-sim/internal/incarnation"
 )
 
 // ServiceName is the telemetry service name.
@@ -47,10 +50,19 @@ type Config struct {
 	PubSub pubsub.ClientConfig
 	// Publisher batching; defaults of pubsub.DefaultPublisherConfig.
 	Publisher pubsub.PublisherConfig
-	// Engine execution settings. Env PROVIDER_WORKERS, PROVIDER_EXEC_*, ...
+	// Engine execution settings. Env PROVIDER_WORKERS, PROVIDER_EXEC_*, ...,
+	// and INSTANCE_ID (default "": none): this process's name across
+	// restarts ("provider-sim-1"), unique among live replicas. When set, a
+	// restarted instance resumes the jobs its dead predecessor held at once
+	// instead of after their lease (engine.Config.Instance), and the fault
+	// generator's stream is that instance's own.
 	Engine engine.Config
 	// Faults in force at start. Env PROVIDER_FAULT_*. Changes through the
-	// admin RPC are in memory only: a restart returns to these values.
+	// admin RPC are in memory only: a restart returns to these values. The
+	// generator draws from the stream of (PROVIDER_FAULT_SEED, INSTANCE_ID,
+	// incarnation), the incarnation being this start's number recorded in
+	// the database: a restart draws new plans, and a run is reproducible as
+	// a sequence of starts.
 	Faults faults.Rates
 	// Telemetry: LOG_LEVEL, OTEL_EXPORTER_OTLP_ENDPOINT.
 	Telemetry telemetry.Config
@@ -137,15 +149,30 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, tel telemetry.Pro
 		_ = client.Close()
 		pool.Close()
 	}}
-	if err := a.assemble(cfg, tel, meter, opts); err != nil {
+	stream := a.stream(ctx, cfg.Engine.Instance)
+	if err := a.assemble(cfg, stream, tel, meter, opts); err != nil {
 		a.close()
 		return nil, err
 	}
 	return a, nil
 }
 
-func (a *App) assemble(cfg Config, tel telemetry.Providers, meter metric.Meter, opts []server.Option) error {
-	dice, err := faults.NewDice(cfg.Faults)
+// stream records this start in the database and names the fault stream it
+// draws from. Without the database the start still draws a fresh stream (a
+// random negative incarnation), never the previous start's: the simulator
+// comes up as it did before, only that start's draws are not reproducible.
+func (a *App) stream(ctx context.Context, instance string) faults.Stream {
+	n, err := incarnation.Next(ctx, a.pool, instance)
+	if err != nil {
+		n = -1 - rand.Int64N(math.MaxInt64)
+		a.logger.WarnContext(ctx, "could not record this start: its fault draws are random, not reproducible from the seed",
+			"instance", instance, "incarnation", n, "err", err)
+	}
+	return faults.Stream{Instance: instance, Incarnation: n}
+}
+
+func (a *App) assemble(cfg Config, stream faults.Stream, tel telemetry.Providers, meter metric.Meter, opts []server.Option) error {
+	dice, err := faults.NewDice(cfg.Faults, stream)
 	if err != nil {
 		return err
 	}
@@ -187,7 +214,8 @@ func (a *App) assemble(cfg Config, tel telemetry.Providers, meter metric.Meter, 
 	srv.AddReadinessCheck("database", a.pool.Ping)
 	a.srv = srv
 	r := dice.Rates()
-	a.logger.Info("provider-sim configured", "workers", cfg.Engine.Workers, "faults_seed", r.Seed,
+	a.logger.Info("provider-sim configured", "workers", cfg.Engine.Workers, "instance", stream.Instance,
+		"incarnation", stream.Incarnation, "faults_seed", r.Seed,
 		"duplicate", r.Duplicate, "early_completion", r.EarlyCompletion, "split_completion", r.SplitCompletion,
 		"poison", r.Poison, "unknown_order", r.UnknownOrder, "publish_then_crash", r.PublishThenCrash,
 		"extra_delay", r.ExtraDelay)

@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/lossless-dev/lossless/pkg/backoff"
@@ -48,9 +49,19 @@ type Config struct {
 	// Retry spaces the attempts of a job whose publish failed (Pub/Sub
 	// unavailable, F16). Default base 500ms, max 30s, full jitter.
 	Retry backoff.Policy
-	// Instance is this process's identity across restarts. WIP.
+	// Instance is this process's identity across restarts (a pod or replica
+	// name, "provider-sim-1"). When set, Owner is "<Instance>/<pid>-<random>"
+	// and Run first releases the jobs an earlier incarnation of the instance
+	// still holds (owners "<Instance>/…" other than Owner), under a new
+	// fencing token: a restarted process resumes its dead predecessor's jobs
+	// at once instead of after their lease. Leases of other instances still
+	// wait for expiry. Must be unique among live instances sharing the
+	// database; 1..100 letters, digits, '.', '_' or '-'. Default "": no
+	// release at start.
 	Instance string
-	// Owner names this instance in lease_owner. Default: a random id.
+	// Owner names this process in lease_owner, unique per start. Default
+	// "<hostname>-<pid>-<random>" ("<Instance>/<pid>-<random>" with Instance;
+	// an explicit Owner must then start with "<Instance>/").
 	Owner string
 	// Crash is called by the publish_then_crash fault right after the publish
 	// and before it is recorded. Default (nil): the process exits with status 3.
@@ -72,6 +83,7 @@ func ConfigFromEnv(env *envconfig.Reader) Config {
 			Base: env.Duration(EnvRetryBase, 500*time.Millisecond),
 			Max:  env.Duration(EnvRetryMax, 30*time.Second),
 		},
+		Instance: env.String(EnvInstance, ""),
 	}
 }
 
@@ -120,5 +132,20 @@ func (c Config) Validate() error {
 	if err := c.Retry.Validate(); err != nil {
 		errs = append(errs, envconfig.Check(EnvRetryBase+"/"+EnvRetryMax, err))
 	}
+	check(EnvInstance, c.Instance != "" && !validInstance(c.Instance),
+		fmt.Sprintf("want 1..100 letters, digits, '.', '_' or '-', got %q", c.Instance))
+	check(EnvInstance, c.Instance != "" && c.Owner != "" && !strings.HasPrefix(c.Owner, c.Instance+"/"),
+		fmt.Sprintf("the explicit lease owner %q must start with %q", c.Owner, c.Instance+"/"))
 	return errors.Join(errs...)
+}
+
+// validInstance: 1..100 of [A-Za-z0-9._-]; no '/', which separates the
+// instance from the incarnation in lease_owner.
+func validInstance(s string) bool {
+	if len(s) == 0 || len(s) > 100 {
+		return false
+	}
+	return strings.IndexFunc(s, func(c rune) bool {
+		return (c < 'a' || c > 'z') && (c < 'A' || c > 'Z') && (c < '0' || c > '9') && c != '.' && c != '_' && c != '-'
+	}) < 0
 }

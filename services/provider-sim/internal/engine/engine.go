@@ -8,6 +8,13 @@
 // unpublished, and whoever next owns the job publishes it again with the same
 // event_id: at-least-once with a stable identity, which is what the consumers'
 // inbox is built for (F2).
+//
+// A process that dies holding leases (publish_then_crash, a kill) leaves its
+// jobs to whoever claims them after the lease (Config.Lease). With an
+// instance identity (Config.Instance, env INSTANCE_ID), the restarted process
+// releases its predecessor's leases when it starts, under a new fencing
+// token, and resumes those jobs at once; the dead incarnation's late writes
+// match no row.
 package engine
 
 import (
@@ -115,8 +122,13 @@ func New(pool *pgxpool.Pool, pub Publisher, dice *faults.Dice, cfg Config, logge
 	}
 	cfg.setDefaults()
 	if cfg.Owner == "" {
-		host, _ := os.Hostname()
-		cfg.Owner = host + "/" + uuid.NewString()
+		// Without an instance, no '/': no instance's release can match it.
+		if cfg.Instance != "" {
+			cfg.Owner = fmt.Sprintf("%s/%d-%s", cfg.Instance, os.Getpid(), uuid.NewString()[:8])
+		} else {
+			host, _ := os.Hostname()
+			cfg.Owner = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), uuid.NewString()[:8])
+		}
 	}
 	if cfg.Crash == nil {
 		cfg.Crash = func() { os.Exit(3) }
@@ -274,7 +286,11 @@ func (e *Engine) runTime(positions int32, plan faults.Plan) time.Duration {
 // One claim loop per instance feeds the workers, so an idle instance costs
 // one query per PollInterval, whatever its worker count.
 func (e *Engine) Run(ctx context.Context) error {
-	e.logger.InfoContext(ctx, "engine started", "workers", e.cfg.Workers, "owner", e.cfg.Owner, "lease", e.cfg.Lease)
+	e.logger.InfoContext(ctx, "engine started", "workers", e.cfg.Workers, "instance", e.cfg.Instance,
+		"owner", e.cfg.Owner, "lease", e.cfg.Lease)
+	if e.cfg.Instance != "" {
+		e.releaseInstance(ctx)
+	}
 	var running sync.WaitGroup
 	slots := make(chan struct{}, e.cfg.Workers)
 	for ctx.Err() == nil {
@@ -306,6 +322,21 @@ func (e *Engine) Run(ctx context.Context) error {
 	running.Wait()
 	e.logger.InfoContext(ctx, "engine stopped", "owner", e.cfg.Owner)
 	return nil
+}
+
+// releaseInstance gives back the jobs earlier incarnations of this instance
+// still hold, before the first claim, so the claim loop takes them at once.
+// Best effort: if it fails, those leases simply expire.
+func (e *Engine) releaseInstance(ctx context.Context) {
+	tag, err := e.pool.Exec(ctx, releaseInstance, e.cfg.Instance, e.cfg.Owner)
+	switch {
+	case err != nil:
+		e.logger.WarnContext(ctx, "could not release the jobs of this instance's previous incarnation; they wait for their lease",
+			"instance", e.cfg.Instance, "err", err)
+	case tag.RowsAffected() > 0:
+		e.logger.WarnContext(ctx, "released the jobs of this instance's previous incarnation", "instance", e.cfg.Instance,
+			"released", tag.RowsAffected())
+	}
 }
 
 // execute drives a leased job to DONE, renewing its lease meanwhile. On

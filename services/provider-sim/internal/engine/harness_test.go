@@ -63,7 +63,7 @@ func setupTB(t testing.TB, o options) *bundle {
 	if o.rates.Seed == 0 {
 		o.rates.Seed = 42
 	}
-	dice, err := faults.NewDice(o.rates)
+	dice, err := faults.NewDice(o.rates, faults.Stream{})
 	if err != nil {
 		t.Fatal(err)
 	}

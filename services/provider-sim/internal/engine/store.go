@@ -115,6 +115,22 @@ UPDATE jobs SET lease_owner = $1,
          FOR UPDATE SKIP LOCKED)
 RETURNING ` + jobColumns
 
+// releaseInstance gives back, at an instance's start, the jobs a previous
+// incarnation of the same instance still holds: that process is dead (this
+// one replaced it), so waiting out its leases would only delay the work. The
+// token bump fences the dead incarnation off at once, before anyone claims
+// the job again. attempts stays as it is: here it counts technical failures
+// (the retry backoff), and a publish_then_crash fault is disarmed before it
+// fires, so the job that killed the process does not kill the next one.
+// starts_with, not LIKE: an instance name may contain '_'; the '/' keeps
+// "provider-1" from matching "provider-10/…". status <> 'DONE' lets the scan
+// use the partial index jobs_unfinished; leased jobs are few.
+const releaseInstance = `
+UPDATE jobs SET lease_owner = NULL, lease_until = NULL, lease_token = lease_token + 1,
+       last_error = 'lease held by ' || lease_owner || ' released when instance ' || $1 || ' restarted'
+           || coalesce(' (previous error: ' || last_error || ')', '')
+ WHERE status <> 'DONE' AND starts_with(lease_owner, $1 || '/') AND lease_owner <> $2`
+
 // Every write of the owner below is fenced by "lease_token = $2".
 const (
 	renewLease = `UPDATE jobs SET lease_until = now() + $3::bigint * interval '1 microsecond'

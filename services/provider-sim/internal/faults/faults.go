@@ -1,12 +1,17 @@
 // Package faults holds the provider simulator's failure knobs and the seeded
 // generator that turns them into a per-job fault plan. Each knob reproduces
-// one failure mode of docs/failure-modes.md on demand; with a fixed seed and
-// the same sequence of submissions, a run draws the same faults again.
+// one failure mode of docs/failure-modes.md on demand.
+//
+// The generator's stream is derived from the seed and the Stream, the process
+// start that draws: with a fixed seed, the same sequence of starts (each with
+// the same submissions) draws the same faults again, while a restart draws
+// new ones instead of replaying the first draws of the start before it.
 package faults
 
 import (
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -153,16 +158,47 @@ type Plan struct {
 	Jitter float64
 }
 
-// Dice draws fault plans from a seeded generator. Safe for concurrent use.
-type Dice struct {
-	mu    sync.Mutex
-	rates Rates
-	rng   *rand.Rand
+// Stream names the process start that draws from a seed. Each Stream of a
+// seed is its own fixed sequence of plans.
+type Stream struct {
+	// Instance is the process's identity across restarts (env INSTANCE_ID;
+	// "" when unset): replicas started with one seed draw different faults.
+	Instance string
+	// Incarnation numbers the starts of Instance: 1, 2, 3, ... as recorded in
+	// the simulator's database (package incarnation). A start that could not
+	// record itself uses a random negative number: a fresh stream that no
+	// later run reproduces.
+	Incarnation int64
 }
 
-// NewDice validates r and seeds the generator.
-func NewDice(r Rates) (*Dice, error) {
-	d := &Dice{}
+// key mixes the stream into the generator's state (splitmix64 finalizer over
+// an FNV-1a hash of the instance and the incarnation), so neighbouring
+// incarnations land on unrelated states of the generator.
+func (s Stream) key() uint64 {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(s.Instance))
+	return mix64(h.Sum64() ^ mix64(uint64(s.Incarnation)))
+}
+
+func mix64(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	return x ^ x>>31
+}
+
+// Dice draws fault plans from a seeded generator. Safe for concurrent use.
+type Dice struct {
+	mu     sync.Mutex
+	rates  Rates
+	stream Stream
+	rng    *rand.Rand
+}
+
+// NewDice validates r and seeds the generator for stream s.
+func NewDice(r Rates, s Stream) (*Dice, error) {
+	d := &Dice{stream: s}
 	if err := d.Set(r); err != nil {
 		return nil, err
 	}
@@ -170,7 +206,8 @@ func NewDice(r Rates) (*Dice, error) {
 }
 
 // Set replaces the knobs and reseeds the generator (from the clock when
-// r.Seed is 0).
+// r.Seed is 0), in the Dice's stream: setting the start's seed again
+// replays this start's plans, not another start's.
 func (d *Dice) Set(r Rates) error {
 	if err := r.Validate(); err != nil {
 		return err
@@ -181,9 +218,12 @@ func (d *Dice) Set(r Rates) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.rates = r
-	d.rng = rand.New(rand.NewPCG(uint64(r.Seed), uint64(r.Seed)^0x9e3779b97f4a7c15))
+	d.rng = rand.New(rand.NewPCG(uint64(r.Seed), uint64(r.Seed)^0x9e3779b97f4a7c15^d.stream.key()))
 	return nil
 }
+
+// Stream returns the stream the generator draws from.
+func (d *Dice) Stream() Stream { return d.stream }
 
 // Rates returns the knobs in force, with the effective seed.
 func (d *Dice) Rates() Rates {

@@ -28,7 +28,7 @@ func TestValidateNamesEveryBadKnobAndItsVariable(t *testing.T) {
 	if err := (Rates{Duplicate: 1, SplitCompletion: 0}).Validate(); err != nil {
 		t.Fatalf("valid rates rejected: %v", err)
 	}
-	if _, err := NewDice(Rates{EarlyCompletion: 2}); err == nil {
+	if _, err := NewDice(Rates{EarlyCompletion: 2}, Stream{}); err == nil {
 		t.Fatal("NewDice accepted a rate of 2")
 	}
 }
@@ -54,8 +54,8 @@ func TestFromEnvReadsEveryKnob(t *testing.T) {
 func TestSameSeedDrawsTheSamePlans(t *testing.T) {
 	t.Parallel()
 	r := Rates{Duplicate: 0.3, EarlyCompletion: 0.3, SplitCompletion: 0.5, Poison: 0.3, UnknownOrder: 0.2, PublishThenCrash: 0.1, Seed: 5}
-	a, _ := NewDice(r)
-	b, _ := NewDice(r)
+	a, _ := NewDice(r, Stream{})
+	b, _ := NewDice(r, Stream{})
 	hits := 0
 	for i := range 200 {
 		pa, pb := a.Draw(int32(i%50+1)), b.Draw(int32(i%50+1))
@@ -76,8 +76,8 @@ func TestSameSeedDrawsTheSamePlans(t *testing.T) {
 
 func TestRatesOfZeroAndOneAreNeverAndAlways(t *testing.T) {
 	t.Parallel()
-	never, _ := NewDice(Rates{Seed: 1})
-	always, _ := NewDice(Rates{Duplicate: 1, EarlyCompletion: 1, SplitCompletion: 1, Poison: 1, UnknownOrder: 1, PublishThenCrash: 1, Seed: 1})
+	never, _ := NewDice(Rates{Seed: 1}, Stream{})
+	always, _ := NewDice(Rates{Duplicate: 1, EarlyCompletion: 1, SplitCompletion: 1, Poison: 1, UnknownOrder: 1, PublishThenCrash: 1, Seed: 1}, Stream{})
 	for positions := int32(1); positions <= 100; positions++ {
 		if p := never.Draw(positions); p.Duplicate || p.EarlyCompletion || p.SplitFirst != 0 || p.Poison != PoisonNone || p.UnknownOrder || p.PublishThenCrash {
 			t.Fatalf("rate 0 drew a fault: %+v", p)
@@ -98,8 +98,45 @@ func TestRatesOfZeroAndOneAreNeverAndAlways(t *testing.T) {
 
 func TestSeedZeroIsReplacedByTheEffectiveSeed(t *testing.T) {
 	t.Parallel()
-	d, err := NewDice(Rates{})
+	d, err := NewDice(Rates{}, Stream{})
 	if err != nil || d.Rates().Seed == 0 {
 		t.Fatalf("seed = %d (err %v), want the clock seed in force", d.Rates().Seed, err)
+	}
+}
+
+func TestEachStreamOfASeedDrawsItsOwnFixedPlans(t *testing.T) {
+	t.Parallel()
+	r := Rates{Duplicate: 0.5, SplitCompletion: 0.5, Poison: 0.5, UnknownOrder: 0.5, PublishThenCrash: 0.2, Seed: 5}
+	first := func(s Stream) []Plan {
+		d, err := NewDice(r, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ps []Plan
+		for range 20 {
+			ps = append(ps, d.Draw(10))
+		}
+		return ps
+	}
+	start1 := first(Stream{Instance: "provider-sim-1", Incarnation: 1})
+	for _, s := range []Stream{{Instance: "provider-sim-1", Incarnation: 2}, {Instance: "provider-sim-2", Incarnation: 1}, {Incarnation: 1}} {
+		if other := first(s); other[0] == start1[0] {
+			t.Errorf("stream %+v drew the first plan of provider-sim-1 start 1: %+v", s, other[0])
+		}
+	}
+	again := first(Stream{Instance: "provider-sim-1", Incarnation: 1})
+	for i := range start1 {
+		if again[i] != start1[i] {
+			t.Fatalf("draw %d of the same stream differs: %+v vs %+v", i, again[i], start1[i])
+		}
+	}
+	// Setting the knobs again (the admin RPC) reseeds within the start's stream.
+	d, _ := NewDice(r, Stream{Instance: "provider-sim-1", Incarnation: 1})
+	d.Draw(10)
+	if err := d.Set(r); err != nil {
+		t.Fatal(err)
+	}
+	if p := d.Draw(10); p != start1[0] || d.Stream() != (Stream{Instance: "provider-sim-1", Incarnation: 1}) {
+		t.Fatalf("after Set: %+v in %+v, want the start's first plan %+v again", p, d.Stream(), start1[0])
 	}
 }

@@ -183,8 +183,7 @@ func (o *Ops) nack(sub string, ackIDs []string) {
 var ErrOrderNotHandedOff = errors.New("admin: work order is not HANDED_OFF")
 
 // RecordReHandOff records one more open waiting point for a HANDED_OFF
-// order, as a manual re-hand-off does (seed 000: "the repair builds the next
-// failure"). With two open waiting points the next completion parks as
+// order, as a manual re-hand-off does (the repair builds the next failure). With two open waiting points the next completion parks as
 // AMBIGUOUS (F7); that is the point: it is visible, not guessed.
 func (o *Ops) RecordReHandOff(ctx context.Context, auth inbox.Authorization, orderID uuid.UUID) (wpID int64, open int, err error) {
 	if err := auth.Validate(); err != nil {

@@ -82,7 +82,10 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger, tel teleme
 	// relay retries hand-offs until it is reachable.
 	// The hand-off call is a child of its outbox dispatch span, and carries
 	// the trace context to the provider (otelgrpc client handler).
+	// Reconnects at least every second, so a restarted provider is seen
+	// as soon as the hand-off circuit probes it (handoff.ConnectParams).
 	if a.conn, err = grpc.NewClient(cfg.ProviderAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithConnectParams(handoff.ConnectParams),
 		grpc.WithStatsHandler(otelgrpc.NewClientHandler(
 			otelgrpc.WithTracerProvider(tel.TracerProvider),
 			otelgrpc.WithMeterProvider(tel.MeterProvider),

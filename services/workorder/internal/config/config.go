@@ -54,7 +54,8 @@ type Config struct {
 
 	// Outbox configures the outbox relay: WORKORDER_OUTBOX_* (BATCH_SIZE,
 	// BATCHES_IN_FLIGHT, POLL_INTERVAL, LEASE_DURATION, BACKOFF_BASE, BACKOFF_MAX, MAX_ATTEMPTS,
-	// RETENTION, ...; see outbox.ConfigFromEnv and outbox.Config for defaults).
+	// CIRCUIT_THRESHOLD, CIRCUIT_PROBE_INTERVAL(_MAX), RETENTION, ...; see
+	// outbox.ConfigFromEnv and outbox.Config for defaults).
 	Outbox outbox.Config
 
 	// Idempotency configures API idempotency keys:

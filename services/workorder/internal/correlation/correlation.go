@@ -58,8 +58,8 @@ ORDER BY id
 FOR UPDATE`
 	// Open waiting points of the locked orders, locked too: belt and braces
 	// against a writer that would touch them without the order lock; they
-	// are consumed in this same transaction, so the seed's "waiting point
-	// vanished between query and delivery" has no window. Partial index
+	// are consumed in this same transaction, so the rejection "waiting
+	// point vanished between query and delivery" has no window. Partial index
 	// waiting_points_open_idx.
 	lockOpenWaitingPoints = `
 SELECT work_order_id, id FROM waiting_points

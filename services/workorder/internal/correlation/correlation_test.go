@@ -364,7 +364,7 @@ func TestF14_SplitCompletionBothTranchesRecorded(t *testing.T) {
 	}
 }
 
-// The seed's fourth rejection ("the waiting point vanished between query and
+// The fourth rejection ("the waiting point vanished between query and
 // delivery") cannot happen: two correlations of one order, run at the same
 // time outside the relay's per-key guard, serialize on the order's row lock;
 // exactly one consumes the waiting point, the other sees a completed order.

@@ -16,10 +16,10 @@ const (
 	ReasonOrderCancelled = "ORDER_CANCELLED"
 )
 
-// The seed's four rejections, as their own types (seed 000: "own exception
-// types precisely so that business and technical errors do not blur"). The
-// fourth, "the waiting point vanished between query and delivery", has no
-// type: it cannot happen here. The correlation locks the order row and its
+// The four ways a correlation rejects a completion, as their own types, so
+// that business and technical errors do not blur (ADR 0008). The fourth,
+// "the waiting point vanished between query and delivery", has no type: it
+// cannot happen here. The correlation locks the order row and its
 // open waiting points FOR UPDATE and consumes the waiting point in the same
 // transaction that read it, so no one can consume or remove it in between;
 // a concurrent correlation of the same order waits for the lock and then sees

@@ -40,6 +40,8 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc"
+	grpcbackoff "google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -75,6 +77,22 @@ func (c Config) Validate() error {
 
 // DefaultDeadline is Config.Deadline's default.
 const DefaultDeadline = 10 * time.Second
+
+// ConnectParams are the provider connection's reconnect settings
+// (grpc.WithConnectParams). gRPC's default reconnect backoff grows to 120 s:
+// after a long provider outage the channel would keep failing calls fast
+// (UNAVAILABLE) for up to two minutes after the provider is back, and no
+// outbox probe could notice the recovery sooner. Capped at 1 s, a reconnect
+// to a refused port costs one failed dial per second.
+var ConnectParams = grpc.ConnectParams{
+	Backoff: grpcbackoff.Config{
+		BaseDelay:  100 * time.Millisecond,
+		Multiplier: 1.6,
+		Jitter:     0.2,
+		MaxDelay:   time.Second,
+	},
+	MinConnectTimeout: 5 * time.Second,
+}
 
 // Dispatcher implements outbox.Dispatcher for hand-off events.
 type Dispatcher struct {
@@ -240,9 +258,15 @@ func (d *Dispatcher) commit(sc trace.SpanContext, id uuid.UUID, jobID, eventID s
 //   - ALREADY_EXISTS: the provider broke its idempotency contract (a repeat
 //     must return the original acceptance), which needs a human.
 //
+// UNAVAILABLE (connection refused or reset: the provider is down or
+// restarting) and DEADLINE_EXCEEDED (no answer within Deadline) are
+// outbox.Unavailable: not this order's fault. The relay charges the event
+// nothing and counts the failure against the provider's circuit, which stops
+// hand-offs after a few in a row, probes the provider and sends the backlog
+// as soon as it answers (pkg/outbox circuit.go).
+//
 // Everything else is transient and retried with backoff until the outbox's
-// attempt limit: UNAVAILABLE and DEADLINE_EXCEEDED (provider down or slow),
-// RESOURCE_EXHAUSTED and ABORTED (back-pressure), INTERNAL and UNKNOWN (a
+// attempt limit: RESOURCE_EXHAUSTED and ABORTED (back-pressure), INTERNAL and UNKNOWN (a
 // provider bug or a proxy error, often fixed by a redeploy), and also
 // UNAUTHENTICATED, PERMISSION_DENIED and NOT_FOUND: they are configuration
 // faults fixed by operators, after which the retry succeeds on its own;
@@ -252,6 +276,8 @@ func classify(err error) error {
 	switch status.Code(err) {
 	case codes.InvalidArgument, codes.OutOfRange, codes.FailedPrecondition, codes.Unimplemented, codes.AlreadyExists:
 		return outbox.Permanent(err)
+	case codes.Unavailable, codes.DeadlineExceeded:
+		return outbox.Unavailable(err)
 	default:
 		return err
 	}

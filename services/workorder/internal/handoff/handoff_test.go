@@ -255,8 +255,8 @@ func TestProviderUnavailableThenOK_RetriedThenHandedOff(t *testing.T) {
 	if n := b.provider.callsFor(id); n != 3 {
 		t.Fatalf("provider called %d times, want 3", n)
 	}
-	if _, attempts := b.eventStatus(t, id); attempts != 3 {
-		t.Fatalf("attempts = %d, want 3 (two failures, then the delivery)", attempts)
+	if _, attempts := b.eventStatus(t, id); attempts != 1 {
+		t.Fatalf("attempts = %d, want 1 (the provider's UNAVAILABLE is no attempt of the event's; the delivery is)", attempts)
 	}
 	if o := b.order(t, id); o.Status != orders.StatusHandedOff {
 		t.Fatalf("order %s, want HANDED_OFF", o.Status)
@@ -446,27 +446,31 @@ func TestErrorClassification(t *testing.T) {
 		code, _ := answers.Load(req.GetWorkOrderId())
 		return status.Error(code.(codes.Code), "refused")
 	})
-	for code, permanent := range map[codes.Code]bool{
-		codes.InvalidArgument:    true,
-		codes.FailedPrecondition: true,
-		codes.OutOfRange:         true,
-		codes.Unimplemented:      true,
-		codes.AlreadyExists:      true,
-		codes.Unavailable:        false,
-		codes.DeadlineExceeded:   false,
-		codes.ResourceExhausted:  false,
-		codes.Aborted:            false,
-		codes.Internal:           false,
-		codes.Unknown:            false,
-		codes.Unauthenticated:    false,
-		codes.PermissionDenied:   false,
-		codes.NotFound:           false,
+	// Permanent: FAILED at once; unavailable: the provider's circuit, no
+	// attempt charged; neither: transient, per-event backoff.
+	type kind struct{ permanent, unavailable bool }
+	for code, want := range map[codes.Code]kind{
+		codes.InvalidArgument:    {permanent: true},
+		codes.FailedPrecondition: {permanent: true},
+		codes.OutOfRange:         {permanent: true},
+		codes.Unimplemented:      {permanent: true},
+		codes.AlreadyExists:      {permanent: true},
+		codes.Unavailable:        {unavailable: true},
+		codes.DeadlineExceeded:   {unavailable: true},
+		codes.ResourceExhausted:  {},
+		codes.Aborted:            {},
+		codes.Internal:           {},
+		codes.Unknown:            {},
+		codes.Unauthenticated:    {},
+		codes.PermissionDenied:   {},
+		codes.NotFound:           {},
 	} {
 		id := b.createOrder(t)
 		answers.Store(id.String(), code)
 		commit, err := b.dispatcher.Dispatch(context.Background(), b.event(t, id))
-		if err == nil || commit != nil || outbox.IsPermanent(err) != permanent || status.Code(err) != code {
-			t.Errorf("%v: err %v (code %v), permanent=%v want %v", code, err, status.Code(err), outbox.IsPermanent(err), permanent)
+		got := kind{outbox.IsPermanent(err), outbox.IsUnavailable(err)}
+		if err == nil || commit != nil || got != want || status.Code(err) != code {
+			t.Errorf("%v: err %v (code %v), %+v want %+v", code, err, status.Code(err), got, want)
 		}
 	}
 }

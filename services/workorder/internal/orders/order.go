@@ -91,7 +91,7 @@ type Transition struct {
 }
 
 // WaitingPoint is the explicit record that the order waits for the
-// provider's completion (seed 000); correlation consumes it.
+// provider's completion; correlation consumes it.
 type WaitingPoint struct {
 	ProviderJobID string
 	Cause         string

@@ -1,7 +1,7 @@
 // Package orderstats exports how many work orders wait in each open state
 // (workorder.orders{status}): the "flow of orders by state" of the dashboard.
 // A rising HANDED_OFF count with a flat COMPLETED rate is the silent stop
-// seed 000 warns about, seen from the business side.
+// (a completion that never arrives), seen from the business side.
 package orderstats
 
 import (

@@ -17,8 +17,8 @@ import (
 
 // BenchmarkB4_ReceiverIngest measures the inbox receiver end to end (emulator
 // Pull -> one multi-row INSERT ... ON CONFLICT DO NOTHING per batch -> ack
-// after commit) against the inbox-style insert anchor of
-// /work/shared/bench/sql/inbox_insert.sql (4 clients, one row per commit),
+// after commit) against the inbox-style insert anchor of docs/performance.md
+// (anchorTPS: 4 clients, one row per commit),
 // measured on the same server in the same run, alternating A B A B A B.
 // 10% of the published messages are duplicates (same event id republished):
 // they must add zero rows. Run with LOSSLESS_PG_FSYNC=on (make bench).
@@ -75,7 +75,7 @@ func BenchmarkB4_ReceiverIngest(b *testing.B) {
 	b.Logf("B4 rounds: receiver msgs/s %v, anchor tps %v, ratios %v", rates, anchors, ratios)
 }
 
-// anchorTPS runs the pgbench inbox_insert.sql statement with 4 clients for d.
+// anchorTPS runs the inbox-style insert anchor's statement with 4 clients for d.
 func anchorTPS(b *testing.B, bd bundle, d time.Duration) float64 {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
