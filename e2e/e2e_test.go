@@ -161,7 +161,12 @@ func TestEndToEnd_EveryValidOrderInvoicedExactlyOnceUnderFaultsAndACrash(t *test
 		}
 	}
 	// I2/I5: poison and unknown-order messages are parked with their reason
-	// and raw payload; nothing else is parked and nothing stays open.
+	// and raw payload; nothing else is parked and nothing stays open. An
+	// unknown order's entry is parked at its deadline (WORKORDER_INBOX_MAX_AGE),
+	// which can come after the last invoice: wait for it first.
+	waitfor.Value(t, time.Minute, "open inbox entries drained", 0, func() int {
+		return count(t, wo, "SELECT count(*) FROM inbox WHERE status = 'OPEN'")
+	})
 	parked := map[string]int{}
 	rows, err := wo.Query(ctx, "SELECT park_reason, count(*) FROM inbox WHERE status = 'PARKED' AND payload IS NOT NULL GROUP BY 1")
 	if err != nil {
@@ -186,9 +191,6 @@ func TestEndToEnd_EveryValidOrderInvoicedExactlyOnceUnderFaultsAndACrash(t *test
 			t.Errorf("unexpected parked reason %s (%d entries)", reason, parked[reason])
 		}
 	}
-	waitfor.Value(t, time.Minute, "open inbox entries drained", 0, func() int {
-		return count(t, wo, "SELECT count(*) FROM inbox WHERE status = 'OPEN'")
-	})
 	// F4: duplicates are absorbed by the inbox's unique key at insert, so
 	// they leave no row; the receiver counts them.
 	if n := duplicatesAbsorbed(t, stack.URLs()["workorder"]); n == 0 {
