@@ -43,9 +43,12 @@ check-generated: proto ## Fail when committed generated code differs from proto/
 	@git add -N gen >/dev/null 2>&1 || true
 	@git diff --exit-code --stat -- gen || { echo "generated code is out of sync with proto/: run 'make proto' and commit"; exit 1; }
 
+# Built, then exec'd: `go run` exits 1 when it sees the Ctrl-C, whatever runlocal's status.
 .PHONY: run
 run: ## Run the whole system locally without Docker (PostgreSQL, Pub/Sub emulator, services); Ctrl-C stops it.
-	$(GO) run ./cmd/runlocal
+	@mkdir -p $(BIN_DIR)
+	$(GO) build -o $(BIN_DIR)/runlocal ./cmd/runlocal
+	exec $(BIN_DIR)/runlocal
 
 .PHONY: demo
 demo: ## Create orders against a running stack and print a summary, e.g. make demo ARGS="-n 200 -faults duplicate=0.2".

@@ -22,20 +22,26 @@ import (
 	"github.com/lossless-dev/lossless/pkg/pgcluster"
 )
 
-func main() {
-	if err := run(); err != nil {
+func main() { os.Exit(runMain(localstack.Ports{})) }
+
+// runMain runs the stack on ports (zero values: the defaults) until SIGINT or
+// SIGTERM and returns the exit status: 0 for a stop the user asked for, also
+// one that comes during start-up, 1 for a failure.
+func runMain(ports localstack.Ports) int {
+	if err := run(ports); err != nil {
 		fmt.Fprintln(os.Stderr, "make run:", err)
 		if errors.Is(err, pgcluster.ErrNoBinaries) {
 			fmt.Fprintln(os.Stderr, "\nInstall PostgreSQL: sudo apt-get install -y postgresql   (or set DATABASE_URL)")
 		}
-		os.Exit(1)
+		return 1
 	}
+	return 0
 }
 
 // maxReplicas bounds REPLICAS: each replica is three processes.
 const maxReplicas = 9
 
-func run() error {
+func run(ports localstack.Ports) error {
 	replicas, err := replicasFromEnv(os.Getenv("REPLICAS"))
 	if err != nil {
 		return err
@@ -55,19 +61,21 @@ func run() error {
 	defer os.RemoveAll(binDir)
 	fmt.Println("building binaries ...")
 	if err := localstack.Build(ctx, ".", binDir); err != nil {
-		return err
+		return stoppedEarly(ctx, err)
 	}
 	stack, err := localstack.Start(ctx, localstack.Config{
 		BinDir:        binDir,
 		DatabaseURL:   os.Getenv("DATABASE_URL"),
 		EmulatorHost:  os.Getenv("PUBSUB_EMULATOR_HOST"),
 		ProjectID:     os.Getenv("PUBSUB_PROJECT_ID"),
+		Ports:         ports,
 		Replicas:      replicas,
 		OperatorToken: token,
 		ExtraEnv:      extra,
 	})
 	if err != nil {
-		return err
+		// Start has stopped whatever it had started.
+		return stoppedEarly(ctx, err)
 	}
 	fmt.Print(banner(stack))
 
@@ -77,6 +85,16 @@ func run() error {
 		return fmt.Errorf("unclean shutdown: %w", err)
 	}
 	fmt.Println("stopped; nothing left running")
+	return nil
+}
+
+// stoppedEarly is the outcome of a start-up cut short by err: a Ctrl-C is
+// the stop the user asked for, not a failure.
+func stoppedEarly(ctx context.Context, err error) error {
+	if ctx.Err() == nil {
+		return err
+	}
+	fmt.Println("\nstopped; nothing left running")
 	return nil
 }
 

@@ -109,6 +109,11 @@ type Result struct {
 	NotInvoiced map[string]string `json:"not_invoiced,omitempty"`
 	// OrderIDs are all created orders, for callers that assert on them.
 	OrderIDs []string `json:"-"`
+	// Started is when each created order's creation began (client clock):
+	// its slot in the offered load, before a full concurrency bound or
+	// retries after 503s delayed it. Latency measured from it includes the
+	// time the API made the client wait, which the order's history cannot.
+	Started map[string]time.Time `json:"-"`
 }
 
 // Millis is a duration rendered in milliseconds in JSON.
@@ -129,9 +134,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	c := &client{base: cfg.BaseURL, http: cfg.HTTP}
 	start := time.Now()
-	ids, createErrs := create(ctx, c, cfg)
+	ids, started, createErrs := create(ctx, c, cfg)
 	createdIn := time.Since(start)
-	res := &Result{Created: len(ids), CreateErrors: createErrs, OrderIDs: ids, OfferedRate: cfg.Rate}
+	res := &Result{Created: len(ids), CreateErrors: createErrs, OrderIDs: ids, Started: started, OfferedRate: cfg.Rate}
 	if createdIn > 0 {
 		res.AchievedRate = float64(len(ids)) / createdIn.Seconds()
 	}
@@ -165,10 +170,11 @@ const (
 	statusCancelled = "WORK_ORDER_STATUS_CANCELLED"
 )
 
-func create(ctx context.Context, c *client, cfg Config) ([]string, int) {
+func create(ctx context.Context, c *client, cfg Config) ([]string, map[string]time.Time, int) {
 	rng := rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15))
 	var mu sync.Mutex
 	var ids []string
+	started := map[string]time.Time{}
 	var errs atomic.Int64
 	sem := make(chan struct{}, cfg.Concurrency)
 	var wg sync.WaitGroup
@@ -191,6 +197,7 @@ func create(ctx context.Context, c *client, cfg Config) ([]string, int) {
 		}
 		body := newOrder(rng, cfg.MaxPositions, i)
 		key := uuid.NewString() // random, unlike the seeded contents: a key outlives the run
+		begun := time.Now()
 		sem <- struct{}{}
 		wg.Add(1)
 		go func() {
@@ -203,13 +210,14 @@ func create(ctx context.Context, c *client, cfg Config) ([]string, int) {
 			}
 			mu.Lock()
 			ids = append(ids, id)
+			started[id] = begun
 			bar.set(len(ids))
 			mu.Unlock()
 		}()
 	}
 	wg.Wait()
 	bar.done()
-	return ids, int(errs.Load())
+	return ids, started, int(errs.Load())
 }
 
 type orderState struct {

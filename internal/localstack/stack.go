@@ -149,6 +149,9 @@ type Config struct {
 	// DatabasePrefix is prepended to the database names (workorder, billing,
 	// providersim), so several stacks can share a server. Default "".
 	DatabasePrefix string
+	// Fsync starts the ephemeral cluster with fsync=on (benchmarks; see
+	// pgtest.EnvFsync). Default false. Ignored with DatabaseURL.
+	Fsync bool
 	// EmulatorHost of an existing Pub/Sub emulator. Default "": start ours.
 	EmulatorHost string
 	// ProjectID of the Pub/Sub project. Default "lossless-local".
@@ -270,7 +273,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	server := cfg.DatabaseURL
 	if server == "" {
 		s.logf("postgres", "starting an ephemeral PostgreSQL cluster from the local binaries")
-		s.cluster, err = pgcluster.Start(ctx, pgcluster.Options{})
+		s.cluster, err = pgcluster.Start(ctx, pgcluster.Options{Fsync: cfg.Fsync})
 		if err != nil {
 			return nil, err
 		}

@@ -2,13 +2,9 @@ package leasequeue
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/lossless-dev/lossless/pkg/leaseowner"
 	"github.com/lossless-dev/lossless/pkg/telemetry"
 )
 
@@ -69,14 +66,7 @@ type WorkerConfig struct {
 
 func (c *WorkerConfig) setDefaults(lease time.Duration) {
 	if c.Owner == "" {
-		b := make([]byte, 4)
-		_, _ = rand.Read(b)
-		if c.Instance != "" {
-			c.Owner = fmt.Sprintf("%s/%d-%s", c.Instance, os.Getpid(), hex.EncodeToString(b))
-		} else {
-			host, _ := os.Hostname()
-			c.Owner = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b))
-		}
+		c.Owner = leaseowner.New(c.Instance)
 	}
 	if c.Workers == 0 {
 		c.Workers = 10
@@ -121,10 +111,12 @@ func (c WorkerConfig) Validate(lease time.Duration) error {
 		}
 	}
 	check(len(c.Owner) <= 200, "Owner: at most 200 characters")
-	check(c.Instance == "" || validInstance(c.Instance),
-		"Instance %q: want 1..100 letters, digits, '.', '_' or '-'", c.Instance)
-	check(c.Instance == "" || strings.HasPrefix(c.Owner, c.Instance+"/"),
-		"Owner %q: must start with Instance %q and '/'", c.Owner, c.Instance)
+	if err := leaseowner.ValidateInstance(c.Instance); err != nil {
+		errs = append(errs, err)
+	}
+	if err := leaseowner.ValidateOwner(c.Owner, c.Instance); err != nil {
+		errs = append(errs, err)
+	}
 	check(c.Workers >= 1 && c.Workers <= 10000, "Workers %d: want 1..10000", c.Workers)
 	check(c.FetchBatch >= 1 && c.FetchBatch <= 1000, "FetchBatch %d: want 1..1000", c.FetchBatch)
 	check(c.PollInterval > 0, "PollInterval %v: want > 0", c.PollInterval)
@@ -136,20 +128,6 @@ func (c WorkerConfig) Validate(lease time.Duration) error {
 	check(c.Completers >= 1 && c.Completers <= 64, "Completers %d: want 1..64", c.Completers)
 	check(c.ShutdownGrace > 0, "ShutdownGrace %v: want > 0", c.ShutdownGrace)
 	return errors.Join(errs...)
-}
-
-// validInstance: 1..100 of [A-Za-z0-9._-]; no '/', which separates the
-// instance from the incarnation in lease_owner.
-func validInstance(s string) bool {
-	if len(s) == 0 || len(s) > 100 {
-		return false
-	}
-	for _, c := range s {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
-			return false
-		}
-	}
-	return true
 }
 
 // Worker claims a queue's jobs and runs them with a Handler: fetch (keyset

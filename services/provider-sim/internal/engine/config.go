@@ -3,11 +3,11 @@ package engine
 import (
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/lossless-dev/lossless/pkg/backoff"
 	"github.com/lossless-dev/lossless/pkg/envconfig"
+	"github.com/lossless-dev/lossless/pkg/leaseowner"
 )
 
 // Environment variables read by ConfigFromEnv.
@@ -132,20 +132,8 @@ func (c Config) Validate() error {
 	if err := c.Retry.Validate(); err != nil {
 		errs = append(errs, envconfig.Check(EnvRetryBase+"/"+EnvRetryMax, err))
 	}
-	check(EnvInstance, c.Instance != "" && !validInstance(c.Instance),
-		fmt.Sprintf("want 1..100 letters, digits, '.', '_' or '-', got %q", c.Instance))
-	check(EnvInstance, c.Instance != "" && c.Owner != "" && !strings.HasPrefix(c.Owner, c.Instance+"/"),
-		fmt.Sprintf("the explicit lease owner %q must start with %q", c.Owner, c.Instance+"/"))
-	return errors.Join(errs...)
-}
-
-// validInstance: 1..100 of [A-Za-z0-9._-]; no '/', which separates the
-// instance from the incarnation in lease_owner.
-func validInstance(s string) bool {
-	if len(s) == 0 || len(s) > 100 {
-		return false
+	if err := errors.Join(leaseowner.ValidateInstance(c.Instance), leaseowner.ValidateOwner(c.Owner, c.Instance)); err != nil {
+		errs = append(errs, envconfig.Check(EnvInstance, err))
 	}
-	return strings.IndexFunc(s, func(c rune) bool {
-		return (c < 'a' || c > 'z') && (c < 'A' || c > 'Z') && (c < '0' || c > '9') && c != '.' && c != '_' && c != '-'
-	}) < 0
+	return errors.Join(errs...)
 }

@@ -35,6 +35,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/lossless-dev/lossless/pkg/leaseowner"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/telemetry"
 	"github.com/lossless-dev/lossless/services/provider-sim/internal/faults"
@@ -122,13 +123,7 @@ func New(pool *pgxpool.Pool, pub Publisher, dice *faults.Dice, cfg Config, logge
 	}
 	cfg.setDefaults()
 	if cfg.Owner == "" {
-		// Without an instance, no '/': no instance's release can match it.
-		if cfg.Instance != "" {
-			cfg.Owner = fmt.Sprintf("%s/%d-%s", cfg.Instance, os.Getpid(), uuid.NewString()[:8])
-		} else {
-			host, _ := os.Hostname()
-			cfg.Owner = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), uuid.NewString()[:8])
-		}
+		cfg.Owner = leaseowner.New(cfg.Instance)
 	}
 	if cfg.Crash == nil {
 		cfg.Crash = func() { os.Exit(3) }
