@@ -44,23 +44,30 @@ type Config struct {
 	TechnicalBackoff backoff.Policy
 	// HandlerTimeout bounds one batch's transaction. Default 30s.
 	HandlerTimeout time.Duration
+	// OutageProbeInterval caps the relay's wait after a batch failed because
+	// the database is unreachable (pgerr.IsUnavailable), in place of
+	// TechnicalBackoff's growing delay: a database that comes back is noticed
+	// within this interval, at the cost of one failed connection attempt per
+	// interval while it is down. Default 1s.
+	OutageProbeInterval time.Duration
 }
 
 // ConfigFromEnv reads the relay configuration with prefix (e.g.
 // "WORKORDER_INBOX_"): BATCH_SIZE, POLL_INTERVAL, SWEEP_INTERVAL,
 // MAX_ATTEMPTS, MAX_AGE, DEFER_BACKOFF_BASE/MAX, TECHNICAL_BACKOFF_BASE/MAX,
-// HANDLER_TIMEOUT.
+// HANDLER_TIMEOUT, OUTAGE_PROBE_INTERVAL.
 func ConfigFromEnv(r *envconfig.Reader, prefix string) Config {
 	d := Config{}.withDefaults()
 	return Config{
-		BatchSize:        r.Int(prefix+"BATCH_SIZE", d.BatchSize),
-		PollInterval:     r.Duration(prefix+"POLL_INTERVAL", d.PollInterval),
-		SweepInterval:    r.Duration(prefix+"SWEEP_INTERVAL", d.SweepInterval),
-		MaxAttempts:      r.Int(prefix+"MAX_ATTEMPTS", d.MaxAttempts),
-		MaxAge:           r.Duration(prefix+"MAX_AGE", d.MaxAge),
-		DeferBackoff:     backoff.Policy{Base: r.Duration(prefix+"DEFER_BACKOFF_BASE", d.DeferBackoff.Base), Max: r.Duration(prefix+"DEFER_BACKOFF_MAX", d.DeferBackoff.Max)},
-		TechnicalBackoff: backoff.Policy{Base: r.Duration(prefix+"TECHNICAL_BACKOFF_BASE", d.TechnicalBackoff.Base), Max: r.Duration(prefix+"TECHNICAL_BACKOFF_MAX", d.TechnicalBackoff.Max)},
-		HandlerTimeout:   r.Duration(prefix+"HANDLER_TIMEOUT", d.HandlerTimeout),
+		BatchSize:           r.Int(prefix+"BATCH_SIZE", d.BatchSize),
+		PollInterval:        r.Duration(prefix+"POLL_INTERVAL", d.PollInterval),
+		SweepInterval:       r.Duration(prefix+"SWEEP_INTERVAL", d.SweepInterval),
+		MaxAttempts:         r.Int(prefix+"MAX_ATTEMPTS", d.MaxAttempts),
+		MaxAge:              r.Duration(prefix+"MAX_AGE", d.MaxAge),
+		DeferBackoff:        backoff.Policy{Base: r.Duration(prefix+"DEFER_BACKOFF_BASE", d.DeferBackoff.Base), Max: r.Duration(prefix+"DEFER_BACKOFF_MAX", d.DeferBackoff.Max)},
+		TechnicalBackoff:    backoff.Policy{Base: r.Duration(prefix+"TECHNICAL_BACKOFF_BASE", d.TechnicalBackoff.Base), Max: r.Duration(prefix+"TECHNICAL_BACKOFF_MAX", d.TechnicalBackoff.Max)},
+		HandlerTimeout:      r.Duration(prefix+"HANDLER_TIMEOUT", d.HandlerTimeout),
+		OutageProbeInterval: r.Duration(prefix+"OUTAGE_PROBE_INTERVAL", d.OutageProbeInterval),
 	}
 }
 
@@ -101,6 +108,9 @@ func (c Config) withDefaults() Config {
 	if c.HandlerTimeout == 0 {
 		c.HandlerTimeout = 30 * time.Second
 	}
+	if c.OutageProbeInterval == 0 {
+		c.OutageProbeInterval = time.Second
+	}
 	return c
 }
 
@@ -111,7 +121,7 @@ func (c Config) Validate() error {
 	if c.BatchSize < 1 || c.BatchSize > 10000 {
 		errs = append(errs, errors.New("inbox: BatchSize must be within 1..10000"))
 	}
-	if c.PollInterval < 0 || c.SweepInterval < 0 || c.MaxAge < 0 || c.HandlerTimeout < 0 {
+	if c.PollInterval < 0 || c.SweepInterval < 0 || c.MaxAge < 0 || c.HandlerTimeout < 0 || c.OutageProbeInterval < 0 {
 		errs = append(errs, errors.New("inbox: intervals must not be negative"))
 	}
 	if c.MaxAttempts < 1 {

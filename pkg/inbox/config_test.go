@@ -1,8 +1,11 @@
 package inbox
 
 import (
+	"errors"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // A Deferred entry that never becomes applicable (F8: an unknown order) is
@@ -27,5 +30,21 @@ func TestDefaultDeferredScheduleCostsAHandfulOfAttempts(t *testing.T) {
 			t.Errorf("jitter draw %v: parked after %d attempts (%v), want %d..15", draw, attempts, age, c.MaxAttempts)
 		}
 		t.Logf("jitter draw %v: parked at attempt %d, %v after receipt", draw, attempts, age.Round(time.Second))
+	}
+}
+
+// After many failed batches in a row the technical backoff reaches a minute;
+// when the failures are the database being down, the relay still polls it
+// every OutageProbeInterval, so it resumes within a second of its return.
+func TestOutageWaitIsCappedWhileOtherFailuresBackOff(t *testing.T) {
+	t.Parallel()
+	c := Config{}.withDefaults()
+	c.TechnicalBackoff.Rand = func() float64 { return 0.999999 }
+	down := &pgconn.ConnectError{Config: &pgconn.Config{Host: "127.0.0.1", Port: 1}}
+	if got := failureWait(c, down, 20); got > c.OutageProbeInterval {
+		t.Errorf("database down: wait %v after 20 failures, want at most %v", got, c.OutageProbeInterval)
+	}
+	if got := failureWait(c, errors.New("relation \"inbox\" does not exist"), 20); got < 30*time.Second {
+		t.Errorf("other failure: wait %v after 20 failures, want the technical backoff (about %v)", got, c.TechnicalBackoff.Max)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/lossless-dev/lossless/pkg/pgerr"
 	"github.com/lossless-dev/lossless/pkg/pgnotify"
 	"github.com/lossless-dev/lossless/pkg/telemetry"
 )
@@ -173,7 +174,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		case err != nil:
 			failures++
 			r.m.failures.Add(ctx, 1)
-			wait = r.cfg.TechnicalBackoff.Delay(failures)
+			wait = failureWait(r.cfg, err, failures)
 			r.logger.WarnContext(ctx, "inbox relay: batch failed; backing off", "error", err, "failures", failures, "wait", wait)
 		case n == 0:
 			failures = 0
@@ -573,4 +574,16 @@ func (r *Relay) chargeLostPanic(ctx context.Context, lost *lostPanicError) error
 		r.record(ctx, []Entry{lost.entry}, []outcome{o})
 	}
 	return nil
+}
+
+// failureWait is the relay's wait after its failures-th failed batch in a
+// row: TechnicalBackoff's growing delay, capped at OutageProbeInterval when
+// the database is unreachable, so that the relay polls a database that is
+// down instead of sleeping past its return.
+func failureWait(cfg Config, err error, failures int) time.Duration {
+	wait := cfg.TechnicalBackoff.Delay(failures)
+	if pgerr.IsUnavailable(err) {
+		wait = min(wait, cfg.OutageProbeInterval)
+	}
+	return wait
 }
