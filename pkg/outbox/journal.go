@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 )
@@ -36,6 +37,12 @@ import (
 // The common path costs one statement on a second connection per batch, on
 // an unlogged table (no WAL, no fsync), and one DELETE in the claim
 // transaction.
+//
+// That second connection never comes from the relay's pool: a batch holds a
+// pooled connection (its claim) while it waits for the journal's, so with
+// every pooled connection in a claim no batch could go on until the lease
+// expired. The journal has a pool of its own (newJournalPool), one
+// connection per batch in flight, whose statements wait for nothing else.
 
 // qJournal records a batch about to be dispatched ($1 ids in ascending
 // order, $2 exclusive, $3 relay id) and returns the journal rows left behind
@@ -88,8 +95,23 @@ FROM unnest($1::bigint[], $2::int[], $3::text[], $4::text[]) AS u(id, crashes, s
 WHERE o.ctid = ANY($5::tid[]) AND o.id = u.id AND o.status = 'PENDING'
 RETURNING o.id, o.ctid`
 
+// newJournalPool opens (lazily: no connection until the first statement) a
+// pool of up to conns connections to the relay's database for the journal.
+func (r *Relay) newJournalPool(conns int) (*pgxpool.Pool, error) {
+	cfg := r.pool.Config()
+	cfg.MaxConns, cfg.MinConns, cfg.MinIdleConns = int32(conns), 0, 0
+	p, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: journal pool: %w", err)
+	}
+	return p, nil
+}
+
 // journal is what a claim learnt from the journal.
 type journal struct {
+	// db runs the journal's autonomous statements: the journal's pool,
+	// never the pool of the claim transactions.
+	db *pgxpool.Pool
 	// created are this batch's journal rows, consumed the rows left behind
 	// that it settles: both are deleted when the batch settles. If it does
 	// not settle, only created ones are forgotten; the consumed ones keep
@@ -112,7 +134,7 @@ func (j *journal) known(batchID int64) bool {
 // left behind is consumed when the claim holds every id it names (it will
 // settle all of them); otherwise qJournalGC removes it later.
 func (r *Relay) journalStart(ctx context.Context, ids []int64, exclusive bool, j *journal) error {
-	rows, err := r.pool.Query(ctx, qJournal, ids, exclusive, r.cfg.RelayID)
+	rows, err := j.db.Query(ctx, qJournal, ids, exclusive, r.cfg.RelayID)
 	if err != nil {
 		return fmt.Errorf("outbox: journal: %w", err)
 	}
@@ -251,7 +273,7 @@ func (r *Relay) dispatchAlone(ctx, tctx context.Context, rows []claimedRow, j *j
 				alone = j.created[len(j.created)-1]
 			}
 		} else {
-			_, err = r.pool.Exec(tctx, qJournalMove, alone, []int64{row.id})
+			_, err = j.db.Exec(tctx, qJournalMove, alone, []int64{row.id})
 		}
 		if err != nil {
 			r.log.Warn("outbox journal failed; releasing the rest of the batch", "error", err)
@@ -268,13 +290,13 @@ func (r *Relay) dispatchAlone(ctx, tctx context.Context, rows []claimedRow, j *j
 // forget deletes journal rows of a batch that did not settle, so that its
 // events are not suspected without cause. Best effort: if it fails, the
 // next claim treats them as suspects, which costs time, not correctness.
-func (r *Relay) forget(ctx context.Context, batchIDs []int64) {
-	if len(batchIDs) == 0 {
+func (r *Relay) forget(ctx context.Context, j *journal) {
+	if len(j.created) == 0 {
 		return
 	}
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
 	defer cancel()
-	if _, err := r.pool.Exec(fctx, qJournalDone, batchIDs); err != nil {
+	if _, err := j.db.Exec(fctx, qJournalDone, j.created); err != nil {
 		r.log.Warn("outbox journal rows of an unsettled batch not deleted; its events will be dispatched one by one", "error", err)
 	}
 }

@@ -740,6 +740,7 @@ func TestConcurrentRelays_NoDoubleDispatch_PerAggregateOrder(t *testing.T) {
 	if len(violations) > 0 {
 		t.Fatalf("%d violations, first: %v", len(violations), violations[:min(5, len(violations))])
 	}
+	assertJournalEmpty(t, b)
 }
 
 func TestRun_StopsCleanlyOnCancel(t *testing.T) {

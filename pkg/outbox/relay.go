@@ -50,6 +50,9 @@ type Relay struct {
 	circuitList []*Circuit
 
 	running atomic.Bool
+	// journalPool is the journal's pool while Run runs; a ProcessBatch
+	// outside Run opens one for its batch.
+	journalPool atomic.Pointer[pgxpool.Pool]
 	// rewind is the lowest id announced by NOTIFY since the last claim
 	// (math.MaxInt64: none); a value behind the cursor is a late commit.
 	rewind atomic.Int64
@@ -260,12 +263,19 @@ func (r *Relay) initMetrics(meter metric.Meter) error {
 // released) and returns nil. It also listens for NOTIFY on a dedicated
 // connection, deletes expired published rows and refreshes the gauges.
 // Database errors are logged and retried with backoff; Run returns an error
-// only when called twice concurrently.
+// only when called twice concurrently or when the pool's configuration
+// cannot be copied for the dispatch journal (journal.go).
 func (r *Relay) Run(ctx context.Context) error {
 	if !r.running.CompareAndSwap(false, true) {
 		return errors.New("outbox: relay already running")
 	}
 	defer r.running.Store(false)
+	jp, err := r.newJournalPool(r.cfg.BatchesInFlight) // one statement per batch at a time
+	if err != nil {
+		return err
+	}
+	r.journalPool.Store(jp)
+	defer func() { r.journalPool.Store(nil); jp.Close() }() // after the loops below
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Go(func() { r.listen(ctx) })
@@ -323,6 +333,11 @@ func (r *Relay) loop(ctx context.Context) {
 func (r *Relay) ProcessBatch(ctx context.Context) (full bool, err error) {
 	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.LeaseDuration)
 	defer cancel()
+	// The dispatch cut-off counts from the claim, like the lease: measured
+	// from the dispatch's start, a slow journal write left the settlement
+	// too little of the lease, and a batch dispatched but not recorded is
+	// dispatched again.
+	cutoff := time.Now().Add(r.cfg.LeaseDuration * 8 / 10)
 	tx, err := r.pool.BeginTx(tctx, pgx.TxOptions{BeginQuery: r.beginClaim})
 	if err != nil {
 		return false, fmt.Errorf("outbox: begin claim: %w", err)
@@ -342,25 +357,32 @@ func (r *Relay) ProcessBatch(ctx context.Context) (full bool, err error) {
 	if len(rows) > 0 {
 		// The journal first, in a commit of its own: a dispatch that kills
 		// the process rolls this transaction back, but not that record.
-		j := &journal{suspects: map[int64]bool{}, crashes: map[int64]int{}}
+		jp := r.journalPool.Load()
+		if jp == nil { // outside Run
+			if jp, err = r.newJournalPool(1); err != nil {
+				return false, err
+			}
+			defer jp.Close() // after forget below
+		}
+		j := &journal{db: jp, suspects: map[int64]bool{}, crashes: map[int64]int{}}
 		ids := make([]int64, len(rows))
 		for i := range rows {
 			ids[i] = rows[i].id
 		}
 		if err := r.journalStart(tctx, ids, false, j); err != nil {
-			r.forget(ctx, j.created)
+			r.forget(ctx, j)
 			return false, err
 		}
 		settled := false
 		defer func() {
 			if !settled {
-				r.forget(ctx, j.created)
+				r.forget(ctx, j)
 			}
 		}()
 		if rows, err = r.chargeCrashes(tctx, tx, rows, j); err != nil {
 			return false, err
 		}
-		dctx, dcancel := context.WithTimeout(ctx, r.cfg.LeaseDuration*8/10)
+		dctx, dcancel := context.WithDeadline(ctx, cutoff)
 		if len(j.suspects) > 0 {
 			outcomes = r.dispatchAlone(dctx, tctx, rows, j)
 		} else {

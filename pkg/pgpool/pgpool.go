@@ -16,15 +16,18 @@
 // PostgreSQL's default max_connections is 100, 3 of them reserved for
 // superusers. With the defaults the three services open at most:
 //
-//	workorder     API 10 + workers 12 + 2 LISTEN (outbox and inbox relay) = 24
-//	billing       API  5 + workers 16 + 1 LISTEN (outbox relay)           = 22
-//	provider-sim  one pool of DefaultMaxConns (New)                      = 20
-//	                                                                  total 66
+//	workorder     API 10 + workers 12 + 2 LISTEN + 2 outbox journal = 26
+//	billing       API  5 + workers 16 + 1 LISTEN + 2 outbox journal = 24
+//	provider-sim  one pool of DefaultMaxConns (New)                = 20
+//	                                                            total 70
 //
-// LISTEN connections (pkg/pgnotify) are opened from the workers' pool
-// settings but outside the pool. 66 + 3 reserved leaves 31 connections: one
-// replica of the largest service during a rolling deploy (24) plus a few
-// operator sessions (psql, migrate, CLI commands). Running more replicas
+// LISTEN connections (pkg/pgnotify, one per relay) and the outbox relay's
+// dispatch journal (one per batch in flight) are opened from the workers'
+// pool settings but outside the pool: a batch holds a pooled connection
+// while it writes the journal, so from the pool they could starve each
+// other. 70 + 3 reserved leaves 27 connections: one replica of the largest
+// service during a rolling deploy (26), or a few operator sessions (psql,
+// migrate, CLI commands). Running more replicas
 // needs a larger max_connections or a connection pooler (PgBouncer in
 // transaction mode works for the pools, not for the LISTEN connections).
 package pgpool
