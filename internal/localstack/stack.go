@@ -26,6 +26,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/lossless-dev/lossless/pkg/freeport"
 	"github.com/lossless-dev/lossless/pkg/pgcluster"
 )
 
@@ -115,21 +116,9 @@ func FreePortsFor(replicas int) (Ports, error) {
 	if replicas < 1 {
 		return Ports{}, errors.New("localstack: FreePortsFor needs at least one replica")
 	}
-	ps := make([]int, 1+6*replicas)
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			_ = l.Close()
-		}
-	}()
-	for i := range ps {
-		var lc net.ListenConfig
-		l, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
-		if err != nil {
-			return Ports{}, err
-		}
-		ls = append(ls, l)
-		ps[i] = l.Addr().(*net.TCPAddr).Port
+	ps, err := freeport.Get(1 + 6*replicas)
+	if err != nil {
+		return Ports{}, err
 	}
 	p := Ports{Emulator: ps[0], WorkOrderGRPC: ps[1], WorkOrderHTTP: ps[2], ProviderGRPC: ps[3], ProviderHTTP: ps[4], BillingGRPC: ps[5], BillingHTTP: ps[6]}
 	for k := 1; k < replicas; k++ {

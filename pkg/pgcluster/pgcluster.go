@@ -9,7 +9,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -19,6 +18,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/lossless-dev/lossless/pkg/freeport"
 )
 
 // ErrNoBinaries is returned when no PostgreSQL server binaries can be found.
@@ -101,7 +102,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	// A free port can be taken between probing and binding; try a few times.
 	for attempt := 0; ; attempt++ {
 		if c.opts.Port == 0 || attempt > 0 {
-			if c.opts.Port, err = freePort(); err != nil {
+			if c.opts.Port, err = freeport.One(); err != nil {
 				return nil, err
 			}
 		}
@@ -237,16 +238,6 @@ func findBinDir(explicit string) (string, error) {
 func versionOf(binDir string) int {
 	v, _ := strconv.Atoi(filepath.Base(filepath.Dir(binDir)))
 	return v
-}
-
-func freePort() (int, error) {
-	var lc net.ListenConfig
-	l, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("find a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 func tail(s string, n int) string {
