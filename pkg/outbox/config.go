@@ -34,6 +34,7 @@ const (
 	DefaultCircuitThreshold        = 5
 	DefaultCircuitProbeInterval    = time.Second
 	DefaultCircuitProbeIntervalMax = 2 * time.Second
+	DefaultOutageProbeInterval     = time.Second
 )
 
 // Config of a Relay. The zero value of every field means its default; call
@@ -97,6 +98,12 @@ type Config struct {
 	// dispatch, so probing often is cheap. Defaults 1s and 2s.
 	CircuitProbeInterval    time.Duration
 	CircuitProbeIntervalMax time.Duration
+	// OutageProbeInterval caps a relay loop's wait after a batch failed
+	// because the database is unreachable (pgerr.IsUnavailable), in place of
+	// the growing backoff other batch failures get (up to BackoffMax): the
+	// loop polls a database that is down and resumes within this interval of
+	// its return, instead of sleeping up to minutes past it. Default 1s.
+	OutageProbeInterval time.Duration
 	// Retention keeps published events (outbox_published) for diagnosis and
 	// replay before cleanup deletes them. Undelivered rows (outbox: PENDING,
 	// FAILED) are never deleted. Default 24h.
@@ -124,7 +131,7 @@ type Config struct {
 // given prefix (e.g. "WORKORDER_OUTBOX_"): BATCH_SIZE, DISPATCH_CONCURRENCY,
 // BATCHES_IN_FLIGHT, POLL_INTERVAL, SWEEP_INTERVAL, LEASE_DURATION, BACKOFF_BASE, BACKOFF_MAX,
 // MAX_ATTEMPTS, CIRCUIT_THRESHOLD, CIRCUIT_PROBE_INTERVAL,
-// CIRCUIT_PROBE_INTERVAL_MAX, RETENTION, CLEANUP_INTERVAL, CLEANUP_BATCH,
+// CIRCUIT_PROBE_INTERVAL_MAX, OUTAGE_PROBE_INTERVAL, RETENTION, CLEANUP_INTERVAL, CLEANUP_BATCH,
 // STATS_INTERVAL, RELAY_ID. Unset variables keep the defaults.
 func ConfigFromEnv(r *envconfig.Reader, prefix string) Config {
 	return Config{
@@ -141,6 +148,7 @@ func ConfigFromEnv(r *envconfig.Reader, prefix string) Config {
 		CircuitThreshold:        r.Int(prefix+"CIRCUIT_THRESHOLD", DefaultCircuitThreshold),
 		CircuitProbeInterval:    r.Duration(prefix+"CIRCUIT_PROBE_INTERVAL", DefaultCircuitProbeInterval),
 		CircuitProbeIntervalMax: r.Duration(prefix+"CIRCUIT_PROBE_INTERVAL_MAX", DefaultCircuitProbeIntervalMax),
+		OutageProbeInterval:     r.Duration(prefix+"OUTAGE_PROBE_INTERVAL", DefaultOutageProbeInterval),
 		Retention:               r.Duration(prefix+"RETENTION", DefaultRetention),
 		CleanupInterval:         r.Duration(prefix+"CLEANUP_INTERVAL", DefaultCleanupInterval),
 		CleanupBatch:            r.Int(prefix+"CLEANUP_BATCH", DefaultCleanupBatch),
@@ -168,6 +176,7 @@ func (c Config) WithDefaults() Config {
 	if c.CircuitProbeIntervalMax == 0 {
 		c.CircuitProbeIntervalMax = max(DefaultCircuitProbeIntervalMax, c.CircuitProbeInterval)
 	}
+	setDur(&c.OutageProbeInterval, DefaultOutageProbeInterval)
 	setDur(&c.Retention, DefaultRetention)
 	setDur(&c.CleanupInterval, DefaultCleanupInterval)
 	setInt(&c.CleanupBatch, DefaultCleanupBatch)
@@ -201,6 +210,7 @@ func (c Config) Validate() error {
 	positive("CircuitThreshold", int64(c.CircuitThreshold))
 	positive("CircuitProbeInterval", int64(c.CircuitProbeInterval))
 	positive("CircuitProbeIntervalMax", int64(c.CircuitProbeIntervalMax))
+	positive("OutageProbeInterval", int64(c.OutageProbeInterval))
 	positive("Retention", int64(c.Retention))
 	positive("CleanupInterval", int64(c.CleanupInterval))
 	positive("CleanupBatch", int64(c.CleanupBatch))

@@ -24,6 +24,7 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/lossless-dev/lossless/pkg/backoff"
+	"github.com/lossless-dev/lossless/pkg/pgerr"
 	"github.com/lossless-dev/lossless/pkg/pgnotify"
 )
 
@@ -298,7 +299,7 @@ func (r *Relay) loop(ctx context.Context) {
 				return
 			}
 			failures++
-			delay := r.policy.Delay(failures)
+			delay := r.failureWait(err, failures)
 			r.log.Warn("outbox batch failed; backing off", "error", err, "attempt", failures, "delay", delay)
 			sleep(ctx, delay)
 			continue
@@ -941,4 +942,16 @@ func truncate(s string, n int) string {
 // the default since PostgreSQL 9.1), for the one SET that takes no parameters.
 func quoteLiteral(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
+}
+
+// failureWait is a relay loop's wait after its failures-th failed batch in a
+// row: the growing backoff, capped at OutageProbeInterval when the database
+// is unreachable, so that the loop polls a database that is down instead of
+// sleeping past its return.
+func (r *Relay) failureWait(err error, failures int) time.Duration {
+	wait := r.policy.Delay(failures)
+	if pgerr.IsUnavailable(err) {
+		wait = min(wait, r.cfg.OutageProbeInterval)
+	}
+	return wait
 }
