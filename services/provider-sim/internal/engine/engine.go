@@ -294,7 +294,13 @@ func (e *Engine) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			continue
 		}
-		j, err := scanJob(e.pool.QueryRow(ctx, claimJob, e.cfg.Owner, e.cfg.Lease.Microseconds()))
+		// The claim is not cut off by shutdown: cancelled mid-statement, it
+		// could commit on the server while the client sees an error, leaving
+		// a job leased by nobody until its lease expires. A job claimed as
+		// the engine stops is released at once by execute.
+		cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
+		j, err := scanJob(e.pool.QueryRow(cctx, claimJob, e.cfg.Owner, e.cfg.Lease.Microseconds()))
+		ccancel()
 		if err == nil {
 			running.Go(func() {
 				defer func() { <-slots }()
@@ -461,6 +467,9 @@ func (e *Engine) publishPending(ctx context.Context, j *job, log *slog.Logger) e
 	}
 	return nil
 }
+
+// claimTimeout bounds one claim statement, which shutdown does not cancel.
+const claimTimeout = 5 * time.Second
 
 // publishGrace is how long a publish in progress may go on after its job's
 // context ended (shutdown, lost lease).
