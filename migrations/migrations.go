@@ -1,30 +1,58 @@
-// Package migrations embeds the plain-SQL goose migrations of every service
-// database. Each service owns exactly one folder and one database; services
-// never read each other's tables.
+// Package migrations lists the migration sets of every service database:
+// the pattern packages' own sets (pkg/outbox, pkg/inbox, ...), applied first,
+// then the service's folder here. Each service owns exactly one database;
+// services never read each other's tables.
 package migrations
 
 import (
 	"embed"
 	"io/fs"
+
+	"github.com/lossless-dev/lossless/pkg/dedup"
+	"github.com/lossless-dev/lossless/pkg/idempotency"
+	"github.com/lossless-dev/lossless/pkg/inbox"
+	"github.com/lossless-dev/lossless/pkg/leasequeue"
+	"github.com/lossless-dev/lossless/pkg/outbox"
+	"github.com/lossless-dev/lossless/pkg/pgmigrate"
 )
 
 //go:embed workorder/*.sql billing/*.sql providersim/*.sql
 var all embed.FS
 
-// WorkOrder returns the migrations of the work-order service database.
-func WorkOrder() fs.FS { return sub("workorder") }
+// WorkOrder returns the sets of the work-order service database, in the
+// order they are applied.
+func WorkOrder() []pgmigrate.Set {
+	return []pgmigrate.Set{
+		outbox.Migrations(""),
+		inbox.Migrations(""),
+		dedup.Migrations(""),
+		idempotency.Migrations(""),
+		own("workorder"),
+	}
+}
 
-// Billing returns the migrations of the billing service database.
-func Billing() fs.FS { return sub("billing") }
+// Billing returns the sets of the billing service database, in the order
+// they are applied.
+func Billing() []pgmigrate.Set {
+	return []pgmigrate.Set{
+		outbox.Migrations(""),
+		dedup.Migrations(""),
+		leasequeue.Migrations(""),
+		own("billing"),
+	}
+}
 
-// ProviderSim returns the migrations of the provider simulator's database.
-func ProviderSim() fs.FS { return sub("providersim") }
+// ProviderSim returns the sets of the provider simulator's database.
+func ProviderSim() []pgmigrate.Set {
+	return []pgmigrate.Set{own("providersim")}
+}
 
-func sub(dir string) fs.FS {
+// own is a service's folder, tracked in goose's default version table.
+func own(dir string) pgmigrate.Set {
 	f, err := fs.Sub(all, dir)
 	if err != nil {
 		// fs.Sub fails only on an invalid path, which is a constant above.
 		panic(err)
 	}
-	return f
+	return pgmigrate.Set{Name: dir, FS: f}
 }

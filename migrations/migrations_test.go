@@ -1,35 +1,47 @@
 package migrations_test
 
 import (
-	"bytes"
-	"io/fs"
+	"context"
+	"database/sql"
+	"os"
 	"testing"
 
 	"github.com/lossless-dev/lossless/migrations"
+	"github.com/lossless-dev/lossless/pkg/pgmigrate"
+	"github.com/lossless-dev/lossless/pkg/pgtest"
 )
 
-// Each service owns its database, so the outbox schema that pkg/outbox
-// expects is created by copies of the same migrations in every publishing
-// service's folder. The copies must not drift: pkg/outbox's queries are
-// written against exactly this schema.
-func TestOutboxMigrationsAreTheSameInEveryService(t *testing.T) {
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+// Every service database migrates from empty, and a second run (the migrate
+// Job of the next deploy) changes nothing.
+func TestEveryServiceMigratesFromEmptyAndAgainIsANoop(t *testing.T) {
 	t.Parallel()
-	for _, pair := range []struct{ workorder, billing string }{
-		{"00002_outbox.sql", "00002_outbox.sql"},
-		{"00005_outbox_published.sql", "00003_outbox_published.sql"},
-		{"00006_outbox_autovacuum.sql", "00004_outbox_autovacuum.sql"},
-		{"00007_outbox_dispatching.sql", "00005_outbox_dispatching.sql"},
+	for name, sets := range map[string]func() []pgmigrate.Set{
+		"workorder":   migrations.WorkOrder,
+		"billing":     migrations.Billing,
+		"providersim": migrations.ProviderSim,
 	} {
-		want, err := fs.ReadFile(migrations.WorkOrder(), pair.workorder)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := fs.ReadFile(migrations.Billing(), pair.billing)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(got, want) {
-			t.Errorf("migrations/billing/%s differs from migrations/workorder/%s; change both together", pair.billing, pair.workorder)
-		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			dsn := pgtest.NewDatabase(t, sets()...)
+			db, err := sql.Open("pgx", dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			again, err := pgmigrate.Apply(context.Background(), db, sets()...)
+			if err != nil {
+				t.Fatalf("second migrate: %v", err)
+			}
+			if len(again) != len(sets()) {
+				t.Fatalf("second migrate applied %d sets, want %d", len(again), len(sets()))
+			}
+			for _, a := range again {
+				if a.Version < 1 {
+					t.Errorf("set %s at version %d after migrating", a.Name, a.Version)
+				}
+			}
+		})
 	}
 }

@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/dedup"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
 )
@@ -21,7 +20,7 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 
 func setup(t *testing.T) *pgxpool.Pool {
 	t.Helper()
-	pool := pgtest.NewPool(t, migrations.Billing())
+	pool := pgtest.NewPool(t, dedup.Migrations(""))
 	if _, err := pool.Exec(context.Background(), `CREATE TABLE effects (event_id text NOT NULL)`); err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,6 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/apierror"
 	"github.com/lossless-dev/lossless/pkg/idempotency"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
@@ -35,7 +34,7 @@ type testBundle struct {
 
 func setup(t *testing.T, cfg idempotency.Config) testBundle {
 	t.Helper()
-	pool := pgtest.NewPool(t, migrations.WorkOrder())
+	pool := pgtest.NewPool(t, idempotency.Migrations(""))
 	if _, err := pool.Exec(context.Background(), `CREATE TABLE effects (id bigint GENERATED ALWAYS AS IDENTITY, body text)`); err != nil {
 		t.Fatal(err)
 	}

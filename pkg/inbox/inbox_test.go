@@ -13,7 +13,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/backoff"
 	"github.com/lossless-dev/lossless/pkg/inbox"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
@@ -31,7 +30,7 @@ type bundle struct {
 
 func setup(t *testing.T) bundle {
 	t.Helper()
-	pool := pgtest.NewPool(t, migrations.WorkOrder())
+	pool := pgtest.NewPool(t, inbox.Migrations(""))
 	store, err := inbox.NewStore(pool, nil)
 	if err != nil {
 		t.Fatal(err)

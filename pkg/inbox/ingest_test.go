@@ -13,7 +13,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/inbox"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
 	"github.com/lossless-dev/lossless/pkg/pgtext"
@@ -178,7 +177,7 @@ func TestIngest_InfrastructureErrorsFailTheBatch(t *testing.T) {
 		t.Fatal("cancelled context: want an error")
 	}
 
-	pool, err := pgxpool.New(context.Background(), pgtest.NewDatabase(t, migrations.WorkOrder()))
+	pool, err := pgxpool.New(context.Background(), pgtest.NewDatabase(t, inbox.Migrations("")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,7 +235,7 @@ func TestIngest_IdsFollowReceiptOrder(t *testing.T) {
 func TestF4_OppositeOrderBatches_NoDeadlock(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	cfg, err := pgxpool.ParseConfig(pgtest.NewDatabase(t, migrations.WorkOrder()))
+	cfg, err := pgxpool.ParseConfig(pgtest.NewDatabase(t, inbox.Migrations("")))
 	if err != nil {
 		t.Fatal(err)
 	}

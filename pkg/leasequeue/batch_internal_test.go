@@ -11,7 +11,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
 )
 
@@ -21,7 +20,7 @@ import (
 // may run; the stale one is fenced off.
 func TestCompleteBatchWithStaleAndCurrentClaimOfOneJob(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.NewPool(t, migrations.Billing())
+	pool := pgtest.NewPool(t, Migrations(""))
 	ctx := context.Background()
 	if _, err := pool.Exec(ctx, `CREATE TABLE effects (job_id bigint NOT NULL, epoch bigint NOT NULL)`); err != nil {
 		t.Fatal(err)

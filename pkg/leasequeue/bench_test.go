@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/leasequeue"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
 )
@@ -38,7 +37,7 @@ func BenchmarkBurnDown(b *testing.B) {
 	jobs := benchEnv(b, "LEASEQUEUE_BENCH_JOBS", 100_000)
 	workers := benchEnv(b, "LEASEQUEUE_BENCH_WORKERS", 100)
 	ctx := context.Background()
-	pool := pgtest.NewPool(b, migrations.Billing())
+	pool := pgtest.NewPool(b, leasequeue.Migrations(""))
 	q, err := leasequeue.New(pool, leasequeue.Config{Name: "bench"}, slog.New(slog.NewJSONHandler(io.Discard, nil)), nil)
 	if err != nil {
 		b.Fatal(err)

@@ -18,7 +18,6 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
-	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/backoff"
 	"github.com/lossless-dev/lossless/pkg/leasequeue"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
@@ -59,7 +58,7 @@ type testBundle struct {
 
 func setup(t *testing.T) *testBundle {
 	t.Helper()
-	pool := pgtest.NewPool(t, migrations.Billing())
+	pool := pgtest.NewPool(t, leasequeue.Migrations(""))
 	// effects records every committed job effect, without a unique key: a
 	// second effect for one job would show up as a second row.
 	if _, err := pool.Exec(context.Background(), `CREATE TABLE effects (job_id bigint NOT NULL, epoch bigint NOT NULL)`); err != nil {

@@ -27,7 +27,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/outbox"
 	"github.com/lossless-dev/lossless/pkg/outboxbench"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
@@ -101,7 +100,7 @@ func BenchmarkB1_RelayDrain(b *testing.B) {
 	n := outboxbench.EnvInt(b, "OUTBOX_BENCH_EVENTS", 200_000)
 	rounds := outboxbench.EnvInt(b, "OUTBOX_BENCH_ROUNDS", 2)
 	anchorFor := time.Duration(outboxbench.EnvInt(b, "OUTBOX_BENCH_ANCHOR_SECONDS", 10)) * time.Second
-	dsn := pgtest.NewDatabase(b, migrations.WorkOrder())
+	dsn := pgtest.NewDatabase(b, outbox.Migrations(""))
 	pool := benchPool(b, dsn)
 	for b.Loop() {
 		var keyset, naive, one, two, rK1, rN1, rK2, rN2 []float64
@@ -141,7 +140,7 @@ func BenchmarkB2_SustainedDrain(b *testing.B) {
 	// reference machine; the backlog must outlast all three phases, with room.
 	backlog := outboxbench.EnvInt(b, "OUTBOX_B2_BACKLOG", int((sustain+hold+after).Seconds())*40_000)
 	window := min(30*time.Second, sustain/2)
-	dsn := pgtest.NewDatabase(b, migrations.WorkOrder())
+	dsn := pgtest.NewDatabase(b, outbox.Migrations(""))
 	pool := benchPool(b, dsn)
 	for b.Loop() {
 		fillOutbox(b, pool, backlog)

@@ -11,7 +11,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/outbox"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
 )
@@ -79,7 +78,7 @@ func TestCrashLoopChild(t *testing.T) {
 
 func TestPoisonThatKillsTheProcessEndsFailed(t *testing.T) {
 	t.Parallel()
-	dsn := pgtest.NewDatabase(t, migrations.WorkOrder())
+	dsn := pgtest.NewDatabase(t, outbox.Migrations(""))
 	pool, err := pgxpool.New(context.Background(), dsn)
 	if err != nil {
 		t.Fatal(err)

@@ -18,7 +18,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/outbox"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
 	"github.com/lossless-dev/lossless/pkg/waitfor"
@@ -82,7 +81,7 @@ type bundle struct {
 
 func setup(t *testing.T) *bundle {
 	t.Helper()
-	return &bundle{pool: pgtest.NewPool(t, migrations.WorkOrder()), clock: newClock(), rec: &recorder{}}
+	return &bundle{pool: pgtest.NewPool(t, outbox.Migrations("")), clock: newClock(), rec: &recorder{}}
 }
 
 func discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

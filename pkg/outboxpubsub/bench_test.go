@@ -34,7 +34,6 @@ import (
 
 	eventsv1 "github.com/lossless-dev/lossless/gen/lossless/events/v1"
 	moneyv1 "github.com/lossless-dev/lossless/gen/lossless/money/v1"
-	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/outbox"
 	"github.com/lossless-dev/lossless/pkg/outboxbench"
 	"github.com/lossless-dev/lossless/pkg/outboxpubsub"
@@ -86,7 +85,7 @@ func BenchmarkB1p_RelayToPubSub(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	dsn := pgtest.NewDatabase(b, migrations.WorkOrder())
+	dsn := pgtest.NewDatabase(b, outbox.Migrations(""))
 	pool, err := pgxpool.New(context.Background(), dsn)
 	if err != nil {
 		b.Fatal(err)

@@ -15,7 +15,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/outbox"
 	"github.com/lossless-dev/lossless/pkg/outboxpubsub"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
@@ -51,7 +50,7 @@ func TestF16_PubSubUnavailable_OutboxRetriesThenPublishesSameEventID(t *testing.
 	down := &outage{}
 	down.on.Store(true)
 	emu := pubsubtest.New(t, pstest.ServerReactorOption{FuncName: "Publish", Reactor: down})
-	pool := pgtest.NewPool(t, migrations.WorkOrder())
+	pool := pgtest.NewPool(t, outbox.Migrations(""))
 	ctx := context.Background()
 
 	ev := newEvent(t)

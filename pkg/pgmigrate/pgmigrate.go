@@ -1,36 +1,146 @@
-// Package pgmigrate applies a service's plain-SQL goose migrations. The same
-// code path runs in `<service> migrate`, in the local stack and in tests, so a
-// migration that works in a test works in production.
+// Package pgmigrate applies plain-SQL goose migrations in ordered sets. Each
+// pattern package of pkg/ (outbox, inbox, dedup, leasequeue, idempotency,
+// parked) ships its own set and each service adds its own, so a service's
+// database is "the pattern sets it uses, then its own folder". Every set has
+// its own version table, as River keeps river_migration apart from the
+// application's migrations: versions of different owners never collide, and
+// a pattern package can add a migration without renumbering a service's.
+//
+// The same code path runs in `<service> migrate`, in the local stack and in
+// tests, so a migration that works in a test works in production. Two
+// migrate runs against one database are serialised by a session-level
+// advisory lock (goose's Postgres session locker), so two migrate Jobs of a
+// rolling deploy cannot race.
 package pgmigrate
 
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
 
 	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/lock"
 
 	"github.com/lossless-dev/lossless/pkg/envconfig"
+	"github.com/lossless-dev/lossless/pkg/pgschema"
 	// Registers the "pgx" database/sql driver used by goose.
 	_ "github.com/jackc/pgx/v5/stdlib"
 )
 
-// Up applies every pending migration in migrations to the database at dsn and
-// returns the version reached.
-func Up(ctx context.Context, dsn string, migrations fs.FS) (int64, error) {
-	db, err := sql.Open("pgx", dsn)
-	if err != nil {
-		return 0, fmt.Errorf("open database: %w", err)
-	}
-	defer db.Close()
-	return UpDB(ctx, db, migrations)
+// DefaultVersionTable is goose's own default, used by a service's set.
+const DefaultVersionTable = "goose_db_version"
+
+// Set is one owner's migrations.
+type Set struct {
+	// Name identifies the set in errors and logs ("outbox", "workorder").
+	Name string
+	// Schema holds the set's objects and version table, and is created
+	// before the set runs when missing. Default "public". Apply replaces the
+	// placeholder {schema} in the files with it (pkg/pgschema), so a pattern
+	// package's tables land where the service configured them.
+	Schema string
+	// FS holds the goose SQL files (NNNNN_name.sql) at its root.
+	FS fs.FS
+	// VersionTable is the set's goose version table inside Schema. Default
+	// DefaultVersionTable; a pattern package uses "<name>_schema_version".
+	VersionTable string
 }
 
-// UpDB is Up on an open database handle.
-func UpDB(ctx context.Context, db *sql.DB, migrations fs.FS) (int64, error) {
-	p, err := goose.NewProvider(goose.DialectPostgres, db, migrations)
+// Applied is what Apply did to one set.
+type Applied struct {
+	Name    string
+	Version int64
+}
+
+func (s *Set) setDefaults() {
+	s.Schema = pgschema.OrDefault(s.Schema)
+	if s.VersionTable == "" {
+		s.VersionTable = DefaultVersionTable
+	}
+}
+
+// Validate reports a set that cannot be applied.
+func (s Set) Validate() error {
+	if s.Name == "" {
+		return errors.New("migration set: Name is required")
+	}
+	if s.FS == nil {
+		return fmt.Errorf("migration set %s: FS is required", s.Name)
+	}
+	if err := pgschema.Validate(s.Schema); err != nil {
+		return fmt.Errorf("migration set %s: %w", s.Name, err)
+	}
+	if err := pgschema.Validate(s.VersionTable); err != nil {
+		return fmt.Errorf("migration set %s: version table: %w", s.Name, err)
+	}
+	return nil
+}
+
+// Apply applies every pending migration of each set, in order, and returns
+// the version each set reached. It stops at the first failing set.
+func Apply(ctx context.Context, db *sql.DB, sets ...Set) ([]Applied, error) {
+	if len(sets) == 0 {
+		return nil, errors.New("no migration sets")
+	}
+	seen := map[string]bool{}
+	for i := range sets {
+		sets[i].setDefaults()
+		if err := sets[i].Validate(); err != nil {
+			return nil, err
+		}
+		key := sets[i].Schema + "." + sets[i].VersionTable
+		if seen[key] {
+			return nil, fmt.Errorf("migration set %s: version table %s is used by another set", sets[i].Name, key)
+		}
+		seen[key] = true
+	}
+	out := make([]Applied, 0, len(sets))
+	for _, s := range sets {
+		v, err := apply(ctx, db, s)
+		if err != nil {
+			return out, fmt.Errorf("migration set %s: %w", s.Name, err)
+		}
+		out = append(out, Applied{Name: s.Name, Version: v})
+	}
+	return out, nil
+}
+
+// ApplyDSN is Apply on a database opened from dsn for the duration of the call.
+func ApplyDSN(ctx context.Context, dsn string, sets ...Set) ([]Applied, error) {
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("open database: %w", err)
+	}
+	defer db.Close()
+	return Apply(ctx, db, sets...)
+}
+
+// qCreateSchema runs before goose, whose version table must have a schema to
+// live in. The name was validated (pgschema.Validate), so it needs no quoting.
+const qCreateSchema = `CREATE SCHEMA IF NOT EXISTS %s`
+
+func apply(ctx context.Context, db *sql.DB, s Set) (int64, error) {
+	if _, err := db.ExecContext(ctx, fmt.Sprintf(qCreateSchema, s.Schema)); err != nil {
+		return 0, fmt.Errorf("create schema %s: %w", s.Schema, err)
+	}
+	files, err := pgschema.RenderFS(s.FS, s.Schema)
+	if err != nil {
+		return 0, err
+	}
+	locker, err := lock.NewPostgresSessionLocker()
+	if err != nil {
+		return 0, err
+	}
+	p, err := goose.NewProvider(goose.DialectPostgres, db, files,
+		goose.WithTableName(s.Schema+"."+s.VersionTable),
+		goose.WithSessionLocker(locker),
+		// Pattern packages and services register no Go migrations; the
+		// global registry would let one leak into another's set.
+		goose.WithDisableGlobalRegistry(true),
+	)
 	if err != nil {
 		return 0, fmt.Errorf("load migrations: %w", err)
 	}
@@ -45,17 +155,16 @@ func UpDB(ctx context.Context, db *sql.DB, migrations fs.FS) (int64, error) {
 }
 
 // Command is the `<service> migrate` subcommand: it reads DATABASE_URL from
-// env (failing with the variable's name when it is missing), applies
-// migrations and logs the version reached.
-func Command(ctx context.Context, env *envconfig.Reader, migrations fs.FS, logger *slog.Logger) error {
+// env (failing with the variable's name when it is missing), applies the
+// sets and logs the version each reached.
+func Command(ctx context.Context, env *envconfig.Reader, logger *slog.Logger, sets ...Set) error {
 	dsn := env.Required("DATABASE_URL")
 	if err := env.Err(); err != nil {
 		return err
 	}
-	v, err := Up(ctx, dsn, migrations)
-	if err != nil {
-		return err
+	applied, err := ApplyDSN(ctx, dsn, sets...)
+	for _, a := range applied {
+		logger.InfoContext(ctx, "migrated", "set", a.Name, "version", a.Version)
 	}
-	logger.InfoContext(ctx, "migrated", "version", v)
-	return nil
+	return err
 }

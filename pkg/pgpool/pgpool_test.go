@@ -6,13 +6,14 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"testing/fstest"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/envconfig"
+	"github.com/lossless-dev/lossless/pkg/pgmigrate"
 	"github.com/lossless-dev/lossless/pkg/pgpool"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
 	"github.com/lossless-dev/lossless/pkg/telemetry"
@@ -39,7 +40,7 @@ func sqlState(err error) string {
 
 func TestNewSetsDefaultTimeouts(t *testing.T) {
 	t.Parallel()
-	pool, err := pgpool.New(context.Background(), pgtest.NewDatabase(t, migrations.WorkOrder()), telemetry.Providers{})
+	pool, err := pgpool.New(context.Background(), pgtest.NewDatabase(t, emptySet), telemetry.Providers{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +65,7 @@ func TestNewSetsDefaultTimeouts(t *testing.T) {
 func TestStatementTimeoutCancelsALongQuery(t *testing.T) {
 	t.Parallel()
 	pools, err := pgpool.Open(context.Background(), pgpool.Config{
-		URL: pgtest.NewDatabase(t, migrations.WorkOrder()), StatementTimeout: 100 * time.Millisecond, LockTimeout: 50 * time.Millisecond,
+		URL: pgtest.NewDatabase(t, emptySet), StatementTimeout: 100 * time.Millisecond, LockTimeout: 50 * time.Millisecond,
 	}, telemetry.Providers{})
 	if err != nil {
 		t.Fatal(err)
@@ -88,7 +89,7 @@ func TestLockTimeoutEndsALockWait(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pools, err := pgpool.Open(ctx, pgpool.Config{
-		URL: pgtest.NewDatabase(t, migrations.WorkOrder()), LockTimeout: 100 * time.Millisecond,
+		URL: pgtest.NewDatabase(t, emptySet), LockTimeout: 100 * time.Millisecond,
 	}, telemetry.Providers{})
 	if err != nil {
 		t.Fatal(err)
@@ -114,7 +115,7 @@ func TestLockTimeoutEndsALockWait(t *testing.T) {
 // Settings in DATABASE_URL win over the configured ones.
 func TestURLSettingsWin(t *testing.T) {
 	t.Parallel()
-	dsn := pgtest.NewDatabase(t, migrations.WorkOrder())
+	dsn := pgtest.NewDatabase(t, emptySet)
 	sep := "?"
 	if strings.Contains(dsn, "?") {
 		sep = "&"
@@ -146,7 +147,7 @@ func TestURLSettingsWin(t *testing.T) {
 func TestAPIPoolExhaustionLeavesTheWorkersPoolFree(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pools, err := pgpool.Open(ctx, pgpool.Config{URL: pgtest.NewDatabase(t, migrations.WorkOrder()), APIMaxConns: 2, WorkerMaxConns: 4}, telemetry.Providers{})
+	pools, err := pgpool.Open(ctx, pgpool.Config{URL: pgtest.NewDatabase(t, emptySet), APIMaxConns: 2, WorkerMaxConns: 4}, telemetry.Providers{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,3 +206,9 @@ func TestConfigFromEnv(t *testing.T) {
 		}
 	}
 }
+
+// emptySet gives pgtest something to migrate: these tests need a database,
+// not a schema.
+var emptySet = pgmigrate.Set{Name: "empty", FS: fstest.MapFS{
+	"00001_empty.sql": {Data: []byte("-- +goose Up\nSELECT 1;\n-- +goose Down\nSELECT 1;\n")},
+}}

@@ -64,11 +64,13 @@ func Main(m *testing.M) int {
 	return code
 }
 
-// NewPool returns a pool on a new database migrated with migrations. The
-// database and pool are dropped when the test ends.
-func NewPool(t testing.TB, migrations fs.FS) *pgxpool.Pool {
+// NewPool returns a pool on a new database migrated with the sets, in order
+// (a pattern package's tests pass its own Migrations; a service's pass
+// migrations.<Service>()...). The database and pool are dropped when the test
+// ends.
+func NewPool(t testing.TB, sets ...pgmigrate.Set) *pgxpool.Pool {
 	t.Helper()
-	pool, err := pgxpool.New(context.Background(), NewDatabase(t, migrations))
+	pool, err := pgxpool.New(context.Background(), NewDatabase(t, sets...))
 	if err != nil {
 		t.Fatalf("pgtest: connect: %v", err)
 	}
@@ -77,14 +79,17 @@ func NewPool(t testing.TB, migrations fs.FS) *pgxpool.Pool {
 }
 
 // NewDatabase returns the connection string of a new database migrated with
-// migrations, for code under test that opens its own connections.
-func NewDatabase(t testing.TB, migrations fs.FS) string {
+// the sets, for code under test that opens its own connections.
+func NewDatabase(t testing.TB, sets ...pgmigrate.Set) string {
 	t.Helper()
+	if len(sets) == 0 {
+		t.Fatal("pgtest: no migration sets")
+	}
 	base, err := server()
 	if err != nil {
 		t.Fatalf("pgtest: %v", err)
 	}
-	conf := pgtestdb.Custom(t, base, migrator{fsys: migrations})
+	conf := pgtestdb.Custom(t, base, migrator{sets: sets})
 	return conf.URL()
 }
 
@@ -169,14 +174,32 @@ func configFromURL(dsn string) (pgtestdb.Config, error) {
 	}, nil
 }
 
-// migrator adapts goose (through pgmigrate) to pgtestdb: the template is
-// keyed by the hash of the migration files, so a changed migration builds a
+// migrator adapts pgmigrate to pgtestdb: the template is keyed by a hash of
+// every set's identity and files, so a changed migration (or schema) builds a
 // new template.
-type migrator struct{ fsys fs.FS }
+type migrator struct{ sets []pgmigrate.Set }
 
-func (m migrator) Hash() (string, error) { return common.HashDirs(m.fsys, "*.sql", ".") }
+func (m migrator) Hash() (string, error) {
+	h := common.NewRecursiveHash()
+	for _, s := range m.sets {
+		h.Add([]byte(s.Name + "\x00" + s.Schema + "\x00" + s.VersionTable + "\x00"))
+		names, err := fs.Glob(s.FS, "*.sql")
+		if err != nil {
+			return "", err
+		}
+		for _, n := range names {
+			b, err := fs.ReadFile(s.FS, n)
+			if err != nil {
+				return "", err
+			}
+			h.Add([]byte(n))
+			h.Add(b)
+		}
+	}
+	return h.String(), nil
+}
 
 func (m migrator) Migrate(ctx context.Context, db *sql.DB, _ pgtestdb.Config) error {
-	_, err := pgmigrate.UpDB(ctx, db, m.fsys)
+	_, err := pgmigrate.Apply(ctx, db, m.sets...)
 	return err
 }

@@ -5,16 +5,22 @@ import (
 	"os"
 	"testing"
 
-	"github.com/lossless-dev/lossless/migrations"
+	"testing/fstest"
+
+	"github.com/lossless-dev/lossless/pkg/pgmigrate"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
 )
+
+var testSet = pgmigrate.Set{Name: "test", FS: fstest.MapFS{
+	"00001_t.sql": {Data: []byte("-- +goose Up\nCREATE TABLE t (id int);\n-- +goose Down\nDROP TABLE t;\n")},
+}}
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 
 func TestDatabasesAreIsolated(t *testing.T) {
 	t.Parallel()
-	a := pgtest.NewPool(t, migrations.WorkOrder())
-	b := pgtest.NewPool(t, migrations.WorkOrder())
+	a := pgtest.NewPool(t, testSet)
+	b := pgtest.NewPool(t, testSet)
 	ctx := context.Background()
 	if _, err := a.Exec(ctx, "CREATE TABLE only_in_a (id int)"); err != nil {
 		t.Fatal(err)

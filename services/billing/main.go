@@ -78,7 +78,7 @@ func run(args []string) error {
 	case "serve":
 		return serve(ctx, env)
 	case "migrate":
-		return pgmigrate.Command(ctx, env, migrations.Billing(), logger)
+		return pgmigrate.Command(ctx, env, logger, migrations.Billing()...)
 	case "provision":
 		cfg := pubsub.ClientConfigFromEnv(env)
 		if err := env.Err(); err != nil {

@@ -46,7 +46,7 @@ func run(args []string) error {
 	case "serve":
 		return serve(ctx, env)
 	case "migrate":
-		return pgmigrate.Command(ctx, env, migrations.ProviderSim(), logger())
+		return pgmigrate.Command(ctx, env, logger(), migrations.ProviderSim()...)
 	case "provision":
 		cfg := pubsub.ClientConfigFromEnv(env)
 		if err := env.Err(); err != nil {

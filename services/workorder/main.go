@@ -60,7 +60,7 @@ func run(args []string) error {
 	case "serve":
 		return serve(ctx, env)
 	case "migrate":
-		return pgmigrate.Command(ctx, env, migrations.WorkOrder(), cliLogger())
+		return pgmigrate.Command(ctx, env, cliLogger(), migrations.WorkOrder()...)
 	case "provision":
 		cfg := pubsub.ClientConfigFromEnv(env)
 		if err := env.Err(); err != nil {

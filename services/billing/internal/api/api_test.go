@@ -40,7 +40,7 @@ type testBundle struct {
 
 func setup(t *testing.T) testBundle {
 	t.Helper()
-	return setupOn(t, pgtest.NewPool(t, migrations.Billing()))
+	return setupOn(t, pgtest.NewPool(t, migrations.Billing()...))
 }
 
 // setupOn serves the API over pool.

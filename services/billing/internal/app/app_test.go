@@ -107,7 +107,7 @@ func newWorker(b *testBundle, cfg leasequeue.WorkerConfig) (*leasequeue.Worker, 
 // service's (pool_max_conns=20) rather than pgxpool's default of 4.
 func newPool(t testing.TB) *pgxpool.Pool {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(pgtest.NewDatabase(t, migrations.Billing()))
+	cfg, err := pgxpool.ParseConfig(pgtest.NewDatabase(t, migrations.Billing()...))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,7 +38,7 @@ type testBundle struct {
 // setup builds the consumer with the zero Config: every default applies.
 func setup(t *testing.T) *testBundle {
 	t.Helper()
-	pool := pgtest.NewPool(t, migrations.Billing())
+	pool := pgtest.NewPool(t, migrations.Billing()...)
 	logger := slog.New(slog.NewJSONHandler(io.Discard, nil))
 	reader := sdkmetric.NewManualReader()
 	meter := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)).Meter("test")

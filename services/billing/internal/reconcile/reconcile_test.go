@@ -49,7 +49,7 @@ func (o orders) ListWorkOrders(_ context.Context, req *workorderv1.ListWorkOrder
 
 func TestCrossServiceFindsEachKind(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.NewPool(t, migrations.Billing())
+	pool := pgtest.NewPool(t, migrations.Billing()...)
 	ctx := context.Background()
 	now := time.Now()
 	old := timestamppb.New(now.Add(-time.Hour))
@@ -102,7 +102,7 @@ func TestCrossServiceFindsEachKind(t *testing.T) {
 // way, and a published one has left the outbox for outbox_published.
 func TestLocalFindsOnlyFailedInvoiceEvents(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.NewPool(t, migrations.Billing())
+	pool := pgtest.NewPool(t, migrations.Billing()...)
 	ctx := context.Background()
 	failed, pending, published := uuid.New(), uuid.New(), uuid.New()
 	if _, err := pool.Exec(ctx, `

@@ -28,7 +28,7 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 // rejected values forever.
 func TestSubmitRejectedByTheStoreIsInvalidArgumentNotUnavailable(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.NewPool(t, migrations.ProviderSim())
+	pool := pgtest.NewPool(t, migrations.ProviderSim()...)
 	emu := pubsubtest.New(t)
 	pub, err := pubsub.NewPublisher(emu.Client, pubsub.TopicWorkOrderCompleted, pubsub.PublisherConfig{})
 	if err != nil {

@@ -54,7 +54,7 @@ func setup(t *testing.T, exec time.Duration) *bundle {
 
 func setupWithToken(t *testing.T, exec time.Duration, token string) *bundle {
 	t.Helper()
-	dsn := pgtest.NewDatabase(t, migrations.ProviderSim())
+	dsn := pgtest.NewDatabase(t, migrations.ProviderSim()...)
 	emu := pubsubtest.New(t)
 	cfg := app.Config{
 		DatabaseURL: dsn,

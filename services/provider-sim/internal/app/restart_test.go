@@ -110,13 +110,13 @@ func firstPlan(t *testing.T, dsn string, emu *pubsubtest.Emulator, incarnation s
 func TestARestartWithAFixedSeedDoesNotReplayTheFirstDraws(t *testing.T) {
 	t.Parallel()
 	emu := pubsubtest.New(t)
-	dsn := pgtest.NewDatabase(t, migrations.ProviderSim())
+	dsn := pgtest.NewDatabase(t, migrations.ProviderSim()...)
 	first, second := firstPlan(t, dsn, emu, "1"), firstPlan(t, dsn, emu, "2")
 	if first == second {
 		t.Fatalf("the restart drew the same plan for its first job (%+v): the generator replayed its stream", first)
 	}
 	// Still reproducible as a whole: a fresh database replays start 1, then start 2.
-	fresh := pgtest.NewDatabase(t, migrations.ProviderSim())
+	fresh := pgtest.NewDatabase(t, migrations.ProviderSim()...)
 	if again := firstPlan(t, fresh, emu, "1"); again != first {
 		t.Fatalf("first start on a fresh database drew %+v, want %+v (same seed, same start)", again, first)
 	}

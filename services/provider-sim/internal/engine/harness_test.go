@@ -68,7 +68,7 @@ func setupTB(t testing.TB, o options) *bundle {
 		t.Fatal(err)
 	}
 	return &bundle{
-		pool:   pgtest.NewPool(t, migrations.ProviderSim()),
+		pool:   pgtest.NewPool(t, migrations.ProviderSim()...),
 		emu:    emu,
 		pub:    pub,
 		dice:   dice,

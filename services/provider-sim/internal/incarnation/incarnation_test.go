@@ -14,7 +14,7 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 
 func TestEachInstanceCountsItsOwnStarts(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.NewPool(t, migrations.ProviderSim())
+	pool := pgtest.NewPool(t, migrations.ProviderSim()...)
 	next := func(instance string) int64 {
 		t.Helper()
 		n, err := incarnation.Next(context.Background(), pool, instance)

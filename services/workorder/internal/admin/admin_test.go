@@ -38,7 +38,7 @@ type bundle struct {
 
 func setup(t *testing.T, deps admin.Deps) bundle {
 	t.Helper()
-	deps.Pool = pgtest.NewPool(t, migrations.WorkOrder())
+	deps.Pool = pgtest.NewPool(t, migrations.WorkOrder()...)
 	deps.Logger = slog.New(slog.DiscardHandler)
 	ops, err := admin.NewOps(deps)
 	if err != nil {

@@ -25,7 +25,7 @@ func TestRunbookSQL(t *testing.T) {
 	if psql == "" {
 		t.Skip("psql not found")
 	}
-	dsn := pgtest.NewDatabase(t, migrations.WorkOrder())
+	dsn := pgtest.NewDatabase(t, migrations.WorkOrder()...)
 	for _, name := range []string{
 		"repair-parked-inbox-entries.md", "ambiguous-correlation.md", "replay-dead-letter-events.md",
 		"stuck-work-order.md", "inbox-oldest-open-entry.md", "inbox-payload-conflict.md",

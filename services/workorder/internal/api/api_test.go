@@ -50,7 +50,7 @@ type testBundle struct {
 
 func setup(t testing.TB) testBundle {
 	t.Helper()
-	return setupOn(t, pgtest.NewPool(t, migrations.WorkOrder()))
+	return setupOn(t, pgtest.NewPool(t, migrations.WorkOrder()...))
 }
 
 // setupOn serves the API over pool, a migrated work-order database.

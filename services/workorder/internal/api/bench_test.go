@@ -22,7 +22,7 @@ import (
 // idempotency key, to show what the key costs. Compare the two ns/op in the
 // same run; absolute figures follow the machine's commit latency.
 func BenchmarkCreateWorkOrder(b *testing.B) {
-	pool := pgtest.NewPool(b, migrations.WorkOrder())
+	pool := pgtest.NewPool(b, migrations.WorkOrder()...)
 	logger := slog.New(slog.DiscardHandler)
 	repo, err := orders.NewRepository(pool)
 	if err != nil {

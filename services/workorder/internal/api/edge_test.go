@@ -87,7 +87,7 @@ func TestCreateDuringDatabaseOutageIs503AndItsRetrySucceeds(t *testing.T) {
 	}
 	admin.Close()
 	dsn := cluster.DSN("workorder")
-	if _, err := pgmigrate.Up(ctx, dsn, migrations.WorkOrder()); err != nil {
+	if _, err := pgmigrate.ApplyDSN(ctx, dsn, migrations.WorkOrder()...); err != nil {
 		t.Fatal(err)
 	}
 	cfg, err := pgxpool.ParseConfig(dsn)

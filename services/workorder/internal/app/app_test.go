@@ -105,7 +105,7 @@ func get(t *testing.T, url string) (int, string) {
 // next process.
 func TestServeShutdown_InFlightHandOffFinishesAndNoNewWorkIsClaimed(t *testing.T) {
 	t.Parallel()
-	dsn := pgtest.NewDatabase(t, migrations.WorkOrder())
+	dsn := pgtest.NewDatabase(t, migrations.WorkOrder()...)
 	provider := &blockingProvider{called: make(chan string, 2), release: make(chan struct{})}
 	cfg := testConfig(t, dsn, startProvider(t, provider))
 
@@ -239,7 +239,7 @@ const operatorToken = "s3cret-operator-token-of-32-chars"
 // the token learns nothing about its request, even an invalid one.
 func TestAdminRefusesMissingTokenBeforeValidating(t *testing.T) {
 	t.Parallel()
-	dsn := pgtest.NewDatabase(t, migrations.WorkOrder())
+	dsn := pgtest.NewDatabase(t, migrations.WorkOrder()...)
 	cfg := testConfig(t, dsn, startProvider(t, &blockingProvider{called: make(chan string, 1), release: make(chan struct{})}))
 	cfg.OperatorToken = operatorToken
 	a, err := app.New(context.Background(), cfg, slog.New(slog.DiscardHandler), telemetry.Providers{})
@@ -284,7 +284,7 @@ const apiMaxConns = 3
 func TestAPIFloodDoesNotStarveTheOutboxRelay(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	dsn := pgtest.NewDatabase(t, migrations.WorkOrder())
+	dsn := pgtest.NewDatabase(t, migrations.WorkOrder()...)
 	provider := &blockingProvider{called: make(chan string, 64), release: make(chan struct{})}
 	close(provider.release)
 	cfg := testConfig(t, dsn, startProvider(t, provider))

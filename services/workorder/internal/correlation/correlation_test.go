@@ -37,7 +37,7 @@ type bundle struct {
 
 func setup(t testing.TB) bundle {
 	t.Helper()
-	pool := pgtest.NewPool(t, migrations.WorkOrder())
+	pool := pgtest.NewPool(t, migrations.WorkOrder()...)
 	store, err := inbox.NewStore(pool, nil)
 	if err != nil {
 		t.Fatal(err)

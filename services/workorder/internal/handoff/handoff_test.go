@@ -74,7 +74,7 @@ type testBundle struct {
 
 func setup(t *testing.T, answer func(call int, req *providerv1.SubmitWorkOrderRequest) error) testBundle {
 	t.Helper()
-	pool := pgtest.NewPool(t, migrations.WorkOrder())
+	pool := pgtest.NewPool(t, migrations.WorkOrder()...)
 	repo, err := orders.NewRepository(pool)
 	if err != nil {
 		t.Fatal(err)

@@ -72,7 +72,7 @@ func TestProviderRestart_PendingHandOffsGoOutSoonAfterItIsBack(t *testing.T) {
 		// room for a loaded machine. The old per-event backoff takes 10-30 s.
 		recoveryBound = 5 * time.Second
 	)
-	pool := pgtest.NewPool(t, migrations.WorkOrder())
+	pool := pgtest.NewPool(t, migrations.WorkOrder()...)
 	repo, err := orders.NewRepository(pool)
 	if err != nil {
 		t.Fatal(err)

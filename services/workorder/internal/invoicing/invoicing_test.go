@@ -39,7 +39,7 @@ type testBundle struct {
 
 func setup(t *testing.T) *testBundle {
 	t.Helper()
-	pool := pgtest.NewPool(t, migrations.WorkOrder())
+	pool := pgtest.NewPool(t, migrations.WorkOrder()...)
 	inv, err := invoicing.New(pool, slog.New(slog.NewJSONHandler(io.Discard, nil)), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -280,7 +280,7 @@ func wantAcked(t *testing.T, errs []error) {
 
 func setupMetered(t *testing.T) (*testBundle, *sdkmetric.ManualReader) {
 	t.Helper()
-	pool := pgtest.NewPool(t, migrations.WorkOrder())
+	pool := pgtest.NewPool(t, migrations.WorkOrder()...)
 	reader := sdkmetric.NewManualReader()
 	inv, err := invoicing.New(pool, slog.New(slog.NewJSONHandler(io.Discard, nil)),
 		sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)).Meter("test"))

@@ -64,7 +64,7 @@ func TestAcceptHandOffOutcomes(t *testing.T) {
 
 func setup(t *testing.T) (*pgxpool.Pool, *orders.Repository) {
 	t.Helper()
-	pool := pgtest.NewPool(t, migrations.WorkOrder())
+	pool := pgtest.NewPool(t, migrations.WorkOrder()...)
 	repo, err := orders.NewRepository(pool)
 	if err != nil {
 		t.Fatal(err)

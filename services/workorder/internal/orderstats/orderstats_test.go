@@ -19,7 +19,7 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 // open status without orders reads 0 rather than disappearing.
 func TestRefreshCountsOrdersByOpenStatus(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.NewPool(t, migrations.WorkOrder())
+	pool := pgtest.NewPool(t, migrations.WorkOrder()...)
 	ctx := context.Background()
 	for status, n := range map[string]int{"CREATED": 3, "HANDED_OFF": 2, "INVOICED": 4, "CANCELLED": 1} {
 		if _, err := pool.Exec(ctx, `

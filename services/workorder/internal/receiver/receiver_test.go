@@ -43,7 +43,7 @@ type bundle struct {
 func setup(t testing.TB, pool *pgxpool.Pool) bundle {
 	t.Helper()
 	if pool == nil {
-		pool = pgtest.NewPool(t, migrations.WorkOrder())
+		pool = pgtest.NewPool(t, migrations.WorkOrder()...)
 	}
 	store, err := inbox.NewStore(pool, nil)
 	if err != nil {
@@ -238,7 +238,7 @@ func TestF15_DatabaseDownAndBack_NothingLost(t *testing.T) {
 	}
 	admin.Close()
 	dsn := cluster.DSN("workorder")
-	if _, err := pgmigrate.Up(ctx, dsn, migrations.WorkOrder()); err != nil {
+	if _, err := pgmigrate.ApplyDSN(ctx, dsn, migrations.WorkOrder()...); err != nil {
 		t.Fatal(err)
 	}
 	cfg, _ := pgxpool.ParseConfig(dsn)

@@ -5,7 +5,7 @@
 -- resolved (APPLIED or DUPLICATE) and older than the retention: PARKED rows
 -- and conflicts are kept until a person deals with them.
 
-CREATE TABLE inbox (
+CREATE TABLE {schema}.inbox (
     id               bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     -- Who emitted the event (e.g. "provider"); with event_id the dedup key.
     source           text        NOT NULL CHECK (length(source) BETWEEN 1 AND 64),
@@ -45,14 +45,14 @@ CREATE TABLE inbox (
 -- walks it by id with a keyset cursor (and sweeps from the start on an
 -- interval) because a plain "ORDER BY id LIMIT n" over a partial index decays
 -- as every resolved row leaves a dead entry at its front (docs/performance.md).
-CREATE INDEX inbox_open_idx ON inbox (id) WHERE status = 'OPEN';
+CREATE INDEX inbox_open_idx ON {schema}.inbox (id) WHERE status = 'OPEN';
 -- The NOT EXISTS ordering guard: "is there an older OPEN entry of this key?"
 -- is one probe into this small partial index.
-CREATE INDEX inbox_open_key_idx ON inbox (correlation_key, id) WHERE status = 'OPEN';
+CREATE INDEX inbox_open_key_idx ON {schema}.inbox (correlation_key, id) WHERE status = 'OPEN';
 -- Parked entries: listing, counting by reason, replay by time range.
-CREATE INDEX inbox_parked_idx ON inbox (received_at, id) WHERE status = 'PARKED';
+CREATE INDEX inbox_parked_idx ON {schema}.inbox (received_at, id) WHERE status = 'PARKED';
 -- Cleanup walks resolved rows oldest first.
-CREATE INDEX inbox_resolved_idx ON inbox (processed_at) WHERE status IN ('APPLIED', 'DUPLICATE');
+CREATE INDEX inbox_resolved_idx ON {schema}.inbox (processed_at) WHERE status IN ('APPLIED', 'DUPLICATE');
 
 -- Wake the correlation relays when new entries commit (pkg/inbox listens on
 -- channel "inbox"). One notification per inserting statement, not per row: a
@@ -60,7 +60,7 @@ CREATE INDEX inbox_resolved_idx ON inbox (processed_at) WHERE status IN ('APPLIE
 -- commit, so a woken relay always sees the rows; parked poison does not wake
 -- anyone. Polling stays the fallback.
 -- +goose StatementBegin
-CREATE FUNCTION inbox_notify() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE FUNCTION {schema}.inbox_notify() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF EXISTS (SELECT 1 FROM new_rows WHERE status = 'OPEN') THEN
         PERFORM pg_notify('inbox', '');
@@ -69,19 +69,19 @@ BEGIN
 END
 $$;
 -- +goose StatementEnd
-CREATE TRIGGER inbox_notify AFTER INSERT ON inbox
+CREATE TRIGGER inbox_notify AFTER INSERT ON {schema}.inbox
     REFERENCING NEW TABLE AS new_rows
-    FOR EACH STATEMENT EXECUTE FUNCTION inbox_notify();
+    FOR EACH STATEMENT EXECUTE FUNCTION {schema}.inbox_notify();
 
 -- The inbox churns (insert, one update, delete): vacuum it early so dead
 -- index entries do not pile up in front of the claim.
-ALTER TABLE inbox SET (autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_threshold = 1000,
+ALTER TABLE {schema}.inbox SET (autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_threshold = 1000,
                        autovacuum_analyze_scale_factor = 0.02);
 
 -- A second payload under an already stored (source, event_id) with another
 -- hash (a producer bug, never a silent duplicate). The first
 -- payload stays in `inbox`; every different payload is kept here.
-CREATE TABLE inbox_conflicts (
+CREATE TABLE {schema}.inbox_conflicts (
     id               bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     source           text        NOT NULL,
     event_id         text        NOT NULL,
@@ -94,40 +94,10 @@ CREATE TABLE inbox_conflicts (
     resolved_at      timestamptz,
     CONSTRAINT inbox_conflicts_uq UNIQUE (source, event_id, payload_sha256)
 );
-CREATE INDEX inbox_conflicts_open_idx ON inbox_conflicts (detected_at) WHERE resolved_at IS NULL;
-
--- Every privileged operation (replay, cleanup, re-hand-off): who, why, what.
-CREATE TABLE operator_audit (
-    id          bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    action      text        NOT NULL,
-    actor       text        NOT NULL CHECK (length(actor) BETWEEN 1 AND 200),
-    ticket      text        NOT NULL CHECK (length(ticket) BETWEEN 1 AND 200),
-    dry_run     boolean     NOT NULL DEFAULT false,
-    params      jsonb       NOT NULL DEFAULT '{}',
-    affected    integer     NOT NULL DEFAULT 0,
-    occurred_at timestamptz NOT NULL DEFAULT now()
-);
-
--- Provider events applied to a work order, kept for the order's lifetime
--- (unlike inbox rows, which cleanup removes): how the correlation knows that
--- THIS exact event was already applied (F6 duplicate) even after its inbox
--- row is gone, and why a NEW tranche for a completed order is not one.
-CREATE TABLE work_order_applied_events (
-    source          text        NOT NULL,
-    event_id        text        NOT NULL,
-    work_order_id   uuid        NOT NULL REFERENCES work_orders (id),
-    event_type      text        NOT NULL,
-    completed_items integer     NOT NULL DEFAULT 0,
-    inbox_id        bigint,
-    applied_at      timestamptz NOT NULL DEFAULT now(),
-    PRIMARY KEY (source, event_id)
-);
-CREATE INDEX work_order_applied_events_order_idx ON work_order_applied_events (work_order_id);
+CREATE INDEX inbox_conflicts_open_idx ON {schema}.inbox_conflicts (detected_at) WHERE resolved_at IS NULL;
 
 -- +goose Down
-DROP TRIGGER inbox_notify ON inbox;
-DROP FUNCTION inbox_notify();
-DROP TABLE work_order_applied_events;
-DROP TABLE operator_audit;
-DROP TABLE inbox_conflicts;
-DROP TABLE inbox;
+DROP TABLE {schema}.inbox_conflicts;
+DROP TRIGGER inbox_notify ON {schema}.inbox;
+DROP FUNCTION {schema}.inbox_notify();
+DROP TABLE {schema}.inbox;
