@@ -93,6 +93,38 @@ func NewDatabase(t testing.TB, sets ...pgmigrate.Set) string {
 	return conf.URL()
 }
 
+// ExampleDatabase is NewDatabase for runnable Example functions, which have
+// no testing.TB: it returns the database's connection string and a drop
+// function to defer. A failure panics, which fails the Example with the
+// message. The package's TestMain must call Main, as for tests.
+func ExampleDatabase(sets ...pgmigrate.Set) (dsn string, drop func()) {
+	if len(sets) == 0 {
+		panic("pgtest: no migration sets")
+	}
+	base, err := server()
+	if err != nil {
+		panic(fmt.Sprintf("pgtest: %v", err))
+	}
+	tb := &exampleTB{}
+	conf := pgtestdb.Custom(tb, base, migrator{sets: sets})
+	return conf.URL(), tb.cleanup
+}
+
+// exampleTB is the part of testing.TB that pgtestdb uses.
+type exampleTB struct{ cleanups []func() }
+
+func (e *exampleTB) Cleanup(f func())               { e.cleanups = append(e.cleanups, f) }
+func (e *exampleTB) Failed() bool                   { return false }
+func (e *exampleTB) Fatalf(format string, a ...any) { panic(fmt.Sprintf("pgtest: "+format, a...)) }
+func (e *exampleTB) Helper()                        {}
+func (e *exampleTB) Logf(string, ...any)            {}
+
+func (e *exampleTB) cleanup() {
+	for i := len(e.cleanups) - 1; i >= 0; i-- {
+		e.cleanups[i]()
+	}
+}
+
 // ServerDSN returns a superuser connection string to the test server's
 // "postgres" database, for tests that create their own objects.
 func ServerDSN(t testing.TB) string {

@@ -1,7 +1,10 @@
 package pgtest_test
 
 import (
+	"fmt"
+
 	"context"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"os"
 	"testing"
 
@@ -39,4 +42,20 @@ func TestDatabasesAreIsolated(t *testing.T) {
 	if v < 1 {
 		t.Fatalf("migrations not applied: version %d", v)
 	}
+}
+
+func ExampleExampleDatabase() {
+	dsn, drop := pgtest.ExampleDatabase(testSet)
+	defer drop()
+	pool, err := pgxpool.New(context.Background(), dsn)
+	if err != nil {
+		panic(err)
+	}
+	defer pool.Close()
+	var n int
+	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM t`).Scan(&n); err != nil {
+		panic(err)
+	}
+	fmt.Println("rows:", n)
+	// Output: rows: 0
 }
