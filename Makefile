@@ -5,6 +5,7 @@ SHELL := /usr/bin/env bash
 GO        ?= go
 TOOL      := $(GO) tool -modfile=tools/go.mod
 BIN_DIR   ?= bin
+# One per services/<name>/service.json; cmd/newservice appends, deploy/deploytest checks.
 SERVICES  := workorder provider-sim billing
 COMMANDS  := pubsub-emulator healthcheck
 GO_TEST_FLAGS ?= -race -count=1 -timeout 20m
@@ -22,26 +23,34 @@ build: ## Build every service and command into ./bin (static binaries).
 		CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN_DIR)/$$c ./cmd/$$c || exit 1; done
 
 .PHONY: test
-test: ## Run every test (unit, integration on real PostgreSQL and Pub/Sub emulator) under -race.
+test: ## Run every test (unit, integration on real PostgreSQL and Pub/Sub emulator) under -race, in the main and deploy/ modules.
 	$(GO) test $(GO_TEST_FLAGS) ./...
+	cd deploy && $(GO) test $(GO_TEST_FLAGS) ./...
 
 .PHONY: lint
 lint: ## Run gofmt, go vet, buf lint and golangci-lint.
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^gen/')); \
 		if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	cd deploy && $(GO) vet ./...
 	$(TOOL) buf lint
 	$(TOOL) golangci-lint run ./...
+	cd deploy && $(GO) tool -modfile=../tools/go.mod golangci-lint run ./...
 
 .PHONY: proto
-proto: ## Regenerate Go, gRPC, gateway and OpenAPI code from proto/ (offline).
-	rm -rf gen
+proto: ## Regenerate Go, gRPC, gateway and OpenAPI code from proto/, and pkg/'s test protos (offline).
+	rm -rf gen pkg/internal/testpb
 	$(TOOL) buf generate
+	$(TOOL) buf generate --template pkg/internal/testproto/buf.gen.yaml
+
+.PHONY: new-service
+new-service: ## Scaffold a service with API, database, outbox, tests and deployment, e.g. make new-service NAME=shipping.
+	$(GO) run ./cmd/newservice -name "$(NAME)"
 
 .PHONY: check-generated
-check-generated: proto ## Fail when committed generated code differs from proto/.
-	@git add -N gen >/dev/null 2>&1 || true
-	@git diff --exit-code --stat -- gen || { echo "generated code is out of sync with proto/: run 'make proto' and commit"; exit 1; }
+check-generated: proto ## Fail when committed generated code differs from its protos.
+	@git add -N gen pkg/internal/testpb >/dev/null 2>&1 || true
+	@git diff --exit-code --stat -- gen pkg/internal/testpb || { echo "generated code is out of sync with its protos: run 'make proto' and commit"; exit 1; }
 
 # Built, then exec'd: `go run` exits 1 when it sees the Ctrl-C, whatever runlocal's status.
 .PHONY: run
@@ -71,4 +80,45 @@ fuzz: ## Fuzz every Fuzz target for FUZZTIME each (default 30s), e.g. make fuzz 
 	done
 
 .PHONY: ci
-ci: check-generated lint test ## What .ci/run runs after installing prerequisites (make test runs every seed corpus).
+ci: check-generated tidy-check proto-breaking lint test ## What .ci/run runs after installing prerequisites (make test runs every seed corpus).
+
+# Every module of the repository: the main one, tools/, deploy/, bench/river-compare/.
+GO_MODULES = $(sort $(patsubst %/go.mod,%,$(shell find . -name go.mod -not -path './.git/*')))
+
+.PHONY: tidy-check
+tidy-check: ## Fail, naming the file, when `go mod tidy` would change a go.mod or go.sum of any module.
+	@fail=0; for dir in $(GO_MODULES); do \
+		if ! diff=$$(cd $$dir && $(GO) mod tidy -diff 2>&1); then \
+			files=$$(printf '%s\n' "$$diff" | sed -n 's|^--- current/||p' | sed "s|^|$${dir#./}/|" | tr '\n' ' '); \
+			echo "go mod tidy would change $${files:-$$dir (go mod tidy failed)}: run 'cd $$dir && go mod tidy' and commit"; \
+			printf '%s\n' "$$diff"; fail=1; \
+		fi; \
+	done; exit $$fail
+
+# buf fetches the branch from the local .git: a clone of main has refs/heads/main;
+# a pull-request checkout in CI (fetch-depth 0) has only refs/remotes/origin/main.
+# Only the proto/ module: buf compares workspaces module by module and fails
+# outright when their number differs, and pkg/'s test protos promise nothing.
+.PHONY: proto-breaking
+proto-breaking: ## Fail when proto/ breaks compatibility (buf FILE rules) with the main branch.
+	@ref=main; git rev-parse -q --verify refs/heads/main >/dev/null || ref=origin/main; \
+		echo "buf breaking proto --against '.git#branch=$$ref,subdir=proto'"; \
+		$(TOOL) buf breaking proto --against ".git#branch=$$ref,subdir=proto"
+
+.PHONY: rename
+rename: ## Give a fork its module path everywhere (imports, go.mod files, protos, gen/, runbook URLs), e.g. make rename MODULE=github.com/acme/orders.
+	@if [ -z "$(MODULE)" ]; then echo "usage: make rename MODULE=github.com/acme/orders"; exit 2; fi
+	$(GO) run ./cmd/rename -module '$(MODULE)'
+
+BENCH_RIVER_JOBS    ?= 100000
+BENCH_RIVER_WORKERS ?= 100
+
+# Not part of `make test`: it needs a PostgreSQL server and takes minutes.
+.PHONY: bench-river
+bench-river: ## B3: River vs pkg/leasequeue burn-down on one server, e.g. make bench-river DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres.
+	@if [ -z "$(DATABASE_URL)" ]; then echo "bench-river needs DATABASE_URL, a PostgreSQL 15 server (fsync on) it may create databases on"; exit 2; fi
+	@echo "== River (bench/river-compare): $(BENCH_RIVER_JOBS) jobs, $(BENCH_RIVER_WORKERS) workers"
+	cd bench/river-compare && $(GO) run . -database-url '$(DATABASE_URL)' -jobs $(BENCH_RIVER_JOBS) -workers $(BENCH_RIVER_WORKERS)
+	@echo "== ours (pkg/leasequeue BenchmarkBurnDown): same jobs, workers and server"
+	DATABASE_URL='$(DATABASE_URL)' LEASEQUEUE_BENCH_JOBS=$(BENCH_RIVER_JOBS) LEASEQUEUE_BENCH_WORKERS=$(BENCH_RIVER_WORKERS) \
+		$(GO) test -run '^$$' -bench '^BenchmarkBurnDown$$' -benchtime 1x -timeout 30m ./pkg/leasequeue

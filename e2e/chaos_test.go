@@ -24,6 +24,7 @@ import (
 	moneyv1 "github.com/lossless-dev/lossless/gen/lossless/money/v1"
 	"github.com/lossless-dev/lossless/internal/loadgen"
 	"github.com/lossless-dev/lossless/internal/localstack"
+	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/waitfor"
 )
@@ -269,12 +270,12 @@ func TestChaos_TwoReplicasKillsBadMessagesAndAPostgresRestart(t *testing.T) {
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
-	if n, want := count(t, billing, "SELECT count(*) FROM parked_messages"), countTopic(bad, pubsub.TopicWorkOrderEvents); n != want {
+	if n, want := count(t, billing, "SELECT count(*) FROM parked_messages"), countTopic(bad, topology.TopicWorkOrderEvents); n != want {
 		t.Errorf("billing: %d parked messages, want the %d malformed ones", n, want)
 	}
 
 	// Nothing dead-lettered but (at worst) our own malformed messages.
-	for _, sub := range []string{pubsub.SubWorkOrderCompletedDeadLetter, pubsub.SubWorkOrderEventsDeadLetter, pubsub.SubBillingEventsDeadLetter} {
+	for _, sub := range []string{topology.SubWorkOrderCompletedDeadLetter, topology.SubWorkOrderEventsDeadLetter, topology.SubBillingEventsDeadLetter} {
 		for _, m := range peekDeadLetters(ctx, t, stack, sub) {
 			if m.GetAttributes()[chaosAttr] == "" {
 				t.Errorf("%s: good message dead-lettered: event %s (%s)", sub, m.GetAttributes()[pubsub.AttrEventID], m.GetAttributes()[pubsub.AttrEventType])
@@ -293,7 +294,7 @@ func TestChaos_TwoReplicasKillsBadMessagesAndAPostgresRestart(t *testing.T) {
 			return count(t, db, "SELECT count(*) FROM outbox")
 		})
 	}
-	if n := count(t, billing, "SELECT count(*) FROM jobs WHERE state <> 'done'"); n != 0 {
+	if n := count(t, billing, "SELECT count(*) FROM leasequeue_jobs WHERE state <> 'done'"); n != 0 {
 		t.Errorf("billing: %d invoice jobs not done", n)
 	}
 	if n := count(t, provider, "SELECT count(*) FROM jobs WHERE status <> 'DONE'"); n != 0 {
@@ -303,7 +304,7 @@ func TestChaos_TwoReplicasKillsBadMessagesAndAPostgresRestart(t *testing.T) {
 	if err := stack.StopServices(30 * time.Second); err != nil {
 		t.Errorf("graceful shutdown: %v", err)
 	}
-	if n := count(t, billing, "SELECT count(*) FROM jobs WHERE state = 'running'"); n != 0 {
+	if n := count(t, billing, "SELECT count(*) FROM leasequeue_jobs WHERE state = 'running'"); n != 0 {
 		t.Errorf("billing: %d jobs still leased after shutdown", n)
 	}
 	if n := count(t, provider, "SELECT count(*) FROM jobs WHERE lease_until > now()"); n != 0 {
@@ -361,16 +362,16 @@ func publishBadMessages(ctx context.Context, t *testing.T, stack *localstack.Sta
 
 	id1, id2 := freshID(), freshID()
 	bad := []badMessage{
-		{label: "event_id with a NUL byte", topic: pubsub.TopicWorkOrderCompleted, data: completed(nulID), attrs: attrs("nul-event-id", typeCompleted, nulID)},
-		{label: "attribute value with a NUL byte", topic: pubsub.TopicWorkOrderCompleted, data: completed(id1), attrs: withNulAttr(attrs("nul-attribute", typeCompleted, id1))},
-		{label: "250-character event_id", topic: pubsub.TopicWorkOrderCompleted, data: completed(longID), attrs: attrs("long-event-id", typeCompleted, longID)},
-		{label: "unknown event_type", topic: pubsub.TopicWorkOrderCompleted, data: completed(freshID()), attrs: attrs("unknown-type", "lossless.events.v1.NoSuchEvent", "")},
+		{label: "event_id with a NUL byte", topic: topology.TopicWorkOrderCompleted, data: completed(nulID), attrs: attrs("nul-event-id", typeCompleted, nulID)},
+		{label: "attribute value with a NUL byte", topic: topology.TopicWorkOrderCompleted, data: completed(id1), attrs: withNulAttr(attrs("nul-attribute", typeCompleted, id1))},
+		{label: "250-character event_id", topic: topology.TopicWorkOrderCompleted, data: completed(longID), attrs: attrs("long-event-id", typeCompleted, longID)},
+		{label: "unknown event_type", topic: topology.TopicWorkOrderCompleted, data: completed(freshID()), attrs: attrs("unknown-type", "lossless.events.v1.NoSuchEvent", "")},
 
-		{label: "event_id with a NUL byte", topic: pubsub.TopicWorkOrderEvents, data: recorded(nulID), attrs: attrs("nul-event-id", typeRecorded, nulID)},
-		{label: "unparseable payload with a NUL byte in an attribute value", topic: pubsub.TopicWorkOrderEvents, data: []byte("not a protobuf \xff\xff"), attrs: withNulAttr(attrs("nul-attribute", typeRecorded, id2))},
-		{label: "250-character event_id", topic: pubsub.TopicWorkOrderEvents, data: recorded(longID), attrs: attrs("long-event-id", typeRecorded, longID)},
-		{label: "no event_type", topic: pubsub.TopicWorkOrderEvents, data: recorded(freshID()), attrs: attrs("no-type", "", "")},
-		{label: "unknown event_type", topic: pubsub.TopicWorkOrderEvents, data: recorded(freshID()), attrs: attrs("unknown-type", "lossless.events.v1.NoSuchEvent", "")},
+		{label: "event_id with a NUL byte", topic: topology.TopicWorkOrderEvents, data: recorded(nulID), attrs: attrs("nul-event-id", typeRecorded, nulID)},
+		{label: "unparseable payload with a NUL byte in an attribute value", topic: topology.TopicWorkOrderEvents, data: []byte("not a protobuf \xff\xff"), attrs: withNulAttr(attrs("nul-attribute", typeRecorded, id2))},
+		{label: "250-character event_id", topic: topology.TopicWorkOrderEvents, data: recorded(longID), attrs: attrs("long-event-id", typeRecorded, longID)},
+		{label: "no event_type", topic: topology.TopicWorkOrderEvents, data: recorded(freshID()), attrs: attrs("no-type", "", "")},
+		{label: "unknown event_type", topic: topology.TopicWorkOrderEvents, data: recorded(freshID()), attrs: attrs("unknown-type", "lossless.events.v1.NoSuchEvent", "")},
 	}
 	client, err := pubsub.NewClient(ctx, pubsub.ClientConfig{ProjectID: "lossless-local", EmulatorHost: stack.Emulator})
 	if err != nil {
@@ -403,12 +404,12 @@ func parkedReason(ctx context.Context, t *testing.T, wo, billing *pgxpool.Pool, 
 	var reason string
 	var err error
 	switch b.topic {
-	case pubsub.TopicWorkOrderCompleted:
+	case topology.TopicWorkOrderCompleted:
 		err = wo.QueryRow(ctx, `SELECT coalesce(park_reason, '') || ': ' || coalesce(last_error, '')
 			FROM inbox WHERE message_id = $1 AND status = 'PARKED' AND park_reason <> ''`, b.id).Scan(&reason)
-	case pubsub.TopicWorkOrderEvents:
+	case topology.TopicWorkOrderEvents:
 		err = billing.QueryRow(ctx, `SELECT reason FROM parked_messages
-			WHERE subscription = $1 AND message_id = $2 AND reason <> ''`, pubsub.SubWorkOrderEvents, b.id).Scan(&reason)
+			WHERE subscription = $1 AND message_id = $2 AND reason <> ''`, topology.SubWorkOrderEvents, b.id).Scan(&reason)
 	}
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		t.Fatalf("parked %s: %v", b.label, err)
@@ -423,7 +424,7 @@ func dumpBadMessageState(ctx context.Context, t *testing.T, wo, billing *pgxpool
 	for _, b := range bad {
 		var q string
 		db := wo
-		if b.topic == pubsub.TopicWorkOrderCompleted {
+		if b.topic == topology.TopicWorkOrderCompleted {
 			q = `SELECT status || ' ' || coalesce(park_reason, '-') || ' ' || coalesce(last_error, '') FROM inbox WHERE message_id = $1`
 		} else {
 			db, q = billing, `SELECT reason FROM parked_messages WHERE message_id = $1`

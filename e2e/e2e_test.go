@@ -198,7 +198,7 @@ func TestEndToEnd_EveryValidOrderInvoicedExactlyOnceUnderFaultsAndACrash(t *test
 	}
 	// Reconciliation: every completed-and-invoiced order has a done job and
 	// an invoice; no job is dead or stuck.
-	if n := count(t, billing, "SELECT count(*) FROM jobs WHERE state <> 'done'"); n != 0 {
+	if n := count(t, billing, "SELECT count(*) FROM leasequeue_jobs WHERE state <> 'done'"); n != 0 {
 		t.Errorf("%d billing jobs not done", n)
 	}
 
@@ -208,7 +208,7 @@ func TestEndToEnd_EveryValidOrderInvoicedExactlyOnceUnderFaultsAndACrash(t *test
 	if err := stack.Stop(30 * time.Second); err != nil {
 		t.Fatalf("graceful shutdown: %v", err)
 	}
-	if n := count(t, billing, "SELECT count(*) FROM jobs WHERE state = 'running'"); n != 0 {
+	if n := count(t, billing, "SELECT count(*) FROM leasequeue_jobs WHERE state = 'running'"); n != 0 {
 		t.Errorf("%d billing jobs still leased after shutdown", n)
 	}
 	// An outbox claim is a row lock of the relay's transaction: it cannot
@@ -277,7 +277,7 @@ func explain(t *testing.T, id string, wo, billing, provider *pgxpool.Pool) {
 	dump("outbox", wo, "SELECT event_type, status, attempts, last_error, published_at FROM outbox_events WHERE aggregate_id = $1 ORDER BY id")
 	dump("provider job", provider, "SELECT status, positions, created_at FROM jobs WHERE work_order_id = $1::uuid")
 	dump("provider event", provider, "SELECT e.seq, e.kind, e.copies, e.published_at, e.publish_count FROM job_events e JOIN jobs j USING (job_id) WHERE j.work_order_id = $1::uuid ORDER BY e.seq")
-	dump("billing job", billing, "SELECT state, attempts, last_error FROM jobs WHERE unique_key = $1")
+	dump("billing job", billing, "SELECT state, attempts, last_error FROM leasequeue_jobs WHERE unique_key = $1")
 	dump("billing outbox", billing, "SELECT event_type, status, attempts, last_error, published_at FROM outbox_events WHERE aggregate_id = $1 ORDER BY id")
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/lossless-dev/lossless/pkg/inbox"
 	"github.com/lossless-dev/lossless/pkg/leasequeue"
 	"github.com/lossless-dev/lossless/pkg/outbox"
+	"github.com/lossless-dev/lossless/pkg/parked"
 	"github.com/lossless-dev/lossless/pkg/pgmigrate"
 )
 
@@ -27,6 +28,7 @@ func WorkOrder() []pgmigrate.Set {
 		inbox.Migrations(""),
 		dedup.Migrations(""),
 		idempotency.Migrations(""),
+		parked.Migrations(""),
 		own("workorder"),
 	}
 }
@@ -38,6 +40,7 @@ func Billing() []pgmigrate.Set {
 		outbox.Migrations(""),
 		dedup.Migrations(""),
 		leasequeue.Migrations(""),
+		parked.Migrations(""),
 		own("billing"),
 	}
 }

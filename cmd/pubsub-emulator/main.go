@@ -30,6 +30,7 @@ import (
 
 	"cloud.google.com/go/pubsub/v2/pstest"
 
+	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/pkg/envconfig"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 )
@@ -40,7 +41,7 @@ type config struct {
 	// 127.0.0.1:8085 (the Cloud SDK emulator's port, so PUBSUB_EMULATOR_HOST
 	// values work with either). Use 0.0.0.0:8085 inside a container.
 	Listen string
-	// Provision creates pubsub.SystemTopology() at start. Env
+	// Provision creates topology.System() at start. Env
 	// PUBSUB_EMULATOR_PROVISION, default false (services run `provision`).
 	Provision bool
 	// ProjectID is the project provisioned into. Env PUBSUB_PROJECT_ID,
@@ -107,7 +108,7 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger, ready func(addr
 
 	if cfg.Provision {
 		pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		err := pubsub.ProvisionCommand(pctx, pubsub.ClientConfig{ProjectID: cfg.ProjectID, EmulatorHost: srv.Addr}, logger)
+		err := pubsub.ProvisionCommand(pctx, pubsub.ClientConfig{ProjectID: cfg.ProjectID, EmulatorHost: srv.Addr}, topology.System(), logger)
 		cancel()
 		if err != nil {
 			return err

@@ -9,6 +9,7 @@ import (
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 
+	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 )
 
@@ -40,7 +41,7 @@ func TestServesProvisionedTopologyAndStopsOnCancel(t *testing.T) {
 	}
 	defer func() { _ = c.Close() }()
 	_, err = c.SubscriptionAdminClient.GetSubscription(ctx, &pubsubpb.GetSubscriptionRequest{
-		Subscription: pubsub.SubscriptionName(cfg.ProjectID, pubsub.SubWorkOrderCompleted),
+		Subscription: pubsub.SubscriptionName(cfg.ProjectID, topology.SubWorkOrderCompleted),
 	})
 	if err != nil {
 		t.Fatalf("provisioned subscription not served: %v", err)

@@ -1,5 +1,7 @@
 // Command runlocal is `make run`: the whole system as local processes, no
-// Docker. PostgreSQL comes from the local binaries (or DATABASE_URL), Pub/Sub
+// Docker. The services are those declared under services/ (one
+// services/<name>/service.json each, read at start: internal/catalog).
+// PostgreSQL comes from the local binaries (or DATABASE_URL), Pub/Sub
 // from the emulator we ship (or PUBSUB_EMULATOR_HOST). REPLICAS (default 1)
 // starts that many replicas of every service. The operator endpoints are
 // guarded by a token generated for this run (or WORKORDER_OPERATOR_TOKEN /
@@ -18,6 +20,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/lossless-dev/lossless/internal/catalog"
 	"github.com/lossless-dev/lossless/internal/localstack"
 	"github.com/lossless-dev/lossless/pkg/pgcluster"
 )
@@ -38,7 +41,7 @@ func runMain(ports localstack.Ports) int {
 	return 0
 }
 
-// maxReplicas bounds REPLICAS: each replica is three processes.
+// maxReplicas bounds REPLICAS: each replica is one process per service.
 const maxReplicas = 9
 
 func run(ports localstack.Ports) error {
@@ -49,6 +52,12 @@ func run(ports localstack.Ports) error {
 	token, extra, err := operatorTokens(os.Getenv("WORKORDER_OPERATOR_TOKEN"), os.Getenv("PROVIDER_OPERATOR_TOKEN"))
 	if err != nil {
 		return err
+	}
+
+	// Run from the repository root, as make does.
+	svcs, err := catalog.Parse(os.DirFS("services"))
+	if err != nil {
+		return fmt.Errorf("services/*/%s: %w", catalog.FileName, err)
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -65,6 +74,7 @@ func run(ports localstack.Ports) error {
 	}
 	stack, err := localstack.Start(ctx, localstack.Config{
 		BinDir:        binDir,
+		Services:      svcs,
 		DatabaseURL:   os.Getenv("DATABASE_URL"),
 		EmulatorHost:  os.Getenv("PUBSUB_EMULATOR_HOST"),
 		ProjectID:     os.Getenv("PUBSUB_PROJECT_ID"),
@@ -134,25 +144,36 @@ func operatorTokens(workorder, provider string) (string, map[string][]string, er
 func banner(stack *localstack.Stack) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "\nlossless is running. Ctrl-C stops everything.\n\n")
-	api := map[string]string{"workorder": "/v1/work-orders", "provider-sim": "/v1/faults", "billing": "/v1/invoices"}
+	api := map[string]string{}
+	for _, svc := range stack.Services() {
+		api[svc.Name] = svc.RESTPath
+	}
 	for _, in := range stack.Instances() {
 		fmt.Fprintf(&b, "  %-15s REST %s%-16s gRPC %s   metrics %s/metrics\n", in.ID, in.URL, api[in.Service], in.GRPC, in.URL)
 	}
 	fmt.Fprintf(&b, "  Pub/Sub emulator  %s\n", stack.Emulator)
-	wo := stack.URLs()["workorder"]
 	fmt.Fprintf(&b, `
 Operator token of this run (generated unless WORKORDER_OPERATOR_TOKEN or
-PROVIDER_OPERATOR_TOKEN is set); the fault and admin endpoints refuse calls
+PROVIDER_OPERATOR_TOKEN is set); the operator endpoints refuse calls
 without it:
 
   export PROVIDER_OPERATOR_TOKEN=%s    # make demo ARGS="-faults ..." reads it
-  curl -H "authorization: Bearer $PROVIDER_OPERATOR_TOKEN" -X PUT %s/v1/faults -d '{"duplicate":0.2}'
-  grpcurl -plaintext -H "authorization: Bearer $PROVIDER_OPERATOR_TOKEN" %s list
-
-`, stack.OperatorToken, stack.URLs()["provider-sim"], stack.GRPCAddrs()["workorder"])
+`, stack.OperatorToken)
+	// The examples below name the example services; a fork without them
+	// gets the list above only.
+	urls, addrs := stack.URLs(), stack.GRPCAddrs()
+	if u, ok := urls["provider-sim"]; ok {
+		fmt.Fprintf(&b, "  curl -H \"authorization: Bearer $PROVIDER_OPERATOR_TOKEN\" -X PUT %s/v1/faults -d '{\"duplicate\":0.2}'\n", u)
+	}
+	if a, ok := addrs["workorder"]; ok {
+		fmt.Fprintf(&b, "  grpcurl -plaintext -H \"authorization: Bearer $PROVIDER_OPERATOR_TOKEN\" %s list\n", a)
+	}
+	b.WriteString("\n")
 	if len(stack.Replicas("provider-sim")) > 1 {
 		b.WriteString("Each provider-sim replica has its own fault knobs (make demo sets provider-sim-1's);\nworkorder-k hands off to provider-sim-k.\n\n")
 	}
-	fmt.Fprintf(&b, "Try:  make demo        (or: curl -X POST %s/v1/work-orders -d '{\"customer_id\":\"acme\",\"description\":\"paint\",\"positions\":3,\"unit_price\":{\"currency_code\":\"EUR\",\"minor_units\":1250}}')\n\n", wo)
+	if wo, ok := urls["workorder"]; ok {
+		fmt.Fprintf(&b, "Try:  make demo        (or: curl -X POST %s/v1/work-orders -d '{\"customer_id\":\"acme\",\"description\":\"paint\",\"positions\":3,\"unit_price\":{\"currency_code\":\"EUR\",\"minor_units\":1250}}')\n\n", wo)
+	}
 	return b.String()
 }

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lossless-dev/lossless/internal/catalog"
 	"github.com/lossless-dev/lossless/internal/localstack"
 )
 
@@ -61,11 +62,12 @@ func TestCtrlCDuringStartUpExitsZero(t *testing.T) {
 }
 
 type childRun struct {
-	cmd   *exec.Cmd
-	ports localstack.Ports
-	lines chan string // stdout, closed at EOF
-	seen  []string
-	exit  chan error
+	cmd      *exec.Cmd
+	ports    localstack.Ports
+	services catalog.Catalog
+	lines    chan string // stdout, closed at EOF
+	seen     []string
+	exit     chan error
 }
 
 func startChild(t *testing.T) *childRun {
@@ -91,7 +93,11 @@ func startChild(t *testing.T) *childRun {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	c := &childRun{cmd: cmd, ports: ports, lines: make(chan string, 1024), exit: make(chan error, 1)}
+	svcs, err := catalog.Parse(os.DirFS(filepath.Join(cmd.Dir, "services")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &childRun{cmd: cmd, ports: ports, services: svcs, lines: make(chan string, 1024), exit: make(chan error, 1)}
 	go func() {
 		s := bufio.NewScanner(out)
 		for s.Scan() {
@@ -171,8 +177,7 @@ func (c *childRun) interruptAndExpectCleanExit(t *testing.T) {
 // listenedPorts are the stack's ports and, once the log named it, the
 // ephemeral PostgreSQL's.
 func (c *childRun) listenedPorts() []int {
-	p := c.ports
-	out := []int{p.Emulator, p.WorkOrderGRPC, p.WorkOrderHTTP, p.ProviderGRPC, p.ProviderHTTP, p.BillingGRPC, p.BillingHTTP}
+	out := c.ports.AllPorts(c.services, 1)
 	for _, l := range c.seen {
 		var port int
 		if i := strings.Index(l, "listening on 127.0.0.1:"); i >= 0 && strings.HasPrefix(l, "postgres") {

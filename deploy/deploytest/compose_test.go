@@ -264,8 +264,8 @@ func TestComposeServicesStartAfterMigrationAndProvisioning(t *testing.T) {
 			}
 		}
 	}
-	if servers != 3 {
-		t.Errorf("%d services run `serve` from our Dockerfile, want 3", servers)
+	if want := len(declaredServices(t)); servers != want {
+		t.Errorf("%d services run `serve` from our Dockerfile, want %d (one per services/*/service.json)", servers, want)
 	}
 }
 
@@ -377,7 +377,7 @@ func absFrom(base, p string) string {
 
 // checkInitScripts: the postgres entrypoint executes *.sh files that are
 // executable and sources the others; ours must be executable scripts with a
-// shebang (a lost executable bit changes how they run, wild-workouts #34).
+// shebang (a lost executable bit changes how they run: sourced, not executed).
 func checkInitScripts(t *testing.T, dir string, fi os.FileInfo) {
 	t.Helper()
 	if !fi.IsDir() {

@@ -241,3 +241,36 @@ func TestDockerignoreKeepsTheSources(t *testing.T) {
 		}
 	}
 }
+
+// TestDevcontainerMatchesTheBuilder: the development container
+// (.devcontainer/Dockerfile) builds on the image the release builder uses (one
+// Go version everywhere; bump them together) and ends as a non-root user,
+// because pgtest's initdb refuses to run as root.
+func TestDevcontainerMatchesTheBuilder(t *testing.T) {
+	t.Parallel()
+	var builder string
+	for _, st := range dockerStages(t) {
+		if st.Name == "builder" {
+			builder = st.Base
+		}
+	}
+	if builder == "" {
+		t.Fatalf("%s: no builder stage", dockerfile)
+	}
+	var from, user string
+	for _, line := range strings.Split(string(readRepoFile(t, devcontainerDockerfile)), "\n") {
+		f := strings.Fields(line)
+		switch {
+		case len(f) >= 2 && f[0] == "FROM":
+			from = f[1]
+		case len(f) >= 2 && f[0] == "USER":
+			user = f[1]
+		}
+	}
+	if from != builder {
+		t.Errorf("%s builds FROM %q, the release builder FROM %q: one Go version for both", devcontainerDockerfile, from, builder)
+	}
+	if user == "" || user == "root" || strings.HasPrefix(user, "0") {
+		t.Errorf("%s: last USER %q, want a non-root user (initdb refuses root)", devcontainerDockerfile, user)
+	}
+}

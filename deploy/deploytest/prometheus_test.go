@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"testing"
@@ -68,7 +69,8 @@ func TestAlertRulesParse(t *testing.T) {
 // runbook_url that resolves to a file in docs/runbooks/.
 func TestAlertsHaveRunbooks(t *testing.T) {
 	t.Parallel()
-	root := repoRoot(t)
+	root, module := mainModule(t)
+	blob, sub := githubBlob(module)
 	for _, g := range loadRules(t).Groups {
 		for _, r := range g.Rules {
 			if r.Alert == "" {
@@ -80,7 +82,7 @@ func TestAlertsHaveRunbooks(t *testing.T) {
 			if r.Annotations["summary"] == "" {
 				t.Errorf("alert %s: no summary annotation", r.Alert)
 			}
-			rel, err := runbookPath(r.Annotations["runbook_url"])
+			rel, err := runbookPath(r.Annotations["runbook_url"], blob, sub)
 			if err != "" {
 				t.Errorf("alert %s: %s", r.Alert, err)
 				continue
@@ -92,16 +94,47 @@ func TestAlertsHaveRunbooks(t *testing.T) {
 	}
 }
 
+// githubBlob is, for a module on github.com, its repository's blob URL prefix
+// ("https://github.com/owner/name/blob/") and the module's directory in the
+// repository ("" or "dir/"); a trailing major version element (/v2) is a
+// branch, not a directory. Other hosts have none: their runbook URLs are
+// repository paths. cmd/rename writes runbook URLs by the same rule.
+func githubBlob(module string) (blob, sub string) {
+	elems := strings.Split(module, "/")
+	if len(elems) < 3 || elems[0] != "github.com" {
+		return "", ""
+	}
+	if last := elems[len(elems)-1]; len(elems) > 3 && majorVersion.MatchString(last) {
+		elems = elems[:len(elems)-1]
+	}
+	blob = "https://github.com/" + elems[1] + "/" + elems[2] + "/blob/"
+	if len(elems) > 3 {
+		sub = strings.Join(elems[3:], "/") + "/"
+	}
+	return blob, sub
+}
+
+var majorVersion = regexp.MustCompile(`^v[2-9][0-9]*$|^v1[0-9]+$`)
+
 // runbookPath turns a runbook_url (a repository path, or a GitHub blob URL of
-// this repository) into a repository path under docs/runbooks/.
-func runbookPath(u string) (string, string) {
+// this repository at any ref) into a repository path under docs/runbooks/.
+func runbookPath(u, blob, sub string) (string, string) {
 	if u == "" {
 		return "", "no runbook_url annotation"
 	}
 	u, _, _ = strings.Cut(u, "#")
-	const github = "https://github.com/lossless-dev/lossless/blob/"
-	if rest, ok := strings.CutPrefix(u, github); ok {
+	if rest, ok := strings.CutPrefix(u, blob); ok && blob != "" {
 		_, u, _ = strings.Cut(rest, "/") // drop the ref
+		var inModule bool
+		if u, inModule = strings.CutPrefix(u, sub); !inModule {
+			return "", "runbook_url " + u + " is outside the module's directory " + sub
+		}
+	} else if strings.Contains(u, "://") {
+		want := "a repository path"
+		if blob != "" {
+			want += " or " + blob + "<ref>/" + sub + "..."
+		}
+		return "", "runbook_url " + u + " is not " + want + " (go.mod's module path)"
 	}
 	if !strings.HasPrefix(u, runbooksDir+"/") || !strings.HasSuffix(u, ".md") || strings.Contains(u, "..") {
 		return "", "runbook_url " + u + " is not a .md file under " + runbooksDir + "/"
@@ -172,5 +205,33 @@ func TestMetricsContractIsUsed(t *testing.T) {
 	sort.Strings(unused)
 	if len(unused) > 0 {
 		t.Errorf("%s lists metrics no rule or panel reads: %v", metricsFile, unused)
+	}
+}
+
+// TestRunbookPathFollowsTheModulePath: runbook URLs are checked against the
+// module path of go.mod, whatever it is, so a renamed fork passes with its own
+// URLs and fails with the template's.
+func TestRunbookPathFollowsTheModulePath(t *testing.T) {
+	t.Parallel()
+	const file = "docs/runbooks/service-down.md"
+	for _, tc := range []struct {
+		module, url string
+		ok          bool
+	}{
+		{"github.com/example/svc", "https://github.com/example/svc/blob/main/" + file, true},
+		{"github.com/example/svc", "https://github.com/example/svc/blob/v1.2.0/" + file + "#steps", true},
+		{"github.com/example/svc", "https://github.com/other/svc/blob/main/" + file, false},
+		{"github.com/example/svc/v2", "https://github.com/example/svc/blob/main/" + file, true},
+		{"github.com/example/mono/svc", "https://github.com/example/mono/blob/main/svc/" + file, true},
+		{"github.com/example/mono/svc", "https://github.com/example/mono/blob/main/" + file, false},
+		{"gitlab.com/example/svc", file, true},
+		{"gitlab.com/example/svc", "https://gitlab.com/example/svc/-/blob/main/" + file, false},
+		{"github.com/example/svc", "docs/runbooks/../../etc/passwd.md", false},
+	} {
+		blob, sub := githubBlob(tc.module)
+		_, err := runbookPath(tc.url, blob, sub)
+		if ok := err == ""; ok != tc.ok {
+			t.Errorf("module %s, runbook_url %s: accepted %v (%s), want %v", tc.module, tc.url, ok, err, tc.ok)
+		}
 	}
 }

@@ -14,40 +14,71 @@ import (
 
 // Paths of the deployment files, relative to the repository root.
 const (
-	rootComposeFile   = "compose.yaml"
-	composeFile       = "deploy/compose/compose.yaml"
-	dockerfile        = "deploy/docker/Dockerfile"
-	dockerignoreFile  = ".dockerignore"
-	makefile          = "Makefile"
-	metricsFile       = "deploy/compose/metrics.txt"
-	alertsFile        = "deploy/compose/prometheus/alerts.yml"
-	prometheusFile    = "deploy/compose/prometheus/prometheus.yml"
-	collectorFile     = "deploy/compose/otel-collector/config.yaml"
-	datasourcesFile   = "deploy/compose/grafana/provisioning/datasources/datasources.yaml"
-	dashboardProvFile = "deploy/compose/grafana/provisioning/dashboards/dashboards.yaml"
-	dashboardsDir     = "deploy/compose/grafana/dashboards"
-	runbooksDir       = "docs/runbooks"
+	rootComposeFile        = "compose.yaml"
+	composeFile            = "deploy/compose/compose.yaml"
+	dockerfile             = "deploy/docker/Dockerfile"
+	devcontainerDockerfile = ".devcontainer/Dockerfile"
+	dockerignoreFile       = ".dockerignore"
+	makefile               = "Makefile"
+	metricsFile            = "deploy/compose/metrics.txt"
+	alertsFile             = "deploy/compose/prometheus/alerts.yml"
+	prometheusFile         = "deploy/compose/prometheus/prometheus.yml"
+	collectorFile          = "deploy/compose/otel-collector/config.yaml"
+	datasourcesFile        = "deploy/compose/grafana/provisioning/datasources/datasources.yaml"
+	dashboardProvFile      = "deploy/compose/grafana/provisioning/dashboards/dashboards.yaml"
+	dashboardsDir          = "deploy/compose/grafana/dashboards"
+	runbooksDir            = "docs/runbooks"
 )
 
-// repoRoot is the directory holding the module's go.mod (tests run in the
-// package directory).
+// repoRoot is the repository root: the parent of this module's directory
+// (deploy/), whose go.mod declares the module this one is the deploy/
+// sub-module of. Tests run in the package directory.
 func repoRoot(t testing.TB) string {
+	t.Helper()
+	root, _ := mainModule(t)
+	return root
+}
+
+// mainModule returns the repository root and its module path, both derived
+// from the go.mod files, so the checks hold under any module path (a fork
+// renamed with `make rename`).
+func mainModule(t testing.TB) (root, path string) {
 	t.Helper()
 	dir, err := os.Getwd()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for {
-		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil &&
-			strings.Contains(string(b), "module github.com/lossless-dev/lossless\n") {
-			return dir
+		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil {
+			deployPath := modulePath(b)
+			root = filepath.Dir(dir)
+			rb, err := os.ReadFile(filepath.Join(root, "go.mod"))
+			if err != nil {
+				t.Fatalf("%s: want the main module's go.mod next to deploy/: %v", root, err)
+			}
+			path = modulePath(rb)
+			if path == "" || deployPath != path+"/deploy" {
+				t.Fatalf("module %q in %s is not the deploy/ sub-module of %q in %s", deployPath, dir, path, root)
+			}
+			return root, path
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			t.Fatal("repository root (go.mod of github.com/lossless-dev/lossless) not found")
+			t.Fatal("no go.mod above the test's directory")
 		}
 		dir = parent
 	}
+}
+
+// modulePath reads the module line of a go.mod ("" when there is none).
+func modulePath(gomod []byte) string {
+	for _, line := range strings.Split(string(gomod), "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "module"); ok && rest != "" && (rest[0] == ' ' || rest[0] == '\t') {
+			rest, _, _ = strings.Cut(rest, "//")
+			return strings.Trim(strings.TrimSpace(rest), `"`)
+		}
+	}
+	return ""
 }
 
 // repoPath joins a slash-separated repository path to the root.

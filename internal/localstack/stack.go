@@ -1,9 +1,10 @@
 // Package localstack runs the whole system as separate local processes, the
 // way `make run` does and the end-to-end test does: PostgreSQL (an ephemeral
 // cluster, or DATABASE_URL), the Pub/Sub emulator we ship (or
-// PUBSUB_EMULATOR_HOST), provisioning, migrations, then provider-sim,
-// workorder and billing, each with its own database and ports, each in as
-// many replicas as Config.Replicas asks for.
+// PUBSUB_EMULATOR_HOST), provisioning, migrations, then every service the
+// catalog declares (services/<name>/service.json, in start order), each with
+// its own database and ports, each in as many replicas as Config.Replicas
+// asks for.
 package localstack
 
 import (
@@ -26,106 +27,85 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/lossless-dev/lossless/internal/catalog"
 	"github.com/lossless-dev/lossless/pkg/freeport"
 	"github.com/lossless-dev/lossless/pkg/pgcluster"
+	"github.com/lossless-dev/lossless/services"
 )
 
-// Binaries built for the stack, as `make build` names them.
-var binaries = []struct{ name, pkg string }{
-	{"workorder", "./services/workorder"},
-	{"provider-sim", "./services/provider-sim"},
-	{"billing", "./services/billing"},
-	{"pubsub-emulator", "./cmd/pubsub-emulator"},
-}
+// ServicePorts are the listeners of one replica of a service.
+type ServicePorts struct{ GRPC, HTTP int }
 
-// Ports of one stack. Zero values take the documented defaults. The
-// service ports are those of replica 1.
+// Ports of one stack. Zero values take the defaults.
 type Ports struct {
-	Emulator      int // default 8085
-	WorkOrderGRPC int // default 9090
-	WorkOrderHTTP int // default 8080
-	ProviderGRPC  int // default 9091
-	ProviderHTTP  int // default 8081
-	BillingGRPC   int // default 9092
-	BillingHTTP   int // default 8082
-	// More holds the ports of replicas 2, 3, ... in order. A replica without
-	// an entry, or a zero port in it, listens on replica 1's port plus
-	// ReplicaPortStep × (replica − 1): with the defaults workorder-2 serves
-	// gRPC on 9100 and REST on 8090, provider-sim-2 9101/8091, billing-2
-	// 9102/8092.
-	More []ReplicaPorts
-}
-
-// ReplicaPorts are the ports of one replica of every service.
-type ReplicaPorts struct {
-	WorkOrderGRPC, WorkOrderHTTP int
-	ProviderGRPC, ProviderHTTP   int
-	BillingGRPC, BillingHTTP     int
+	Emulator int // default 8085
+	// Services holds, per service name, the ports of its replicas 1, 2, ...
+	// in order. A replica without an entry, or a zero port in it, listens on
+	// the port its declaration names plus ReplicaPortStep × (replica − 1):
+	// with the declared ports workorder-1 serves gRPC on 9090 and REST on
+	// 8080, workorder-2 on 9100 and 8090.
+	Services map[string][]ServicePorts
 }
 
 // ReplicaPortStep separates the default ports of consecutive replicas.
 const ReplicaPortStep = 10
 
-func (p *Ports) setDefaults() {
-	def := func(v *int, d int) {
-		if *v == 0 {
-			*v = d
-		}
-	}
-	def(&p.Emulator, 8085)
-	def(&p.WorkOrderGRPC, 9090)
-	def(&p.WorkOrderHTTP, 8080)
-	def(&p.ProviderGRPC, 9091)
-	def(&p.ProviderHTTP, 8081)
-	def(&p.BillingGRPC, 9092)
-	def(&p.BillingHTTP, 8082)
-}
-
-// replica returns the ports of replica k (1-based) of every service.
-func (p *Ports) replica(k int) ReplicaPorts {
-	first := ReplicaPorts{p.WorkOrderGRPC, p.WorkOrderHTTP, p.ProviderGRPC, p.ProviderHTTP, p.BillingGRPC, p.BillingHTTP}
-	if k == 1 {
-		return first
-	}
-	var r ReplicaPorts
-	if k-2 < len(p.More) {
-		r = p.More[k-2]
+// replica returns the ports of replica k (1-based) of svc.
+func (p Ports) replica(svc catalog.Service, k int) ServicePorts {
+	var r ServicePorts
+	if list := p.Services[svc.Name]; k-1 < len(list) {
+		r = list[k-1]
 	}
 	off := ReplicaPortStep * (k - 1)
-	def := func(v *int, base int) {
-		if *v == 0 {
-			*v = base + off
-		}
+	if r.GRPC == 0 {
+		r.GRPC = svc.GRPCPort + off
 	}
-	def(&r.WorkOrderGRPC, first.WorkOrderGRPC)
-	def(&r.WorkOrderHTTP, first.WorkOrderHTTP)
-	def(&r.ProviderGRPC, first.ProviderGRPC)
-	def(&r.ProviderHTTP, first.ProviderHTTP)
-	def(&r.BillingGRPC, first.BillingGRPC)
-	def(&r.BillingHTTP, first.BillingHTTP)
+	if r.HTTP == 0 {
+		r.HTTP = svc.HTTPPort + off
+	}
 	return r
 }
 
-// FreePorts returns a Ports with every port of a one-replica stack free on
-// loopback (for tests).
+// FreePorts returns a Ports with every port of a one-replica stack of the
+// declared services free on loopback (for tests).
 func FreePorts() (Ports, error) { return FreePortsFor(1) }
 
 // FreePortsFor returns a Ports with every port of a stack of replicas
-// replicas free on loopback (for tests).
+// replicas of every declared service free on loopback (for tests).
 func FreePortsFor(replicas int) (Ports, error) {
 	if replicas < 1 {
 		return Ports{}, errors.New("localstack: FreePortsFor needs at least one replica")
 	}
-	ps, err := freeport.Get(1 + 6*replicas)
+	c, err := services.Catalog()
 	if err != nil {
 		return Ports{}, err
 	}
-	p := Ports{Emulator: ps[0], WorkOrderGRPC: ps[1], WorkOrderHTTP: ps[2], ProviderGRPC: ps[3], ProviderHTTP: ps[4], BillingGRPC: ps[5], BillingHTTP: ps[6]}
-	for k := 1; k < replicas; k++ {
-		q := ps[1+6*k:]
-		p.More = append(p.More, ReplicaPorts{q[0], q[1], q[2], q[3], q[4], q[5]})
+	ps, err := freeport.Get(1 + 2*replicas*len(c))
+	if err != nil {
+		return Ports{}, err
+	}
+	p := Ports{Emulator: ps[0], Services: map[string][]ServicePorts{}}
+	ps = ps[1:]
+	for _, svc := range c {
+		for range replicas {
+			p.Services[svc.Name] = append(p.Services[svc.Name], ServicePorts{GRPC: ps[0], HTTP: ps[1]})
+			ps = ps[2:]
+		}
 	}
 	return p, nil
+}
+
+// AllPorts lists every port of p for the catalog's services with replicas
+// replicas, the emulator's first (for tests that check they are closed).
+func (p Ports) AllPorts(c catalog.Catalog, replicas int) []int {
+	out := []int{p.Emulator}
+	for _, svc := range c {
+		for k := 1; k <= replicas; k++ {
+			r := p.replica(svc, k)
+			out = append(out, r.GRPC, r.HTTP)
+		}
+	}
+	return out
 }
 
 // Config of a local stack.
@@ -135,8 +115,11 @@ type Config struct {
 	// DatabaseURL of an existing server (any database on it); the stack
 	// creates its databases there. Default "": start an ephemeral cluster.
 	DatabaseURL string
-	// DatabasePrefix is prepended to the database names (workorder, billing,
-	// providersim), so several stacks can share a server. Default "".
+	// Services are the services to run, in start order. Default: the
+	// declarations compiled into this binary (services.Catalog).
+	Services catalog.Catalog
+	// DatabasePrefix is prepended to the declared database names, so several
+	// stacks can share a server. Default "".
 	DatabasePrefix string
 	// Fsync starts the ephemeral cluster with fsync=on (benchmarks; see
 	// pgtest.EnvFsync). Default false. Ignored with DatabaseURL.
@@ -147,17 +130,18 @@ type Config struct {
 	ProjectID string
 	// Ports of the services. Zero values take the defaults.
 	Ports Ports
-	// Replicas of each service (workorder, provider-sim, billing). Default 1.
+	// Replicas of each service. Default 1.
 	// Replicas of a service share its database and Pub/Sub subscriptions;
 	// each has its own ports (see Ports.More) and instance id
 	// ("<service>-<k>": env INSTANCE_ID, OTEL service.instance.id, the outbox
 	// relay id and the prefix of its log lines). Workorder replica k hands
-	// off to provider-sim replica ((k−1) mod Replicas)+1: PROVIDER_ADDR takes
-	// one address, and any workorder replica's relay dispatches any pending
-	// hand-off, so a killed provider replica delays, never strands, orders.
+	// off to provider-sim replica ((k−1) mod Replicas)+1 ({grpc:provider-sim}
+	// in its declaration's local_env): PROVIDER_ADDR takes one address, and
+	// any workorder replica's relay dispatches any pending hand-off, so a
+	// killed provider replica delays, never strands, orders.
 	Replicas int
-	// OperatorToken guards the operator endpoints of every service
-	// (WORKORDER_OPERATOR_TOKEN, PROVIDER_OPERATOR_TOKEN). Default: 32 random
+	// OperatorToken guards the operator endpoints of every service (the
+	// {operator_token} of the declarations' local_env). Default: 32 random
 	// bytes, hex-encoded, new for each stack: the endpoints fail closed and
 	// only whoever started the stack can use them (Stack.OperatorToken).
 	OperatorToken string
@@ -181,7 +165,7 @@ type Stack struct {
 	procs     map[string]*Process // by instance id; a service name names replica 1
 	order     []string            // instance ids in start order
 	instances []Instance
-	DSN       map[string]string // database name (workorder, billing, providersim) -> URL
+	DSN       map[string]string // declared database name (e.g. providersim) -> URL
 	Emulator  string            // host:port
 	// OperatorToken is the bearer token of every service's operator
 	// endpoints (Config.OperatorToken, or the one generated).
@@ -191,15 +175,11 @@ type Stack struct {
 // Instance is one replica of a service.
 type Instance struct {
 	ID      string // "<service>-<replica>", e.g. "workorder-2"
-	Service string // workorder, provider-sim or billing
+	Service string // a declared service name
 	Replica int    // 1-based
 	GRPC    string // host:port
 	URL     string // REST base URL, also /healthz, /readyz, /metrics
 }
-
-// services in start order: the provider first (workorder hands off to it),
-// billing last (it consumes what workorder publishes).
-var services = []string{"provider-sim", "workorder", "billing"}
 
 // NewOperatorToken returns 32 random bytes, hex-encoded.
 func NewOperatorToken() (string, error) {
@@ -210,15 +190,24 @@ func NewOperatorToken() (string, error) {
 	return hex.EncodeToString(b), nil
 }
 
-// Build compiles the stack's binaries into dir (static, like `make build`).
+// Build compiles the binaries of the services declared under repoRoot's
+// services/ folder and the Pub/Sub emulator into dir (static, like `make
+// build`), in one `go build`.
 func Build(ctx context.Context, repoRoot, dir string) error {
-	for _, b := range binaries {
-		cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", filepath.Join(dir, b.name), b.pkg)
-		cmd.Dir = repoRoot
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("build %s: %w\n%s", b.name, err, out)
-		}
+	c, err := catalog.Parse(os.DirFS(filepath.Join(repoRoot, "services")))
+	if err != nil {
+		return err
+	}
+	args := []string{"build", "-trimpath", "-o", dir + string(filepath.Separator)}
+	for _, svc := range c {
+		args = append(args, "./services/"+svc.Name)
+	}
+	args = append(args, "./cmd/pubsub-emulator")
+	cmd := exec.CommandContext(ctx, "go", args...)
+	cmd.Dir = repoRoot
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("build %v: %w\n%s", args[4:], err, out)
 	}
 	return nil
 }
@@ -248,10 +237,19 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	if cfg.Log == nil {
 		cfg.Log = os.Stdout
 	}
+	if len(cfg.Services) == 0 {
+		c, err := services.Catalog()
+		if err != nil {
+			return nil, err
+		}
+		cfg.Services = c
+	}
 	if cfg.ReadyTimeout == 0 {
 		cfg.ReadyTimeout = 60 * time.Second
 	}
-	cfg.Ports.setDefaults()
+	if cfg.Ports.Emulator == 0 {
+		cfg.Ports.Emulator = 8085
+	}
 	s := &Stack{cfg: cfg, procs: map[string]*Process{}, DSN: map[string]string{}, OperatorToken: cfg.OperatorToken}
 	defer func() {
 		if err != nil {
@@ -269,8 +267,8 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		server = s.cluster.DSN("postgres")
 		s.logf("postgres", "listening on 127.0.0.1:%d", s.cluster.Port())
 	}
-	for _, db := range []string{"workorder", "billing", "providersim"} {
-		if s.DSN[db], err = ensureDatabase(ctx, server, cfg.DatabasePrefix+db); err != nil {
+	for _, svc := range cfg.Services {
+		if s.DSN[svc.Database], err = ensureDatabase(ctx, server, cfg.DatabasePrefix+svc.Database); err != nil {
 			return nil, err
 		}
 	}
@@ -287,18 +285,20 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		}
 	}
 
-	// One-shot jobs: provisioning (any service binary offers it), migrations.
-	if err := s.oneShot(ctx, "provision", "workorder", "provision"); err != nil {
+	// One-shot jobs: provisioning (any service binary provisions the whole
+	// system's topology), migrations.
+	if err := s.oneShot(ctx, "provision", cfg.Services[0].Name, "provision"); err != nil {
 		return nil, err
 	}
-	for _, svc := range []string{"workorder", "provider-sim", "billing"} {
-		if err := s.oneShot(ctx, "migrate-"+svc, svc, "migrate"); err != nil {
+	for _, svc := range cfg.Services {
+		if err := s.oneShot(ctx, "migrate-"+svc.Name, svc.Name, "migrate"); err != nil {
 			return nil, err
 		}
 	}
 
-	// Every service reads its listen addresses from GRPC_ADDR and HTTP_ADDR.
-	for _, svc := range services {
+	// Every service reads its listen addresses from GRPC_ADDR and HTTP_ADDR;
+	// the rest comes from its declaration's local_env.
+	for _, svc := range cfg.Services {
 		for k := 1; k <= cfg.Replicas; k++ {
 			in := s.instance(svc, k)
 			env := []string{
@@ -307,28 +307,21 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 				"INSTANCE_ID=" + in.ID,
 				"OTEL_RESOURCE_ATTRIBUTES=service.instance.id=" + in.ID,
 			}
-			switch svc {
-			case "workorder":
-				provider := s.instance("provider-sim", (k-1)%cfg.Replicas+1)
-				env = append(env, "PROVIDER_ADDR="+provider.GRPC,
-					"WORKORDER_OUTBOX_RELAY_ID="+in.ID,
-					"WORKORDER_OPERATOR_TOKEN="+cfg.OperatorToken)
-			case "provider-sim":
-				env = append(env, "PROVIDER_OPERATOR_TOKEN="+cfg.OperatorToken)
-			case "billing":
-				env = append(env, "BILLING_OUTBOX_RELAY_ID="+in.ID)
-			}
-			p := s.add(in.ID, svc, []string{"serve"}, env...)
+			env = append(env, svc.ExpandEnv(in.ID, cfg.OperatorToken, func(dep string) string {
+				d, _ := cfg.Services.Service(dep) // the catalog checked that it exists
+				return s.instance(d, (k-1)%cfg.Replicas+1).GRPC
+			})...)
+			p := s.add(in.ID, svc.Name, []string{"serve"}, env...)
 			p.Supervise = true
 			if k == 1 {
-				s.procs[svc] = p
+				s.procs[svc.Name] = p
 			}
 			s.instances = append(s.instances, in)
 		}
 	}
 	// Replicas of one service start together; readiness is awaited before
 	// the next service, so a consumer never starts ahead of its producer.
-	for _, svc := range services {
+	for _, svc := range cfg.Services.Names() {
 		for _, in := range s.instances {
 			if in.Service == svc {
 				if err := s.procs[in.ID].Start(); err != nil {
@@ -348,23 +341,19 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 }
 
 // instance describes replica k of svc.
-func (s *Stack) instance(svc string, k int) Instance {
-	r := s.cfg.Ports.replica(k)
-	grpcPort, httpPort := r.WorkOrderGRPC, r.WorkOrderHTTP
-	switch svc {
-	case "provider-sim":
-		grpcPort, httpPort = r.ProviderGRPC, r.ProviderHTTP
-	case "billing":
-		grpcPort, httpPort = r.BillingGRPC, r.BillingHTTP
-	}
+func (s *Stack) instance(svc catalog.Service, k int) Instance {
+	r := s.cfg.Ports.replica(svc, k)
 	return Instance{
-		ID:      fmt.Sprintf("%s-%d", svc, k),
-		Service: svc,
+		ID:      fmt.Sprintf("%s-%d", svc.Name, k),
+		Service: svc.Name,
 		Replica: k,
-		GRPC:    fmt.Sprintf("127.0.0.1:%d", grpcPort),
-		URL:     fmt.Sprintf("http://127.0.0.1:%d", httpPort),
+		GRPC:    fmt.Sprintf("127.0.0.1:%d", r.GRPC),
+		URL:     fmt.Sprintf("http://127.0.0.1:%d", r.HTTP),
 	}
 }
+
+// Services are the services the stack runs, in start order.
+func (s *Stack) Services() catalog.Catalog { return slices.Clone(s.cfg.Services) }
 
 // Instances lists every replica of every service, in start order.
 func (s *Stack) Instances() []Instance { return slices.Clone(s.instances) }
@@ -496,11 +485,8 @@ func (s *Stack) add(name, binary string, args []string, env ...string) *Process 
 		"PUBSUB_EMULATOR_HOST=" + s.Emulator,
 		"PUBSUB_PROJECT_ID=" + s.cfg.ProjectID,
 	}
-	switch binary {
-	case "workorder", "billing":
-		svcEnv = append(svcEnv, "DATABASE_URL="+s.DSN[binary])
-	case "provider-sim":
-		svcEnv = append(svcEnv, "DATABASE_URL="+s.DSN["providersim"])
+	if svc, ok := s.cfg.Services.Service(binary); ok {
+		svcEnv = append(svcEnv, "DATABASE_URL="+s.DSN[svc.Database])
 	}
 	// Later entries win: the caller's ExtraEnv overrides the stack's choices.
 	svcEnv = append(append(append(svcEnv, env...), s.cfg.ExtraEnv[binary]...), s.cfg.ExtraEnv[name]...)

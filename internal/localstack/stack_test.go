@@ -2,38 +2,54 @@ package localstack
 
 import (
 	"encoding/hex"
+	"slices"
 	"testing"
+
+	"github.com/lossless-dev/lossless/internal/catalog"
+	"github.com/lossless-dev/lossless/services"
 )
 
-func TestPorts_ReplicaOneKeepsTheDocumentedPortsAndLaterReplicasStepByTen(t *testing.T) {
-	var p Ports
-	p.setDefaults()
-	if got, want := p.replica(1), (ReplicaPorts{9090, 8080, 9091, 8081, 9092, 8082}); got != want {
-		t.Fatalf("replica 1 = %+v, want %+v", got, want)
+func declared(t *testing.T) catalog.Catalog {
+	t.Helper()
+	c, err := services.Catalog()
+	if err != nil {
+		t.Fatal(err)
 	}
-	if got, want := p.replica(2), (ReplicaPorts{9100, 8090, 9101, 8091, 9102, 8092}); got != want {
+	return c
+}
+
+func TestPorts_ReplicaOneKeepsTheDeclaredPortsAndLaterReplicasStepByTen(t *testing.T) {
+	c := declared(t)
+	wo, _ := c.Service("workorder")
+	var p Ports
+	if got, want := p.replica(wo, 1), (ServicePorts{wo.GRPCPort, wo.HTTPPort}); got != want {
+		t.Fatalf("replica 1 = %+v, want the declared %+v", got, want)
+	}
+	if got, want := p.replica(wo, 2), (ServicePorts{wo.GRPCPort + 10, wo.HTTPPort + 10}); got != want {
 		t.Fatalf("replica 2 = %+v, want %+v", got, want)
 	}
-	p.More = []ReplicaPorts{{WorkOrderHTTP: 18080}}
-	if got := p.replica(2); got.WorkOrderHTTP != 18080 || got.WorkOrderGRPC != 9100 {
+	p.Services = map[string][]ServicePorts{"workorder": {{}, {HTTP: 18080}}}
+	if got := p.replica(wo, 2); got.HTTP != 18080 || got.GRPC != wo.GRPCPort+10 {
 		t.Fatalf("replica 2 with an explicit REST port = %+v", got)
 	}
 }
 
-func TestFreePortsFor_EveryPortOfEveryReplicaDistinct(t *testing.T) {
+func TestFreePortsFor_EveryPortOfEveryReplicaOfEveryDeclaredServiceDistinct(t *testing.T) {
 	p, err := FreePortsFor(3)
 	if err != nil {
 		t.Fatal(err)
 	}
-	seen := map[int]bool{p.Emulator: true}
-	for k := 1; k <= 3; k++ {
-		r := p.replica(k)
-		for _, port := range []int{r.WorkOrderGRPC, r.WorkOrderHTTP, r.ProviderGRPC, r.ProviderHTTP, r.BillingGRPC, r.BillingHTTP} {
-			if port == 0 || seen[port] {
-				t.Fatalf("replica %d: port %d zero or reused (%+v)", k, port, p)
-			}
-			seen[port] = true
+	c := declared(t)
+	all := p.AllPorts(c, 3)
+	if len(all) != 1+2*3*len(c) {
+		t.Fatalf("%d ports for %d services × 3 replicas", len(all), len(c))
+	}
+	seen := map[int]bool{}
+	for _, port := range all {
+		if port == 0 || seen[port] {
+			t.Fatalf("port %d zero or reused (%+v)", port, p)
 		}
+		seen[port] = true
 	}
 }
 
@@ -52,12 +68,18 @@ func TestNewOperatorToken_32RandomBytesHex(t *testing.T) {
 }
 
 func TestInstances_WorkorderReplicaKHandsOffToProviderReplicaK(t *testing.T) {
-	s := &Stack{cfg: Config{Replicas: 2}}
-	s.cfg.Ports.setDefaults()
-	if got := s.instance("provider-sim", 2); got.ID != "provider-sim-2" || got.GRPC != "127.0.0.1:9101" || got.URL != "http://127.0.0.1:8091" {
+	c := declared(t)
+	s := &Stack{cfg: Config{Replicas: 2, Services: c}}
+	provider, _ := c.Service("provider-sim")
+	if got := s.instance(provider, 2); got.ID != "provider-sim-2" || got.GRPC != "127.0.0.1:9101" || got.URL != "http://127.0.0.1:8091" {
 		t.Fatalf("provider-sim-2 = %+v", got)
 	}
-	if got := s.instance("billing", 1); got.ID != "billing-1" || got.GRPC != "127.0.0.1:9092" || got.URL != "http://127.0.0.1:8082" {
-		t.Fatalf("billing-1 = %+v", got)
+	wo, _ := c.Service("workorder")
+	env := wo.ExpandEnv("workorder-2", "tok", func(dep string) string {
+		d, _ := c.Service(dep)
+		return s.instance(d, 2).GRPC
+	})
+	if !slices.Contains(env, "PROVIDER_ADDR=127.0.0.1:9101") || !slices.Contains(env, "WORKORDER_OUTBOX_RELAY_ID=workorder-2") {
+		t.Fatalf("workorder-2 env %v: want PROVIDER_ADDR of provider-sim-2 and its own relay id", env)
 	}
 }

@@ -2,25 +2,9 @@
 -- Billing's own tables. With them in the same database (migrations.Billing
 -- applies these sets first): pkg/outbox, so that an invoice and its
 -- InvoiceIssued event commit in one local transaction; pkg/dedup
--- (processed_events) for the intake; pkg/leasequeue (jobs, job_audit) for the
--- leased invoice work.
-
--- Messages the consumer could not turn into work: unparseable, wrong schema,
--- invalid content. Kept with their raw bytes and the reason, then acked: a
--- poison message is never lost and never retried forever (F9).
-CREATE TABLE parked_messages (
-    id           bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    subscription text        NOT NULL,
-    message_id   text        NOT NULL,
-    event_id     text,
-    event_type   text,
-    attributes   jsonb       NOT NULL DEFAULT '{}',
-    data         bytea       NOT NULL,
-    reason       text        NOT NULL,
-    parked_at    timestamptz NOT NULL DEFAULT now(),
-    -- A redelivered poison message is parked once.
-    UNIQUE (subscription, message_id)
-);
+-- (processed_events) and pkg/parked (parked_messages: what the intake cannot
+-- turn into work) for the intake; pkg/leasequeue (leasequeue_jobs,
+-- leasequeue_job_audit) for the leased invoice work.
 
 -- Invoice numbers are unique and human readable, not gapless: a rolled back
 -- issue consumes a number. Jurisdictions that require gapless numbering need
@@ -37,7 +21,7 @@ CREATE TABLE invoices (
     total_minor   bigint      NOT NULL CHECK (total_minor >= 0),
     issued_at     timestamptz NOT NULL,
     -- The job and the event that produced the invoice, for reconciliation.
-    job_id        bigint      NOT NULL REFERENCES jobs (id),
+    job_id        bigint      NOT NULL REFERENCES leasequeue_jobs (id),
     source_event  text        NOT NULL
 );
 -- ListInvoices: keyset pages newest first.
@@ -57,4 +41,3 @@ CREATE TABLE invoice_lines (
 DROP TABLE invoice_lines;
 DROP TABLE invoices;
 DROP SEQUENCE invoice_number_seq;
-DROP TABLE parked_messages;

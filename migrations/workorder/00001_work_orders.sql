@@ -1,6 +1,8 @@
 -- +goose Up
--- Work orders and their lifecycle. The outbox (00002) and inbox (00003) live
--- in the same database so that a business change and its message commit in
+-- Work orders and their lifecycle (the rules: services/workorder/internal/
+-- orders). The pattern packages' tables (pkg/outbox, pkg/inbox, pkg/dedup,
+-- pkg/idempotency, pkg/parked) live in the same database, applied first by
+-- migrations.WorkOrder, so that a business change and its message commit in
 -- one local transaction.
 
 CREATE TABLE work_orders (

@@ -1,5 +1,7 @@
 -- +goose Up
 -- Every privileged operation (replay, cleanup, re-hand-off): who, why, what.
+-- The service's one audit log: pkg/inbox's operator actions are routed here
+-- (inbox.WithAudit in services/workorder/internal/admin), not to inbox_audit.
 CREATE TABLE operator_audit (
     id          bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     action      text        NOT NULL,
@@ -27,27 +29,6 @@ CREATE TABLE work_order_applied_events (
 );
 CREATE INDEX work_order_applied_events_order_idx ON work_order_applied_events (work_order_id);
 
--- InvoiceIssued messages that cannot be applied: unparseable, or for an order
--- that is not COMPLETED (by causality it must be: billing only invoices what
--- this service announced as completed, so retrying would not help). Kept with
--- raw bytes and reason, counted and alarmed; replayed by an operator through
--- the same apply path.
-CREATE TABLE parked_billing_events (
-    id           bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    message_id   text        NOT NULL UNIQUE,
-    event_id     text,
-    work_order_id uuid,
-    attributes   jsonb       NOT NULL DEFAULT '{}',
-    data         bytea       NOT NULL,
-    reason       text        NOT NULL,
-    parked_at    timestamptz NOT NULL DEFAULT now(),
-    replayed_at  timestamptz,
-    replayed_by  text,
-    ticket       text
-);
-CREATE INDEX parked_billing_events_open_idx ON parked_billing_events (id) WHERE replayed_at IS NULL;
-
 -- +goose Down
-DROP TABLE parked_billing_events;
 DROP TABLE work_order_applied_events;
 DROP TABLE operator_audit;

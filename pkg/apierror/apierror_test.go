@@ -12,19 +12,18 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	moneyv1 "github.com/lossless-dev/lossless/gen/lossless/money/v1"
-	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
 	"github.com/lossless-dev/lossless/pkg/apierror"
+	"github.com/lossless-dev/lossless/pkg/internal/testpb"
 )
 
 // One violation per bad field, even when a field breaks several rules.
 func TestFromValidationReportsEachBadFieldOnce(t *testing.T) {
 	t.Parallel()
-	req := &workorderv1.CreateWorkOrderRequest{WorkOrder: &workorderv1.WorkOrder{
-		CustomerId:  "", // breaks min_len and pattern
-		Description: "d",
-		Positions:   0,
-		UnitPrice:   &moneyv1.Money{CurrencyCode: "eur", MinorUnits: 1},
+	req := &testpb.PutOrderRequest{Order: &testpb.Order{
+		CustomerId: "", // breaks min_len and pattern
+		Quantity:   0,
+		Discount:   0.5,
+		UnitPrice:  &testpb.Amount{CurrencyCode: "eur", MinorUnits: 1},
 	}}
 	err := apierror.FromValidation(protovalidate.Validate(req))
 	st := status.Convert(err)
@@ -39,7 +38,7 @@ func TestFromValidationReportsEachBadFieldOnce(t *testing.T) {
 			}
 		}
 	}
-	want := []string{"work_order.customer_id", "work_order.positions", "work_order.unit_price.currency_code"}
+	want := []string{"order.customer_id", "order.quantity", "order.unit_price.currency_code"}
 	for _, f := range want {
 		if counts[f] != 1 {
 			t.Errorf("field %s reported %d times, want once (all: %v)", f, counts[f], counts)

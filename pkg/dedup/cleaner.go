@@ -7,11 +7,11 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/lossless-dev/lossless/pkg/pgschema"
 )
 
-// CleanerConfig of a Cleaner.
-type CleanerConfig struct {
+// Config tunes the Cleaner. The zero value of a field means its default.
+type Config struct {
 	// Retention is how long markers are kept. It must exceed the longest time
 	// the broker may still deliver an event: a Pub/Sub subscription retains
 	// unacked messages for at most 7 days by default (31 with topic
@@ -26,7 +26,7 @@ type CleanerConfig struct {
 	Interval time.Duration
 }
 
-func (c *CleanerConfig) setDefaults() {
+func (c *Config) setDefaults() {
 	if c.Retention == 0 {
 		c.Retention = 14 * 24 * time.Hour
 	}
@@ -38,17 +38,19 @@ func (c *CleanerConfig) setDefaults() {
 	}
 }
 
-// Validate reports an unusable configuration.
-func (c CleanerConfig) Validate() error {
+// Validate reports an unusable configuration; errors name the field. A zero
+// field means its default, so it is valid.
+func (c Config) Validate() error {
+	c.setDefaults()
 	var errs []error
 	if c.Retention < 24*time.Hour {
-		errs = append(errs, fmt.Errorf("retention %v: want at least 24h (longer than the broker's redelivery window)", c.Retention))
+		errs = append(errs, fmt.Errorf("dedup: Retention %v: want at least 24h (longer than the broker's redelivery window)", c.Retention))
 	}
 	if c.BatchSize < 1 || c.BatchSize > 100000 {
-		errs = append(errs, fmt.Errorf("BatchSize %d: want 1..100000", c.BatchSize))
+		errs = append(errs, fmt.Errorf("dedup: BatchSize %d: want 1..100000", c.BatchSize))
 	}
 	if c.Interval <= 0 {
-		errs = append(errs, fmt.Errorf("interval %v: want > 0", c.Interval))
+		errs = append(errs, fmt.Errorf("dedup: Interval %v: want > 0", c.Interval))
 	}
 	return errors.Join(errs...)
 }
@@ -57,9 +59,9 @@ func (c CleanerConfig) Validate() error {
 // processed_events_processed_at_idx. The LIMIT lives in a subquery because
 // DELETE has none.
 const qCleanup = `
-DELETE FROM processed_events
+DELETE FROM {schema}.processed_events
 WHERE (consumer, event_id) IN (
-    SELECT consumer, event_id FROM processed_events
+    SELECT consumer, event_id FROM {schema}.processed_events
     WHERE processed_at < $1
     ORDER BY processed_at
     LIMIT $2
@@ -67,21 +69,27 @@ WHERE (consumer, event_id) IN (
 
 // Cleaner deletes expired markers in batches.
 type Cleaner struct {
-	pool   *pgxpool.Pool
-	cfg    CleanerConfig
-	logger *slog.Logger
+	db      DB
+	cleanup string
+	cfg     Config
+	logger  *slog.Logger
 }
 
-// NewCleaner returns a cleaner of pool's processed_events.
-func NewCleaner(pool *pgxpool.Pool, cfg CleanerConfig, logger *slog.Logger) (*Cleaner, error) {
-	if pool == nil || logger == nil {
-		return nil, errors.New("dedup: nil pool or logger")
+// NewCleaner returns a cleaner of db's processed_events. Of the options it
+// uses WithSchema.
+func NewCleaner(db DB, cfg Config, logger *slog.Logger, opts ...Option) (*Cleaner, error) {
+	if db == nil || logger == nil {
+		return nil, errors.New("dedup: NewCleaner needs a database handle and a logger")
+	}
+	schema, err := schemaOf(opts)
+	if err != nil {
+		return nil, err
 	}
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("dedup: cleaner config: %w", err)
+		return nil, err
 	}
-	return &Cleaner{pool: pool, cfg: cfg, logger: logger}, nil
+	return &Cleaner{db: db, cleanup: pgschema.Render(qCleanup, schema), cfg: cfg, logger: logger}, nil
 }
 
 // CleanOnce deletes every marker older than now - Retention, batch by batch,
@@ -90,7 +98,7 @@ func (c *Cleaner) CleanOnce(ctx context.Context, now time.Time) (int64, error) {
 	cutoff := now.Add(-c.cfg.Retention)
 	var total int64
 	for {
-		tag, err := c.pool.Exec(ctx, qCleanup, cutoff, c.cfg.BatchSize)
+		tag, err := c.db.Exec(ctx, c.cleanup, cutoff, c.cfg.BatchSize)
 		if err != nil {
 			return total, fmt.Errorf("dedup: cleanup: %w", err)
 		}
@@ -111,9 +119,9 @@ func (c *Cleaner) Run(ctx context.Context) error {
 		case ctx.Err() != nil:
 			return nil
 		case err != nil:
-			c.logger.Error("processed-events cleanup failed; retrying next interval", "error", err)
+			c.logger.ErrorContext(ctx, "processed-events cleanup failed; retrying next interval", "error", err)
 		case n > 0:
-			c.logger.Info("processed-events cleanup", "deleted", n, "retention", c.cfg.Retention)
+			c.logger.InfoContext(ctx, "processed-events cleanup", "deleted", n, "retention", c.cfg.Retention)
 		}
 		select {
 		case <-ctx.Done():

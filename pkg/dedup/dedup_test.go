@@ -134,7 +134,7 @@ func TestCleanerDeletesOnlyExpiredInBatches(t *testing.T) {
 		SELECT 'c', 'new-' || i, 'T', '\x00'::bytea, now() - interval '13 days' FROM generate_series(1, 5) i`); err != nil {
 		t.Fatal(err)
 	}
-	c, err := dedup.NewCleaner(pool, dedup.CleanerConfig{BatchSize: 10}, slog.New(slog.NewJSONHandler(io.Discard, nil)))
+	c, err := dedup.NewCleaner(pool, dedup.Config{BatchSize: 10}, slog.New(slog.NewJSONHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +145,59 @@ func TestCleanerDeletesOnlyExpiredInBatches(t *testing.T) {
 	if left := count(t, pool, `SELECT count(*) FROM processed_events`); left != 5 {
 		t.Fatalf("left %d, want 5", left)
 	}
-	if _, err := dedup.NewCleaner(pool, dedup.CleanerConfig{Retention: time.Hour}, slog.New(slog.NewJSONHandler(io.Discard, nil))); err == nil {
+	if _, err := dedup.NewCleaner(pool, dedup.Config{Retention: time.Hour}, slog.New(slog.NewJSONHandler(io.Discard, nil))); err == nil {
 		t.Fatal("a retention shorter than the redelivery window was accepted")
+	}
+}
+
+// Claim and the Cleaner in a schema other than public, with public empty:
+// an unqualified name fails with "relation does not exist".
+func TestNonDefaultSchema_EveryQueryIsQualified(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t, dedup.Migrations("billing"))
+	ctx := context.Background()
+	if n := count(t, pool, `SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'public'`); n != 0 {
+		t.Fatalf("public holds %d relations, want none", n)
+	}
+	opt := dedup.WithSchema("billing")
+	claim := func(ev dedup.Event) dedup.Outcome {
+		t.Helper()
+		var out dedup.Outcome
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			var err error
+			out, err = dedup.Claim(ctx, tx, ev, opt)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	ev := dedup.Event{Consumer: "c", ID: "e1", Type: "T", Payload: []byte("p")}
+	if out := claim(ev); out != dedup.New {
+		t.Fatalf("first delivery: %v", out)
+	}
+	if out := claim(ev); out != dedup.Duplicate {
+		t.Fatalf("redelivery: %v", out)
+	}
+	ev.Payload = []byte("other")
+	if out := claim(ev); out != dedup.Conflict {
+		t.Fatalf("same id, other payload: %v", out)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE billing.processed_events SET processed_at = now() - interval '15 days'`); err != nil {
+		t.Fatal(err)
+	}
+	c, err := dedup.NewCleaner(pool, dedup.Config{}, slog.New(slog.DiscardHandler), opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := c.CleanOnce(ctx, time.Now()); err != nil || n != 1 {
+		t.Fatalf("cleaned %d, %v; want 1", n, err)
+	}
+	if _, err := dedup.NewCleaner(pool, dedup.Config{}, slog.New(slog.DiscardHandler), dedup.WithSchema("Billing")); err == nil {
+		t.Fatal("an invalid schema name was accepted")
+	}
+	if n := count(t, pool, `SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'public'`); n != 0 {
+		t.Fatalf("public holds %d relations after the run, want none", n)
 	}
 }

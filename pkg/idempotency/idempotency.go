@@ -1,31 +1,3 @@
-// Package idempotency makes a mutating API call safe to retry: a client sends
-// an idempotency key with the request (HTTP `Idempotency-Key`, IETF httpapi
-// draft; gRPC metadata `idempotency-key`), and a retry with the same key gets
-// the original response instead of a second effect.
-//
-// The key is recorded in the SAME database transaction as the business write
-// it protects (Do takes the caller's pgx.Tx). A crash can therefore never leave
-// a key without its effect, nor an effect without its key; a request that
-// fails rolls its key back and may simply be retried. Rules, per (scope, key):
-//
-//   - first request: fn runs, its response is stored with the request hash;
-//   - same key, same request (hash): the stored response is returned, fn does
-//     not run (replayed = true);
-//   - same key, different request: ErrMismatch (HTTP 422 in the draft);
-//   - same key while the first request's transaction is still open:
-//     ErrInFlight (HTTP 409), immediately, instead of queueing behind it;
-//   - after Config.Retention the key is forgotten and a reuse is a new request.
-//
-// This is API idempotency: one client retrying one call. It is NOT consumer
-// idempotency (deduplicating messages by event id), which the inbox
-// and the idempotent consumer implement. See docs/adr/0003-api-idempotency-keys.md.
-//
-// The table (see migrations/workorder/00001_work_orders.sql) must exist in the
-// service's database:
-//
-//	CREATE TABLE idempotency_keys (scope text, key text, request_hash bytea,
-//	    response bytea, created_at timestamptz, expires_at timestamptz,
-//	    PRIMARY KEY (scope, key));
 package idempotency
 
 import (
@@ -39,11 +11,13 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/pgconn"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/lossless-dev/lossless/pkg/pgschema"
 )
 
 var (
@@ -53,7 +27,9 @@ var (
 	ErrInFlight = errors.New("a request with this idempotency key is still being processed")
 )
 
-// Config of a Store. Zero fields take their defaults (NewStore applies them).
+// Config of a Store: its tunables. Zero fields take their defaults (NewStore
+// applies them). The schema of the table is not a tunable but wiring, chosen
+// with WithSchema.
 type Config struct {
 	// Retention is how long a key is remembered after its first use. Default
 	// 24h: clients retry within seconds to minutes (a mobile client may come
@@ -86,21 +62,29 @@ func (c *Config) setDefaults() {
 func (c Config) Validate() error {
 	var errs []error
 	if c.Retention != 0 && c.Retention < time.Second {
-		errs = append(errs, fmt.Errorf("retention %v: must be at least 1s", c.Retention))
+		errs = append(errs, fmt.Errorf("Config.Retention %v: must be at least 1s", c.Retention))
 	}
 	if c.CleanupInterval < 0 {
-		errs = append(errs, fmt.Errorf("cleanup interval %v: must not be negative", c.CleanupInterval))
+		errs = append(errs, fmt.Errorf("Config.CleanupInterval %v: must not be negative", c.CleanupInterval))
 	}
 	if c.CleanupBatch < 0 {
-		errs = append(errs, fmt.Errorf("cleanup batch %d: must not be negative", c.CleanupBatch))
+		errs = append(errs, fmt.Errorf("Config.CleanupBatch %d: must not be negative", c.CleanupBatch))
 	}
 	return errors.Join(errs...)
 }
 
+// DB is what the Store itself uses, for Cleanup only: a pool, a connection
+// or a transaction. Do works in the caller's transaction instead.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
 // Store records idempotency keys in the idempotency_keys table.
 type Store struct {
-	pool        *pgxpool.Pool
+	db          DB
 	cfg         Config
+	schema      string  // WithSchema
+	sql         queries // rendered for schema
 	log         *slog.Logger
 	replays     metric.Int64Counter
 	mismatches  metric.Int64Counter
@@ -108,11 +92,28 @@ type Store struct {
 	keysDeleted metric.Int64Counter
 }
 
-// NewStore returns a Store. pool is used only by the cleanup; Do works in the
-// caller's transaction. A nil meter disables metrics.
-func NewStore(pool *pgxpool.Pool, cfg Config, logger *slog.Logger, meter metric.Meter) (*Store, error) {
-	if pool == nil {
-		return nil, errors.New("idempotency: pool is nil")
+// Option is optional behaviour of a Store, given to NewStore.
+type Option func(*options)
+
+type options struct{ schema string }
+
+// WithSchema names the PostgreSQL schema holding idempotency_keys, the one
+// Migrations was applied to. Default DefaultSchema ("public"). Every
+// statement names the table qualified by it, and it is part of each key's
+// advisory lock, so two stores in two schemas of one database do not take
+// each other's locks. It is an option, not a Config field: it is wiring that
+// must match the migrations the service applied, not a tunable to read from
+// the environment.
+func WithSchema(name string) Option {
+	return func(o *options) { o.schema = name }
+}
+
+// NewStore returns a Store on the table in the schema named by WithSchema
+// (default DefaultSchema). db is used only by Cleanup (normally a pool); Do
+// works in the caller's transaction. A nil meter disables metrics.
+func NewStore(db DB, cfg Config, logger *slog.Logger, meter metric.Meter, opts ...Option) (*Store, error) {
+	if db == nil {
+		return nil, errors.New("idempotency: db is nil")
 	}
 	if logger == nil {
 		return nil, errors.New("idempotency: logger is nil")
@@ -122,9 +123,17 @@ func NewStore(pool *pgxpool.Pool, cfg Config, logger *slog.Logger, meter metric.
 	}
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("idempotency: %w", err)
+		return nil, fmt.Errorf("idempotency: config: %w", err)
 	}
-	s := &Store{pool: pool, cfg: cfg, log: logger}
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	schema := pgschema.OrDefault(o.schema)
+	if err := pgschema.Validate(schema); err != nil {
+		return nil, fmt.Errorf("idempotency: WithSchema: %w", err)
+	}
+	s := &Store{db: db, cfg: cfg, schema: schema, sql: renderQueries(schema), log: logger}
 	var errs [4]error
 	s.replays, errs[0] = meter.Int64Counter("idempotency.replays",
 		metric.WithDescription("Requests answered with the stored response of an earlier request with the same key."))
@@ -195,6 +204,8 @@ func RequestHash(msg proto.Message) ([]byte, error) {
 // the same database. The value is arbitrary ("1de7" reads "idem").
 const lockNamespace int32 = 0x1de7
 
+// The statements name {schema}.idempotency_keys; NewStore renders them once
+// with the schema of WithSchema.
 const (
 	// pg_try_advisory_xact_lock returns at once: a second request with a key
 	// whose transaction is still open is answered 409, rather than blocking on
@@ -206,20 +217,32 @@ const (
 	// false, RETURNING yields nothing); an expired row not yet cleaned up is
 	// taken over, because after the retention the key is forgotten.
 	claimSQL = `
-INSERT INTO idempotency_keys (scope, key, request_hash, expires_at)
+INSERT INTO {schema}.idempotency_keys AS k (scope, key, request_hash, expires_at)
 VALUES ($1, $2, $3, now() + $4::bigint * interval '1 microsecond')
 ON CONFLICT (scope, key) DO UPDATE
     SET request_hash = EXCLUDED.request_hash,
         response     = NULL,
         created_at   = now(),
         expires_at   = EXCLUDED.expires_at
-    WHERE idempotency_keys.expires_at <= now()
+    WHERE k.expires_at <= now()
 RETURNING true`
 
-	loadSQL = `SELECT request_hash, response FROM idempotency_keys WHERE scope = $1 AND key = $2`
+	loadSQL = `SELECT request_hash, response FROM {schema}.idempotency_keys WHERE scope = $1 AND key = $2`
 
-	completeSQL = `UPDATE idempotency_keys SET response = $3 WHERE scope = $1 AND key = $2`
+	completeSQL = `UPDATE {schema}.idempotency_keys SET response = $3 WHERE scope = $1 AND key = $2`
 )
+
+// queries are the statements rendered for one schema.
+type queries struct{ claim, load, complete, cleanup string }
+
+func renderQueries(schema string) queries {
+	return queries{
+		claim:    pgschema.Render(claimSQL, schema),
+		load:     pgschema.Render(loadSQL, schema),
+		complete: pgschema.Render(completeSQL, schema),
+		cleanup:  pgschema.Render(cleanupSQL, schema),
+	}
+}
 
 // Do runs fn at most once per (req.Scope, req.Key) within tx, the caller's
 // business transaction, and returns fn's response, or the stored response of
@@ -235,7 +258,7 @@ func Do[R proto.Message](ctx context.Context, s *Store, tx pgx.Tx, req Request, 
 	attrs := metric.WithAttributes(attribute.String("scope", req.Scope))
 
 	var locked bool
-	if err := tx.QueryRow(ctx, tryLockSQL, lockNamespace, lockKey(req.Scope, req.Key)).Scan(&locked); err != nil {
+	if err := tx.QueryRow(ctx, tryLockSQL, lockNamespace, lockKey(s.schema, req.Scope, req.Key)).Scan(&locked); err != nil {
 		return zero, false, fmt.Errorf("idempotency: lock key: %w", err)
 	}
 	if !locked {
@@ -244,7 +267,7 @@ func Do[R proto.Message](ctx context.Context, s *Store, tx pgx.Tx, req Request, 
 	}
 
 	var claimed bool
-	err = tx.QueryRow(ctx, claimSQL, req.Scope, req.Key, req.Hash, s.cfg.Retention.Microseconds()).Scan(&claimed)
+	err = tx.QueryRow(ctx, s.sql.claim, req.Scope, req.Key, req.Hash, s.cfg.Retention.Microseconds()).Scan(&claimed)
 	switch {
 	case err == nil:
 		resp, err := fn(ctx)
@@ -255,7 +278,7 @@ func Do[R proto.Message](ctx context.Context, s *Store, tx pgx.Tx, req Request, 
 		if err != nil {
 			return zero, false, fmt.Errorf("idempotency: encode response: %w", err)
 		}
-		if _, err := tx.Exec(ctx, completeSQL, req.Scope, req.Key, b); err != nil {
+		if _, err := tx.Exec(ctx, s.sql.complete, req.Scope, req.Key, b); err != nil {
 			return zero, false, fmt.Errorf("idempotency: store response: %w", err)
 		}
 		return resp, false, nil
@@ -266,7 +289,7 @@ func Do[R proto.Message](ctx context.Context, s *Store, tx pgx.Tx, req Request, 
 	}
 
 	var hash, stored []byte
-	if err := tx.QueryRow(ctx, loadSQL, req.Scope, req.Key).Scan(&hash, &stored); err != nil {
+	if err := tx.QueryRow(ctx, s.sql.load, req.Scope, req.Key).Scan(&hash, &stored); err != nil {
 		return zero, false, fmt.Errorf("idempotency: load key: %w", err)
 	}
 	if !bytes.Equal(hash, req.Hash) {
@@ -285,11 +308,15 @@ func Do[R proto.Message](ctx context.Context, s *Store, tx pgx.Tx, req Request, 
 	return resp, true, nil
 }
 
-// lockKey folds (scope, key) into the advisory lock's 32-bit second key. Two
-// different keys that collide only make one of them see a spurious 409 while
-// the other is in flight; correctness rests on the primary key, not the lock.
-func lockKey(scope, key string) int32 {
+// lockKey folds (schema, scope, key) into the advisory lock's 32-bit second
+// key: advisory locks are per database, so two stores in different schemas
+// must not share them. Two different keys that collide only make one of them
+// see a spurious 409 while the other is in flight; correctness rests on the
+// primary key, not the lock.
+func lockKey(schema, scope, key string) int32 {
 	h := sha256.New()
+	h.Write([]byte(schema))
+	h.Write([]byte{0})
 	h.Write([]byte(scope))
 	h.Write([]byte{0})
 	h.Write([]byte(key))
@@ -300,9 +327,9 @@ func lockKey(scope, key string) int32 {
 // statement short; SKIP LOCKED lets two cleaners (two replicas) split the work
 // instead of queueing, and never touches a key a live request is claiming.
 const cleanupSQL = `
-DELETE FROM idempotency_keys
+DELETE FROM {schema}.idempotency_keys
 WHERE (scope, key) IN (
-    SELECT scope, key FROM idempotency_keys
+    SELECT scope, key FROM {schema}.idempotency_keys
     WHERE expires_at <= now()
     ORDER BY expires_at
     LIMIT $1
@@ -313,7 +340,7 @@ WHERE (scope, key) IN (
 func (s *Store) Cleanup(ctx context.Context) (int64, error) {
 	var total int64
 	for {
-		tag, err := s.pool.Exec(ctx, cleanupSQL, s.cfg.CleanupBatch)
+		tag, err := s.db.Exec(ctx, s.sql.cleanup, s.cfg.CleanupBatch)
 		if err != nil {
 			return total, fmt.Errorf("idempotency: cleanup: %w", err)
 		}

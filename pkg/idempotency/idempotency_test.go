@@ -20,6 +20,7 @@ import (
 
 	"github.com/lossless-dev/lossless/pkg/apierror"
 	"github.com/lossless-dev/lossless/pkg/idempotency"
+	"github.com/lossless-dev/lossless/pkg/pgschema"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
 )
 
@@ -30,19 +31,31 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 type testBundle struct {
 	pool  *pgxpool.Pool
 	store *idempotency.Store
+	// effects is the qualified name of the effects table, in the store's
+	// schema.
+	effects string
 }
 
+// setup is setupIn the default schema.
 func setup(t *testing.T, cfg idempotency.Config) testBundle {
 	t.Helper()
-	pool := pgtest.NewPool(t, idempotency.Migrations(""))
-	if _, err := pool.Exec(context.Background(), `CREATE TABLE effects (id bigint GENERATED ALWAYS AS IDENTITY, body text)`); err != nil {
+	return setupIn(t, "", cfg)
+}
+
+// setupIn migrates the package's schema into schema ("" is the default),
+// creates the effects table beside it and a store on it.
+func setupIn(t *testing.T, schema string, cfg idempotency.Config) testBundle {
+	t.Helper()
+	pool := pgtest.NewPool(t, idempotency.Migrations(schema))
+	effects := pgschema.OrDefault(schema) + ".effects"
+	if _, err := pool.Exec(context.Background(), `CREATE TABLE `+effects+` (id bigint GENERATED ALWAYS AS IDENTITY, body text)`); err != nil {
 		t.Fatal(err)
 	}
-	store, err := idempotency.NewStore(pool, cfg, slog.New(slog.DiscardHandler), nil)
+	store, err := idempotency.NewStore(pool, cfg, slog.New(slog.DiscardHandler), nil, idempotency.WithSchema(schema))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return testBundle{pool: pool, store: store}
+	return testBundle{pool: pool, store: store, effects: effects}
 }
 
 // create is the use case under protection: one effect row per executed call.
@@ -59,7 +72,7 @@ func (b testBundle) create(ctx context.Context, key, body string) (*wrapperspb.S
 		var err error
 		resp, replayed, err = idempotency.Do(ctx, b.store, tx, req, func(ctx context.Context) (*wrapperspb.StringValue, error) {
 			var id int64
-			if err := tx.QueryRow(ctx, `INSERT INTO effects (body) VALUES ($1) RETURNING id`, body).Scan(&id); err != nil {
+			if err := tx.QueryRow(ctx, `INSERT INTO `+b.effects+` (body) VALUES ($1) RETURNING id`, body).Scan(&id); err != nil {
 				return nil, err
 			}
 			return wrapperspb.String(body + "#" + time.Now().Format(time.RFC3339Nano)), nil

@@ -3,6 +3,8 @@ package inbox
 import (
 	"errors"
 	"fmt"
+
+	"github.com/lossless-dev/lossless/pkg/permanent"
 )
 
 // Disposition is what the relay does with an entry whose handler failed.
@@ -49,12 +51,22 @@ type Classified interface {
 	Reason() string
 }
 
-// Classify returns how err is handled and its park reason. Unclassified
-// errors, including database errors and timeouts, are Technical.
+// ReasonPermanent parks an entry whose handler returned an error marked
+// with permanent.Mark and no Classified rejection: a failure the handler
+// knows retrying cannot fix (e.g. a stored payload it cannot decode).
+const ReasonPermanent = "PERMANENT"
+
+// Classify returns how err is handled and its park reason. A Classified
+// error decides itself; an error marked permanent (pkg/permanent) is Parked
+// with ReasonPermanent; every other error, including database errors and
+// timeouts, is Technical.
 func Classify(err error) (Disposition, string) {
 	var c Classified
 	if errors.As(err, &c) {
 		return c.Disposition(), c.Reason()
+	}
+	if permanent.Is(err) {
+		return Parked, ReasonPermanent
 	}
 	return Technical, ""
 }

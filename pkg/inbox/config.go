@@ -2,14 +2,16 @@ package inbox
 
 import (
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/lossless-dev/lossless/pkg/backoff"
 	"github.com/lossless-dev/lossless/pkg/envconfig"
 )
 
-// Config tunes the relay. The zero value of a field means its default. The
-// reasoning behind every default is in docs/adr/0008.
+// Config tunes the Relay. The zero value of a field means its default; the
+// reasoning behind the defaults is in docs/adr/0008. Where the tables are is
+// not a tunable of the relay alone: see WithSchema.
 type Config struct {
 	// BatchSize is the number of entries claimed per transaction. Default 100.
 	BatchSize int
@@ -18,9 +20,6 @@ type Config struct {
 	// fallback when the LISTEN connection is down, and the pick-up delay of
 	// entries that become due by time (backoff) or by SQL repair.
 	PollInterval time.Duration
-	// NotifyChannel is the LISTEN channel the inbox insert trigger notifies
-	// (migrations/workorder/00003_inbox.sql). Default "inbox".
-	NotifyChannel string
 	// SweepInterval bounds how long the keyset cursor may run ahead: every
 	// SweepInterval the claim restarts from the lowest open id, picking up
 	// entries that became due, were blocked by an older entry of their key,
@@ -57,7 +56,8 @@ type Config struct {
 // MAX_ATTEMPTS, MAX_AGE, DEFER_BACKOFF_BASE/MAX, TECHNICAL_BACKOFF_BASE/MAX,
 // HANDLER_TIMEOUT, OUTAGE_PROBE_INTERVAL.
 func ConfigFromEnv(r *envconfig.Reader, prefix string) Config {
-	d := Config{}.withDefaults()
+	var d Config
+	d.setDefaults()
 	return Config{
 		BatchSize:           r.Int(prefix+"BATCH_SIZE", d.BatchSize),
 		PollInterval:        r.Duration(prefix+"POLL_INTERVAL", d.PollInterval),
@@ -71,12 +71,9 @@ func ConfigFromEnv(r *envconfig.Reader, prefix string) Config {
 	}
 }
 
-func (c Config) withDefaults() Config {
+func (c *Config) setDefaults() {
 	if c.BatchSize == 0 {
 		c.BatchSize = 100
-	}
-	if c.NotifyChannel == "" {
-		c.NotifyChannel = "inbox"
 	}
 	if c.PollInterval == 0 {
 		c.PollInterval = 200 * time.Millisecond
@@ -111,21 +108,27 @@ func (c Config) withDefaults() Config {
 	if c.OutageProbeInterval == 0 {
 		c.OutageProbeInterval = time.Second
 	}
-	return c
 }
 
-// Validate reports an unusable configuration (after defaults).
+// Validate reports an unusable configuration. A zero field means its
+// default, so it is valid.
 func (c Config) Validate() error {
-	c = c.withDefaults()
+	c.setDefaults()
 	var errs []error
 	if c.BatchSize < 1 || c.BatchSize > 10000 {
-		errs = append(errs, errors.New("inbox: BatchSize must be within 1..10000"))
+		errs = append(errs, fmt.Errorf("inbox: BatchSize %d: want 1..10000", c.BatchSize))
 	}
-	if c.PollInterval < 0 || c.SweepInterval < 0 || c.MaxAge < 0 || c.HandlerTimeout < 0 || c.OutageProbeInterval < 0 {
-		errs = append(errs, errors.New("inbox: intervals must not be negative"))
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{{"PollInterval", c.PollInterval}, {"SweepInterval", c.SweepInterval}, {"MaxAge", c.MaxAge},
+		{"HandlerTimeout", c.HandlerTimeout}, {"OutageProbeInterval", c.OutageProbeInterval}} {
+		if f.d <= 0 {
+			errs = append(errs, fmt.Errorf("inbox: %s %v: want > 0", f.name, f.d))
+		}
 	}
 	if c.MaxAttempts < 1 {
-		errs = append(errs, errors.New("inbox: MaxAttempts must be at least 1"))
+		errs = append(errs, fmt.Errorf("inbox: MaxAttempts %d: want at least 1", c.MaxAttempts))
 	}
 	errs = append(errs, c.DeferBackoff.Validate(), c.TechnicalBackoff.Validate())
 	return errors.Join(errs...)

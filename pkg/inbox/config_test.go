@@ -2,6 +2,7 @@ package inbox
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,7 +16,8 @@ import (
 func TestDefaultDeferredScheduleCostsAHandfulOfAttempts(t *testing.T) {
 	t.Parallel()
 	for _, draw := range []float64{0, 0.5, 0.999999} {
-		c := Config{}.withDefaults()
+		var c Config
+		c.setDefaults()
 		c.DeferBackoff.Rand = func() float64 { return draw }
 		var age time.Duration
 		attempts := 0
@@ -38,7 +40,8 @@ func TestDefaultDeferredScheduleCostsAHandfulOfAttempts(t *testing.T) {
 // every OutageProbeInterval, so it resumes within a second of its return.
 func TestOutageWaitIsCappedWhileOtherFailuresBackOff(t *testing.T) {
 	t.Parallel()
-	c := Config{}.withDefaults()
+	var c Config
+	c.setDefaults()
 	c.TechnicalBackoff.Rand = func() float64 { return 0.999999 }
 	down := &pgconn.ConnectError{Config: &pgconn.Config{Host: "127.0.0.1", Port: 1}}
 	if got := failureWait(c, down, 20); got > c.OutageProbeInterval {
@@ -46,5 +49,27 @@ func TestOutageWaitIsCappedWhileOtherFailuresBackOff(t *testing.T) {
 	}
 	if got := failureWait(c, errors.New("relation \"inbox\" does not exist"), 20); got < 30*time.Second {
 		t.Errorf("other failure: wait %v after 20 failures, want the technical backoff (about %v)", got, c.TechnicalBackoff.Max)
+	}
+}
+
+// A zero field means its default, for Validate as for NewRelay: a service
+// validating its configuration at start-up accepts the zero Config, and
+// names the field it refuses.
+func TestValidate_ZeroIsDefaultErrorsNameTheField(t *testing.T) {
+	t.Parallel()
+	if err := (Config{}).Validate(); err != nil {
+		t.Fatalf("zero Config: %v", err)
+	}
+	if err := (MonitorConfig{}).Validate(); err != nil {
+		t.Fatalf("zero MonitorConfig: %v", err)
+	}
+	for field, c := range map[string]Config{
+		"BatchSize":    {BatchSize: 10001},
+		"PollInterval": {PollInterval: -time.Second},
+		"MaxAttempts":  {MaxAttempts: -1},
+	} {
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), field) {
+			t.Errorf("%+v: %v, want an error naming %s", c, err, field)
+		}
 	}
 }

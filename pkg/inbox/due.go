@@ -18,9 +18,9 @@ import (
 // order and its waiting points only after the caller commits and releases
 // the order lock, so it sees the waiting point anyway.
 const qMakeDue = `
-UPDATE inbox SET next_attempt_at = now()
+UPDATE {schema}.inbox SET next_attempt_at = now()
 WHERE id IN (
-    SELECT id FROM inbox
+    SELECT id FROM {schema}.inbox
     WHERE correlation_key = $1 AND status = 'OPEN' AND next_attempt_at > now()
     FOR UPDATE SKIP LOCKED
 )`
@@ -33,16 +33,23 @@ const qNotify = `SELECT pg_notify($1, '')`
 // the condition those entries wait for becomes true: the work-order service
 // calls it when it records a waiting point, so a completion that overtook
 // its hand-off (F5) applies right after the hand-off commits instead of
-// after its backoff. It returns the number of entries made due.
-func MakeDue(ctx context.Context, tx pgx.Tx, key string) (int64, error) {
-	tag, err := tx.Exec(ctx, qMakeDue, key)
+// after its backoff. It returns the number of entries made due. Of the
+// options it uses WithSchema; its statement is rendered per call, a few
+// string operations against a database round trip.
+func MakeDue(ctx context.Context, tx pgx.Tx, key string, opts ...Option) (int64, error) {
+	o, err := newOptions(opts)
+	if err != nil {
+		return 0, err
+	}
+	q := newQueries(o.schema)
+	tag, err := tx.Exec(ctx, q.makeDue, key)
 	if err != nil {
 		return 0, fmt.Errorf("inbox: make entries of %s due: %w", key, err)
 	}
 	if tag.RowsAffected() == 0 {
 		return 0, nil
 	}
-	if _, err := tx.Exec(ctx, qNotify, Config{}.withDefaults().NotifyChannel); err != nil {
+	if _, err := tx.Exec(ctx, qNotify, q.channel); err != nil {
 		return 0, fmt.Errorf("inbox: notify: %w", err)
 	}
 	return tag.RowsAffected(), nil

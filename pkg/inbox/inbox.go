@@ -1,31 +1,100 @@
-// Package inbox is the receiving half of reliable messaging (ADR 0007,
-// variant 2): a table that stores every incoming event idempotently BEFORE the
-// broker is acked, and a relay that applies the stored entries later, one
-// correlation key at a time, with business rejections parked instead of lost.
+// Package inbox is the receiving half of reliable messaging: a table that
+// stores every incoming message idempotently BEFORE the broker is acked, and
+// a relay that applies the stored entries later, one correlation key at a
+// time, with business rejections parked instead of lost. Why an inbox and not
+// nack + retry policy + dead-letter topic: docs/adr/0007; how errors are
+// classified and retried: docs/adr/0008.
 //
-// The pieces, in the order a message meets them:
+// The package is generic: it knows nothing of the service's events. A
+// service supplies the decoding (into a Message) and the effect (a Handler).
 //
-//   - Store.Ingest: ONE multi-row INSERT ... ON CONFLICT DO NOTHING per batch
-//     (unique key: source + the emitter's business event id). The caller acks
-//     only after it returns nil. Poison is inserted already PARKED, with its
-//     raw bytes and reason. The same id with a different payload hash is a
-//     producer bug: recorded in inbox_conflicts, counted, never dropped.
-//   - Relay: claims due OPEN entries with FOR UPDATE SKIP LOCKED, never an
-//     entry while an older unresolved entry of the same key exists, and runs
-//     the Handler in the claiming transaction: a BatchHandler once for the
-//     whole batch (falling back to one savepoint per entry when the batch
-//     fails technically), a plain Handler per entry in a savepoint. The
-//     handler's error decides:
-//     nil = APPLIED; Duplicate = DUPLICATE; Park = PARKED now; Defer = back off
-//     until a deadline, then PARKED; anything else is technical: back off with
-//     jitter, forever, visible through the age-of-oldest-open-entry alarm.
-//   - Ops: list, show, replay (reopen) parked entries with ticket + actor +
-//     audit row, cleanup of resolved entries in bounded batches.
-//   - Monitor: the inbox's two alarms (parked count, oldest open age) and
-//     open conflicts, as metrics refreshed on an interval.
+// # Guarantees
 //
-// The package is generic: it knows nothing about work orders. A service
-// supplies the decoding (Message) and the effect (Handler).
+//   - Nothing acked is lost: Store.Ingest returns nil only once every message
+//     of the batch is committed (new, duplicate, conflict or parked); ack
+//     after it, nack on its error.
+//   - Redelivery is a no-op: (Source, EventID) is unique, so a copy of a
+//     stored message adds nothing. The same id with a different payload is a
+//     producer bug, kept in inbox_conflicts and counted, never dropped.
+//   - Poison is kept: a message the service could not decode is stored PARKED
+//     with its raw bytes and reason (Message.ParkReason); so is a message
+//     PostgreSQL cannot store as received (escaped, reason says why).
+//   - Effect and status commit together: the Handler runs in the relay's
+//     transaction; its writes and the entry's new status commit or roll back
+//     as one. A crash re-applies the entry; it never half-applies it.
+//   - Per-key order: an entry is never applied while an older (lower id)
+//     entry of the same CorrelationKey is unresolved. Different keys proceed
+//     in parallel, across any number of relay replicas.
+//   - Every failure ends somewhere visible: a technical error (any error the
+//     handler does not classify) is retried with backoff forever, seen by the
+//     oldest-open-age alarm; a business rejection is parked at once (Park, or
+//     an error marked with permanent.Mark) or after a deadline (Defer); a
+//     recognised duplicate is resolved (AlreadyApplied); a panicking handler
+//     parks the entry after Config.MaxAttempts.
+//
+// # Tables and schema
+//
+// {schema}.inbox (the entries), {schema}.inbox_conflicts (same id, other
+// payload), {schema}.inbox_audit (operator actions) and an insert trigger
+// that NOTIFYs NotifyChannel(schema) so idle relays wake at once. They ship as
+// an embedded goose migration: apply Migrations(schema) with pkg/pgmigrate
+// (or call Migrate) before the service's own migrations. The schema defaults
+// to DefaultSchema ("public"); to keep the tables elsewhere, or to run two
+// inboxes in one database, pass the same name to Migrations and, through
+// WithSchema, to every constructor and to MakeDue. No inbox table references
+// a service table.
+//
+// # Pieces
+//
+//   - Store.Ingest: one multi-row INSERT ... ON CONFLICT DO NOTHING per batch.
+//   - Relay: claims due OPEN entries (FOR UPDATE SKIP LOCKED, with the per-key
+//     guard) and runs the Handler in the claiming transaction: a BatchHandler
+//     once for the whole batch (falling back to one savepoint per entry when
+//     the batch fails technically), a plain Handler per entry in a savepoint.
+//     Its outcome: nil = APPLIED; AlreadyApplied = DUPLICATE; Park or
+//     permanent.Mark = PARKED now; Defer = back off until Config.MaxAttempts
+//     AND Config.MaxAge are reached, then PARKED; anything else = back off
+//     with jitter and retry. Run any number of replicas.
+//   - MakeDue: in the caller's transaction, makes the deferred entries of a
+//     key due at once, for when the condition they wait for becomes true.
+//   - Ops: the operator actions (below).
+//   - Monitor: the alarm gauges (below).
+//
+// # Configuration
+//
+// Config tunes the relay (batch size, poll and sweep intervals, deferral
+// deadline, backoffs, timeouts); every field documents its default, and
+// ConfigFromEnv reads them from the environment. MonitorConfig tunes the
+// Monitor. Options (WithSchema, WithTracerProvider, WithAudit) are accepted by
+// every constructor, each using those that apply. Store, Ops and Monitor take
+// a DB (a pool, a connection or a transaction); the Relay takes a pool,
+// because it holds a connection of its own for LISTEN.
+//
+// # Metrics
+//
+// Store: inbox.received{outcome=inserted|poison|duplicate|conflict}
+// (conflict is a producer bug: alert). Relay: inbox.relay.outcomes{outcome,
+// reason}, inbox.correlation.latency (receipt to applied),
+// inbox.relay.claim_failures, inbox.relay.batch_fallbacks,
+// inbox.relay.handler_panics. Monitor, refreshed on an interval by bounded
+// queries: inbox.oldest_open_age (alarm: stalled relay or an entry retrying
+// forever), inbox.parked_entries{reason} (alarm: needs a person),
+// inbox.open_conflicts (alarm: producer bug), inbox.open_entries.
+//
+// # Operator operations
+//
+// Ops.List and Ops.Get show entries (parked ones by reason). Ops.Replay
+// reopens PARKED entries, by ids or by a bounded received_at range, after the
+// cause was fixed: they go through the same relay and handler as new entries,
+// and a second identical replay changes nothing. Ops.Cleanup deletes resolved
+// entries past a retention (default DefaultRetention, never PARKED or OPEN
+// ones) in short batches; CleanupResolved is its unattended form. Every
+// mutating action needs a ticket and an actor (Authorization) and is audited
+// in its own transaction: a row in {schema}.inbox_audit, or, with WithAudit,
+// in the service's own audit log, so that a service keeps one log for all its
+// privileged actions. A PARKED entry can also be repaired with one line of
+// SQL (UPDATE {schema}.inbox SET status = 'OPEN', attempts = 0,
+// next_attempt_at = now() WHERE id = ...), which is all Replay does.
 package inbox
 
 import (
@@ -126,7 +195,8 @@ type BatchHandler interface {
 	Handler
 	// HandleBatch applies es, in order, inside the relay's transaction and
 	// returns one result per entry: nil when applied, or a Classified
-	// rejection (Duplicate, Deferred, Parked) for which it wrote NOTHING:
+	// rejection (Duplicate, Deferred, Parked) or an error marked with
+	// permanent.Mark, for which it wrote NOTHING:
 	// there is no savepoint to undo partial writes. Every other failure,
 	// e.g. a database error, is returned as err. The relay then rolls the
 	// transaction back and applies the same batch again through Handle, each

@@ -362,7 +362,7 @@ func TestReplay_TwiceHasOneEffect(t *testing.T) {
 	if applied != 1 {
 		t.Fatalf("applied %d times, want 1", applied)
 	}
-	if n := b.count(t, `SELECT count(*) FROM operator_audit WHERE action = 'inbox.replay' AND ticket = 'INC-1' AND actor = 'alice'`); n != 3 {
+	if n := b.count(t, `SELECT count(*) FROM inbox_audit WHERE action = 'inbox.replay' AND ticket = 'INC-1' AND actor = 'alice'`); n != 3 {
 		t.Fatalf("audit rows = %d, want 3 (dry run + 2 replays)", n)
 	}
 }

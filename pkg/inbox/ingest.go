@@ -13,7 +13,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
@@ -36,7 +35,7 @@ import (
 // after its subquery's sort), because the relay's "older" is "lower id"
 // (I4). A skipped duplicate burns its id, as the identity default did.
 const insertBatch = `
-INSERT INTO inbox (id, source, event_id, event_type, schema_version, correlation_key, payload, payload_sha256,
+INSERT INTO {schema}.inbox (id, source, event_id, event_type, schema_version, correlation_key, payload, payload_sha256,
                    attributes, message_id, delivery_attempt, traceparent, tracestate,
                    status, park_reason, last_error, parked_at)
 OVERRIDING SYSTEM VALUE
@@ -45,7 +44,7 @@ SELECT r.id, r.source, r.event_id, r.event_type, r.schema_version, r.correlation
        CASE WHEN r.park_reason IS NULL THEN 'OPEN' ELSE 'PARKED' END,
        r.park_reason, r.park_error,
        CASE WHEN r.park_reason IS NULL THEN NULL ELSE now() END
-FROM (SELECT nextval(pg_get_serial_sequence('inbox', 'id')) AS id, m.*
+FROM (SELECT nextval(pg_get_serial_sequence('{schema}.inbox', 'id')) AS id, m.*
       FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::bytea[], $7::bytea[],
                   $8::text[], $9::text[], $10::int[], $11::text[], $12::text[], $13::text[], $14::text[], $15::int[])
            WITH ORDINALITY AS m(source, event_id, event_type, schema_version, correlation_key, payload, sha,
@@ -65,18 +64,18 @@ RETURNING source, event_id, status`
 // one canonical order, like the inbox insert, so that concurrent batches
 // cannot deadlock on inbox_conflicts either.
 const recordConflicts = `
-INSERT INTO inbox_conflicts (source, event_id, payload, payload_sha256, attributes, message_id)
+INSERT INTO {schema}.inbox_conflicts (source, event_id, payload, payload_sha256, attributes, message_id)
 SELECT m.source, m.event_id, m.payload, m.sha, m.attrs::jsonb, m.message_id
 FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bytea[], $5::text[], $6::text[])
      AS m(source, event_id, payload, sha, attrs, message_id)
-JOIN inbox i ON i.source = m.source AND i.event_id = m.event_id
+JOIN {schema}.inbox i ON i.source = m.source AND i.event_id = m.event_id
 WHERE i.payload_sha256 <> m.sha
 ORDER BY m.source, m.event_id, m.sha
 ON CONFLICT (source, event_id, payload_sha256) DO NOTHING
 RETURNING source, event_id`
 
 // Column limits of the inbox table (CHECK constraints in
-// migrations/workorder/00003_inbox.sql), in characters.
+// migrations/00001_inbox.sql), in characters.
 const (
 	MaxSourceLength  = 64
 	MaxEventIDLength = 200
@@ -104,14 +103,20 @@ type IngestResult struct {
 
 // Store writes received messages to the inbox table.
 type Store struct {
-	pool     *pgxpool.Pool
+	db       DB
+	q        queries
 	received metric.Int64Counter
 }
 
-// NewStore returns a Store on pool. meter may be nil (no metrics).
-func NewStore(pool *pgxpool.Pool, meter metric.Meter) (*Store, error) {
-	if pool == nil {
-		return nil, errors.New("inbox: nil pool")
+// NewStore returns a Store on db. meter may be nil (no metrics). Of the
+// options it uses WithSchema.
+func NewStore(db DB, meter metric.Meter, opts ...Option) (*Store, error) {
+	if db == nil {
+		return nil, errors.New("inbox: NewStore needs a database handle")
+	}
+	o, err := newOptions(opts)
+	if err != nil {
+		return nil, err
 	}
 	if meter == nil {
 		meter = noop.NewMeterProvider().Meter("")
@@ -126,7 +131,7 @@ func NewStore(pool *pgxpool.Pool, meter metric.Meter) (*Store, error) {
 	for _, outcome := range []string{"inserted", "poison", "duplicate", "conflict"} {
 		received.Add(context.Background(), 0, metric.WithAttributes(attribute.String("outcome", outcome)))
 	}
-	return &Store{pool: pool, received: received}, nil
+	return &Store{db: db, q: newQueries(o.schema), received: received}, nil
 }
 
 // Ingest stores msgs in one transaction. A nil error means every message is
@@ -170,13 +175,13 @@ func (s *Store) Ingest(ctx context.Context, msgs []Message) (IngestResult, error
 // ingestBatch is the normal case: the whole batch in one statement.
 func (s *Store) ingestBatch(ctx context.Context, rows []row) (IngestResult, error) {
 	var res IngestResult
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
 		res = IngestResult{}
-		inserted, err := insertRows(ctx, tx, rows, &res)
+		inserted, err := s.insertRows(ctx, tx, rows, &res)
 		if err != nil {
 			return err
 		}
-		return insertConflicts(ctx, tx, rows, inserted, &res)
+		return s.insertConflicts(ctx, tx, rows, inserted, &res)
 	})
 	return res, err
 }
@@ -188,7 +193,7 @@ func (s *Store) ingestBatch(ctx context.Context, rows []row) (IngestResult, erro
 // with a concurrent batch either.
 func (s *Store) ingestIsolated(ctx context.Context, rows []row) (IngestResult, error) {
 	var res IngestResult
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
 		res = IngestResult{}
 		inserted := make(map[rowKey]bool, len(rows))
 		stored := make([]row, 0, len(rows))
@@ -198,7 +203,7 @@ func (s *Store) ingestIsolated(ctx context.Context, rows []row) (IngestResult, e
 			if err != nil {
 				return err
 			}
-			one, err := insertRows(ctx, sp, []row{r}, &res)
+			one, err := s.insertRows(ctx, sp, []row{r}, &res)
 			if err != nil {
 				if !pgerr.IsData(err) {
 					return err
@@ -219,7 +224,7 @@ func (s *Store) ingestIsolated(ctx context.Context, rows []row) (IngestResult, e
 		}
 		if len(rejected) > 0 {
 			sortRows(rejected)
-			parked, err := insertRows(ctx, tx, rejected, &res)
+			parked, err := s.insertRows(ctx, tx, rejected, &res)
 			if err != nil {
 				return fmt.Errorf("inbox: park rows the database rejected: %w", err)
 			}
@@ -229,7 +234,7 @@ func (s *Store) ingestIsolated(ctx context.Context, rows []row) (IngestResult, e
 			stored = append(stored, rejected...)
 			sortRows(stored)
 		}
-		return insertConflicts(ctx, tx, stored, inserted, &res)
+		return s.insertConflicts(ctx, tx, stored, inserted, &res)
 	})
 	return res, err
 }
@@ -238,9 +243,9 @@ type rowKey struct{ source, eventID string }
 
 // insertRows runs insertBatch for rs (in key order) and counts the rows it
 // stored into res; it returns their keys.
-func insertRows(ctx context.Context, q pgx.Tx, rs []row, res *IngestResult) (map[rowKey]bool, error) {
+func (s *Store) insertRows(ctx context.Context, q pgx.Tx, rs []row, res *IngestResult) (map[rowKey]bool, error) {
 	c := toColumns(rs)
-	rows, err := q.Query(ctx, insertBatch, c.source, c.eventID, c.eventType, c.schemaVersion,
+	rows, err := q.Query(ctx, s.q.insertBatch, c.source, c.eventID, c.eventType, c.schemaVersion,
 		c.correlationKey, c.payload, c.sha, c.attrs, c.messageID, c.deliveryAttempt,
 		c.traceparent, c.tracestate, c.parkReason, c.parkError, c.receipt)
 	if err != nil {
@@ -280,7 +285,7 @@ func insertRows(ctx context.Context, q pgx.Tx, rs []row, res *IngestResult) (map
 // insertConflicts records the rows not inserted whose payload differs from
 // the stored one, and counts the rest as duplicates. A key may also repeat
 // inside one batch; the first copy (in receipt order) wins.
-func insertConflicts(ctx context.Context, tx pgx.Tx, rs []row, inserted map[rowKey]bool, res *IngestResult) error {
+func (s *Store) insertConflicts(ctx context.Context, tx pgx.Tx, rs []row, inserted map[rowKey]bool, res *IngestResult) error {
 	var d []row
 	seen := make(map[rowKey]bool, len(rs))
 	for _, r := range rs {
@@ -295,7 +300,7 @@ func insertConflicts(ctx context.Context, tx pgx.Tx, rs []row, inserted map[rowK
 		return nil
 	}
 	c := toColumns(d)
-	rows, err := tx.Query(ctx, recordConflicts, c.source, c.eventID, c.payload, c.sha, c.attrs, c.messageID)
+	rows, err := tx.Query(ctx, s.q.recordConflicts, c.source, c.eventID, c.payload, c.sha, c.attrs, c.messageID)
 	if err != nil {
 		return fmt.Errorf("inbox: record conflicts: %w", err)
 	}

@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
@@ -25,20 +24,22 @@ const (
 	// Oldest OPEN entry by id (inbox_open_idx), its age in the database's clock.
 	oldestOpenAge = `
 SELECT coalesce((SELECT extract(epoch FROM now() - received_at)
-                 FROM inbox WHERE status = 'OPEN' ORDER BY id LIMIT 1), 0)`
+                 FROM {schema}.inbox WHERE status = 'OPEN' ORDER BY id LIMIT 1), 0)`
 	parkedByReason = `
 SELECT coalesce(park_reason, ''), count(*)
-FROM (SELECT park_reason FROM inbox WHERE status = 'PARKED' LIMIT $1) p
+FROM (SELECT park_reason FROM {schema}.inbox WHERE status = 'PARKED' LIMIT $1) p
 GROUP BY 1`
 	openConflicts = `
-SELECT count(*) FROM (SELECT 1 FROM inbox_conflicts WHERE resolved_at IS NULL LIMIT $1) c`
+SELECT count(*) FROM (SELECT 1 FROM {schema}.inbox_conflicts WHERE resolved_at IS NULL LIMIT $1) c`
 	openEntries = `
-SELECT count(*) FROM (SELECT 1 FROM inbox WHERE status = 'OPEN' LIMIT $1) o`
+SELECT count(*) FROM (SELECT 1 FROM {schema}.inbox WHERE status = 'OPEN' LIMIT $1) o`
 )
 
-// MonitorConfig tunes the Monitor.
+// MonitorConfig tunes the Monitor. The zero value of a field means its
+// default.
 type MonitorConfig struct {
-	// Interval between refreshes. Default 15s (a typical scrape interval).
+	// Interval between refreshes. Default 15s, a typical scrape interval:
+	// refreshing more often than the gauges are read only loads the database.
 	Interval time.Duration
 	// Reasons are park reasons always reported, at 0 when no entry is parked
 	// for them, so alert rules and dashboards find the series before the
@@ -46,10 +47,18 @@ type MonitorConfig struct {
 	Reasons []string
 }
 
-// Validate reports an unusable configuration.
+func (c *MonitorConfig) setDefaults() {
+	if c.Interval == 0 {
+		c.Interval = 15 * time.Second
+	}
+}
+
+// Validate reports an unusable configuration. A zero field means its
+// default, so it is valid.
 func (c MonitorConfig) Validate() error {
-	if c.Interval < 0 {
-		return errors.New("inbox: monitor Interval must not be negative")
+	c.setDefaults()
+	if c.Interval <= 0 {
+		return fmt.Errorf("inbox: MonitorConfig.Interval %v: want > 0", c.Interval)
 	}
 	return nil
 }
@@ -59,7 +68,8 @@ func (c MonitorConfig) Validate() error {
 // inbox.open_entries. Values are refreshed by Run on an interval, not at
 // scrape time, so scrapes never query the database.
 type Monitor struct {
-	pool   *pgxpool.Pool
+	db     DB
+	q      queries
 	cfg    MonitorConfig
 	logger *slog.Logger
 
@@ -70,21 +80,24 @@ type Monitor struct {
 	open      int64
 }
 
-// NewMonitor registers the gauges on meter.
-func NewMonitor(pool *pgxpool.Pool, cfg MonitorConfig, logger *slog.Logger, meter metric.Meter) (*Monitor, error) {
-	if pool == nil || logger == nil {
-		return nil, errors.New("inbox: NewMonitor needs a pool and a logger")
+// NewMonitor registers the gauges on meter (nil: no metrics, Snapshot
+// still works). Of the options it uses WithSchema.
+func NewMonitor(db DB, cfg MonitorConfig, logger *slog.Logger, meter metric.Meter, opts ...Option) (*Monitor, error) {
+	if db == nil || logger == nil {
+		return nil, errors.New("inbox: NewMonitor needs a database handle and a logger")
 	}
-	if err := cfg.Validate(); err != nil {
+	o, err := newOptions(opts)
+	if err != nil {
 		return nil, err
 	}
-	if cfg.Interval == 0 {
-		cfg.Interval = 15 * time.Second
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
 	if meter == nil {
 		meter = noop.NewMeterProvider().Meter("")
 	}
-	m := &Monitor{pool: pool, cfg: cfg, logger: logger, parked: map[string]int64{}}
+	m := &Monitor{db: db, q: newQueries(o.schema), cfg: cfg, logger: logger, parked: map[string]int64{}}
 	age, err1 := meter.Float64ObservableGauge("inbox.oldest_open_age", metric.WithUnit("s"),
 		metric.WithDescription("Age of the oldest OPEN inbox entry (alarm: stalled correlation)."))
 	parked, err2 := meter.Int64ObservableGauge("inbox.parked_entries",
@@ -96,7 +109,7 @@ func NewMonitor(pool *pgxpool.Pool, cfg MonitorConfig, logger *slog.Logger, mete
 	if err := errors.Join(err1, err2, err3, err4); err != nil {
 		return nil, err
 	}
-	_, err := meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+	_, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		o.ObserveFloat64(age, m.oldestAge)
@@ -141,16 +154,16 @@ type Snapshot struct {
 func (m *Monitor) Refresh(ctx context.Context) error {
 	var age float64
 	var conflicts, open int64
-	if err := m.pool.QueryRow(ctx, oldestOpenAge).Scan(&age); err != nil {
+	if err := m.db.QueryRow(ctx, m.q.oldestOpenAge).Scan(&age); err != nil {
 		return fmt.Errorf("oldest open: %w", err)
 	}
-	if err := m.pool.QueryRow(ctx, openConflicts, countCap).Scan(&conflicts); err != nil {
+	if err := m.db.QueryRow(ctx, m.q.openConflicts, countCap).Scan(&conflicts); err != nil {
 		return fmt.Errorf("conflicts: %w", err)
 	}
-	if err := m.pool.QueryRow(ctx, openEntries, countCap).Scan(&open); err != nil {
+	if err := m.db.QueryRow(ctx, m.q.openEntries, countCap).Scan(&open); err != nil {
 		return fmt.Errorf("open entries: %w", err)
 	}
-	rows, err := m.pool.Query(ctx, parkedByReason, countCap)
+	rows, err := m.db.Query(ctx, m.q.parkedByReason, countCap)
 	if err != nil {
 		return fmt.Errorf("parked: %w", err)
 	}

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Operator limits (I6): a replay is always bounded, so nobody reopens
@@ -30,19 +29,31 @@ const (
 	DefaultCleanupBatch = 1000
 )
 
-// Ops are the privileged operator actions on the inbox. Every mutating action
-// needs a ticket and an actor and writes an operator_audit row in the same
-// transaction as its effect.
+// Ops are the privileged operator actions on the inbox. Every mutating
+// action (Replay, Cleanup; dry runs too) needs a ticket and an actor and is
+// audited in the same transaction as its effect: a row in
+// {schema}.inbox_audit, or whatever WithAudit does instead.
 type Ops struct {
-	pool *pgxpool.Pool
+	db    DB
+	q     queries
+	audit AuditFunc
 }
 
-// NewOps returns the operator actions on pool.
-func NewOps(pool *pgxpool.Pool) (*Ops, error) {
-	if pool == nil {
-		return nil, errors.New("inbox: nil pool")
+// NewOps returns the operator actions on db. Of the options it uses
+// WithSchema and WithAudit.
+func NewOps(db DB, opts ...Option) (*Ops, error) {
+	if db == nil {
+		return nil, errors.New("inbox: NewOps needs a database handle")
 	}
-	return &Ops{pool: pool}, nil
+	o, err := newOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	ops := &Ops{db: db, q: newQueries(o.schema), audit: o.audit}
+	if ops.audit == nil {
+		ops.audit = ops.insertAudit
+	}
+	return ops, nil
 }
 
 // ListFilter selects entries for List.
@@ -61,7 +72,7 @@ type ListFilter struct {
 // the other statuses by their own partial indexes or the primary key.
 const listEntries = `
 SELECT ` + entryColumns + `
-FROM inbox
+FROM {schema}.inbox
 WHERE status = $1 AND ($2 = '' OR park_reason = $2) AND id > $3
 ORDER BY id
 LIMIT $4`
@@ -75,7 +86,7 @@ func (o *Ops) List(ctx context.Context, f ListFilter) ([]Entry, error) {
 		f.Limit = 50
 	}
 	f.Limit = min(f.Limit, 1000)
-	rows, err := o.pool.Query(ctx, listEntries, string(f.Status), f.Reason, f.AfterID, f.Limit)
+	rows, err := o.db.Query(ctx, o.q.listEntries, string(f.Status), f.Reason, f.AfterID, f.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("inbox: list: %w", err)
 	}
@@ -94,9 +105,11 @@ func (o *Ops) List(ctx context.Context, f ListFilter) ([]Entry, error) {
 // ErrNotFound is returned by Get for an unknown id.
 var ErrNotFound = errors.New("inbox: entry not found")
 
+const getEntry = `SELECT ` + entryColumns + ` FROM {schema}.inbox WHERE id = $1`
+
 // Get returns one entry.
 func (o *Ops) Get(ctx context.Context, id int64) (Entry, error) {
-	e, err := scanEntry(o.pool.QueryRow(ctx, `SELECT `+entryColumns+` FROM inbox WHERE id = $1`, id))
+	e, err := scanEntry(o.db.QueryRow(ctx, o.q.getEntry, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Entry{}, ErrNotFound
 	}
@@ -175,7 +188,7 @@ func (r ReplayRequest) Validate() error {
 // them OPEN or resolved and changes nothing. LIMIT max+1 detects a range
 // that is too large without counting it all.
 const selectReplay = `
-SELECT id FROM inbox
+SELECT id FROM {schema}.inbox
 WHERE status = 'PARKED'
   AND (cardinality($1::bigint[]) = 0 OR id = ANY($1))
   AND (cardinality($1::bigint[]) > 0 OR (received_at >= $2 AND received_at < $3))
@@ -187,27 +200,61 @@ FOR UPDATE`
 // reopen is the runbook's one-line SQL repair, applied to a checked id list:
 // the entry goes back through the normal relay path.
 const reopen = `
-UPDATE inbox SET status = 'OPEN', attempts = 0, next_attempt_at = now()
+UPDATE {schema}.inbox SET status = 'OPEN', attempts = 0, next_attempt_at = now()
 WHERE id = ANY($1) AND status = 'PARKED'`
 
 const insertAudit = `
-INSERT INTO operator_audit (action, actor, ticket, dry_run, params, affected)
+INSERT INTO {schema}.inbox_audit (action, actor, ticket, dry_run, params, affected)
 VALUES ($1, $2, $3, $4, $5, $6)`
 
+// AuditRecord is one audited operator action.
+type AuditRecord struct {
+	// Action names it: "inbox.replay", "inbox.cleanup".
+	Action string
+	// Authorization is who acted, under which ticket.
+	Authorization
+	// DryRun: the action reported what it would do and changed nothing.
+	DryRun bool
+	// Params are the request's parameters and results, as JSON.
+	Params map[string]any
+	// Affected counts the entries changed (or, on a dry run, that would be).
+	Affected int
+}
+
+// AuditFunc records rec inside tx, the transaction of the action: an error
+// rolls the action back, so no action happens unaudited.
+type AuditFunc func(ctx context.Context, tx pgx.Tx, rec AuditRecord) error
+
+// Audit records rec in tx through the audit the Ops were built with, so
+// that a service can add its own privileged actions to the same trail.
+func (o *Ops) Audit(ctx context.Context, tx pgx.Tx, rec AuditRecord) error {
+	return o.audit(ctx, tx, rec)
+}
+
+// insertAudit is the default AuditFunc: a row in {schema}.inbox_audit.
+func (o *Ops) insertAudit(ctx context.Context, tx pgx.Tx, rec AuditRecord) error {
+	p, err := json.Marshal(rec.Params)
+	if err != nil {
+		return err
+	}
+	_, err = tx.Exec(ctx, o.q.insertAudit, rec.Action, rec.Actor, rec.Ticket, rec.DryRun, p, rec.Affected)
+	return err
+}
+
 // Replay reopens the selected PARKED entries (status OPEN, attempts 0, due
-// now) and audits it. The relay then applies them through the same handler
+// now) and audits it (action "inbox.replay"). The relay then applies them through the same handler
 // as any new entry.
 func (o *Ops) Replay(ctx context.Context, req ReplayRequest) (ReplayResult, error) {
 	if err := req.Validate(); err != nil {
 		return ReplayResult{}, err
 	}
 	res := ReplayResult{DryRun: req.DryRun}
-	err := pgx.BeginFunc(ctx, o.pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, o.db, func(tx pgx.Tx) error {
 		ids := req.IDs
 		if ids == nil {
 			ids = []int64{}
 		}
-		rows, err := tx.Query(ctx, selectReplay, ids, req.From, req.To, req.Reason, MaxReplayCount+1)
+		rows, err := tx.Query(ctx, o.q.selectReplay, ids, req.From, req.To, req.Reason, MaxReplayCount+1)
 		if err != nil {
 			return err
 		}
@@ -219,29 +266,19 @@ func (o *Ops) Replay(ctx context.Context, req ReplayRequest) (ReplayResult, erro
 			return fmt.Errorf("%w: more than %d parked entries match; narrow the range", ErrInvalidRequest, MaxReplayCount)
 		}
 		if !req.DryRun && len(res.IDs) > 0 {
-			if _, err := tx.Exec(ctx, reopen, res.IDs); err != nil {
+			if _, err := tx.Exec(ctx, o.q.reopen, res.IDs); err != nil {
 				return err
 			}
 		}
-		return Audit(ctx, tx, "inbox.replay", req.Authorization, req.DryRun, map[string]any{
-			"ids": req.IDs, "from": timeOrNil(req.From), "to": timeOrNil(req.To), "reason": req.Reason, "reopened": res.IDs,
-		}, len(res.IDs))
+		return o.audit(ctx, tx, AuditRecord{Action: "inbox.replay", Authorization: req.Authorization, DryRun: req.DryRun,
+			Params: map[string]any{
+				"ids": req.IDs, "from": timeOrNil(req.From), "to": timeOrNil(req.To), "reason": req.Reason, "reopened": res.IDs,
+			}, Affected: len(res.IDs)})
 	})
 	if err != nil {
 		return ReplayResult{}, fmt.Errorf("inbox: replay: %w", err)
 	}
 	return res, nil
-}
-
-// Audit writes one operator_audit row in tx. Services use it for their own
-// privileged actions so that every one is in the same trail.
-func Audit(ctx context.Context, tx pgx.Tx, action string, auth Authorization, dryRun bool, params map[string]any, affected int) error {
-	p, err := json.Marshal(params)
-	if err != nil {
-		return err
-	}
-	_, err = tx.Exec(ctx, insertAudit, action, auth.Actor, auth.Ticket, dryRun, p, affected)
-	return err
 }
 
 func timeOrNil(t time.Time) any {
@@ -272,8 +309,8 @@ type CleanupRequest struct {
 // The subselect walks inbox_resolved_idx oldest first; SKIP LOCKED keeps
 // cleanup out of the relay's way.
 const deleteResolved = `
-DELETE FROM inbox WHERE id IN (
-    SELECT id FROM inbox
+DELETE FROM {schema}.inbox WHERE id IN (
+    SELECT id FROM {schema}.inbox
     WHERE status IN ('APPLIED', 'DUPLICATE') AND processed_at < now() - make_interval(secs => $1)
     ORDER BY processed_at
     LIMIT $2
@@ -281,7 +318,7 @@ DELETE FROM inbox WHERE id IN (
 
 const countResolved = `
 SELECT count(*) FROM (
-    SELECT 1 FROM inbox
+    SELECT 1 FROM {schema}.inbox
     WHERE status IN ('APPLIED', 'DUPLICATE') AND processed_at < now() - make_interval(secs => $1)
     LIMIT $2) s`
 
@@ -317,7 +354,8 @@ func checkRetention(retention time.Duration) error {
 }
 
 // Cleanup deletes resolved entries older than the retention in bounded
-// batches (one short transaction each) and audits the run. It never deletes
+// batches (one short transaction each) and audits the run (action
+// "inbox.cleanup", after the batches). It never deletes
 // PARKED entries. It returns the rows deleted (or, on a dry run, that would be).
 func (o *Ops) Cleanup(ctx context.Context, req CleanupRequest) (int, error) {
 	if err := req.Validate(); err != nil {
@@ -339,9 +377,9 @@ func (o *Ops) Cleanup(ctx context.Context, req CleanupRequest) (int, error) {
 	if err != nil {
 		return total, err
 	}
-	err = pgx.BeginFunc(ctx, o.pool, func(tx pgx.Tx) error {
-		return Audit(ctx, tx, "inbox.cleanup", req.Authorization, req.DryRun,
-			map[string]any{"retention": req.Retention.String(), "batch_size": req.BatchSize}, total)
+	err = pgx.BeginFunc(ctx, o.db, func(tx pgx.Tx) error {
+		return o.audit(ctx, tx, AuditRecord{Action: "inbox.cleanup", Authorization: req.Authorization, DryRun: req.DryRun,
+			Params: map[string]any{"retention": req.Retention.String(), "batch_size": req.BatchSize}, Affected: total})
 	})
 	return total, err
 }
@@ -359,12 +397,12 @@ func (o *Ops) cleanup(ctx context.Context, retention time.Duration, batchSize, m
 	secs := retention.Seconds()
 	if dryRun {
 		var n int
-		err := o.pool.QueryRow(ctx, countResolved, secs, batchSize*maxBatches).Scan(&n)
+		err := o.db.QueryRow(ctx, o.q.countResolved, secs, batchSize*maxBatches).Scan(&n)
 		return n, err
 	}
 	total := 0
 	for range maxBatches {
-		tag, err := o.pool.Exec(ctx, deleteResolved, secs, batchSize)
+		tag, err := o.db.Exec(ctx, o.q.deleteResolved, secs, batchSize)
 		if err != nil {
 			return total, fmt.Errorf("inbox: cleanup: %w", err)
 		}

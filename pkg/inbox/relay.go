@@ -48,12 +48,12 @@ import (
 // acked, i.e. after its insert committed. See ADR 0007.
 const claimDue = `
 SELECT ` + entryColumns + `
-FROM inbox i
+FROM {schema}.inbox i
 WHERE i.status = 'OPEN'
   AND i.id > $1
   AND i.next_attempt_at <= now()
   AND NOT EXISTS (
-      SELECT 1 FROM inbox older
+      SELECT 1 FROM {schema}.inbox older
       WHERE older.correlation_key = i.correlation_key
         AND older.status = 'OPEN'
         AND older.id < i.id)
@@ -64,7 +64,7 @@ FOR UPDATE SKIP LOCKED`
 // resolveBatch writes every claimed entry's outcome in one statement.
 // Times are the database's (now() + delay) so replicas with skewed clocks agree.
 const resolveBatch = `
-UPDATE inbox i
+UPDATE {schema}.inbox i
 SET status          = o.status,
     attempts        = o.attempts,
     next_attempt_at = now() + make_interval(secs => o.delay_ms / 1000.0),
@@ -82,6 +82,7 @@ type Relay struct {
 	pool    *pgxpool.Pool
 	handler Handler
 	cfg     Config
+	q       queries
 	logger  *slog.Logger
 	tracer  trace.Tracer
 	m       relayMetrics
@@ -99,27 +100,19 @@ type relayMetrics struct {
 	panics    metric.Int64Counter
 }
 
-// RelayOption adds an optional dependency to a Relay.
-type RelayOption func(*Relay)
-
-// WithTracerProvider traces the relay: each claimed batch is applied under
-// one span, a new trace linked to the span that stored each entry (its
-// traceparent column; docs/adr/0009). What the handler writes in it (an
-// outbox row) carries that span's context onward. Without it nothing is
-// traced.
-func WithTracerProvider(tp trace.TracerProvider) RelayOption {
-	return func(r *Relay) {
-		if tp != nil {
-			r.tracer = tp.Tracer("github.com/lossless-dev/lossless/pkg/inbox")
-		}
-	}
-}
-
-// NewRelay returns a relay applying entries with handler.
-func NewRelay(pool *pgxpool.Pool, handler Handler, cfg Config, logger *slog.Logger, meter metric.Meter, opts ...RelayOption) (*Relay, error) {
+// NewRelay returns a relay applying entries with handler. It needs a pool,
+// not any DB: it holds one connection of its own for LISTEN. meter may be
+// nil (no metrics). Of the options it uses WithSchema and
+// WithTracerProvider.
+func NewRelay(pool *pgxpool.Pool, handler Handler, cfg Config, logger *slog.Logger, meter metric.Meter, opts ...Option) (*Relay, error) {
 	if pool == nil || handler == nil || logger == nil {
 		return nil, errors.New("inbox: NewRelay needs a pool, a handler and a logger")
 	}
+	o, err := newOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -140,14 +133,14 @@ func NewRelay(pool *pgxpool.Pool, handler Handler, cfg Config, logger *slog.Logg
 	if err := errors.Join(err1, err2, err3, err4, err5); err != nil {
 		return nil, err
 	}
-	r := &Relay{pool: pool, handler: handler, cfg: cfg.withDefaults(), logger: logger,
-		tracer: tracenoop.NewTracerProvider().Tracer(""),
-		m:      relayMetrics{outcomes: outcomes, latency: latency, failures: failures, fallbacks: fallbacks, panics: panics},
-		wake:   pgnotify.NewWake()}
-	for _, o := range opts {
-		o(r)
+	tp := o.tracer
+	if tp == nil {
+		tp = tracenoop.NewTracerProvider()
 	}
-	return r, nil
+	return &Relay{pool: pool, handler: handler, cfg: cfg, q: newQueries(o.schema), logger: logger,
+		tracer: tp.Tracer("github.com/lossless-dev/lossless/pkg/inbox"),
+		m:      relayMetrics{outcomes: outcomes, latency: latency, failures: failures, fallbacks: fallbacks, panics: panics},
+		wake:   pgnotify.NewWake()}, nil
 }
 
 // Run claims and applies entries until ctx is cancelled, then returns nil
@@ -160,7 +153,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	defer wg.Wait()
 	defer stopListen()
 	wg.Go(func() {
-		pgnotify.Listen(listenCtx, r.pool.Config().ConnConfig, r.cfg.NotifyChannel, r.cfg.TechnicalBackoff, r.logger,
+		pgnotify.Listen(listenCtx, r.pool.Config().ConnConfig, r.q.channel, r.cfg.TechnicalBackoff, r.logger,
 			func(string) { r.wake.Signal() })
 	})
 	failures := 0
@@ -263,7 +256,7 @@ func (r *Relay) processBatch(ctx context.Context, from int64, bh BatchHandler, b
 	var outs []outcome
 	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
 		var err error
-		claimed, err = claim(ctx, tx, from, r.cfg.BatchSize)
+		claimed, err = r.claim(ctx, tx, from)
 		if err != nil || len(claimed) == 0 {
 			return err
 		}
@@ -274,7 +267,7 @@ func (r *Relay) processBatch(ctx context.Context, from int64, bh BatchHandler, b
 			if err != nil {
 				return err
 			}
-			return resolve(ctx, tx, outs)
+			return r.resolve(ctx, tx, outs)
 		}
 		outs = make([]outcome, 0, len(claimed))
 		for i := range claimed {
@@ -284,7 +277,7 @@ func (r *Relay) processBatch(ctx context.Context, from int64, bh BatchHandler, b
 			}
 			outs = append(outs, o)
 		}
-		return resolve(ctx, tx, outs)
+		return r.resolve(ctx, tx, outs)
 	})
 	if err != nil {
 		return nil, nil, err
@@ -306,8 +299,8 @@ func (r *Relay) startSpan(ctx context.Context, claimed []Entry, batched bool) (c
 		trace.WithAttributes(attribute.Int("inbox.batch.size", len(claimed)), attribute.Bool("inbox.batch.set_based", batched)))
 }
 
-func claim(ctx context.Context, tx pgx.Tx, from int64, limit int) ([]Entry, error) {
-	rows, err := tx.Query(ctx, claimDue, from, limit)
+func (r *Relay) claim(ctx context.Context, tx pgx.Tx, from int64) ([]Entry, error) {
+	rows, err := tx.Query(ctx, r.q.claimDue, from, r.cfg.BatchSize)
 	if err != nil {
 		return nil, fmt.Errorf("inbox: claim: %w", err)
 	}
@@ -446,7 +439,7 @@ func (r *Relay) outcome(ctx context.Context, e *Entry, herr error) outcome {
 	return o
 }
 
-func resolve(ctx context.Context, tx pgx.Tx, outs []outcome) error {
+func (r *Relay) resolve(ctx context.Context, tx pgx.Tx, outs []outcome) error {
 	ids := make([]int64, len(outs))
 	statuses := make([]string, len(outs))
 	attempts := make([]int32, len(outs))
@@ -457,7 +450,7 @@ func resolve(ctx context.Context, tx pgx.Tx, outs []outcome) error {
 		ids[i], statuses[i], attempts[i] = o.id, string(o.status), int32(o.attempts)
 		delays[i], lastErrs[i], reasons[i] = o.delay.Milliseconds(), o.lastError, o.parkReason
 	}
-	if _, err := tx.Exec(ctx, resolveBatch, ids, statuses, attempts, delays, lastErrs, reasons); err != nil {
+	if _, err := tx.Exec(ctx, r.q.resolveBatch, ids, statuses, attempts, delays, lastErrs, reasons); err != nil {
 		return fmt.Errorf("inbox: resolve batch: %w", err)
 	}
 	return nil
@@ -544,7 +537,7 @@ func (r *Relay) handleBatch(ctx context.Context, tx pgx.Tx, bh BatchHandler, es 
 // lockUnchanged locks an entry if it is still OPEN, untouched since it was
 // claimed (same attempts), and not being applied by another relay.
 const lockUnchanged = `
-SELECT id FROM inbox
+SELECT id FROM {schema}.inbox
 WHERE id = $1 AND status = 'OPEN' AND attempts = $2
 FOR UPDATE SKIP LOCKED`
 
@@ -557,7 +550,7 @@ func (r *Relay) chargeLostPanic(ctx context.Context, lost *lostPanicError) error
 	var o outcome
 	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
 		var id int64
-		err := tx.QueryRow(ctx, lockUnchanged, lost.entry.ID, lost.entry.Attempts).Scan(&id)
+		err := tx.QueryRow(ctx, r.q.lockUnchanged, lost.entry.ID, lost.entry.Attempts).Scan(&id)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
 		}
@@ -565,7 +558,7 @@ func (r *Relay) chargeLostPanic(ctx context.Context, lost *lostPanicError) error
 			return err
 		}
 		o = r.outcome(ctx, &lost.entry, lost.panic)
-		return resolve(ctx, tx, []outcome{o})
+		return r.resolve(ctx, tx, []outcome{o})
 	})
 	if err != nil {
 		return fmt.Errorf("inbox: charge panic of entry %d: %w", lost.entry.ID, err)

@@ -28,7 +28,7 @@ func TestCompleteBatchWithStaleAndCurrentClaimOfOneJob(t *testing.T) {
 	var mu sync.Mutex
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	q, err := New(pool, Config{Name: "t", Now: clock}, slog.New(slog.NewJSONHandler(io.Discard, nil)), nil)
+	q, err := New(pool, Config{Name: "t"}, slog.New(slog.NewJSONHandler(io.Discard, nil)), nil, WithClock(clock))
 	if err != nil {
 		t.Fatal(err)
 	}

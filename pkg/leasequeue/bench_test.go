@@ -45,7 +45,7 @@ func BenchmarkBurnDown(b *testing.B) {
 	var total time.Duration
 	for range b.N {
 		b.StopTimer()
-		if _, err := pool.Exec(ctx, `DELETE FROM jobs`); err != nil {
+		if _, err := pool.Exec(ctx, `DELETE FROM leasequeue_jobs`); err != nil {
 			b.Fatal(err)
 		}
 		batch := make([]leasequeue.NewJob, 0, 5000)
@@ -58,7 +58,7 @@ func BenchmarkBurnDown(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		if _, err := pool.Exec(ctx, `VACUUM ANALYZE jobs`); err != nil {
+		if _, err := pool.Exec(ctx, `VACUUM ANALYZE leasequeue_jobs`); err != nil {
 			b.Fatal(err)
 		}
 		var done atomic.Int64
@@ -87,7 +87,7 @@ func BenchmarkBurnDown(b *testing.B) {
 			b.Fatal(err)
 		}
 		var doneRows int
-		if err := pool.QueryRow(ctx, `SELECT count(*) FROM jobs WHERE state = 'done'`).Scan(&doneRows); err != nil {
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM leasequeue_jobs WHERE state = 'done'`).Scan(&doneRows); err != nil {
 			b.Fatal(err)
 		}
 		if doneRows != jobs {

@@ -14,7 +14,7 @@ import (
 // only through Retry (an audited operator action).
 type State string
 
-// Job states, as stored in jobs.state.
+// Job states, as stored in leasequeue_jobs.state.
 const (
 	StateAvailable State = "available"
 	StateRunning   State = "running"
@@ -69,31 +69,12 @@ type Complete func(ctx context.Context, tx pgx.Tx) error
 
 // Handler does a job's work outside any transaction and returns its
 // transactional effects (nil: none). An error fails the attempt: the job is
-// retried after a backoff, or parked when the error is Permanent or the
-// attempts are exhausted. ctx is cancelled when the lease is lost or the
-// worker's shutdown grace runs out.
+// retried after a backoff, or parked when the error is marked permanent
+// (permanent.Mark) or the attempts are exhausted. ctx is cancelled when the
+// lease is lost or the worker's shutdown grace runs out.
 type Handler func(ctx context.Context, job Job) (Complete, error)
 
 // ErrLeaseLost is returned when a fenced write found the job no longer held
 // by this claim: its lease expired and another worker claimed it, or it was
 // finished by someone else. Nothing was written.
 var ErrLeaseLost = errors.New("leasequeue: lease lost: job no longer held by this claim (stale fencing token)")
-
-type permanentError struct{ err error }
-
-func (e permanentError) Error() string { return e.err.Error() }
-func (e permanentError) Unwrap() error { return e.err }
-
-// Permanent marks err as not retryable: the job is parked at once.
-func Permanent(err error) error {
-	if err == nil {
-		return nil
-	}
-	return permanentError{err: err}
-}
-
-// IsPermanent reports whether err was marked Permanent.
-func IsPermanent(err error) bool {
-	var p permanentError
-	return errors.As(err, &p)
-}

@@ -47,7 +47,7 @@ func (q *Queue) List(ctx context.Context, db DB, f ListFilter) ([]JobInfo, error
 		limit = 100
 	}
 	limit = min(limit, 1000)
-	rows, err := db.Query(ctx, qList, q.cfg.Name, string(f.State), f.BeforeID, limit)
+	rows, err := db.Query(ctx, q.sql.list, q.cfg.Name, string(f.State), f.BeforeID, limit)
 	if err != nil {
 		return nil, fmt.Errorf("leasequeue: list: %w", err)
 	}
@@ -71,9 +71,9 @@ func (q *Queue) List(ctx context.Context, db DB, f ListFilter) ([]JobInfo, error
 var ErrAuditRequired = errors.New("leasequeue: a ticket and an actor are required")
 
 // Retry requeues parked (dead) jobs with a fresh attempt budget, writing one
-// job_audit row per job in the same transaction. The jobs then take the
-// normal path: claim, fenced completion. Ids that are not parked are not
-// touched; the ids actually requeued are returned.
+// leasequeue_job_audit row per job in the same transaction. The jobs then
+// take the normal path: claim, fenced completion. Ids that are not parked are
+// not touched; the ids actually requeued are returned.
 func (q *Queue) Retry(ctx context.Context, ids []int64, ticket, actor string) ([]int64, error) {
 	ticket, actor = strings.TrimSpace(ticket), strings.TrimSpace(actor)
 	if ticket == "" || actor == "" {
@@ -84,7 +84,7 @@ func (q *Queue) Retry(ctx context.Context, ids []int64, ticket, actor string) ([
 	}
 	var out []int64
 	err := pgx.BeginFunc(ctx, q.pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, qRetry, q.cfg.Name, ids, q.now(), ticket, actor)
+		rows, err := tx.Query(ctx, q.sql.retry, q.cfg.Name, ids, q.now(), ticket, actor)
 		if err != nil {
 			return err
 		}
@@ -124,7 +124,7 @@ func (q *Queue) Stats(ctx context.Context, db DB) (Stats, error) {
 	var s Stats
 	var oldest *time.Time
 	now := q.now()
-	err := db.QueryRow(ctx, qStats, q.cfg.Name, now, statsCountCap).Scan(&s.Available, &s.Running, &s.ExpiredLeases, &s.Dead, &oldest)
+	err := db.QueryRow(ctx, q.sql.stats, q.cfg.Name, now, statsCountCap).Scan(&s.Available, &s.Running, &s.ExpiredLeases, &s.Dead, &oldest)
 	if err != nil {
 		return Stats{}, fmt.Errorf("leasequeue: stats: %w", err)
 	}

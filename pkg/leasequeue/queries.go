@@ -1,9 +1,39 @@
 package leasequeue
 
+import "github.com/lossless-dev/lossless/pkg/pgschema"
+
 // The SQL of the queue. Every statement that writes a running job carries the
 // fencing predicate (id AND epoch AND state = 'running') and the caller checks
 // which rows it affected; without the epoch, a worker whose lease was taken
 // over could still write (the state is 'running' again, for the new owner).
+// The constants name the tables {schema}.leasequeue_jobs and
+// {schema}.leasequeue_job_audit; New renders them once with the schema of
+// WithSchema.
+
+// queries are the statements rendered for one schema.
+type queries struct {
+	enqueue, claimAvailable, claimExpired, buryExpired, heartbeat, sameEpoch,
+	complete, fail, release, releaseInstance, retry, list, stats string
+}
+
+func renderQueries(schema string) queries {
+	r := func(sql string) string { return pgschema.Render(sql, schema) }
+	return queries{
+		enqueue:         r(qEnqueue),
+		claimAvailable:  r(qClaimAvailable),
+		claimExpired:    r(qClaimExpired),
+		buryExpired:     r(qBuryExpired),
+		heartbeat:       r(qHeartbeat),
+		sameEpoch:       r(qSameEpoch),
+		complete:        r(qComplete),
+		fail:            r(qFail),
+		release:         r(qRelease),
+		releaseInstance: r(qReleaseInstance),
+		retry:           r(qRetry),
+		list:            r(qList),
+		stats:           r(qStats),
+	}
+}
 
 // qEnqueue inserts jobs; an existing (queue, unique_key) makes it a no-op, so
 // an idempotent consumer may enqueue the same business work twice safely.
@@ -11,7 +41,7 @@ package leasequeue
 // folded by PostgreSQL).
 const qEnqueue = `
 WITH ins AS (
-    INSERT INTO jobs (queue, unique_key, payload, max_attempts, due_at, traceparent, tracestate)
+    INSERT INTO {schema}.leasequeue_jobs (queue, unique_key, payload, max_attempts, due_at, traceparent, tracestate)
     SELECT $1, u.unique_key, u.payload, u.max_attempts, u.due_at, u.traceparent, u.tracestate
     FROM unnest($2::text[], $3::bytea[], $4::int[], $5::timestamptz[], $7::text[], $8::text[])
         AS u(unique_key, payload, max_attempts, due_at, traceparent, tracestate)
@@ -31,13 +61,13 @@ SELECT count(*), pg_notify($6, '') FROM ins`
 // disjoint rows and never wait on each other.
 const qClaimAvailable = `
 WITH picked AS (
-    SELECT id FROM jobs
+    SELECT id FROM {schema}.leasequeue_jobs
     WHERE queue = $1 AND state = 'available' AND id > $2 AND due_at <= $3
     ORDER BY id
     LIMIT $4
     FOR UPDATE SKIP LOCKED
 )
-UPDATE jobs j
+UPDATE {schema}.leasequeue_jobs j
 SET state = 'running', attempts = j.attempts + 1, epoch = j.epoch + 1,
     lease_owner = $5, due_at = $6
 FROM picked
@@ -51,13 +81,13 @@ RETURNING j.id, coalesce(j.unique_key, ''), j.payload, j.attempts, j.max_attempt
 // attempts are left to qBuryExpired.
 const qClaimExpired = `
 WITH picked AS (
-    SELECT id FROM jobs
+    SELECT id FROM {schema}.leasequeue_jobs
     WHERE queue = $1 AND state = 'running' AND due_at < $2 AND attempts < max_attempts
     ORDER BY due_at
     LIMIT $3
     FOR UPDATE SKIP LOCKED
 )
-UPDATE jobs j
+UPDATE {schema}.leasequeue_jobs j
 SET state = 'running', attempts = j.attempts + 1, epoch = j.epoch + 1,
     lease_owner = $4, due_at = $5
 FROM picked
@@ -69,12 +99,12 @@ RETURNING j.id, coalesce(j.unique_key, ''), j.payload, j.attempts, j.max_attempt
 // that keeps killing its worker must not be claimed forever. The epoch bump
 // fences off the (presumed dead) owner.
 const qBuryExpired = `
-UPDATE jobs
+UPDATE {schema}.leasequeue_jobs
 SET state = 'dead', epoch = epoch + 1, lease_owner = NULL, finished_at = $2,
     last_error = 'lease expired on attempt ' || attempts || ' of ' || max_attempts
         || coalesce(' (previous error: ' || last_error || ')', '')
 WHERE id IN (
-    SELECT id FROM jobs
+    SELECT id FROM {schema}.leasequeue_jobs
     WHERE queue = $1 AND state = 'running' AND due_at < $2 AND attempts >= max_attempts
     FOR UPDATE SKIP LOCKED
 )
@@ -83,7 +113,7 @@ RETURNING id`
 // qHeartbeat extends the leases still held by this worker (fenced: a job
 // taken over by another worker is not returned, and its handler is told).
 const qHeartbeat = `
-UPDATE jobs j
+UPDATE {schema}.leasequeue_jobs j
 SET due_at = $3
 FROM unnest($1::bigint[], $2::bigint[]) AS h(id, epoch)
 WHERE j.id = h.id AND j.epoch = h.epoch AND j.state = 'running'
@@ -96,7 +126,7 @@ RETURNING j.id, j.epoch`
 const qSameEpoch = `
 SELECT j.id, j.epoch
 FROM unnest($1::bigint[], $2::bigint[]) AS h(id, epoch)
-JOIN jobs j ON j.id = h.id AND j.epoch = h.epoch`
+JOIN {schema}.leasequeue_jobs j ON j.id = h.id AND j.epoch = h.epoch`
 
 // qComplete marks jobs done, fenced; the caller runs the jobs' effects in the
 // same transaction only for the (id, epoch) pairs returned: one batch may hold
@@ -104,7 +134,7 @@ JOIN jobs j ON j.id = h.id AND j.epoch = h.epoch`
 // epoch's effects may run. The row locks taken here keep
 // any concurrent claim away until commit.
 const qComplete = `
-UPDATE jobs j
+UPDATE {schema}.leasequeue_jobs j
 SET state = 'done', lease_owner = NULL, finished_at = $3
 FROM unnest($1::bigint[], $2::bigint[]) AS c(id, epoch)
 WHERE j.id = c.id AND j.epoch = c.epoch AND j.state = 'running'
@@ -113,7 +143,7 @@ RETURNING j.id, j.epoch`
 // qFail records failed attempts, fenced: retry after a backoff, or park
 // ('dead') when permanent or out of attempts.
 const qFail = `
-UPDATE jobs j
+UPDATE {schema}.leasequeue_jobs j
 SET state = CASE WHEN f.dead THEN 'dead' ELSE 'available' END,
     due_at = f.due_at, last_error = f.err, lease_owner = NULL,
     finished_at = CASE WHEN f.dead THEN $6::timestamptz END
@@ -125,7 +155,7 @@ RETURNING j.id, j.epoch`
 // qRelease gives claimed jobs back on graceful shutdown: claimable at once,
 // and the claim's attempt returned (a deploy is not the job's fault).
 const qRelease = `
-UPDATE jobs j
+UPDATE {schema}.leasequeue_jobs j
 SET state = 'available', attempts = j.attempts - 1, due_at = $3, lease_owner = NULL
 FROM unnest($1::bigint[], $2::bigint[]) AS r(id, epoch)
 WHERE j.id = r.id AND j.epoch = r.epoch AND j.state = 'running'
@@ -139,7 +169,7 @@ RETURNING j.id`
 // out of attempts is parked as qBuryExpired parks it. starts_with, not LIKE:
 // an instance name may contain '_' or '%'. Running jobs are few; no index.
 const qReleaseInstance = `
-UPDATE jobs
+UPDATE {schema}.leasequeue_jobs
 SET state = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'available' END,
     finished_at = CASE WHEN attempts >= max_attempts THEN $4::timestamptz END,
     epoch = epoch + 1, due_at = $4, lease_owner = NULL,
@@ -155,12 +185,12 @@ RETURNING id, state, pg_notify($5, '')`
 // the job then goes through the normal claim and fenced completion.
 const qRetry = `
 WITH retried AS (
-    UPDATE jobs
+    UPDATE {schema}.leasequeue_jobs
     SET state = 'available', attempts = 0, due_at = $3, finished_at = NULL
     WHERE queue = $1 AND id = ANY($2::bigint[]) AND state = 'dead'
     RETURNING id, last_error
 )
-INSERT INTO job_audit (job_id, action, ticket, actor, from_state, last_error, at)
+INSERT INTO {schema}.leasequeue_job_audit (job_id, action, ticket, actor, from_state, last_error, at)
 SELECT id, 'retry', $4, $5, 'dead', last_error, $3 FROM retried
 RETURNING job_id`
 
@@ -168,7 +198,7 @@ RETURNING job_id`
 const qList = `
 SELECT id, coalesce(unique_key, ''), state, attempts, max_attempts, epoch,
        coalesce(lease_owner, ''), due_at, coalesce(last_error, ''), created_at, finished_at
-FROM jobs
+FROM {schema}.leasequeue_jobs
 WHERE queue = $1 AND ($2 = '' OR state = $2) AND ($3 = 0 OR id < $3)
 ORDER BY id DESC
 LIMIT $4`
@@ -181,8 +211,8 @@ LIMIT $4`
 // number changes no alert. Done jobs are not counted (they only grow).
 const qStats = `
 SELECT
-    (SELECT count(*) FROM (SELECT 1 FROM jobs WHERE queue = $1 AND state = 'available' LIMIT $3) a),
-    (SELECT count(*) FROM (SELECT 1 FROM jobs WHERE queue = $1 AND state = 'running' LIMIT $3) r),
-    (SELECT count(*) FROM (SELECT 1 FROM jobs WHERE queue = $1 AND state = 'running' AND due_at < $2 LIMIT $3) e),
-    (SELECT count(*) FROM (SELECT 1 FROM jobs WHERE queue = $1 AND state = 'dead' LIMIT $3) d),
-    (SELECT min(due_at) FROM jobs WHERE queue = $1 AND state = 'available' AND due_at <= $2)`
+    (SELECT count(*) FROM (SELECT 1 FROM {schema}.leasequeue_jobs WHERE queue = $1 AND state = 'available' LIMIT $3) a),
+    (SELECT count(*) FROM (SELECT 1 FROM {schema}.leasequeue_jobs WHERE queue = $1 AND state = 'running' LIMIT $3) r),
+    (SELECT count(*) FROM (SELECT 1 FROM {schema}.leasequeue_jobs WHERE queue = $1 AND state = 'running' AND due_at < $2 LIMIT $3) e),
+    (SELECT count(*) FROM (SELECT 1 FROM {schema}.leasequeue_jobs WHERE queue = $1 AND state = 'dead' LIMIT $3) d),
+    (SELECT min(due_at) FROM {schema}.leasequeue_jobs WHERE queue = $1 AND state = 'available' AND due_at <= $2)`

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"regexp"
 	"strings"
@@ -19,11 +20,15 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/lossless-dev/lossless/pkg/backoff"
+	"github.com/lossless-dev/lossless/pkg/permanent"
+	"github.com/lossless-dev/lossless/pkg/pgschema"
 )
 
-// Config of a Queue.
+// Config of a Queue: its tunables. Zero fields take their defaults. The
+// schema of the tables is not a tunable but wiring, chosen with WithSchema.
 type Config struct {
-	// Name of the queue (jobs.queue). Required; letters, digits, '.', '_', '-'.
+	// Name of the queue (leasequeue_jobs.queue): several queues share the
+	// table. Required; 1-60 of letters, digits, '.', '_', '-'.
 	Name string
 	// StatsInterval is how often RunStats refreshes the queue's gauges (jobs
 	// by state, expired leases, oldest available age) with one bounded
@@ -33,13 +38,10 @@ type Config struct {
 	// bounds how long a dead worker's job waits before another worker takes it
 	// over (plus the Worker's RescueInterval). Default 30s.
 	LeaseDuration time.Duration
-	// Backoff spaces the retries of failed attempts. Default {Base: 1s, Max: 5m}.
+	// Backoff spaces the retries of failed attempts. Default {Base: 1s, Max:
+	// 5m}, full jitter: with DefaultMaxAttempts about half an hour of retries,
+	// enough to outlast a database failover or a deploy.
 	Backoff backoff.Policy
-	// Now is the clock used for every lease and due time the queue writes.
-	// Default time.Now. Tests inject a fake clock to expire leases without
-	// sleeping. All replicas must agree on time within a small fraction of
-	// LeaseDuration (NTP); the fencing token keeps writes safe regardless.
-	Now func() time.Time
 }
 
 var queueName = regexp.MustCompile(`^[A-Za-z0-9._-]{1,60}$`)
@@ -57,9 +59,6 @@ func (c *Config) setDefaults() {
 	if c.Backoff.Max == 0 {
 		c.Backoff.Max = 5 * time.Minute
 	}
-	if c.Now == nil {
-		c.Now = time.Now
-	}
 }
 
 // Validate reports an unusable configuration.
@@ -75,25 +74,54 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("StatsInterval %v: want >= 0", c.StatsInterval))
 	}
 	if err := c.Backoff.Validate(); err != nil {
-		errs = append(errs, fmt.Errorf("backoff: %w", err))
+		errs = append(errs, fmt.Errorf("Config.Backoff: %w", err))
 	}
 	return errors.Join(errs...)
 }
 
-// Queue is one named queue in the jobs table: the fenced primitives every
-// worker uses, and the operator operations.
+// Queue is one named queue in the leasequeue_jobs table: the fenced
+// primitives every worker uses, and the operator operations.
 type Queue struct {
 	pool    *pgxpool.Pool
 	cfg     Config
-	channel string // NOTIFY channel
+	schema  string  // WithSchema
+	sql     queries // rendered for schema
+	channel string  // NOTIFY channel
 	logger  *slog.Logger
 	tracer  trace.Tracer
 	m       *metrics
 	stats   atomic.Pointer[Stats] // last RunStats refresh; nil before the first
+	clock   func() time.Time
 }
 
-// Option adds an optional dependency to a Queue.
+// Option is optional behaviour of a Queue, given to New. (NewWorker takes
+// the Queue, and works in its schema.)
 type Option func(*Queue)
+
+// WithSchema names the PostgreSQL schema holding the package's tables, the
+// one Migrations was applied to. Default DefaultSchema ("public"); a service
+// that keeps pattern tables apart from its own passes e.g. "leasequeue".
+// Every statement names its tables qualified by it, and the queue's NOTIFY
+// channel includes it outside the default schema, so same-named queues of
+// two schemas neither see nor wake each other. It is an option, not a Config
+// field: it is wiring that must match the migrations the service applied,
+// not a tunable to read from the environment.
+func WithSchema(name string) Option {
+	return func(q *Queue) { q.schema = name }
+}
+
+// WithClock sets the clock used for every lease and due time the queue
+// writes (default time.Now; nil keeps it). Tests inject a fake clock to
+// expire leases without sleeping. All replicas must agree on time within a
+// small fraction of LeaseDuration (NTP); the fencing token keeps writes safe
+// regardless.
+func WithClock(now func() time.Time) Option {
+	return func(q *Queue) {
+		if now != nil {
+			q.clock = now
+		}
+	}
+}
 
 // WithTracerProvider traces the queue's workers: each attempt of a job is a
 // span, a new trace linked to the span that enqueued the job (NewJob's
@@ -106,7 +134,10 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 	}
 }
 
-// New returns the queue cfg.Name on pool. meter may be nil (no metrics).
+// New returns the queue cfg.Name on pool, in the schema named by WithSchema
+// (default DefaultSchema). It needs a pool, not a single connection: workers
+// hold one connection each for LISTEN and run claims, heartbeats and
+// completions concurrently. meter may be nil (no metrics).
 func New(pool *pgxpool.Pool, cfg Config, logger *slog.Logger, meter metric.Meter, opts ...Option) (*Queue, error) {
 	if pool == nil {
 		return nil, errors.New("leasequeue: nil pool")
@@ -122,15 +153,21 @@ func New(pool *pgxpool.Pool, cfg Config, logger *slog.Logger, meter metric.Meter
 		return nil, fmt.Errorf("leasequeue: config: %w", err)
 	}
 	q := &Queue{
-		pool:    pool,
-		cfg:     cfg,
-		channel: notifyChannel(cfg.Name),
-		logger:  logger.With("queue", cfg.Name),
-		tracer:  tracenoop.NewTracerProvider().Tracer(""),
+		clock:  time.Now,
+		pool:   pool,
+		cfg:    cfg,
+		logger: logger.With("queue", cfg.Name),
+		tracer: tracenoop.NewTracerProvider().Tracer(""),
 	}
 	for _, o := range opts {
 		o(q)
 	}
+	q.schema = pgschema.OrDefault(q.schema)
+	if err := pgschema.Validate(q.schema); err != nil {
+		return nil, fmt.Errorf("leasequeue: WithSchema: %w", err)
+	}
+	q.sql = renderQueries(q.schema)
+	q.channel = notifyChannel(q.schema, cfg.Name)
 	m, err := newMetrics(meter, q)
 	if err != nil {
 		return nil, err
@@ -173,12 +210,20 @@ func (q *Queue) Name() string { return q.cfg.Name }
 // LeaseDuration returns the configured lease.
 func (q *Queue) LeaseDuration() time.Duration { return q.cfg.LeaseDuration }
 
-func (q *Queue) now() time.Time { return q.cfg.Now() }
+func (q *Queue) now() time.Time { return q.clock() }
 
-// notifyChannel is the LISTEN/NOTIFY channel of a queue: an identifier, so
-// the name is folded to lower case letters, digits and '_'.
-func notifyChannel(name string) string {
-	return "leasequeue_" + strings.Map(func(r rune) rune {
+// notifyChannel is the LISTEN/NOTIFY channel of a queue:
+// "leasequeue_<name>", with "<schema>_" before the name outside the default
+// schema so that same-named queues of two schemas do not wake each other. It
+// is an identifier, so it is folded to lower case letters, digits and '_',
+// and a name beyond PostgreSQL's 63 bytes (pg_notify refuses it) is cut and
+// suffixed with a hash of the whole, keeping distinct queues apart.
+func notifyChannel(schema, name string) string {
+	ch := "leasequeue_"
+	if schema != DefaultSchema {
+		ch += schema + "_"
+	}
+	ch += strings.Map(func(r rune) rune {
 		switch {
 		case r >= 'a' && r <= 'z', r >= '0' && r <= '9':
 			return r
@@ -187,7 +232,16 @@ func notifyChannel(name string) string {
 		}
 		return '_'
 	}, name)
+	if len(ch) <= maxIdentifier {
+		return ch
+	}
+	h := fnv.New32a()
+	h.Write([]byte(schema + "." + name))
+	return fmt.Sprintf("%s_%08x", ch[:maxIdentifier-9], h.Sum32())
 }
+
+// maxIdentifier is PostgreSQL's identifier length (NAMEDATALEN-1).
+const maxIdentifier = 63
 
 // DB is what Enqueue and the read operations need: a pool, a connection or a
 // transaction.
@@ -232,7 +286,7 @@ func (q *Queue) Enqueue(ctx context.Context, db DB, jobs ...NewJob) (int, error)
 		}
 	}
 	var n int64
-	if err := db.QueryRow(ctx, qEnqueue, q.cfg.Name, keys, payloads, maxes, dues, q.channel, parents, states).Scan(&n, nil); err != nil {
+	if err := db.QueryRow(ctx, q.sql.enqueue, q.cfg.Name, keys, payloads, maxes, dues, q.channel, parents, states).Scan(&n, nil); err != nil {
 		return 0, fmt.Errorf("leasequeue: enqueue: %w", err)
 	}
 	q.m.enqueued.Add(ctx, n, q.m.attrs)
@@ -244,7 +298,7 @@ func (q *Queue) Enqueue(ctx context.Context, db DB, jobs ...NewJob) (int, error)
 // start); see qClaimAvailable.
 func (q *Queue) Claim(ctx context.Context, owner string, limit int, cursor int64) ([]Job, error) {
 	now := q.now()
-	jobs, err := q.claim(ctx, qClaimAvailable, owner, q.cfg.Name, cursor, now, limit, owner, now.Add(q.cfg.LeaseDuration))
+	jobs, err := q.claim(ctx, q.sql.claimAvailable, owner, q.cfg.Name, cursor, now, limit, owner, now.Add(q.cfg.LeaseDuration))
 	if err != nil {
 		return nil, err
 	}
@@ -256,7 +310,7 @@ func (q *Queue) Claim(ctx context.Context, owner string, limit int, cursor int64
 // presumed dead), and parks the ones that expired on their last attempt.
 func (q *Queue) ClaimExpired(ctx context.Context, owner string, limit int) ([]Job, error) {
 	now := q.now()
-	rows, err := q.pool.Query(ctx, qBuryExpired, q.cfg.Name, now)
+	rows, err := q.pool.Query(ctx, q.sql.buryExpired, q.cfg.Name, now)
 	if err != nil {
 		return nil, fmt.Errorf("leasequeue: park expired: %w", err)
 	}
@@ -268,7 +322,7 @@ func (q *Queue) ClaimExpired(ctx context.Context, owner string, limit int) ([]Jo
 		q.m.dead.Add(ctx, 1, q.m.attrs)
 		q.logger.Error("job parked: lease expired on its last attempt", "job_id", id)
 	}
-	jobs, err := q.claim(ctx, qClaimExpired, owner, q.cfg.Name, now, limit, owner, now.Add(q.cfg.LeaseDuration))
+	jobs, err := q.claim(ctx, q.sql.claimExpired, owner, q.cfg.Name, now, limit, owner, now.Add(q.cfg.LeaseDuration))
 	if err != nil {
 		return nil, err
 	}
@@ -307,7 +361,7 @@ func (q *Queue) Heartbeat(ctx context.Context, jobs []Job) (lost []Job, err erro
 		return nil, nil
 	}
 	ids, epochs := idsEpochs(jobs)
-	rows, err := q.pool.Query(ctx, qHeartbeat, ids, epochs, q.now().Add(q.cfg.LeaseDuration))
+	rows, err := q.pool.Query(ctx, q.sql.heartbeat, ids, epochs, q.now().Add(q.cfg.LeaseDuration))
 	if err != nil {
 		return nil, fmt.Errorf("leasequeue: heartbeat: %w", err)
 	}
@@ -326,7 +380,7 @@ func (q *Queue) Heartbeat(ctx context.Context, jobs []Job) (lost []Job, err erro
 	}
 	// A job this claim settled meanwhile is not lost: only a changed epoch is.
 	ids, epochs = idsEpochs(missed)
-	rows, err = q.pool.Query(ctx, qSameEpoch, ids, epochs)
+	rows, err = q.pool.Query(ctx, q.sql.sameEpoch, ids, epochs)
 	if err != nil {
 		return nil, fmt.Errorf("leasequeue: heartbeat: %w", err)
 	}
@@ -355,7 +409,8 @@ func (q *Queue) Complete(ctx context.Context, job Job, effects Complete) error {
 }
 
 // Fail records a failed attempt of job (fenced): retried after a backoff, or
-// parked when cause is Permanent or the attempts are exhausted. It returns
+// parked when cause is marked permanent (permanent.Mark) or the attempts are
+// exhausted. It returns
 // ErrLeaseLost when the claim no longer holds the job.
 func (q *Queue) Fail(ctx context.Context, job Job, cause error) error {
 	tx, err := q.pool.Begin(ctx)
@@ -381,7 +436,7 @@ func (q *Queue) Release(ctx context.Context, jobs []Job) (int, error) {
 		return 0, nil
 	}
 	ids, epochs := idsEpochs(jobs)
-	tag, err := q.pool.Exec(ctx, qRelease, ids, epochs, q.now())
+	tag, err := q.pool.Exec(ctx, q.sql.release, ids, epochs, q.now())
 	if err != nil {
 		return 0, fmt.Errorf("leasequeue: release: %w", err)
 	}
@@ -397,7 +452,7 @@ func (q *Queue) Release(ctx context.Context, jobs []Job) (int, error) {
 // two live processes sharing an instance name would take each other's jobs
 // (fenced, so no second effect, but wasted work).
 func (q *Queue) ReleaseInstance(ctx context.Context, instance, owner string) (released, parked int, err error) {
-	rows, err := q.pool.Query(ctx, qReleaseInstance, q.cfg.Name, instance, owner, q.now(), q.channel)
+	rows, err := q.pool.Query(ctx, q.sql.releaseInstance, q.cfg.Name, instance, owner, q.now(), q.channel)
 	if err != nil {
 		return 0, 0, fmt.Errorf("leasequeue: release instance %s: %w", instance, err)
 	}
@@ -520,7 +575,7 @@ func (q *Queue) completeTx(ctx context.Context, cs []completion, errs []error) e
 		return fmt.Errorf("leasequeue: complete: begin: %w", err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	rows, err := tx.Query(ctx, qComplete, ids, epochs, q.now())
+	rows, err := tx.Query(ctx, q.sql.complete, ids, epochs, q.now())
 	if err != nil {
 		return fmt.Errorf("leasequeue: complete: %w", err)
 	}
@@ -573,11 +628,11 @@ func (q *Queue) fail(ctx context.Context, tx pgx.Tx, fs []failure) ([]failResult
 	now := q.now()
 	for i, f := range fs {
 		ids[i], epochs[i] = f.job.ID, f.job.Epoch
-		dead[i] = IsPermanent(f.cause) || f.job.Attempt >= f.job.MaxAttempts
+		dead[i] = permanent.Is(f.cause) || f.job.Attempt >= f.job.MaxAttempts
 		dues[i] = now.Add(q.cfg.Backoff.Delay(f.job.Attempt))
 		msgs[i] = truncate(fmt.Sprintf("attempt %d: %v", f.job.Attempt, f.cause), 2000)
 	}
-	rows, err := tx.Query(ctx, qFail, ids, epochs, dead, dues, msgs, now)
+	rows, err := tx.Query(ctx, q.sql.fail, ids, epochs, dead, dues, msgs, now)
 	if err != nil {
 		return nil, fmt.Errorf("leasequeue: fail: %w", err)
 	}
@@ -594,7 +649,7 @@ func (q *Queue) fail(ctx context.Context, tx pgx.Tx, fs []failure) ([]failResult
 		res[i].dead = dead[i]
 		if dead[i] {
 			q.logger.Error("job parked", "job_id", f.job.ID, "attempt", f.job.Attempt,
-				"max_attempts", f.job.MaxAttempts, "permanent", IsPermanent(f.cause), "error", f.cause)
+				"max_attempts", f.job.MaxAttempts, "permanent", permanent.Is(f.cause), "error", f.cause)
 		} else {
 			q.logger.Warn("job attempt failed; will retry", "job_id", f.job.ID, "attempt", f.job.Attempt,
 				"retry_at", dues[i], "error", f.cause)

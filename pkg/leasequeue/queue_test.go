@@ -20,6 +20,7 @@ import (
 
 	"github.com/lossless-dev/lossless/pkg/backoff"
 	"github.com/lossless-dev/lossless/pkg/leasequeue"
+	"github.com/lossless-dev/lossless/pkg/permanent"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
 	"github.com/lossless-dev/lossless/pkg/waitfor"
 )
@@ -75,8 +76,7 @@ func (b *testBundle) queue(t *testing.T) *leasequeue.Queue {
 		Name:          "test",
 		LeaseDuration: lease,
 		Backoff:       backoff.Policy{Base: time.Second, Max: time.Minute},
-		Now:           b.clock.Now,
-	}, slog.New(slog.NewJSONHandler(io.Discard, nil)), b.meter.Meter("test"))
+	}, slog.New(slog.NewJSONHandler(io.Discard, nil)), b.meter.Meter("test"), leasequeue.WithClock(b.clock.Now))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -255,7 +255,7 @@ func TestF13_WorkerWithLostLeaseCommitsNothing(t *testing.T) {
 	}
 	stopB := run(t, wb)
 	waitfor.Value(t, 5*time.Second, "B completes the job", 1, func() int {
-		return b.count(t, `SELECT count(*) FROM jobs WHERE state = 'done' AND epoch = 2`)
+		return b.count(t, `SELECT count(*) FROM leasequeue_jobs WHERE state = 'done' AND epoch = 2`)
 	})
 	close(releaseA)
 	waitfor.Value(t, 5*time.Second, "A's completion is fenced off", int64(1), func() int64 {
@@ -294,7 +294,7 @@ func TestHeartbeatKeepsLongJobLease(t *testing.T) {
 	for range 4 { // 4 × 0.6 lease = 2.4 leases of run time
 		b.clock.Advance(lease * 6 / 10)
 		waitfor.Condition(t, 5*time.Second, "heartbeat extends the lease", func() bool {
-			return b.count(t, `SELECT count(*) FROM jobs WHERE due_at >= $1`, b.clock.Now().Add(lease*9/10)) == 1
+			return b.count(t, `SELECT count(*) FROM leasequeue_jobs WHERE due_at >= $1`, b.clock.Now().Add(lease*9/10)) == 1
 		})
 		if stolen, err := q.ClaimExpired(ctx, "b", 10); err != nil || len(stolen) != 0 {
 			t.Fatalf("another worker claimed a heartbeating job: %+v, %v", stolen, err)
@@ -302,7 +302,7 @@ func TestHeartbeatKeepsLongJobLease(t *testing.T) {
 	}
 	close(finish)
 	waitfor.Value(t, 5*time.Second, "job done", 1, func() int {
-		return b.count(t, `SELECT count(*) FROM jobs WHERE state = 'done' AND epoch = 1`)
+		return b.count(t, `SELECT count(*) FROM leasequeue_jobs WHERE state = 'done' AND epoch = 1`)
 	})
 	stop()
 	if n := b.count(t, `SELECT count(*) FROM effects`); n != 1 {
@@ -333,7 +333,7 @@ func TestF12_DeadWorkersJobIsRedoneAfterLease(t *testing.T) {
 	}
 	b.clock.Advance(lease + time.Millisecond)
 	waitfor.Value(t, 5*time.Second, "every leased job redone", 50, func() int {
-		return b.count(t, `SELECT count(*) FROM jobs WHERE state = 'done'`)
+		return b.count(t, `SELECT count(*) FROM leasequeue_jobs WHERE state = 'done'`)
 	})
 	if n := b.count(t, `SELECT count(DISTINCT job_id) FROM effects`); n != 50 || b.count(t, `SELECT count(*) FROM effects`) != 50 {
 		t.Fatalf("effects: want exactly one per job")
@@ -367,7 +367,7 @@ func TestManyWorkersRandomLeaseExpiriesExactlyOnce(t *testing.T) {
 			run(t, w)
 		}
 		waitfor.Value(t, 30*time.Second, "all jobs done", jobs, func() int {
-			return b.count(t, `SELECT count(*) FROM jobs WHERE state = 'done'`)
+			return b.count(t, `SELECT count(*) FROM leasequeue_jobs WHERE state = 'done'`)
 		})
 		total := b.count(t, `SELECT count(*) FROM effects`)
 		distinct := b.count(t, `SELECT count(DISTINCT job_id) FROM effects`)
@@ -375,7 +375,7 @@ func TestManyWorkersRandomLeaseExpiriesExactlyOnce(t *testing.T) {
 			t.Fatalf("round %d: %d effects for %d distinct jobs, want %d each", round, total, distinct, jobs)
 		}
 		t.Logf("round %d: %d injected expiries, %d fenced writes, %d rescues", round, expiries.Load(),
-			b.counter(t, "leasequeue.lease.fenced"), b.count(t, `SELECT count(*) FROM jobs WHERE epoch > 1`))
+			b.counter(t, "leasequeue.lease.fenced"), b.count(t, `SELECT count(*) FROM leasequeue_jobs WHERE epoch > 1`))
 	}
 }
 
@@ -395,7 +395,7 @@ func TestFailureRetryParkAndOperatorRetry(t *testing.T) {
 		case 0:
 			return nil, errors.New("provider timeout")
 		case 1:
-			return nil, leasequeue.Permanent(errors.New("invoice total overflows"))
+			return nil, permanent.Mark(errors.New("invoice total overflows"))
 		}
 		return recordEffect(job), nil
 	}, fastWorker(leasequeue.WorkerConfig{Owner: "w", Workers: 1}))
@@ -404,19 +404,19 @@ func TestFailureRetryParkAndOperatorRetry(t *testing.T) {
 	}
 	run(t, w)
 	waitfor.Value(t, 5*time.Second, "transient failure scheduled for retry", 1, func() int {
-		return b.count(t, `SELECT count(*) FROM jobs WHERE state = 'available' AND attempts = 1
+		return b.count(t, `SELECT count(*) FROM leasequeue_jobs WHERE state = 'available' AND attempts = 1
 			AND last_error LIKE '%provider timeout%' AND due_at > $1`, b.clock.Now())
 	})
 	mode.Store(1)
 	b.clock.Advance(time.Minute) // past the backoff cap
 	waitfor.Value(t, 5*time.Second, "permanent failure parks the job", 1, func() int {
-		return b.count(t, `SELECT count(*) FROM jobs WHERE state = 'dead' AND last_error LIKE '%overflows%'`)
+		return b.count(t, `SELECT count(*) FROM leasequeue_jobs WHERE state = 'dead' AND last_error LIKE '%overflows%'`)
 	})
 	if got := b.counter(t, "leasequeue.jobs.dead"); got != 1 {
 		t.Fatalf("dead counter = %d", got)
 	}
 	var id int64
-	if err := b.pool.QueryRow(ctx, `SELECT id FROM jobs`).Scan(&id); err != nil {
+	if err := b.pool.QueryRow(ctx, `SELECT id FROM leasequeue_jobs`).Scan(&id); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := q.Retry(ctx, []int64{id}, "", "alice"); !errors.Is(err, leasequeue.ErrAuditRequired) {
@@ -431,12 +431,12 @@ func TestFailureRetryParkAndOperatorRetry(t *testing.T) {
 		t.Fatalf("retry: %v, %v", got, err)
 	}
 	waitfor.Value(t, 5*time.Second, "retried job done", 1, func() int {
-		return b.count(t, `SELECT count(*) FROM jobs WHERE state = 'done'`)
+		return b.count(t, `SELECT count(*) FROM leasequeue_jobs WHERE state = 'done'`)
 	})
 	if n := b.count(t, `SELECT count(*) FROM effects`); n != 1 {
 		t.Fatalf("effects: %d", n)
 	}
-	if n := b.count(t, `SELECT count(*) FROM job_audit WHERE job_id = $1 AND action = 'retry'
+	if n := b.count(t, `SELECT count(*) FROM leasequeue_job_audit WHERE job_id = $1 AND action = 'retry'
 		AND ticket = 'OPS-1' AND actor = 'alice' AND last_error LIKE '%overflows%'`, id); n != 1 {
 		t.Fatalf("audit rows: %d", n)
 	}
@@ -470,7 +470,7 @@ func TestExpiredOnLastAttemptIsParked(t *testing.T) {
 	if js, err := q.ClaimExpired(ctx, "third", 1); err != nil || len(js) != 0 {
 		t.Fatalf("claimed beyond max attempts: %v, %v", js, err)
 	}
-	if n := b.count(t, `SELECT count(*) FROM jobs WHERE state = 'dead' AND last_error LIKE 'lease expired on attempt 2 of 2%'`); n != 1 {
+	if n := b.count(t, `SELECT count(*) FROM leasequeue_jobs WHERE state = 'dead' AND last_error LIKE 'lease expired on attempt 2 of 2%'`); n != 1 {
 		t.Fatal("job not parked")
 	}
 }
@@ -504,10 +504,10 @@ func TestGracefulShutdownFinishesOrReleases(t *testing.T) {
 	<-allStarted
 	go close(quick) // finishes during the grace
 	stop()
-	if n := b.count(t, `SELECT count(*) FROM jobs WHERE id = 1 AND state = 'done'`); n != 1 {
+	if n := b.count(t, `SELECT count(*) FROM leasequeue_jobs WHERE id = 1 AND state = 'done'`); n != 1 {
 		t.Fatal("quick job not completed during shutdown grace")
 	}
-	if n := b.count(t, `SELECT count(*) FROM jobs WHERE id = 2 AND state = 'available'
+	if n := b.count(t, `SELECT count(*) FROM leasequeue_jobs WHERE id = 2 AND state = 'available'
 		AND attempts = 0 AND lease_owner IS NULL AND due_at <= $1`, b.clock.Now()); n != 1 {
 		t.Fatal("long job not released")
 	}
@@ -569,9 +569,9 @@ func TestRestartedInstanceTakesBackItsLeasesAtOnceAndFencesItsPredecessor(t *tes
 	stopOther := run(t, other)
 	b.enqueue(t, q, 1, 5)
 	waitfor.Value(t, 10*time.Second, "billing-2 completes the new job", 1,
-		func() int { return b.count(t, `SELECT count(*) FROM jobs WHERE state = 'done'`) })
+		func() int { return b.count(t, `SELECT count(*) FROM leasequeue_jobs WHERE state = 'done'`) })
 	stopOther()
-	if n := b.count(t, `SELECT count(*) FROM jobs WHERE state = 'running' AND lease_owner = 'billing-1/100-dead' AND epoch = 1`); n != 2 {
+	if n := b.count(t, `SELECT count(*) FROM leasequeue_jobs WHERE state = 'running' AND lease_owner = 'billing-1/100-dead' AND epoch = 1`); n != 2 {
 		t.Fatalf("billing-2 touched billing-1's leases: %d of 2 still held", n)
 	}
 
@@ -581,7 +581,7 @@ func TestRestartedInstanceTakesBackItsLeasesAtOnceAndFencesItsPredecessor(t *tes
 	}
 	run(t, restarted)
 	waitfor.Value(t, 10*time.Second, "the restarted billing-1 redoes its predecessor's jobs", 3,
-		func() int { return b.count(t, `SELECT count(*) FROM jobs WHERE state = 'done'`) })
+		func() int { return b.count(t, `SELECT count(*) FROM leasequeue_jobs WHERE state = 'done'`) })
 
 	for _, j := range dead {
 		if err := q.Complete(ctx, j, recordEffect(j)); !errors.Is(err, leasequeue.ErrLeaseLost) {
@@ -594,7 +594,7 @@ func TestRestartedInstanceTakesBackItsLeasesAtOnceAndFencesItsPredecessor(t *tes
 	if n := b.count(t, `SELECT count(*) FROM effects`); n != 3 {
 		t.Fatalf("effects: %d, want 3 (one per job)", n)
 	}
-	if n := b.count(t, `SELECT count(*) FROM jobs WHERE id = ANY($1) AND attempts = 2 AND epoch >= 3`, []int64{dead[0].ID, dead[1].ID}); n != 2 {
+	if n := b.count(t, `SELECT count(*) FROM leasequeue_jobs WHERE id = ANY($1) AND attempts = 2 AND epoch >= 3`, []int64{dead[0].ID, dead[1].ID}); n != 2 {
 		t.Fatalf("released jobs: want attempts 2 (the dead claim stays charged) and a new epoch")
 	}
 }
@@ -606,11 +606,11 @@ func TestWorkerConfigRefusesABadInstance(t *testing.T) {
 		{Instance: strings.Repeat("i", 101)},
 		{Instance: "billing-1", Owner: "billing-2/1"},
 	} {
-		if err := cfg.Validate(lease); err == nil {
+		if err := cfg.Validate(); err == nil {
 			t.Errorf("Validate(%+v) = nil, want an error", cfg)
 		}
 	}
-	if err := (leasequeue.WorkerConfig{Instance: "billing-1.eu_west"}).Validate(lease); err != nil {
+	if err := (leasequeue.WorkerConfig{Instance: "billing-1.eu_west"}).Validate(); err != nil {
 		t.Errorf("valid instance refused: %v", err)
 	}
 }

@@ -23,8 +23,8 @@ func TestJobAttemptSpanLinksToTheEnqueuer(t *testing.T) {
 	b := setup(t)
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	q, err := leasequeue.New(b.pool, leasequeue.Config{Name: "traced", Now: b.clock.Now},
-		slog.New(slog.NewJSONHandler(io.Discard, nil)), nil, leasequeue.WithTracerProvider(tp))
+	q, err := leasequeue.New(b.pool, leasequeue.Config{Name: "traced"},
+		slog.New(slog.NewJSONHandler(io.Discard, nil)), nil, leasequeue.WithTracerProvider(tp), leasequeue.WithClock(b.clock.Now))
 	if err != nil {
 		t.Fatal(err)
 	}

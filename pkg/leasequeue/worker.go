@@ -18,7 +18,7 @@ import (
 	"github.com/lossless-dev/lossless/pkg/telemetry"
 )
 
-// WorkerConfig of a Worker.
+// WorkerConfig of a Worker. Zero fields take their defaults.
 type WorkerConfig struct {
 	// Instance is this worker's identity that survives a restart (a pod or
 	// host name, env INSTANCE_ID in the services). When set, Owner is
@@ -29,7 +29,7 @@ type WorkerConfig struct {
 	// Must be unique among live workers of the queue; letters, digits, '.',
 	// '_' and '-', at most 100. Default "": no release at start.
 	Instance string
-	// Owner names this worker in jobs.lease_owner. Default
+	// Owner names this worker in leasequeue_jobs.lease_owner. Default
 	// "<hostname>-<pid>-<random>", unique per process start (with Instance:
 	// see above; an explicit Owner must then start with "<Instance>/").
 	Owner string
@@ -47,7 +47,9 @@ type WorkerConfig struct {
 	// it rewinds to pick up rows committed behind it. Default 1s.
 	FullScanInterval time.Duration
 	// HeartbeatInterval is how often running jobs' leases are extended.
-	// Default LeaseDuration/3; must be below LeaseDuration.
+	// Default a third of the queue's LeaseDuration, so that two heartbeats
+	// may fail before a lease runs out; must be below LeaseDuration (checked
+	// by ValidateFor and NewWorker, which know the queue).
 	HeartbeatInterval time.Duration
 	// CompleteBatch caps the jobs completed in one transaction. Default 256.
 	CompleteBatch int
@@ -64,7 +66,7 @@ type WorkerConfig struct {
 	DisableListen bool
 }
 
-func (c *WorkerConfig) setDefaults(lease time.Duration) {
+func (c *WorkerConfig) setDefaults() {
 	if c.Owner == "" {
 		c.Owner = leaseowner.New(c.Instance)
 	}
@@ -83,9 +85,6 @@ func (c *WorkerConfig) setDefaults(lease time.Duration) {
 	if c.FullScanInterval == 0 {
 		c.FullScanInterval = time.Second
 	}
-	if c.HeartbeatInterval == 0 {
-		c.HeartbeatInterval = lease / 3
-	}
 	if c.CompleteBatch == 0 {
 		c.CompleteBatch = 256
 	}
@@ -97,13 +96,18 @@ func (c *WorkerConfig) setDefaults(lease time.Duration) {
 	}
 }
 
-// Validate reports an unusable configuration; lease is the queue's (zero:
-// its default). Zero fields take their defaults.
-func (c WorkerConfig) Validate(lease time.Duration) error {
-	if lease == 0 {
-		lease = 30 * time.Second
+// setQueueDefaults fills the one default that depends on the queue.
+func (c *WorkerConfig) setQueueDefaults(queue Config) {
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = queue.LeaseDuration / 3
 	}
-	c.setDefaults(lease)
+}
+
+// Validate reports an unusable configuration of the worker's own fields.
+// Zero fields take their defaults. The constraint that involves the queue
+// (HeartbeatInterval below its LeaseDuration) is ValidateFor's.
+func (c WorkerConfig) Validate() error {
+	c.setDefaults()
 	var errs []error
 	check := func(ok bool, format string, args ...any) {
 		if !ok {
@@ -122,11 +126,25 @@ func (c WorkerConfig) Validate(lease time.Duration) error {
 	check(c.PollInterval > 0, "PollInterval %v: want > 0", c.PollInterval)
 	check(c.RescueInterval > 0, "RescueInterval %v: want > 0", c.RescueInterval)
 	check(c.FullScanInterval > 0, "FullScanInterval %v: want > 0", c.FullScanInterval)
-	check(c.HeartbeatInterval > 0 && c.HeartbeatInterval < lease,
-		"HeartbeatInterval %v: want > 0 and below the lease (%v)", c.HeartbeatInterval, lease)
+	check(c.HeartbeatInterval >= 0, "HeartbeatInterval %v: want >= 0", c.HeartbeatInterval)
 	check(c.CompleteBatch >= 1 && c.CompleteBatch <= 10000, "CompleteBatch %d: want 1..10000", c.CompleteBatch)
 	check(c.Completers >= 1 && c.Completers <= 64, "Completers %d: want 1..64", c.Completers)
 	check(c.ShutdownGrace > 0, "ShutdownGrace %v: want > 0", c.ShutdownGrace)
+	return errors.Join(errs...)
+}
+
+// ValidateFor is Validate for a worker of a queue configured with queue
+// (zero fields of both take their defaults): it also checks that
+// HeartbeatInterval is below the queue's LeaseDuration, or every lease would
+// expire between two heartbeats.
+func (c WorkerConfig) ValidateFor(queue Config) error {
+	queue.setDefaults()
+	c.setQueueDefaults(queue)
+	errs := []error{c.Validate()}
+	if c.HeartbeatInterval >= queue.LeaseDuration {
+		errs = append(errs, fmt.Errorf("HeartbeatInterval %v: want below the queue's LeaseDuration (%v)",
+			c.HeartbeatInterval, queue.LeaseDuration))
+	}
 	return errors.Join(errs...)
 }
 
@@ -169,8 +187,9 @@ func NewWorker(q *Queue, h Handler, cfg WorkerConfig) (*Worker, error) {
 	if h == nil {
 		return nil, errors.New("leasequeue: nil handler")
 	}
-	cfg.setDefaults(q.cfg.LeaseDuration)
-	if err := cfg.Validate(q.cfg.LeaseDuration); err != nil {
+	cfg.setDefaults()
+	cfg.setQueueDefaults(q.cfg)
+	if err := cfg.ValidateFor(q.cfg); err != nil {
 		return nil, fmt.Errorf("leasequeue: worker config: %w", err)
 	}
 	return &Worker{

@@ -29,7 +29,6 @@ const (
 	DefaultCleanupBatch        = 1000
 	DefaultStatsInterval       = 15 * time.Second
 	DefaultStatsCountLimit     = 1_000_000
-	DefaultNotifyChannel       = "outbox"
 
 	DefaultCircuitThreshold        = 5
 	DefaultCircuitProbeInterval    = time.Second
@@ -37,8 +36,9 @@ const (
 	DefaultOutageProbeInterval     = time.Second
 )
 
-// Config of a Relay. The zero value of every field means its default; call
-// WithDefaults (NewRelay does) and Validate.
+// Config of a Relay: its tunables. The zero value of every field means its
+// default; NewRelay fills the defaults and validates. The schema of the
+// tables is not a tunable but wiring, chosen with WithSchema.
 type Config struct {
 	// RelayID names this relay in logs and, while a batch is in flight, as
 	// the application_name of its session, so an operator can see which
@@ -119,12 +119,6 @@ type Config struct {
 	// backlog costs a bounded scan. Default 1,000,000.
 	StatsInterval   time.Duration
 	StatsCountLimit int
-	// NotifyChannel is the LISTEN channel the outbox trigger notifies.
-	// Default "outbox" (the migration's trigger uses that name).
-	NotifyChannel string
-	// Now is the clock; nil means time.Now. Tests inject it to expire
-	// backoffs and trigger sweeps without sleeping. All time comparisons of the relay use it.
-	Now func() time.Time
 }
 
 // ConfigFromEnv reads the relay settings from environment variables with the
@@ -156,8 +150,8 @@ func ConfigFromEnv(r *envconfig.Reader, prefix string) Config {
 	}
 }
 
-// WithDefaults returns c with every zero field set to its default.
-func (c Config) WithDefaults() Config {
+// setDefaults sets every zero field of c to its default.
+func (c *Config) setDefaults() {
 	if c.RelayID == "" {
 		host, _ := os.Hostname()
 		c.RelayID = host + "-" + strconv.Itoa(os.Getpid()) + "-" + uuid.NewString()[:8]
@@ -182,13 +176,6 @@ func (c Config) WithDefaults() Config {
 	setInt(&c.CleanupBatch, DefaultCleanupBatch)
 	setDur(&c.StatsInterval, DefaultStatsInterval)
 	setInt(&c.StatsCountLimit, DefaultStatsCountLimit)
-	if c.NotifyChannel == "" {
-		c.NotifyChannel = DefaultNotifyChannel
-	}
-	if c.Now == nil {
-		c.Now = time.Now
-	}
-	return c
 }
 
 // Validate reports settings that cannot work. Zero values are valid (they

@@ -8,9 +8,11 @@ import (
 )
 
 // Dispatcher delivers one event to its destination. A nil error means
-// delivered. Return Permanent(err) for errors that no retry can fix (invalid
-// payload, unknown destination) and Unavailable(err) when the destination
-// cannot be reached at all; any other error is retried with backoff.
+// delivered. Return permanent.Mark(err) (package pkg/permanent) for errors
+// that no retry can fix (invalid payload, unknown destination): the event
+// goes to FAILED on this attempt. Return Unavailable(err) when the
+// destination cannot be reached at all. Any other error is retried with
+// backoff, and the event goes to FAILED at MaxAttempts.
 type Dispatcher interface {
 	Dispatch(ctx context.Context, ev Event) (Commit, error)
 }
@@ -29,26 +31,6 @@ func (f DispatcherFunc) Dispatch(ctx context.Context, ev Event) (Commit, error) 
 // event.
 type Commit func(ctx context.Context, tx pgx.Tx) error
 
-type permanentError struct{ err error }
-
-func (e *permanentError) Error() string { return "permanent: " + e.err.Error() }
-func (e *permanentError) Unwrap() error { return e.err }
-
-// Permanent marks err as not retryable: the event goes to FAILED (counted,
-// alerted) on this attempt. Any other error is transient. Permanent(nil) is nil.
-func Permanent(err error) error {
-	if err == nil {
-		return nil
-	}
-	return &permanentError{err: err}
-}
-
-// IsPermanent reports whether err (or an error it wraps) was marked Permanent.
-func IsPermanent(err error) bool {
-	var p *permanentError
-	return errors.As(err, &p)
-}
-
 type unavailableError struct{ err error }
 
 func (e *unavailableError) Error() string { return "dependency unavailable: " + e.err.Error() }
@@ -61,7 +43,7 @@ func (e *unavailableError) Unwrap() error { return e.err }
 // dependency's circuit, which stops dispatching to it after a few in a row
 // and probes it until it answers (circuit.go). Return it only for errors any
 // event would get now; an error of this event's own making must stay
-// transient (backoff, FAILED at MaxAttempts) or Permanent.
+// transient (backoff, FAILED at MaxAttempts) or permanent (permanent.Mark).
 // Unavailable(nil) is nil.
 func Unavailable(err error) error {
 	if err == nil {

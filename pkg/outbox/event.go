@@ -11,6 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/propagation"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/lossless-dev/lossless/pkg/pgschema"
 )
 
 // Header keys written by NewEvent and carried by the dispatcher as message
@@ -84,16 +86,45 @@ func (ev Event) validate() error {
 	return nil
 }
 
+// Writer appends events to the outbox of one schema. Build it once
+// (NewWriter) and share it: it holds only its rendered statement. The zero
+// Writer writes to DefaultSchema.
+type Writer struct {
+	insert string // qAppend rendered for the schema; "" means qAppendDefault
+}
+
+// NewWriter returns a Writer for the outbox in the schema named by
+// WithSchema (default DefaultSchema): pass it the options of the schema's
+// relay. It ignores the relay's other options.
+func NewWriter(opts ...Option) (Writer, error) {
+	o, err := newOptions(opts)
+	if err != nil {
+		return Writer{}, err
+	}
+	return Writer{insert: pgschema.Render(qAppend, o.schema)}, nil
+}
+
+// Append inserts evs into the outbox in DefaultSchema; see Writer.Append.
+func Append(ctx context.Context, tx pgx.Tx, evs ...Event) error {
+	return Writer{}.Append(ctx, tx, evs...)
+}
+
 // Append inserts evs in the caller's transaction (the business transaction),
 // so the events exist if and only if the business change commits (I1). All
 // events go in one INSERT; its statement trigger sends one NOTIFY that wakes
-// the relays when the transaction commits.
-func Append(ctx context.Context, tx pgx.Tx, evs ...Event) error {
+// the relays when the transaction commits. It takes a pgx.Tx, not a
+// connection: an event appended outside the business transaction would lose
+// that guarantee.
+func (w Writer) Append(ctx context.Context, tx pgx.Tx, evs ...Event) error {
 	if len(evs) == 0 {
 		return nil
 	}
 	if tx == nil {
 		return errors.New("outbox: Append needs the business transaction")
+	}
+	insert := w.insert
+	if insert == "" {
+		insert = qAppendDefault
 	}
 	n := len(evs)
 	ids := make([]uuid.UUID, n)
@@ -122,7 +153,7 @@ func Append(ctx context.Context, tx pgx.Tx, evs ...Event) error {
 			payloads[i] = []byte{}
 		}
 	}
-	if _, err := tx.Exec(ctx, qAppend, ids, aggTypes, aggIDs, types, versions, payloads, headers, occurred); err != nil {
+	if _, err := tx.Exec(ctx, insert, ids, aggTypes, aggIDs, types, versions, payloads, headers, occurred); err != nil {
 		return fmt.Errorf("outbox: append %d event(s): %w", n, err)
 	}
 	return nil

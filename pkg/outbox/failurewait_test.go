@@ -15,7 +15,8 @@ import (
 // every OutageProbeInterval, so it resumes within a second of its return.
 func TestOutageWaitIsCappedWhileOtherBatchFailuresBackOff(t *testing.T) {
 	t.Parallel()
-	cfg := Config{}.WithDefaults()
+	cfg := Config{}
+	cfg.setDefaults()
 	r := &Relay{cfg: cfg, policy: backoff.Policy{Base: cfg.BackoffBase, Max: cfg.BackoffMax, Rand: func() float64 { return 0.999999 }}}
 	down := &pgconn.ConnectError{Config: &pgconn.Config{Host: "127.0.0.1", Port: 1}}
 	if got := r.failureWait(down, 20); got > cfg.OutageProbeInterval {

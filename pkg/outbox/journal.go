@@ -15,7 +15,7 @@ import (
 // The dispatch journal charges an attempt to an event whose dispatch kills
 // the relay process. A crash rolls the claim transaction back, so the
 // outbox row cannot record that attempt; a journal row committed on its own
-// (migrations/workorder/00007_outbox_dispatching.sql) survives the crash:
+// (outbox_dispatching, migrations/00001_outbox.sql) survives the crash:
 //
 //  1. Before dispatching a claimed batch, the relay records its event ids in
 //     one autonomous statement, which also returns the journal rows left
@@ -54,12 +54,12 @@ import (
 // relay at about 0.8x its rate; with it, within the benchmark's noise).
 const qJournal = `
 WITH started AS (
-    INSERT INTO outbox_dispatching (ids, exclusive, relay_id) VALUES ($1, $2, $3)
+    INSERT INTO {schema}.outbox_dispatching (ids, exclusive, relay_id) VALUES ($1, $2, $3)
     RETURNING batch_id
 )
 SELECT s.batch_id, d.batch_id, d.ids, d.exclusive
 FROM started s
-LEFT JOIN outbox_dispatching d
+LEFT JOIN {schema}.outbox_dispatching d
        ON d.ids[1] <= $1[cardinality($1::bigint[])]
       AND d.ids[cardinality(d.ids)] >= $1[1]
       AND d.ids && $1::bigint[]`
@@ -67,19 +67,19 @@ LEFT JOIN outbox_dispatching d
 // qJournalMove points a batch's exclusive row at the next event it
 // dispatches alone: the row names only the dispatch in flight, so a crash is
 // charged to that event and not to the ones dispatched before it.
-const qJournalMove = `UPDATE outbox_dispatching SET ids = $2 WHERE batch_id = $1`
+const qJournalMove = `UPDATE {schema}.outbox_dispatching SET ids = $2 WHERE batch_id = $1`
 
 // qJournalDone deletes settled (and consumed) journal rows, in the claim
 // transaction. The primary key makes it an index probe per row.
-const qJournalDone = `DELETE FROM outbox_dispatching WHERE batch_id = ANY($1::bigint[])`
+const qJournalDone = `DELETE FROM {schema}.outbox_dispatching WHERE batch_id = ANY($1::bigint[])`
 
 // qJournalGC deletes rows left behind that no claim consumed (their events
 // were claimed in other combinations and have left the outbox). Rows younger
 // than two leases may belong to a batch still in flight.
 const qJournalGC = `
-DELETE FROM outbox_dispatching d
+DELETE FROM {schema}.outbox_dispatching d
 WHERE d.started_at < now() - make_interval(secs => $1)
-  AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.id = ANY(d.ids) AND o.status = 'PENDING')`
+  AND NOT EXISTS (SELECT 1 FROM {schema}.outbox o WHERE o.id = ANY(d.ids) AND o.status = 'PENDING')`
 
 // qChargeCrashes charges the claimed rows whose dispatch killed a relay:
 // attempts grow by the crashes, the status is PENDING or FAILED as the relay
@@ -87,7 +87,7 @@ WHERE d.started_at < now() - make_interval(secs => $1)
 // qMarkUnpublished, and their new ctid is returned for the statements that
 // settle them.
 const qChargeCrashes = `
-UPDATE outbox o
+UPDATE {schema}.outbox o
 SET attempts = o.attempts + u.crashes,
     status = u.status,
     last_error = u.err
@@ -134,7 +134,7 @@ func (j *journal) known(batchID int64) bool {
 // left behind is consumed when the claim holds every id it names (it will
 // settle all of them); otherwise qJournalGC removes it later.
 func (r *Relay) journalStart(ctx context.Context, ids []int64, exclusive bool, j *journal) error {
-	rows, err := j.db.Query(ctx, qJournal, ids, exclusive, r.cfg.RelayID)
+	rows, err := j.db.Query(ctx, r.q.journal, ids, exclusive, r.cfg.RelayID)
 	if err != nil {
 		return fmt.Errorf("outbox: journal: %w", err)
 	}
@@ -207,7 +207,7 @@ func (r *Relay) chargeCrashes(ctx context.Context, tx pgx.Tx, rows []claimedRow,
 		r.log.Error("outbox event killed the relay process while dispatching; attempt charged", "event_id", row.ev.ID,
 			"event_type", row.ev.Type, "aggregate_id", row.ev.AggregateID, "attempts", done, "status", status)
 	}
-	res, err := tx.Query(ctx, qChargeCrashes, ids, crashes, statuses, errs, tids)
+	res, err := tx.Query(ctx, r.q.chargeCrashes, ids, crashes, statuses, errs, tids)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: charge crashes: %w", err)
 	}
@@ -273,7 +273,7 @@ func (r *Relay) dispatchAlone(ctx, tctx context.Context, rows []claimedRow, j *j
 				alone = j.created[len(j.created)-1]
 			}
 		} else {
-			_, err = j.db.Exec(tctx, qJournalMove, alone, []int64{row.id})
+			_, err = j.db.Exec(tctx, r.q.journalMove, alone, []int64{row.id})
 		}
 		if err != nil {
 			r.log.Warn("outbox journal failed; releasing the rest of the batch", "error", err)
@@ -296,14 +296,14 @@ func (r *Relay) forget(ctx context.Context, j *journal) {
 	}
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
 	defer cancel()
-	if _, err := j.db.Exec(fctx, qJournalDone, j.created); err != nil {
+	if _, err := j.db.Exec(fctx, r.q.journalDone, j.created); err != nil {
 		r.log.Warn("outbox journal rows of an unsettled batch not deleted; its events will be dispatched one by one", "error", err)
 	}
 }
 
 // collectJournal deletes journal rows left behind that no claim consumed.
 func (r *Relay) collectJournal(ctx context.Context) error {
-	if _, err := r.pool.Exec(ctx, qJournalGC, (2 * r.cfg.LeaseDuration).Seconds()); err != nil {
+	if _, err := r.pool.Exec(ctx, r.q.journalGC, (2 * r.cfg.LeaseDuration).Seconds()); err != nil {
 		return fmt.Errorf("outbox: journal cleanup: %w", err)
 	}
 	return nil

@@ -64,8 +64,8 @@ func TestRunDrainsWhenTheClaimsHoldEveryPooledConnection(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	r := b.relay(t, onePool(t, b), outbox.Config{
-		Now: time.Now, BatchSize: 4, LeaseDuration: time.Minute, PollInterval: 20 * time.Millisecond,
-	})
+		BatchSize: 4, LeaseDuration: time.Minute, PollInterval: 20 * time.Millisecond,
+	}, outbox.WithClock(time.Now))
 	stop := runRelay(t, r)
 	var evs []outbox.Event
 	for i := range 20 {

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/lossless-dev/lossless/pkg/outbox"
+	"github.com/lossless-dev/lossless/pkg/permanent"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
 	"github.com/lossless-dev/lossless/pkg/waitfor"
 )
@@ -86,12 +87,11 @@ func setup(t *testing.T) *bundle {
 
 func discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-func (b *bundle) relay(t *testing.T, pool *pgxpool.Pool, cfg outbox.Config) *outbox.Relay {
+// relay returns a relay on b's clock, unless opts set another.
+func (b *bundle) relay(t *testing.T, pool *pgxpool.Pool, cfg outbox.Config, opts ...outbox.Option) *outbox.Relay {
 	t.Helper()
-	if cfg.Now == nil {
-		cfg.Now = b.clock.Now
-	}
-	r, err := outbox.NewRelay(pool, map[string]outbox.Dispatcher{testType: b.rec}, cfg, discard(), nil)
+	opts = append([]outbox.Option{outbox.WithClock(b.clock.Now)}, opts...)
+	r, err := outbox.NewRelay(pool, map[string]outbox.Dispatcher{testType: b.rec}, cfg, discard(), nil, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -364,7 +364,7 @@ func TestClaimHoldsRowsUntilTheLeaseThenTheServerReleasesThem(t *testing.T) {
 		return nil, nil
 	})
 	stuck, err := outbox.NewRelay(b.pool, map[string]outbox.Dispatcher{testType: hung},
-		outbox.Config{Now: b.clock.Now, LeaseDuration: time.Second, RelayID: "stuck-relay"}, discard(), nil)
+		outbox.Config{LeaseDuration: time.Second, RelayID: "stuck-relay"}, discard(), nil, outbox.WithClock(b.clock.Now))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -534,7 +534,7 @@ func TestPermanentFailure_GoesToFailedAndBlocksItsAggregate(t *testing.T) {
 	appendCommitted(t, b.pool, other)
 	b.rec.fn = func(ev outbox.Event) (outbox.Commit, error) {
 		if ev.ID == poison.ID {
-			return nil, outbox.Permanent(errors.New("schema invalid"))
+			return nil, permanent.Mark(errors.New("schema invalid"))
 		}
 		return nil, nil
 	}
@@ -676,7 +676,7 @@ func TestConcurrentRelays_NoDoubleDispatch_PerAggregateOrder(t *testing.T) {
 	b.rec.fn = func(ev outbox.Event) (outbox.Commit, error) {
 		var seq int
 		if _, err := fmt.Sscanf(string(ev.Payload[len(ev.AggregateID)+1:]), "%d", &seq); err != nil {
-			return nil, outbox.Permanent(err)
+			return nil, permanent.Mark(err)
 		}
 		mu.Lock()
 		seen[ev.ID]++
@@ -696,8 +696,8 @@ func TestConcurrentRelays_NoDoubleDispatch_PerAggregateOrder(t *testing.T) {
 		var stops []func()
 		for range relays {
 			stops = append(stops, runRelay(t, b.relay(t, b.pool, outbox.Config{
-				Now: time.Now, BatchSize: 7, PollInterval: 20 * time.Millisecond, SweepInterval: 10 * time.Millisecond,
-			})))
+				BatchSize: 7, PollInterval: 20 * time.Millisecond, SweepInterval: 10 * time.Millisecond,
+			}, outbox.WithClock(time.Now))))
 		}
 		// Producers append concurrently; each aggregate's events commit in
 		// sequence, like writes serialised by the aggregate's row lock.
@@ -776,9 +776,15 @@ func TestNewRelay_RefusesMissingDependenciesAndBadConfig(t *testing.T) {
 // sent before that is lost, by design of NOTIFY.
 func waitListening(t *testing.T, pool *pgxpool.Pool) {
 	t.Helper()
-	waitfor.Condition(t, 5*time.Second, "relay listening", func() bool {
+	waitListeningOn(t, pool, "public.outbox")
+}
+
+// waitListeningOn waits until exactly one session listens on channel.
+func waitListeningOn(t *testing.T, pool *pgxpool.Pool, channel string) {
+	t.Helper()
+	waitfor.Condition(t, 10*time.Second, "relay listening on "+channel, func() bool {
 		var n int
-		err := pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query = 'LISTEN "outbox"'`).Scan(&n)
+		err := pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query = 'LISTEN ' || quote_ident($1)`, channel).Scan(&n)
 		return err == nil && n == 1
 	})
 }

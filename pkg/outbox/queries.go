@@ -1,16 +1,56 @@
 package outbox
 
-// SQL of the outbox, one named constant per statement. The schema and the
-// reasons for its indexes are in migrations/workorder/00002_outbox.sql and
-// 00005_outbox_published.sql.
+import "github.com/lossless-dev/lossless/pkg/pgschema"
 
-// qAppend inserts a whole Append call in one statement (arrays, one round
-// trip), so the table's statement trigger sends one NOTIFY for it.
-const qAppend = `
-INSERT INTO outbox (event_id, aggregate_type, aggregate_id, event_type, schema_version,
+// SQL of the outbox, one named constant per statement. The tables and the
+// reasons for their indexes are in migrations/00001_outbox.sql. Every table
+// is written {schema}.name and rendered once per constructor (newQueries,
+// NewWriter) with the schema of WithSchema: no statement depends on the
+// session's search_path.
+
+// appendRows is the body of qAppend: a whole Append call in one statement
+// (arrays, one round trip), so the table's statement trigger sends one
+// NOTIFY for it.
+const appendRows = ` (event_id, aggregate_type, aggregate_id, event_type, schema_version,
                     payload, headers, occurred_at)
 SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::int[],
                      $6::bytea[], $7::jsonb[], $8::timestamptz[])`
+
+// qAppend inserts the events of an Append call (Writer.Append).
+const qAppend = `INSERT INTO {schema}.outbox` + appendRows
+
+// qAppendDefault is qAppend rendered for DefaultSchema at compile time, so
+// that the package-level Append and a zero Writer render nothing per call.
+const qAppendDefault = `INSERT INTO ` + DefaultSchema + `.outbox` + appendRows
+
+// notifyChannel is the channel the migration's trigger notifies: one per
+// schema, so that outboxes in different schemas of one database do not wake
+// each other's relays.
+const notifyChannel = `{schema}.outbox`
+
+// queries are the statements of a Relay, rendered for its schema.
+type queries struct {
+	claim, markPublished, markUnpublished, cleanup, stats       string
+	journal, journalMove, journalDone, journalGC, chargeCrashes string
+	notifyChannel                                               string
+}
+
+func newQueries(schema string) queries {
+	r := func(q string) string { return pgschema.Render(q, schema) }
+	return queries{
+		claim:           r(qClaim),
+		markPublished:   r(qMarkPublished),
+		markUnpublished: r(qMarkUnpublished),
+		cleanup:         r(qCleanup),
+		stats:           r(qStats),
+		journal:         r(qJournal),
+		journalMove:     r(qJournalMove),
+		journalDone:     r(qJournalDone),
+		journalGC:       r(qJournalGC),
+		chargeCrashes:   r(qChargeCrashes),
+		notifyChannel:   r(notifyChannel),
+	}
+}
 
 // qBeginClaim opens the claim transaction in one round trip. The relay holds
 // it across the dispatch, so the server must end it if the relay vanishes
@@ -81,7 +121,7 @@ const qClaim = `
 WITH candidates AS (
     SELECT ctid, id, event_id, aggregate_type, aggregate_id, event_type, schema_version,
            payload, headers, occurred_at, attempts
-    FROM outbox
+    FROM {schema}.outbox
     WHERE status = 'PENDING'
       AND id > $1
       AND (next_attempt_at IS NULL OR next_attempt_at <= $3)
@@ -93,7 +133,7 @@ WITH candidates AS (
 SELECT c.ctid, c.id, c.event_id, c.aggregate_type, c.aggregate_id, c.event_type, c.schema_version,
        c.payload, c.headers, c.occurred_at, c.attempts + 1,
        NOT EXISTS (
-           SELECT 1 FROM outbox e
+           SELECT 1 FROM {schema}.outbox e
            WHERE e.aggregate_id = c.aggregate_id
              AND e.id < c.id
              AND e.id NOT IN (SELECT id FROM candidates)) AS claimable
@@ -113,12 +153,12 @@ ORDER BY c.id`
 // A TID scan has no plan to get wrong.
 const qMarkPublished = `
 WITH moved AS (
-    DELETE FROM outbox
+    DELETE FROM {schema}.outbox
     WHERE ctid = ANY($1::tid[]) AND status = 'PENDING'
     RETURNING event_id, id, aggregate_type, aggregate_id, event_type, schema_version,
               payload, headers, attempts, last_error, occurred_at, created_at
 )
-INSERT INTO outbox_published (event_id, id, aggregate_type, aggregate_id, event_type, schema_version,
+INSERT INTO {schema}.outbox_published (event_id, id, aggregate_type, aggregate_id, event_type, schema_version,
                               payload, headers, attempts, last_error, occurred_at, created_at, published_at)
 SELECT event_id, id, aggregate_type, aggregate_id, event_type, schema_version,
        payload, headers, attempts + 1, last_error, occurred_at, created_at, $2
@@ -132,7 +172,7 @@ RETURNING id`
 // aggregate, cut off by shutdown) are not written at all: the commit
 // releases their locks and they are claimable as they were.
 const qMarkUnpublished = `
-UPDATE outbox o
+UPDATE {schema}.outbox o
 SET status = u.status,
     attempts = o.attempts + 1,
     last_error = u.err,
@@ -146,9 +186,9 @@ WHERE o.ctid = ANY($5::tid[]) AND o.id = u.id AND o.status = 'PENDING'`
 // expired rows will do, and sorting would read them all). Undelivered rows
 // are in the outbox table and never match.
 const qCleanup = `
-DELETE FROM outbox_published
+DELETE FROM {schema}.outbox_published
 WHERE event_id IN (
-    SELECT event_id FROM outbox_published
+    SELECT event_id FROM {schema}.outbox_published
     WHERE published_at < $1
     LIMIT $2)`
 
@@ -160,5 +200,5 @@ const qStats = `
 SELECT
     count(*) FILTER (WHERE status = 'PENDING') AS pending,
     count(*) FILTER (WHERE status = 'FAILED') AS failed,
-    (SELECT created_at FROM outbox WHERE status = 'PENDING' ORDER BY id LIMIT 1) AS oldest_created_at
-FROM (SELECT status FROM outbox LIMIT $1) undelivered`
+    (SELECT created_at FROM {schema}.outbox WHERE status = 'PENDING' ORDER BY id LIMIT 1) AS oldest_created_at
+FROM (SELECT status FROM {schema}.outbox LIMIT $1) undelivered`

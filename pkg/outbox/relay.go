@@ -24,6 +24,7 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/lossless-dev/lossless/pkg/backoff"
+	"github.com/lossless-dev/lossless/pkg/permanent"
 	"github.com/lossless-dev/lossless/pkg/pgerr"
 	"github.com/lossless-dev/lossless/pkg/pgnotify"
 )
@@ -62,6 +63,10 @@ type Relay struct {
 
 	// beginClaim opens a claim transaction (qBeginClaim with the lease).
 	beginClaim string
+	// q are the relay's statements in its schema.
+	q queries
+	// now is the clock (WithClock).
+	now func() time.Time
 
 	// inFlight is held shared while a batch dispatches and exclusively while
 	// a suspect event dispatches alone (journal.go), so that a crash then
@@ -98,29 +103,14 @@ type instruments struct {
 	circuit    metric.Int64Counter
 }
 
-// A RelayOption configures a Relay.
-type RelayOption func(*relayOptions)
-
-type relayOptions struct {
-	dependencies map[string]string // event type -> dependency name
-}
-
-// WithDependency names the dependency the dispatchers of eventTypes call,
-// so that they share one circuit (an outage of a Pub/Sub topic stops every
-// event type published to it). Without it each event type has a circuit of
-// its own, named after the type.
-func WithDependency(name string, eventTypes ...string) RelayOption {
-	return func(o *relayOptions) {
-		for _, t := range eventTypes {
-			o.dependencies[t] = name
-		}
-	}
-}
-
-// NewRelay returns a relay; dispatchers are keyed by event type. An event
+// NewRelay returns a relay on the outbox in the schema named by WithSchema
+// (default DefaultSchema); dispatchers are keyed by event type. An event
 // whose type has no dispatcher goes to FAILED (permanent), never silently
-// dropped. meter may be nil (no metrics).
-func NewRelay(pool *pgxpool.Pool, dispatchers map[string]Dispatcher, cfg Config, logger *slog.Logger, meter metric.Meter, opts ...RelayOption) (*Relay, error) {
+// dropped. meter may be nil (no metrics). The relay needs a pool, not a
+// connection: it holds one connection per batch in flight, listens on a
+// dedicated one and opens a small pool of its own for the dispatch journal
+// from the pool's configuration.
+func NewRelay(pool *pgxpool.Pool, dispatchers map[string]Dispatcher, cfg Config, logger *slog.Logger, meter metric.Meter, opts ...Option) (*Relay, error) {
 	if pool == nil {
 		return nil, errors.New("outbox: NewRelay: nil pool")
 	}
@@ -135,10 +125,17 @@ func NewRelay(pool *pgxpool.Pool, dispatchers map[string]Dispatcher, cfg Config,
 			return nil, fmt.Errorf("outbox: NewRelay: nil dispatcher for %q", typ)
 		}
 	}
+	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cfg = cfg.WithDefaults()
+	o, err := newOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	if o.now == nil {
+		return nil, errors.New("outbox: NewRelay: nil clock")
+	}
 	if meter == nil {
 		meter = noop.NewMeterProvider().Meter("")
 	}
@@ -146,18 +143,16 @@ func NewRelay(pool *pgxpool.Pool, dispatchers map[string]Dispatcher, cfg Config,
 		pool:        pool,
 		dispatchers: dispatchers,
 		cfg:         cfg,
-		log:         logger.With("component", "outbox.relay", "relay_id", cfg.RelayID),
+		log:         logger.With("component", "outbox.relay", "relay_id", cfg.RelayID, "schema", o.schema),
 		policy:      backoff.Policy{Base: cfg.BackoffBase, Max: cfg.BackoffMax},
 		wake:        make(chan struct{}, 1),
 		beginClaim:  fmt.Sprintf(qBeginClaim, cfg.LeaseDuration.Milliseconds(), quoteLiteral(cfg.RelayID)),
+		q:           newQueries(o.schema),
+		now:         o.now,
 	}
 	r.rewind.Store(math.MaxInt64)
 	if err := r.initMetrics(meter); err != nil {
 		return nil, err
-	}
-	o := relayOptions{dependencies: map[string]string{}}
-	for _, opt := range opts {
-		opt(&o)
 	}
 	r.circuits = make(map[string]*Circuit, len(dispatchers))
 	byName := map[string]*Circuit{}
@@ -349,7 +344,7 @@ func (r *Relay) ProcessBatch(ctx context.Context) (full bool, err error) {
 		_ = tx.Rollback(rctx)
 	}()
 	r.claimMu.Lock()
-	rows, scanned, err := r.claim(tctx, tx, r.cfg.Now())
+	rows, scanned, err := r.claim(tctx, tx, r.now())
 	r.claimMu.Unlock()
 	if err != nil {
 		return false, err
@@ -396,7 +391,7 @@ func (r *Relay) ProcessBatch(ctx context.Context) (full bool, err error) {
 			r.unsettled(tctx, rows, outcomes, err)
 			return false, err
 		}
-		if _, err := tx.Exec(tctx, qJournalDone, j.settledIDs()); err != nil {
+		if _, err := tx.Exec(tctx, r.q.journalDone, j.settledIDs()); err != nil {
 			err = fmt.Errorf("outbox: journal: %w", err)
 			r.unsettled(tctx, rows, outcomes, err)
 			return false, err
@@ -448,7 +443,7 @@ func (r *Relay) claim(ctx context.Context, tx pgx.Tx, now time.Time) ([]claimedR
 		// claim becoming a sweep (B2 measured the relay at ~1% of its rate
 		// that way).
 		defer func() {
-			done := r.cfg.Now()
+			done := r.now()
 			r.lastSweep, r.sweepGap = done, 4*done.Sub(now)
 		}()
 	}
@@ -462,7 +457,7 @@ func (r *Relay) claim(ctx context.Context, tx pgx.Tx, now time.Time) ([]claimedR
 		}
 	}
 	r.excluded = excluded
-	rows, err := tx.Query(ctx, qClaim, from, r.cfg.BatchSize, now, excluded)
+	rows, err := tx.Query(ctx, r.q.claim, from, r.cfg.BatchSize, now, excluded)
 	if err != nil {
 		return nil, 0, fmt.Errorf("outbox: claim: %w", err)
 	}
@@ -580,7 +575,7 @@ func (r *Relay) dispatchOne(ctx context.Context, ev Event) (o outcome) {
 		return outcome{kind: outcomeFailed, err: fmt.Errorf("no dispatcher for event type %q", ev.Type)}
 	}
 	c := r.circuits[ev.Type]
-	if !c.Allow(r.cfg.Now()) {
+	if !c.Allow(r.now()) {
 		return outcome{kind: outcomeReleased, err: errCircuitOpen}
 	}
 	defer func() {
@@ -595,16 +590,18 @@ func (r *Relay) dispatchOne(ctx context.Context, ev Event) (o outcome) {
 	case err == nil:
 		c.Success()
 		return outcome{kind: outcomePublished, commit: commit}
-	case IsPermanent(err):
+	case permanent.Is(err):
 		c.Success()
-		return outcome{kind: outcomeFailed, err: err}
+		// The prefix tells operators reading last_error (the runbook's
+		// queries) a refusal from an exhausted retry or an unknown type.
+		return outcome{kind: outcomeFailed, err: fmt.Errorf("permanent: %w", err)}
 	case ctx.Err() != nil && (errors.Is(err, ctx.Err()) || IsUnavailable(err)):
 		// Cut off by shutdown or the lease deadline: not the event's fault,
 		// and it says nothing about the dependency.
 		c.Abandon()
 		return outcome{kind: outcomeReleased, err: err}
 	case IsUnavailable(err):
-		c.Failure(r.cfg.Now())
+		c.Failure(r.now())
 		return outcome{kind: outcomeUnavailable, err: err}
 	default:
 		// The dependency answered; the error is this event's (backoff).
@@ -621,7 +618,7 @@ var errCircuitOpen = errors.New("dependency circuit open")
 // rows move to outbox_published (with their Commits), failed ones are
 // updated, released ones are left alone.
 func (r *Relay) settle(ctx context.Context, tx pgx.Tx, rows []claimedRow, outs []outcome) error {
-	now := r.cfg.Now()
+	now := r.now()
 	var published []int
 	for i := range outs {
 		if outs[i].kind == outcomePublished {
@@ -692,7 +689,7 @@ func (r *Relay) move(ctx context.Context, tx pgx.Tx, rows []claimedRow, idx []in
 	for k, i := range idx {
 		tids[k] = rows[i].tid
 	}
-	tag, err := tx.Exec(ctx, qMarkPublished, tids, now)
+	tag, err := tx.Exec(ctx, r.q.markPublished, tids, now)
 	if err != nil {
 		return fmt.Errorf("outbox: mark published: %w", err)
 	}
@@ -730,7 +727,7 @@ func (r *Relay) markUnpublished(ctx context.Context, tx pgx.Tx, rows []claimedRo
 	if len(ids) == 0 {
 		return nil
 	}
-	if _, err := tx.Exec(ctx, qMarkUnpublished, ids, status, errs, nexts, tids); err != nil {
+	if _, err := tx.Exec(ctx, r.q.markUnpublished, ids, status, errs, nexts, tids); err != nil {
 		return fmt.Errorf("outbox: mark unpublished: %w", err)
 	}
 	return nil
@@ -788,23 +785,15 @@ func (r *Relay) unsettled(ctx context.Context, rows []claimedRow, outs []outcome
 	r.log.Warn("outbox batch not recorded after dispatch; its events will be dispatched again", "dispatched", n, "rows", len(rows), "error", err)
 }
 
-// Querier is what ReadStats needs: a *pgxpool.Pool, *pgx.Conn or pgx.Tx.
-type Querier interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-}
-
-// Stats reads the current numbers from the database (bounded queries).
+// Stats reads the current numbers from the database (bounded queries:
+// counts stop at StatsCountLimit).
 func (r *Relay) Stats(ctx context.Context) (Stats, error) {
-	return ReadStats(ctx, r.pool, r.cfg.StatsCountLimit, r.cfg.Now())
-}
-
-// ReadStats reads the outbox gauges from db; counts stop at countLimit.
-func ReadStats(ctx context.Context, db Querier, countLimit int, now time.Time) (Stats, error) {
 	var (
 		s      Stats
 		oldest *time.Time
 	)
-	rows, err := db.Query(ctx, qStats, countLimit)
+	now := r.now()
+	rows, err := r.pool.Query(ctx, r.q.stats, r.cfg.StatsCountLimit)
 	if err != nil {
 		return Stats{}, fmt.Errorf("outbox: stats: %w", err)
 	}
@@ -827,10 +816,10 @@ func ReadStats(ctx context.Context, db Querier, countLimit int, now time.Time) (
 // batches, and returns how many it deleted. Run calls it every
 // CleanupInterval.
 func (r *Relay) Cleanup(ctx context.Context) (int64, error) {
-	cutoff := r.cfg.Now().Add(-r.cfg.Retention)
+	cutoff := r.now().Add(-r.cfg.Retention)
 	var total int64
 	for range 100 { // at most 100 batches per call; the next interval continues
-		tag, err := r.pool.Exec(ctx, qCleanup, cutoff, r.cfg.CleanupBatch)
+		tag, err := r.pool.Exec(ctx, r.q.cleanup, cutoff, r.cfg.CleanupBatch)
 		if err != nil {
 			return total, fmt.Errorf("outbox: cleanup: %w", err)
 		}
@@ -889,7 +878,7 @@ func (r *Relay) maintain(ctx context.Context) {
 // listened are lost, so the next claim starts from the beginning of the
 // index instead of waiting for the sweep.
 func (r *Relay) listen(ctx context.Context) {
-	pgnotify.Listen(ctx, r.pool.Config().ConnConfig, r.cfg.NotifyChannel, r.policy, r.log, func(payload string) {
+	pgnotify.Listen(ctx, r.pool.Config().ConnConfig, r.q.notifyChannel, r.policy, r.log, func(payload string) {
 		id, err := strconv.ParseInt(payload, 10, 64)
 		if err != nil {
 			id = 1 // (re)connected, or a payload not from our trigger: rewind fully

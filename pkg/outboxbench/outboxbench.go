@@ -2,7 +2,9 @@
 // pkg/outbox, B1p in pkg/outboxpubsub): the PostgreSQL claim anchors of
 // docs/performance.md, verbatim, and a backlog of outbox rows shaped like
 // production's. Like pgtest, its helpers take a testing.TB and stop the
-// benchmark on error.
+// benchmark on error. Fill and WaitDrained work on the outbox of the
+// session's search_path, the default schema of outbox.Migrations("") that
+// the benchmarks create.
 package outboxbench
 
 import (

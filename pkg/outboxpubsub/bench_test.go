@@ -32,8 +32,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	eventsv1 "github.com/lossless-dev/lossless/gen/lossless/events/v1"
-	moneyv1 "github.com/lossless-dev/lossless/gen/lossless/money/v1"
+	"github.com/lossless-dev/lossless/pkg/internal/testpb"
 	"github.com/lossless-dev/lossless/pkg/outbox"
 	"github.com/lossless-dev/lossless/pkg/outboxbench"
 	"github.com/lossless-dev/lossless/pkg/outboxpubsub"
@@ -55,7 +54,7 @@ const (
 )
 
 // b1pRig is what the three measurements share: one database, one emulator
-// and the production event (type and encoded payload).
+// and the event (type and encoded payload).
 type b1pRig struct {
 	b         *testing.B
 	dsn       string
@@ -67,18 +66,18 @@ type b1pRig struct {
 }
 
 // BenchmarkB1p_RelayToPubSub: the relay with the production Pub/Sub
-// dispatcher drains n events of the work-order service's published type to
-// the emulator; the keyset claim and the publish-only ceiling are measured
+// dispatcher drains n events the size of a typical domain event (the
+// work-order service's completion, with the same field values) to the emulator; the keyset claim and the publish-only ceiling are measured
 // between its runs. Every drain must publish each event exactly once, with
 // its row's event_id, payload and ordering key, in id order per key.
 func BenchmarkB1p_RelayToPubSub(b *testing.B) {
 	n := outboxbench.EnvInt(b, "OUTBOX_B1P_EVENTS", 20_000)
 	rounds := outboxbench.EnvInt(b, "OUTBOX_B1P_ROUNDS", 2)
 	anchorFor := time.Duration(outboxbench.EnvInt(b, "OUTBOX_BENCH_ANCHOR_SECONDS", 10)) * time.Second
-	ev := &eventsv1.WorkOrderCompletionRecorded{
-		EventId: "0196f1b2-7c3d-7e4f-8a5b-6c7d8e9f0a1b", WorkOrderId: "wo-000123", CustomerId: "cust-0042",
-		Description: "Replace the pump seal and pressure-test the line", Positions: 3, CompletedItems: 3,
-		UnitPrice:   &moneyv1.Money{CurrencyCode: "EUR", MinorUnits: 12345},
+	ev := &testpb.OrderCompleted{
+		EventId: "0196f1b2-7c3d-7e4f-8a5b-6c7d8e9f0a1b", OrderId: "wo-000123", CustomerId: "cust-0042",
+		Description: "Replace the pump seal and pressure-test the line", Quantity: 3, CompletedItems: 3,
+		UnitPrice:   &testpb.Amount{CurrencyCode: "EUR", MinorUnits: 12345},
 		CompletedAt: timestamppb.New(time.Date(2026, 5, 6, 7, 8, 9, 0, time.UTC)),
 	}
 	payload, err := proto.Marshal(ev)
@@ -98,7 +97,7 @@ func BenchmarkB1p_RelayToPubSub(b *testing.B) {
 		// subscription's unacked messages under its global lock every 10 ms,
 		// so an undrained subscription would make the publish rate a function
 		// of pstest's backlog (see pkg/pubsub BenchmarkPublish). Consuming is B4.
-		emu: pubsubtest.NewWithTopology(b, pubsub.Topology{Topics: []pubsub.Topic{{ID: pubsub.TopicWorkOrderEvents}}}),
+		emu: pubsubtest.New(b, pubsub.Topology{Topics: []pubsub.Topic{{ID: topicB}}}),
 	}
 	for b.Loop() {
 		var keyset, ceiling, relay, rMin, rK, rC []float64
@@ -257,7 +256,7 @@ func (r *b1pRig) verifyDelivered() {
 }
 
 func (r *b1pRig) publisher() *pubsub.Publisher {
-	pub, err := pubsub.NewPublisher(r.emu.Client, pubsub.TopicWorkOrderEvents, pubsub.DefaultPublisherConfig())
+	pub, err := pubsub.NewPublisher(r.emu.Client, topicB, pubsub.DefaultPublisherConfig())
 	if err != nil {
 		r.b.Fatal(err)
 	}

@@ -49,7 +49,7 @@ func TestF16_PubSubUnavailable_OutboxRetriesThenPublishesSameEventID(t *testing.
 	t.Parallel()
 	down := &outage{}
 	down.on.Store(true)
-	emu := pubsubtest.New(t, pstest.ServerReactorOption{FuncName: "Publish", Reactor: down})
+	emu := pubsubtest.New(t, testTopology(), pstest.ServerReactorOption{FuncName: "Publish", Reactor: down})
 	pool := pgtest.NewPool(t, outbox.Migrations(""))
 	ctx := context.Background()
 
@@ -128,7 +128,7 @@ func eventStatus(t *testing.T, pool *pgxpool.Pool, ev outbox.Event) string {
 
 func receiveOne(t *testing.T, emu *pubsubtest.Emulator) *pubsub.Received {
 	t.Helper()
-	sub, err := pubsub.NewSubscriber(emu.Client, pubsub.SubWorkOrderEvents, pubsub.SubscriberConfig{BatchConcurrency: 1},
+	sub, err := pubsub.NewSubscriber(emu.Client, subB, pubsub.SubscriberConfig{BatchConcurrency: 1},
 		slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
 	if err != nil {
 		t.Fatal(err)

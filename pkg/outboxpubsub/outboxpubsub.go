@@ -1,7 +1,18 @@
 // Package outboxpubsub is the outbox dispatcher that publishes events to
 // Pub/Sub: an outbox row becomes one message whose event_id is the row's id,
 // so a re-publish after a relay crash (F2) carries the same id and the
-// consumer's unique key drops it.
+// consumer's unique key drops it. The ordering key is the event's aggregate,
+// so a subscription with message ordering receives one aggregate's events in
+// the order the relay dispatched them.
+//
+// One Dispatcher publishes to one topic; register it for each event type
+// that goes there, and group those types into one circuit so that an outage
+// of the topic stops them all:
+//
+//	d := outboxpubsub.New(publisher) // a *pubsub.Publisher on the topic
+//	relay, err := outbox.NewRelay(pool,
+//		map[string]outbox.Dispatcher{typeA: d, typeB: d}, cfg, logger, meter,
+//		outbox.WithDependency("pubsub:"+topic, typeA, typeB))
 package outboxpubsub
 
 import (
@@ -13,6 +24,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/lossless-dev/lossless/pkg/outbox"
+	"github.com/lossless-dev/lossless/pkg/permanent"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/telemetry"
 )
@@ -31,7 +43,7 @@ type Dispatcher struct {
 // event ID, event_type, schema_version, occurred_at, content_type,
 // traceparent/tracestate/correlation_id from the headers) and ordering key =
 // AggregateID. Errors Pub/Sub will repeat forever (InvalidArgument,
-// PermissionDenied, NotFound) are outbox.Permanent: the row goes to FAILED
+// PermissionDenied, NotFound) are permanent (permanent.Mark): the row goes to FAILED
 // and alerts instead of retrying; Unavailable and DeadlineExceeded (Pub/Sub
 // unreachable, after the client's own retries) are outbox.Unavailable: the
 // relay charges the event nothing and the topic's circuit waits for Pub/Sub
@@ -70,7 +82,8 @@ func (d *Dispatcher) Dispatch(ctx context.Context, ev outbox.Event) (outbox.Comm
 	return nil, nil
 }
 
-// Classify wraps err with outbox.Permanent when retrying cannot help.
+// Classify marks err permanent (permanent.Mark) when retrying cannot help,
+// and outbox.Unavailable when Pub/Sub cannot be reached.
 // A missing topic is permanent because provisioning is an operator step:
 // FAILED rows are visible and replayable once the topic exists, while a
 // transient classification would retry silently for as long as nobody looks.
@@ -91,7 +104,7 @@ func Classify(err error) error {
 	}
 	switch code {
 	case codes.InvalidArgument, codes.PermissionDenied, codes.NotFound:
-		return outbox.Permanent(fmt.Errorf("outboxpubsub: %s: %w", code, err))
+		return permanent.Mark(fmt.Errorf("outboxpubsub: %s: %w", code, err))
 	case codes.Unavailable, codes.DeadlineExceeded:
 		return outbox.Unavailable(fmt.Errorf("outboxpubsub: %s: %w", code, err))
 	}

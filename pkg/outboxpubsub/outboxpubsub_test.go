@@ -14,9 +14,10 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	eventsv1 "github.com/lossless-dev/lossless/gen/lossless/events/v1"
+	"github.com/lossless-dev/lossless/pkg/internal/testpb"
 	"github.com/lossless-dev/lossless/pkg/outbox"
 	"github.com/lossless-dev/lossless/pkg/outboxpubsub"
+	"github.com/lossless-dev/lossless/pkg/permanent"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/pubsubtest"
 	"github.com/lossless-dev/lossless/pkg/waitfor"
@@ -24,8 +25,8 @@ import (
 
 func newEvent(t *testing.T) outbox.Event {
 	t.Helper()
-	ev, err := outbox.NewEvent(context.Background(), "work_order", "wo-42", &eventsv1.WorkOrderCompletionRecorded{
-		EventId: "x", WorkOrderId: "wo-42", Positions: 3, CompletedItems: 3,
+	ev, err := outbox.NewEvent(context.Background(), "work_order", "wo-42", &testpb.OrderCompleted{
+		EventId: "x", OrderId: "wo-42", Quantity: 3, CompletedItems: 3,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -41,7 +42,7 @@ func newEvent(t *testing.T) outbox.Event {
 
 func publisher(t *testing.T, emu *pubsubtest.Emulator, cfg pubsub.PublisherConfig) *pubsub.Publisher {
 	t.Helper()
-	pub, err := pubsub.NewPublisher(emu.Client, pubsub.TopicWorkOrderEvents, cfg)
+	pub, err := pubsub.NewPublisher(emu.Client, topicB, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +52,7 @@ func publisher(t *testing.T, emu *pubsubtest.Emulator, cfg pubsub.PublisherConfi
 
 func TestDispatchedEventArrivesWithOutboxIDAndAttributes(t *testing.T) {
 	t.Parallel()
-	emu := pubsubtest.New(t)
+	emu := pubsubtest.New(t, testTopology())
 	d := outboxpubsub.New(publisher(t, emu, pubsub.PublisherConfig{}))
 	ev := newEvent(t)
 	commit, err := d.Dispatch(context.Background(), ev)
@@ -59,7 +60,7 @@ func TestDispatchedEventArrivesWithOutboxIDAndAttributes(t *testing.T) {
 		t.Fatalf("dispatch: commit %v, err %v", commit, err)
 	}
 
-	sub, err := pubsub.NewSubscriber(emu.Client, pubsub.SubWorkOrderEvents, pubsub.SubscriberConfig{BatchConcurrency: 1},
+	sub, err := pubsub.NewSubscriber(emu.Client, subB, pubsub.SubscriberConfig{BatchConcurrency: 1},
 		slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -89,7 +90,7 @@ func TestDispatchedEventArrivesWithOutboxIDAndAttributes(t *testing.T) {
 	m := got[0]
 	want := map[string]string{
 		pubsub.AttrEventID:       ev.ID.String(),
-		pubsub.AttrEventType:     "lossless.events.v1.WorkOrderCompletionRecorded",
+		pubsub.AttrEventType:     "lossless.pkgtest.v1.OrderCompleted",
 		pubsub.AttrSchemaVersion: "1",
 		pubsub.AttrOccurredAt:    "2026-05-06T07:08:09.00000001Z",
 		pubsub.AttrContentType:   pubsub.ContentTypeProtobuf,
@@ -105,29 +106,29 @@ func TestDispatchedEventArrivesWithOutboxIDAndAttributes(t *testing.T) {
 	if m.OrderingKey != "wo-42" {
 		t.Errorf("ordering key %q, want the aggregate id", m.OrderingKey)
 	}
-	var payload eventsv1.WorkOrderCompletionRecorded
-	if err := proto.Unmarshal(m.Data, &payload); err != nil || payload.GetWorkOrderId() != "wo-42" {
+	var payload testpb.OrderCompleted
+	if err := proto.Unmarshal(m.Data, &payload); err != nil || payload.GetOrderId() != "wo-42" {
 		t.Fatalf("payload %v, err %v", &payload, err)
 	}
 }
 
 func TestMissingTopicIsPermanent(t *testing.T) {
 	t.Parallel()
-	emu := pubsubtest.NewWithTopology(t, pubsub.Topology{})
+	emu := pubsubtest.New(t, pubsub.Topology{})
 	d := outboxpubsub.New(publisher(t, emu, pubsub.PublisherConfig{}))
 	_, err := d.Dispatch(context.Background(), newEvent(t))
-	if !outbox.IsPermanent(err) {
+	if !permanent.Is(err) {
 		t.Fatalf("want permanent, got %v", err)
 	}
 }
 
 func TestUnavailablePubSubIsTransient(t *testing.T) {
 	t.Parallel()
-	emu := pubsubtest.New(t, pstest.WithErrorInjection("Publish", codes.Unavailable, "injected outage"))
+	emu := pubsubtest.New(t, testTopology(), pstest.WithErrorInjection("Publish", codes.Unavailable, "injected outage"))
 	// The client retries Unavailable until Timeout; keep the test short.
 	d := outboxpubsub.New(publisher(t, emu, pubsub.PublisherConfig{Timeout: 300 * time.Millisecond}))
 	_, err := d.Dispatch(context.Background(), newEvent(t))
-	if err == nil || outbox.IsPermanent(err) {
+	if err == nil || permanent.Is(err) {
 		t.Fatalf("want a transient error, got %v", err)
 	}
 	if n := len(emu.Server.Messages()); n != 0 {
@@ -148,13 +149,13 @@ func TestClassify(t *testing.T) {
 		codes.Internal:          {},
 	} {
 		err := outboxpubsub.Classify(fmt.Errorf("wrapped: %w", status.Error(code, "x")))
-		if got := (kind{outbox.IsPermanent(err), outbox.IsUnavailable(err)}); got != want {
+		if got := (kind{permanent.Is(err), outbox.IsUnavailable(err)}); got != want {
 			t.Errorf("%s: %+v, want %+v", code, got, want)
 		}
 	}
 	// The client's own retries end in the publisher's timeout.
-	if err := outboxpubsub.Classify(context.DeadlineExceeded); outbox.IsPermanent(err) || !outbox.IsUnavailable(err) {
-		t.Errorf("publish timeout: permanent=%v unavailable=%v, want unavailable", outbox.IsPermanent(err), outbox.IsUnavailable(err))
+	if err := outboxpubsub.Classify(context.DeadlineExceeded); permanent.Is(err) || !outbox.IsUnavailable(err) {
+		t.Errorf("publish timeout: permanent=%v unavailable=%v, want unavailable", permanent.Is(err), outbox.IsUnavailable(err))
 	}
 	if outboxpubsub.Classify(nil) != nil {
 		t.Error("nil error classified")

@@ -24,10 +24,11 @@ import (
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
 
-	"github.com/lossless-dev/lossless/pkg/envconfig"
-	"github.com/lossless-dev/lossless/pkg/pgschema"
 	// Registers the "pgx" database/sql driver used by goose.
 	_ "github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/lossless-dev/lossless/pkg/envconfig"
+	"github.com/lossless-dev/lossless/pkg/pgschema"
 )
 
 // DefaultVersionTable is goose's own default, used by a service's set.

@@ -37,7 +37,7 @@ func open(t *testing.T, dsn string) *sql.DB {
 func version(t *testing.T, db *sql.DB, table string) int64 {
 	t.Helper()
 	var v int64
-	if err := db.QueryRow(`SELECT max(version_id) FROM ` + table).Scan(&v); err != nil {
+	if err := db.QueryRowContext(context.Background(), `SELECT max(version_id) FROM `+table).Scan(&v); err != nil {
 		t.Fatalf("read %s: %v", table, err)
 	}
 	return v
@@ -62,7 +62,7 @@ func TestSetsHaveTheirOwnSchemaAndVersions(t *testing.T) {
 		t.Fatalf("service version %d, want 2", got)
 	}
 	var n int
-	if err := db.QueryRow(`SELECT count(*) FROM pg_tables WHERE schemaname = 'public' AND tablename = 'q'`).Scan(&n); err != nil || n != 0 {
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM pg_tables WHERE schemaname = 'public' AND tablename = 'q'`).Scan(&n); err != nil || n != 0 {
 		t.Fatalf("the pattern's table must live only in its schema (public has %d, err %v)", n, err)
 	}
 
@@ -74,7 +74,7 @@ func TestSetsHaveTheirOwnSchemaAndVersions(t *testing.T) {
 	if applied[0].Version != 2 || applied[1].Version != 2 {
 		t.Fatalf("applied %+v, want pattern at 2 and service still at 2", applied)
 	}
-	if _, err := db.Exec(`INSERT INTO alpha.q (id, v) VALUES (1, 1)`); err != nil {
+	if _, err := db.ExecContext(ctx, `INSERT INTO alpha.q (id, v) VALUES (1, 1)`); err != nil {
 		t.Fatalf("the pattern's second migration did not run: %v", err)
 	}
 }

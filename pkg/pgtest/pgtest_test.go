@@ -1,14 +1,13 @@
 package pgtest_test
 
 import (
-	"fmt"
-
 	"context"
-	"github.com/jackc/pgx/v5/pgxpool"
+	"fmt"
 	"os"
 	"testing"
-
 	"testing/fstest"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/lossless-dev/lossless/pkg/pgmigrate"
 	"github.com/lossless-dev/lossless/pkg/pgtest"

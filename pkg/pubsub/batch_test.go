@@ -50,8 +50,8 @@ func TestRunBatchBoundsHandlerCallsByBytes(t *testing.T) {
 		small   = 40
 	)
 	pulls := &pullSizes{}
-	emu := pubsubtest.NewWithTopology(t, pubsub.SystemTopology(), pstest.ServerReactorOption{FuncName: "Pull", Reactor: pulls})
-	topic := pubsub.TopicName(emu.ProjectID, pubsub.TopicWorkOrderCompleted)
+	emu := pubsubtest.New(t, testTopology(), pstest.ServerReactorOption{FuncName: "Pull", Reactor: pulls})
+	topic := pubsub.TopicName(emu.ProjectID, topicA)
 	// Published before the subscriber starts, so the first Pull (of the
 	// default 500 messages) returns all of them: 500 KiB in one response.
 	var events []string
@@ -63,7 +63,7 @@ func TestRunBatchBoundsHandlerCallsByBytes(t *testing.T) {
 	emu.Server.Publish(topic, bytes.Repeat([]byte{'X'}, 100<<10), map[string]string{pubsub.AttrEventID: "ev-oversize"})
 	events = append(events, "ev-oversize")
 
-	sub, err := pubsub.NewSubscriber(emu.Client, pubsub.SubWorkOrderCompleted, pubsub.SubscriberConfig{BatchConcurrency: 1, MaxBatchBytes: bound}, discard(), nil)
+	sub, err := pubsub.NewSubscriber(emu.Client, subA, pubsub.SubscriberConfig{BatchConcurrency: 1, MaxBatchBytes: bound}, discard(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -40,16 +40,16 @@ func benchPublish(b *testing.B, drained bool, inFlight int) {
 	topicID := "bench-publish"
 	topo := pubsub.Topology{Topics: []pubsub.Topic{{ID: topicID}}}
 	if drained {
-		topicID, topo = pubsub.TopicWorkOrderCompleted, pubsub.SystemTopology()
+		topicID, topo = topicA, testTopology()
 	}
-	emu := pubsubtest.NewWithTopology(b, topo)
+	emu := pubsubtest.New(b, topo)
 	pub, err := pubsub.NewPublisher(emu.Client, topicID, pubsub.PublisherConfig{})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer pub.Stop()
 	if drained {
-		sub, err := pubsub.NewSubscriber(emu.Client, pubsub.SubWorkOrderCompleted, pubsub.SubscriberConfig{}, discard(), nil)
+		sub, err := pubsub.NewSubscriber(emu.Client, subA, pubsub.SubscriberConfig{}, discard(), nil)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -90,8 +90,8 @@ func benchPublish(b *testing.B, drained bool, inFlight int) {
 // no-op batch handler → acknowledge) from the pstest emulator: the
 // receive-side ceiling for inbox ingest (B4) without a database.
 func BenchmarkRunBatchReceive(b *testing.B) {
-	emu := pubsubtest.New(b)
-	pub, err := pubsub.NewPublisher(emu.Client, pubsub.TopicWorkOrderCompleted, pubsub.PublisherConfig{})
+	emu := pubsubtest.New(b, testTopology())
+	pub, err := pubsub.NewPublisher(emu.Client, topicA, pubsub.PublisherConfig{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -111,7 +111,7 @@ func BenchmarkRunBatchReceive(b *testing.B) {
 	}
 	wg.Wait()
 
-	sub, err := pubsub.NewSubscriber(emu.Client, pubsub.SubWorkOrderCompleted, pubsub.SubscriberConfig{}, discard(), nil)
+	sub, err := pubsub.NewSubscriber(emu.Client, subA, pubsub.SubscriberConfig{}, discard(), nil)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -14,18 +14,18 @@ import (
 // counted once, none is consumed, and a second count sees the same number.
 func TestDeadLetterMonitorCountsWithoutConsuming(t *testing.T) {
 	t.Parallel()
-	emu := pubsubtest.New(t)
+	emu := pubsubtest.New(t, testTopology())
 	ctx := context.Background()
 	mon, err := pubsub.NewDeadLetterMonitor(emu.Client, pubsub.DeadLetterMonitorConfig{
-		Subscriptions: []string{pubsub.SubWorkOrderEventsDeadLetter}, PullTimeout: 300 * time.Millisecond,
+		Subscriptions: []string{subBDeadLetter}, PullTimeout: 300 * time.Millisecond,
 	}, discard(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n, err := mon.Count(ctx, pubsub.SubWorkOrderEventsDeadLetter); err != nil || n != 0 {
+	if n, err := mon.Count(ctx, subBDeadLetter); err != nil || n != 0 {
 		t.Fatalf("empty subscription: count %d, %v; want 0", n, err)
 	}
-	pub, err := pubsub.NewPublisher(emu.Client, pubsub.TopicWorkOrderEventsDeadLetter, pubsub.DefaultPublisherConfig())
+	pub, err := pubsub.NewPublisher(emu.Client, topicBDeadLetter, pubsub.DefaultPublisherConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +35,7 @@ func TestDeadLetterMonitorCountsWithoutConsuming(t *testing.T) {
 		publish(t, pub, "00000000-0000-0000-0000-000000000001", fmt.Sprintf("dead-%d", i))
 	}
 	for range 2 {
-		if n, err := mon.Count(ctx, pubsub.SubWorkOrderEventsDeadLetter); err != nil || n != letters {
+		if n, err := mon.Count(ctx, subBDeadLetter); err != nil || n != letters {
 			t.Fatalf("count %d, %v; want %d", n, err, letters)
 		}
 	}

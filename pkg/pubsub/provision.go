@@ -60,8 +60,8 @@ func Provision(ctx context.Context, c *gpubsub.Client, t Topology) (changes []st
 }
 
 // ProvisionCommand is the `provision` subcommand of every service binary:
-// connect with cfg, provision SystemTopology, log each change.
-func ProvisionCommand(ctx context.Context, cfg ClientConfig, logger *slog.Logger) error {
+// connect with cfg, provision topo (the whole system's), log each change.
+func ProvisionCommand(ctx context.Context, cfg ClientConfig, topo Topology, logger *slog.Logger) error {
 	if logger == nil {
 		return errors.New("pubsub: provision: nil logger")
 	}
@@ -70,7 +70,7 @@ func ProvisionCommand(ctx context.Context, cfg ClientConfig, logger *slog.Logger
 		return err
 	}
 	defer func() { _ = c.Close() }() // nothing left to flush: provisioning is synchronous
-	changes, err := Provision(ctx, c, SystemTopology())
+	changes, err := Provision(ctx, c, topo)
 	for _, ch := range changes {
 		logger.InfoContext(ctx, "pubsub topology changed", "change", ch, "project", cfg.ProjectID)
 	}

@@ -20,7 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	eventsv1 "github.com/lossless-dev/lossless/gen/lossless/events/v1"
+	"github.com/lossless-dev/lossless/pkg/internal/testpb"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/pubsubtest"
 	"github.com/lossless-dev/lossless/pkg/waitfor"
@@ -40,13 +40,13 @@ type bundle struct {
 
 func setup(t *testing.T, topo pubsub.Topology, opts ...pstest.ServerReactorOption) bundle {
 	t.Helper()
-	emu := pubsubtest.NewWithTopology(t, topo, opts...)
-	pub, err := pubsub.NewPublisher(emu.Client, pubsub.TopicWorkOrderCompleted, pubsub.PublisherConfig{})
+	emu := pubsubtest.New(t, topo, opts...)
+	pub, err := pubsub.NewPublisher(emu.Client, topicA, pubsub.PublisherConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(pub.Stop)
-	sub, err := pubsub.NewSubscriber(emu.Client, pubsub.SubWorkOrderCompleted, pubsub.SubscriberConfig{}, discard(), nil)
+	sub, err := pubsub.NewSubscriber(emu.Client, subA, pubsub.SubscriberConfig{}, discard(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,8 +67,8 @@ func run(t *testing.T, fn func(ctx context.Context) error) {
 	})
 }
 
-func completed(orderID, eventID string) *eventsv1.WorkOrderCompleted {
-	return &eventsv1.WorkOrderCompleted{EventId: eventID, WorkOrderId: orderID, CompletedItems: 3,
+func completed(orderID, eventID string) *testpb.OrderCompleted {
+	return &testpb.OrderCompleted{EventId: eventID, OrderId: orderID, CompletedItems: 3,
 		CompletedAt: timestamppb.New(time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC))}
 }
 
@@ -104,9 +104,9 @@ func (d *deliveries) of(eventID string) []*pubsub.Received {
 
 func TestProvisionCreatesTopologyAndSecondRunChangesNothing(t *testing.T) {
 	t.Parallel()
-	emu := pubsubtest.NewWithTopology(t, pubsub.Topology{}) // empty project
+	emu := pubsubtest.New(t, pubsub.Topology{}) // empty project
 	ctx := context.Background()
-	want := pubsub.SystemTopology()
+	want := testTopology()
 
 	changes, err := pubsub.Provision(ctx, emu.Client, want)
 	if err != nil {
@@ -128,7 +128,7 @@ func TestProvisionCreatesTopologyAndSecondRunChangesNothing(t *testing.T) {
 			t.Errorf("topic %s not listed in %q", tp.ID, topics)
 		}
 	}
-	dl, err := emu.Client.TopicAdminClient.GetTopic(ctx, &pubsubpb.GetTopicRequest{Topic: pubsub.TopicName(emu.ProjectID, pubsub.TopicWorkOrderCompletedDeadLetter)})
+	dl, err := emu.Client.TopicAdminClient.GetTopic(ctx, &pubsubpb.GetTopicRequest{Topic: pubsub.TopicName(emu.ProjectID, topicADeadLetter)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,9 +165,9 @@ func TestProvisionCreatesTopologyAndSecondRunChangesNothing(t *testing.T) {
 
 func TestProvisionRepairsDriftAndRefusesImmutableChanges(t *testing.T) {
 	t.Parallel()
-	emu := pubsubtest.New(t)
+	emu := pubsubtest.New(t, testTopology())
 	ctx := context.Background()
-	name := pubsub.SubscriptionName(emu.ProjectID, pubsub.SubWorkOrderEvents)
+	name := pubsub.SubscriptionName(emu.ProjectID, subB)
 	// Someone shortened the ack deadline and removed the retry policy by hand.
 	_, err := emu.Client.SubscriptionAdminClient.UpdateSubscription(ctx, &pubsubpb.UpdateSubscriptionRequest{
 		Subscription: &pubsubpb.Subscription{Name: name, AckDeadlineSeconds: 10, MessageRetentionDuration: durationpb.New(time.Hour)},
@@ -176,7 +176,7 @@ func TestProvisionRepairsDriftAndRefusesImmutableChanges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	changes, err := pubsub.Provision(ctx, emu.Client, pubsub.SystemTopology())
+	changes, err := pubsub.Provision(ctx, emu.Client, testTopology())
 	if err != nil || len(changes) != 1 {
 		t.Fatalf("want one update, got %q, %v", changes, err)
 	}
@@ -189,9 +189,9 @@ func TestProvisionRepairsDriftAndRefusesImmutableChanges(t *testing.T) {
 	}
 
 	// Ordering cannot change in place: provisioning must refuse, not delete.
-	topo := pubsub.SystemTopology()
+	topo := testTopology()
 	for i := range topo.Subscriptions {
-		if topo.Subscriptions[i].ID == pubsub.SubWorkOrderEvents {
+		if topo.Subscriptions[i].ID == subB {
 			topo.Subscriptions[i].EnableOrdering = false
 		}
 	}
@@ -202,7 +202,7 @@ func TestProvisionRepairsDriftAndRefusesImmutableChanges(t *testing.T) {
 
 func TestPublishReceiveCarriesAttributesAndOrderingKey(t *testing.T) {
 	t.Parallel()
-	b := setup(t, pubsub.SystemTopology())
+	b := setup(t, testTopology())
 	traceID, _ := trace.TraceIDFromHex("4bf92f3577b34da6a3ce929d0e0e4736")
 	spanID, _ := trace.SpanIDFromHex("00f067aa0ba902b7")
 	ctx := trace.ContextWithSpanContext(context.Background(), trace.NewSpanContext(trace.SpanContextConfig{
@@ -227,7 +227,7 @@ func TestPublishReceiveCarriesAttributesAndOrderingKey(t *testing.T) {
 
 	wantAttrs := map[string]string{
 		pubsub.AttrEventID:       "ev-1",
-		pubsub.AttrEventType:     "lossless.events.v1.WorkOrderCompleted",
+		pubsub.AttrEventType:     "lossless.pkgtest.v1.OrderCompleted",
 		pubsub.AttrSchemaVersion: "1",
 		pubsub.AttrOccurredAt:    "2026-03-04T04:06:07.123456789Z",
 		pubsub.AttrContentType:   pubsub.ContentTypeProtobuf,
@@ -242,7 +242,7 @@ func TestPublishReceiveCarriesAttributesAndOrderingKey(t *testing.T) {
 	if m.OrderingKey != "wo-1" || m.ID != id || m.DeliveryAttempt != 1 {
 		t.Errorf("ordering key %q, id %q (published %q), delivery attempt %d", m.OrderingKey, m.ID, id, m.DeliveryAttempt)
 	}
-	var got eventsv1.WorkOrderCompleted
+	var got testpb.OrderCompleted
 	if err := proto.Unmarshal(m.Data, &got); err != nil || !proto.Equal(&got, event) {
 		t.Fatalf("payload %v (err %v), want %v", &got, err, event)
 	}
@@ -250,7 +250,7 @@ func TestPublishReceiveCarriesAttributesAndOrderingKey(t *testing.T) {
 
 func TestHandlerErrorNacksAndMessageIsRedelivered(t *testing.T) {
 	t.Parallel()
-	b := setup(t, pubsub.SystemTopology())
+	b := setup(t, testTopology())
 	publish(t, b.pub, "wo-1", "ev-1")
 
 	var d deliveries
@@ -273,7 +273,7 @@ func TestHandlerErrorNacksAndMessageIsRedelivered(t *testing.T) {
 
 func TestPanicInHandlerIsANack(t *testing.T) {
 	t.Parallel()
-	b := setup(t, pubsub.SystemTopology())
+	b := setup(t, testTopology())
 	publish(t, b.pub, "wo-1", "ev-1")
 	var d deliveries
 	run(t, func(ctx context.Context) error {
@@ -291,9 +291,9 @@ func TestPanicInHandlerIsANack(t *testing.T) {
 // withMaxAttempts returns the system topology with the work-order-completed
 // consumer dead-lettering after n deliveries.
 func withMaxAttempts(n int) pubsub.Topology {
-	topo := pubsub.SystemTopology()
+	topo := testTopology()
 	for i := range topo.Subscriptions {
-		if topo.Subscriptions[i].ID == pubsub.SubWorkOrderCompleted {
+		if topo.Subscriptions[i].ID == subA {
 			topo.Subscriptions[i].MaxDeliveryAttempts = n
 		}
 	}
@@ -312,7 +312,7 @@ func TestMessageNackedPastMaxDeliveryAttemptsArrivesOnDeadLetterSubscription(t *
 			return errors.New("always fails")
 		})
 	})
-	dlq, err := pubsub.NewSubscriber(b.emu.Client, pubsub.SubWorkOrderCompletedDeadLetter, pubsub.SubscriberConfig{BatchConcurrency: 1}, discard(), nil)
+	dlq, err := pubsub.NewSubscriber(b.emu.Client, subADeadLetter, pubsub.SubscriberConfig{BatchConcurrency: 1}, discard(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -343,18 +343,18 @@ func TestMessageNackedPastMaxDeliveryAttemptsArrivesOnDeadLetterSubscription(t *
 		t.Errorf("handled %d times before dead-lettering, want %d", n, pubsub.MinMaxDeliveryAttempts)
 	}
 	m := dead.of("ev-poison")[0]
-	var got eventsv1.WorkOrderCompleted
+	var got testpb.OrderCompleted
 	if err := proto.Unmarshal(m.Data, &got); err != nil || got.GetEventId() != "ev-poison" {
 		t.Fatalf("dead letter payload %v, err %v", &got, err)
 	}
-	if m.Attributes[pubsub.AttrEventType] != "lossless.events.v1.WorkOrderCompleted" || m.OrderingKey != "wo-1" {
+	if m.Attributes[pubsub.AttrEventType] != "lossless.pkgtest.v1.OrderCompleted" || m.OrderingKey != "wo-1" {
 		t.Errorf("dead letter lost attributes or key: %v %q", m.Attributes, m.OrderingKey)
 	}
 }
 
 func TestRunBatchAcksOnlyTheSuccessfulMessages(t *testing.T) {
 	t.Parallel()
-	b := setup(t, pubsub.SystemTopology())
+	b := setup(t, testTopology())
 	events := []string{"ev-0", "ev-1", "ev-2", "ev-3", "ev-4", "ev-5"}
 	for i, ev := range events {
 		publish(t, b.pub, "wo-"+ev, events[i])
@@ -393,7 +393,7 @@ func TestRunBatchAcksOnlyTheSuccessfulMessages(t *testing.T) {
 
 func TestRunBatchPanicNacksTheWholeBatch(t *testing.T) {
 	t.Parallel()
-	b := setup(t, pubsub.SystemTopology())
+	b := setup(t, testTopology())
 	publish(t, b.pub, "wo-1", "ev-1")
 	var d deliveries
 	run(t, func(ctx context.Context) error {
@@ -414,7 +414,7 @@ func TestRunBatchPanicNacksTheWholeBatch(t *testing.T) {
 
 func TestRunBatchStopsOnMissingSubscription(t *testing.T) {
 	t.Parallel()
-	emu := pubsubtest.New(t)
+	emu := pubsubtest.New(t, testTopology())
 	sub, err := pubsub.NewSubscriber(emu.Client, "no-such-subscription", pubsub.SubscriberConfig{}, discard(), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -427,8 +427,8 @@ func TestRunBatchStopsOnMissingSubscription(t *testing.T) {
 
 func TestPublishErrorIsReturnedAndKeyResumes(t *testing.T) {
 	t.Parallel()
-	emu := pubsubtest.NewWithTopology(t, pubsub.Topology{})
-	pub, err := pubsub.NewPublisher(emu.Client, pubsub.TopicWorkOrderCompleted, pubsub.PublisherConfig{})
+	emu := pubsubtest.New(t, pubsub.Topology{})
+	pub, err := pubsub.NewPublisher(emu.Client, topicA, pubsub.PublisherConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -439,7 +439,7 @@ func TestPublishErrorIsReturnedAndKeyResumes(t *testing.T) {
 	}
 	// The failure paused key wo-1 in the client; once the topic exists the
 	// retry of the same key must go through.
-	if _, err := pubsub.Provision(context.Background(), emu.Client, pubsub.SystemTopology()); err != nil {
+	if _, err := pubsub.Provision(context.Background(), emu.Client, testTopology()); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := pub.Publish(context.Background(), msg); err != nil {
@@ -449,7 +449,7 @@ func TestPublishErrorIsReturnedAndKeyResumes(t *testing.T) {
 
 func TestPublishInjectedErrorIsReturned(t *testing.T) {
 	t.Parallel()
-	b := setup(t, pubsub.SystemTopology(), pstest.WithErrorInjection("Publish", codes.PermissionDenied, "injected"))
+	b := setup(t, testTopology(), pstest.WithErrorInjection("Publish", codes.PermissionDenied, "injected"))
 	_, err := b.pub.Publish(context.Background(), pubsub.Message{EventID: "ev-1", OrderingKey: "wo-1", Event: completed("wo-1", "ev-1")})
 	if status.Code(err) != codes.PermissionDenied {
 		t.Fatalf("want PermissionDenied, got %v", err)
@@ -475,7 +475,7 @@ func deliveriesOf(emu *pubsubtest.Emulator, eventID string) int {
 
 func find(emu *pubsubtest.Emulator, eventID string) *pstest.Message {
 	for _, m := range emu.Server.Messages() {
-		if m.Attributes[pubsub.AttrEventID] == eventID && m.Topic == pubsub.TopicName(emu.ProjectID, pubsub.TopicWorkOrderCompleted) {
+		if m.Attributes[pubsub.AttrEventID] == eventID && m.Topic == pubsub.TopicName(emu.ProjectID, topicA) {
 			return m
 		}
 	}
@@ -489,7 +489,7 @@ func find(emu *pubsubtest.Emulator, eventID string) *pstest.Message {
 // outage the message is handled and acked on its own subscription.
 func TestF15_RunBatchOutageDoesNotBurnDeliveryAttempts(t *testing.T) {
 	t.Parallel()
-	b := setup(t, pubsub.SystemTopology())
+	b := setup(t, testTopology())
 	publish(t, b.pub, "wo-1", "ev-1")
 	outageUntil := time.Now().Add(time.Second)
 	var d deliveries

@@ -6,29 +6,21 @@ import (
 	"time"
 )
 
-// Topic and subscription ids. Topic ids name the stream of facts; a
-// subscription id is "<consumer service>.<topic>", so a listing shows who
-// reads what. Each consumer subscription has its own dead-letter topic
+// Naming rules of a topology built with AddConsumer. A subscription id is
+// "<consumer service>.<topic>", so a listing shows who reads what. Each
+// consumer subscription has its own dead-letter topic
 // ("<subscription>.dead-letter") and an inspection subscription on it
 // ("<subscription>.dead-letter-inspect") from which operators read and replay
-// dead letters (runbook; replay publishes through the normal path, I6).
-const (
-	TopicWorkOrderCompleted = "work-order-completed" // provider -> workorder (WorkOrderCompleted, WorkOrderExecutionStarted)
-	TopicWorkOrderEvents    = "workorder-events"     // workorder -> billing (WorkOrderCompletionRecorded)
-	TopicBillingEvents      = "billing-events"       // billing -> workorder (InvoiceIssued)
+// dead letters through the normal publish path.
 
-	SubWorkOrderCompleted = "workorder.work-order-completed" // workorder's inbox
-	SubWorkOrderEvents    = "billing.workorder-events"       // billing's idempotent consumer
-	SubBillingEvents      = "workorder.billing-events"       // workorder applies invoices
+// SubscriptionID is the id of consumer's subscription to topic.
+func SubscriptionID(consumer, topic string) string { return consumer + "." + topic }
 
-	TopicWorkOrderCompletedDeadLetter = SubWorkOrderCompleted + ".dead-letter"
-	TopicWorkOrderEventsDeadLetter    = SubWorkOrderEvents + ".dead-letter"
-	TopicBillingEventsDeadLetter      = SubBillingEvents + ".dead-letter"
+// DeadLetterTopicID is the dead-letter topic of subscription sub.
+func DeadLetterTopicID(sub string) string { return sub + ".dead-letter" }
 
-	SubWorkOrderCompletedDeadLetter = SubWorkOrderCompleted + ".dead-letter-inspect"
-	SubWorkOrderEventsDeadLetter    = SubWorkOrderEvents + ".dead-letter-inspect"
-	SubBillingEventsDeadLetter      = SubBillingEvents + ".dead-letter-inspect"
-)
+// DeadLetterInspectionID is the inspection subscription on sub's dead-letter topic.
+func DeadLetterInspectionID(sub string) string { return sub + ".dead-letter-inspect" }
 
 // Limits enforced by real Pub/Sub (cloud.google.com/pubsub/docs/subscription-properties,
 // /handling-failures, /lease-management). The emulators check only some of
@@ -86,32 +78,34 @@ type Subscription struct {
 	EnableOrdering bool
 }
 
-// SystemTopology is the whole system's Pub/Sub topology. Every consumer
-// subscription gets the same delivery policy (consumerSubscription), because
-// every consumer in this system follows the same rule: before the ack it only
-// does a durable insert into its own database (inbox, idempotent consumer),
-// which can fail only technically.
-func SystemTopology() Topology {
-	var t Topology
-	for _, c := range []struct{ topic, sub, dlTopic, dlSub string }{
-		{TopicWorkOrderCompleted, SubWorkOrderCompleted, TopicWorkOrderCompletedDeadLetter, SubWorkOrderCompletedDeadLetter},
-		{TopicWorkOrderEvents, SubWorkOrderEvents, TopicWorkOrderEventsDeadLetter, SubWorkOrderEventsDeadLetter},
-		{TopicBillingEvents, SubBillingEvents, TopicBillingEventsDeadLetter, SubBillingEventsDeadLetter},
-	} {
-		t.Topics = append(t.Topics,
-			// No topic retention on event topics: the consumer's inbox is the
-			// durable record once acked, and the subscription keeps what is
-			// not yet acked. Topic retention would only add seek-after-ack,
-			// which the inbox's SQL repair replaces.
-			Topic{ID: c.topic},
-			deadLetterTopic(c.dlTopic),
-		)
-		t.Subscriptions = append(t.Subscriptions,
-			consumerSubscription(c.sub, c.topic, c.dlTopic),
-			deadLetterSubscription(c.dlSub, c.dlTopic),
-		)
+// AddTopic declares an event topic; declaring one twice is a no-op. Event
+// topics keep no messages of their own: the consumer's inbox is the durable
+// record once acked, and the subscription keeps what is not yet acked. Topic
+// retention would only add seek-after-ack, which the inbox's SQL repair
+// replaces.
+func (t *Topology) AddTopic(id string) {
+	for _, tp := range t.Topics {
+		if tp.ID == id {
+			return
+		}
 	}
-	return t
+	t.Topics = append(t.Topics, Topic{ID: id})
+}
+
+// AddConsumer declares subscription sub on topic (declaring the topic too)
+// with the consumer delivery policy, its dead-letter topic and its
+// inspection subscription. Every consumer gets the same policy because every
+// consumer built on these packages follows the same rule: before the ack it
+// only does a durable insert into its own database (inbox, idempotent
+// consumer), which can fail only technically.
+func (t *Topology) AddConsumer(sub, topic string) {
+	t.AddTopic(topic)
+	dl := DeadLetterTopicID(sub)
+	t.Topics = append(t.Topics, deadLetterTopic(dl))
+	t.Subscriptions = append(t.Subscriptions,
+		consumerSubscription(sub, topic, dl),
+		deadLetterSubscription(DeadLetterInspectionID(sub), dl),
+	)
 }
 
 func consumerSubscription(id, topic, dlTopic string) Subscription {
@@ -141,8 +135,8 @@ func consumerSubscription(id, topic, dlTopic string) Subscription {
 		// a message moves to the dead-letter topic, where it is still kept.
 		DeadLetterTopic:     dlTopic,
 		MaxDeliveryAttempts: MaxMaxDeliveryAttempts,
-		// Ordering key = work order id: events of one order arrive in publish
-		// order (I4 starts here; the inbox relay keeps it per order).
+		// Ordering key = the aggregate id (pkg/outboxpubsub): events of one
+		// aggregate arrive in publish order, which an inbox keeps per key.
 		EnableOrdering: true,
 	}
 }

@@ -6,21 +6,27 @@ import (
 	"time"
 )
 
-func TestSystemTopologyIsValid(t *testing.T) {
+func TestAddConsumer_DeclaresAValidConsumerWithDeadLetters(t *testing.T) {
 	t.Parallel()
-	topo := SystemTopology()
+	var topo Topology
+	topo.AddTopic("topic-a")
+	topo.AddConsumer(SubscriptionID("svc", "topic-a"), "topic-a")
+	topo.AddConsumer(SubscriptionID("other", "topic-a"), "topic-a")
 	if err := topo.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if len(topo.Topics) != 6 || len(topo.Subscriptions) != 6 {
-		t.Fatalf("want 3 topics + 3 dead-letter topics and 3 consumer + 3 inspection subscriptions, got %d/%d",
+	if len(topo.Topics) != 3 || len(topo.Subscriptions) != 4 {
+		t.Fatalf("want the topic once + 2 dead-letter topics and 2 consumer + 2 inspection subscriptions, got %d/%d",
 			len(topo.Topics), len(topo.Subscriptions))
 	}
 	for _, s := range topo.Subscriptions {
 		if strings.HasSuffix(s.ID, ".dead-letter-inspect") {
+			if s.Topic != strings.TrimSuffix(s.ID, "-inspect") {
+				t.Errorf("inspection subscription %s reads %s, want its dead-letter topic", s.ID, s.Topic)
+			}
 			continue
 		}
-		if s.DeadLetterTopic == "" || !s.EnableOrdering || s.RetryMinBackoff == 0 {
+		if s.DeadLetterTopic != DeadLetterTopicID(s.ID) || !s.EnableOrdering || s.RetryMinBackoff == 0 {
 			t.Errorf("consumer subscription %s lacks dead-letter topic, ordering or retry policy: %+v", s.ID, s)
 		}
 	}

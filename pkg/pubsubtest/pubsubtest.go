@@ -1,6 +1,6 @@
 // Package pubsubtest gives a test a real Pub/Sub gRPC endpoint: the pstest
 // fake from cloud.google.com/go/pubsub/v2 served on a loopback port, with
-// the system topology provisioned. Tests talk to it through the same client
+// a topology provisioned. Tests talk to it through the same client
 // code as production (never an in-memory stub of the client), and can hand
 // Addr to a child process as PUBSUB_EMULATOR_HOST.
 package pubsubtest
@@ -31,16 +31,10 @@ type Emulator struct {
 	Server *pstest.Server
 }
 
-// New starts a fake on 127.0.0.1 (free port), provisions
-// pubsub.SystemTopology() on it and stops everything at t.Cleanup.
-func New(t testing.TB, opts ...pstest.ServerReactorOption) *Emulator {
-	t.Helper()
-	return NewWithTopology(t, pubsub.SystemTopology(), opts...)
-}
-
-// NewWithTopology is New with another topology, e.g. one whose consumer
-// subscription dead-letters after fewer attempts.
-func NewWithTopology(t testing.TB, topo pubsub.Topology, opts ...pstest.ServerReactorOption) *Emulator {
+// New starts a fake on 127.0.0.1 (free port), provisions topo on it and
+// stops everything at t.Cleanup. A pattern package's tests pass a topology of
+// their own; a service's tests pass the system's.
+func New(t testing.TB, topo pubsub.Topology, opts ...pstest.ServerReactorOption) *Emulator {
 	t.Helper()
 	srv := pstest.NewServerWithAddress("127.0.0.1:0", opts...)
 	t.Cleanup(func() { _ = srv.Close() })

@@ -21,7 +21,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
-	providerv1 "github.com/lossless-dev/lossless/gen/lossless/provider/v1"
+	"github.com/lossless-dev/lossless/pkg/internal/testpb"
 	"github.com/lossless-dev/lossless/pkg/server"
 )
 
@@ -71,7 +71,7 @@ func decodeStatus(t *testing.T, body []byte) gatewayStatus {
 func TestOversizeBodyIs413WithTheGatewayErrorShape(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	big := `{"duplicate": 0.5, "seed": "` + strings.Repeat("a", 2<<20) + `"}`
+	big := `{"customer_id": "c1", "quantity": 1, "note": "` + strings.Repeat("a", 2<<20) + `"}`
 	for _, tc := range []struct {
 		name string
 		body io.Reader
@@ -81,7 +81,7 @@ func TestOversizeBodyIs413WithTheGatewayErrorShape(t *testing.T) {
 		{"chunked", io.MultiReader(strings.NewReader(big))},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			req, _ := http.NewRequestWithContext(context.Background(), http.MethodPut, b.base+"/v1/faults", tc.body)
+			req, _ := http.NewRequestWithContext(context.Background(), http.MethodPut, b.base+"/v1/orders", tc.body)
 			req.Header.Set("Content-Type", "application/json")
 			resp, body := doHTTP(t, req)
 			if resp.StatusCode != http.StatusRequestEntityTooLarge {
@@ -146,8 +146,8 @@ func TestTrickledBodyIsCutOffAfterReadTimeoutWith408(t *testing.T) {
 	b := setupWith(t, cfg)
 	conn := dial(t, b.srv.HTTPAddr())
 	start := time.Now()
-	if _, err := io.WriteString(conn, "PUT /v1/faults HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"+
-		"Content-Length: 1000\r\n\r\n{\"duplicate\": "); err != nil {
+	if _, err := io.WriteString(conn, "PUT /v1/orders HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"+
+		"Content-Length: 1000\r\n\r\n{\"quantity\": "); err != nil {
 		t.Fatal(err)
 	}
 	got := readUntilClosed(t, conn, start.Add(cfg.ReadTimeout+grace), "trickled body")
@@ -227,11 +227,11 @@ func TestHandlersRunUnderTheRequestDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	client := providerv1.NewProviderAdminServiceClient(conn)
+	client := testpb.NewOrderServiceClient(conn)
 
 	check := func(name string, ctx context.Context, lo, hi time.Duration) {
 		t.Helper()
-		if _, err := client.GetFaults(ctx, &providerv1.GetFaultsRequest{}); err != nil {
+		if _, err := client.PutOrder(ctx, validOrder()); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
 		if d := <-got; d < lo || d > hi {
@@ -246,7 +246,7 @@ func TestHandlersRunUnderTheRequestDeadline(t *testing.T) {
 	defer cancel2()
 	check("shorter client deadline", short, 0, 500*time.Millisecond)
 
-	req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, b.base+"/v1/faults", nil)
+	req, _ := http.NewRequestWithContext(context.Background(), http.MethodPut, b.base+"/v1/orders", strings.NewReader(validOrderJSON))
 	if resp, body := doHTTP(t, req); resp.StatusCode != http.StatusOK {
 		t.Fatalf("REST: HTTP %d %s", resp.StatusCode, body)
 	}
@@ -255,13 +255,11 @@ func TestHandlersRunUnderTheRequestDeadline(t *testing.T) {
 	}
 }
 
-// failWith makes every GetFaults call fail with err, as a handler would.
+// failWith makes every call that passes validation fail with err, as a
+// handler would.
 func failWith(err error) server.Option {
-	return server.WithUnaryInterceptors(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		if strings.HasSuffix(info.FullMethod, "/GetFaults") {
-			return nil, err
-		}
-		return handler(ctx, req)
+	return server.WithUnaryInterceptors(func(context.Context, any, *grpc.UnaryServerInfo, grpc.UnaryHandler) (any, error) {
+		return nil, err
 	})
 }
 
@@ -286,7 +284,7 @@ func TestDatabaseOutageIsUnavailableWithRetryAfterAndNoDetails(t *testing.T) {
 		&pgconn.PgError{Severity: "FATAL", Code: "57P01", Message: "terminating connection due to administrator command"})
 	b := setupWith(t, server.Config{}, failWith(outage))
 
-	req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, b.base+"/v1/faults", nil)
+	req, _ := http.NewRequestWithContext(context.Background(), http.MethodPut, b.base+"/v1/orders", strings.NewReader(validOrderJSON))
 	resp, body := doHTTP(t, req)
 	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
 		t.Fatalf("REST: HTTP %d, Retry-After %q, want 503 with Retry-After: %s", resp.StatusCode, resp.Header.Get("Retry-After"), body)
@@ -301,7 +299,7 @@ func TestDatabaseOutageIsUnavailableWithRetryAfterAndNoDetails(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	_, err = providerv1.NewProviderAdminServiceClient(conn).GetFaults(context.Background(), &providerv1.GetFaultsRequest{})
+	_, err = testpb.NewOrderServiceClient(conn).PutOrder(context.Background(), validOrder())
 	st := status.Convert(err)
 	var retry *errdetails.RetryInfo
 	for _, d := range st.Details() {
@@ -325,7 +323,7 @@ func TestUnexpectedErrorIsInternalWithoutItsText(t *testing.T) {
 	bug := &pgconn.PgError{Severity: "ERROR", Code: "42P01", Message: `relation "secret_table" does not exist`,
 		InternalQuery: "SELECT * FROM secret_table WHERE host = '10.1.2.3' AND user=app"}
 	b := setupWith(t, server.Config{}, failWith(fmt.Errorf("list: %w", bug)))
-	req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, b.base+"/v1/faults", nil)
+	req, _ := http.NewRequestWithContext(context.Background(), http.MethodPut, b.base+"/v1/orders", strings.NewReader(validOrderJSON))
 	resp, body := doHTTP(t, req)
 	if resp.StatusCode != http.StatusInternalServerError {
 		t.Fatalf("HTTP %d, want 500: %s", resp.StatusCode, body)
@@ -349,7 +347,7 @@ func TestStatusErrorsPassAndCancellationIsCancelled(t *testing.T) {
 		err  error
 		want codes.Code
 	}{
-		{"status", status.Error(codes.NotFound, "fault set \"x\" not found"), codes.NotFound},
+		{"status", status.Error(codes.NotFound, "order \"x\" not found"), codes.NotFound},
 		{"cancelled", fmt.Errorf("query: %w", context.Canceled), codes.Canceled},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -359,11 +357,11 @@ func TestStatusErrorsPassAndCancellationIsCancelled(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer conn.Close()
-			_, err = providerv1.NewProviderAdminServiceClient(conn).GetFaults(context.Background(), &providerv1.GetFaultsRequest{})
+			_, err = testpb.NewOrderServiceClient(conn).PutOrder(context.Background(), validOrder())
 			if st := status.Convert(err); st.Code() != tc.want {
 				t.Fatalf("%v, want %v", err, tc.want)
 			}
-			if tc.want == codes.NotFound && status.Convert(err).Message() != "fault set \"x\" not found" {
+			if tc.want == codes.NotFound && status.Convert(err).Message() != "order \"x\" not found" {
 				t.Fatalf("status message changed: %v", err)
 			}
 		})

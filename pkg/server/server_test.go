@@ -21,35 +21,35 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
-	providerv1 "github.com/lossless-dev/lossless/gen/lossless/provider/v1"
 	"github.com/lossless-dev/lossless/pkg/apierror"
+	"github.com/lossless-dev/lossless/pkg/internal/testpb"
 	"github.com/lossless-dev/lossless/pkg/server"
 	"github.com/lossless-dev/lossless/pkg/waitfor"
 )
 
-// fakeProvider is a minimal service to exercise the shared plumbing.
-type fakeProvider struct {
-	providerv1.UnimplementedProviderServiceServer
-	providerv1.UnimplementedProviderAdminServiceServer
+// fakeOrders is a minimal service to exercise the shared plumbing: it
+// counts the calls that reached it and echoes the order.
+type fakeOrders struct {
+	testpb.UnimplementedOrderServiceServer
 	calls atomic.Int32
 }
 
-func (f *fakeProvider) UpdateFaults(_ context.Context, r *providerv1.UpdateFaultsRequest) (*providerv1.UpdateFaultsResponse, error) {
+func (f *fakeOrders) PutOrder(_ context.Context, r *testpb.PutOrderRequest) (*testpb.PutOrderResponse, error) {
 	f.calls.Add(1)
-	return &providerv1.UpdateFaultsResponse{Faults: r.GetFaults()}, nil
+	return &testpb.PutOrderResponse{Order: r.GetOrder()}, nil
 }
 
-func (f *fakeProvider) GetFaults(context.Context, *providerv1.GetFaultsRequest) (*providerv1.GetFaultsResponse, error) {
-	return &providerv1.GetFaultsResponse{Faults: &providerv1.Faults{}}, nil
+// validOrder is a request every field rule accepts, over gRPC and as the
+// REST body of PUT /v1/orders (validOrderJSON).
+func validOrder() *testpb.PutOrderRequest {
+	return &testpb.PutOrderRequest{Order: &testpb.Order{CustomerId: "c1", Quantity: 1}}
 }
 
-func (f *fakeProvider) SubmitWorkOrder(context.Context, *providerv1.SubmitWorkOrderRequest) (*providerv1.SubmitWorkOrderResponse, error) {
-	return nil, apierror.FailedPrecondition(apierror.ReasonIdempotencyKeyMismatch, "key reused with a different body")
-}
+const validOrderJSON = `{"customer_id": "c1", "quantity": 1}`
 
 type bundle struct {
 	srv    *server.Server
-	fake   *fakeProvider
+	fake   *fakeOrders
 	cancel context.CancelFunc
 	done   chan error
 	base   string
@@ -108,14 +108,10 @@ func startWith(t *testing.T, cfg server.Config, opts ...server.Option) *bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fake := &fakeProvider{}
-	providerv1.RegisterProviderServiceServer(srv.GRPC(), fake)
-	providerv1.RegisterProviderAdminServiceServer(srv.GRPC(), fake)
+	fake := &fakeOrders{}
+	testpb.RegisterOrderServiceServer(srv.GRPC(), fake)
 	ctx, cancel := context.WithCancel(context.Background())
-	if err := providerv1.RegisterProviderAdminServiceHandler(ctx, srv.Gateway(), srv.GatewayConn()); err != nil {
-		t.Fatal(err)
-	}
-	if err := providerv1.RegisterProviderServiceHandler(ctx, srv.Gateway(), srv.GatewayConn()); err != nil {
+	if err := testpb.RegisterOrderServiceHandler(ctx, srv.Gateway(), srv.GatewayConn()); err != nil {
 		t.Fatal(err)
 	}
 	b := &bundle{srv: srv, fake: fake, cancel: cancel, done: make(chan error, 1), base: "http://" + srv.HTTPAddr(), logs: logs}
@@ -138,8 +134,8 @@ func TestInvalidRequestIsRejectedWithFieldViolationsOverGRPCAndHTTP(t *testing.T
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	_, err = providerv1.NewProviderAdminServiceClient(conn).UpdateFaults(context.Background(), &providerv1.UpdateFaultsRequest{
-		Faults: &providerv1.Faults{Duplicate: 1.5, Poison: -0.1},
+	_, err = testpb.NewOrderServiceClient(conn).PutOrder(context.Background(), &testpb.PutOrderRequest{
+		Order: &testpb.Order{CustomerId: "c1", Quantity: 1, Discount: 1.5, UnitPrice: &testpb.Amount{CurrencyCode: "EUR", MinorUnits: -1}},
 	})
 	st := status.Convert(err)
 	if st.Code() != codes.InvalidArgument {
@@ -153,19 +149,19 @@ func TestInvalidRequestIsRejectedWithFieldViolationsOverGRPCAndHTTP(t *testing.T
 			}
 		}
 	}
-	if !fields["faults.duplicate"] || !fields["faults.poison"] || len(fields) != 2 {
-		t.Fatalf("field violations = %v, want faults.duplicate and faults.poison", fields)
+	if !fields["order.discount"] || !fields["order.unit_price.minor_units"] || len(fields) != 2 {
+		t.Fatalf("field violations = %v, want order.discount and order.unit_price.minor_units", fields)
 	}
 
-	req, _ := http.NewRequestWithContext(context.Background(), http.MethodPut, b.base+"/v1/faults", strings.NewReader(`{"duplicate": 1.5}`))
+	req, _ := http.NewRequestWithContext(context.Background(), http.MethodPut, b.base+"/v1/orders", strings.NewReader(`{"customer_id": "c1", "quantity": 1, "discount": 1.5}`))
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), "faults.duplicate") {
-		t.Fatalf("HTTP %d %s, want 400 naming faults.duplicate", resp.StatusCode, body)
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), "order.discount") {
+		t.Fatalf("HTTP %d %s, want 400 naming order.discount", resp.StatusCode, body)
 	}
 	if n := b.fake.calls.Load(); n != 0 {
 		t.Fatalf("handler ran %d times on invalid input", n)
@@ -174,9 +170,8 @@ func TestInvalidRequestIsRejectedWithFieldViolationsOverGRPCAndHTTP(t *testing.T
 
 func TestIdempotencyKeyMismatchIsHTTP422(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	body := `{"work_order_id":"0b9cd9a4-4c8f-4b8e-9d3b-2f7c7c1d0e11","customer_id":"c1","positions":1}`
-	req, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, b.base+"/v1/jobs", strings.NewReader(body))
+	b := setup(t, failWith(apierror.FailedPrecondition(apierror.ReasonIdempotencyKeyMismatch, "key reused with a different body")))
+	req, _ := http.NewRequestWithContext(context.Background(), http.MethodPut, b.base+"/v1/orders", strings.NewReader(validOrderJSON))
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

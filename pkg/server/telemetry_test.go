@@ -28,7 +28,7 @@ func TestRESTTraceparentContinuesIntoTheGRPCServerSpan(t *testing.T) {
 	caller := sdktrace.NewTracerProvider()
 	ctx, span := caller.Tracer("client").Start(context.Background(), "client", trace.WithSpanKind(trace.SpanKindClient))
 	defer span.End()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPut, b.base+"/v1/faults", strings.NewReader(`{"duplicate": 0.5}`))
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPut, b.base+"/v1/orders", strings.NewReader(validOrderJSON))
 	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(req.Header))
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -38,9 +38,9 @@ func TestRESTTraceparentContinuesIntoTheGRPCServerSpan(t *testing.T) {
 
 	// The server ends its span after writing the response, so wait for it.
 	var s sdktrace.ReadOnlySpan
-	waitfor.Condition(t, 5*time.Second, "UpdateFaults server span ended", func() bool {
+	waitfor.Condition(t, 5*time.Second, "PutOrder server span ended", func() bool {
 		for _, e := range rec.Ended() {
-			if strings.HasSuffix(e.Name(), "/UpdateFaults") {
+			if strings.HasSuffix(e.Name(), "/PutOrder") {
 				s = e
 				return true
 			}

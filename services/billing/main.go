@@ -11,7 +11,7 @@
 //	billing jobs list [-state dead] [-limit 100] [-before ID]
 //	                       print invoice jobs as JSON lines, newest first
 //	billing jobs retry -ticket T -actor A -id N [-id N ...]
-//	                       requeue parked (dead) invoice jobs; audited in job_audit
+//	                       requeue parked (dead) invoice jobs; audited in leasequeue_job_audit
 //	billing reconcile [-tolerance 5m] [-workorder-addr host:9090 -grace 10m]
 //	                       print discrepancies as JSON lines; exit status 3 when any
 //
@@ -36,6 +36,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
+	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/envconfig"
 	"github.com/lossless-dev/lossless/pkg/leasequeue"
@@ -84,7 +85,7 @@ func run(args []string) error {
 		if err := env.Err(); err != nil {
 			return err
 		}
-		return pubsub.ProvisionCommand(ctx, cfg, logger)
+		return pubsub.ProvisionCommand(ctx, cfg, topology.System(), logger)
 	case "jobs":
 		if len(args) == 0 {
 			return errors.New("jobs: want list or retry")

@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"os"
 
+	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/envconfig"
 	"github.com/lossless-dev/lossless/pkg/pgmigrate"
@@ -52,7 +53,7 @@ func run(args []string) error {
 		if err := env.Err(); err != nil {
 			return err
 		}
-		return pubsub.ProvisionCommand(ctx, cfg, logger())
+		return pubsub.ProvisionCommand(ctx, cfg, topology.System(), logger())
 	case "-h", "--help", "help":
 		fmt.Println("usage: provider-sim [serve|migrate|provision]  (configuration from the environment: docs/failure-modes.md, services/provider-sim/README.md)")
 		return nil

@@ -27,6 +27,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/envconfig"
 	"github.com/lossless-dev/lossless/pkg/pgmigrate"
@@ -66,7 +67,7 @@ func run(args []string) error {
 		if err := env.Err(); err != nil {
 			return err
 		}
-		return pubsub.ProvisionCommand(ctx, cfg, cliLogger())
+		return pubsub.ProvisionCommand(ctx, cfg, topology.System(), cliLogger())
 	case "inbox":
 		return inboxCommand(ctx, env, args[1:])
 	case "invoicing":
@@ -135,11 +136,11 @@ func inboxCommand(ctx context.Context, env *envconfig.Reader, args []string) err
 	return admin.RunCLI(ctx, args, ops, os.Stdout)
 }
 
-// invoicingCommand replays a parked InvoiceIssued (parked_billing_events)
+// invoicingCommand replays a parked InvoiceIssued (parked_messages)
 // through the consumer's normal path; ticket and actor are recorded with it.
 func invoicingCommand(ctx context.Context, env *envconfig.Reader, args []string) error {
 	fs := flag.NewFlagSet("workorder invoicing replay", flag.ContinueOnError)
-	id := fs.Int64("id", 0, "parked_billing_events id (required)")
+	id := fs.Int64("id", 0, "parked_messages id (required)")
 	ticket := fs.String("ticket", "", "change or incident reference (required)")
 	actor := fs.String("actor", "", "who acts (required)")
 	if len(args) == 0 || args[0] != "replay" {

@@ -54,16 +54,18 @@ CREATE INDEX inbox_parked_idx ON {schema}.inbox (received_at, id) WHERE status =
 -- Cleanup walks resolved rows oldest first.
 CREATE INDEX inbox_resolved_idx ON {schema}.inbox (processed_at) WHERE status IN ('APPLIED', 'DUPLICATE');
 
--- Wake the correlation relays when new entries commit (pkg/inbox listens on
--- channel "inbox"). One notification per inserting statement, not per row: a
--- receiver batch of 500 wakes the relays once. NOTIFY is delivered at
--- commit, so a woken relay always sees the rows; parked poison does not wake
--- anyone. Polling stays the fallback.
+-- Wake the relays when new entries commit. The channel is per schema,
+-- "<schema>.inbox" (inbox.NotifyChannel), so that two inboxes in one database
+-- do not wake each other; left() keeps it within PostgreSQL's 63-byte channel
+-- limit, past which pg_notify would fail every insert. One notification per
+-- inserting statement, not per row: a receiver batch of 500 wakes the relays
+-- once. NOTIFY is delivered at commit, so a woken relay always sees the rows;
+-- parked poison does not wake anyone. Polling stays the fallback.
 -- +goose StatementBegin
 CREATE FUNCTION {schema}.inbox_notify() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF EXISTS (SELECT 1 FROM new_rows WHERE status = 'OPEN') THEN
-        PERFORM pg_notify('inbox', '');
+        PERFORM pg_notify(left('{schema}.inbox', 63), '');
     END IF;
     RETURN NULL;
 END
@@ -96,7 +98,23 @@ CREATE TABLE {schema}.inbox_conflicts (
 );
 CREATE INDEX inbox_conflicts_open_idx ON {schema}.inbox_conflicts (detected_at) WHERE resolved_at IS NULL;
 
+-- Operator actions on the inbox (pkg/inbox Ops: replay, cleanup): who, why,
+-- what, written in the transaction of the action. A service that keeps one
+-- audit log of its own routes them there instead (inbox.WithAudit); this
+-- table then stays empty.
+CREATE TABLE {schema}.inbox_audit (
+    id          bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    action      text        NOT NULL,
+    actor       text        NOT NULL CHECK (length(actor) BETWEEN 1 AND 200),
+    ticket      text        NOT NULL CHECK (length(ticket) BETWEEN 1 AND 200),
+    dry_run     boolean     NOT NULL DEFAULT false,
+    params      jsonb       NOT NULL DEFAULT '{}',
+    affected    integer     NOT NULL DEFAULT 0,
+    occurred_at timestamptz NOT NULL DEFAULT now()
+);
+
 -- +goose Down
+DROP TABLE {schema}.inbox_audit;
 DROP TABLE {schema}.inbox_conflicts;
 DROP TRIGGER inbox_notify ON {schema}.inbox;
 DROP FUNCTION {schema}.inbox_notify();

@@ -1,11 +1,15 @@
 -- +goose Up
 -- Leased job queue (pkg/leasequeue). One row per job, whatever its state.
-CREATE TABLE {schema}.jobs (
+-- The tables carry the package's name: a service database shares the schema
+-- with the service's own tables, and "jobs" is the first name a service
+-- would pick for its own.
+CREATE TABLE {schema}.leasequeue_jobs (
     id           bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    -- Several queues share the table, separated by name.
     queue        text        NOT NULL,
     -- Business identity of the job: at most one job per (queue, unique_key),
-    -- ever. Billing uses the work order id: one invoice job per order even when
-    -- two distinct events announce the same completion.
+    -- ever (e.g. one invoice job per work order, even when two distinct events
+    -- announce the same completion).
     unique_key   text,
     payload      bytea       NOT NULL,
     state        text        NOT NULL DEFAULT 'available'
@@ -18,7 +22,7 @@ CREATE TABLE {schema}.jobs (
     -- running: the lease expiry, after which any worker may claim it.
     due_at       timestamptz NOT NULL,
     -- Fencing token: +1 at every claim. Every write of a running job checks
-    -- it, so a worker whose lease was taken over cannot write (F13).
+    -- it, so a worker whose lease was taken over cannot write.
     epoch        bigint      NOT NULL DEFAULT 0,
     lease_owner  text,
     last_error   text,
@@ -26,24 +30,24 @@ CREATE TABLE {schema}.jobs (
     finished_at  timestamptz,
     -- W3C trace context of the span that enqueued the job: each attempt's
     -- span links to it, so the job's trace is reachable from the event that
-    -- caused it (docs/adr/0009). Empty when tracing was off.
+    -- caused it. Empty when tracing was off.
     traceparent  text        NOT NULL DEFAULT '',
     tracestate   text        NOT NULL DEFAULT '',
-    CONSTRAINT jobs_queue_unique_key UNIQUE (queue, unique_key),
-    CONSTRAINT jobs_running_has_owner CHECK (state <> 'running' OR lease_owner IS NOT NULL)
+    CONSTRAINT leasequeue_jobs_queue_unique_key UNIQUE (queue, unique_key),
+    CONSTRAINT leasequeue_jobs_running_has_owner CHECK (state <> 'running' OR lease_owner IS NOT NULL)
 );
 -- Claim of fresh work: keyset by id over available jobs only (see the claim
 -- query in pkg/leasequeue for why by id).
-CREATE INDEX jobs_available_idx ON {schema}.jobs (queue, id) WHERE state = 'available';
+CREATE INDEX leasequeue_jobs_available_idx ON {schema}.leasequeue_jobs (queue, id) WHERE state = 'available';
 -- Rescue of expired leases: running jobs by lease expiry.
-CREATE INDEX jobs_running_idx ON {schema}.jobs (queue, due_at) WHERE state = 'running';
+CREATE INDEX leasequeue_jobs_running_idx ON {schema}.leasequeue_jobs (queue, due_at) WHERE state = 'running';
 -- Operators list parked jobs; the dead-count gauge counts them.
-CREATE INDEX jobs_dead_idx ON {schema}.jobs (queue, id) WHERE state = 'dead';
+CREATE INDEX leasequeue_jobs_dead_idx ON {schema}.leasequeue_jobs (queue, id) WHERE state = 'dead';
 
--- Every privileged repair of a job (I6): who, under which ticket, what.
-CREATE TABLE {schema}.job_audit (
+-- Every privileged repair of a job (Queue.Retry): who, under which ticket, what.
+CREATE TABLE {schema}.leasequeue_job_audit (
     id         bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    job_id     bigint      NOT NULL REFERENCES {schema}.jobs (id),
+    job_id     bigint      NOT NULL REFERENCES {schema}.leasequeue_jobs (id),
     action     text        NOT NULL,
     ticket     text        NOT NULL CHECK (length(btrim(ticket)) BETWEEN 1 AND 200),
     actor      text        NOT NULL CHECK (length(btrim(actor)) BETWEEN 1 AND 200),
@@ -51,8 +55,8 @@ CREATE TABLE {schema}.job_audit (
     last_error text,
     at         timestamptz NOT NULL DEFAULT now()
 );
-CREATE INDEX job_audit_job_idx ON {schema}.job_audit (job_id, id);
+CREATE INDEX leasequeue_job_audit_job_idx ON {schema}.leasequeue_job_audit (job_id, id);
 
 -- +goose Down
-DROP TABLE {schema}.job_audit;
-DROP TABLE {schema}.jobs;
+DROP TABLE {schema}.leasequeue_job_audit;
+DROP TABLE {schema}.leasequeue_jobs;

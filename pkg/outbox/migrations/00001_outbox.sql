@@ -69,12 +69,14 @@ ALTER TABLE {schema}.outbox SET (autovacuum_vacuum_cost_delay = 0);
 -- Wakes the relays (LISTEN) when events commit: one notification per INSERT
 -- statement, delivered at commit (never for a rolled-back one). The payload
 -- is the lowest id inserted, so a relay whose cursor has already passed it (a
--- transaction that committed out of id order) rewinds at once.
+-- transaction that committed out of id order) rewinds at once. The channel
+-- is named after the schema ("public.outbox"): outboxes in two schemas of one
+-- database must not wake each other's relays.
 -- +goose StatementBegin
 CREATE FUNCTION {schema}.outbox_notify() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM pg_notify('outbox', (SELECT min(id)::text FROM inserted));
+    PERFORM pg_notify('{schema}.outbox', (SELECT min(id)::text FROM inserted));
     RETURN NULL;
 END
 $$;

@@ -87,7 +87,7 @@ func (b testBundle) issue(t *testing.T, at time.Time) invoice.Invoice {
 	}
 	err = pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
 		var jobID int64
-		if err := tx.QueryRow(ctx, `INSERT INTO jobs (queue, unique_key, payload, state, max_attempts, due_at, epoch)
+		if err := tx.QueryRow(ctx, `INSERT INTO leasequeue_jobs (queue, unique_key, payload, state, max_attempts, due_at, epoch)
 			VALUES ('invoices', $1, '', 'done', 10, now(), 1) RETURNING id`, order.WorkOrderID.String()).Scan(&jobID); err != nil {
 			return err
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	eventsv1 "github.com/lossless-dev/lossless/gen/lossless/events/v1"
+	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/pkg/dedup"
 	"github.com/lossless-dev/lossless/pkg/leasequeue"
 	"github.com/lossless-dev/lossless/pkg/outbox"
@@ -93,10 +94,10 @@ func Build(pool *pgxpool.Pool, pub *pubsub.Publisher, cfg config.Config, logger 
 	tel = tel.WithDefaults()
 	meter := tel.MeterProvider.Meter(config.ServiceName)
 	if c.Queue, err = leasequeue.New(pool, cfg.Queue, logger.With("component", "invoice-jobs"), meter,
-		leasequeue.WithTracerProvider(tel.TracerProvider)); err != nil {
+		leasequeue.WithTracerProvider(tel.TracerProvider), leasequeue.WithClock(cfg.Clock)); err != nil {
 		return nil, err
 	}
-	if c.Issuer, err = issuer.New(cfg.Queue.Now, logger.With("component", "issuer"), meter); err != nil {
+	if c.Issuer, err = issuer.New(cfg.Clock, logger.With("component", "issuer"), meter); err != nil {
 		return nil, err
 	}
 	if c.Worker, err = leasequeue.NewWorker(c.Queue, c.Issuer.Handle, cfg.Worker); err != nil {
@@ -120,7 +121,7 @@ func Build(pool *pgxpool.Pool, pub *pubsub.Publisher, cfg config.Config, logger 
 func (a *App) assemble(ctx context.Context, opts []server.Option) error {
 	var err error
 	meter := a.tel.MeterProvider.Meter(config.ServiceName)
-	if a.publisher, err = pubsub.NewPublisher(a.ps, pubsub.TopicBillingEvents, pubsub.DefaultPublisherConfig(), pubsub.WithPublisherMeter(meter)); err != nil {
+	if a.publisher, err = pubsub.NewPublisher(a.ps, topology.TopicBillingEvents, pubsub.DefaultPublisherConfig(), pubsub.WithPublisherMeter(meter)); err != nil {
 		return err
 	}
 	// Background loops on the workers' pool, the read API on its own.
@@ -128,13 +129,13 @@ func (a *App) assemble(ctx context.Context, opts []server.Option) error {
 	if err != nil {
 		return err
 	}
-	sub, err := pubsub.NewSubscriber(a.ps, pubsub.SubWorkOrderEvents, a.cfg.Subscriber, a.log.With("component", "subscriber"), meter,
+	sub, err := pubsub.NewSubscriber(a.ps, topology.SubWorkOrderEvents, a.cfg.Subscriber, a.log.With("component", "subscriber"), meter,
 		pubsub.WithTracerProvider(a.tel.TracerProvider))
 	if err != nil {
 		return err
 	}
 	deadLetters, err := pubsub.NewDeadLetterMonitor(a.ps, pubsub.DeadLetterMonitorConfig{
-		Subscriptions: []string{pubsub.SubWorkOrderEventsDeadLetter},
+		Subscriptions: []string{topology.SubWorkOrderEventsDeadLetter},
 	}, a.log.With("component", "dead-letter-monitor"), meter)
 	if err != nil {
 		return err

@@ -22,6 +22,7 @@ import (
 
 	eventsv1 "github.com/lossless-dev/lossless/gen/lossless/events/v1"
 	moneyv1 "github.com/lossless-dev/lossless/gen/lossless/money/v1"
+	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/dedup"
 	"github.com/lossless-dev/lossless/pkg/leasequeue"
@@ -72,25 +73,26 @@ func setupB(t testing.TB) *testBundle {
 	t.Helper()
 	b := &testBundle{
 		pool:   newPool(t),
-		emu:    pubsubtest.New(t),
+		emu:    pubsubtest.New(t, topology.System()),
 		clock:  &clock{t: time.Date(2026, 4, 1, 9, 0, 0, 0, time.UTC)},
 		logger: slog.New(slog.NewJSONHandler(testLogOut(), nil)),
 		reader: sdkmetric.NewManualReader(),
 	}
 	b.meter = sdkmetric.NewMeterProvider(sdkmetric.WithReader(b.reader))
 	var err error
-	if b.pub, err = pubsub.NewPublisher(b.emu.Client, pubsub.TopicBillingEvents, pubsub.DefaultPublisherConfig()); err != nil {
+	if b.pub, err = pubsub.NewPublisher(b.emu.Client, topology.TopicBillingEvents, pubsub.DefaultPublisherConfig()); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(b.pub.Stop)
 	b.cfg = config.Config{
-		Queue: leasequeue.Config{Name: config.QueueName, LeaseDuration: lease, Now: b.clock.Now},
+		Queue: leasequeue.Config{Name: config.QueueName, LeaseDuration: lease},
+		Clock: b.clock.Now,
 		Worker: leasequeue.WorkerConfig{
 			Owner: "main", Workers: 4, PollInterval: 5 * time.Millisecond, RescueInterval: 5 * time.Millisecond,
 			FullScanInterval: 5 * time.Millisecond, HeartbeatInterval: lease - time.Second,
 		},
 		JobMaxAttempts:  5,
-		ProcessedEvents: dedup.CleanerConfig{},
+		ProcessedEvents: dedup.Config{},
 		Outbox:          outbox.Config{PollInterval: 10 * time.Millisecond},
 	}
 	if b.c, err = app.Build(b.pool, b.pub, b.cfg, b.logger, telemetry.Providers{MeterProvider: b.meter}); err != nil {
@@ -218,7 +220,7 @@ func TestF4_DuplicateDeliveryOverPubSubOneInvoice(t *testing.T) {
 	ctx := context.Background()
 	orderID := uuid.New()
 	ev := completion(orderID)
-	in, err := pubsub.NewPublisher(b.emu.Client, pubsub.TopicWorkOrderEvents, pubsub.DefaultPublisherConfig())
+	in, err := pubsub.NewPublisher(b.emu.Client, topology.TopicWorkOrderEvents, pubsub.DefaultPublisherConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +230,7 @@ func TestF4_DuplicateDeliveryOverPubSubOneInvoice(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	sub, err := pubsub.NewSubscriber(b.emu.Client, pubsub.SubWorkOrderEvents, pubsub.DefaultSubscriberConfig(), b.logger, nil)
+	sub, err := pubsub.NewSubscriber(b.emu.Client, topology.SubWorkOrderEvents, pubsub.DefaultSubscriberConfig(), b.logger, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,7 +252,7 @@ func TestF4_DuplicateDeliveryOverPubSubOneInvoice(t *testing.T) {
 	if total != 3*1250 || len(number) != len("INV-2026-000001") || number[:9] != "INV-2026-" {
 		t.Fatalf("invoice %s total %d", number, total)
 	}
-	if n := b.count(t, `SELECT count(*) FROM jobs`); n != 1 {
+	if n := b.count(t, `SELECT count(*) FROM leasequeue_jobs`); n != 1 {
 		t.Fatalf("jobs: %d", n)
 	}
 	if n := b.count(t, `SELECT count(*) FROM processed_events`); n != 1 {
@@ -258,7 +260,7 @@ func TestF4_DuplicateDeliveryOverPubSubOneInvoice(t *testing.T) {
 	}
 
 	// InvoiceIssued reaches billing-events through the outbox relay.
-	out, err := pubsub.NewSubscriber(b.emu.Client, pubsub.SubBillingEvents, pubsub.DefaultSubscriberConfig(), b.logger, nil)
+	out, err := pubsub.NewSubscriber(b.emu.Client, topology.SubBillingEvents, pubsub.DefaultSubscriberConfig(), b.logger, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -312,7 +314,7 @@ func TestF4_ConcurrentDuplicatesOneJob(t *testing.T) {
 			})
 		}
 		wg.Wait()
-		if n := b.count(t, `SELECT count(*) FROM jobs WHERE unique_key = $1`, ev.GetWorkOrderId()); n != 1 {
+		if n := b.count(t, `SELECT count(*) FROM leasequeue_jobs WHERE unique_key = $1`, ev.GetWorkOrderId()); n != 1 {
 			t.Fatalf("jobs for the event: %d", n)
 		}
 	}
@@ -321,14 +323,14 @@ func TestF4_ConcurrentDuplicatesOneJob(t *testing.T) {
 	}
 	// A second, distinct event for an order already queued: recorded, no second job.
 	var orderID string
-	if err := b.pool.QueryRow(ctx, `SELECT unique_key FROM jobs LIMIT 1`).Scan(&orderID); err != nil {
+	if err := b.pool.QueryRow(ctx, `SELECT unique_key FROM leasequeue_jobs LIMIT 1`).Scan(&orderID); err != nil {
 		t.Fatal(err)
 	}
 	again := completion(uuid.MustParse(orderID))
 	if err := b.c.Intake.Handle(ctx, received(t, again)); err != nil {
 		t.Fatal(err)
 	}
-	if n := b.count(t, `SELECT count(*) FROM jobs`); n != 20 {
+	if n := b.count(t, `SELECT count(*) FROM leasequeue_jobs`); n != 20 {
 		t.Fatalf("jobs: %d, want 20", n)
 	}
 }
@@ -361,7 +363,7 @@ func TestF9_PoisonMessagesAreParkedAndAcked(t *testing.T) {
 	if n := b.count(t, `SELECT count(*) FROM parked_messages WHERE event_id = $1 AND reason LIKE '%currency_code%'`, bad.GetEventId()); n != 1 {
 		t.Fatal("invalid event not parked with a reason naming the field")
 	}
-	if n := b.count(t, `SELECT count(*) FROM jobs`); n != 0 {
+	if n := b.count(t, `SELECT count(*) FROM leasequeue_jobs`); n != 0 {
 		t.Fatalf("jobs: %d", n)
 	}
 }
@@ -387,7 +389,7 @@ func TestF12_WorkerDiesMidInvoice(t *testing.T) {
 	start(t, "survivor", b.worker(t, "survivor", nil).Run)
 	b.clock.Advance(lease + time.Millisecond)
 	waitfor.Value(t, 10*time.Second, "invoice issued by the survivor", 1, func() int {
-		return b.count(t, `SELECT count(*) FROM invoices i JOIN jobs j ON j.id = i.job_id
+		return b.count(t, `SELECT count(*) FROM invoices i JOIN leasequeue_jobs j ON j.id = i.job_id
 			WHERE i.work_order_id = $1 AND j.state = 'done' AND j.epoch = 2`, ev.GetWorkOrderId())
 	})
 	if n := b.count(t, `SELECT count(*) FROM outbox_events WHERE event_type = 'lossless.events.v1.InvoiceIssued'`); n != 1 {
@@ -423,7 +425,7 @@ func TestF13_StaleWorkerIssuesNothing(t *testing.T) {
 	b.clock.Advance(lease + time.Millisecond)
 	stopB := start(t, "b", b.worker(t, "b", nil).Run)
 	waitfor.Value(t, 10*time.Second, "B issued the invoice", 1, func() int {
-		return b.count(t, `SELECT count(*) FROM jobs WHERE state = 'done' AND epoch = 2 AND unique_key = $1`, ev.GetWorkOrderId())
+		return b.count(t, `SELECT count(*) FROM leasequeue_jobs WHERE state = 'done' AND epoch = 2 AND unique_key = $1`, ev.GetWorkOrderId())
 	})
 	close(releaseA)
 	waitfor.Value(t, 10*time.Second, "A fenced off", int64(1), func() int64 { return b.counter(t, "leasequeue.lease.fenced") })
@@ -459,7 +461,7 @@ func TestThreeWorkersRandomLeaseExpiriesExactlyOneInvoiceEach(t *testing.T) {
 	// The chaos below expires every lease in flight about once per 40
 	// handler calls, far more often than any real system: give the jobs
 	// enough attempts that none is parked for it (parking is tested elsewhere).
-	if _, err := b.pool.Exec(ctx, `UPDATE jobs SET max_attempts = 1000`); err != nil {
+	if _, err := b.pool.Exec(ctx, `UPDATE leasequeue_jobs SET max_attempts = 1000`); err != nil {
 		t.Fatal(err)
 	}
 	chaos := func(ctx context.Context, job leasequeue.Job) (leasequeue.Complete, error) {
@@ -473,7 +475,7 @@ func TestThreeWorkersRandomLeaseExpiriesExactlyOneInvoiceEach(t *testing.T) {
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
-			rows, _ := b.pool.Query(ctx, `SELECT id, state, attempts, epoch, coalesce(lease_owner, ''), due_at, coalesce(last_error, '') FROM jobs WHERE state <> 'done'`)
+			rows, _ := b.pool.Query(ctx, `SELECT id, state, attempts, epoch, coalesce(lease_owner, ''), due_at, coalesce(last_error, '') FROM leasequeue_jobs WHERE state <> 'done'`)
 			for rows.Next() {
 				vals, _ := rows.Values()
 				t.Logf("unfinished job: %v (clock %v)", vals, b.clock.Now())
@@ -482,7 +484,7 @@ func TestThreeWorkersRandomLeaseExpiriesExactlyOneInvoiceEach(t *testing.T) {
 		}
 	})
 	waitfor.Value(t, 60*time.Second, "all jobs done", orders, func() int {
-		return b.count(t, `SELECT count(*) FROM jobs WHERE state = 'done'`)
+		return b.count(t, `SELECT count(*) FROM leasequeue_jobs WHERE state = 'done'`)
 	})
 	if n := b.count(t, `SELECT count(*) FROM invoices`); n != orders {
 		t.Fatalf("invoices: %d, want %d", n, orders)
@@ -494,7 +496,7 @@ func TestThreeWorkersRandomLeaseExpiriesExactlyOneInvoiceEach(t *testing.T) {
 		t.Fatalf("reconciliation on a healthy system: %v %v", found, err)
 	}
 	t.Logf("fenced writes: %d, rescues: %d", b.counter(t, "leasequeue.lease.fenced"),
-		b.count(t, `SELECT count(*) FROM jobs WHERE epoch > 1`))
+		b.count(t, `SELECT count(*) FROM leasequeue_jobs WHERE epoch > 1`))
 }
 
 // A job whose attempts are exhausted is parked, counted and shown by
@@ -519,12 +521,12 @@ func TestParkedJobRetriedByOperatorIssuesOneInvoice(t *testing.T) {
 	start(t, "w", w.Run)
 	for attempt := 1; attempt <= b.cfg.JobMaxAttempts; attempt++ {
 		waitfor.Condition(t, 10*time.Second, "attempt fails", func() bool {
-			return b.count(t, `SELECT count(*) FROM jobs WHERE attempts = $1 AND state <> 'running'`, attempt) == 1
+			return b.count(t, `SELECT count(*) FROM leasequeue_jobs WHERE attempts = $1 AND state <> 'running'`, attempt) == 1
 		})
 		b.clock.Advance(10 * time.Minute) // past any backoff
 	}
 	waitfor.Value(t, 10*time.Second, "job parked", 1, func() int {
-		return b.count(t, `SELECT count(*) FROM jobs WHERE state = 'dead' AND last_error LIKE '%tax service%'`)
+		return b.count(t, `SELECT count(*) FROM leasequeue_jobs WHERE state = 'dead' AND last_error LIKE '%tax service%'`)
 	})
 	if got := b.counter(t, "leasequeue.jobs.dead"); got != 1 {
 		t.Fatalf("dead counter %d", got)
@@ -534,7 +536,7 @@ func TestParkedJobRetriedByOperatorIssuesOneInvoice(t *testing.T) {
 		t.Fatalf("reconciliation: %+v %v", found, err)
 	}
 	var id int64
-	if err := b.pool.QueryRow(ctx, `SELECT id FROM jobs`).Scan(&id); err != nil {
+	if err := b.pool.QueryRow(ctx, `SELECT id FROM leasequeue_jobs`).Scan(&id); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := b.c.Queue.Retry(ctx, []int64{id}, "", "ops@example"); !errors.Is(err, leasequeue.ErrAuditRequired) {
@@ -550,7 +552,7 @@ func TestParkedJobRetriedByOperatorIssuesOneInvoice(t *testing.T) {
 	waitfor.Value(t, 10*time.Second, "invoice issued after retry", 1, func() int {
 		return b.count(t, `SELECT count(*) FROM invoices WHERE work_order_id = $1`, ev.GetWorkOrderId())
 	})
-	if n := b.count(t, `SELECT count(*) FROM job_audit WHERE job_id = $1 AND ticket = 'INC-42' AND actor = 'ops@example'`, id); n != 1 {
+	if n := b.count(t, `SELECT count(*) FROM leasequeue_job_audit WHERE job_id = $1 AND ticket = 'INC-42' AND actor = 'ops@example'`, id); n != 1 {
 		t.Fatalf("audit rows: %d", n)
 	}
 	if n := b.count(t, `SELECT count(*) FROM outbox_events`); n != 1 {

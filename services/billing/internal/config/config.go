@@ -24,7 +24,7 @@ import (
 // ServiceName is the telemetry service name.
 const ServiceName = "billing"
 
-// QueueName is the invoice jobs' queue in the jobs table.
+// QueueName is the invoice jobs' queue in the leasequeue_jobs table.
 const QueueName = "invoices"
 
 // Billing's pool sizes, where they differ from pkg/pgpool's defaults.
@@ -65,6 +65,11 @@ type Config struct {
 	//     spacing of failed attempts (full jitter).
 	Queue leasequeue.Config
 
+	// Clock stamps leases, due times and invoices. Not read from the
+	// environment: nil means time.Now; tests inject a fake clock to expire
+	// leases without sleeping.
+	Clock func() time.Time
+
 	// Worker configures the invoice worker:
 	//   BILLING_JOBS_WORKERS (default 10): invoices issued concurrently.
 	//   BILLING_JOBS_POLL_INTERVAL (1s): idle poll, when no NOTIFY arrives.
@@ -93,7 +98,7 @@ type Config struct {
 	// subscription's 7-day message retention, the longest Pub/Sub redelivers),
 	// BILLING_PROCESSED_EVENTS_CLEANUP_INTERVAL (1h) and
 	// BILLING_PROCESSED_EVENTS_CLEANUP_BATCH (5000).
-	ProcessedEvents dedup.CleanerConfig
+	ProcessedEvents dedup.Config
 
 	// IntakeMaxPayloadBytes caps a workorder-events message's payload
 	// (BILLING_INTAKE_MAX_PAYLOAD_BYTES, default 1 MiB); larger ones are
@@ -136,7 +141,7 @@ func FromEnv(r *envconfig.Reader) (Config, error) {
 			CompleteBatch:     r.Int("BILLING_JOBS_COMPLETE_BATCH", 32),
 		},
 		JobMaxAttempts: r.Int("BILLING_JOBS_MAX_ATTEMPTS", leasequeue.DefaultMaxAttempts),
-		ProcessedEvents: dedup.CleanerConfig{
+		ProcessedEvents: dedup.Config{
 			Retention: r.Duration("BILLING_PROCESSED_EVENTS_RETENTION", 14*24*time.Hour),
 			Interval:  r.Duration("BILLING_PROCESSED_EVENTS_CLEANUP_INTERVAL", time.Hour),
 			BatchSize: r.Int("BILLING_PROCESSED_EVENTS_CLEANUP_BATCH", 5000),
@@ -162,7 +167,7 @@ func (c Config) Validate() error {
 		envconfig.Check("PUBSUB_*", c.PubSub.Validate()),
 		envconfig.Check("BILLING_OUTBOX_*", c.Outbox.Validate()),
 		envconfig.Check("BILLING_JOBS_LEASE / BILLING_JOBS_BACKOFF_*", c.Queue.Validate()),
-		envconfig.Check("BILLING_JOBS_* / INSTANCE_ID", c.Worker.Validate(c.Queue.LeaseDuration)),
+		envconfig.Check("BILLING_JOBS_* / INSTANCE_ID", c.Worker.ValidateFor(c.Queue)),
 		envconfig.Check("BILLING_PROCESSED_EVENTS_*", c.ProcessedEvents.Validate()),
 		c.Telemetry.Validate(),
 	)

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	eventsv1 "github.com/lossless-dev/lossless/gen/lossless/events/v1"
+	"github.com/lossless-dev/lossless/pkg/parked"
 	"github.com/lossless-dev/lossless/pkg/pgtext"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/services/billing/internal/issuer"
@@ -25,6 +26,14 @@ type verdict struct {
 	ev      *eventsv1.WorkOrderCompletionRecorded // nil when the payload was not parsed
 	outcome string
 	reason  string
+}
+
+// parkedMessage is m as pkg/parked keeps it, parked from subscription with
+// v's reason. parked.Store.Park makes every value storable.
+func parkedMessage(subscription string, m *pubsub.Received, v verdict) parked.Message {
+	return parked.Message{Subscription: subscription, MessageID: m.ID, EventID: v.ev.GetEventId(),
+		EventType: m.Attributes[pubsub.AttrEventType], Subject: v.ev.GetWorkOrderId(),
+		Attributes: m.Attributes, Data: m.Data, Reason: v.reason}
 }
 
 // decoder turns a message into a verdict. It is pure: the same message gets

@@ -7,8 +7,8 @@
 //
 // Nothing is dropped silently. Messages that cannot become a job
 // (unparseable, oversize, wrong schema version, invalid content, bytes the
-// database cannot store, an event id reused with other content) are parked in
-// parked_messages with their raw bytes and the reason, counted, and acked:
+// database cannot store, an event id reused with other content) are parked
+// (pkg/parked) with their raw bytes and the reason, counted, and acked:
 // never lost, never retried forever (F9; the same rule as the inbox's poison
 // handling). An event type billing does not consume is parked the same way
 // and counted apart (outcome unknown_type), because it means a producer
@@ -22,19 +22,19 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 
 	"buf.build/go/protovalidate"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
 
 	eventsv1 "github.com/lossless-dev/lossless/gen/lossless/events/v1"
+	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/pkg/dedup"
 	"github.com/lossless-dev/lossless/pkg/leasequeue"
+	"github.com/lossless-dev/lossless/pkg/parked"
 	"github.com/lossless-dev/lossless/pkg/pgerr"
 	"github.com/lossless-dev/lossless/pkg/pgtext"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
@@ -58,7 +58,7 @@ const maxPayloadBytesLimit = 10 << 20
 // Config of the consumer. The zero value of every field means its default.
 type Config struct {
 	// Subscription the messages come from, recorded with parked messages.
-	// Default pubsub.SubWorkOrderEvents.
+	// Default topology.SubWorkOrderEvents.
 	Subscription string
 	// JobMaxAttempts is the attempt budget of each invoice job. Default
 	// leasequeue.DefaultMaxAttempts.
@@ -71,7 +71,7 @@ type Config struct {
 
 func (c *Config) setDefaults() {
 	if c.Subscription == "" {
-		c.Subscription = pubsub.SubWorkOrderEvents
+		c.Subscription = topology.SubWorkOrderEvents
 	}
 	if c.MaxPayloadBytes == 0 {
 		c.MaxPayloadBytes = DefaultMaxPayloadBytes
@@ -99,14 +99,22 @@ func (c Config) Validate() error {
 type Intake struct {
 	pool     *pgxpool.Pool
 	queue    *leasequeue.Queue
+	parked   *parked.Store
 	cfg      Config
 	logger   *slog.Logger
 	decoder  decoder
 	outcomes metric.Int64Counter
 }
 
+// Option configures New.
+type Option func(*Intake)
+
+// WithParked sets where messages are parked. Default: a parked.Store with the
+// default schema, the one migrations.Billing migrates.
+func WithParked(s *parked.Store) Option { return func(in *Intake) { in.parked = s } }
+
 // New returns the consumer. meter may be nil.
-func New(pool *pgxpool.Pool, queue *leasequeue.Queue, cfg Config, logger *slog.Logger, meter metric.Meter) (*Intake, error) {
+func New(pool *pgxpool.Pool, queue *leasequeue.Queue, cfg Config, logger *slog.Logger, meter metric.Meter, opts ...Option) (*Intake, error) {
 	if pool == nil || queue == nil || logger == nil {
 		return nil, errors.New("intake: nil pool, queue or logger")
 	}
@@ -131,8 +139,17 @@ func New(pool *pgxpool.Pool, queue *leasequeue.Queue, cfg Config, logger *slog.L
 	if err != nil {
 		return nil, fmt.Errorf("intake: validator: %w", err)
 	}
-	return &Intake{pool: pool, queue: queue, cfg: cfg, logger: logger, outcomes: outcomes,
-		decoder: decoder{validator: validator, maxPayloadBytes: cfg.MaxPayloadBytes}}, nil
+	in := &Intake{pool: pool, queue: queue, cfg: cfg, logger: logger, outcomes: outcomes,
+		decoder: decoder{validator: validator, maxPayloadBytes: cfg.MaxPayloadBytes}}
+	for _, o := range opts {
+		o(in)
+	}
+	if in.parked == nil {
+		if in.parked, err = parked.New(); err != nil {
+			return nil, fmt.Errorf("intake: %w", err)
+		}
+	}
+	return in, nil
 }
 
 // Outcomes of one message.
@@ -207,29 +224,19 @@ func (in *Intake) commit(ctx context.Context, ms []*pubsub.Received, verdicts []
 	return outcomes, err
 }
 
-// handleIsolated handles m under a savepoint (pgx: Begin on a Tx). A data
-// error rolls back m's effects only, and m is parked instead.
+// handleIsolated handles m under a savepoint (parked.Isolate). A data error
+// rolls back m's effects only, and m is parked instead, naming the rule.
 func (in *Intake) handleIsolated(ctx context.Context, tx pgx.Tx, m *pubsub.Received, v verdict) (string, error) {
 	var outcome string
-	err := pgx.BeginFunc(ctx, tx, func(sp pgx.Tx) error {
+	reason, err := parked.Isolate(ctx, tx, func(sp pgx.Tx) error {
 		var err error
 		outcome, err = in.handle(ctx, sp, m, v)
 		return err
 	})
-	if !pgerr.IsData(err) {
+	if err != nil || reason == "" {
 		return outcome, err
 	}
-	return in.park(ctx, tx, m, verdict{ev: v.ev, outcome: OutcomeParked, reason: rejected(err)})
-}
-
-// rejected is the park reason of a data error: the database's message names
-// the rule (constraint, encoding); the SQLSTATE classifies it.
-func rejected(err error) string {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		return fmt.Sprintf("rejected by the database: %s (SQLSTATE %s)", pgErr.Message, pgErr.Code)
-	}
-	return "rejected by the database: " + err.Error()
+	return in.park(ctx, tx, m, verdict{ev: v.ev, outcome: OutcomeParked, reason: reason})
 }
 
 func (in *Intake) handle(ctx context.Context, tx pgx.Tx, m *pubsub.Received, v verdict) (string, error) {
@@ -278,72 +285,19 @@ func (in *Intake) handle(ctx context.Context, tx pgx.Tx, m *pubsub.Received, v v
 	return OutcomeEnqueued, nil
 }
 
-// qPark keeps a message that cannot be processed; a redelivery of the same
-// message is parked once.
-const qPark = `
-INSERT INTO parked_messages (subscription, message_id, event_id, event_type, attributes, data, reason)
-VALUES ($1, $2, nullif($3, ''), nullif($4, ''), $5, $6, $7)
-ON CONFLICT (subscription, message_id) DO NOTHING`
-
-// parkedRow is a parked_messages row as park stores it.
-type parkedRow struct {
-	messageID, eventID, eventType, reason string
-	attributes                            []byte
-	data                                  []byte
-}
-
-// parkRow builds the row that keeps m with v's reason. Every value is made
-// storable: text PostgreSQL cannot hold is stored escaped (message id,
-// attributes) or as NULL (event id, event type; the reason quotes them), the
-// reason says which, and the raw payload goes to the bytea column as
-// received.
-func parkRow(m *pubsub.Received, v verdict) (parkedRow, error) {
-	attrs, attrProblems, err := pgtext.StorableJSON(m.Attributes)
-	if err != nil {
-		return parkedRow{}, err
-	}
-	var escaped []string
-	if len(attrProblems) > 0 {
-		escaped = append(escaped, "attributes")
-	}
-	r := parkedRow{messageID: pgtext.Storable(m.ID), eventID: v.ev.GetEventId(), eventType: m.Attributes[pubsub.AttrEventType],
-		reason: pgtext.Storable(v.reason), attributes: attrs, data: m.Data}
-	var nulled []string
-	if pgtext.Problem(r.eventID) != "" {
-		r.eventID, nulled = "", append(nulled, "event_id")
-	}
-	if pgtext.Problem(r.eventType) != "" {
-		r.eventType, nulled = "", append(nulled, "event_type")
-	}
-	if pgtext.Problem(m.ID) != "" {
-		escaped = append(escaped, "message_id")
-	}
-	if len(escaped) > 0 {
-		r.reason += "; stored escaped: " + strings.Join(escaped, ", ")
-	}
-	if len(nulled) > 0 {
-		r.reason += "; stored as NULL: " + strings.Join(nulled, ", ")
-	}
-	if r.data == nil {
-		r.data = []byte{}
-	}
-	return r, nil
-}
-
-// park stores m with v's reason (see parkRow) and returns v's outcome.
+// park stores m with v's reason in tx, with its batch-mates' effects, and
+// returns v's outcome.
 func (in *Intake) park(ctx context.Context, tx pgx.Tx, m *pubsub.Received, v verdict) (string, error) {
-	r, err := parkRow(m, v)
+	st, err := in.parked.Park(ctx, tx, parkedMessage(in.cfg.Subscription, m, v))
 	if err != nil {
-		return "", err
-	}
-	if _, err := tx.Exec(ctx, qPark, in.cfg.Subscription, r.messageID, r.eventID, r.eventType, r.attributes, r.data, r.reason); err != nil {
-		return "", fmt.Errorf("intake: park message %s: %w", r.messageID, err)
+		return "", fmt.Errorf("intake: %w", err)
 	}
 	if v.outcome == OutcomeUnknownType {
 		in.logger.ErrorContext(ctx, "event type not consumed by billing; message parked", "message_id", m.ID,
-			"event_type", m.Attributes[pubsub.AttrEventType], "reason", r.reason)
+			"event_type", m.Attributes[pubsub.AttrEventType], "parked_id", st.ID, "reason", st.Reason)
 	} else {
-		in.logger.ErrorContext(ctx, "message parked", "message_id", m.ID, "event_id", v.ev.GetEventId(), "reason", r.reason)
+		in.logger.ErrorContext(ctx, "message parked", "message_id", m.ID, "event_id", v.ev.GetEventId(),
+			"parked_id", st.ID, "reason", st.Reason)
 	}
 	return v.outcome, nil
 }

@@ -98,7 +98,7 @@ func (b *testBundle) parked(t *testing.T, messageID string) (reason string, data
 
 func (b *testBundle) wantJob(t *testing.T, ev *eventsv1.WorkOrderCompletionRecorded) {
 	t.Helper()
-	if n := b.count(t, `SELECT count(*) FROM jobs WHERE unique_key = $1`, ev.GetWorkOrderId()); n != 1 {
+	if n := b.count(t, `SELECT count(*) FROM leasequeue_jobs WHERE unique_key = $1`, ev.GetWorkOrderId()); n != 1 {
 		t.Fatalf("order %s: %d invoice jobs, want 1", ev.GetWorkOrderId(), n)
 	}
 }
@@ -173,7 +173,7 @@ func TestBadMessagesAreParkedAndTheirBatchMatesCommit(t *testing.T) {
 	for _, ev := range good {
 		b.wantJob(t, ev)
 	}
-	if n := b.count(t, `SELECT count(*) FROM jobs`); n != len(good) {
+	if n := b.count(t, `SELECT count(*) FROM leasequeue_jobs`); n != len(good) {
 		t.Fatalf("jobs: %d, want %d", n, len(good))
 	}
 	for _, c := range []struct {
@@ -221,14 +221,14 @@ func TestBadMessagesAreParkedAndTheirBatchMatesCommit(t *testing.T) {
 }
 
 // A data error the decoder does not foresee (here: a rule the test adds to
-// the jobs table) rolls back only the offending message's effects; it is
+// the leasequeue_jobs table) rolls back only the offending message's effects; it is
 // parked naming the rule, its batch-mates commit, and all are acked.
 func TestDataErrorIsIsolatedToItsMessage(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
 	rejected := completion()
-	if _, err := b.pool.Exec(ctx, fmt.Sprintf(`ALTER TABLE jobs ADD CONSTRAINT test_rejects_order CHECK (unique_key <> '%s')`,
+	if _, err := b.pool.Exec(ctx, fmt.Sprintf(`ALTER TABLE leasequeue_jobs ADD CONSTRAINT test_rejects_order CHECK (unique_key <> '%s')`,
 		rejected.GetWorkOrderId())); err != nil {
 		t.Fatal(err)
 	}
@@ -245,11 +245,16 @@ func TestDataErrorIsIsolatedToItsMessage(t *testing.T) {
 	if string(data) != string(rejectedMsg.Data) {
 		t.Error("raw bytes not kept")
 	}
+	// The row names its order, for the operator who looks for it.
+	if n := b.count(t, `SELECT count(*) FROM parked_messages WHERE message_id = $1 AND subject = $2`,
+		rejectedMsg.ID, rejected.GetWorkOrderId()); n != 1 {
+		t.Error("parked row does not carry its work order as subject")
+	}
 	// Its marker was rolled back with its job: a replay can apply it.
 	if n := b.count(t, `SELECT count(*) FROM processed_events WHERE event_id = $1`, rejected.GetEventId()); n != 0 {
 		t.Errorf("marker of the parked message committed")
 	}
-	if n := b.count(t, `SELECT count(*) FROM jobs`); n != 2 {
+	if n := b.count(t, `SELECT count(*) FROM leasequeue_jobs`); n != 2 {
 		t.Errorf("jobs: %d, want 2", n)
 	}
 }

@@ -23,6 +23,7 @@ import (
 	moneyv1 "github.com/lossless-dev/lossless/gen/lossless/money/v1"
 	"github.com/lossless-dev/lossless/pkg/leasequeue"
 	"github.com/lossless-dev/lossless/pkg/outbox"
+	"github.com/lossless-dev/lossless/pkg/permanent"
 	"github.com/lossless-dev/lossless/services/billing/internal/invoice"
 	"github.com/lossless-dev/lossless/services/billing/internal/store"
 )
@@ -69,11 +70,11 @@ func New(now func() time.Time, logger *slog.Logger, meter metric.Meter) (*Issuer
 func (i *Issuer) Handle(ctx context.Context, job leasequeue.Job) (leasequeue.Complete, error) {
 	var ev eventsv1.WorkOrderCompletionRecorded
 	if err := proto.Unmarshal(job.Payload, &ev); err != nil {
-		return nil, leasequeue.Permanent(fmt.Errorf("decode job payload: %w", err))
+		return nil, permanent.Mark(fmt.Errorf("decode job payload: %w", err))
 	}
 	order, err := OrderFromEvent(&ev)
 	if err != nil {
-		return nil, leasequeue.Permanent(err)
+		return nil, permanent.Mark(err)
 	}
 	id, err := uuid.NewV7()
 	if err != nil {
@@ -81,7 +82,7 @@ func (i *Issuer) Handle(ctx context.Context, job leasequeue.Job) (leasequeue.Com
 	}
 	inv, err := invoice.Compute(id, order, i.now())
 	if err != nil {
-		return nil, leasequeue.Permanent(err)
+		return nil, permanent.Mark(err)
 	}
 	issued := &eventsv1.InvoiceIssued{
 		InvoiceId:   inv.ID.String(),

@@ -50,25 +50,25 @@ const LocalSQL = `
 -- A done job must have produced its order's invoice (one invoice per order).
 SELECT 'job_done_without_invoice' AS kind, j.unique_key AS work_order_id, j.id AS job_id,
        NULL::text AS invoice_id, 'job finished ' || j.finished_at AS detail
-FROM jobs j
+FROM leasequeue_jobs j
 WHERE j.queue = $1 AND j.state = 'done'
   AND NOT EXISTS (SELECT 1 FROM invoices i WHERE i.work_order_id::text = j.unique_key)
 UNION ALL
 -- An invoice is only written by its job's fenced completion.
 SELECT 'invoice_without_done_job', i.work_order_id::text, i.job_id, i.id::text,
        'job state ' || coalesce(j.state, 'missing')
-FROM invoices i LEFT JOIN jobs j ON j.id = i.job_id
+FROM invoices i LEFT JOIN leasequeue_jobs j ON j.id = i.job_id
 WHERE j.state IS DISTINCT FROM 'done'
 UNION ALL
 SELECT 'job_dead', j.unique_key, j.id, NULL, coalesce(j.last_error, '')
-FROM jobs j WHERE j.queue = $1 AND j.state = 'dead'
+FROM leasequeue_jobs j WHERE j.queue = $1 AND j.state = 'dead'
 UNION ALL
 SELECT 'lease_expired_not_rescued', j.unique_key, j.id, NULL,
        'owner ' || j.lease_owner || ', lease expired ' || j.due_at
-FROM jobs j WHERE j.queue = $1 AND j.state = 'running' AND j.due_at < $2::timestamptz - $3::interval
+FROM leasequeue_jobs j WHERE j.queue = $1 AND j.state = 'running' AND j.due_at < $2::timestamptz - $3::interval
 UNION ALL
 SELECT 'job_waiting_too_long', j.unique_key, j.id, NULL, 'due since ' || j.due_at
-FROM jobs j WHERE j.queue = $1 AND j.state = 'available' AND j.due_at < $2::timestamptz - $3::interval
+FROM leasequeue_jobs j WHERE j.queue = $1 AND j.state = 'available' AND j.due_at < $2::timestamptz - $3::interval
 UNION ALL
 SELECT 'message_parked', NULL, NULL, NULL,
        'parked message ' || p.id || ' (' || p.subscription || '/' || p.message_id || '): ' || p.reason

@@ -58,7 +58,7 @@ func TestCrossServiceFindsEachKind(t *testing.T) {
 	for i, wo := range []uuid.UUID{invoiced, notApplied, mismatch} {
 		inv := uuid.New()
 		invoiceOf[wo] = inv
-		if _, err := pool.Exec(ctx, `WITH j AS (INSERT INTO jobs (queue, unique_key, payload, state, max_attempts, due_at, epoch)
+		if _, err := pool.Exec(ctx, `WITH j AS (INSERT INTO leasequeue_jobs (queue, unique_key, payload, state, max_attempts, due_at, epoch)
 			VALUES ('invoices', $1::text, '', 'done', 10, now(), 1) RETURNING id)
 			INSERT INTO invoices (id, number, work_order_id, customer_id, currency_code, total_minor, issued_at, job_id, source_event)
 			SELECT $2, 'INV-2026-00000' || $3::int, $1::uuid, 'c', 'EUR', 1, now(), j.id, 'e' FROM j`, wo, inv, i); err != nil {

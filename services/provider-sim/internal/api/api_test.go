@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	providerv1 "github.com/lossless-dev/lossless/gen/lossless/provider/v1"
+	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
@@ -29,8 +30,8 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 func TestSubmitRejectedByTheStoreIsInvalidArgumentNotUnavailable(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t, migrations.ProviderSim()...)
-	emu := pubsubtest.New(t)
-	pub, err := pubsub.NewPublisher(emu.Client, pubsub.TopicWorkOrderCompleted, pubsub.PublisherConfig{})
+	emu := pubsubtest.New(t, topology.System())
+	pub, err := pubsub.NewPublisher(emu.Client, topology.TopicWorkOrderCompleted, pubsub.PublisherConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	providerv1 "github.com/lossless-dev/lossless/gen/lossless/provider/v1"
+	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/pkg/envconfig"
 	"github.com/lossless-dev/lossless/pkg/operatorauth"
 	"github.com/lossless-dev/lossless/pkg/pgpool"
@@ -138,7 +139,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, tel telemetry.Pro
 		pool.Close()
 		return nil, err
 	}
-	pub, err := pubsub.NewPublisher(client, pubsub.TopicWorkOrderCompleted, cfg.Publisher, pubsub.WithPublisherMeter(meter))
+	pub, err := pubsub.NewPublisher(client, topology.TopicWorkOrderCompleted, cfg.Publisher, pubsub.WithPublisherMeter(meter))
 	if err != nil {
 		_ = client.Close()
 		pool.Close()

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	providerv1 "github.com/lossless-dev/lossless/gen/lossless/provider/v1"
+	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/envconfig"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
@@ -55,7 +56,7 @@ func setup(t *testing.T, exec time.Duration) *bundle {
 func setupWithToken(t *testing.T, exec time.Duration, token string) *bundle {
 	t.Helper()
 	dsn := pgtest.NewDatabase(t, migrations.ProviderSim()...)
-	emu := pubsubtest.New(t)
+	emu := pubsubtest.New(t, topology.System())
 	cfg := app.Config{
 		DatabaseURL: dsn,
 		Server:      server.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", ShutdownTimeout: 5 * time.Second},

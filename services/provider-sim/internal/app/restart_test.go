@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	providerv1 "github.com/lossless-dev/lossless/gen/lossless/provider/v1"
+	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/envconfig"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
@@ -109,7 +110,7 @@ func firstPlan(t *testing.T, dsn string, emu *pubsubtest.Emulator, incarnation s
 
 func TestARestartWithAFixedSeedDoesNotReplayTheFirstDraws(t *testing.T) {
 	t.Parallel()
-	emu := pubsubtest.New(t)
+	emu := pubsubtest.New(t, topology.System())
 	dsn := pgtest.NewDatabase(t, migrations.ProviderSim()...)
 	first, second := firstPlan(t, dsn, emu, "1"), firstPlan(t, dsn, emu, "2")
 	if first == second {

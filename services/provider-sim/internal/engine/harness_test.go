@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	eventsv1 "github.com/lossless-dev/lossless/gen/lossless/events/v1"
+	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
@@ -54,8 +55,8 @@ func setupB(b *testing.B) *bundle { return setupTB(b, options{}) }
 func setupTB(t testing.TB, o options) *bundle {
 	t.Helper()
 	out := &outage{}
-	emu := pubsubtest.New(t, pstest.ServerReactorOption{FuncName: "Publish", Reactor: out})
-	pub, err := pubsub.NewPublisher(emu.Client, pubsub.TopicWorkOrderCompleted, pubsub.PublisherConfig{Timeout: o.timeout})
+	emu := pubsubtest.New(t, topology.System(), pstest.ServerReactorOption{FuncName: "Publish", Reactor: out})
+	pub, err := pubsub.NewPublisher(emu.Client, topology.TopicWorkOrderCompleted, pubsub.PublisherConfig{Timeout: o.timeout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +189,7 @@ func newObserver(t testing.TB, emu *pubsubtest.Emulator) *observer {
 	name := pubsub.SubscriptionName(emu.ProjectID, "test-observer")
 	_, err := emu.Client.SubscriptionAdminClient.CreateSubscription(context.Background(), &pubsubpb.Subscription{
 		Name:                  name,
-		Topic:                 pubsub.TopicName(emu.ProjectID, pubsub.TopicWorkOrderCompleted),
+		Topic:                 pubsub.TopicName(emu.ProjectID, topology.TopicWorkOrderCompleted),
 		AckDeadlineSeconds:    60,
 		EnableMessageOrdering: true,
 	})

@@ -19,6 +19,7 @@ import (
 
 	eventsv1 "github.com/lossless-dev/lossless/gen/lossless/events/v1"
 	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
+	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/inbox"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
@@ -190,10 +191,10 @@ func TestCLI_ListShowReplayReHandOff(t *testing.T) {
 
 func TestReplayDeadLetters_ReentersThroughReceiverPathOnce(t *testing.T) {
 	t.Parallel()
-	emu := pubsubtest.New(t)
+	emu := pubsubtest.New(t, topology.System())
 	b := setup(t, admin.Deps{PubSub: emu.Client})
 	ctx := context.Background()
-	pub, err := pubsub.NewPublisher(emu.Client, pubsub.TopicWorkOrderCompletedDeadLetter, pubsub.PublisherConfig{})
+	pub, err := pubsub.NewPublisher(emu.Client, topology.TopicWorkOrderCompletedDeadLetter, pubsub.PublisherConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}

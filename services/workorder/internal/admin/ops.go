@@ -21,8 +21,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/pkg/inbox"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
+	"github.com/lossless-dev/lossless/services/workorder/internal/orders"
 	"github.com/lossless-dev/lossless/services/workorder/internal/receiver"
 )
 
@@ -32,7 +34,7 @@ type Deps struct {
 	Pool *pgxpool.Pool
 	// PubSub client, needed only to replay dead letters (nil: refused).
 	PubSub *gpubsub.Client
-	// DeadLetterSubscription to replay from. Default pubsub.SubWorkOrderCompletedDeadLetter.
+	// DeadLetterSubscription to replay from. Default topology.SubWorkOrderCompletedDeadLetter.
 	DeadLetterSubscription string
 	// Receiver configures how replayed dead letters are decoded; pass the
 	// receiver's own configuration (zero: the receiver's defaults).
@@ -43,10 +45,11 @@ type Deps struct {
 
 // Ops implements the operator operations shared by the CLI and gRPC.
 type Ops struct {
-	deps  Deps
-	inbox *inbox.Ops
-	store *inbox.Store
-	dec   *receiver.Decoder
+	deps   Deps
+	orders *orders.Repository
+	inbox  *inbox.Ops
+	store  *inbox.Store
+	dec    *receiver.Decoder
 }
 
 // NewOps validates deps.
@@ -55,9 +58,9 @@ func NewOps(deps Deps) (*Ops, error) {
 		return nil, errors.New("admin: Deps need a Pool and a Logger")
 	}
 	if deps.DeadLetterSubscription == "" {
-		deps.DeadLetterSubscription = pubsub.SubWorkOrderCompletedDeadLetter
+		deps.DeadLetterSubscription = topology.SubWorkOrderCompletedDeadLetter
 	}
-	io, err := inbox.NewOps(deps.Pool)
+	io, err := inbox.NewOps(deps.Pool, inbox.WithAudit(operatorAudit))
 	if err != nil {
 		return nil, err
 	}
@@ -69,7 +72,11 @@ func NewOps(deps Deps) (*Ops, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Ops{deps: deps, inbox: io, store: store, dec: dec}, nil
+	repo, err := orders.NewRepository(deps.Pool)
+	if err != nil {
+		return nil, err
+	}
+	return &Ops{deps: deps, orders: repo, inbox: io, store: store, dec: dec}, nil
 }
 
 // Inbox returns the generic inbox operations (list, get, replay, cleanup).
@@ -161,7 +168,7 @@ func (o *Ops) ReplayDeadLetters(ctx context.Context, req DeadLetterRequest) (Dea
 		}
 	}
 	err = pgx.BeginFunc(ctx, o.deps.Pool, func(tx pgx.Tx) error {
-		return inbox.Audit(ctx, tx, "inbox.replay-dead-letters", req.Authorization, req.DryRun, map[string]any{
+		return audit(ctx, tx, "inbox.replay-dead-letters", req.Authorization, req.DryRun, map[string]any{
 			"subscription": o.deps.DeadLetterSubscription, "message_ids": res.MessageIDs, "max_messages": req.MaxMessages,
 			"inserted": res.Inserted, "duplicates": res.Duplicates, "poison": res.Poison, "conflicts": res.Conflicts,
 		}, len(res.MessageIDs))
@@ -180,35 +187,34 @@ func (o *Ops) nack(sub string, ackIDs []string) {
 }
 
 // ErrOrderNotHandedOff refuses a re-hand-off of an order that is not waiting.
-var ErrOrderNotHandedOff = errors.New("admin: work order is not HANDED_OFF")
+var ErrOrderNotHandedOff = errors.New("admin: work order is not " + string(orders.StatusHandedOff))
 
 // RecordReHandOff records one more open waiting point for a HANDED_OFF
-// order, as a manual re-hand-off does (the repair builds the next failure). With two open waiting points the next completion parks as
-// AMBIGUOUS (F7); that is the point: it is visible, not guessed.
+// order, as a manual re-hand-off does (orders.Order.ReHandOff: the repair
+// builds the next failure), with a history entry and the audit row in the
+// same transaction. With two open waiting points the next completion parks
+// as AMBIGUOUS (F7); that is the point: it is visible, not guessed.
 func (o *Ops) RecordReHandOff(ctx context.Context, auth inbox.Authorization, orderID uuid.UUID) (wpID int64, open int, err error) {
 	if err := auth.Validate(); err != nil {
 		return 0, 0, fmt.Errorf("%w: %w", inbox.ErrInvalidRequest, err)
 	}
 	err = pgx.BeginFunc(ctx, o.deps.Pool, func(tx pgx.Tx) error {
-		var status string
-		// Same lock order as the correlation: order row first.
-		if err := tx.QueryRow(ctx, `SELECT status FROM work_orders WHERE id = $1 FOR UPDATE`, orderID).Scan(&status); err != nil {
-			if errors.Is(err, pgx.ErrNoRows) {
-				return fmt.Errorf("%w: unknown work order %s", inbox.ErrInvalidRequest, orderID)
-			}
+		var illegal *orders.IllegalTransitionError
+		wo, err := o.orders.UpdateTx(ctx, tx, orderID, func(wo *orders.Order) error {
+			return wo.ReHandOff("operator:re-hand-off:" + auth.Ticket)
+		})
+		switch {
+		case errors.Is(err, orders.ErrNotFound):
+			return fmt.Errorf("%w: unknown work order %s", inbox.ErrInvalidRequest, orderID)
+		case errors.As(err, &illegal):
+			return fmt.Errorf("%w (status %s)", ErrOrderNotHandedOff, illegal.From)
+		case err != nil:
 			return err
 		}
-		if status != "HANDED_OFF" {
-			return fmt.Errorf("%w (status %s)", ErrOrderNotHandedOff, status)
-		}
-		if err := tx.QueryRow(ctx, `INSERT INTO waiting_points (work_order_id, cause) VALUES ($1, $2) RETURNING id`,
-			orderID, "operator:re-hand-off:"+auth.Ticket).Scan(&wpID); err != nil {
-			return err
-		}
-		if err := tx.QueryRow(ctx, `SELECT count(*) FROM waiting_points WHERE work_order_id = $1 AND consumed_at IS NULL`, orderID).Scan(&open); err != nil {
-			return err
-		}
-		return inbox.Audit(ctx, tx, "workorder.re-hand-off", auth, false,
+		// The new waiting point has the highest id: it is the last open one.
+		points := wo.OpenWaitingPoints()
+		wpID, open = points[len(points)-1], len(points)
+		return audit(ctx, tx, "workorder.re-hand-off", auth, false,
 			map[string]any{"work_order_id": orderID.String(), "waiting_point_id": wpID, "open_waiting_points": open}, 1)
 	})
 	return wpID, open, err

@@ -247,7 +247,7 @@ func parseID(id string) (uuid.UUID, error) {
 // it into UNAVAILABLE or a bare INTERNAL (apierror.Public) and logs it, so
 // clients never see database details.
 func toStatus(err error, id string) error {
-	var stateErr *orders.StateError
+	var stateErr *orders.IllegalTransitionError
 	switch {
 	case errors.Is(err, orders.ErrNotFound):
 		return apierror.NotFound("work order", id)

@@ -23,6 +23,7 @@ import (
 
 	providerv1 "github.com/lossless-dev/lossless/gen/lossless/provider/v1"
 	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
+	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/pkg/dedup"
 	"github.com/lossless-dev/lossless/pkg/idempotency"
 	"github.com/lossless-dev/lossless/pkg/inbox"
@@ -133,7 +134,7 @@ func (a *App) assemble(ctx context.Context, opts []server.Option) error {
 	}
 
 	// Completion events for billing go to Pub/Sub through the outbox too.
-	if a.pub, err = pubsub.NewPublisher(a.ps, pubsub.TopicWorkOrderEvents, pubsub.DefaultPublisherConfig(), pubsub.WithPublisherMeter(a.meter)); err != nil {
+	if a.pub, err = pubsub.NewPublisher(a.ps, topology.TopicWorkOrderEvents, pubsub.DefaultPublisherConfig(), pubsub.WithPublisherMeter(a.meter)); err != nil {
 		return err
 	}
 
@@ -156,7 +157,7 @@ func (a *App) assemble(ctx context.Context, opts []server.Option) error {
 	if err != nil {
 		return err
 	}
-	sub, err := pubsub.NewSubscriber(a.ps, pubsub.SubWorkOrderCompleted, a.cfg.Subscriber, a.log.With("component", "inbox-receiver"), a.meter,
+	sub, err := pubsub.NewSubscriber(a.ps, topology.SubWorkOrderCompleted, a.cfg.Subscriber, a.log.With("component", "inbox-receiver"), a.meter,
 		pubsub.WithTracerProvider(a.tel.TracerProvider))
 	if err != nil {
 		return err
@@ -184,14 +185,14 @@ func (a *App) assemble(ctx context.Context, opts []server.Option) error {
 	if err != nil {
 		return err
 	}
-	billingSub, err := pubsub.NewSubscriber(a.ps, pubsub.SubBillingEvents, a.cfg.Subscriber, a.log.With("component", "invoicing"), a.meter,
+	billingSub, err := pubsub.NewSubscriber(a.ps, topology.SubBillingEvents, a.cfg.Subscriber, a.log.With("component", "invoicing"), a.meter,
 		pubsub.WithTracerProvider(a.tel.TracerProvider))
 	if err != nil {
 		return err
 	}
 	// Stall gauges that need a query, each refreshed on its own interval.
 	deadLetters, err := pubsub.NewDeadLetterMonitor(a.ps, pubsub.DeadLetterMonitorConfig{
-		Subscriptions: []string{pubsub.SubWorkOrderCompletedDeadLetter, pubsub.SubBillingEventsDeadLetter},
+		Subscriptions: []string{topology.SubWorkOrderCompletedDeadLetter, topology.SubBillingEventsDeadLetter},
 	}, a.log.With("component", "dead-letter-monitor"), a.meter)
 	if err != nil {
 		return err
@@ -200,7 +201,7 @@ func (a *App) assemble(ctx context.Context, opts []server.Option) error {
 	if err != nil {
 		return err
 	}
-	markers, err := dedup.NewCleaner(workerPool, dedup.CleanerConfig{}, a.log.With("component", "dedup-cleaner"))
+	markers, err := dedup.NewCleaner(workerPool, dedup.Config{}, a.log.With("component", "dedup-cleaner"))
 	if err != nil {
 		return err
 	}

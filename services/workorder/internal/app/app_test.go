@@ -27,6 +27,7 @@ import (
 	moneyv1 "github.com/lossless-dev/lossless/gen/lossless/money/v1"
 	providerv1 "github.com/lossless-dev/lossless/gen/lossless/provider/v1"
 	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
+	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/idempotency"
 	"github.com/lossless-dev/lossless/pkg/outbox"
@@ -74,7 +75,7 @@ func startProvider(t *testing.T, p providerv1.ProviderServiceServer) string {
 }
 
 func testConfig(t *testing.T, dsn, providerAddr string) config.Config {
-	em := pubsubtest.New(t)
+	em := pubsubtest.New(t, topology.System())
 	return config.Config{
 		PubSub:       pubsub.ClientConfig{ProjectID: em.ProjectID, EmulatorHost: em.Addr},
 		Database:     pgpool.Config{URL: dsn},
@@ -342,7 +343,7 @@ func TestAPIFloodDoesNotStarveTheOutboxRelay(t *testing.T) {
 	waiting := func() int {
 		var n int
 		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%INSERT INTO idempotency_keys%'`).Scan(&n); err != nil {
+WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%INSERT INTO %.idempotency_keys %'`).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		return n

@@ -5,6 +5,7 @@
 package config
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"time"
@@ -151,7 +152,7 @@ func (c Config) Validate() error {
 		envconfig.Check("WORKORDER_IDEMPOTENCY_*", c.Idempotency.Validate()),
 		c.Telemetry.Validate(),
 	)
-	if lease := c.Outbox.WithDefaults().LeaseDuration; c.HandOff.Deadline >= lease*8/10 {
+	if lease := cmp.Or(c.Outbox.LeaseDuration, outbox.DefaultLeaseDuration); c.HandOff.Deadline >= lease*8/10 {
 		errs = append(errs, fmt.Errorf("WORKORDER_HANDOFF_DEADLINE: %v must be below 80%% of WORKORDER_OUTBOX_LEASE_DURATION (%v), where the relay cuts a dispatch off", c.HandOff.Deadline, lease))
 	}
 	// A hand-off in flight at SIGTERM is finished, not abandoned (package

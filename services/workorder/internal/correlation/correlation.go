@@ -6,14 +6,20 @@
 // A claimed batch is applied set-based (inbox.BatchHandler), in a fixed
 // number of statements however many entries it holds:
 //
-//  1. read: lock the batch's orders (FOR UPDATE, in id order), then, in
-//     later statements and therefore under fresh snapshots, lock their open
-//     waiting points and look up which events were already applied;
+//  1. read: lock the batch's orders with their open waiting points
+//     (orders.Repository.QueueLock), then, in a later statement and
+//     therefore under a fresh snapshot, look up which events were already
+//     applied;
 //  2. decide in Go, per entry, with the same rules for one entry or many
 //     (decide): applied, or a classified rejection that writes nothing;
 //  3. write the accepted entries' effects with one statement per table
-//     (applied events, orders, waiting points, history), then one outbox
-//     append for the whole batch.
+//     (applied events here; orders, waiting points and history through
+//     orders.Repository.QueueSave), then one outbox append for the whole
+//     batch.
+//
+// The lifecycle rules (which status accepts which report, waiting points,
+// positions) are package orders'; this package maps their errors to the
+// inbox's rejections (errors.go) and owns the deduplication of events.
 //
 // Entries of one order are applied in rounds (one entry per order per
 // round), so each sees the effect of the one before. Handle is the same code
@@ -35,37 +41,13 @@ import (
 	moneyv1 "github.com/lossless-dev/lossless/gen/lossless/money/v1"
 	"github.com/lossless-dev/lossless/pkg/inbox"
 	"github.com/lossless-dev/lossless/pkg/outbox"
+	"github.com/lossless-dev/lossless/services/workorder/internal/orders"
 )
 
 // AggregateType of the outbox events this package appends.
 const AggregateType = "work_order"
 
 const (
-	// Locks the round's orders first, in id order so that two transactions
-	// locking overlapping sets cannot deadlock. Every writer of an order's
-	// status or waiting points (hand-off, cancel, re-hand-off) locks the
-	// order row first, so once this returns nobody else can change what the
-	// following statements read. Those run as separate statements on purpose:
-	// under READ COMMITTED each takes a new snapshot, taken AFTER these locks
-	// were granted; folded into this statement they would share its snapshot,
-	// taken before a lock wait, and miss a waiting point inserted by the
-	// transaction that held the lock. Row values returned here are the latest
-	// committed (a locked row is re-read after the wait).
-	lockOrders = `
-SELECT id, status, positions, completed_items, customer_id, description, currency_code, unit_price_minor
-FROM work_orders WHERE id = ANY($1::uuid[])
-ORDER BY id
-FOR UPDATE`
-	// Open waiting points of the locked orders, locked too: belt and braces
-	// against a writer that would touch them without the order lock; they
-	// are consumed in this same transaction, so the rejection "waiting
-	// point vanished between query and delivery" has no window. Partial index
-	// waiting_points_open_idx.
-	lockOpenWaitingPoints = `
-SELECT work_order_id, id FROM waiting_points
-WHERE work_order_id = ANY($1::uuid[]) AND consumed_at IS NULL
-ORDER BY id
-FOR UPDATE`
 	// Which of the round's events are already applied (F6). The relation
 	// outlives inbox cleanup, so it answers for the order's whole life. Read
 	// under the order locks: every applier of an event locks its order first,
@@ -83,33 +65,13 @@ JOIN unnest($1::text[], $2::text[]) AS k(source, event_id) USING (source, event_
 INSERT INTO work_order_applied_events (source, event_id, work_order_id, event_type, completed_items, inbox_id)
 SELECT * FROM unnest($1::text[], $2::text[], $3::uuid[], $4::text[], $5::int[], $6::bigint[])
 ON CONFLICT (source, event_id) DO NOTHING`
-	// One completion tranche per order per round (rounds guarantee it), so
-	// the join never meets an order twice. The status guard is redundant
-	// under the lock; the row count check turns a violation into a retry.
-	applyTranches = `
-UPDATE work_orders w
-SET completed_items = w.completed_items + u.items,
-    status          = CASE WHEN u.complete THEN 'COMPLETED' ELSE w.status END,
-    version         = w.version + 1,
-    updated_at      = now()
-FROM unnest($1::uuid[], $2::int[], $3::bool[]) AS u(id, items, complete)
-WHERE w.id = u.id AND w.status = 'HANDED_OFF'`
-	// The row count must match: a waiting point already consumed would mean
-	// the locks failed, reported as technical (retry), never parked.
-	consumeWaitingPoints = `
-UPDATE waiting_points w
-SET consumed_at = now(), consumed_by = u.cause
-FROM unnest($1::bigint[], $2::text[]) AS u(id, cause)
-WHERE w.id = u.id AND w.consumed_at IS NULL`
-	// unnest keeps the array order, so history ids follow the entries' order.
-	insertTransitions = `
-INSERT INTO work_order_transitions (work_order_id, from_status, to_status, cause)
-SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[])`
 )
 
 // Handler is the work-order correlation.
 type Handler struct {
 	now func() time.Time
+	// orders runs in the relay's transaction only: the zero Repository.
+	orders orders.Repository
 }
 
 // NewHandler returns the correlation handler.
@@ -120,28 +82,11 @@ var (
 	_ inbox.BatchHandler = (*Handler)(nil)
 )
 
-type order struct {
-	status                       string
-	positions, completed         int
-	customerID, description, ccy string
-	unitPriceMinor               int64
-}
-
 // state is what an entry's decision reads, under the order lock.
 type state struct {
-	found         bool
-	order         order
-	applied       bool
-	waitingPoints []int64
-}
-
-// effect is what an accepted entry writes.
-type effect struct {
-	items        int   // completed items added (completion tranches only)
-	complete     bool  // the tranche completes the order
-	waitingPoint int64 // consumed when complete
-	from, to     string
-	cause        string
+	found   bool
+	order   orders.Order
+	applied bool
 }
 
 // Handle applies one inbox entry: HandleBatch with a batch of one. Errors are
@@ -202,7 +147,7 @@ func (h *Handler) HandleBatch(ctx context.Context, tx pgx.Tx, es []*inbox.Entry)
 // applyRound reads, decides and writes entries of distinct orders, setting
 // results for them, and returns their outbox events.
 func (h *Handler) applyRound(ctx context.Context, tx pgx.Tx, es []*inbox.Entry, events []Event, round []int, results []error) ([]outbox.Event, error) {
-	states, err := readStates(ctx, tx, es, events, round)
+	states, err := h.readStates(ctx, tx, es, events, round)
 	if err != nil {
 		return nil, err
 	}
@@ -212,21 +157,21 @@ func (h *Handler) applyRound(ctx context.Context, tx pgx.Tx, es []*inbox.Entry, 
 		ev := events[i]
 		st := states.get(ev.OrderID)
 		st.applied = states.applied(es[i].Source, ev.EventID)
-		eff, err := decide(ev, st)
+		o, complete, err := decide(ev, st)
 		if err != nil {
 			results[i] = err
 			continue
 		}
-		w.add(es[i], ev, eff)
-		if eff.complete {
-			o, err := h.completionRecorded(ctx, es[i], ev, st.order, st.order.completed+eff.items)
+		w.add(es[i], ev, o)
+		if complete {
+			evt, err := h.completionRecorded(ctx, es[i], ev, *o)
 			if err != nil {
 				return nil, err
 			}
-			out = append(out, o)
+			out = append(out, evt)
 		}
 	}
-	if err := w.exec(ctx, tx); err != nil {
+	if err := w.exec(ctx, tx, &h.orders); err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -235,14 +180,14 @@ func (h *Handler) applyRound(ctx context.Context, tx pgx.Tx, es []*inbox.Entry, 
 // roundStates is what a round read: each locked order with its open waiting
 // points, and the round's events already applied (key source + "\x00" + id).
 type roundStates struct {
-	byOrder     map[uuid.UUID]*state
+	byOrder     map[uuid.UUID]*orders.Order
 	appliedKeys map[string]bool
 }
 
 // get returns the zero state (not found) for an order that does not exist.
 func (s roundStates) get(id uuid.UUID) state {
-	if st := s.byOrder[id]; st != nil {
-		return *st
+	if o := s.byOrder[id]; o != nil {
+		return state{found: true, order: *o}
 	}
 	return state{}
 }
@@ -251,42 +196,18 @@ func (s roundStates) applied(source, eventID string) bool {
 	return s.appliedKeys[source+"\x00"+eventID]
 }
 
-// readStates runs the three reads of a round in one round trip (pipelined;
-// each statement still gets its own snapshot, after the previous finished).
-func readStates(ctx context.Context, tx pgx.Tx, es []*inbox.Entry, events []Event, round []int) (roundStates, error) {
+// readStates runs the reads of a round in one round trip (pipelined; each
+// statement still gets its own snapshot, after the previous finished).
+func (h *Handler) readStates(ctx context.Context, tx pgx.Tx, es []*inbox.Entry, events []Event, round []int) (roundStates, error) {
 	ids := make([]uuid.UUID, len(round))
 	sources := make([]string, len(round))
 	eventIDs := make([]string, len(round))
 	for k, i := range round {
 		ids[k], sources[k], eventIDs[k] = events[i].OrderID, es[i].Source, events[i].EventID
 	}
-	s := roundStates{byOrder: make(map[uuid.UUID]*state, len(round)), appliedKeys: map[string]bool{}}
+	s := roundStates{byOrder: make(map[uuid.UUID]*orders.Order, len(round)), appliedKeys: map[string]bool{}}
 	b := &pgx.Batch{}
-	b.Queue(lockOrders, ids).Query(func(rows pgx.Rows) error {
-		var (
-			id uuid.UUID
-			o  order
-		)
-		_, err := pgx.ForEachRow(rows, []any{&id, &o.status, &o.positions, &o.completed,
-			&o.customerID, &o.description, &o.ccy, &o.unitPriceMinor}, func() error {
-			s.byOrder[id] = &state{found: true, order: o}
-			return nil
-		})
-		return err
-	})
-	b.Queue(lockOpenWaitingPoints, ids).Query(func(rows pgx.Rows) error {
-		var (
-			orderID uuid.UUID
-			wp      int64
-		)
-		_, err := pgx.ForEachRow(rows, []any{&orderID, &wp}, func() error {
-			if st := s.byOrder[orderID]; st != nil {
-				st.waitingPoints = append(st.waitingPoints, wp)
-			}
-			return nil
-		})
-		return err
-	})
+	h.orders.QueueLock(b, ids, s.byOrder)
 	b.Queue(appliedEvents, sources, eventIDs).Query(func(rows pgx.Rows) error {
 		var source, eventID string
 		_, err := pgx.ForEachRow(rows, []any{&source, &eventID}, func() error {
@@ -303,132 +224,89 @@ func readStates(ctx context.Context, tx pgx.Tx, es []*inbox.Entry, events []Even
 
 // decide is the whole classification (ADR 0008), on state read under the
 // order lock. Its precedence is the contract: unknown order, then duplicate,
-// then the order's status, then its waiting points, then the positions.
-func decide(ev Event, st state) (effect, error) {
+// then what the order's lifecycle says (its status, then its waiting
+// points, then the positions: orders.Order.Complete). It returns the order
+// with the entry's change recorded, and whether the entry completed it.
+func decide(ev Event, st state) (*orders.Order, bool, error) {
 	id := ev.OrderID.String()
-	o := st.order
 	if !st.found {
-		return effect{}, &UnknownOrderError{OrderID: id}
+		return nil, false, &UnknownOrderError{OrderID: id}
 	}
 	if st.applied {
-		return effect{}, &AlreadyAppliedError{OrderID: id, EventID: ev.EventID}
+		return nil, false, &AlreadyAppliedError{OrderID: id, EventID: ev.EventID}
 	}
+	o := st.order
 	cause := "inbox:" + ev.EventID
 	if ev.Type == TypeExecutionStarted {
-		// Recorded in the order's history; the status stays as it is.
-		switch o.status {
-		case "CREATED":
-			return effect{}, &NotWaitingError{OrderID: id, Status: o.status}
-		case "CANCELLED":
-			return effect{}, &OrderCancelledError{OrderID: id}
-		case "HANDED_OFF":
-			if _, err := waitingPoint(ev, st); err != nil {
-				return effect{}, err
-			}
+		if err := o.RecordExecutionStarted(cause + ":execution-started"); err != nil {
+			return nil, false, rejection(ev, st.order, err)
 		}
-		return effect{from: o.status, to: o.status, cause: cause + ":execution-started"}, nil
+		return &o, false, nil
 	}
-	// A completion tranche (F14: an order may complete in several); the
-	// tranche that reaches the positions completes the order.
-	switch o.status {
-	case "CREATED":
-		return effect{}, &NotWaitingError{OrderID: id, Status: o.status}
-	case "CANCELLED":
-		return effect{}, &OrderCancelledError{OrderID: id}
-	case "COMPLETED", "INVOICED":
-		// Not a duplicate (checked by event id above): a new tranche for a
-		// finished order.
-		return effect{}, &OverCompletionError{OrderID: id, Positions: o.positions, Completed: o.completed, Increment: ev.CompletedItems}
-	}
-	wp, err := waitingPoint(ev, st)
+	complete, err := o.Complete(int32(ev.CompletedItems), cause)
 	if err != nil {
-		return effect{}, err
+		return nil, false, rejection(ev, st.order, err)
 	}
-	total := o.completed + ev.CompletedItems
-	if total > o.positions {
-		return effect{}, &OverCompletionError{OrderID: id, Positions: o.positions, Completed: o.completed, Increment: ev.CompletedItems}
-	}
-	if total < o.positions {
-		return effect{items: ev.CompletedItems, from: o.status, to: o.status,
-			cause: fmt.Sprintf("%s:tranche %d/%d", cause, total, o.positions)}, nil
-	}
-	return effect{items: ev.CompletedItems, complete: true, waitingPoint: wp,
-		from: "HANDED_OFF", to: "COMPLETED", cause: cause}, nil
+	return &o, complete, nil
 }
 
-// waitingPoint returns the single open waiting point of a HANDED_OFF order.
-func waitingPoint(ev Event, st state) (int64, error) {
-	switch len(st.waitingPoints) {
-	case 0:
-		return 0, &NotWaitingError{OrderID: ev.OrderID.String(), Status: st.order.status + " without an open waiting point"}
-	case 1:
-		return st.waitingPoints[0], nil
-	default:
-		return 0, &AmbiguousError{OrderID: ev.OrderID.String(), WaitingPoints: st.waitingPoints}
+// rejection maps the lifecycle's refusal of ev by order o to the
+// correlation's classified rejections; anything else stays technical.
+func rejection(ev Event, o orders.Order, err error) error {
+	id := ev.OrderID.String()
+	var (
+		illegal *orders.IllegalTransitionError
+		waiting *orders.WaitingPointError
+		excess  *orders.ExcessItemsError
+	)
+	switch {
+	case errors.As(err, &illegal) && illegal.From == orders.StatusCreated:
+		// F5: the report overtook the hand-off.
+		return &NotWaitingError{OrderID: id, Status: string(illegal.From)}
+	case errors.As(err, &illegal) && illegal.From == orders.StatusCancelled:
+		return &OrderCancelledError{OrderID: id}
+	case errors.As(err, &illegal), errors.As(err, &excess):
+		// A new tranche (not a duplicate: checked by event id) for a
+		// finished order, or one past its positions.
+		return &OverCompletionError{OrderID: id, Positions: int(o.Positions), Completed: int(o.CompletedItems), Increment: ev.CompletedItems}
+	case errors.As(err, &waiting) && len(waiting.Open) == 0:
+		return &NotWaitingError{OrderID: id, Status: string(waiting.Status) + " without an open waiting point"}
+	case errors.As(err, &waiting):
+		return &AmbiguousError{OrderID: id, WaitingPoints: waiting.Open}
 	}
+	return err
 }
 
-// writes collects a round's accepted effects as columns for the set-based
-// statements.
+// writes collects a round's accepted effects: the applied events as columns
+// for the set-based insert, the changed orders for orders.QueueSave.
 type writes struct {
-	// work_order_applied_events
 	sources, eventIDs, eventTypes []string
 	appliedOrders                 []uuid.UUID
 	appliedItems                  []int32
 	inboxIDs                      []int64
-	// work_orders
-	trancheOrders []uuid.UUID
-	trancheItems  []int32
-	completes     []bool
-	// waiting_points
-	consumeIDs    []int64
-	consumeCauses []string
-	// work_order_transitions
-	histOrders                   []uuid.UUID
-	histFrom, histTo, histCauses []string
+	changed                       []*orders.Order
 }
 
-func (w *writes) add(e *inbox.Entry, ev Event, eff effect) {
+func (w *writes) add(e *inbox.Entry, ev Event, o *orders.Order) {
 	w.sources = append(w.sources, e.Source)
 	w.eventIDs = append(w.eventIDs, ev.EventID)
 	w.eventTypes = append(w.eventTypes, ev.Type)
 	w.appliedOrders = append(w.appliedOrders, ev.OrderID)
 	w.appliedItems = append(w.appliedItems, int32(ev.CompletedItems))
 	w.inboxIDs = append(w.inboxIDs, e.ID)
-	if eff.items > 0 {
-		w.trancheOrders = append(w.trancheOrders, ev.OrderID)
-		w.trancheItems = append(w.trancheItems, int32(eff.items))
-		w.completes = append(w.completes, eff.complete)
-	}
-	if eff.complete {
-		w.consumeIDs = append(w.consumeIDs, eff.waitingPoint)
-		w.consumeCauses = append(w.consumeCauses, eff.cause)
-	}
-	w.histOrders = append(w.histOrders, ev.OrderID)
-	w.histFrom = append(w.histFrom, eff.from)
-	w.histTo = append(w.histTo, eff.to)
-	w.histCauses = append(w.histCauses, eff.cause)
+	w.changed = append(w.changed, o)
 }
 
-// exec runs the round's writes in one round trip (pipelined), checking that
-// each touched exactly the rows decided on.
-func (w *writes) exec(ctx context.Context, tx pgx.Tx) error {
+// exec runs the round's writes in one round trip (pipelined), each checking
+// that it touched exactly the rows decided on.
+func (w *writes) exec(ctx context.Context, tx pgx.Tx, repo *orders.Repository) error {
 	if len(w.eventIDs) == 0 {
 		return nil
 	}
 	b := &pgx.Batch{}
 	b.Queue(recordApplied, w.sources, w.eventIDs, w.appliedOrders, w.eventTypes, w.appliedItems, w.inboxIDs).
 		Exec(rowsExpected("record applied events", len(w.eventIDs)))
-	if len(w.trancheOrders) > 0 {
-		b.Queue(applyTranches, w.trancheOrders, w.trancheItems, w.completes).
-			Exec(rowsExpected("apply completion tranches", len(w.trancheOrders)))
-	}
-	if len(w.consumeIDs) > 0 {
-		b.Queue(consumeWaitingPoints, w.consumeIDs, w.consumeCauses).
-			Exec(rowsExpected("consume waiting points", len(w.consumeIDs)))
-	}
-	b.Queue(insertTransitions, w.histOrders, w.histFrom, w.histTo, w.histCauses).
-		Exec(rowsExpected("record transitions", len(w.histOrders)))
+	repo.QueueSave(b, w.changed...)
 	return tx.SendBatch(ctx, b).Close()
 }
 
@@ -446,7 +324,8 @@ func rowsExpected(what string, n int) func(pgconn.CommandTag) error {
 	}
 }
 
-func (h *Handler) completionRecorded(ctx context.Context, e *inbox.Entry, ev Event, o order, total int) (outbox.Event, error) {
+// completionRecorded is the event announcing o's completion, for billing.
+func (h *Handler) completionRecorded(ctx context.Context, e *inbox.Entry, ev Event, o orders.Order) (outbox.Event, error) {
 	eventID, err := uuid.NewV7()
 	if err != nil {
 		return outbox.Event{}, err
@@ -455,11 +334,11 @@ func (h *Handler) completionRecorded(ctx context.Context, e *inbox.Entry, ev Eve
 	msg := &eventsv1.WorkOrderCompletionRecorded{
 		EventId:        eventID.String(),
 		WorkOrderId:    ev.OrderID.String(),
-		CustomerId:     o.customerID,
-		Description:    o.description,
-		Positions:      int32(o.positions),
-		CompletedItems: int32(total),
-		UnitPrice:      &moneyv1.Money{CurrencyCode: o.ccy, MinorUnits: o.unitPriceMinor},
+		CustomerId:     o.CustomerID,
+		Description:    o.Description,
+		Positions:      o.Positions,
+		CompletedItems: o.CompletedItems,
+		UnitPrice:      &moneyv1.Money{CurrencyCode: o.UnitPrice.CurrencyCode, MinorUnits: o.UnitPrice.MinorUnits},
 		CompletedAt:    timestamppb.New(now),
 	}
 	out, err := outbox.NewEvent(ctx, AggregateType, ev.OrderID.String(), msg)

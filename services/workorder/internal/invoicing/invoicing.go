@@ -10,8 +10,8 @@
 // COMPLETED or already INVOICED when the event arrives. Any other state means
 // lost or restored data, or an invariant broken upstream (a second invoice for
 // one order, I3); waiting will not fix it and retrying would only hide it
-// until the dead-letter topic's retention ran out. The message is kept in
-// parked_billing_events with raw bytes and the reason, counted
+// until the dead-letter topic's retention ran out. The message is parked
+// (pkg/parked, table parked_messages) with raw bytes and the reason, counted
 // (workorder.invoicing.messages{outcome="parked"}) for the alarm, and replayed
 // by an operator (Replay: ticket and actor required) through the same path.
 //
@@ -27,27 +27,24 @@ package invoicing
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
-	"google.golang.org/protobuf/proto"
 
 	eventsv1 "github.com/lossless-dev/lossless/gen/lossless/events/v1"
+	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/pkg/dedup"
-	"github.com/lossless-dev/lossless/pkg/pgerr"
+	"github.com/lossless-dev/lossless/pkg/parked"
 	"github.com/lossless-dev/lossless/pkg/pgtext"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
+	"github.com/lossless-dev/lossless/services/workorder/internal/orders"
 )
 
 // Consumer is the dedup marker's consumer name in processed_events.
@@ -80,12 +77,18 @@ const MaxEventIDLength = 200
 
 // Config of the consumer. The zero value of every field means its default.
 type Config struct {
+	// Subscription the messages come from, recorded with parked messages.
+	// Default topology.SubBillingEvents.
+	Subscription string
 	// MaxPayloadBytes caps a message's payload: a larger one is parked
 	// unparsed, with its raw bytes. Default DefaultMaxPayloadBytes; 1..10 MiB.
 	MaxPayloadBytes int
 }
 
 func (c *Config) setDefaults() {
+	if c.Subscription == "" {
+		c.Subscription = topology.SubBillingEvents
+	}
 	if c.MaxPayloadBytes == 0 {
 		c.MaxPayloadBytes = DefaultMaxPayloadBytes
 	}
@@ -95,10 +98,14 @@ func (c *Config) setDefaults() {
 // defaults.
 func (c Config) Validate() error {
 	c.setDefaults()
+	var errs []error
 	if c.MaxPayloadBytes < 1 || c.MaxPayloadBytes > maxPayloadBytesLimit {
-		return fmt.Errorf("MaxPayloadBytes %d: want 1..%d", c.MaxPayloadBytes, maxPayloadBytesLimit)
+		errs = append(errs, fmt.Errorf("MaxPayloadBytes %d: want 1..%d", c.MaxPayloadBytes, maxPayloadBytesLimit))
 	}
-	return nil
+	if p := pgtext.Problem(c.Subscription); p != "" {
+		errs = append(errs, fmt.Errorf("Config.Subscription %q: %s", c.Subscription, p))
+	}
+	return errors.Join(errs...)
 }
 
 // Option configures New.
@@ -107,11 +114,17 @@ type Option func(*Invoicing)
 // WithConfig sets the consumer's Config (default: the zero Config).
 func WithConfig(cfg Config) Option { return func(v *Invoicing) { v.cfg = cfg } }
 
+// WithParked sets where messages are parked and replayed from. Default: a
+// parked.Store in the default schema, the one migrations.WorkOrder
+// migrates.
+func WithParked(s *parked.Store) Option { return func(v *Invoicing) { v.parked = s } }
+
 // Invoicing applies InvoiceIssued events to work orders.
 type Invoicing struct {
 	pool     *pgxpool.Pool
 	logger   *slog.Logger
 	cfg      Config
+	parked   *parked.Store
 	decoder  decoder
 	outcomes metric.Int64Counter
 }
@@ -119,7 +132,7 @@ type Invoicing struct {
 // New returns the consumer. Wire it in the workorder binary:
 //
 //	inv, _ := invoicing.New(pool, logger, meter, invoicing.WithConfig(cfg))
-//	sub, _ := pubsub.NewSubscriber(client, pubsub.SubBillingEvents, cfg, logger, meter)
+//	sub, _ := pubsub.NewSubscriber(client, topology.SubBillingEvents, cfg, logger, meter)
 //	server.WithWorker("invoicing", func(ctx context.Context) error { return sub.RunBatch(ctx, inv.HandleBatch) })
 //
 // meter may be nil.
@@ -136,6 +149,12 @@ func New(pool *pgxpool.Pool, logger *slog.Logger, meter metric.Meter, opts ...Op
 		return nil, fmt.Errorf("invoicing: %w", err)
 	}
 	v.decoder = decoder{maxPayloadBytes: v.cfg.MaxPayloadBytes}
+	if v.parked == nil {
+		var err error
+		if v.parked, err = parked.New(); err != nil {
+			return nil, fmt.Errorf("invoicing: %w", err)
+		}
+	}
 	if meter == nil {
 		meter = noop.NewMeterProvider().Meter("")
 	}
@@ -183,24 +202,24 @@ func (v *Invoicing) handle(ctx context.Context, m *pubsub.Received) (string, err
 		return v.park(ctx, m, d)
 	}
 	ev := d.ev
-	var outcome, reason string
-	err := pgx.BeginFunc(ctx, v.pool, func(tx pgx.Tx) error {
+	// Isolated in a transaction of its own: refused by the order's state or by
+	// the database (a rule the decoder does not know), it rolls back, marker
+	// included, so that a replay can apply once the cause is fixed.
+	var outcome string
+	reason, err := parked.Isolate(ctx, v.pool, func(tx pgx.Tx) error {
+		var reason string
 		var err error
 		outcome, reason, err = apply(ctx, tx, ev, m.Data)
 		if err == nil && reason != "" {
-			return errNotApplicable // roll the marker back: a replay must be able to apply
+			return parked.Refuse(reason)
 		}
 		return err
 	})
 	switch {
-	case errors.Is(err, errNotApplicable):
-		return v.park(ctx, m, verdict{ev: ev, outcome: OutcomeParked, reason: reason})
-	case pgerr.IsData(err):
-		// A rule the decoder does not know: the transaction rolled back,
-		// marker included, so a replay can apply once the cause is fixed.
-		return v.park(ctx, m, verdict{ev: ev, outcome: OutcomeParked, reason: rejected(err)})
 	case err != nil:
 		return "", err
+	case reason != "":
+		return v.park(ctx, m, verdict{ev: ev, outcome: OutcomeParked, reason: reason})
 	}
 	if outcome == OutcomeInvoiced {
 		v.logger.InfoContext(ctx, "work order invoiced", "work_order_id", ev.GetWorkOrderId(),
@@ -209,97 +228,10 @@ func (v *Invoicing) handle(ctx context.Context, m *pubsub.Received) (string, err
 	return outcome, nil
 }
 
-var errNotApplicable = errors.New("invoicing: event not applicable")
-
-// rejected is the park reason of a data error: the database's message names
-// the rule (constraint, encoding); the SQLSTATE classifies it.
-func rejected(err error) string {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		return fmt.Sprintf("rejected by the database: %s (SQLSTATE %s)", pgErr.Message, pgErr.Code)
-	}
-	return "rejected by the database: " + err.Error()
-}
-
-// verdict is what the decoder decided about one message before any database
-// work: apply ev (outcome ""), or park the message with reason under outcome
-// (OutcomeParked or OutcomeUnknownType).
-type verdict struct {
-	ev      *eventsv1.InvoiceIssued // nil when the payload was not parsed
-	outcome string
-	reason  string
-}
-
-// decoder turns a message into a verdict. It is pure and rejects whatever
-// the database would reject, so that such a message is parked with the rule
-// it broke instead of failing a statement.
-type decoder struct {
-	maxPayloadBytes int
-}
-
-func (d decoder) decode(m *pubsub.Received) verdict {
-	switch t := m.Attributes[pubsub.AttrEventType]; {
-	case t == "":
-		return verdict{outcome: OutcomeParked, reason: "missing attribute " + pubsub.AttrEventType}
-	case t != EventType:
-		return verdict{outcome: OutcomeUnknownType,
-			reason: fmt.Sprintf("unknown event type %q (this consumer reads %s)", t, EventType)}
-	}
-	reasons := pgtext.MapProblems(m.Attributes)
-	park := func(ev *eventsv1.InvoiceIssued, reason ...string) verdict {
-		return verdict{ev: ev, outcome: OutcomeParked, reason: strings.Join(append(reasons, reason...), "; ")}
-	}
-	if len(m.Data) > d.maxPayloadBytes {
-		return park(nil, fmt.Sprintf("payload %d bytes exceeds the cap of %d bytes", len(m.Data), d.maxPayloadBytes))
-	}
-	if v := m.Attributes[pubsub.AttrSchemaVersion]; v != "" && v != "1" {
-		return park(nil, "unsupported schema_version "+pgtext.Storable(v)+" (this consumer reads 1)")
-	}
-	var ev eventsv1.InvoiceIssued
-	if err := proto.Unmarshal(m.Data, &ev); err != nil {
-		return park(nil, "unparseable payload: "+err.Error())
-	}
-	reasons = append(reasons, pgtext.MessageProblems(ev.ProtoReflect())...)
-	switch id := ev.GetEventId(); {
-	case id == "":
-		reasons = append(reasons, "event_id: missing")
-	case utf8.RuneCountInString(id) > MaxEventIDLength:
-		reasons = append(reasons, fmt.Sprintf("event_id: %d characters, limit %d", utf8.RuneCountInString(id), MaxEventIDLength))
-	case m.Attributes[pubsub.AttrEventID] != "" && m.Attributes[pubsub.AttrEventID] != id:
-		reasons = append(reasons, fmt.Sprintf("event_id %q differs from attribute event_id %q", id, m.Attributes[pubsub.AttrEventID]))
-	}
-	if _, err := uuid.Parse(ev.GetWorkOrderId()); err != nil {
-		reasons = append(reasons, "work_order_id: not a uuid")
-	}
-	if _, err := uuid.Parse(ev.GetInvoiceId()); err != nil {
-		reasons = append(reasons, "invoice_id: not a uuid")
-	}
-	if ev.GetInvoiceNumber() == "" {
-		reasons = append(reasons, "invoice_number: missing")
-	}
-	if len(reasons) > 0 {
-		return park(&ev)
-	}
-	return verdict{ev: &ev}
-}
-
-// qInvoice applies the transition; status = 'COMPLETED' in the WHERE makes it
-// a compare-and-set: of two concurrent applications only one row update
-// happens (the second blocks on the row lock, then sees INVOICED).
-const qInvoice = `
-UPDATE work_orders
-SET status = 'INVOICED', invoice_id = $2, version = version + 1, updated_at = now()
-WHERE id = $1 AND status = 'COMPLETED'
-RETURNING version`
-
-const qTransition = `
-INSERT INTO work_order_transitions (work_order_id, from_status, to_status, cause)
-VALUES ($1, 'COMPLETED', 'INVOICED', $2)`
-
-const qOrderState = `SELECT status, invoice_id FROM work_orders WHERE id = $1`
-
 // apply runs the marker and the effect in tx. A non-empty reason means the
-// event cannot be applied (the caller rolls back and parks).
+// event cannot be applied (the caller rolls back and parks). The order is
+// locked before it is read: of two concurrent applications only one
+// invoices, the second waits for the lock and then sees INVOICED.
 func apply(ctx context.Context, tx pgx.Tx, ev *eventsv1.InvoiceIssued, payload []byte) (outcome, reason string, err error) {
 	out, err := dedup.Claim(ctx, tx, dedup.Event{Consumer: Consumer, ID: ev.GetEventId(), Type: EventType, Payload: payload})
 	if err != nil {
@@ -312,127 +244,63 @@ func apply(ctx context.Context, tx pgx.Tx, ev *eventsv1.InvoiceIssued, payload [
 		return "", "event id already processed with different content (producer bug)", nil
 	}
 	orderID, invoiceID := uuid.MustParse(ev.GetWorkOrderId()), uuid.MustParse(ev.GetInvoiceId())
-	var version int64
-	err = tx.QueryRow(ctx, qInvoice, orderID, invoiceID).Scan(&version)
-	if err == nil {
-		if _, err := tx.Exec(ctx, qTransition, orderID, "billing:"+ev.GetInvoiceNumber()); err != nil {
-			return "", "", fmt.Errorf("invoicing: record transition: %w", err)
-		}
-		return OutcomeInvoiced, "", nil
-	}
-	if !errors.Is(err, pgx.ErrNoRows) {
-		return "", "", fmt.Errorf("invoicing: invoice order %s: %w", orderID, err)
-	}
-	var status string
-	var current *uuid.UUID
-	err = tx.QueryRow(ctx, qOrderState, orderID).Scan(&status, &current)
+	var repo orders.Repository // in tx only: the zero Repository
+	o, err := repo.Lock(ctx, tx, orderID)
 	switch {
-	case errors.Is(err, pgx.ErrNoRows):
+	case errors.Is(err, orders.ErrNotFound):
 		return "", "unknown work order " + orderID.String(), nil
 	case err != nil:
 		return "", "", fmt.Errorf("invoicing: read order %s: %w", orderID, err)
-	case status == "INVOICED" && current != nil && *current == invoiceID:
+	}
+	res, err := o.Invoice(invoiceID, "billing:"+ev.GetInvoiceNumber())
+	var second *orders.SecondInvoiceError
+	switch {
+	case errors.As(err, &second):
+		current := second.Current
+		if current == "" {
+			current = "<nil>"
+		}
+		return "", fmt.Sprintf("order already %s with invoice %s, not %s: second invoice for one order (I3)",
+			orders.StatusInvoiced, current, invoiceID), nil
+	case errors.Is(err, orders.ErrIllegalTransition):
+		return "", fmt.Sprintf("order is %s, not %s", o.Status, orders.StatusCompleted), nil
+	case err != nil:
+		return "", "", fmt.Errorf("invoicing: invoice order %s: %w", orderID, err)
+	case res == orders.AlreadyInvoiced:
 		return OutcomeDuplicate, "", nil // the same invoice, re-announced
-	case status == "INVOICED":
-		return "", fmt.Sprintf("order already INVOICED with invoice %v, not %s: second invoice for one order (I3)", current, invoiceID), nil
-	default:
-		return "", "order is " + status + ", not COMPLETED", nil
 	}
+	if err := repo.Save(ctx, tx, &o); err != nil {
+		return "", "", fmt.Errorf("invoicing: invoice order %s: %w", orderID, err)
+	}
+	return OutcomeInvoiced, "", nil
 }
 
-// qPark keeps a message that cannot be applied; a redelivery parks once.
-const qPark = `
-INSERT INTO parked_billing_events (message_id, event_id, work_order_id, attributes, data, reason)
-VALUES ($1, nullif($2, ''), $3, $4, $5, $6)
-ON CONFLICT (message_id) DO NOTHING`
-
-// parkedRow is a parked_billing_events row as park stores it.
-type parkedRow struct {
-	messageID, eventID, reason string
-	workOrderID                *uuid.UUID
-	attributes                 []byte
-	data                       []byte
-}
-
-// parkRow builds the row that keeps m with d's reason. Every value is made
-// storable: text PostgreSQL cannot hold is stored escaped (message id,
-// attributes) or as NULL (event id; the reason quotes it), the reason says
-// which, and the raw payload goes to the bytea column as received.
-func parkRow(m *pubsub.Received, d verdict) (parkedRow, error) {
-	attrs, attrProblems, err := pgtext.StorableJSON(m.Attributes)
-	if err != nil {
-		return parkedRow{}, err
-	}
-	var escaped []string
-	if len(attrProblems) > 0 {
-		escaped = append(escaped, "attributes")
-	}
-	r := parkedRow{messageID: pgtext.Storable(m.ID), eventID: d.ev.GetEventId(), reason: pgtext.Storable(d.reason),
-		attributes: attrs, data: m.Data}
-	if id, err := uuid.Parse(d.ev.GetWorkOrderId()); err == nil {
-		r.workOrderID = &id
-	}
-	if pgtext.Problem(m.ID) != "" {
-		escaped = append(escaped, "message_id")
-	}
-	if len(escaped) > 0 {
-		r.reason += "; stored escaped: " + strings.Join(escaped, ", ")
-	}
-	if pgtext.Problem(r.eventID) != "" {
-		r.eventID, r.reason = "", r.reason+"; stored as NULL: event_id"
-	}
-	if r.data == nil {
-		r.data = []byte{}
-	}
-	return r, nil
-}
-
-// park stores m with d's reason (see parkRow) and returns d's outcome.
+// park stores m with d's reason on its own (m's transaction, if any, rolled
+// back) and returns d's outcome.
 func (v *Invoicing) park(ctx context.Context, m *pubsub.Received, d verdict) (string, error) {
-	r, err := parkRow(m, d)
+	st, err := v.parked.Park(ctx, v.pool, parkedMessage(v.cfg.Subscription, m, d))
 	if err != nil {
-		return "", err
-	}
-	if _, err := v.pool.Exec(ctx, qPark, r.messageID, r.eventID, r.workOrderID, r.attributes, r.data, r.reason); err != nil {
-		return "", fmt.Errorf("invoicing: park message %s: %w", r.messageID, err)
+		return "", fmt.Errorf("invoicing: %w", err)
 	}
 	v.logger.ErrorContext(ctx, "InvoiceIssued parked", "message_id", m.ID, "event_id", d.ev.GetEventId(),
-		"event_type", m.Attributes[pubsub.AttrEventType], "work_order_id", d.ev.GetWorkOrderId(), "reason", r.reason)
+		"event_type", m.Attributes[pubsub.AttrEventType], "work_order_id", d.ev.GetWorkOrderId(),
+		"parked_id", st.ID, "reason", st.Reason)
 	return d.outcome, nil
 }
 
 // ErrAuditRequired is returned by Replay without a ticket or an actor (I6).
-var ErrAuditRequired = errors.New("invoicing: a ticket and an actor are required")
-
-const qParked = `
-SELECT message_id, attributes, data FROM parked_billing_events
-WHERE id = $1 AND replayed_at IS NULL
-FOR UPDATE`
-
-const qMarkReplayed = `
-UPDATE parked_billing_events SET replayed_at = now(), replayed_by = $2, ticket = $3 WHERE id = $1`
+var ErrAuditRequired = parked.ErrAuditRequired
 
 // Replay applies a parked message through the normal path, after an operator
 // fixed its cause, and records who replayed it under which ticket in the same
 // transaction. It fails, changing nothing, when the event still cannot be
 // applied.
 func (v *Invoicing) Replay(ctx context.Context, parkedID int64, ticket, actor string) (outcome string, err error) {
-	ticket, actor = strings.TrimSpace(ticket), strings.TrimSpace(actor)
-	if ticket == "" || actor == "" {
-		return "", ErrAuditRequired
-	}
-	err = pgx.BeginFunc(ctx, v.pool, func(tx pgx.Tx) error {
-		var m pubsub.Received
-		var attrs []byte
-		if err := tx.QueryRow(ctx, qParked, parkedID).Scan(&m.ID, &attrs, &m.Data); err != nil {
-			if errors.Is(err, pgx.ErrNoRows) {
-				return fmt.Errorf("invoicing: no unreplayed parked message %d", parkedID)
-			}
-			return err
+	err = v.parked.Replay(ctx, v.pool, parkedID, ticket, actor, func(ctx context.Context, tx pgx.Tx, p parked.Parked) error {
+		if p.Subscription != v.cfg.Subscription {
+			return fmt.Errorf("invoicing: parked message %d is from %s, not %s", parkedID, p.Subscription, v.cfg.Subscription)
 		}
-		if err := json.Unmarshal(attrs, &m.Attributes); err != nil {
-			return err
-		}
+		m := pubsub.Received{ID: p.MessageID, Attributes: p.Attributes, Data: p.Data}
 		d := v.decoder.decode(&m)
 		if d.outcome != "" {
 			return fmt.Errorf("invoicing: parked message %d still invalid: %s", parkedID, d.reason)
@@ -445,8 +313,7 @@ func (v *Invoicing) Replay(ctx context.Context, parkedID int64, ticket, actor st
 		if reason != "" {
 			return fmt.Errorf("invoicing: parked message %d still not applicable: %s", parkedID, reason)
 		}
-		_, err = tx.Exec(ctx, qMarkReplayed, parkedID, actor, ticket)
-		return err
+		return nil
 	})
 	if err != nil {
 		return "", err

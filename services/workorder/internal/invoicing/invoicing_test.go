@@ -22,6 +22,7 @@ import (
 
 	eventsv1 "github.com/lossless-dev/lossless/gen/lossless/events/v1"
 	moneyv1 "github.com/lossless-dev/lossless/gen/lossless/money/v1"
+	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
@@ -136,7 +137,7 @@ func TestF4_DuplicateInvoiceIssuedInvoicesOnce(t *testing.T) {
 		b.wantInvoicedOnce(t, id, ev)
 	}
 	var parked int
-	if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM parked_billing_events`).Scan(&parked); err != nil || parked != 0 {
+	if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM parked_messages`).Scan(&parked); err != nil || parked != 0 {
 		t.Fatalf("parked: %d %v", parked, err)
 	}
 }
@@ -145,11 +146,11 @@ func TestF4_DuplicateInvoiceIssuedInvoicesOnce(t *testing.T) {
 func TestF4_DuplicateOverPubSub(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	emu := pubsubtest.New(t)
+	emu := pubsubtest.New(t, topology.System())
 	ctx := context.Background()
 	id := b.order(t, "COMPLETED")
 	ev := issued(id)
-	pub, err := pubsub.NewPublisher(emu.Client, pubsub.TopicBillingEvents, pubsub.DefaultPublisherConfig())
+	pub, err := pubsub.NewPublisher(emu.Client, topology.TopicBillingEvents, pubsub.DefaultPublisherConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +160,7 @@ func TestF4_DuplicateOverPubSub(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	sub, err := pubsub.NewSubscriber(emu.Client, pubsub.SubBillingEvents, pubsub.DefaultSubscriberConfig(),
+	sub, err := pubsub.NewSubscriber(emu.Client, topology.SubBillingEvents, pubsub.DefaultSubscriberConfig(),
 		slog.New(slog.NewJSONHandler(io.Discard, nil)), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -206,7 +207,7 @@ func TestNotCompletedOrderIsParkedAndReplayedByOperator(t *testing.T) {
 	}
 	var parkedID int64
 	var reason string
-	if err := b.pool.QueryRow(ctx, `SELECT id, reason FROM parked_billing_events WHERE work_order_id = $1`, id).Scan(&parkedID, &reason); err != nil {
+	if err := b.pool.QueryRow(ctx, `SELECT id, reason FROM parked_messages WHERE subject = $1`, id.String()).Scan(&parkedID, &reason); err != nil {
 		t.Fatal(err)
 	}
 	if reason != "order is HANDED_OFF, not COMPLETED" {
@@ -226,7 +227,7 @@ func TestNotCompletedOrderIsParkedAndReplayedByOperator(t *testing.T) {
 	}
 	b.wantInvoicedOnce(t, id, ev)
 	var by, ticket string
-	if err := b.pool.QueryRow(ctx, `SELECT replayed_by, ticket FROM parked_billing_events WHERE id = $1`, parkedID).Scan(&by, &ticket); err != nil || by != "bob" || ticket != "INC-7" {
+	if err := b.pool.QueryRow(ctx, `SELECT replayed_by, ticket FROM parked_messages WHERE id = $1`, parkedID).Scan(&by, &ticket); err != nil || by != "bob" || ticket != "INC-7" {
 		t.Fatalf("audit: %q %q %v", by, ticket, err)
 	}
 	if _, err := b.inv.Replay(ctx, parkedID, "INC-7", "bob"); err == nil {
@@ -239,7 +240,7 @@ func TestNotCompletedOrderIsParkedAndReplayedByOperator(t *testing.T) {
 	}
 	b.wantInvoicedOnce(t, id, ev)
 	var n int
-	if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM parked_billing_events WHERE event_id = $1 AND reason LIKE '%second invoice for one order (I3)%'`, other.GetEventId()).Scan(&n); err != nil || n != 1 {
+	if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM parked_messages WHERE event_id = $1 AND reason LIKE '%second invoice for one order (I3)%'`, other.GetEventId()).Scan(&n); err != nil || n != 1 {
 		t.Fatalf("second invoice not parked: %d %v", n, err)
 	}
 }
@@ -255,14 +256,14 @@ func TestPoisonIsParkedWithRawBytes(t *testing.T) {
 		}
 	}
 	var n int
-	if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM parked_billing_events WHERE message_id = 'p1' AND data = '\xfffe'::bytea AND reason LIKE 'unparseable%'`).Scan(&n); err != nil || n != 1 {
+	if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM parked_messages WHERE message_id = 'p1' AND data = '\xfffe'::bytea AND reason LIKE 'unparseable%'`).Scan(&n); err != nil || n != 1 {
 		t.Fatalf("parked: %d %v", n, err)
 	}
 }
 
 func (b *testBundle) parkedReason(t *testing.T, messageID string) (reason string, data []byte) {
 	t.Helper()
-	if err := b.pool.QueryRow(context.Background(), `SELECT reason, data FROM parked_billing_events WHERE message_id = $1`,
+	if err := b.pool.QueryRow(context.Background(), `SELECT reason, data FROM parked_messages WHERE message_id = $1`,
 		messageID).Scan(&reason, &data); err != nil {
 		t.Fatalf("message %s not parked: %v", messageID, err)
 	}
@@ -379,7 +380,7 @@ func TestBadMessagesAreParkedAndTheirBatchMatesApply(t *testing.T) {
 		}
 	}
 	var n int
-	if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM parked_billing_events WHERE work_order_id = $1`, longIDOrder).Scan(&n); err != nil || n != 1 {
+	if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM parked_messages WHERE subject = $1`, longIDOrder.String()).Scan(&n); err != nil || n != 1 {
 		t.Errorf("parked row of the long event id does not carry its order: %d %v", n, err)
 	}
 	if o := outcomes(t, reader); o["invoiced"] != 3 || o["parked"] != 6 {
@@ -459,5 +460,31 @@ func TestUnknownEventTypeIsParkedAndCounted(t *testing.T) {
 	}
 	if o := outcomes(t, reader); o["unknown_type"] != 1 || o["ignored"] != 0 {
 		t.Errorf("outcomes %v, want 1 unknown_type", o)
+	}
+}
+
+// Replay applies only rows this consumer parked: the table is shared by every
+// plain consumer of the database, and a row of another subscription is not
+// an InvoiceIssued this consumer refused.
+func TestReplayRefusesAnotherSubscriptionsRow(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	id := b.order(t, "COMPLETED")
+	m := message(t, issued(id))
+	var parkedID int64
+	if err := b.pool.QueryRow(ctx, `INSERT INTO parked_messages (subscription, message_id, attributes, data, reason)
+		VALUES ('audit.billing-events', $1, $2, $3, 'parked elsewhere') RETURNING id`, m.ID, m.Attributes, m.Data).Scan(&parkedID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.inv.Replay(ctx, parkedID, "INC-8", "bob"); err == nil {
+		t.Fatal("replayed another subscription's parked message")
+	}
+	if s := b.state(t, id); s.status != "COMPLETED" || s.version != 3 {
+		t.Errorf("order changed: %+v", s)
+	}
+	var open int
+	if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM parked_messages WHERE id = $1 AND replayed_at IS NULL`, parkedID).Scan(&open); err != nil || open != 1 {
+		t.Errorf("row closed: %d %v", open, err)
 	}
 }

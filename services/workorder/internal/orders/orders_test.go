@@ -39,7 +39,7 @@ func TestCancelRules(t *testing.T) {
 	for _, s := range []orders.Status{orders.StatusHandedOff, orders.StatusCompleted, orders.StatusInvoiced} {
 		o := newOrder(t)
 		o.Status = s
-		var stateErr *orders.StateError
+		var stateErr *orders.IllegalTransitionError
 		if err := o.Cancel(""); !errors.As(err, &stateErr) || o.Status != s {
 			t.Errorf("cancel %s: %v, status now %s", s, err, o.Status)
 		}

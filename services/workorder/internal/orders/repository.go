@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -18,9 +20,15 @@ import (
 )
 
 // Repository stores work orders in PostgreSQL. Writes happen in one local
-// transaction with everything that must commit with them: the order's
-// transitions, its waiting points and its outbox events. No remote call is
-// ever made while one of its transactions is open.
+// transaction with everything that must commit with them: the order's row,
+// its transitions, its waiting points and its outbox events. No remote call
+// is ever made while one of its transactions is open.
+//
+// The methods that take a pgx.Tx (Create, Lock, Save, UpdateTx) and those
+// that queue onto a pgx.Batch run in the caller's transaction and use
+// nothing else: the zero Repository serves them (the correlation and the
+// invoicing consumer run inside their relay's or consumer's transaction).
+// Update, Get, List and History use the pool of NewRepository.
 type Repository struct {
 	pool *pgxpool.Pool
 }
@@ -33,6 +41,14 @@ func NewRepository(pool *pgxpool.Pool) (*Repository, error) {
 	return &Repository{pool: pool}, nil
 }
 
+// errNoPool: a pool method called on the zero Repository.
+var errNoPool = errors.New("orders: Repository has no pool (use NewRepository)")
+
+// errRowCount: a write did not touch the rows decided on under the row
+// locks, which only a writer bypassing the locks can cause. A technical
+// error: the caller's transaction rolls back and is retried.
+var errRowCount = errors.New("orders: row count differs from the decision")
+
 const orderColumns = `id, customer_id, description, positions, currency_code, unit_price_minor, status,
        completed_items, coalesce(provider_job_id, ''), coalesce(invoice_id::text, ''), version, created_at, updated_at`
 
@@ -42,27 +58,61 @@ INSERT INTO work_orders (id, customer_id, description, positions, currency_code,
 VALUES ($1, $2, $3, $4, $5, $6, $7)
 RETURNING version, created_at, updated_at`
 
-	qInsertTransition = `
-INSERT INTO work_order_transitions (work_order_id, from_status, to_status, cause)
-VALUES ($1, NULLIF($2, ''), $3, $4)
-RETURNING occurred_at`
-
-	qInsertWaitingPoint = `
-INSERT INTO waiting_points (work_order_id, provider_job_id, cause)
-VALUES ($1, $2, $3)`
-
 	qGet = `SELECT ` + orderColumns + ` FROM work_orders WHERE id = $1`
 
-	// FOR UPDATE serialises every read-modify-write of one order: a cancel
-	// and a hand-off acceptance can never both see CREATED.
-	qGetForUpdate = qGet + ` FOR UPDATE`
+	// Locks the orders in id order, so that two transactions locking
+	// overlapping sets cannot deadlock. Every writer of an order locks its
+	// row first (this package is the only writer), so once this returns
+	// nobody else can change what the following statements read. Those run
+	// as separate statements on purpose: under READ COMMITTED each takes a
+	// new snapshot, taken AFTER these locks were granted; folded into this
+	// statement they would share its snapshot, taken before a lock wait, and
+	// miss a waiting point inserted by the transaction that held the lock.
+	// Row values returned here are the latest committed (a locked row is
+	// re-read after the wait).
+	qLock = `SELECT ` + orderColumns + ` FROM work_orders WHERE id = ANY($1::uuid[]) ORDER BY id FOR UPDATE`
+	// Open waiting points of the locked orders, locked too: belt and braces
+	// against a writer that would touch them without the order lock. They
+	// are consumed in the same transaction, so "the waiting point vanished
+	// between query and delivery" has no window. Partial index
+	// waiting_points_open_idx.
+	qLockOpenWaitingPoints = `
+SELECT work_order_id, id FROM waiting_points
+WHERE work_order_id = ANY($1::uuid[]) AND consumed_at IS NULL
+ORDER BY id
+FOR UPDATE`
 
+	// Set-based, one statement per table for any number of orders. The
+	// version in the WHERE is the one read under the lock: it always matches,
+	// and the row count check turns a violation into an error.
 	qUpdate = `
-UPDATE work_orders
-SET status = $2, completed_items = $3, provider_job_id = NULLIF($4, ''), invoice_id = NULLIF($5, '')::uuid,
-    version = version + 1, updated_at = now()
-WHERE id = $1
-RETURNING version, updated_at`
+UPDATE work_orders w
+SET status = u.status, completed_items = u.completed_items, provider_job_id = NULLIF(u.job, ''),
+    invoice_id = NULLIF(u.invoice, '')::uuid, version = w.version + 1, updated_at = now()
+FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::text[], $6::bigint[])
+     AS u(id, status, completed_items, job, invoice, version)
+WHERE w.id = u.id AND w.version = u.version
+RETURNING w.id, w.version, w.updated_at`
+
+	qInsertWaitingPoints = `
+INSERT INTO waiting_points (work_order_id, provider_job_id, cause)
+SELECT u.id, NULLIF(u.job, ''), u.cause FROM unnest($1::uuid[], $2::text[], $3::text[]) AS u(id, job, cause)
+RETURNING work_order_id, id`
+
+	// consumed_at IS NULL plus the row count check: a waiting point already
+	// consumed would mean the locks failed.
+	qConsumeWaitingPoints = `
+UPDATE waiting_points w
+SET consumed_at = now(), consumed_by = u.cause
+FROM unnest($1::bigint[], $2::text[]) AS u(id, cause)
+WHERE w.id = u.id AND w.consumed_at IS NULL`
+
+	// unnest keeps the array order, so history ids follow the order in
+	// which the transitions were recorded.
+	qInsertTransitions = `
+INSERT INTO work_order_transitions (work_order_id, from_status, to_status, cause)
+SELECT u.id, NULLIF(u.from_status, ''), u.to_status, u.cause
+FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[]) AS u(id, from_status, to_status, cause)`
 
 	// Keyset pagination, newest first: the row comparison matches the index
 	// (created_at DESC, id DESC) exactly, so every page is one index range
@@ -113,7 +163,8 @@ func (r *Repository) Create(ctx context.Context, tx pgx.Tx, o Order) (Order, err
 	if err := outbox.Append(ctx, tx, ev); err != nil {
 		return Order{}, fmt.Errorf("orders: append hand-off event of %s: %w", o.ID, err)
 	}
-	if err := r.saveChanges(ctx, tx, &o); err != nil {
+	o.rowChanged = false // inserted as is
+	if err := r.Save(ctx, tx, &o); err != nil {
 		return Order{}, err
 	}
 	return o, nil
@@ -145,10 +196,13 @@ func handOffEvent(ctx context.Context, o Order) (outbox.Event, error) {
 }
 
 // Update loads the order under a row lock, lets fn change it through its
-// methods (Cancel, AcceptHandOff...) and saves the changes with their
-// transitions and waiting points, all in one transaction. fn's error aborts
-// the transaction and is returned as is. Unknown id: ErrNotFound.
+// methods (Cancel, AcceptHandOff...) and saves the changes, all in one
+// transaction. fn's error aborts the transaction and is returned as is.
+// Unknown id: ErrNotFound.
 func (r *Repository) Update(ctx context.Context, id uuid.UUID, fn func(*Order) error) (Order, error) {
+	if r.pool == nil {
+		return Order{}, errNoPool
+	}
 	var o Order
 	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
 		var err error
@@ -161,47 +215,181 @@ func (r *Repository) Update(ctx context.Context, id uuid.UUID, fn func(*Order) e
 	return o, nil
 }
 
-// UpdateTx is Update in the caller's transaction (the outbox relay's mark
-// transaction, for the hand-off).
+// UpdateTx is Update in the caller's transaction tx: Lock, fn, Save.
 func (r *Repository) UpdateTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, fn func(*Order) error) (Order, error) {
-	o, err := scanOrder(tx.QueryRow(ctx, qGetForUpdate, id))
+	o, err := r.Lock(ctx, tx, id)
 	if err != nil {
 		return Order{}, err
 	}
 	if err := fn(&o); err != nil {
 		return Order{}, err
 	}
-	if !o.changed() {
-		return o, nil
-	}
-	if err := tx.QueryRow(ctx, qUpdate, o.ID, string(o.Status), o.CompletedItems, o.ProviderJobID, o.InvoiceID).
-		Scan(&o.Version, &o.UpdatedAt); err != nil {
-		return Order{}, fmt.Errorf("orders: update %s: %w", o.ID, err)
-	}
-	if err := r.saveChanges(ctx, tx, &o); err != nil {
+	if err := r.Save(ctx, tx, &o); err != nil {
 		return Order{}, err
 	}
 	return o, nil
 }
 
-// saveChanges writes the transitions and waiting points recorded on o.
-func (r *Repository) saveChanges(ctx context.Context, tx pgx.Tx, o *Order) error {
-	for _, t := range o.transitions {
-		if err := tx.QueryRow(ctx, qInsertTransition, o.ID, string(t.From), string(t.To), t.Cause).Scan(new(time.Time)); err != nil {
-			return fmt.Errorf("orders: record transition of %s: %w", o.ID, err)
-		}
+// Lock reads the order under a row lock held until tx ends, with its open
+// waiting points, in one round trip. Unknown id: ErrNotFound.
+func (r *Repository) Lock(ctx context.Context, tx pgx.Tx, id uuid.UUID) (Order, error) {
+	found := make(map[uuid.UUID]*Order, 1)
+	b := &pgx.Batch{}
+	r.QueueLock(b, []uuid.UUID{id}, found)
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return Order{}, fmt.Errorf("orders: lock %s: %w", id, err)
 	}
-	for _, w := range o.waitingPoints {
-		if _, err := tx.Exec(ctx, qInsertWaitingPoint, o.ID, w.ProviderJobID, w.Cause); err != nil {
-			return fmt.Errorf("orders: record waiting point of %s: %w", o.ID, err)
-		}
+	o := found[id]
+	if o == nil {
+		return Order{}, ErrNotFound
 	}
-	o.transitions, o.waitingPoints = nil, nil
+	return *o, nil
+}
+
+// QueueLock queues onto b, for the caller to send in its transaction with
+// statements of its own, the locking reads of Lock for the orders ids.
+// Reading b's results puts each order found into found.
+func (r *Repository) QueueLock(b *pgx.Batch, ids []uuid.UUID, found map[uuid.UUID]*Order) {
+	b.Queue(qLock, ids).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			o, err := scanOrder(rows)
+			if err != nil {
+				return err
+			}
+			found[o.ID] = &o
+		}
+		return rows.Err()
+	})
+	b.Queue(qLockOpenWaitingPoints, ids).Query(func(rows pgx.Rows) error {
+		var (
+			orderID uuid.UUID
+			wp      int64
+		)
+		_, err := pgx.ForEachRow(rows, []any{&orderID, &wp}, func() error {
+			if o := found[orderID]; o != nil {
+				o.open = append(o.open, wp)
+			}
+			return nil
+		})
+		return err
+	})
+}
+
+// Save writes the changes recorded on os (locked by Lock or QueueLock in
+// tx) in tx, in one round trip; see QueueSave.
+func (r *Repository) Save(ctx context.Context, tx pgx.Tx, os ...*Order) error {
+	b := &pgx.Batch{}
+	r.QueueSave(b, os...)
+	if b.Len() == 0 {
+		return nil
+	}
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("orders: save: %w", err)
+	}
+	return nil
+}
+
+// QueueSave queues onto b, for the caller to send in the transaction that
+// locked os, the writes of the changes recorded on them: one statement per
+// table (rows, new waiting points, consumed waiting points, history)
+// however many orders, each checking it touched the rows decided on. The
+// changes are taken off os now; reading b's results sets their versions and
+// open waiting points. If b fails, the transaction must roll back and os be
+// discarded.
+func (r *Repository) QueueSave(b *pgx.Batch, os ...*Order) {
+	var (
+		rowIDs                       []uuid.UUID
+		statuses, jobs, invoices     []string
+		completed                    []int32
+		versions                     []int64
+		wpOrders                     []uuid.UUID
+		wpJobs, wpCauses             []string
+		consumeIDs                   []int64
+		consumeCauses                []string
+		histOrders                   []uuid.UUID
+		histFrom, histTo, histCauses []string
+	)
+	byID := make(map[uuid.UUID]*Order, len(os))
+	for _, o := range os {
+		if !o.changed() {
+			continue
+		}
+		byID[o.ID] = o
+		if o.rowChanged {
+			rowIDs = append(rowIDs, o.ID)
+			statuses = append(statuses, string(o.Status))
+			completed = append(completed, o.CompletedItems)
+			jobs = append(jobs, o.ProviderJobID)
+			invoices = append(invoices, o.InvoiceID)
+			versions = append(versions, o.Version)
+		}
+		for _, w := range o.waitingPoints {
+			wpOrders, wpJobs, wpCauses = append(wpOrders, o.ID), append(wpJobs, w.ProviderJobID), append(wpCauses, w.Cause)
+		}
+		for _, c := range o.consumed {
+			consumeIDs, consumeCauses = append(consumeIDs, c.waitingPoint), append(consumeCauses, c.cause)
+			o.open = slices.DeleteFunc(o.open, func(id int64) bool { return id == c.waitingPoint })
+		}
+		for _, t := range o.transitions {
+			histOrders, histFrom = append(histOrders, o.ID), append(histFrom, string(t.From))
+			histTo, histCauses = append(histTo, string(t.To)), append(histCauses, t.Cause)
+		}
+		o.rowChanged, o.transitions, o.waitingPoints, o.consumed = false, nil, nil, nil
+	}
+	if len(rowIDs) > 0 {
+		b.Queue(qUpdate, rowIDs, statuses, completed, jobs, invoices, versions).Query(func(rows pgx.Rows) error {
+			var (
+				id      uuid.UUID
+				version int64
+				at      time.Time
+			)
+			n, err := pgx.ForEachRow(rows, []any{&id, &version, &at}, func() error {
+				byID[id].Version, byID[id].UpdatedAt = version, at
+				return nil
+			})
+			return rowsExpected(err, "update orders", n.RowsAffected(), len(rowIDs))
+		})
+	}
+	if len(wpOrders) > 0 {
+		b.Queue(qInsertWaitingPoints, wpOrders, wpJobs, wpCauses).Query(func(rows pgx.Rows) error {
+			var (
+				id uuid.UUID
+				wp int64
+			)
+			n, err := pgx.ForEachRow(rows, []any{&id, &wp}, func() error {
+				byID[id].open = append(byID[id].open, wp)
+				return nil
+			})
+			return rowsExpected(err, "record waiting points", n.RowsAffected(), len(wpOrders))
+		})
+	}
+	if len(consumeIDs) > 0 {
+		b.Queue(qConsumeWaitingPoints, consumeIDs, consumeCauses).Exec(func(tag pgconn.CommandTag) error {
+			return rowsExpected(nil, "consume waiting points", tag.RowsAffected(), len(consumeIDs))
+		})
+	}
+	if len(histOrders) > 0 {
+		b.Queue(qInsertTransitions, histOrders, histFrom, histTo, histCauses).Exec(func(tag pgconn.CommandTag) error {
+			return rowsExpected(nil, "record transitions", tag.RowsAffected(), len(histOrders))
+		})
+	}
+}
+
+func rowsExpected(err error, what string, got int64, want int) error {
+	switch {
+	case err != nil:
+		return fmt.Errorf("orders: %s: %w", what, err)
+	case got != int64(want):
+		return fmt.Errorf("orders: %s: %w: %d rows, want %d", what, errRowCount, got, want)
+	}
 	return nil
 }
 
 // Get returns one order. Unknown id: ErrNotFound.
 func (r *Repository) Get(ctx context.Context, id uuid.UUID) (Order, error) {
+	if r.pool == nil {
+		return Order{}, errNoPool
+	}
 	return scanOrder(r.pool.QueryRow(ctx, qGet, id))
 }
 
@@ -224,6 +412,9 @@ type ListQuery struct {
 // List returns up to q.Limit orders and, when more may follow, the cursor of
 // the next page.
 func (r *Repository) List(ctx context.Context, q ListQuery) ([]Order, *Cursor, error) {
+	if r.pool == nil {
+		return nil, nil, errNoPool
+	}
 	if q.Limit < 1 {
 		return nil, nil, fmt.Errorf("orders: list limit %d < 1", q.Limit)
 	}
@@ -259,6 +450,9 @@ func (r *Repository) List(ctx context.Context, q ListQuery) ([]Order, *Cursor, e
 // History returns every transition of an order, oldest first. Unknown id:
 // ErrNotFound.
 func (r *Repository) History(ctx context.Context, id uuid.UUID) ([]Transition, error) {
+	if r.pool == nil {
+		return nil, errNoPool
+	}
 	rows, err := r.pool.Query(ctx, qHistory, id)
 	if err != nil {
 		return nil, fmt.Errorf("orders: history of %s: %w", id, err)

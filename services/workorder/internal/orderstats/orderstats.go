@@ -15,6 +15,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
+
+	"github.com/lossless-dev/lossless/services/workorder/internal/orders"
 )
 
 // countCap bounds each count: beyond it the exact number changes nothing on
@@ -28,8 +30,10 @@ const countCap = 100000
 const countByStatus = `
 SELECT count(*) FROM (SELECT 1 FROM work_orders WHERE status = $1 LIMIT $2) o`
 
-// OpenStatuses are the statuses counted.
-var OpenStatuses = []string{"CREATED", "HANDED_OFF", "COMPLETED"}
+// openStatuses are the statuses counted: the ones an order leaves.
+func openStatuses() []orders.Status {
+	return []orders.Status{orders.StatusCreated, orders.StatusHandedOff, orders.StatusCompleted}
+}
 
 // Config tunes the monitor.
 type Config struct {
@@ -107,13 +111,14 @@ func (m *Monitor) Run(ctx context.Context) error {
 
 // Refresh counts once and returns the counts by status.
 func (m *Monitor) Refresh(ctx context.Context) (map[string]int64, error) {
-	counts := make(map[string]int64, len(OpenStatuses))
-	for _, st := range OpenStatuses {
+	open := openStatuses()
+	counts := make(map[string]int64, len(open))
+	for _, st := range open {
 		var n int64
-		if err := m.pool.QueryRow(ctx, countByStatus, st, countCap).Scan(&n); err != nil {
+		if err := m.pool.QueryRow(ctx, countByStatus, string(st), countCap).Scan(&n); err != nil {
 			return nil, err
 		}
-		counts[st] = n
+		counts[string(st)] = n
 	}
 	m.mu.Lock()
 	m.counts = counts

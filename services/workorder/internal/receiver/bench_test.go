@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/waitfor"
 	"github.com/lossless-dev/lossless/services/workorder/internal/receiver"
@@ -114,7 +115,7 @@ func median(xs []float64) float64 {
 
 // receiveUntilStopped runs the receiver with the production defaults.
 func (bd bundle) receiveUntilStopped(b *testing.B) func() {
-	sub, err := pubsub.NewSubscriber(bd.emu.Client, pubsub.SubWorkOrderCompleted, pubsub.SubscriberConfig{}, quiet, nil)
+	sub, err := pubsub.NewSubscriber(bd.emu.Client, topology.SubWorkOrderCompleted, pubsub.SubscriberConfig{}, quiet, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

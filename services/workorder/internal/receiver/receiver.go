@@ -76,7 +76,7 @@ type Receiver struct {
 	logger *slog.Logger
 }
 
-// New returns a receiver reading sub (pubsub.SubWorkOrderCompleted) into
+// New returns a receiver reading sub (topology.SubWorkOrderCompleted) into
 // store, decoding with cfg.
 func New(store *inbox.Store, sub *pubsub.Subscriber, cfg Config, logger *slog.Logger) (*Receiver, error) {
 	if store == nil || sub == nil || logger == nil {

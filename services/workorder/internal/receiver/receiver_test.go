@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	eventsv1 "github.com/lossless-dev/lossless/gen/lossless/events/v1"
+	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/backoff"
 	"github.com/lossless-dev/lossless/pkg/inbox"
@@ -49,8 +50,8 @@ func setup(t testing.TB, pool *pgxpool.Pool) bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	emu := pubsubtest.New(t)
-	pub, err := pubsub.NewPublisher(emu.Client, pubsub.TopicWorkOrderCompleted, pubsub.PublisherConfig{})
+	emu := pubsubtest.New(t, topology.System())
+	pub, err := pubsub.NewPublisher(emu.Client, topology.TopicWorkOrderCompleted, pubsub.PublisherConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +63,7 @@ func setup(t testing.TB, pool *pgxpool.Pool) bundle {
 // wrap (nil: unchanged), until the test ends.
 func (b bundle) receive(t testing.TB, wrap func(pubsub.BatchHandler) pubsub.BatchHandler) {
 	t.Helper()
-	sub, err := pubsub.NewSubscriber(b.emu.Client, pubsub.SubWorkOrderCompleted, pubsub.SubscriberConfig{
+	sub, err := pubsub.NewSubscriber(b.emu.Client, topology.SubWorkOrderCompleted, pubsub.SubscriberConfig{
 		PullBackoff: backoff.Policy{Base: time.Millisecond, Max: 10 * time.Millisecond}}, quiet, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -108,7 +109,7 @@ func (b bundle) count(t testing.TB, q string, args ...any) int {
 // allAcked reports whether every message published so far was acked.
 func (b bundle) allAcked() bool {
 	for _, m := range b.emu.Server.Messages() {
-		if m.Topic == "projects/"+b.emu.ProjectID+"/topics/"+pubsub.TopicWorkOrderCompleted && m.Acks == 0 {
+		if m.Topic == "projects/"+b.emu.ProjectID+"/topics/"+topology.TopicWorkOrderCompleted && m.Acks == 0 {
 			return false
 		}
 	}

@@ -1,0 +1,249 @@
+// Package catalog reads the services' declarations: one service.json per
+// service folder (services/<name>/service.json), the single list of the
+// system's services. `make run` (internal/localstack) starts what it
+// declares, the binaries' `provision` command creates the Pub/Sub topology
+// it declares, and deploy/deploytest checks the Makefile, the Dockerfile,
+// compose, Prometheus and the alert rules against it. Adding a service is
+// adding a folder with a declaration (cmd/newservice writes one); no list in
+// code changes.
+package catalog
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/lossless-dev/lossless/pkg/pubsub"
+)
+
+// FileName is the declaration's name inside a service folder.
+const FileName = "service.json"
+
+// Service is one service's declaration.
+type Service struct {
+	// Name of the service, its folder under services/, its binary, its
+	// compose service, its Prometheus job and its Dockerfile target.
+	Name string `json:"name"`
+	// Database is the name of the service's own database (each service owns
+	// exactly one; the migration sets are migrations.<Name>()).
+	Database string `json:"database"`
+	// GRPCPort and HTTPPort are the listeners of replica 1 (GRPC_ADDR,
+	// HTTP_ADDR; HTTP also serves /healthz, /readyz and /metrics).
+	GRPCPort int `json:"grpc_port"`
+	HTTPPort int `json:"http_port"`
+	// RESTPath is an example REST resource, printed by `make run`.
+	RESTPath string `json:"rest_path,omitempty"`
+	// StartAfter names the services that must be ready before this one
+	// starts (a dependency it calls, or whose events it consumes).
+	StartAfter []string `json:"start_after,omitempty"`
+	// Publishes lists the topics the service publishes to (it owns them).
+	Publishes []string `json:"publishes,omitempty"`
+	// Subscribes lists the topics the service consumes; its subscription is
+	// pubsub.SubscriptionID(Name, topic), with a dead-letter topic and an
+	// inspection subscription.
+	Subscribes []string `json:"subscribes,omitempty"`
+	// LocalEnv is added to the service's environment by `make run`, after
+	// expanding {instance} (the replica's id, e.g. "billing-2"),
+	// {operator_token} (the run's operator token) and {grpc:<service>} (the
+	// gRPC address of that service's replica with the same number).
+	LocalEnv map[string]string `json:"local_env,omitempty"`
+}
+
+// Catalog is every declared service, in start order: a service after every
+// service it starts after, ties broken by name.
+type Catalog []Service
+
+var (
+	nameRE  = regexp.MustCompile(`^[a-z][a-z0-9-]*$`)
+	dbRE    = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
+	placeRE = regexp.MustCompile(`\{([a-z_]+)(?::([a-z][a-z0-9-]*))?\}`)
+)
+
+// Parse reads <dir>/service.json of every folder of fsys (the services/
+// folder) that has one, validates the declarations against each other and
+// returns them in start order.
+func Parse(fsys fs.FS) (Catalog, error) {
+	files, err := fs.Glob(fsys, "*/"+FileName)
+	if err != nil {
+		return nil, err
+	}
+	var c Catalog
+	var errs []error
+	for _, f := range files {
+		b, err := fs.ReadFile(fsys, f)
+		if err != nil {
+			return nil, err
+		}
+		var s Service
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&s); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", f, err))
+			continue
+		}
+		if dir := path.Dir(f); s.Name != dir {
+			errs = append(errs, fmt.Errorf("%s: name %q, want the folder's name %q", f, s.Name, dir))
+		}
+		c = append(c, s)
+	}
+	if len(files) == 0 {
+		errs = append(errs, errors.New("catalog: no */"+FileName+" declares a service"))
+	}
+	if err := errors.Join(append(errs, c.validate())...); err != nil {
+		return nil, err
+	}
+	return c.ordered()
+}
+
+func (c Catalog) validate() error {
+	var errs []error
+	bad := func(s Service, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("service %q: %s", s.Name, fmt.Sprintf(format, args...)))
+	}
+	names, dbs, ports, publisher := map[string]bool{}, map[string]string{}, map[int]string{}, map[string]string{}
+	for _, s := range c {
+		names[s.Name] = true
+	}
+	for _, s := range c {
+		if !nameRE.MatchString(s.Name) {
+			bad(s, "name must match %s", nameRE)
+		}
+		if !dbRE.MatchString(s.Database) {
+			bad(s, "database %q must match %s", s.Database, dbRE)
+		} else if other, ok := dbs[s.Database]; ok {
+			bad(s, "database %q is also %q's: each service owns its own", s.Database, other)
+		}
+		dbs[s.Database] = s.Name
+		for _, p := range []int{s.GRPCPort, s.HTTPPort} {
+			if p < 1024 || p > 65535 {
+				bad(s, "port %d outside 1024..65535", p)
+			} else if other, ok := ports[p]; ok {
+				bad(s, "port %d is also %q's", p, other)
+			}
+			ports[p] = s.Name
+		}
+		for _, d := range s.StartAfter {
+			if !names[d] || d == s.Name {
+				bad(s, "start_after %q is not another declared service", d)
+			}
+		}
+		for _, tp := range s.Publishes {
+			if other, ok := publisher[tp]; ok {
+				bad(s, "topic %q is also published by %q: a topic has one owner", tp, other)
+			}
+			publisher[tp] = s.Name
+		}
+		for name, v := range s.LocalEnv {
+			for _, m := range placeRE.FindAllStringSubmatch(v, -1) {
+				switch {
+				case m[1] == "grpc" && names[m[2]]:
+				case (m[1] == "instance" || m[1] == "operator_token") && m[2] == "":
+				default:
+					bad(s, "local_env %s: unknown placeholder %s", name, m[0])
+				}
+			}
+		}
+	}
+	for _, s := range c {
+		for _, tp := range s.Subscribes {
+			if _, ok := publisher[tp]; !ok {
+				bad(s, "subscribes to %q, which no service publishes", tp)
+			}
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	return c.Topology().Validate()
+}
+
+// ordered sorts c topologically by StartAfter, ties by name.
+func (c Catalog) ordered() (Catalog, error) {
+	rest := slices.Clone(c)
+	sort.Slice(rest, func(i, j int) bool { return rest[i].Name < rest[j].Name })
+	var out Catalog
+	started := map[string]bool{}
+	for len(rest) > 0 {
+		i := slices.IndexFunc(rest, func(s Service) bool {
+			return !slices.ContainsFunc(s.StartAfter, func(d string) bool { return !started[d] })
+		})
+		if i < 0 {
+			var names []string
+			for _, s := range rest {
+				names = append(names, s.Name)
+			}
+			return nil, fmt.Errorf("catalog: start_after forms a cycle among %s", strings.Join(names, ", "))
+		}
+		started[rest[i].Name] = true
+		out = append(out, rest[i])
+		rest = slices.Delete(rest, i, i+1)
+	}
+	return out, nil
+}
+
+// Names are the services' names in start order.
+func (c Catalog) Names() []string {
+	out := make([]string, len(c))
+	for i, s := range c {
+		out[i] = s.Name
+	}
+	return out
+}
+
+// Service returns the declaration of name.
+func (c Catalog) Service(name string) (Service, bool) {
+	i := slices.IndexFunc(c, func(s Service) bool { return s.Name == name })
+	if i < 0 {
+		return Service{}, false
+	}
+	return c[i], true
+}
+
+// Topology is the system's Pub/Sub topology: every published topic, and per
+// subscribing service its consumer subscription with a dead-letter topic
+// and an inspection subscription.
+func (c Catalog) Topology() pubsub.Topology {
+	var t pubsub.Topology
+	for _, s := range c {
+		for _, tp := range s.Publishes {
+			t.AddTopic(tp)
+		}
+	}
+	for _, s := range c {
+		for _, tp := range s.Subscribes {
+			t.AddConsumer(pubsub.SubscriptionID(s.Name, tp), tp)
+		}
+	}
+	return t
+}
+
+// ExpandEnv returns s's LocalEnv as KEY=value pairs, sorted, with the
+// placeholders replaced: {instance} by instance, {operator_token} by token
+// and {grpc:<service>} by grpcAddr(service).
+func (s Service) ExpandEnv(instance, token string, grpcAddr func(service string) string) []string {
+	out := make([]string, 0, len(s.LocalEnv))
+	for name, v := range s.LocalEnv {
+		v = placeRE.ReplaceAllStringFunc(v, func(p string) string {
+			m := placeRE.FindStringSubmatch(p)
+			switch m[1] {
+			case "instance":
+				return instance
+			case "operator_token":
+				return token
+			case "grpc":
+				return grpcAddr(m[2])
+			}
+			return p
+		})
+		out = append(out, name+"="+v)
+	}
+	sort.Strings(out)
+	return out
+}

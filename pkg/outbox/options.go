@@ -1,0 +1,63 @@
+package outbox
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/lossless-dev/lossless/pkg/pgschema"
+)
+
+// Option is optional behaviour, accepted by every constructor of the package
+// (NewRelay, NewWriter). A constructor ignores the options it has no use
+// for, so one option list can configure all of them.
+type Option func(*options)
+
+type options struct {
+	schema       string
+	dependencies map[string]string // event type -> dependency name
+	now          func() time.Time
+}
+
+// WithSchema names the PostgreSQL schema holding the outbox tables, the one
+// Migrations was applied to. Default DefaultSchema. Every statement names
+// its tables qualified by it, and the relay listens on "<schema>.outbox",
+// the channel the schema's trigger notifies, so two outboxes in two schemas
+// of one database neither see nor wake each other. It is an option, not a
+// Config field: it is wiring that must match the migrations the service
+// applied, not a tunable to read from the environment.
+func WithSchema(name string) Option {
+	return func(o *options) { o.schema = name }
+}
+
+// WithClock replaces time.Now as the relay's clock, for tests: every time
+// comparison of the relay (backoff expiry, sweeps, circuit probes,
+// retention) uses it, so a test advances it instead of sleeping.
+func WithClock(now func() time.Time) Option {
+	return func(o *options) { o.now = now }
+}
+
+// WithDependency names the dependency the dispatchers of eventTypes call,
+// so that they share one circuit (an outage of a Pub/Sub topic stops every
+// event type published to it). Without it each event type has a circuit of
+// its own, named after the type.
+func WithDependency(name string, eventTypes ...string) Option {
+	return func(o *options) {
+		for _, t := range eventTypes {
+			o.dependencies[t] = name
+		}
+	}
+}
+
+// newOptions applies opts over the defaults and validates the schema; the
+// error names it.
+func newOptions(opts []Option) (options, error) {
+	o := options{dependencies: map[string]string{}, now: time.Now}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	o.schema = pgschema.OrDefault(o.schema)
+	if err := pgschema.Validate(o.schema); err != nil {
+		return options{}, fmt.Errorf("outbox: WithSchema: %w", err)
+	}
+	return o, nil
+}

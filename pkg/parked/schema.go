@@ -1,0 +1,43 @@
+package parked
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"io/fs"
+
+	"github.com/lossless-dev/lossless/pkg/pgmigrate"
+	"github.com/lossless-dev/lossless/pkg/pgschema"
+)
+
+// DefaultSchema is the PostgreSQL schema of the package's tables when none
+// is configured.
+const DefaultSchema = pgschema.Default
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// Migrations returns the package's schema as a migration set for
+// pgmigrate.Apply, to be created in the PostgreSQL schema named schema (""
+// means DefaultSchema). Its versions are tracked in their own table,
+// parked_schema_version, apart from the service's: apply it before the
+// service's own set, whose tables may reference it.
+func Migrations(schema string) pgmigrate.Set {
+	files, err := fs.Sub(migrationFiles, "migrations")
+	if err != nil {
+		// fs.Sub fails only on an invalid path, which is a constant.
+		panic(err)
+	}
+	return pgmigrate.Set{
+		Name:         "parked",
+		Schema:       pgschema.OrDefault(schema),
+		FS:           files,
+		VersionTable: "parked_schema_version",
+	}
+}
+
+// Migrate applies Migrations(schema) to db.
+func Migrate(ctx context.Context, db *sql.DB, schema string) error {
+	_, err := pgmigrate.Apply(ctx, db, Migrations(schema))
+	return err
+}
