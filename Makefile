@@ -23,9 +23,10 @@ build: ## Build every service and command into ./bin (static binaries).
 		CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN_DIR)/$$c ./cmd/$$c || exit 1; done
 
 .PHONY: test
-test: ## Run every test (unit, integration on real PostgreSQL and Pub/Sub emulator) under -race, in the main and deploy/ modules.
+test: ## Run every test (unit, integration on real PostgreSQL and Pub/Sub emulator) under -race, in the main, deploy/ and bench/report/ modules.
 	$(GO) test $(GO_TEST_FLAGS) ./...
 	cd deploy && $(GO) test $(GO_TEST_FLAGS) ./...
+	cd bench/report && $(GO) test $(GO_TEST_FLAGS) ./...
 
 .PHONY: lint
 lint: ## Run gofmt, go vet, buf lint and golangci-lint.
@@ -63,10 +64,32 @@ run: ## Run the whole system locally without Docker (PostgreSQL, Pub/Sub emulato
 demo: ## Create orders against a running stack and print a summary, e.g. make demo ARGS="-n 200 -faults duplicate=0.2".
 	$(GO) run ./cmd/demo $(ARGS)
 
+# bench/raw*.json and bench/data are the run's raw output (not committed); bench/report.md and bench/plots
+# are written from them. The watermill comparison is its own module, which `./...` does not reach: it runs
+# as bench-watermill does, with -json. The report is written even when a benchmark fails (its row says so);
+# the target then exits non-zero.
+BENCH_DATA ?= bench/data
+
 .PHONY: bench
-bench: ## Run the benchmarks (B1-B5 of docs/performance.md) with fsync on; writes bench/report.txt.
-	@mkdir -p bench
-	LOSSLESS_PG_FSYNC=on $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./... | tee bench/report.txt
+bench: ## Run every benchmark of docs/performance.md once, fsync on; writes bench/report.md (targets, figures, plots).
+	@mkdir -p bench $(BENCH_DATA) && rm -f $(BENCH_DATA)/*.csv bench/raw.json bench/raw-watermill.json
+	@echo "benchmarks running (up to 90 min); progress: tail -f bench/raw.json"
+	@status=0; \
+	LOSSLESS_PG_FSYNC=on LOSSLESS_BENCH_DATA='$(abspath $(BENCH_DATA))' \
+		$(GO) test -json -run '^$$' -bench . -benchtime 1x -timeout 90m ./... > bench/raw.json || status=1; \
+	if [ -d bench/watermill-compare ]; then \
+		(cd bench/watermill-compare && LOSSLESS_PG_FSYNC=on LOSSLESS_BENCH_DATA='$(abspath $(BENCH_DATA))' \
+			$(GO) test -json -run '^$$' -bench . -benchtime 1x -timeout 60m .) > bench/raw-watermill.json || status=1; \
+	fi; \
+	(cd bench/report && $(GO) run . -raw '$(abspath bench/raw.json)' -raw '$(abspath bench/raw-watermill.json)' \
+		-data '$(abspath $(BENCH_DATA))' -out '$(abspath bench/report.md)') || status=1; \
+	echo "wrote bench/report.md"; exit $$status
+
+# A module of its own, so that watermill stays out of the main go.mod; `go test ./...` does not reach it.
+# A relative LOSSLESS_BENCH_DATA is made absolute: the test runs in the module's directory.
+.PHONY: bench-watermill
+bench-watermill: ## B1w: our outbox relay vs watermill-sql's forwarder draining the same backlog on one server, fsync on.
+	cd bench/watermill-compare && $(if $(LOSSLESS_BENCH_DATA),LOSSLESS_BENCH_DATA='$(abspath $(LOSSLESS_BENCH_DATA))') LOSSLESS_PG_FSYNC=on $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m .
 
 FUZZTIME ?= 30s
 
@@ -82,7 +105,7 @@ fuzz: ## Fuzz every Fuzz target for FUZZTIME each (default 30s), e.g. make fuzz 
 .PHONY: ci
 ci: check-generated tidy-check proto-breaking lint test ## What .ci/run runs after installing prerequisites (make test runs every seed corpus).
 
-# Every module of the repository: the main one, tools/, deploy/, bench/river-compare/.
+# Every module of the repository: the main one, tools/, deploy/, bench/*/.
 GO_MODULES = $(sort $(patsubst %/go.mod,%,$(shell find . -name go.mod -not -path './.git/*')))
 
 .PHONY: tidy-check

@@ -2,138 +2,599 @@ package e2e
 
 import (
 	"context"
+	"encoding/csv"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/lossless-dev/lossless/internal/loadgen"
 	"github.com/lossless-dev/lossless/internal/localstack"
+	"github.com/lossless-dev/lossless/internal/orderhop"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
 )
 
-// pathCommits is the number of sequential commits on one order's path from
-// create to invoiced: create (1); outbox claim + settle with the hand-off
-// (2); provider accept and its event records (3); inbox insert (1);
-// correlation (1); outbox claim + settle of WorkOrderCompletionRecorded (2);
-// billing intake (1); job claim + completion (2); billing outbox claim +
-// settle (2); workorder invoicing (1). It is the commit part of B5's floor.
-const pathCommits = 16
-
-// pubsubHops is the number of Pub/Sub hops on the path (work-order-completed,
-// workorder-events, billing-events).
-const pubsubHops = 3
+// Definitions of benchmark B5.
+const (
+	// b5AnchorClients run the commit-rate anchor of docs/performance.md (a
+	// 1-row insert, one commit each).
+	b5AnchorClients = 16
+	// b5StatsSettle lets every backend flush its transaction counts to
+	// pg_stat_database (at most once a second under load) before a reading.
+	b5StatsSettle = 2 * time.Second
+	// b5ProfileDelay is how far into the 50 % phase the CPU profiles start:
+	// past the ramp-up of the open loop.
+	b5ProfileDelay = 2 * time.Second
+	// b5MaxProfile stays below the services' HTTP write timeout (15 s by
+	// default), which bounds a profile request.
+	b5MaxProfile = 14 * time.Second
+	// Targets.
+	b5CapacityTarget = 0.5 // capacity ÷ commit-bound limit, at least
+	b5FloorTarget    = 2.0 // p50 at 10 % ÷ measured floor, at most
+	b5P99Target      = time.Second
+)
 
 // BenchmarkB5_EndToEndLatency measures create→invoiced latency under
 // open-loop load at 10% and 50% of the system's measured capacity (benchmark
-// B5 of docs/performance.md). Environment:
+// B5 of docs/performance.md), decomposed into the hops of package orderhop,
+// against a floor and a capacity bound measured in the same run:
+//
+//   - floor: LOSSLESS_B5_FLOOR_N orders one at a time (each invoiced before
+//     the next is created); each hop's minimum over them, summed;
+//   - capacity bound: the server's 16-client 1-row-insert commit rate
+//     (measured before and after the capacity probe, averaged) ÷ the
+//     commits one order costs (pg_stat_database xact_commit across the
+//     services' databases over the capacity probe ÷ orders invoiced; every
+//     transaction counts, read-only polls included).
+//
+// Hop latencies come from the databases' own timestamps after each phase
+// (see b5Times). During the 50% phase a CPU profile of every service is
+// fetched from its /debug/pprof/ (PPROF_ENABLED) and its top 10 functions
+// printed. Environment:
 //
 //	LOSSLESS_B5_DURATION   open-loop phase length (default 60s; the design's run is 5m)
 //	LOSSLESS_B5_CAPACITY_N orders of the closed-loop capacity probe (default 600)
-//
-// The floor is modelled as pathCommits × the median 1-row commit latency
-// measured in the same run, plus pubsubHops × the median publish→receive
-// latency of the emulator (approximated by one commit each: both are a
-// loopback round trip plus a durable step), plus zero poll waits where
-// LISTEN/NOTIFY wakes the next stage.
+//	LOSSLESS_B5_FLOOR_N    orders of the one-at-a-time floor probe (default 30)
+//	LOSSLESS_B5_ANCHOR     length of each commit-rate anchor run (default 5s)
+//	LOSSLESS_B5_PROFILE    CPU profile length during the 50% phase (default 10s, at most 14s)
+//	LOSSLESS_BENCH_DATA    directory for b5_hops.csv, b5_latency.csv, b5_rate.csv and the
+//	                       profiles (default for the profiles: bench/profiles)
+//	LOSSLESS_PG_FSYNC=on   fsync on the test PostgreSQL server (make bench)
 func BenchmarkB5_EndToEndLatency(b *testing.B) {
 	ctx := context.Background()
 	duration := envDuration(b, "LOSSLESS_B5_DURATION", time.Minute)
 	capN := envInt(b, "LOSSLESS_B5_CAPACITY_N", 600)
+	floorN := envInt(b, "LOSSLESS_B5_FLOOR_N", 30)
+	anchorFor := envDuration(b, "LOSSLESS_B5_ANCHOR", 5*time.Second)
+	profileFor := min(envDuration(b, "LOSSLESS_B5_PROFILE", 10*time.Second), b5MaxProfile, duration-b5ProfileDelay-time.Second)
+	dataDir := os.Getenv("LOSSLESS_BENCH_DATA")
+	profDir := dataDir
+	if profDir == "" {
+		_, thisFile, _, _ := runtime.Caller(0)
+		profDir = filepath.Join(filepath.Dir(filepath.Dir(thisFile)), "bench", "profiles")
+	}
 
-	binDir := b.TempDir()
-	_, thisFile, _, _ := runtime.Caller(0)
-	if err := localstack.Build(ctx, filepath.Dir(filepath.Dir(thisFile)), binDir); err != nil {
-		b.Fatal(err)
-	}
-	ports, err := localstack.FreePorts()
-	if err != nil {
-		b.Fatal(err)
-	}
-	stack, err := localstack.Start(ctx, localstack.Config{
-		BinDir:         binDir,
-		DatabaseURL:    pgtest.ServerDSN(b),
-		DatabasePrefix: "b5_" + strings.ReplaceAll(uuid.NewString()[:8], "-", "") + "_",
-		Ports:          ports,
-		Log:            discard{},
-		ExtraEnv: map[string][]string{"provider-sim": {
-			// The provider's own execution time is not ours to measure.
-			"PROVIDER_EXEC_BASE=1ms", "PROVIDER_EXEC_PER_POSITION=0s", "PROVIDER_POLL_INTERVAL=50ms",
-		}},
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer func() { _ = stack.Stop(30 * time.Second) }()
-	base := stack.URLs()["workorder"]
+	stack, base := startBenchStack(b, "b5_", envForAll(b, "PPROF_ENABLED=true"))
+	dbs := b5Open(ctx, b, stack)
+	server := pgtest.ServerDSN(b)
 
 	b.ResetTimer()
 	for range b.N {
-		capacity, err := loadgen.Run(ctx, loadgen.Config{BaseURL: base, Count: capN, Concurrency: 64, MaxPositions: 10, Wait: 5 * time.Minute, Seed: 7})
-		if err != nil {
-			b.Fatal(err)
+		var all []b5Order // every order of the run, for the rate series
+		phases := map[string][]b5Order{}
+
+		// The floor: one order at a time, nothing else in flight.
+		var floorIDs []string
+		for i := range floorN {
+			res := b5Load(ctx, b, "floor", loadgen.Config{BaseURL: base, Count: 1, Concurrency: 1, MaxPositions: 10, Wait: time.Minute, Seed: uint64(100 + i)})
+			floorIDs = append(floorIDs, res.OrderIDs...)
 		}
-		if capacity.Invoiced != capacity.Created {
-			b.Fatalf("capacity probe: %d of %d invoiced", capacity.Invoiced, capacity.Created)
+		phases["floor"] = dbs.times(ctx, b, floorIDs)
+		all = append(all, phases["floor"]...)
+		minima := b5Minima(phases["floor"])
+		var floor time.Duration
+		for _, m := range minima {
+			floor += m
 		}
-		rate := capacity.InvoicedPerSec
-		b.ReportMetric(rate, "capacity_orders/s")
-		floor := commitFloor(b, pgtest.ServerDSN(b)) * (pathCommits + pubsubHops)
-		b.ReportMetric(float64(floor.Microseconds())/1000, "floor_ms")
+
+		// Capacity, between two commit-rate anchors (A B A).
+		anchorA := b5CommitRate(ctx, b, server, anchorFor)
+		commitsBefore := dbs.commits(ctx, b)
+		capRes := b5Load(ctx, b, "capacity probe", loadgen.Config{BaseURL: base, Count: capN, Concurrency: 64, MaxPositions: 10, Wait: 5 * time.Minute, Seed: 7})
+		b5Pause(b5StatsSettle)
+		commitsPerOrder := float64(dbs.commits(ctx, b)-commitsBefore) / float64(capRes.Invoiced)
+		anchorB := b5CommitRate(ctx, b, server, anchorFor)
+		all = append(all, dbs.times(ctx, b, capRes.OrderIDs)...)
+		capacity := capRes.InvoicedPerSec
+		commitRate := (anchorA + anchorB) / 2
+		bound := commitRate / commitsPerOrder
+		capRatio := capacity / bound
+
+		// The open-loop phases; CPU profiles during the 50 % one.
+		var profiles []b5Profile
 		for _, load := range []struct {
 			name string
 			frac float64
 		}{{"10pct", 0.1}, {"50pct", 0.5}} {
-			res, err := loadgen.Run(ctx, loadgen.Config{
-				BaseURL: base, Rate: rate * load.frac, Duration: duration, Concurrency: 64, MaxPositions: 10, Wait: 5 * time.Minute, Seed: 11,
+			var wg sync.WaitGroup
+			if load.name == "50pct" && profileFor >= time.Second {
+				wg.Go(func() { profiles = b5Profiles(ctx, b, stack, profDir, profileFor) })
+			}
+			res := b5Load(ctx, b, load.name, loadgen.Config{
+				BaseURL: base, Rate: capacity * load.frac, Duration: duration, Concurrency: 64, MaxPositions: 10, Wait: 5 * time.Minute, Seed: 11,
 			})
-			if err != nil {
-				b.Fatal(err)
+			wg.Wait()
+			phases[load.name] = dbs.times(ctx, b, res.OrderIDs)
+			all = append(all, phases[load.name]...)
+		}
+
+		// Report.
+		b.ReportMetric(capacity, "capacity_orders/s")
+		b.ReportMetric(commitRate, "anchor_commits/s")
+		b.ReportMetric(commitsPerOrder, "commits/order")
+		b.ReportMetric(capRatio, "capacity/commit_bound")
+		b.ReportMetric(b5Ms(floor), "floor_ms")
+		e2e := map[string][]time.Duration{}
+		for _, ph := range []string{"floor", "10pct", "50pct"} {
+			e2e[ph] = b5EndToEnd(phases[ph])
+		}
+		p50at10 := b5Pct(e2e["10pct"], 50)
+		p99at50 := b5Pct(e2e["50pct"], 99)
+		for _, ph := range []string{"10pct", "50pct"} {
+			b.ReportMetric(b5Ms(b5Pct(e2e[ph], 50)), "p50_ms_"+ph)
+			b.ReportMetric(b5Ms(b5Pct(e2e[ph], 99)), "p99_ms_"+ph)
+			for i, hop := range orderhop.Path {
+				lat := b5HopLatencies(phases[ph], i)
+				b.ReportMetric(b5Ms(b5Pct(lat, 50)), "p50_ms_"+string(hop)+"_"+ph)
+				b.ReportMetric(b5Ms(b5Pct(lat, 99)), "p99_ms_"+string(hop)+"_"+ph)
 			}
-			if res.Invoiced != res.Created {
-				b.Fatalf("%s: %d of %d invoiced: a benchmark that loses an effect has failed", load.name, res.Invoiced, res.Created)
-			}
-			p50 := time.Duration(res.LatencyP50)
-			b.ReportMetric(float64(p50.Microseconds())/1000, "p50_ms_"+load.name)
-			b.ReportMetric(float64(time.Duration(res.LatencyP99).Microseconds())/1000, "p99_ms_"+load.name)
-			b.ReportMetric(float64(p50)/float64(floor), "p50/floor_"+load.name)
+		}
+		b.ReportMetric(float64(p50at10)/float64(floor), "p50/floor_10pct")
+
+		// The table goes to stderr: a benchmark's log keeps only 10 lines.
+		var tbl strings.Builder
+		fmt.Fprintf(&tbl, "B5 per hop (ms; floor = minimum of %d single orders):\n%-18s %8s %8s %8s %8s %8s\n", len(phases["floor"]), "hop", "floor", "p50@10%", "p99@10%", "p50@50%", "p99@50%")
+		for i, hop := range orderhop.Path {
+			l10, l50 := b5HopLatencies(phases["10pct"], i), b5HopLatencies(phases["50pct"], i)
+			fmt.Fprintf(&tbl, "%-18s %8.2f %8.2f %8.2f %8.2f %8.2f\n", hop, b5Ms(minima[i]), b5Ms(b5Pct(l10, 50)), b5Ms(b5Pct(l10, 99)), b5Ms(b5Pct(l50, 50)), b5Ms(b5Pct(l50, 99)))
+		}
+		fmt.Fprintf(&tbl, "%-18s %8.2f %8.2f %8.2f %8.2f %8.2f\n", "end to end", b5Ms(floor), b5Ms(p50at10), b5Ms(b5Pct(e2e["10pct"], 99)), b5Ms(b5Pct(e2e["50pct"], 50)), b5Ms(p99at50))
+		for _, p := range profiles {
+			fmt.Fprintf(&tbl, "\nCPU profile of %s during the 50%% phase (%s):\n%s", p.service, p.file, p.top)
+		}
+		fmt.Fprint(os.Stderr, tbl.String())
+
+		b.Logf("%s, GOMAXPROCS=%d; capacity %.1f orders/s (probe of %d); anchor %.0f / %.0f commits/s (16 clients, before/after)",
+			runtime.Version(), runtime.GOMAXPROCS(0), capacity, capN, anchorA, anchorB)
+		b.Logf("commits per order %.1f → commit-bound limit %.1f orders/s; capacity ratio %.2f (target ≥ %.1f: %s)",
+			commitsPerOrder, bound, capRatio, b5CapacityTarget, b5Met(capRatio >= b5CapacityTarget))
+		b.Logf("measured floor %.1f ms (sum of per-hop minima over %d single orders; fastest single order %.1f ms)",
+			b5Ms(floor), len(phases["floor"]), b5Ms(b5Pct(e2e["floor"], 0)))
+		b.Logf("10%% load: p50 %.1f ms = %.2f × floor (target ≤ %.0f: %s); 50%% load: p99 %.1f ms (target < %v: %s)",
+			b5Ms(p50at10), float64(p50at10)/float64(floor), b5FloorTarget, b5Met(float64(p50at10) <= b5FloorTarget*float64(floor)),
+			b5Ms(p99at50), b5P99Target, b5Met(p99at50 < b5P99Target))
+		b.Logf("per-hop table and CPU profile tops on stderr; profiles in %s", profDir)
+
+		if dataDir != "" {
+			b5WriteCSVs(b, dataDir, phases, all)
 		}
 	}
 }
 
-// commitFloor is the median latency of a 1-row insert commit on the same
-// server, measured now, in a scratch table of the server's own database.
-func commitFloor(b *testing.B, serverDSN string) time.Duration {
+func b5Met(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "NOT met"
+}
+
+func b5Ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// b5Pause waits d: a settle time, not a synchronisation.
+func b5Pause(d time.Duration) { <-time.After(d) }
+
+// b5Load runs one load phase and fails the benchmark if an order was lost.
+func b5Load(ctx context.Context, b *testing.B, what string, cfg loadgen.Config) *loadgen.Result {
 	b.Helper()
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, serverDSN)
+	res, err := loadgen.Run(ctx, cfg)
+	if err != nil {
+		b.Fatalf("%s: %v", what, err)
+	}
+	if res.Invoiced != res.Created || res.CreateErrors > 0 {
+		b.Fatalf("%s: %d of %d invoiced, %d create errors: a benchmark that loses an effect has failed (%v)",
+			what, res.Invoiced, res.Created, res.CreateErrors, res.NotInvoiced)
+	}
+	return res
+}
+
+// b5Order holds one order's timestamps along the path, in path order: t[0]
+// created, then the end of each hop of orderhop.Path.
+type b5Order struct {
+	id string
+	t  [10]time.Time
+}
+
+// b5DBs are connections to the services' databases.
+type b5DBs struct {
+	workorder, provider, billing *pgxpool.Pool
+	names                        []string // the databases' names on the server
+}
+
+func b5Open(ctx context.Context, b *testing.B, stack *localstack.Stack) *b5DBs {
+	b.Helper()
+	d := &b5DBs{}
+	for db, p := range map[string]**pgxpool.Pool{"workorder": &d.workorder, "providersim": &d.provider, "billing": &d.billing} {
+		dsn, ok := stack.DSN[db]
+		if !ok {
+			b.Fatalf("no %s database in the stack", db)
+		}
+		pool, err := pgxpool.New(ctx, dsn)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(pool.Close)
+		*p = pool
+		u, err := url.Parse(dsn)
+		if err != nil {
+			b.Fatal(err)
+		}
+		d.names = append(d.names, strings.TrimPrefix(u.Path, "/"))
+	}
+	return d
+}
+
+// b5Commits sums the committed transactions of the services' databases.
+const b5Commits = `SELECT coalesce(sum(xact_commit), 0)::bigint FROM pg_stat_database WHERE datname = ANY($1)`
+
+func (d *b5DBs) commits(ctx context.Context, b *testing.B) int64 {
+	b.Helper()
+	var n int64
+	if err := d.workorder.QueryRow(ctx, b5Commits, d.names).Scan(&n); err != nil {
+		b.Fatal(err)
+	}
+	return n
+}
+
+// The path's timestamps, read from the databases after a phase. Every one
+// is written by the hop's own transaction (now() is its start, or the
+// service's clock, on the same machine):
+//
+//	created, correlated, invoiced   work_order_transitions: the first transition, COMPLETED, INVOICED
+//	accepted, started, completed    provider jobs: accepted_at, started_at, completed_at
+//	published                       provider job_events.published_at of the completion
+//	received                        workorder inbox.received_at of the completion
+//	enqueued, issued                billing leasequeue_jobs.created_at, invoices.issued_at
+//
+// The provider records published_at after Pub/Sub accepted the message, so
+// the inbox may store it first: the boundary of provider_publish and
+// deliver is the earlier of the two. Each boundary is then taken no earlier
+// than the one before it, so every hop is ≥ 0 and the hops of an order sum
+// exactly to its create→INVOICED latency, the figure loadgen reports.
+const (
+	b5WorkOrderTimes = `
+SELECT work_order_id::text, min(occurred_at),
+       min(occurred_at) FILTER (WHERE to_status = 'COMPLETED'),
+       min(occurred_at) FILTER (WHERE to_status = 'INVOICED')
+  FROM work_order_transitions WHERE work_order_id = ANY($1::uuid[]) GROUP BY work_order_id`
+	// The last completion tranche received is the one that completes the order.
+	b5InboxTimes = `
+SELECT correlation_key, max(received_at) FROM inbox
+ WHERE correlation_key = ANY($1::text[]) AND event_type = 'lossless.events.v1.WorkOrderCompleted'
+ GROUP BY correlation_key`
+	b5ProviderTimes = `
+SELECT j.work_order_id::text, j.accepted_at, j.started_at, j.completed_at,
+       (SELECT max(e.published_at) FROM job_events e WHERE e.job_id = j.job_id AND e.kind = 'COMPLETED')
+  FROM jobs j WHERE j.work_order_id = ANY($1::uuid[])`
+	b5BillingTimes = `
+SELECT q.unique_key, q.created_at, i.issued_at
+  FROM leasequeue_jobs q JOIN invoices i ON i.job_id = q.id
+ WHERE q.unique_key = ANY($1::text[])`
+)
+
+// Indexes into b5Order.t.
+const (
+	b5Created = iota
+	b5Accepted
+	b5Started
+	b5Completed
+	b5Published
+	b5Received
+	b5Correlated
+	b5Enqueued
+	b5Issued
+	b5Invoiced
+)
+
+func (d *b5DBs) times(ctx context.Context, b *testing.B, ids []string) []b5Order {
+	b.Helper()
+	byID := make(map[string]*b5Order, len(ids))
+	for _, id := range ids {
+		byID[id] = &b5Order{id: id}
+	}
+	scan := func(pool *pgxpool.Pool, q string, idx ...int) {
+		rows, err := pool.Query(ctx, q, ids)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var id string
+			ts := make([]*time.Time, len(idx))
+			dest := []any{&id}
+			for i := range ts {
+				dest = append(dest, &ts[i])
+			}
+			if err := rows.Scan(dest...); err != nil {
+				b.Fatal(err)
+			}
+			if o := byID[id]; o != nil {
+				for i, k := range idx {
+					if ts[i] != nil {
+						o.t[k] = *ts[i]
+					}
+				}
+			}
+		}
+		if err := rows.Err(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	scan(d.workorder, b5WorkOrderTimes, b5Created, b5Correlated, b5Invoiced)
+	scan(d.workorder, b5InboxTimes, b5Received)
+	scan(d.provider, b5ProviderTimes, b5Accepted, b5Started, b5Completed, b5Published)
+	scan(d.billing, b5BillingTimes, b5Enqueued, b5Issued)
+	out := make([]b5Order, 0, len(ids))
+	for _, id := range ids {
+		o := byID[id]
+		for k, t := range o.t {
+			if t.IsZero() {
+				b.Fatalf("order %s: timestamp %d of the path missing from the databases", id, k)
+			}
+		}
+		if o.t[b5Received].Before(o.t[b5Published]) {
+			o.t[b5Published] = o.t[b5Received]
+		}
+		for k := 1; k < len(o.t); k++ {
+			if o.t[k].Before(o.t[k-1]) {
+				o.t[k] = o.t[k-1]
+			}
+		}
+		out = append(out, *o)
+	}
+	return out
+}
+
+// b5HopLatencies are hop i's latencies (orderhop.Path[i]), sorted.
+func b5HopLatencies(orders []b5Order, i int) []time.Duration {
+	out := make([]time.Duration, 0, len(orders))
+	for _, o := range orders {
+		out = append(out, o.t[i+1].Sub(o.t[i]))
+	}
+	slices.Sort(out)
+	return out
+}
+
+// b5EndToEnd are the orders' create→INVOICED latencies, sorted.
+func b5EndToEnd(orders []b5Order) []time.Duration {
+	out := make([]time.Duration, 0, len(orders))
+	for _, o := range orders {
+		out = append(out, o.t[b5Invoiced].Sub(o.t[b5Created]))
+	}
+	slices.Sort(out)
+	return out
+}
+
+// b5Minima is each hop's minimum over orders.
+func b5Minima(orders []b5Order) []time.Duration {
+	out := make([]time.Duration, len(orderhop.Path))
+	for i := range orderhop.Path {
+		if lat := b5HopLatencies(orders, i); len(lat) > 0 {
+			out[i] = lat[0]
+		}
+	}
+	return out
+}
+
+// b5Pct is the nearest-rank percentile p of sorted (0: the minimum).
+func b5Pct(sorted []time.Duration, p int) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := max((len(sorted)*p+99)/100, 1)
+	return sorted[i-1]
+}
+
+// b5CommitRate is the anchor: 1-row inserts, one commit each, from
+// b5AnchorClients connections for d, on a fresh table of the server's own
+// database after a CHECKPOINT (docs/performance.md).
+func b5CommitRate(ctx context.Context, b *testing.B, serverDSN string, d time.Duration) float64 {
+	b.Helper()
+	cfg, err := pgxpool.ParseConfig(serverDSN)
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer conn.Close(ctx)
-	table := pgx.Identifier{"b5_floor_" + strings.ReplaceAll(uuid.NewString()[:8], "-", "")}.Sanitize()
-	if _, err := conn.Exec(ctx, "CREATE TABLE "+table+" (id bigint)"); err != nil {
+	cfg.MaxConns = b5AnchorClients
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
 		b.Fatal(err)
 	}
-	defer func() { _, _ = conn.Exec(ctx, "DROP TABLE "+table) }()
-	lat := make([]time.Duration, 0, 200)
-	for i := range 200 {
-		start := time.Now()
-		if _, err := conn.Exec(ctx, "INSERT INTO "+table+" VALUES ($1)", i); err != nil {
+	defer pool.Close()
+	table := pgx.Identifier{"b5_ins1_" + strings.ReplaceAll(uuid.NewString()[:8], "-", "")}.Sanitize()
+	if _, err := pool.Exec(ctx, "CREATE TABLE "+table+" (id bigserial PRIMARY KEY, v int NOT NULL)"); err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _, _ = pool.Exec(context.WithoutCancel(ctx), "DROP TABLE "+table) }()
+	if _, err := pool.Exec(ctx, "CHECKPOINT"); err != nil {
+		b.Fatal(err)
+	}
+	insert := "INSERT INTO " + table + "(v) VALUES (1)"
+	var n atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	deadline := start.Add(d)
+	for range b5AnchorClients {
+		wg.Go(func() {
+			for time.Now().Before(deadline) {
+				if _, err := pool.Exec(ctx, insert); err != nil {
+					b.Error(err)
+					return
+				}
+				n.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	return float64(n.Load()) / time.Since(start).Seconds()
+}
+
+// b5Profile is one service's CPU profile.
+type b5Profile struct {
+	service, file, top string
+}
+
+// b5Profiles waits b5ProfileDelay, then fetches a CPU profile of length d
+// from every service's replica 1 at once into dir/<service>.pprof, and
+// returns each one's top 10 functions (go tool pprof -top).
+func b5Profiles(ctx context.Context, b *testing.B, stack *localstack.Stack, dir string, d time.Duration) []b5Profile {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		b.Error(err)
+		return nil
+	}
+	b5Pause(b5ProfileDelay)
+	var mu sync.Mutex
+	var out []b5Profile
+	var wg sync.WaitGroup
+	hc := &http.Client{Timeout: d + 10*time.Second}
+	for _, in := range stack.Instances() {
+		if in.Replica != 1 {
+			continue
+		}
+		wg.Go(func() {
+			file := filepath.Join(dir, in.Service+".pprof")
+			if err := b5FetchProfile(ctx, hc, in.URL+"/debug/pprof/profile?seconds="+strconv.Itoa(int(d.Seconds())), file); err != nil {
+				b.Errorf("CPU profile of %s: %v", in.Service, err)
+				return
+			}
+			top, err := exec.CommandContext(ctx, "go", "tool", "pprof", "-top", "-nodecount=10", file).CombinedOutput()
+			if err != nil {
+				b.Errorf("go tool pprof -top %s: %v\n%s", file, err, top)
+				return
+			}
+			mu.Lock()
+			out = append(out, b5Profile{service: in.Service, file: file, top: string(top)})
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	slices.SortFunc(out, func(x, y b5Profile) int { return strings.Compare(x.service, y.service) })
+	return out
+}
+
+func b5FetchProfile(ctx context.Context, hc *http.Client, u, file string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return fmt.Errorf("HTTP %d: %s (is PPROF_ENABLED set?)", resp.StatusCode, body)
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// b5WriteCSVs writes b5_hops.csv (phase,hop,latency_ms), b5_latency.csv
+// (phase,latency_ms, create→INVOICED) and b5_rate.csv (t_s,created_per_s,
+// invoiced_per_s: orders created and invoiced in each second of the run,
+// from the first order's creation) into dir.
+func b5WriteCSVs(b *testing.B, dir string, phases map[string][]b5Order, all []b5Order) {
+	b.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	names := []string{"floor", "10pct", "50pct"}
+	hops := [][]string{{"phase", "hop", "latency_ms"}}
+	lat := [][]string{{"phase", "latency_ms"}}
+	for _, ph := range names {
+		for _, o := range phases[ph] {
+			for i, hop := range orderhop.Path {
+				hops = append(hops, []string{ph, string(hop), b5Millis(o.t[i+1].Sub(o.t[i]))})
+			}
+			lat = append(lat, []string{ph, b5Millis(o.t[b5Invoiced].Sub(o.t[b5Created]))})
+		}
+	}
+	var t0 time.Time
+	for _, o := range all {
+		if t0.IsZero() || o.t[b5Created].Before(t0) {
+			t0 = o.t[b5Created]
+		}
+	}
+	var created, invoiced []int
+	bump := func(s *[]int, t time.Time) {
+		sec := int(t.Sub(t0) / time.Second)
+		for len(*s) <= sec {
+			*s = append(*s, 0)
+		}
+		(*s)[sec]++
+	}
+	for _, o := range all {
+		bump(&created, o.t[b5Created])
+		bump(&invoiced, o.t[b5Invoiced])
+	}
+	rate := [][]string{{"t_s", "created_per_s", "invoiced_per_s"}}
+	for s := range max(len(created), len(invoiced)) {
+		c, i := 0, 0
+		if s < len(created) {
+			c = created[s]
+		}
+		if s < len(invoiced) {
+			i = invoiced[s]
+		}
+		rate = append(rate, []string{strconv.Itoa(s), strconv.Itoa(c), strconv.Itoa(i)})
+	}
+	for name, rows := range map[string][][]string{"b5_hops.csv": hops, "b5_latency.csv": lat, "b5_rate.csv": rate} {
+		f, err := os.Create(filepath.Join(dir, name))
+		if err != nil {
 			b.Fatal(err)
 		}
-		lat = append(lat, time.Since(start))
+		w := csv.NewWriter(f)
+		if err := w.WriteAll(rows); err != nil {
+			b.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			b.Fatal(err)
+		}
 	}
-	slices.Sort(lat)
-	return lat[len(lat)/2]
 }
+
+func b5Millis(d time.Duration) string { return strconv.FormatFloat(b5Ms(d), 'f', 3, 64) }
 
 type discard struct{}
 

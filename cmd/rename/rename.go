@@ -220,8 +220,9 @@ func (r *rewriter) rewriteBlobURLs(s string) (string, int) {
 }
 
 // replacePath replaces oldPath by newPath where it stands as a whole path:
-// not preceded by a path character, and followed by "/", the end of a path
-// or ".git". An occurrence that already reads newPath is left alone, so a
+// not preceded by a path character (an escape such as the \t of a JSON or
+// Go string counts as none), and followed by "/", the end of a path or
+// ".git". An occurrence that already reads newPath is left alone, so a
 // new path extending the old one (old/v2) is not rewritten twice.
 func replacePath(s, oldPath, newPath string) (string, int) {
 	var b strings.Builder
@@ -234,7 +235,7 @@ func replacePath(s, oldPath, newPath string) (string, int) {
 		i += from
 		end := i + len(oldPath)
 		switch {
-		case i > 0 && isPathChar(s[i-1]),
+		case !startsPath(s, i),
 			!endsPath(s, end),
 			strings.HasPrefix(s[i:], newPath) && endsPath(s, i+len(newPath)):
 			b.WriteString(s[from:end])
@@ -250,6 +251,11 @@ func replacePath(s, oldPath, newPath string) (string, int) {
 	}
 	b.WriteString(s[from:])
 	return b.String(), n
+}
+
+// startsPath: a module path that starts at s[i] is whole.
+func startsPath(s string, i int) bool {
+	return i == 0 || !isPathChar(s[i-1]) || i >= 2 && s[i-2] == '\\'
 }
 
 // endsPath: a module path that ends at s[i] is whole.

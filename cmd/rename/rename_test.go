@@ -30,6 +30,8 @@ func TestReplacePathRewritesWholePathsOnly(t *testing.T) {
 		{"see example.com/tmpl/app.", "see github.com/acme/orders."},
 		{"git clone https://example.com/tmpl/app.git", "git clone https://github.com/acme/orders.git"},
 		{"example.com/tmpl/app@v1.0.0", "github.com/acme/orders@v1.0.0"},
+		// After an escape in a JSON or Go string (go test -json output).
+		{`"ok  \texample.com/tmpl/app/e2e\t1.2s\n"`, `"ok  \tgithub.com/acme/orders/e2e\t1.2s\n"`},
 		// Not the module: a longer element, or a path that merely ends the same.
 		{"example.com/tmpl/app-extra/x", "example.com/tmpl/app-extra/x"},
 		{"example.com/tmpl/app.github/x", "example.com/tmpl/app.github/x"},

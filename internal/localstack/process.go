@@ -79,6 +79,23 @@ func (p *Process) Start() error {
 	return nil
 }
 
+// Pid is the operating-system id of the running process (for sampling its
+// /proc entry), or 0 when it has not started or has exited. A supervised
+// restart runs under a new id: read it again rather than keeping it.
+func (p *Process) Pid() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil || p.cmd.Process == nil {
+		return 0
+	}
+	select {
+	case <-p.done:
+		return 0
+	default:
+		return p.cmd.Process.Pid
+	}
+}
+
 // restartDelay spaces restarts of a crashing supervised process.
 const restartDelay = 500 * time.Millisecond
 

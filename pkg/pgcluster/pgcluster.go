@@ -177,6 +177,7 @@ func (c *Cluster) Remove() {
 }
 
 func (c *Cluster) run(ctx context.Context, tool string, args ...string) ([]byte, error) {
+	closeInheritedOnExec()
 	cmd := exec.CommandContext(ctx, filepath.Join(c.opts.BinDir, tool), args...)
 	if c.runAs != nil {
 		uid, _ := strconv.Atoi(c.runAs.Uid)
@@ -245,4 +246,22 @@ func tail(s string, n int) string {
 		return s
 	}
 	return s[len(s)-n:]
+}
+
+// closeInheritedOnExec marks every descriptor above stderr close-on-exec, so
+// the server, which outlives this process, holds none of ours. Go opens its
+// own files close-on-exec, but not those a process inherits: the workers of
+// `go test -fuzz` talk to their coordinator over two inherited pipes (fd 3
+// and 4), and a server keeping them open left the coordinator waiting
+// forever for a dead worker's end of file. Not Linux: nothing to do.
+func closeInheritedOnExec() {
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if fd, err := strconv.Atoi(e.Name()); err == nil && fd > 2 {
+			syscall.CloseOnExec(fd)
+		}
+	}
 }

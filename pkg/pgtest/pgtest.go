@@ -2,6 +2,8 @@
 // PostgreSQL server:
 //
 //   - with DATABASE_URL set, on that server;
+//   - in a child process of a test binary that started a cluster (a fuzz
+//     worker), on its parent's cluster;
 //   - otherwise on one ephemeral cluster per test binary, started lazily from
 //     the local PostgreSQL binaries (see package pgcluster) and stopped by Main.
 //
@@ -36,6 +38,12 @@ import (
 // EnvFsync, set to "on", starts the ephemeral cluster with fsync=on. Benchmarks
 // that compare with pgbench anchors set it (make bench does).
 const EnvFsync = "LOSSLESS_PG_FSYNC"
+
+// envServer hands the ephemeral cluster to this test binary's own child
+// processes: the workers of `go test -fuzz` run the same fuzz target, setup
+// included, and use the coordinator's server instead of each starting (and,
+// when the coordinator stops them, orphaning) a cluster of their own.
+const envServer = "LOSSLESS_PGTEST_SERVER"
 
 // shared is the per-test-binary server. Package state is deliberate here: a
 // test binary has exactly one lifetime, and Main bounds it.
@@ -159,9 +167,11 @@ func server() (pgtestdb.Config, error) {
 		return shared.base, shared.err
 	}
 	shared.started = true
-	if dsn := os.Getenv("DATABASE_URL"); dsn != "" {
-		shared.base, shared.err = configFromURL(dsn)
-		return shared.base, shared.err
+	for _, name := range []string{"DATABASE_URL", envServer} {
+		if dsn := os.Getenv(name); dsn != "" {
+			shared.base, shared.err = configFromURL(dsn)
+			return shared.base, shared.err
+		}
 	}
 	if !shared.main {
 		shared.err = fmt.Errorf("no DATABASE_URL and TestMain does not call pgtest.Main, which stops the ephemeral cluster: add `func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }`")
@@ -176,6 +186,9 @@ func server() (pgtestdb.Config, error) {
 	}
 	shared.cluster = c
 	shared.base, shared.err = configFromURL(c.DSN("postgres"))
+	if shared.err == nil {
+		shared.err = os.Setenv(envServer, c.DSN("postgres"))
+	}
 	return shared.base, shared.err
 }
 

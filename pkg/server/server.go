@@ -80,6 +80,13 @@ type Config struct {
 	WriteTimeout time.Duration
 	// IdleTimeout closes keep-alive connections idle this long. Default 60s.
 	IdleTimeout time.Duration
+	// Pprof serves the Go runtime's profiles (CPU, heap, goroutines...) on
+	// the HTTP listener under /debug/pprof/ (env PPROF_ENABLED). Default
+	// false. A profile exposes code paths and memory contents and costs CPU
+	// while it runs; the endpoints have no authentication of their own, so
+	// keep it off in production, or on only where the HTTP port is reachable
+	// by operators alone (benchmarks turn it on to profile every service).
+	Pprof bool
 }
 
 // ConfigFromEnv reads the listeners and limits with the names every service
@@ -87,7 +94,8 @@ type Config struct {
 // (defaults grpcAddr and httpAddr, the service's own ports),
 // SHUTDOWN_TIMEOUT, HTTP_MAX_BODY_BYTES, HTTP_READ_HEADER_TIMEOUT,
 // HTTP_READ_TIMEOUT, HTTP_WRITE_TIMEOUT, HTTP_IDLE_TIMEOUT and
-// REQUEST_TIMEOUT (defaults: the Default constants; 0 means the default).
+// REQUEST_TIMEOUT (defaults: the Default constants; 0 means the default),
+// and PPROF_ENABLED (default false).
 func ConfigFromEnv(r *envconfig.Reader, grpcAddr, httpAddr string) Config {
 	return Config{
 		GRPCAddr:          r.String("GRPC_ADDR", grpcAddr),
@@ -99,11 +107,12 @@ func ConfigFromEnv(r *envconfig.Reader, grpcAddr, httpAddr string) Config {
 		RequestTimeout:    r.Duration("REQUEST_TIMEOUT", DefaultRequestTimeout),
 		WriteTimeout:      r.Duration("HTTP_WRITE_TIMEOUT", 0),
 		IdleTimeout:       r.Duration("HTTP_IDLE_TIMEOUT", DefaultIdleTimeout),
+		Pprof:             r.Bool("PPROF_ENABLED", false),
 	}
 }
 
 // EnvNames lists the variables ConfigFromEnv reads, for errors that name them.
-const EnvNames = "GRPC_ADDR / HTTP_ADDR / SHUTDOWN_TIMEOUT / HTTP_MAX_BODY_BYTES / HTTP_READ_HEADER_TIMEOUT / HTTP_READ_TIMEOUT / HTTP_WRITE_TIMEOUT / HTTP_IDLE_TIMEOUT / REQUEST_TIMEOUT"
+const EnvNames = "GRPC_ADDR / HTTP_ADDR / SHUTDOWN_TIMEOUT / HTTP_MAX_BODY_BYTES / HTTP_READ_HEADER_TIMEOUT / HTTP_READ_TIMEOUT / HTTP_WRITE_TIMEOUT / HTTP_IDLE_TIMEOUT / REQUEST_TIMEOUT / PPROF_ENABLED"
 
 // Validate reports missing or invalid settings.
 func (c Config) Validate() error {
@@ -332,8 +341,12 @@ func New(cfg Config, logger *slog.Logger, opts ...Option) (*Server, error) {
 		httpMux.Handle(r.pattern, r.handler)
 	}
 	httpMux.Handle("/", s.mux)
+	handler := s.boundHTTP(httpMux)
+	if cfg.Pprof {
+		handler = withPprof(handler, cfg.WriteTimeout)
+	}
 	s.http = &http.Server{
-		Handler:           s.boundHTTP(httpMux),
+		Handler:           handler,
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
 		ReadTimeout:       cfg.ReadTimeout,
 		WriteTimeout:      cfg.WriteTimeout,

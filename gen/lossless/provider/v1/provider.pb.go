@@ -230,7 +230,18 @@ type Faults struct {
 	// Extra delay added to every execution.
 	ExtraDelay *durationpb.Duration `protobuf:"bytes,7,opt,name=extra_delay,json=extraDelay,proto3" json:"extra_delay,omitempty"`
 	// Seed of the fault generator; 0 means seeded from the clock.
-	Seed          int64 `protobuf:"varint,8,opt,name=seed,proto3" json:"seed,omitempty"`
+	Seed int64 `protobuf:"varint,8,opt,name=seed,proto3" json:"seed,omitempty"`
+	// Median delay of SubmitWorkOrder's answer, after the job is recorded. With
+	// accept_latency_p99, a lognormal fitted to both, drawn per call
+	// (repeats too). Unset: no delay.
+	AcceptLatencyP50 *durationpb.Duration `protobuf:"bytes,9,opt,name=accept_latency_p50,json=acceptLatencyP50,proto3" json:"accept_latency_p50,omitempty"`
+	// 99th percentile of SubmitWorkOrder's answer delay; not below
+	// accept_latency_p50 (equal: always accept_latency_p50).
+	AcceptLatencyP99 *durationpb.Duration `protobuf:"bytes,10,opt,name=accept_latency_p99,json=acceptLatencyP99,proto3" json:"accept_latency_p99,omitempty"`
+	// Fraction of SubmitWorkOrder calls that record the job and never answer:
+	// the caller sees its deadline expire (DEADLINE_EXCEEDED) although the
+	// provider accepted the work; a retry returns the original acceptance.
+	AcceptTimeout float64 `protobuf:"fixed64,11,opt,name=accept_timeout,json=acceptTimeout,proto3" json:"accept_timeout,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -317,6 +328,27 @@ func (x *Faults) GetExtraDelay() *durationpb.Duration {
 func (x *Faults) GetSeed() int64 {
 	if x != nil {
 		return x.Seed
+	}
+	return 0
+}
+
+func (x *Faults) GetAcceptLatencyP50() *durationpb.Duration {
+	if x != nil {
+		return x.AcceptLatencyP50
+	}
+	return nil
+}
+
+func (x *Faults) GetAcceptLatencyP99() *durationpb.Duration {
+	if x != nil {
+		return x.AcceptLatencyP99
+	}
+	return nil
+}
+
+func (x *Faults) GetAcceptTimeout() float64 {
+	if x != nil {
+		return x.AcceptTimeout
 	}
 	return 0
 }
@@ -512,7 +544,7 @@ const file_lossless_provider_v1_provider_proto_rawDesc = "" +
 	"\n" +
 	"acceptance\x18\x01 \x01(\v2 .lossless.provider.v1.AcceptanceR\n" +
 	"acceptance\x12\x18\n" +
-	"\acreated\x18\x02 \x01(\bR\acreated\"\xdc\x03\n" +
+	"\acreated\x18\x02 \x01(\bR\acreated\"\xca\x05\n" +
 	"\x06Faults\x125\n" +
 	"\tduplicate\x18\x01 \x01(\x01B\x17\xbaH\x14\x12\x12\x19\x00\x00\x00\x00\x00\x00\xf0?)\x00\x00\x00\x00\x00\x00\x00\x00R\tduplicate\x12B\n" +
 	"\x10early_completion\x18\x02 \x01(\x01B\x17\xbaH\x14\x12\x12\x19\x00\x00\x00\x00\x00\x00\xf0?)\x00\x00\x00\x00\x00\x00\x00\x00R\x0fearlyCompletion\x12B\n" +
@@ -523,7 +555,11 @@ const file_lossless_provider_v1_provider_proto_rawDesc = "" +
 	"\vextra_delay\x18\a \x01(\v2\x19.google.protobuf.DurationB\r\xbaH\n" +
 	"\xaa\x01\a\"\x03\b\x90\x1c2\x00R\n" +
 	"extraDelay\x12\x12\n" +
-	"\x04seed\x18\b \x01(\x03R\x04seed\"\x12\n" +
+	"\x04seed\x18\b \x01(\x03R\x04seed\x12U\n" +
+	"\x12accept_latency_p50\x18\t \x01(\v2\x19.google.protobuf.DurationB\f\xbaH\t\xaa\x01\x06\"\x02\b<2\x00R\x10acceptLatencyP50\x12U\n" +
+	"\x12accept_latency_p99\x18\n" +
+	" \x01(\v2\x19.google.protobuf.DurationB\f\xbaH\t\xaa\x01\x06\"\x02\b<2\x00R\x10acceptLatencyP99\x12>\n" +
+	"\x0eaccept_timeout\x18\v \x01(\x01B\x17\xbaH\x14\x12\x12\x19\x00\x00\x00\x00\x00\x00\xf0?)\x00\x00\x00\x00\x00\x00\x00\x00R\racceptTimeout\"\x12\n" +
 	"\x10GetFaultsRequest\"I\n" +
 	"\x11GetFaultsResponse\x124\n" +
 	"\x06faults\x18\x01 \x01(\v2\x1c.lossless.provider.v1.FaultsR\x06faults\"S\n" +
@@ -565,23 +601,25 @@ var file_lossless_provider_v1_provider_proto_goTypes = []any{
 	(*durationpb.Duration)(nil),     // 9: google.protobuf.Duration
 }
 var file_lossless_provider_v1_provider_proto_depIdxs = []int32{
-	8, // 0: lossless.provider.v1.Acceptance.accept_time:type_name -> google.protobuf.Timestamp
-	1, // 1: lossless.provider.v1.SubmitWorkOrderResponse.acceptance:type_name -> lossless.provider.v1.Acceptance
-	9, // 2: lossless.provider.v1.Faults.extra_delay:type_name -> google.protobuf.Duration
-	3, // 3: lossless.provider.v1.GetFaultsResponse.faults:type_name -> lossless.provider.v1.Faults
-	3, // 4: lossless.provider.v1.UpdateFaultsRequest.faults:type_name -> lossless.provider.v1.Faults
-	3, // 5: lossless.provider.v1.UpdateFaultsResponse.faults:type_name -> lossless.provider.v1.Faults
-	0, // 6: lossless.provider.v1.ProviderService.SubmitWorkOrder:input_type -> lossless.provider.v1.SubmitWorkOrderRequest
-	4, // 7: lossless.provider.v1.ProviderAdminService.GetFaults:input_type -> lossless.provider.v1.GetFaultsRequest
-	6, // 8: lossless.provider.v1.ProviderAdminService.UpdateFaults:input_type -> lossless.provider.v1.UpdateFaultsRequest
-	2, // 9: lossless.provider.v1.ProviderService.SubmitWorkOrder:output_type -> lossless.provider.v1.SubmitWorkOrderResponse
-	5, // 10: lossless.provider.v1.ProviderAdminService.GetFaults:output_type -> lossless.provider.v1.GetFaultsResponse
-	7, // 11: lossless.provider.v1.ProviderAdminService.UpdateFaults:output_type -> lossless.provider.v1.UpdateFaultsResponse
-	9, // [9:12] is the sub-list for method output_type
-	6, // [6:9] is the sub-list for method input_type
-	6, // [6:6] is the sub-list for extension type_name
-	6, // [6:6] is the sub-list for extension extendee
-	0, // [0:6] is the sub-list for field type_name
+	8,  // 0: lossless.provider.v1.Acceptance.accept_time:type_name -> google.protobuf.Timestamp
+	1,  // 1: lossless.provider.v1.SubmitWorkOrderResponse.acceptance:type_name -> lossless.provider.v1.Acceptance
+	9,  // 2: lossless.provider.v1.Faults.extra_delay:type_name -> google.protobuf.Duration
+	9,  // 3: lossless.provider.v1.Faults.accept_latency_p50:type_name -> google.protobuf.Duration
+	9,  // 4: lossless.provider.v1.Faults.accept_latency_p99:type_name -> google.protobuf.Duration
+	3,  // 5: lossless.provider.v1.GetFaultsResponse.faults:type_name -> lossless.provider.v1.Faults
+	3,  // 6: lossless.provider.v1.UpdateFaultsRequest.faults:type_name -> lossless.provider.v1.Faults
+	3,  // 7: lossless.provider.v1.UpdateFaultsResponse.faults:type_name -> lossless.provider.v1.Faults
+	0,  // 8: lossless.provider.v1.ProviderService.SubmitWorkOrder:input_type -> lossless.provider.v1.SubmitWorkOrderRequest
+	4,  // 9: lossless.provider.v1.ProviderAdminService.GetFaults:input_type -> lossless.provider.v1.GetFaultsRequest
+	6,  // 10: lossless.provider.v1.ProviderAdminService.UpdateFaults:input_type -> lossless.provider.v1.UpdateFaultsRequest
+	2,  // 11: lossless.provider.v1.ProviderService.SubmitWorkOrder:output_type -> lossless.provider.v1.SubmitWorkOrderResponse
+	5,  // 12: lossless.provider.v1.ProviderAdminService.GetFaults:output_type -> lossless.provider.v1.GetFaultsResponse
+	7,  // 13: lossless.provider.v1.ProviderAdminService.UpdateFaults:output_type -> lossless.provider.v1.UpdateFaultsResponse
+	11, // [11:14] is the sub-list for method output_type
+	8,  // [8:11] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_lossless_provider_v1_provider_proto_init() }

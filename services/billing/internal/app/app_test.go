@@ -22,6 +22,8 @@ import (
 
 	eventsv1 "github.com/lossless-dev/lossless/gen/lossless/events/v1"
 	moneyv1 "github.com/lossless-dev/lossless/gen/lossless/money/v1"
+	"github.com/lossless-dev/lossless/internal/orderhop"
+	"github.com/lossless-dev/lossless/internal/orderhop/orderhoptest"
 	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/dedup"
@@ -257,6 +259,12 @@ func TestF4_DuplicateDeliveryOverPubSubOneInvoice(t *testing.T) {
 	}
 	if n := b.count(t, `SELECT count(*) FROM processed_events`); n != 1 {
 		t.Fatalf("markers: %d", n)
+	}
+	// Billing's two hops are observed once for the order, the duplicate
+	// delivery not at all.
+	hops := orderhoptest.Collect(t, b.reader)
+	if hops[orderhop.BillingIntake].Count != 1 || hops[orderhop.InvoiceIssue].Count != 1 {
+		t.Fatalf("hop histogram: %+v, want billing_intake and invoice_issue observed once", hops)
 	}
 
 	// InvoiceIssued reaches billing-events through the outbox relay.

@@ -22,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"buf.build/go/protovalidate"
 	"github.com/jackc/pgx/v5"
@@ -31,6 +32,7 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 
 	eventsv1 "github.com/lossless-dev/lossless/gen/lossless/events/v1"
+	"github.com/lossless-dev/lossless/internal/orderhop"
 	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/pkg/dedup"
 	"github.com/lossless-dev/lossless/pkg/leasequeue"
@@ -104,6 +106,7 @@ type Intake struct {
 	logger   *slog.Logger
 	decoder  decoder
 	outcomes metric.Int64Counter
+	hops     *orderhop.Recorder
 }
 
 // Option configures New.
@@ -135,11 +138,15 @@ func New(pool *pgxpool.Pool, queue *leasequeue.Queue, cfg Config, logger *slog.L
 	for _, o := range []string{OutcomeEnqueued, OutcomeDuplicate, OutcomeOrderAlreadyQueued, OutcomeParked, OutcomeUnknownType} {
 		outcomes.Add(context.Background(), 0, metric.WithAttributes(attribute.String("outcome", o)))
 	}
+	hops, err := orderhop.New(meter)
+	if err != nil {
+		return nil, err
+	}
 	validator, err := protovalidate.New()
 	if err != nil {
 		return nil, fmt.Errorf("intake: validator: %w", err)
 	}
-	in := &Intake{pool: pool, queue: queue, cfg: cfg, logger: logger, outcomes: outcomes,
+	in := &Intake{pool: pool, queue: queue, cfg: cfg, logger: logger, outcomes: outcomes, hops: hops,
 		decoder: decoder{validator: validator, maxPayloadBytes: cfg.MaxPayloadBytes}}
 	for _, o := range opts {
 		o(in)
@@ -197,8 +204,14 @@ func (in *Intake) HandleBatch(ctx context.Context, ms []*pubsub.Received) []erro
 		}
 		return errs
 	}
-	for _, o := range outcomes {
+	enqueued := time.Now()
+	for i, o := range outcomes {
 		in.outcomes.Add(ctx, 1, metric.WithAttributes(attribute.String("outcome", o)))
+		if o == OutcomeEnqueued {
+			// completed_at is when the work-order service recorded the
+			// completion (its correlation), the start of this hop.
+			in.hops.Observe(ctx, orderhop.BillingIntake, orderhop.Time(verdicts[i].ev.GetCompletedAt()), enqueued)
+		}
 	}
 	return errs
 }

@@ -21,6 +21,7 @@ import (
 
 	eventsv1 "github.com/lossless-dev/lossless/gen/lossless/events/v1"
 	moneyv1 "github.com/lossless-dev/lossless/gen/lossless/money/v1"
+	"github.com/lossless-dev/lossless/internal/orderhop"
 	"github.com/lossless-dev/lossless/pkg/leasequeue"
 	"github.com/lossless-dev/lossless/pkg/outbox"
 	"github.com/lossless-dev/lossless/pkg/permanent"
@@ -37,6 +38,7 @@ type Issuer struct {
 	logger    *slog.Logger
 	issued    metric.Int64Counter
 	preexists metric.Int64Counter
+	hops      *orderhop.Recorder
 }
 
 // New returns an issuer. now is the clock of issue times (the queue's clock
@@ -60,7 +62,11 @@ func New(now func() time.Time, logger *slog.Logger, meter metric.Meter) (*Issuer
 	if err != nil {
 		return nil, err
 	}
-	return &Issuer{now: now, logger: logger, issued: issued, preexists: preexists}, nil
+	hops, err := orderhop.New(meter)
+	if err != nil {
+		return nil, err
+	}
+	return &Issuer{now: now, logger: logger, issued: issued, preexists: preexists, hops: hops}, nil
 }
 
 // Handle is the leasequeue.Handler of invoice jobs. The payload is the
@@ -128,6 +134,7 @@ func (i *Issuer) Handle(ctx context.Context, job leasequeue.Job) (leasequeue.Com
 			return err
 		}
 		i.issued.Add(ctx, 1)
+		i.hops.Observe(ctx, orderhop.InvoiceIssue, job.CreatedAt, inv.IssuedAt)
 		i.logger.InfoContext(ctx, "invoice issued", "invoice_id", inv.ID, "number", number,
 			"work_order_id", inv.WorkOrderID, "job_id", job.ID, "epoch", job.Epoch)
 		return nil

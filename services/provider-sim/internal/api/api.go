@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -31,29 +32,88 @@ type Submitter interface {
 	Submit(ctx context.Context, o engine.Order) (engine.Acceptance, bool, error)
 }
 
+// Answers draws how each SubmitWorkOrder call answers (the
+// accept_latency_* and accept_timeout knobs). *faults.Dice implements it.
+type Answers interface {
+	DrawAnswer() faults.Answer
+}
+
 // Provider implements ProviderService.
 type Provider struct {
 	providerv1.UnimplementedProviderServiceServer
-	engine Submitter
-	logger *slog.Logger
+	engine  Submitter
+	answers Answers
+	logger  *slog.Logger
+	sleep   func(ctx context.Context, d time.Duration) error
+}
+
+// Option changes an optional part of a Provider.
+type Option func(*Provider)
+
+// WithSleep replaces the wait of a drawn answer delay (tests observe the
+// drawn delay instead of waiting it out). sleep returns early, with the
+// context's error, when ctx ends.
+func WithSleep(sleep func(ctx context.Context, d time.Duration) error) Option {
+	return func(p *Provider) { p.sleep = sleep }
 }
 
 // NewProvider returns the intake service.
-func NewProvider(e Submitter, logger *slog.Logger) (*Provider, error) {
-	if e == nil || logger == nil {
-		return nil, errors.New("api: NewProvider: nil engine or logger")
+func NewProvider(e Submitter, answers Answers, logger *slog.Logger, opts ...Option) (*Provider, error) {
+	if e == nil || answers == nil || logger == nil {
+		return nil, errors.New("api: NewProvider: nil engine, answers or logger")
 	}
-	return &Provider{engine: e, logger: logger}, nil
+	p := &Provider{engine: e, answers: answers, logger: logger, sleep: sleep}
+	for _, o := range opts {
+		o(p)
+	}
+	if p.sleep == nil {
+		return nil, errors.New("api: NewProvider: nil sleep")
+	}
+	return p, nil
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 // SubmitWorkOrder accepts a work order; a repeat returns the original
 // acceptance with created=false. Requests are validated by the server's
 // protovalidate interceptor before they get here.
+//
+// The answer comes after the delay drawn for the call, or never (until the
+// caller's deadline or cancellation) when the call draws a timeout. Both
+// apply after the job is recorded: like a real provider whose answer is late
+// or lost, it has accepted the work, and the caller's retry finds it.
 func (p *Provider) SubmitWorkOrder(ctx context.Context, req *providerv1.SubmitWorkOrderRequest) (*providerv1.SubmitWorkOrderResponse, error) {
 	id, err := uuid.Parse(req.GetWorkOrderId())
 	if err != nil {
 		return nil, apierror.InvalidArgument(apierror.Violation{Field: "work_order_id", Description: "must be a UUID"})
 	}
+	answer := p.answers.DrawAnswer()
+	resp, err := p.submit(ctx, id, req)
+	if err != nil {
+		return nil, err
+	}
+	if answer.Timeout {
+		<-ctx.Done()
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+	if answer.Delay > 0 {
+		if err := p.sleep(ctx, answer.Delay); err != nil {
+			return nil, status.FromContextError(err).Err()
+		}
+	}
+	return resp, nil
+}
+
+func (p *Provider) submit(ctx context.Context, id uuid.UUID, req *providerv1.SubmitWorkOrderRequest) (*providerv1.SubmitWorkOrderResponse, error) {
 	acc, created, err := p.engine.Submit(ctx, engine.Order{
 		WorkOrderID: id,
 		CustomerID:  req.GetCustomerId(),
@@ -144,7 +204,9 @@ func (a *Admin) UpdateFaults(ctx context.Context, req *providerv1.UpdateFaultsRe
 	now, stream := a.dice.Rates(), a.dice.Stream()
 	a.logger.InfoContext(ctx, "fault knobs updated", "duplicate", now.Duplicate, "early_completion", now.EarlyCompletion,
 		"split_completion", now.SplitCompletion, "poison", now.Poison, "unknown_order", now.UnknownOrder,
-		"publish_then_crash", now.PublishThenCrash, "extra_delay", now.ExtraDelay, "seed", now.Seed,
+		"publish_then_crash", now.PublishThenCrash, "extra_delay", now.ExtraDelay,
+		"accept_latency_p50", now.AcceptLatencyP50, "accept_latency_p99", now.AcceptLatencyP99,
+		"accept_timeout", now.AcceptTimeout, "seed", now.Seed,
 		"instance", stream.Instance, "incarnation", stream.Incarnation)
 	a.sendStream(ctx)
 	return &providerv1.UpdateFaultsResponse{Faults: toProto(now)}, nil
@@ -160,6 +222,9 @@ func toProto(r faults.Rates) *providerv1.Faults {
 		PublishThenCrash: r.PublishThenCrash,
 		ExtraDelay:       durationpb.New(r.ExtraDelay),
 		Seed:             r.Seed,
+		AcceptLatencyP50: durationpb.New(r.AcceptLatencyP50),
+		AcceptLatencyP99: durationpb.New(r.AcceptLatencyP99),
+		AcceptTimeout:    r.AcceptTimeout,
 	}
 }
 
@@ -173,5 +238,8 @@ func fromProto(f *providerv1.Faults) faults.Rates {
 		PublishThenCrash: f.GetPublishThenCrash(),
 		ExtraDelay:       f.GetExtraDelay().AsDuration(),
 		Seed:             f.GetSeed(),
+		AcceptLatencyP50: f.GetAcceptLatencyP50().AsDuration(),
+		AcceptLatencyP99: f.GetAcceptLatencyP99().AsDuration(),
+		AcceptTimeout:    f.GetAcceptTimeout(),
 	}
 }

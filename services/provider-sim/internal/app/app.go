@@ -181,7 +181,7 @@ func (a *App) assemble(cfg Config, stream faults.Stream, tel telemetry.Providers
 	if err != nil {
 		return err
 	}
-	provider, err := api.NewProvider(eng, a.logger)
+	provider, err := api.NewProvider(eng, dice, a.logger)
 	if err != nil {
 		return err
 	}
@@ -219,7 +219,8 @@ func (a *App) assemble(cfg Config, stream faults.Stream, tel telemetry.Providers
 		"incarnation", stream.Incarnation, "faults_seed", r.Seed,
 		"duplicate", r.Duplicate, "early_completion", r.EarlyCompletion, "split_completion", r.SplitCompletion,
 		"poison", r.Poison, "unknown_order", r.UnknownOrder, "publish_then_crash", r.PublishThenCrash,
-		"extra_delay", r.ExtraDelay)
+		"extra_delay", r.ExtraDelay, "accept_latency_p50", r.AcceptLatencyP50, "accept_latency_p99", r.AcceptLatencyP99,
+		"accept_timeout", r.AcceptTimeout)
 	return nil
 }
 

@@ -164,6 +164,32 @@ func TestAdminRejectsARateOutsideTheUnitIntervalNamingTheField(t *testing.T) {
 	}
 }
 
+// The accept knobs are set over REST like the others, and a p99 below the
+// p50 is refused naming the field.
+func TestAcceptLatencyKnobsOverRESTAreValidatedAndInForce(t *testing.T) {
+	t.Parallel()
+	b := setup(t, time.Millisecond)
+	auth := "Bearer " + operatorToken
+	r := b.httpAuth(t, http.MethodPut, "/v1/faults", `{"acceptLatencyP50":"1s","acceptLatencyP99":"0.1s"}`, auth)
+	if r.status != http.StatusBadRequest || !strings.Contains(r.body, "faults.accept_latency_p99") {
+		t.Fatalf("p99 below p50: HTTP %d %s, want 400 naming faults.accept_latency_p99", r.status, r.body)
+	}
+	r = b.httpAuth(t, http.MethodPut, "/v1/faults", `{"acceptTimeout":1.5}`, auth)
+	if r.status != http.StatusBadRequest || !strings.Contains(r.body, "accept_timeout") {
+		t.Fatalf("timeout rate 1.5: HTTP %d %s, want 400 naming accept_timeout", r.status, r.body)
+	}
+	r = b.httpAuth(t, http.MethodPut, "/v1/faults", `{"acceptLatencyP50":"0.100s","acceptLatencyP99":"1s","acceptTimeout":0.02}`, auth)
+	if r.status != http.StatusOK {
+		t.Fatalf("valid accept knobs: HTTP %d %s", r.status, r.body)
+	}
+	got := b.faultsInForce(t)
+	for _, want := range []string{`"acceptLatencyP50":"0.100s"`, `"acceptLatencyP99":"1s"`, `"acceptTimeout":0.02`} {
+		if !strings.Contains(got, want) {
+			t.Fatalf("GET /v1/faults = %s, want %s", got, want)
+		}
+	}
+}
+
 func operatorContext(token string) context.Context {
 	return metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+token)
 }

@@ -35,6 +35,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/lossless-dev/lossless/internal/orderhop"
 	"github.com/lossless-dev/lossless/pkg/leaseowner"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/telemetry"
@@ -104,6 +105,7 @@ type metrics struct {
 	injected  metric.Int64Counter
 	failures  metric.Int64Counter
 	leaseLost metric.Int64Counter
+	hops      *orderhop.Recorder
 }
 
 // New returns an engine; Run starts its workers.
@@ -159,7 +161,9 @@ func newMetrics(meter metric.Meter) (metrics, error) {
 		metric.WithDescription("Jobs whose publish failed and that retry after a backoff."))
 	m.leaseLost, errs[4] = meter.Int64Counter("provider_sim.leases.lost",
 		metric.WithDescription("Jobs abandoned because another worker took over their expired lease."))
-	return m, errors.Join(errs[:]...)
+	var hopErr error
+	m.hops, hopErr = orderhop.New(meter)
+	return m, errors.Join(append(errs[:], hopErr)...)
 }
 
 // Submit accepts o once: a repeat (also a concurrent one) returns the original
@@ -405,14 +409,20 @@ func (e *Engine) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, 
 // advance moves the job through its remaining steps; each step is recorded
 // before its messages are published, so any step can be resumed.
 func (e *Engine) advance(ctx context.Context, j *job, log *slog.Logger) error {
+	// startedAt is known when this call started the job; a job resumed
+	// after a restart does not carry it, and its execute hop goes unobserved.
+	var startedAt time.Time
 	if j.Status == statusAccepted {
-		started, err := startedEvent(j, now())
+		at := now()
+		started, err := startedEvent(j, at)
 		if err != nil {
 			return err
 		}
 		if err := e.transition(ctx, j, markStarted, []eventRow{started}); err != nil {
 			return fmt.Errorf("start: %w", err)
 		}
+		startedAt = at
+		e.metrics.hops.Observe(ctx, orderhop.ProviderStart, j.AcceptedAt, at)
 		j.Status, j.Remaining = statusExecuting, j.RunFor
 		log.InfoContext(ctx, "execution started", "run_for", j.RunFor)
 	}
@@ -425,13 +435,15 @@ func (e *Engine) advance(ctx context.Context, j *job, log *slog.Logger) error {
 			return ctx.Err()
 		case <-time.After(j.Remaining):
 		}
-		done, err := completionEvents(j, now())
+		completedAt := now()
+		done, err := completionEvents(j, completedAt)
 		if err != nil {
 			return err
 		}
 		if err := e.transition(ctx, j, markCompleted, done); err != nil {
 			return fmt.Errorf("complete: %w", err)
 		}
+		e.metrics.hops.Observe(ctx, orderhop.ProviderExecute, startedAt, completedAt)
 		j.Status = statusCompleted
 	}
 	if err := e.publishPending(ctx, j, log); err != nil {
@@ -502,6 +514,9 @@ func (e *Engine) publishOne(parent context.Context, j *job, r eventRow, log *slo
 			return fmt.Errorf("publish %s event %s: %w", r.Kind, r.EventID, err)
 		}
 		e.metrics.published.Add(ctx, 1, metric.WithAttributes(attribute.String("kind", r.Kind)))
+	}
+	if r.Kind == kindCompleted {
+		e.metrics.hops.Observe(ctx, orderhop.ProviderPublish, r.OccurredAt, time.Now())
 	}
 	e.logPublished(ctx, log, r)
 	if crash {

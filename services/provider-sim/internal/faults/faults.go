@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"math"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -30,11 +31,18 @@ const (
 	EnvUnknownOrder     = "PROVIDER_FAULT_UNKNOWN_ORDER"
 	EnvPublishThenCrash = "PROVIDER_FAULT_PUBLISH_THEN_CRASH"
 	EnvExtraDelay       = "PROVIDER_FAULT_EXTRA_DELAY"
+	EnvAcceptLatencyP50 = "PROVIDER_FAULT_ACCEPT_LATENCY_P50"
+	EnvAcceptLatencyP99 = "PROVIDER_FAULT_ACCEPT_LATENCY_P99"
+	EnvAcceptTimeout    = "PROVIDER_FAULT_ACCEPT_TIMEOUT"
 	EnvSeed             = "PROVIDER_FAULT_SEED"
 )
 
 // MaxExtraDelay bounds ExtraDelay (the proto rule says the same).
 const MaxExtraDelay = time.Hour
+
+// MaxAcceptLatency bounds AcceptLatencyP50 and AcceptLatencyP99 (the proto
+// rules say the same).
+const MaxAcceptLatency = time.Minute
 
 // Rates are the knobs. Each rate is the probability, in [0, 1], that a job
 // accepted while it is in force gets that fault. All default to 0 (no faults).
@@ -62,6 +70,19 @@ type Rates struct {
 	PublishThenCrash float64
 	// ExtraDelay is added to every job's execution time. Default 0.
 	ExtraDelay time.Duration
+	// AcceptLatencyP50 and AcceptLatencyP99 shape how long SubmitWorkOrder
+	// takes to answer once the job is recorded: a lognormal delay fitted to
+	// them (mu = ln p50, sigma = ln(p99/p50)/2.326), drawn per call, repeats
+	// included. Both 0 (default): no delay. P99 = P50: always P50. P99 must
+	// not be below P50; a P50 of 0 with a positive P99 is invalid (no
+	// lognormal has that median).
+	AcceptLatencyP50 time.Duration
+	AcceptLatencyP99 time.Duration
+	// AcceptTimeout: the fraction of SubmitWorkOrder calls that record the
+	// job and then never answer, until the caller's deadline (the caller sees
+	// DEADLINE_EXCEEDED) or cancellation. The provider has accepted the work;
+	// only the answer is lost, so a retry finds the job.
+	AcceptTimeout float64
 	// Seed of the generator; 0 seeds from the clock (the seed in force is
 	// reported by Dice.Rates, so a run can be reproduced).
 	Seed int64
@@ -86,6 +107,7 @@ func (r Rates) Violations() []Violation {
 		{"poison", r.Poison},
 		{"unknown_order", r.UnknownOrder},
 		{"publish_then_crash", r.PublishThenCrash},
+		{"accept_timeout", r.AcceptTimeout},
 	} {
 		// The negated form also rejects NaN.
 		if !(k.rate >= 0 && k.rate <= 1) {
@@ -95,6 +117,20 @@ func (r Rates) Violations() []Violation {
 	if r.ExtraDelay < 0 || r.ExtraDelay > MaxExtraDelay {
 		vs = append(vs, Violation{Field: "extra_delay", Description: fmt.Sprintf("must be within [0, %v], got %v", MaxExtraDelay, r.ExtraDelay)})
 	}
+	for _, k := range []struct {
+		field string
+		d     time.Duration
+	}{{"accept_latency_p50", r.AcceptLatencyP50}, {"accept_latency_p99", r.AcceptLatencyP99}} {
+		if k.d < 0 || k.d > MaxAcceptLatency {
+			vs = append(vs, Violation{Field: k.field, Description: fmt.Sprintf("must be within [0, %v], got %v", MaxAcceptLatency, k.d)})
+		}
+	}
+	switch {
+	case r.AcceptLatencyP99 < r.AcceptLatencyP50:
+		vs = append(vs, Violation{Field: "accept_latency_p99", Description: fmt.Sprintf("must not be below accept_latency_p50 (%v), got %v", r.AcceptLatencyP50, r.AcceptLatencyP99)})
+	case r.AcceptLatencyP50 == 0 && r.AcceptLatencyP99 > 0:
+		vs = append(vs, Violation{Field: "accept_latency_p50", Description: "must be positive when accept_latency_p99 is set"})
+	}
 	return vs
 }
 
@@ -103,7 +139,8 @@ func (r Rates) Validate() error {
 	env := map[string]string{
 		"duplicate": EnvDuplicate, "early_completion": EnvEarlyCompletion, "split_completion": EnvSplitCompletion,
 		"poison": EnvPoison, "unknown_order": EnvUnknownOrder, "publish_then_crash": EnvPublishThenCrash,
-		"extra_delay": EnvExtraDelay,
+		"extra_delay": EnvExtraDelay, "accept_latency_p50": EnvAcceptLatencyP50,
+		"accept_latency_p99": EnvAcceptLatencyP99, "accept_timeout": EnvAcceptTimeout,
 	}
 	var errs []error
 	for _, v := range r.Violations() {
@@ -122,6 +159,9 @@ func FromEnv(env *envconfig.Reader) Rates {
 		UnknownOrder:     env.Float(EnvUnknownOrder, 0),
 		PublishThenCrash: env.Float(EnvPublishThenCrash, 0),
 		ExtraDelay:       env.Duration(EnvExtraDelay, 0),
+		AcceptLatencyP50: env.Duration(EnvAcceptLatencyP50, 0),
+		AcceptLatencyP99: env.Duration(EnvAcceptLatencyP99, 0),
+		AcceptTimeout:    env.Float(EnvAcceptTimeout, 0),
 		Seed:             int64(env.Int(EnvSeed, 0)),
 	}
 }
@@ -194,6 +234,10 @@ type Dice struct {
 	rates  Rates
 	stream Stream
 	rng    *rand.Rand
+	// accept draws the answer delays: a generator of its own, because they
+	// are drawn per call (repeats too) while plans are drawn per new job, so
+	// the delays never shift the plans a seed draws.
+	accept *rand.Rand
 }
 
 // NewDice validates r and seeds the generator for stream s.
@@ -219,7 +263,38 @@ func (d *Dice) Set(r Rates) error {
 	defer d.mu.Unlock()
 	d.rates = r
 	d.rng = rand.New(rand.NewPCG(uint64(r.Seed), uint64(r.Seed)^0x9e3779b97f4a7c15^d.stream.key()))
+	d.accept = rand.New(rand.NewPCG(uint64(r.Seed)^0xa0761d6478bd642f, uint64(r.Seed)^d.stream.key()))
 	return nil
+}
+
+// Answer is how one SubmitWorkOrder call answers, drawn by DrawAnswer.
+type Answer struct {
+	// Delay before the answer (0: at once).
+	Delay time.Duration
+	// Timeout: no answer at all until the caller gives up.
+	Timeout bool
+}
+
+// z99 is the standard normal's 99th percentile: the lognormal's sigma is
+// ln(p99/p50)/z99.
+const z99 = 2.326
+
+// DrawAnswer draws how the next SubmitWorkOrder call answers. It always
+// consumes two draws, whatever the knobs.
+func (d *Dice) DrawAnswer() Answer {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	r := d.rates
+	timeout := d.accept.Float64() < r.AcceptTimeout
+	z := d.accept.NormFloat64()
+	a := Answer{Timeout: timeout}
+	if r.AcceptLatencyP50 > 0 {
+		sigma := math.Log(float64(r.AcceptLatencyP99)/float64(r.AcceptLatencyP50)) / z99
+		a.Delay = time.Duration(float64(r.AcceptLatencyP50) * math.Exp(sigma*z))
+		// The tail is unbounded; an hour-long answer is a hang, not a latency.
+		a.Delay = min(a.Delay, MaxAcceptLatency*10)
+	}
+	return a
 }
 
 // Stream returns the stream the generator draws from.

@@ -23,6 +23,7 @@ import (
 
 	providerv1 "github.com/lossless-dev/lossless/gen/lossless/provider/v1"
 	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
+	"github.com/lossless-dev/lossless/internal/orderhop"
 	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/pkg/dedup"
 	"github.com/lossless-dev/lossless/pkg/idempotency"
@@ -162,11 +163,15 @@ func (a *App) assemble(ctx context.Context, opts []server.Option) error {
 	if err != nil {
 		return err
 	}
-	recv, err := receiver.New(store, sub, a.cfg.Receiver, a.log.With("component", "inbox-receiver"))
+	hops, err := orderhop.New(a.meter)
 	if err != nil {
 		return err
 	}
-	correlate, err := inbox.NewRelay(workerPool, correlation.NewHandler(), a.cfg.Inbox, a.log.With("component", "inbox-relay"), a.meter,
+	recv, err := receiver.New(store, sub, a.cfg.Receiver, a.log.With("component", "inbox-receiver"), receiver.WithHops(hops))
+	if err != nil {
+		return err
+	}
+	correlate, err := inbox.NewRelay(workerPool, correlation.NewHandler(correlation.WithHops(hops)), a.cfg.Inbox, a.log.With("component", "inbox-relay"), a.meter,
 		inbox.WithTracerProvider(a.tel.TracerProvider))
 	if err != nil {
 		return err

@@ -40,7 +40,9 @@ type Config struct {
 	// SHUTDOWN_TIMEOUT (default 20s) and the request bounds
 	// HTTP_MAX_BODY_BYTES (1 MiB), HTTP_READ_HEADER_TIMEOUT (5s),
 	// HTTP_READ_TIMEOUT (15s), HTTP_WRITE_TIMEOUT (REQUEST_TIMEOUT + 5s),
-	// HTTP_IDLE_TIMEOUT (60s) and REQUEST_TIMEOUT (10s); see server.Config.
+	// HTTP_IDLE_TIMEOUT (60s) and REQUEST_TIMEOUT (10s), and PPROF_ENABLED
+	// (false: profiles under /debug/pprof/, never in production); see
+	// server.Config.
 	// The names are the same in every service: each process has its own
 	// environment.
 	Server server.Config

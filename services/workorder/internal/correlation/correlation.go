@@ -39,6 +39,7 @@ import (
 
 	eventsv1 "github.com/lossless-dev/lossless/gen/lossless/events/v1"
 	moneyv1 "github.com/lossless-dev/lossless/gen/lossless/money/v1"
+	"github.com/lossless-dev/lossless/internal/orderhop"
 	"github.com/lossless-dev/lossless/pkg/inbox"
 	"github.com/lossless-dev/lossless/pkg/outbox"
 	"github.com/lossless-dev/lossless/services/workorder/internal/orders"
@@ -72,10 +73,24 @@ type Handler struct {
 	now func() time.Time
 	// orders runs in the relay's transaction only: the zero Repository.
 	orders orders.Repository
+	hops   *orderhop.Recorder
 }
 
+// Option configures a Handler.
+type Option func(*Handler)
+
+// WithHops observes the correlate hop (inbox receipt → order COMPLETED) of
+// every completing entry on r.
+func WithHops(r *orderhop.Recorder) Option { return func(h *Handler) { h.hops = r } }
+
 // NewHandler returns the correlation handler.
-func NewHandler() *Handler { return &Handler{now: time.Now} }
+func NewHandler(opts ...Option) *Handler {
+	h := &Handler{now: time.Now}
+	for _, o := range opts {
+		o(h)
+	}
+	return h
+}
 
 var (
 	_ inbox.Handler      = (*Handler)(nil)
@@ -331,6 +346,7 @@ func (h *Handler) completionRecorded(ctx context.Context, e *inbox.Entry, ev Eve
 		return outbox.Event{}, err
 	}
 	now := h.now().UTC()
+	h.hops.Observe(ctx, orderhop.Correlate, e.ReceivedAt, now)
 	msg := &eventsv1.WorkOrderCompletionRecorded{
 		EventId:        eventID.String(),
 		WorkOrderId:    ev.OrderID.String(),

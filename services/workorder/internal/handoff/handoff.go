@@ -48,6 +48,7 @@ import (
 
 	eventsv1 "github.com/lossless-dev/lossless/gen/lossless/events/v1"
 	providerv1 "github.com/lossless-dev/lossless/gen/lossless/provider/v1"
+	"github.com/lossless-dev/lossless/internal/orderhop"
 	"github.com/lossless-dev/lossless/pkg/inbox"
 	"github.com/lossless-dev/lossless/pkg/outbox"
 	"github.com/lossless-dev/lossless/pkg/permanent"
@@ -106,6 +107,7 @@ type Dispatcher struct {
 	skipped     metric.Int64Counter
 	afterCancel metric.Int64Counter
 	rejected    metric.Int64Counter
+	hops        *orderhop.Recorder
 }
 
 // NewDispatcher returns a Dispatcher calling provider. Zero config fields take
@@ -138,7 +140,9 @@ func NewDispatcher(provider providerv1.ProviderServiceClient, repo *orders.Repos
 		metric.WithDescription("Orders the provider accepted after they were cancelled: the provider works on a cancelled order. Alert on any."))
 	d.rejected, errs[3] = meter.Int64Counter("workorder.handoff.rejected",
 		metric.WithDescription("Hand-offs the provider refused permanently (the event goes to FAILED)."))
-	if err := errors.Join(errs[:]...); err != nil {
+	var hopErr error
+	d.hops, hopErr = orderhop.New(meter)
+	if err := errors.Join(append(errs[:], hopErr)...); err != nil {
 		return nil, fmt.Errorf("handoff: metrics: %w", err)
 	}
 	return d, nil
@@ -196,7 +200,7 @@ func (d *Dispatcher) Dispatch(ctx context.Context, ev outbox.Event) (outbox.Comm
 	if jobID == "" {
 		return nil, permanent.Mark(fmt.Errorf("handoff: provider accepted work order %s without a job id", id))
 	}
-	return d.commit(trace.SpanContextFromContext(ctx), id, jobID, ev.ID.String(), log), nil
+	return d.commit(trace.SpanContextFromContext(ctx), id, jobID, ev.ID.String(), orderhop.Time(msg.GetOccurredAt()), log), nil
 }
 
 // detach returns the context of a provider call: bounded by the hand-off
@@ -217,8 +221,10 @@ func detach(ctx context.Context, deadline time.Duration) (context.Context, conte
 }
 
 // commit records the acceptance in the relay's mark transaction. Its log
-// lines carry the dispatch span's ids (sc), the span of the hand-off call.
-func (d *Dispatcher) commit(sc trace.SpanContext, id uuid.UUID, jobID, eventID string, log *slog.Logger) outbox.Commit {
+// lines carry the dispatch span's ids (sc), the span of the hand-off call;
+// created is the order's creation (the event's occurred_at), the start of
+// the handoff hop.
+func (d *Dispatcher) commit(sc trace.SpanContext, id uuid.UUID, jobID, eventID string, created time.Time, log *slog.Logger) outbox.Commit {
 	return func(ctx context.Context, tx pgx.Tx) error {
 		if sc.IsValid() {
 			ctx = trace.ContextWithSpanContext(ctx, sc)
@@ -240,6 +246,7 @@ func (d *Dispatcher) commit(sc trace.SpanContext, id uuid.UUID, jobID, eventID s
 				return err
 			}
 			d.handedOff.Add(ctx, 1)
+			d.hops.Observe(ctx, orderhop.HandOff, created, time.Now())
 			log.InfoContext(ctx, "work order handed off", "provider_job_id", jobID, "early_completions_released", early)
 		case orders.AcceptedAfterCancel:
 			d.afterCancel.Add(ctx, 1)

@@ -30,6 +30,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -39,6 +40,7 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 
 	eventsv1 "github.com/lossless-dev/lossless/gen/lossless/events/v1"
+	"github.com/lossless-dev/lossless/internal/orderhop"
 	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/pkg/dedup"
 	"github.com/lossless-dev/lossless/pkg/parked"
@@ -127,6 +129,7 @@ type Invoicing struct {
 	parked   *parked.Store
 	decoder  decoder
 	outcomes metric.Int64Counter
+	hops     *orderhop.Recorder
 }
 
 // New returns the consumer. Wire it in the workorder binary:
@@ -162,6 +165,9 @@ func New(pool *pgxpool.Pool, logger *slog.Logger, meter metric.Meter, opts ...Op
 	v.outcomes, err = meter.Int64Counter("workorder.invoicing.messages",
 		metric.WithDescription("InvoiceIssued messages consumed, by outcome: invoiced, duplicate, parked, unknown_type (parked too). Alert on parked and unknown_type."))
 	if err != nil {
+		return nil, err
+	}
+	if v.hops, err = orderhop.New(meter); err != nil {
 		return nil, err
 	}
 	// Every outcome's series exists at 0 from the start: the alerts read
@@ -222,6 +228,7 @@ func (v *Invoicing) handle(ctx context.Context, m *pubsub.Received) (string, err
 		return v.park(ctx, m, verdict{ev: ev, outcome: OutcomeParked, reason: reason})
 	}
 	if outcome == OutcomeInvoiced {
+		v.hops.Observe(ctx, orderhop.Invoiced, orderhop.Time(ev.GetIssuedAt()), time.Now())
 		v.logger.InfoContext(ctx, "work order invoiced", "work_order_id", ev.GetWorkOrderId(),
 			"invoice_id", ev.GetInvoiceId(), "invoice_number", ev.GetInvoiceNumber())
 	}

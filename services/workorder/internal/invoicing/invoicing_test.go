@@ -22,6 +22,8 @@ import (
 
 	eventsv1 "github.com/lossless-dev/lossless/gen/lossless/events/v1"
 	moneyv1 "github.com/lossless-dev/lossless/gen/lossless/money/v1"
+	"github.com/lossless-dev/lossless/internal/orderhop"
+	"github.com/lossless-dev/lossless/internal/orderhop/orderhoptest"
 	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
@@ -385,6 +387,11 @@ func TestBadMessagesAreParkedAndTheirBatchMatesApply(t *testing.T) {
 	}
 	if o := outcomes(t, reader); o["invoiced"] != 3 || o["parked"] != 6 {
 		t.Errorf("outcomes %v, want 3 invoiced, 6 parked", o)
+	}
+	// The invoiced hop (invoice issued → INVOICED) is observed for each
+	// invoiced order and for nothing parked.
+	if h := orderhoptest.Collect(t, reader)[orderhop.Invoiced]; h.Count != 3 {
+		t.Errorf("invoiced hop observed %d times, want 3", h.Count)
 	}
 }
 

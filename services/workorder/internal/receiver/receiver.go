@@ -17,9 +17,11 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/lossless-dev/lossless/internal/orderhop"
 	"github.com/lossless-dev/lossless/pkg/envconfig"
 	"github.com/lossless-dev/lossless/pkg/inbox"
 	"github.com/lossless-dev/lossless/pkg/pgtext"
@@ -74,11 +76,23 @@ type Receiver struct {
 	sub    *pubsub.Subscriber
 	dec    *Decoder
 	logger *slog.Logger
+	opts   []Option
 }
+
+// Option configures a Receiver or Handle.
+type Option func(*options)
+
+type options struct {
+	hops *orderhop.Recorder
+}
+
+// WithHops observes the deliver hop (the completion's Pub/Sub publish time →
+// stored in the inbox) of every first delivery of a completion on r.
+func WithHops(r *orderhop.Recorder) Option { return func(o *options) { o.hops = r } }
 
 // New returns a receiver reading sub (topology.SubWorkOrderCompleted) into
 // store, decoding with cfg.
-func New(store *inbox.Store, sub *pubsub.Subscriber, cfg Config, logger *slog.Logger) (*Receiver, error) {
+func New(store *inbox.Store, sub *pubsub.Subscriber, cfg Config, logger *slog.Logger, opts ...Option) (*Receiver, error) {
 	if store == nil || sub == nil || logger == nil {
 		return nil, errors.New("receiver: New needs a store, a subscriber and a logger")
 	}
@@ -86,19 +100,23 @@ func New(store *inbox.Store, sub *pubsub.Subscriber, cfg Config, logger *slog.Lo
 	if err != nil {
 		return nil, err
 	}
-	return &Receiver{store: store, sub: sub, dec: dec, logger: logger}, nil
+	return &Receiver{store: store, sub: sub, dec: dec, logger: logger, opts: opts}, nil
 }
 
 // Run receives batches until ctx is cancelled.
 func (r *Receiver) Run(ctx context.Context) error {
-	return r.sub.RunBatch(ctx, Handle(r.store, r.dec, r.logger))
+	return r.sub.RunBatch(ctx, Handle(r.store, r.dec, r.logger, r.opts...))
 }
 
 // Handle returns the batch handler: decode (pure CPU, cannot fail: an
 // undecodable or unstorable message becomes a poison entry), one Ingest,
 // then every message's result is the transaction's: all acked (each message
 // stored, OPEN or PARKED) or, on an infrastructure error, all nacked.
-func Handle(store *inbox.Store, dec *Decoder, logger *slog.Logger) pubsub.BatchHandler {
+func Handle(store *inbox.Store, dec *Decoder, logger *slog.Logger, opts ...Option) pubsub.BatchHandler {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
 	return func(ctx context.Context, ms []*pubsub.Received) []error {
 		msgs := make([]inbox.Message, len(ms))
 		// Under the subscriber's consumer span (linked to each message's
@@ -127,6 +145,14 @@ func Handle(store *inbox.Store, dec *Decoder, logger *slog.Logger) pubsub.BatchH
 		if res.Rejected > 0 {
 			logger.ErrorContext(ctx, "inbox receiver: the database refused messages the decoder accepted; parked by the store (teach Decode the rule)",
 				"rejected", res.Rejected)
+		}
+		stored := time.Now()
+		for _, m := range ms {
+			// A redelivery's publish time is the first delivery's: only first
+			// deliveries measure the hop.
+			if m.DeliveryAttempt <= 1 && m.Attributes[pubsub.AttrEventType] == correlation.TypeCompleted {
+				o.hops.Observe(ctx, orderhop.Deliver, m.PublishTime, stored)
+			}
 		}
 		return errs
 	}

@@ -1,0 +1,140 @@
+// Command report writes bench/report.md from the `go test -json` output of a
+// benchmark run and the series the benchmarks wrote (LOSSLESS_BENCH_DATA):
+// the environment, one row per benchmark id of docs/performance.md with its
+// anchor, measured ratios, target and whether it was met (a benchmark
+// absent from the output is listed as not run), each benchmark's metrics and
+// log, and a PNG per series file. `make bench` runs it.
+//
+// It is a module of its own so that its plotting dependencies stay out of
+// the go.mod a forking team keeps.
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "report:", err)
+		os.Exit(1)
+	}
+}
+
+type rawFiles []string
+
+func (r *rawFiles) String() string     { return strings.Join(*r, ",") }
+func (r *rawFiles) Set(v string) error { *r = append(*r, v); return nil }
+
+func run(args []string) error {
+	fs := flag.NewFlagSet("report", flag.ContinueOnError)
+	var raw rawFiles
+	fs.Var(&raw, "raw", "`go test -json` output of the run (repeatable; a missing file is skipped with a warning)")
+	data := fs.String("data", "", "directory of the benchmarks' CSV series (LOSSLESS_BENCH_DATA); empty: no plots")
+	out := fs.String("out", "bench/report.md", "report to write")
+	plots := fs.String("plots", "", "directory for the PNGs (default: plots/ next to -out)")
+	commit := fs.String("commit", "", "commit of the run (default: git rev-parse --short HEAD, -dirty when the tree has changes)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if len(raw) == 0 {
+		return errors.New("-raw is required")
+	}
+	r := &Run{}
+	for _, name := range raw {
+		f, err := os.Open(name)
+		if errors.Is(err, os.ErrNotExist) && len(raw) > 1 {
+			fmt.Fprintf(os.Stderr, "report: %s: not found, skipped\n", name)
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		err = r.Parse(f)
+		_ = f.Close() // read only
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	if *commit == "" {
+		*commit = gitCommit()
+	}
+	if *plots == "" {
+		*plots = filepath.Join(filepath.Dir(*out), "plots")
+	}
+	ps, err := makePlots(*data, *plots, filepath.Dir(*out))
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(*out), 0o755); err != nil {
+		return err
+	}
+	var buf bytes.Buffer
+	if err := Render(&buf, r, Meta{Commit: *commit, GoVersion: runtime.Version()}, ps); err != nil {
+		return err
+	}
+	return os.WriteFile(*out, buf.Bytes(), 0o644)
+}
+
+// makePlots draws every CSV of dataDir into plotDir; the PNG paths are
+// relative to reportDir. A CSV that cannot be plotted is listed with the
+// reason instead.
+func makePlots(dataDir, plotDir, reportDir string) ([]Plot, error) {
+	if dataDir == "" {
+		return nil, nil
+	}
+	csvs, err := filepath.Glob(filepath.Join(dataDir, "*.csv"))
+	if err != nil {
+		return nil, err
+	}
+	slices.Sort(csvs)
+	// The plot directory is the report's own: last run's images go, so none
+	// is left behind from a series this run did not write.
+	old, err := filepath.Glob(filepath.Join(plotDir, "*.png"))
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range old {
+		if err := os.Remove(f); err != nil {
+			return nil, err
+		}
+	}
+	var out []Plot
+	for _, c := range csvs {
+		name := filepath.Base(c)
+		png := filepath.Join(plotDir, strings.TrimSuffix(name, ".csv")+".png")
+		caption, err := plotSeries(c, png)
+		if err != nil {
+			out = append(out, Plot{CSV: name, Caption: "Not plotted: " + err.Error()})
+			continue
+		}
+		rel, err := filepath.Rel(reportDir, png)
+		if err != nil {
+			rel = png
+		}
+		out = append(out, Plot{CSV: name, PNG: filepath.ToSlash(rel), Caption: caption})
+	}
+	return out, nil
+}
+
+func gitCommit() string {
+	ctx := context.Background()
+	head, err := exec.CommandContext(ctx, "git", "rev-parse", "--short", "HEAD").Output()
+	if err != nil {
+		return ""
+	}
+	c := strings.TrimSpace(string(head))
+	if st, err := exec.CommandContext(ctx, "git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(bytes.TrimSpace(st)) > 0 {
+		c += "-dirty"
+	}
+	return c
+}

@@ -1,0 +1,153 @@
+package main
+
+import (
+	"bytes"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/report.md from the current output")
+
+func parseFile(t *testing.T, name string) *Run {
+	t.Helper()
+	f, err := os.Open(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = f.Close() }() // read only
+	r := &Run{}
+	if err := r.Parse(f); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// row returns the Targets table row of a benchmark id.
+func row(t *testing.T, md, id string) string {
+	t.Helper()
+	var found []string
+	for _, l := range strings.Split(md, "\n") {
+		if strings.HasPrefix(l, "| "+id+" | `") {
+			found = append(found, l)
+		}
+	}
+	if len(found) != 1 {
+		t.Fatalf("%d rows for %s, want 1:\n%s", len(found), id, md)
+	}
+	return found[0]
+}
+
+func TestRender_SampleRunGivesOneRowPerIdWithRatiosTargetsAndNotRun(t *testing.T) {
+	r := parseFile(t, "testdata/run.json")
+	dir := t.TempDir()
+	plots, err := makePlots("testdata/data", filepath.Join(dir, "plots"), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := Render(&buf, r, Meta{Commit: "abc1234", GoVersion: "go-unused"}, plots); err != nil {
+		t.Fatal(err)
+	}
+	md := buf.String()
+
+	for _, want := range []struct{ id, text string }{
+		{"B4", "ratio = 5.36 ✓"},
+		{"B4", "| met |"},
+		{"M1", "burst/steady_workorder = 1.25 ✓"},
+		{"M1", "rss_mb_steady_provider-sim = 45.3 ✓"},
+		{"M1", "| met |"},
+		{"R1", "publishThenCrash=0.2: p99_affected_s_postgres = 5.30 ✓"},
+		{"R1", "publishThenCrash=0: recovery_s_billing = 0.00 ✓"},
+		{"B1", "| **not run** |"},
+		{"B1w", "| **not run** |"},
+		{"B6", "| **not run** |"},
+		{"B1p", "**not run**: its package failed"},
+		{"B2", "**failed**"},
+	} {
+		if got := row(t, md, want.id); !strings.Contains(got, want.text) {
+			t.Errorf("%s row lacks %q:\n%s", want.id, want.text, got)
+		}
+	}
+	// R1's p99 target holds only for the publishThenCrash pass.
+	if strings.Contains(row(t, md, "R1"), "publishThenCrash=0: p99_affected") {
+		t.Errorf("R1's p99 target applied to the pass without publishThenCrash:\n%s", row(t, md, "R1"))
+	}
+	for _, want := range []string{
+		"| Go | go1.26.8 |", "| GOMAXPROCS | 2 |", "| CPU | AMD EPYC |", "| commit | abc1234 |",
+		"| PostgreSQL fsync | on |", "undefined: ceilingInFlight", "raise OUTBOX_B2_BACKLOG",
+		"![m1_rss](plots/m1_rss.png)", "Phases (s): capacity", "![b5_hops](plots/b5_hops.png)",
+		"handoff: n 3, p50 14.2, p99 30.1",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+	for _, pl := range plots {
+		b, err := os.ReadFile(filepath.Join(dir, pl.PNG))
+		if err != nil {
+			t.Fatalf("%s: %v", pl.CSV, err)
+		}
+		if !bytes.HasPrefix(b, []byte("\x89PNG\r\n\x1a\n")) {
+			t.Errorf("%s: not a PNG", pl.PNG)
+		}
+	}
+
+	if *update {
+		if err := os.WriteFile("testdata/report.md", buf.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	golden, err := os.ReadFile("testdata/report.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if md != string(golden) {
+		t.Errorf("report differs from testdata/report.md (go test -run Render -update to accept):\n%s", md)
+	}
+}
+
+func TestParse_ResultLineSplitAcrossOutputEventsIsOneResult(t *testing.T) {
+	const in = `{"Action":"output","Package":"x/e2e","Test":"BenchmarkM1_Memory","Output":"BenchmarkM1_Memory-2   \t       1\t100 ns/op\t"}
+{"Action":"output","Package":"x/e2e","Test":"BenchmarkM1_Memory","Output":"  150.5 rss_mb_steady_workorder\n"}
+{"Action":"pass","Package":"x/e2e","Test":"BenchmarkM1_Memory"}
+`
+	r := &Run{}
+	if err := r.Parse(strings.NewReader(in)); err != nil {
+		t.Fatal(err)
+	}
+	b := r.Find("e2e", "BenchmarkM1_Memory")
+	if b == nil || len(b.Results) != 1 {
+		t.Fatalf("got %+v, want one result", b)
+	}
+	checks := evaluate("M1", b)
+	var steady *check
+	for i := range checks {
+		if checks[i].unit == "rss_mb_steady_workorder" {
+			steady = &checks[i]
+		}
+	}
+	if steady == nil || steady.value != 150.5 || steady.met() {
+		t.Fatalf("rss_mb_steady_workorder check = %+v, want 150.5, not met (target ≤ 150)", steady)
+	}
+}
+
+func TestTargets_EveryIdIsADeclaredBenchmark(t *testing.T) {
+	ids := map[string]bool{}
+	for _, b := range benchmarks {
+		if ids[b.ID] {
+			t.Errorf("%s declared twice", b.ID)
+		}
+		ids[b.ID] = true
+	}
+	for _, tg := range targets {
+		if !ids[tg.ID] {
+			t.Errorf("target %s %s: no benchmark %s", tg.Unit, tg.Cmp, tg.ID)
+		}
+		if tg.Cmp.symbol() == "" || !strings.Contains(">=<=<", string(tg.Cmp)) {
+			t.Errorf("target %s %s: unknown comparison %q", tg.ID, tg.Unit, tg.Cmp)
+		}
+	}
+}

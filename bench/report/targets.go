@@ -1,0 +1,103 @@
+package main
+
+// Benchmark is one benchmark id of docs/performance.md: where its Go
+// benchmark lives and what it is measured against.
+type Benchmark struct {
+	ID string
+	// Package is the import path of the benchmark's package, relative to the
+	// module (the main module's, or a nested module's full path).
+	Package string
+	// Func is the top-level benchmark function.
+	Func   string
+	Anchor string
+}
+
+// Target is one checked figure: the metric a benchmark reports with
+// b.ReportMetric (its unit), compared with a threshold.
+type Target struct {
+	ID string
+	// Unit of the metric. A trailing "*" matches every unit with that
+	// prefix (one check per service, per fault...).
+	Unit      string
+	Cmp       Cmp
+	Threshold float64
+	// Sub restricts the check to the sub-benchmarks whose name contains it
+	// ("" for every result line of the benchmark).
+	Sub         string
+	Description string
+}
+
+// Cmp is a comparison of a measured value with a threshold.
+type Cmp string
+
+// The comparisons the targets use.
+const (
+	AtLeast Cmp = ">="
+	AtMost  Cmp = "<="
+	Below   Cmp = "<"
+)
+
+func (c Cmp) holds(v, threshold float64) bool {
+	switch c {
+	case AtLeast:
+		return v >= threshold
+	case AtMost:
+		return v <= threshold
+	case Below:
+		return v < threshold
+	}
+	return false
+}
+
+func (c Cmp) symbol() string {
+	switch c {
+	case AtLeast:
+		return "≥"
+	case AtMost:
+		return "≤"
+	}
+	return string(c)
+}
+
+// benchmarks are the ids of docs/performance.md, in its order. A benchmark
+// whose function does not exist yet is still listed: the report shows it as
+// not run.
+var benchmarks = []Benchmark{
+	{"B1", "pkg/outbox", "BenchmarkB1_RelayDrain", "keyset claim (pkg/outboxbench), same database, A B A B"},
+	{"B1p", "pkg/outboxpubsub", "BenchmarkB1p_RelayToPubSub", "min(keyset claim, publish-only ceiling on the same emulator)"},
+	{"B1w", "bench/watermill-compare", "BenchmarkB1w_RelayVsWatermill", "watermill-sql's forwarder draining the same backlog on the same server"},
+	{"B2", "pkg/outbox", "BenchmarkB2_SustainedDrain", "itself: the rate of its first 30 s"},
+	{"B3", "pkg/leasequeue", "BenchmarkBurnDown", "River v0.51.2 on the same server: measured by make bench-river, not in this run"},
+	{"B4", "services/workorder/internal/receiver", "BenchmarkB4_ReceiverIngest", "inbox-style insert, 4 clients, same server, A B A B"},
+	{"B5", "e2e", "BenchmarkB5_EndToEndLatency", "measured capacity bound and latency floor, same run"},
+	{"B6", "e2e", "BenchmarkB6_SlowProvider", "the hand-off's concurrency ÷ the provider's mean accept latency"},
+	{"M1", "e2e", "BenchmarkM1_Memory", "the RSS of the same processes at 50 % load"},
+	{"R1", "e2e", "BenchmarkR1_Recovery", "the restarted dependency's readiness"},
+}
+
+// targets are the checked figures of docs/performance.md. A benchmark id
+// without a target row reports its metrics but is never "met".
+var targets = []Target{
+	{"B1", "relay1/keyset", AtLeast, 0.7, "", "1 relay vs the keyset claim"},
+	{"B1", "relay2/keyset", AtLeast, 0.7, "", "2 relays vs the keyset claim"},
+	{"B1p", "relay/min_anchor", AtLeast, 0.7, "", "relay to Pub/Sub vs min(keyset, ceiling)"},
+	{"B1w", "ratio_vs_watermill", AtLeast, 1.5, "", "our relay vs watermill-sql's forwarder"},
+	{"B2", "last/first", AtLeast, 0.8, "", "last 30 s of the sustained phase vs its first"},
+	{"B2", "held/first", AtLeast, 0.5, "", "while vacuum is held back"},
+	{"B2", "after/first", AtLeast, 0.8, "", "after the release"},
+	{"B3", "ratio_vs_river", AtLeast, 1.0, "", "burn-down vs River, same workers"},
+	{"B4", "ratio", AtLeast, 1.0, "", "ingest vs the inbox-style insert"},
+	{"B5", "capacity/commit_bound", AtLeast, 0.5, "", "capacity vs the commit-bound limit"},
+	{"B5", "p50/floor_10pct", AtMost, 2, "", "p50 at 10 % load vs the measured floor"},
+	{"B5", "p99_ms_50pct", Below, 1000, "", "p99 at 50 % load"},
+	{"B6", "ratio_vs_bound", AtLeast, 0.8, "", "hand-off rate vs its concurrency bound"},
+	{"M1", "rss_mb_steady_*", AtMost, 150, "", "RSS at 50 % load, MB"},
+	{"M1", "rss_mb_burst_*", AtMost, 150, "", "RSS during the 10 × burst and its drain, MB"},
+	{"M1", "burst/steady_*", AtMost, 2, "", "bounded: burst max vs steady max"},
+	{"M1", "end/steady_*", AtMost, 1.5, "", "bounded: after the drain vs steady max"},
+	{"R1", "recovery_s_workorder", AtMost, 5, "", "back to 90 % after workorder's readiness, s"},
+	{"R1", "recovery_s_provider", AtMost, 5, "", "back to 90 % after provider-sim's readiness, s"},
+	{"R1", "recovery_s_billing", AtMost, 5, "", "back to 90 % after billing's readiness, s"},
+	{"R1", "recovery_s_postgres", AtMost, 5, "", "back to 90 % after PostgreSQL accepts connections, s"},
+	{"R1", "p99_affected_s_*", Below, 30, "publishThenCrash=0.2", "p99 of affected orders with publishThenCrash 20 %, s"},
+}

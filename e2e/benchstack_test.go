@@ -1,0 +1,74 @@
+package e2e
+
+import (
+	"context"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/lossless-dev/lossless/internal/localstack"
+	"github.com/lossless-dev/lossless/pkg/pgtest"
+	"github.com/lossless-dev/lossless/services"
+)
+
+// benchProviderEnv makes the provider's own execution time negligible: the
+// benchmarks measure our path, not the simulated work.
+var benchProviderEnv = []string{"PROVIDER_EXEC_BASE=1ms", "PROVIDER_EXEC_PER_POSITION=0s", "PROVIDER_POLL_INTERVAL=50ms"}
+
+// startBenchStack builds the binaries and starts one replica of every
+// declared service as separate processes on the test PostgreSQL server
+// (pgtest.ServerDSN, fsync per LOSSLESS_PG_FSYNC), each service in its own
+// database named prefix + a random tag + "_" + its declared name, so
+// several stacks share the server. extra adds environment per service name
+// (localstack.Config.ExtraEnv), after benchProviderEnv for provider-sim.
+// The stack stops when the benchmark ends. It returns the stack and the
+// work-order service's REST base URL.
+func startBenchStack(b *testing.B, prefix string, extra map[string][]string) (*localstack.Stack, string) {
+	b.Helper()
+	ctx := context.Background()
+	binDir := b.TempDir()
+	_, thisFile, _, _ := runtime.Caller(0)
+	if err := localstack.Build(ctx, filepath.Dir(filepath.Dir(thisFile)), binDir); err != nil {
+		b.Fatal(err)
+	}
+	ports, err := localstack.FreePorts()
+	if err != nil {
+		b.Fatal(err)
+	}
+	env := map[string][]string{"provider-sim": append([]string(nil), benchProviderEnv...)}
+	for svc, kv := range extra {
+		env[svc] = append(env[svc], kv...)
+	}
+	stack, err := localstack.Start(ctx, localstack.Config{
+		BinDir:         binDir,
+		DatabaseURL:    pgtest.ServerDSN(b),
+		DatabasePrefix: prefix + strings.ReplaceAll(uuid.NewString()[:8], "-", "") + "_",
+		Ports:          ports,
+		Log:            discard{},
+		ExtraEnv:       env,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = stack.Stop(30 * time.Second) })
+	return stack, stack.URLs()["workorder"]
+}
+
+// envForAll gives every declared service the variables kv, for
+// startBenchStack's extra.
+func envForAll(b *testing.B, kv ...string) map[string][]string {
+	b.Helper()
+	c, err := services.Catalog()
+	if err != nil {
+		b.Fatal(err)
+	}
+	out := map[string][]string{}
+	for _, svc := range c {
+		out[svc.Name] = append([]string(nil), kv...)
+	}
+	return out
+}
