@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"embed"
-	"io/fs"
 
 	"github.com/lossless-dev/lossless/pkg/pgmigrate"
 	"github.com/lossless-dev/lossless/pkg/pgschema"
@@ -23,17 +22,7 @@ var migrationFiles embed.FS
 // inbox_schema_version, apart from the service's: apply it before the
 // service's own set, whose tables may reference it.
 func Migrations(schema string) pgmigrate.Set {
-	files, err := fs.Sub(migrationFiles, "migrations")
-	if err != nil {
-		// fs.Sub fails only on an invalid path, which is a constant.
-		panic(err)
-	}
-	return pgmigrate.Set{
-		Name:         "inbox",
-		Schema:       pgschema.OrDefault(schema),
-		FS:           files,
-		VersionTable: "inbox_schema_version",
-	}
+	return pgmigrate.PatternSet("inbox", migrationFiles, schema)
 }
 
 // Migrate applies Migrations(schema) to db.

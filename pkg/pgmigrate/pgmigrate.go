@@ -50,6 +50,18 @@ type Set struct {
 	VersionTable string
 }
 
+// PatternSet is the set a pattern package of pkg/ ships: the *.sql files
+// under "migrations/" in files (its embedded folder), created in schema (""
+// means "public"), tracked in "<name>_schema_version" inside that schema.
+func PatternSet(name string, files fs.FS, schema string) Set {
+	sub, err := fs.Sub(files, "migrations")
+	if err != nil {
+		// fs.Sub fails only on an invalid path, and "migrations" is valid.
+		panic(err)
+	}
+	return Set{Name: name, Schema: pgschema.OrDefault(schema), FS: sub, VersionTable: name + "_schema_version"}
+}
+
 // Applied is what Apply did to one set.
 type Applied struct {
 	Name    string

@@ -3,6 +3,7 @@ package pgmigrate_test
 import (
 	"context"
 	"database/sql"
+	"io/fs"
 	"os"
 	"strings"
 	"sync"
@@ -135,5 +136,22 @@ func TestInvalidSetsAreRefusedBeforeAnythingRuns(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: err %v, want it to contain %q", name, err, c.want)
 		}
+	}
+}
+
+// A pattern package's set reads its embedded migrations/ folder, defaults to
+// public and names its version table after the package.
+func TestPatternSet(t *testing.T) {
+	t.Parallel()
+	files := fstest.MapFS{"migrations/00001_q.sql": file(`CREATE TABLE {schema}.q (id int);`, `DROP TABLE {schema}.q;`)}
+	s := pgmigrate.PatternSet("queue", files, "")
+	if s.Name != "queue" || s.Schema != "public" || s.VersionTable != "queue_schema_version" {
+		t.Fatalf("set %+v", s)
+	}
+	if _, err := fs.Stat(s.FS, "00001_q.sql"); err != nil {
+		t.Fatalf("the migrations must be at the set's root: %v", err)
+	}
+	if got := pgmigrate.PatternSet("queue", files, "ops").Schema; got != "ops" {
+		t.Fatalf("schema %q, want ops", got)
 	}
 }
