@@ -38,13 +38,13 @@ const b6Sample = 500 * time.Millisecond
 //
 //   - throughput: orders reaching HANDED_OFF per second over the drain, from
 //     the provider's first acceptance to the sample that saw the last
-//     hand-off committed (the backlog keeps the relay saturated throughout;
-//     hand-offs commit per batch, so shorter windows measure batch
-//     boundaries);
-//   - bound: the relay's hand-off concurrency (batches in flight × dispatches
-//     per batch, each capped by what one batch can use) ÷ the mean
-//     SubmitWorkOrder latency the dispatcher measured (the workorder
-//     process's rpc client duration histogram, timed-out calls included);
+//     hand-off committed (the backlog keeps the relay saturated throughout);
+//   - bound: the relay's hand-off concurrency ÷ the mean SubmitWorkOrder
+//     latency the dispatcher measured (the workorder process's rpc client
+//     duration histogram, timed-out calls included). The hand-off is in the
+//     relay's slow mode (outbox.WithSlowDispatch), so its concurrency is
+//     SlowDispatchConcurrency: that many hand-offs in flight, each worker
+//     refilled as soon as its call ends;
 //   - every 500 ms: workorder's connections by state, its oldest open
 //     transaction and the outbox's dead tuples.
 //
@@ -55,8 +55,10 @@ const b6Sample = 500 * time.Millisecond
 //	LOSSLESS_B6_ORDERS              backlog (default 3000)
 //	LOSSLESS_B6_P50, LOSSLESS_B6_P99 accept latency (default 100ms, 1s)
 //	LOSSLESS_B6_TIMEOUT             share of accepts that never answer (default 0.02)
-//	LOSSLESS_B6_BATCH_SIZE, LOSSLESS_B6_DISPATCH_CONCURRENCY, LOSSLESS_B6_BATCHES_IN_FLIGHT,
-//	LOSSLESS_B6_LEASE               relay settings (default: the outbox defaults)
+//	LOSSLESS_B6_SLOW_DISPATCH_CONCURRENCY, LOSSLESS_B6_BATCH_SIZE, LOSSLESS_B6_DISPATCH_CONCURRENCY,
+//	LOSSLESS_B6_BATCHES_IN_FLIGHT, LOSSLESS_B6_LEASE
+//	                                relay settings (default: the outbox defaults; the
+//	                                batch settings apply to the Pub/Sub events only)
 //	LOSSLESS_B6_HANDOFF_DEADLINE    the dispatcher's deadline (default: handoff's)
 //	LOSSLESS_BENCH_DATA             directory for b6_rate.csv and b6_xact_age.csv
 //	LOSSLESS_PG_FSYNC=on            fsync on the stack's PostgreSQL (make bench)
@@ -69,12 +71,15 @@ func BenchmarkB6_SlowProvider(b *testing.B) {
 		BatchSize:           envIntOr0(b, "LOSSLESS_B6_BATCH_SIZE"),
 		DispatchConcurrency: envIntOr0(b, "LOSSLESS_B6_DISPATCH_CONCURRENCY"),
 		BatchesInFlight:     envIntOr0(b, "LOSSLESS_B6_BATCHES_IN_FLIGHT"),
+
+		SlowDispatchConcurrency: envIntOr0(b, "LOSSLESS_B6_SLOW_DISPATCH_CONCURRENCY"),
 	}
 	if os.Getenv("LOSSLESS_B6_LEASE") != "" {
 		relay.LeaseDuration = envDuration(b, "LOSSLESS_B6_LEASE", 0)
 	}
 	var woEnv []string
-	for name, v := range map[string]int{"BATCH_SIZE": relay.BatchSize, "DISPATCH_CONCURRENCY": relay.DispatchConcurrency, "BATCHES_IN_FLIGHT": relay.BatchesInFlight} {
+	for name, v := range map[string]int{"BATCH_SIZE": relay.BatchSize, "DISPATCH_CONCURRENCY": relay.DispatchConcurrency,
+		"BATCHES_IN_FLIGHT": relay.BatchesInFlight, "SLOW_DISPATCH_CONCURRENCY": relay.SlowDispatchConcurrency} {
 		if v > 0 {
 			woEnv = append(woEnv, "WORKORDER_OUTBOX_"+name+"="+strconv.Itoa(v))
 		}
@@ -85,13 +90,9 @@ func BenchmarkB6_SlowProvider(b *testing.B) {
 	if d := os.Getenv("LOSSLESS_B6_HANDOFF_DEADLINE"); d != "" {
 		woEnv = append(woEnv, "WORKORDER_HANDOFF_DEADLINE="+envDuration(b, "LOSSLESS_B6_HANDOFF_DEADLINE", 0).String())
 	}
-	// The concurrency the relay runs with: BatchesInFlight loops, each with
-	// up to DispatchConcurrency aggregates of its batch in flight (every
-	// hand-off is its own aggregate, so a full batch uses them all).
-	batchSize := cmp.Or(relay.BatchSize, outbox.DefaultBatchSize)
-	inFlight := cmp.Or(relay.BatchesInFlight, outbox.DefaultBatchesInFlight)
-	perBatch := min(cmp.Or(relay.DispatchConcurrency, outbox.DefaultDispatchConcurrency), batchSize)
-	concurrency := inFlight * perBatch
+	// The concurrency the relay runs the hand-off with: in slow mode, up to
+	// SlowDispatchConcurrency leased hand-offs in flight.
+	concurrency := cmp.Or(relay.SlowDispatchConcurrency, outbox.DefaultSlowDispatchConcurrency)
 	lease := cmp.Or(relay.LeaseDuration, outbox.DefaultLeaseDuration)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
@@ -104,7 +105,7 @@ func BenchmarkB6_SlowProvider(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		b6Run(ctx, b, binDir, b6Params{n: n, p50: p50, p99: p99, timeout: timeout, woEnv: woEnv,
-			concurrency: concurrency, lease: lease, describe: fmt.Sprintf("%d batches in flight × %d dispatches (batch size %d)", inFlight, perBatch, batchSize)})
+			concurrency: concurrency, lease: lease, describe: fmt.Sprintf("slow mode, %d hand-offs in flight", concurrency)})
 	}
 }
 

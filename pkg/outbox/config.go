@@ -36,6 +36,10 @@ const (
 	DefaultOutageProbeInterval     = time.Second
 )
 
+// DefaultSlowDispatchConcurrency is BatchesInFlight × DispatchConcurrency at
+// their defaults: switching a type to slow mode keeps its concurrency.
+const DefaultSlowDispatchConcurrency = 32
+
 // Config of a Relay: its tunables. The zero value of every field means its
 // default; NewRelay fills the defaults and validates. The schema of the
 // tables is not a tunable but wiring, chosen with WithSchema.
@@ -58,6 +62,12 @@ type Config struct {
 	// parallel; events of one aggregate always dispatch one after another.
 	// Default 16.
 	DispatchConcurrency int
+	// SlowDispatchConcurrency is how many events of the slow types
+	// (WithSlowDispatch) one relay dispatches at once, each leased and
+	// settled on its own; a worker that finishes is refilled at once. It
+	// holds no connection while dispatching. Default 32, the lock claim's
+	// concurrency at its defaults (BatchesInFlight × DispatchConcurrency).
+	SlowDispatchConcurrency int
 	// PollInterval is the fallback wake-up when no NOTIFY arrives (lost
 	// notification, LISTEN connection down). Default 1s.
 	PollInterval time.Duration
@@ -122,7 +132,7 @@ type Config struct {
 }
 
 // ConfigFromEnv reads the relay settings from environment variables with the
-// given prefix (e.g. "WORKORDER_OUTBOX_"): BATCH_SIZE, DISPATCH_CONCURRENCY,
+// given prefix (e.g. "WORKORDER_OUTBOX_"): BATCH_SIZE, DISPATCH_CONCURRENCY, SLOW_DISPATCH_CONCURRENCY,
 // BATCHES_IN_FLIGHT, POLL_INTERVAL, SWEEP_INTERVAL, LEASE_DURATION, BACKOFF_BASE, BACKOFF_MAX,
 // MAX_ATTEMPTS, CIRCUIT_THRESHOLD, CIRCUIT_PROBE_INTERVAL,
 // CIRCUIT_PROBE_INTERVAL_MAX, OUTAGE_PROBE_INTERVAL, RETENTION, CLEANUP_INTERVAL, CLEANUP_BATCH,
@@ -132,6 +142,7 @@ func ConfigFromEnv(r *envconfig.Reader, prefix string) Config {
 		RelayID:                 r.String(prefix+"RELAY_ID", ""),
 		BatchSize:               r.Int(prefix+"BATCH_SIZE", DefaultBatchSize),
 		DispatchConcurrency:     r.Int(prefix+"DISPATCH_CONCURRENCY", DefaultDispatchConcurrency),
+		SlowDispatchConcurrency: r.Int(prefix+"SLOW_DISPATCH_CONCURRENCY", DefaultSlowDispatchConcurrency),
 		BatchesInFlight:         r.Int(prefix+"BATCHES_IN_FLIGHT", DefaultBatchesInFlight),
 		PollInterval:            r.Duration(prefix+"POLL_INTERVAL", DefaultPollInterval),
 		SweepInterval:           r.Duration(prefix+"SWEEP_INTERVAL", DefaultSweepInterval),
@@ -158,6 +169,7 @@ func (c *Config) setDefaults() {
 	}
 	setInt(&c.BatchSize, DefaultBatchSize)
 	setInt(&c.DispatchConcurrency, DefaultDispatchConcurrency)
+	setInt(&c.SlowDispatchConcurrency, DefaultSlowDispatchConcurrency)
 	setInt(&c.BatchesInFlight, DefaultBatchesInFlight)
 	setDur(&c.PollInterval, DefaultPollInterval)
 	setDur(&c.SweepInterval, DefaultSweepInterval)
@@ -189,6 +201,7 @@ func (c Config) Validate() error {
 	}
 	positive("BatchSize", int64(c.BatchSize))
 	positive("DispatchConcurrency", int64(c.DispatchConcurrency))
+	positive("SlowDispatchConcurrency", int64(c.SlowDispatchConcurrency))
 	positive("BatchesInFlight", int64(c.BatchesInFlight))
 	positive("PollInterval", int64(c.PollInterval))
 	positive("SweepInterval", int64(c.SweepInterval))

@@ -19,6 +19,7 @@ import (
 const (
 	envCrashDSN    = "OUTBOX_TEST_CRASH_CHILD_DSN"
 	envCrashPoison = "OUTBOX_TEST_CRASH_CHILD_POISON"
+	envCrashSlow   = "OUTBOX_TEST_CRASH_CHILD_SLOW" // "1": the type in slow mode, 1 s lease
 )
 
 const crashMaxAttempts = 3
@@ -44,8 +45,13 @@ func TestCrashLoopChild(t *testing.T) {
 		}
 		return nil, nil
 	})
-	r, err := outbox.NewRelay(pool, map[string]outbox.Dispatcher{testType: d},
-		outbox.Config{MaxAttempts: crashMaxAttempts, PollInterval: 10 * time.Millisecond}, discard(), nil)
+	cfg := outbox.Config{MaxAttempts: crashMaxAttempts, PollInterval: 10 * time.Millisecond}
+	var opts []outbox.Option
+	if os.Getenv(envCrashSlow) == "1" {
+		cfg.LeaseDuration = time.Second // the poison's lease must expire before the next run claims it
+		opts = append(opts, outbox.WithSlowDispatch(testType))
+	}
+	r, err := outbox.NewRelay(pool, map[string]outbox.Dispatcher{testType: d}, cfg, discard(), nil, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,6 +84,26 @@ func TestCrashLoopChild(t *testing.T) {
 
 func TestPoisonThatKillsTheProcessEndsFailed(t *testing.T) {
 	t.Parallel()
+	crashes := crashLoop(t, false)
+	if crashes > crashMaxAttempts+1 {
+		t.Errorf("%d crashes, want at most %d (one uncharged, in a batch of several)", crashes, crashMaxAttempts+1)
+	}
+}
+
+// In slow mode the committed lease is the record that survives the crash:
+// an expired lease of an event dispatched alone charges it an attempt; the
+// events in flight beside the poison at the first crash are not charged.
+func TestSlowDispatch_PoisonThatKillsTheProcessEndsFailed(t *testing.T) {
+	t.Parallel()
+	if crashes := crashLoop(t, true); crashes > crashMaxAttempts+1 {
+		t.Errorf("%d crashes, want at most %d (one uncharged, with others in flight)", crashes, crashMaxAttempts+1)
+	}
+}
+
+// crashLoop runs the relay child until it exits without crashing on the
+// poison, checks the rows and returns how many times it crashed.
+func crashLoop(t *testing.T, slow bool) int {
+	t.Helper()
 	dsn := pgtest.NewDatabase(t, outbox.Migrations(""))
 	pool, err := pgxpool.New(context.Background(), dsn)
 	if err != nil {
@@ -101,6 +127,9 @@ func TestPoisonThatKillsTheProcessEndsFailed(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestCrashLoopChild$", "-test.count=1")
 		cmd.Env = append(os.Environ(), envCrashDSN+"="+dsn, envCrashPoison+"="+poison.ID.String())
+		if slow {
+			cmd.Env = append(cmd.Env, envCrashSlow+"=1")
+		}
 		out, err := cmd.CombinedOutput()
 		cancel()
 		var exit *exec.ExitError
@@ -119,20 +148,22 @@ func TestPoisonThatKillsTheProcessEndsFailed(t *testing.T) {
 		t.Fatalf("poison after %d crashes: %+v (last_error %v); want FAILED with %d attempts charged and the reason",
 			crashes, p, deref(p.LastError), crashMaxAttempts)
 	}
-	if crashes > crashMaxAttempts+1 {
-		t.Errorf("%d crashes, want at most %d (one uncharged, in a batch of several)", crashes, crashMaxAttempts+1)
-	}
 	for _, ev := range evs {
 		if ev.ID == poison.ID {
 			continue
 		}
-		if r := rowOf(t, pool, ev.ID); r.Status != "PUBLISHED" {
+		r := rowOf(t, pool, ev.ID)
+		if r.Status != "PUBLISHED" {
 			t.Errorf("event of %s: %+v, want PUBLISHED", ev.AggregateID, r)
+		}
+		if slow && r.Attempts != 1 {
+			t.Errorf("event of %s in flight beside the poison: %+v, want published at its first charged attempt", ev.AggregateID, r)
 		}
 	}
 	if r := rowOf(t, pool, blocked.ID); r.Status != "PENDING" || r.Attempts != 0 {
 		t.Errorf("event behind the poison: %+v, want PENDING and never attempted", r)
 	}
+	return crashes
 }
 
 func deref(s *string) string {

@@ -15,6 +15,7 @@ type Option func(*options)
 type options struct {
 	schema       string
 	dependencies map[string]string // event type -> dependency name
+	slow         []string          // event types dispatched in slow mode
 	now          func() time.Time
 }
 
@@ -46,6 +47,23 @@ func WithDependency(name string, eventTypes ...string) Option {
 			o.dependencies[t] = name
 		}
 	}
+}
+
+// WithSlowDispatch puts eventTypes in slow mode, for dispatchers that call
+// a dependency answering in hundreds of milliseconds or not at all (the
+// hand-off to a provider). Their rows are claimed by a short transaction
+// that writes a lease (lease_owner, lease_until: LeaseDuration), each event
+// is dispatched outside any transaction by one of SlowDispatchConcurrency
+// workers and settled on its own as soon as it finishes, and a free worker
+// is refilled at once: no event waits for a slower one, no transaction is
+// open across a dispatch, and a hand-off is visible as soon as it is
+// recorded. The price is two writes per event (the lease and the
+// settlement) and, when a relay dies, its events wait out their lease
+// (then charged one attempt each, see lease.go). Other types keep the lock
+// claim, the faster path for fast publishes. Every relay on one outbox must
+// be given the same slow types: a relay in lock mode does not see leases.
+func WithSlowDispatch(eventTypes ...string) Option {
+	return func(o *options) { o.slow = append(o.slow, eventTypes...) }
 }
 
 // newOptions applies opts over the defaults and validates the schema; the

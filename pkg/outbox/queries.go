@@ -32,23 +32,31 @@ const notifyChannel = `{schema}.outbox`
 type queries struct {
 	claim, markPublished, markUnpublished, cleanup, stats       string
 	journal, journalMove, journalDone, journalGC, chargeCrashes string
+	leaseClaim, leaseExpired, leaseClaimSuspect                 string
+	leasePublish, leaseRecord, leaseRelease                     string
 	notifyChannel                                               string
 }
 
 func newQueries(schema string) queries {
 	r := func(q string) string { return pgschema.Render(q, schema) }
 	return queries{
-		claim:           r(qClaim),
-		markPublished:   r(qMarkPublished),
-		markUnpublished: r(qMarkUnpublished),
-		cleanup:         r(qCleanup),
-		stats:           r(qStats),
-		journal:         r(qJournal),
-		journalMove:     r(qJournalMove),
-		journalDone:     r(qJournalDone),
-		journalGC:       r(qJournalGC),
-		chargeCrashes:   r(qChargeCrashes),
-		notifyChannel:   r(notifyChannel),
+		claim:             r(qClaim),
+		markPublished:     r(qMarkPublished),
+		markUnpublished:   r(qMarkUnpublished),
+		cleanup:           r(qCleanup),
+		stats:             r(qStats),
+		journal:           r(qJournal),
+		journalMove:       r(qJournalMove),
+		journalDone:       r(qJournalDone),
+		journalGC:         r(qJournalGC),
+		chargeCrashes:     r(qChargeCrashes),
+		leaseClaim:        r(qLeaseClaim),
+		leaseExpired:      r(qLeaseExpired),
+		leaseClaimSuspect: r(qLeaseClaimSuspect),
+		leasePublish:      r(qLeasePublish),
+		leaseRecord:       r(qLeaseRecord),
+		leaseRelease:      r(qLeaseRelease),
+		notifyChannel:     r(notifyChannel),
 	}
 }
 
@@ -202,3 +210,121 @@ SELECT
     count(*) FILTER (WHERE status = 'FAILED') AS failed,
     (SELECT created_at FROM {schema}.outbox WHERE status = 'PENDING' ORDER BY id LIMIT 1) AS oldest_created_at
 FROM (SELECT status FROM {schema}.outbox LIMIT $1) undelivered`
+
+// qLeaseClaim claims up to $3 rows of the slow types $1 (WithSlowDispatch,
+// lease.go) by writing a lease, in a transaction of its own that commits
+// before anything is dispatched: the dispatch then holds no lock and no
+// transaction. It runs in a qBeginClaim transaction, so its plan is pinned
+// like qClaim's.
+//
+// Why it is shaped this way:
+//   - No keyset cursor: it reads outbox_pending_idx from its start. Slow
+//     types go out at tens to hundreds of events per second and a claim
+//     runs when a worker is free, so the walk over the dead prefix is short
+//     next to the dispatch it feeds; it also finds every retry-due and
+//     released row without a sweep.
+//   - Leased rows are skipped, expired leases too: those are suspects,
+//     claimed one at a time by qLeaseClaimSuspect.
+//   - The NOT EXISTS guard keeps per-aggregate order: a row is not claimed
+//     while any earlier row of its aggregate is in the outbox, leased or
+//     not. Unlike qClaim there is no same-batch exception: events of one
+//     aggregate are dispatched one at a time, each after the previous one
+//     was settled.
+//   - FOR UPDATE SKIP LOCKED keeps two relays' concurrent claims disjoint:
+//     the second skips rows the first is leasing and re-checks the lease of
+//     rows it committed meanwhile.
+//   - $4 is the claim's token (the relay id and a sequence number): every
+//     settlement is fenced on it, so a relay whose lease expired and was
+//     taken over cannot record anything for the row.
+const qLeaseClaim = `
+WITH candidates AS (
+    SELECT ctid
+    FROM {schema}.outbox o
+    WHERE status = 'PENDING'
+      AND event_type = ANY($1::text[])
+      AND (next_attempt_at IS NULL OR next_attempt_at <= $2)
+      AND lease_until IS NULL
+      AND NOT EXISTS (
+          SELECT 1 FROM {schema}.outbox e
+          WHERE e.aggregate_id = o.aggregate_id AND e.id < o.id)
+    ORDER BY id
+    LIMIT $3
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE {schema}.outbox o
+SET lease_owner = $4, lease_until = $5, lease_alone = false
+FROM candidates c
+WHERE o.ctid = c.ctid
+RETURNING o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, o.schema_version,
+          o.payload, o.headers, o.occurred_at, o.attempts + 1, false`
+
+// qLeaseExpired tells whether a lease of the slow types $1 has expired
+// (suspects wait). outbox_lease_idx holds only leased rows: the probe costs
+// nothing however large the backlog.
+const qLeaseExpired = `
+SELECT EXISTS (
+    SELECT 1 FROM {schema}.outbox
+    WHERE lease_until <= $2 AND status = 'PENDING' AND event_type = ANY($1::text[]))`
+
+// qLeaseClaimSuspect claims one row whose lease has expired: its relay died
+// or overran the lease mid-dispatch. The dispatch journal's reasoning
+// (journal.go) applies to the lease: an expired lease taken while other
+// events were in flight in the same process cannot be blamed on this event
+// and charges nothing; one taken "alone" (lease_alone, nothing else in
+// flight in that process) names the event whose dispatch died, and charges
+// it an attempt; the attempt that reaches $5 (MaxAttempts) moves it to
+// FAILED with $6 as the reason instead of leasing it again. Every suspect is
+// leased alone, and the relay dispatches it with nothing else in flight.
+const qLeaseClaimSuspect = `
+WITH candidate AS (
+    SELECT ctid, lease_alone
+    FROM {schema}.outbox
+    WHERE lease_until <= $2 AND status = 'PENDING' AND event_type = ANY($1::text[])
+    ORDER BY lease_until
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE {schema}.outbox o
+SET attempts    = o.attempts + c.lease_alone::int,
+    status      = CASE WHEN c.lease_alone AND o.attempts + 1 >= $5 THEN 'FAILED' ELSE 'PENDING' END,
+    last_error  = CASE WHEN c.lease_alone THEN $6 ELSE o.last_error END,
+    lease_owner = CASE WHEN c.lease_alone AND o.attempts + 1 >= $5 THEN NULL ELSE $3 END,
+    lease_until = CASE WHEN c.lease_alone AND o.attempts + 1 >= $5 THEN NULL ELSE $4::timestamptz END,
+    lease_alone = NOT (c.lease_alone AND o.attempts + 1 >= $5)
+FROM candidate c
+WHERE o.ctid = c.ctid
+RETURNING o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, o.schema_version,
+          o.payload, o.headers, o.occurred_at, o.attempts + 1, o.status = 'FAILED'`
+
+// qLeasePublish moves one leased event to outbox_published, fenced on the
+// claim's token $2: a relay whose lease was taken over moves nothing. The
+// event's Commit runs in the same transaction. Addressed by the primary
+// key, one row.
+const qLeasePublish = `
+WITH moved AS (
+    DELETE FROM {schema}.outbox
+    WHERE event_id = $1 AND lease_owner = $2
+    RETURNING event_id, id, aggregate_type, aggregate_id, event_type, schema_version,
+              payload, headers, attempts, last_error, occurred_at, created_at
+)
+INSERT INTO {schema}.outbox_published (event_id, id, aggregate_type, aggregate_id, event_type, schema_version,
+                              payload, headers, attempts, last_error, occurred_at, created_at, published_at)
+SELECT event_id, id, aggregate_type, aggregate_id, event_type, schema_version,
+       payload, headers, attempts + 1, last_error, occurred_at, created_at, $3
+FROM moved`
+
+// qLeaseRecord records a leased event's failed dispatch and ends its lease:
+// PENDING with a retry time (transient) or FAILED, as qMarkUnpublished does
+// for the lock claim. Fenced on the claim's token $2.
+const qLeaseRecord = `
+UPDATE {schema}.outbox
+SET status = $3, attempts = attempts + 1, last_error = $4, next_attempt_at = $5,
+    lease_owner = NULL, lease_until = NULL, lease_alone = false
+WHERE event_id = $1 AND lease_owner = $2`
+
+// qLeaseRelease ends the lease of an event that was not dispatched or whose
+// dependency was unavailable: no attempt is charged, and a later claim
+// finds no expired lease. Fenced on the claim's token $2.
+const qLeaseRelease = `
+UPDATE {schema}.outbox SET lease_owner = NULL, lease_until = NULL, lease_alone = false
+WHERE event_id = $1 AND lease_owner = $2`

@@ -50,6 +50,11 @@ type Relay struct {
 	// types may share one, WithDependency); circuitList each circuit once.
 	circuits    map[string]*Circuit
 	circuitList []*Circuit
+	// slowTypes are the event types in slow mode (WithSlowDispatch) that
+	// have a dispatcher; the lock claim leaves them to slowLoop (lease.go).
+	slowTypes []string
+	slowWake  chan struct{}
+	leaseSeq  atomic.Int64 // makes each lease claim's token unique
 
 	running atomic.Bool
 	// journalPool is the journal's pool while Run runs; a ProcessBatch
@@ -146,11 +151,17 @@ func NewRelay(pool *pgxpool.Pool, dispatchers map[string]Dispatcher, cfg Config,
 		log:         logger.With("component", "outbox.relay", "relay_id", cfg.RelayID, "schema", o.schema),
 		policy:      backoff.Policy{Base: cfg.BackoffBase, Max: cfg.BackoffMax},
 		wake:        make(chan struct{}, 1),
+		slowWake:    make(chan struct{}, 1),
 		beginClaim:  fmt.Sprintf(qBeginClaim, cfg.LeaseDuration.Milliseconds(), quoteLiteral(cfg.RelayID)),
 		q:           newQueries(o.schema),
 		now:         o.now,
 	}
 	r.rewind.Store(math.MaxInt64)
+	for _, typ := range o.slow {
+		if _, ok := dispatchers[typ]; ok && !slices.Contains(r.slowTypes, typ) {
+			r.slowTypes = append(r.slowTypes, typ) // a type without a dispatcher goes to FAILED by the lock claim
+		}
+	}
 	if err := r.initMetrics(meter); err != nil {
 		return nil, err
 	}
@@ -279,6 +290,9 @@ func (r *Relay) Run(ctx context.Context) error {
 
 	for range r.cfg.BatchesInFlight {
 		wg.Go(func() { r.loop(ctx) })
+	}
+	if len(r.slowTypes) > 0 {
+		wg.Go(func() { r.slowLoop(ctx) })
 	}
 	return nil
 }
@@ -457,6 +471,9 @@ func (r *Relay) claim(ctx context.Context, tx pgx.Tx, now time.Time) ([]claimedR
 		}
 	}
 	r.excluded = excluded
+	if len(r.slowTypes) > 0 {
+		excluded = slices.Concat(excluded, r.slowTypes) // leased by slowLoop
+	}
 	rows, err := tx.Query(ctx, r.q.claim, from, r.cfg.BatchSize, now, excluded)
 	if err != nil {
 		return nil, 0, fmt.Errorf("outbox: claim: %w", err)
@@ -901,6 +918,10 @@ func (r *Relay) rewindTo(id int64) {
 func (r *Relay) signal() {
 	select {
 	case r.wake <- struct{}{}:
+	default:
+	}
+	select {
+	case r.slowWake <- struct{}{}:
 	default:
 	}
 }

@@ -87,7 +87,40 @@ type Config struct {
 	// keep it off in production, or on only where the HTTP port is reachable
 	// by operators alone (benchmarks turn it on to profile every service).
 	Pprof bool
+	// Role is what this replica runs (env SERVICE_ROLE, flag serve --role):
+	// RoleAll (default, "" too) the API and the workers; RoleAPI the gRPC and
+	// REST API only, WithWorker loops are not started; RoleWorker the
+	// workers only, with /healthz, /readyz and the WithHTTPHandler routes
+	// (/metrics) on the HTTP listener: no gRPC listener is bound (GRPCAddr
+	// is then unused and GRPCAddr() returns "") and the REST gateway is not
+	// mounted (404). Scaling the two apart is docs/adr/0013.
+	Role Role
 }
+
+// Role selects what a replica runs; see Config.Role.
+type Role string
+
+// The roles. The zero value means RoleAll.
+const (
+	RoleAll    Role = "all"
+	RoleAPI    Role = "api"
+	RoleWorker Role = "worker"
+)
+
+// Validate accepts "", "all", "api" and "worker".
+func (r Role) Validate() error {
+	switch r {
+	case "", RoleAll, RoleAPI, RoleWorker:
+		return nil
+	}
+	return fmt.Errorf("role %q: want api, worker or all", string(r))
+}
+
+// ServesAPI reports whether the role serves the gRPC and REST API.
+func (r Role) ServesAPI() bool { return r != RoleWorker }
+
+// RunsWorkers reports whether the role runs the background loops.
+func (r Role) RunsWorkers() bool { return r != RoleAPI }
 
 // ConfigFromEnv reads the listeners and limits with the names every service
 // shares (each process has its own environment): GRPC_ADDR and HTTP_ADDR
@@ -95,7 +128,7 @@ type Config struct {
 // SHUTDOWN_TIMEOUT, HTTP_MAX_BODY_BYTES, HTTP_READ_HEADER_TIMEOUT,
 // HTTP_READ_TIMEOUT, HTTP_WRITE_TIMEOUT, HTTP_IDLE_TIMEOUT and
 // REQUEST_TIMEOUT (defaults: the Default constants; 0 means the default),
-// and PPROF_ENABLED (default false).
+// PPROF_ENABLED (default false) and SERVICE_ROLE (default "all").
 func ConfigFromEnv(r *envconfig.Reader, grpcAddr, httpAddr string) Config {
 	return Config{
 		GRPCAddr:          r.String("GRPC_ADDR", grpcAddr),
@@ -108,16 +141,17 @@ func ConfigFromEnv(r *envconfig.Reader, grpcAddr, httpAddr string) Config {
 		WriteTimeout:      r.Duration("HTTP_WRITE_TIMEOUT", 0),
 		IdleTimeout:       r.Duration("HTTP_IDLE_TIMEOUT", DefaultIdleTimeout),
 		Pprof:             r.Bool("PPROF_ENABLED", false),
+		Role:              Role(r.String("SERVICE_ROLE", string(RoleAll))),
 	}
 }
 
 // EnvNames lists the variables ConfigFromEnv reads, for errors that name them.
-const EnvNames = "GRPC_ADDR / HTTP_ADDR / SHUTDOWN_TIMEOUT / HTTP_MAX_BODY_BYTES / HTTP_READ_HEADER_TIMEOUT / HTTP_READ_TIMEOUT / HTTP_WRITE_TIMEOUT / HTTP_IDLE_TIMEOUT / REQUEST_TIMEOUT / PPROF_ENABLED"
+const EnvNames = "GRPC_ADDR / HTTP_ADDR / SHUTDOWN_TIMEOUT / HTTP_MAX_BODY_BYTES / HTTP_READ_HEADER_TIMEOUT / HTTP_READ_TIMEOUT / HTTP_WRITE_TIMEOUT / HTTP_IDLE_TIMEOUT / REQUEST_TIMEOUT / PPROF_ENABLED / SERVICE_ROLE"
 
 // Validate reports missing or invalid settings.
 func (c Config) Validate() error {
 	var errs []error
-	if c.GRPCAddr == "" {
+	if c.GRPCAddr == "" && c.Role.ServesAPI() {
 		errs = append(errs, errors.New("gRPC listen address is empty"))
 	}
 	if c.HTTPAddr == "" {
@@ -142,6 +176,9 @@ func (c Config) Validate() error {
 	}
 	if c.WriteTimeout > 0 && c.WriteTimeout <= c.RequestTimeout {
 		errs = append(errs, fmt.Errorf("write timeout %v must exceed request timeout %v", c.WriteTimeout, c.RequestTimeout))
+	}
+	if err := c.Role.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("SERVICE_ROLE (serve --role): %w", err))
 	}
 	return errors.Join(errs...)
 }
@@ -178,6 +215,9 @@ func (c *Config) setDefaults() {
 	if c.IdleTimeout == 0 {
 		c.IdleTimeout = DefaultIdleTimeout
 	}
+	if c.Role == "" {
+		c.Role = RoleAll
+	}
 }
 
 // readyLogInterval spaces the log lines of a readiness check that keeps
@@ -206,7 +246,8 @@ type route struct {
 	handler http.Handler
 }
 
-// WithWorker runs fn for the server's lifetime. fn must return when its
+// WithWorker runs fn for the server's lifetime, unless Config.Role is
+// RoleAPI. fn must return when its
 // context is cancelled, after finishing or releasing in-flight work. A worker
 // that fails (returns a non-nil error before shutdown) shuts the whole process
 // down: a relay that silently stopped is the failure this system exists to
@@ -304,6 +345,9 @@ func New(cfg Config, logger *slog.Logger, opts ...Option) (*Server, error) {
 	chain = append(chain, s.opts.auth...)
 	chain = append(chain, validateUnary(validator))
 	chain = append(chain, s.opts.interceptors...)
+	if !cfg.Role.RunsWorkers() {
+		s.opts.workers = nil
+	}
 	s.grpc = grpc.NewServer(append([]grpc.ServerOption{grpc.ChainUnaryInterceptor(chain...)}, s.opts.grpcOpts...)...)
 	s.health = health.NewServer()
 	// Not serving until Run has started every listener and worker.
@@ -311,20 +355,25 @@ func New(cfg Config, logger *slog.Logger, opts ...Option) (*Server, error) {
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 
 	lc := net.ListenConfig{}
-	if s.grpcLis, err = lc.Listen(context.Background(), "tcp", cfg.GRPCAddr); err != nil {
-		return nil, fmt.Errorf("server: listen gRPC on %s: %w", cfg.GRPCAddr, err)
+	if cfg.Role.ServesAPI() {
+		if s.grpcLis, err = lc.Listen(context.Background(), "tcp", cfg.GRPCAddr); err != nil {
+			return nil, fmt.Errorf("server: listen gRPC on %s: %w", cfg.GRPCAddr, err)
+		}
 	}
 	if s.httpLis, err = lc.Listen(context.Background(), "tcp", cfg.HTTPAddr); err != nil {
-		s.grpcLis.Close()
+		s.closeListeners()
 		return nil, fmt.Errorf("server: listen HTTP on %s: %w", cfg.HTTPAddr, err)
 	}
-	// The gateway calls our own gRPC server over loopback, so REST requests
-	// pass through exactly the same interceptors (validation, auth, tracing)
-	// as gRPC requests. RegisterXHandlerServer would bypass them.
-	s.gwConn, err = grpc.NewClient(dialTarget(s.grpcLis.Addr()), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		s.closeListeners()
-		return nil, fmt.Errorf("server: gateway connection: %w", err)
+	if s.grpcLis != nil {
+		// The gateway calls our own gRPC server over loopback, so REST
+		// requests pass through exactly the same interceptors (validation,
+		// auth, tracing) as gRPC requests. RegisterXHandlerServer would
+		// bypass them.
+		s.gwConn, err = grpc.NewClient(dialTarget(s.grpcLis.Addr()), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			s.closeListeners()
+			return nil, fmt.Errorf("server: gateway connection: %w", err)
+		}
 	}
 	s.mux = runtime.NewServeMux(append([]runtime.ServeMuxOption{
 		runtime.WithErrorHandler(GatewayErrorHandler),
@@ -340,7 +389,9 @@ func New(cfg Config, logger *slog.Logger, opts ...Option) (*Server, error) {
 	for _, r := range s.opts.handlers {
 		httpMux.Handle(r.pattern, r.handler)
 	}
-	httpMux.Handle("/", s.mux)
+	if cfg.Role.ServesAPI() {
+		httpMux.Handle("/", s.mux)
+	}
 	handler := s.boundHTTP(httpMux)
 	if cfg.Pprof {
 		handler = withPprof(handler, cfg.WriteTimeout)
@@ -362,11 +413,18 @@ func (s *Server) GRPC() *grpc.Server { return s.grpc }
 func (s *Server) Gateway() *runtime.ServeMux { return s.mux }
 
 // GatewayConn is a client connection to this server's own gRPC listener, for
-// RegisterXHandler(ctx, s.Gateway(), s.GatewayConn()).
+// RegisterXHandler(ctx, s.Gateway(), s.GatewayConn()). Nil in RoleWorker,
+// where neither GRPC() nor Gateway() is served: register the API only when
+// Config.Role.ServesAPI().
 func (s *Server) GatewayConn() *grpc.ClientConn { return s.gwConn }
 
-// GRPCAddr is the bound gRPC address (useful with ":0").
-func (s *Server) GRPCAddr() string { return s.grpcLis.Addr().String() }
+// GRPCAddr is the bound gRPC address (useful with ":0"); "" in RoleWorker.
+func (s *Server) GRPCAddr() string {
+	if s.grpcLis == nil {
+		return ""
+	}
+	return s.grpcLis.Addr().String()
+}
 
 // HTTPAddr is the bound HTTP address (useful with ":0").
 func (s *Server) HTTPAddr() string { return s.httpLis.Addr().String() }
@@ -391,13 +449,16 @@ func (s *Server) Run(ctx context.Context) error {
 
 	failed := make(chan error, 2+len(s.opts.workers))
 	var serving, working sync.WaitGroup
-	serving.Add(2)
-	go func() {
-		defer serving.Done()
-		if err := s.grpc.Serve(s.grpcLis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-			failed <- fmt.Errorf("gRPC server: %w", err)
-		}
-	}()
+	if s.grpcLis != nil {
+		serving.Add(1)
+		go func() {
+			defer serving.Done()
+			if err := s.grpc.Serve(s.grpcLis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+				failed <- fmt.Errorf("gRPC server: %w", err)
+			}
+		}()
+	}
+	serving.Add(1)
 	go func() {
 		defer serving.Done()
 		if err := s.http.Serve(s.httpLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -420,7 +481,7 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	s.ready.Store(true)
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	s.log.Info("serving", "grpc_addr", s.GRPCAddr(), "http_addr", s.HTTPAddr(), "workers", len(s.opts.workers))
+	s.log.Info("serving", "role", s.cfg.Role, "grpc_addr", s.GRPCAddr(), "http_addr", s.HTTPAddr(), "workers", len(s.opts.workers))
 
 	var cause error
 	select {
@@ -463,7 +524,9 @@ func (s *Server) Run(ctx context.Context) error {
 		cause = errors.Join(cause, fmt.Errorf("server: shutdown exceeded %v", s.cfg.ShutdownTimeout))
 		s.log.Error("shutdown timed out; stopped hard", "timeout", s.cfg.ShutdownTimeout)
 	}
-	_ = s.gwConn.Close()
+	if s.gwConn != nil {
+		_ = s.gwConn.Close()
+	}
 	return cause
 }
 
@@ -496,8 +559,12 @@ func (s *Server) serveReadyz(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) closeListeners() {
-	_ = s.grpcLis.Close()
-	_ = s.httpLis.Close()
+	if s.grpcLis != nil {
+		_ = s.grpcLis.Close()
+	}
+	if s.httpLis != nil {
+		_ = s.httpLis.Close()
+	}
 }
 
 // SignalContext is cancelled on SIGTERM or SIGINT: the start of a graceful shutdown.

@@ -5,7 +5,9 @@
 //
 // Usage:
 //
-//	billing [serve]        serve gRPC :9092 and REST :8082 and run the consumer, invoice worker and relay (default)
+//	billing [serve [--role api|worker|all]]
+//	                       serve gRPC :9092 and REST :8082 and run the consumer, invoice worker and relay (default;
+//	                       role also from SERVICE_ROLE, see docs/adr/0013-api-and-worker-roles.md)
 //	billing migrate        apply the database migrations and exit
 //	billing provision      create the Pub/Sub topics and subscriptions (idempotent)
 //	billing jobs list [-state dead] [-limit 100] [-before ID]
@@ -77,7 +79,7 @@ func run(args []string) error {
 	logger := telemetry.NewLogger(os.Stderr, slog.LevelInfo).With("service", config.ServiceName)
 	switch cmd {
 	case "serve":
-		return serve(ctx, env)
+		return serve(ctx, env, args)
 	case "migrate":
 		return pgmigrate.Command(ctx, env, logger, migrations.Billing()...)
 	case "provision":
@@ -101,10 +103,17 @@ func run(args []string) error {
 	}
 }
 
-func serve(ctx context.Context, env *envconfig.Reader) (err error) {
+func serve(ctx context.Context, env *envconfig.Reader, args []string) (err error) {
+	role, err := roleFlag(args)
+	if err != nil {
+		return err
+	}
 	cfg, err := config.FromEnv(env)
 	if err != nil {
 		return fmt.Errorf("configuration: %w", err)
+	}
+	if role != "" {
+		cfg.Server.Role = role
 	}
 	tel, err := telemetry.Setup(ctx, cfg.Telemetry, os.Stdout)
 	if err != nil {
@@ -248,4 +257,22 @@ func reconcileCmd(ctx context.Context, env *envconfig.Reader, args []string) err
 		return errDiscrepancies
 	}
 	return nil
+}
+
+// roleFlag parses serve's flags: --role (api, worker or all) overrides the
+// environment's SERVICE_ROLE.
+func roleFlag(args []string) (server.Role, error) {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	role := fs.String("role", "", "what this replica runs: api, worker or all (default: SERVICE_ROLE, else all)")
+	if err := fs.Parse(args); err != nil {
+		return "", err
+	}
+	if fs.NArg() > 0 {
+		return "", fmt.Errorf("serve: unexpected argument %q", fs.Arg(0))
+	}
+	r := server.Role(*role)
+	if err := r.Validate(); err != nil {
+		return "", fmt.Errorf("--role: %w", err)
+	}
+	return r, nil
 }

@@ -5,7 +5,9 @@
 //
 // Usage:
 //
-//	provider-sim [serve]   serve gRPC :9091 and REST :8081 (default)
+//	provider-sim [serve [--role api|worker|all]]
+//	                       serve gRPC :9091 and REST :8081 and run the engine (default;
+//	                       role also from SERVICE_ROLE, see docs/adr/0013-api-and-worker-roles.md)
 //	provider-sim migrate   apply the database migrations and exit
 //	provider-sim provision create the Pub/Sub topics and subscriptions and exit
 package main
@@ -13,6 +15,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"os"
@@ -45,7 +48,11 @@ func run(args []string) error {
 	env := envconfig.New()
 	switch cmd {
 	case "serve":
-		return serve(ctx, env)
+		var serveArgs []string
+		if len(args) > 0 {
+			serveArgs = args[1:]
+		}
+		return serve(ctx, env, serveArgs)
 	case "migrate":
 		return pgmigrate.Command(ctx, env, logger(), migrations.ProviderSim()...)
 	case "provision":
@@ -67,10 +74,17 @@ func logger() *slog.Logger {
 	return telemetry.NewLogger(os.Stdout, slog.LevelInfo).With("service", app.ServiceName)
 }
 
-func serve(ctx context.Context, env *envconfig.Reader) (err error) {
+func serve(ctx context.Context, env *envconfig.Reader, args []string) (err error) {
+	role, err := roleFlag(args)
+	if err != nil {
+		return err
+	}
 	cfg, err := app.ConfigFromEnv(env)
 	if err != nil {
 		return fmt.Errorf("configuration: %w", err)
+	}
+	if role != "" {
+		cfg.Server.Role = role
 	}
 	tel, err := telemetry.Setup(ctx, cfg.Telemetry, os.Stdout)
 	if err != nil {
@@ -85,4 +99,22 @@ func serve(ctx context.Context, env *envconfig.Reader) (err error) {
 		return err
 	}
 	return a.Run(ctx)
+}
+
+// roleFlag parses serve's flags: --role (api, worker or all) overrides the
+// environment's SERVICE_ROLE.
+func roleFlag(args []string) (server.Role, error) {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	role := fs.String("role", "", "what this replica runs: api, worker or all (default: SERVICE_ROLE, else all)")
+	if err := fs.Parse(args); err != nil {
+		return "", err
+	}
+	if fs.NArg() > 0 {
+		return "", fmt.Errorf("serve: unexpected argument %q", fs.Arg(0))
+	}
+	r := server.Role(*role)
+	if err := r.Validate(); err != nil {
+		return "", fmt.Errorf("--role: %w", err)
+	}
+	return r, nil
 }

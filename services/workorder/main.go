@@ -4,7 +4,9 @@
 //
 // Usage:
 //
-//	workorder [serve]   serve gRPC :9090 and REST :8080 and run the outbox relay (default)
+//	workorder [serve [--role api|worker|all]]
+//	                    serve gRPC :9090 and REST :8080 and run the background loops (default;
+//	                    role also from SERVICE_ROLE, see docs/adr/0013-api-and-worker-roles.md)
 //	workorder migrate   apply the database migrations and exit
 //	workorder provision create the Pub/Sub topics and subscriptions (idempotent) and exit
 //	workorder inbox ... operator commands on the inbox (list, show, replay,
@@ -59,7 +61,11 @@ func run(args []string) error {
 	env := envconfig.New()
 	switch cmd {
 	case "serve":
-		return serve(ctx, env)
+		var serveArgs []string
+		if len(args) > 0 {
+			serveArgs = args[1:]
+		}
+		return serve(ctx, env, serveArgs)
 	case "migrate":
 		return pgmigrate.Command(ctx, env, cliLogger(), migrations.WorkOrder()...)
 	case "provision":
@@ -80,10 +86,17 @@ func run(args []string) error {
 	}
 }
 
-func serve(ctx context.Context, env *envconfig.Reader) (err error) {
+func serve(ctx context.Context, env *envconfig.Reader, args []string) (err error) {
+	role, err := roleFlag(args)
+	if err != nil {
+		return err
+	}
 	cfg, err := config.FromEnv(env)
 	if err != nil {
 		return fmt.Errorf("configuration: %w", err)
+	}
+	if role != "" {
+		cfg.Server.Role = role
 	}
 	tel, err := telemetry.Setup(ctx, cfg.Telemetry, os.Stdout)
 	if err != nil {
@@ -172,4 +185,22 @@ func invoicingCommand(ctx context.Context, env *envconfig.Reader, args []string)
 	}
 	fmt.Printf("parked billing event %d replayed: %s\n", *id, outcome)
 	return nil
+}
+
+// roleFlag parses serve's flags: --role (api, worker or all) overrides the
+// environment's SERVICE_ROLE.
+func roleFlag(args []string) (server.Role, error) {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	role := fs.String("role", "", "what this replica runs: api, worker or all (default: SERVICE_ROLE, else all)")
+	if err := fs.Parse(args); err != nil {
+		return "", err
+	}
+	if fs.NArg() > 0 {
+		return "", fmt.Errorf("serve: unexpected argument %q", fs.Arg(0))
+	}
+	r := server.Role(*role)
+	if err := r.Validate(); err != nil {
+		return "", fmt.Errorf("--role: %w", err)
+	}
+	return r, nil
 }

@@ -13,6 +13,9 @@
 --                      locked   --transient-->  PENDING, next_attempt_at = now + backoff
 --                      locked   --permanent, unknown type, attempts exhausted--> FAILED
 --   outbox_published   PUBLISHED, deleted after the retention
+-- Event types in slow mode (WithSlowDispatch) are claimed by a committed
+-- lease instead of a held lock: PENDING with lease_owner/lease_until set is
+-- their in-flight state, settled by one short transaction per event.
 -- FAILED keeps blocking later events of its aggregate until an operator
 -- requeues it (docs/runbooks/outbox-relay-stalled.md).
 
@@ -41,6 +44,17 @@ CREATE TABLE {schema}.outbox (
     -- Earliest time a PENDING row may be claimed again after a transient
     -- failure (backoff); NULL: no backoff pending, claim at once.
     next_attempt_at  timestamptz,
+    -- The lease of an event type dispatched in slow mode (WithSlowDispatch;
+    -- lease.go): the claim token of the relay dispatching it outside any
+    -- transaction, and when that claim expires. NULL on rows no relay
+    -- leased, and cleared when the outcome is recorded. A lease found
+    -- expired means its relay died or overran it mid-dispatch; if the event
+    -- was dispatched alone (nothing else in flight in that process), the
+    -- death is its doing and it is charged an attempt. Types in lock mode
+    -- never set them.
+    lease_owner      text,
+    lease_until      timestamptz,
+    lease_alone      boolean     NOT NULL DEFAULT false,
     -- Business time of the fact, set by the producer...
     occurred_at      timestamptz NOT NULL,
     -- ...distinct from the time the row was written (basis of the age alarm).
@@ -54,6 +68,11 @@ CREATE INDEX outbox_pending_idx ON {schema}.outbox (id) WHERE status = 'PENDING'
 -- The per-aggregate ordering guard: "is there an earlier row of this
 -- aggregate still in the outbox?" is one probe of this index.
 CREATE INDEX outbox_aggregate_idx ON {schema}.outbox (aggregate_id, id);
+
+-- Leases in flight (slow mode), for the probe for expired ones: only leased
+-- rows have an entry, so it stays as small as the dispatches in flight and
+-- the lock claim's rows never touch it.
+CREATE INDEX outbox_lease_idx ON {schema}.outbox (lease_until) WHERE lease_until IS NOT NULL;
 
 -- The outbox is a queue table: every row is inserted and soon deleted, and
 -- its dead version costs the claim's index walk and the ordering probe until

@@ -21,6 +21,7 @@ import (
 	"github.com/lossless-dev/lossless/pkg/outbox"
 	"github.com/lossless-dev/lossless/pkg/outboxpubsub"
 	"github.com/lossless-dev/lossless/pkg/outboxtrace"
+	"github.com/lossless-dev/lossless/pkg/pgleader"
 	"github.com/lossless-dev/lossless/pkg/pgpool"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/server"
@@ -118,49 +119,79 @@ func Build(pool *pgxpool.Pool, pub *pubsub.Publisher, cfg config.Config, logger 
 	return &c, nil
 }
 
+// SingletonLock names the advisory lock under which one billing replica runs
+// the processed-events cleanup and the dead-letter monitor.
+const SingletonLock = "billing-singletons"
+
 func (a *App) assemble(ctx context.Context, opts []server.Option) error {
+	svc, err := api.NewService(a.db.API, a.log.With("component", "api"))
+	if err != nil {
+		return err
+	}
+	// An API-only replica builds no loop at all: their gauges would export
+	// zeros that hide a stall (docs/adr/0013-api-and-worker-roles.md).
+	srvOpts := []server.Option{server.WithTelemetry(a.tel)}
+	if a.cfg.Server.Role.RunsWorkers() {
+		loops, err := a.loops()
+		if err != nil {
+			return err
+		}
+		srvOpts = append(srvOpts, loops...)
+	}
+	if a.srv, err = server.New(a.cfg.Server, a.log, append(srvOpts, opts...)...); err != nil {
+		return err
+	}
+	// Reachability, on the workers' pool: an exhausted API pool is
+	// back-pressure, not a reason to leave the load balancer. Every role
+	// needs the database, so the check is the same.
+	a.srv.AddReadinessCheck("database", a.db.Workers.Ping)
+	if !a.cfg.Server.Role.ServesAPI() {
+		return nil
+	}
+	return api.Register(ctx, a.srv, svc)
+}
+
+// loops builds the background loops on the workers' pool. The
+// processed-events cleanup and the dead-letter peek run under one pgleader
+// lock; the rest are safe with N replicas (the ADR has the table).
+func (a *App) loops() ([]server.Option, error) {
 	var err error
 	meter := a.tel.MeterProvider.Meter(config.ServiceName)
 	if a.publisher, err = pubsub.NewPublisher(a.ps, topology.TopicBillingEvents, pubsub.DefaultPublisherConfig(), pubsub.WithPublisherMeter(meter)); err != nil {
-		return err
+		return nil, err
 	}
 	// Background loops on the workers' pool, the read API on its own.
 	c, err := Build(a.db.Workers, a.publisher, a.cfg, a.log, a.tel)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	sub, err := pubsub.NewSubscriber(a.ps, topology.SubWorkOrderEvents, a.cfg.Subscriber, a.log.With("component", "subscriber"), meter,
 		pubsub.WithTracerProvider(a.tel.TracerProvider))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	deadLetters, err := pubsub.NewDeadLetterMonitor(a.ps, pubsub.DeadLetterMonitorConfig{
 		Subscriptions: []string{topology.SubWorkOrderEventsDeadLetter},
 	}, a.log.With("component", "dead-letter-monitor"), meter)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	svc, err := api.NewService(a.db.API, a.log.With("component", "api"))
+	singletons, err := pgleader.New(a.db.Workers, pgleader.Config{Name: SingletonLock}, a.log.With("component", "singletons"), meter)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	workers := []server.Option{
+	return []server.Option{
 		// Batched intake: one commit per pulled batch (see intake.HandleBatch).
 		server.WithWorker("intake", func(ctx context.Context) error { return sub.RunBatch(ctx, c.Intake.HandleBatch) }),
 		server.WithWorker("invoice-worker", c.Worker.Run),
 		server.WithWorker("outbox-relay", c.Relay.Run),
-		server.WithWorker("processed-events-cleanup", c.Cleaner.Run),
 		server.WithWorker("invoice-jobs-stats", c.Queue.RunStats),
-		server.WithWorker("dead-letter-monitor", deadLetters.Run),
-		server.WithTelemetry(a.tel),
-	}
-	if a.srv, err = server.New(a.cfg.Server, a.log, append(workers, opts...)...); err != nil {
-		return err
-	}
-	// Reachability, on the workers' pool: an exhausted API pool is
-	// back-pressure, not a reason to leave the load balancer.
-	a.srv.AddReadinessCheck("database", a.db.Workers.Ping)
-	return api.Register(ctx, a.srv, svc)
+		server.WithWorker("singletons", func(ctx context.Context) error {
+			return singletons.Run(ctx,
+				pgleader.Task{Name: "processed-events-cleanup", Run: c.Cleaner.Run},
+				pgleader.Task{Name: "dead-letter-monitor", Run: deadLetters.Run})
+		}),
+	}, nil
 }
 
 // Run serves until ctx is cancelled (SIGTERM), then shuts down gracefully

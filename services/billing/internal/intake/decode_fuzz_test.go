@@ -1,81 +1,51 @@
 package intake
 
 import (
-	"bytes"
 	"testing"
-	"unicode/utf8"
 
 	"buf.build/go/protovalidate"
+	"google.golang.org/protobuf/proto"
 
-	"github.com/lossless-dev/lossless/pkg/pgtext"
+	eventsv1 "github.com/lossless-dev/lossless/gen/lossless/events/v1"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
+	"github.com/lossless-dev/lossless/services/billing/internal/issuer"
 )
 
-// fuzzMaxPayloadBytes keeps the oversize seed small.
-const fuzzMaxPayloadBytes = 1024
-
-// FuzzDecode: for any payload and attributes, decoding never panics, a
-// message it accepts carries only what the database stores (an event id
-// within the column's limit, storable strings and attributes, a payload
-// within the cap), and a message it rejects is parked with a reason and its
-// raw bytes. Seeds: testdata/fuzz/FuzzDecode (NUL event id,
-// NUL attribute, invalid UTF-8, 201-character event id, oversize, unknown
-// type, and a valid event).
+// FuzzDecode: for any payload and attributes, billing's own rules
+// (protovalidate, issuer.OrderFromEvent) never panic on what the envelope
+// parses; a message decode accepts is a job the worker can invoice (its
+// payload, as the job carries it, converts to an order); and the outcome
+// agrees with the reason. The envelope's rules are pkg/envelope's
+// FuzzDecode. Seeds: testdata/fuzz/FuzzDecode (NUL event id, NUL attribute,
+// invalid UTF-8, 201-character event id, oversize, unknown type, and a
+// valid event).
 func FuzzDecode(f *testing.F) {
 	validator, err := protovalidate.New()
 	if err != nil {
 		f.Fatal(err)
 	}
-	d := decoder{validator: validator, maxPayloadBytes: fuzzMaxPayloadBytes}
+	d := decoder{validator: validator, maxPayloadBytes: 1024}
 	f.Fuzz(func(t *testing.T, data []byte, messageID, eventType, attrEventID, attrKey, attrValue string) {
 		attrs := map[string]string{pubsub.AttrEventType: eventType, pubsub.AttrEventID: attrEventID}
 		if attrKey != "" {
 			attrs[attrKey] = attrValue
 		}
-		m := &pubsub.Received{ID: messageID, Data: data, Attributes: attrs}
-		v := d.decode(m)
+		v := d.decode(&pubsub.Received{ID: messageID, Data: data, Attributes: attrs})
 		switch v.outcome {
 		case "":
-			wantConsumable(t, m, v)
-		case OutcomeParked, OutcomeUnknownType:
-			if (v.outcome == OutcomeUnknownType) != (m.Attributes[pubsub.AttrEventType] != EventType && m.Attributes[pubsub.AttrEventType] != "") {
-				t.Fatalf("outcome %s for event type %q", v.outcome, m.Attributes[pubsub.AttrEventType])
+			var job eventsv1.WorkOrderCompletionRecorded
+			if err := proto.Unmarshal(data, &job); err != nil {
+				t.Fatalf("accepted a payload the worker cannot decode: %v", err)
 			}
-			wantParkedMessage(t, m, v)
+			if _, err := issuer.OrderFromEvent(&job); err != nil || v.reason != "" {
+				t.Fatalf("accepted an event the worker cannot invoice: %v (reason %q)", err, v.reason)
+			}
+		case OutcomeParked, OutcomeUnknownType:
+			if v.reason == "" || (v.outcome == OutcomeUnknownType && v.ev != nil) {
+				t.Fatalf("outcome %s, reason %q, event %v", v.outcome, v.reason, v.ev)
+			}
 		default:
 			t.Fatalf("unknown outcome %q", v.outcome)
 		}
 	})
-}
-
-func wantConsumable(t *testing.T, m *pubsub.Received, v verdict) {
-	t.Helper()
-	id := v.ev.GetEventId()
-	switch {
-	case v.ev == nil:
-		t.Fatal("accepted without an event")
-	case id == "" || pgtext.Problem(id) != "" || utf8.RuneCountInString(id) > MaxEventIDLength:
-		t.Fatalf("accepted event id %q", id)
-	case len(pgtext.MessageProblems(v.ev.ProtoReflect())) > 0:
-		t.Fatalf("accepted unstorable fields: %v", pgtext.MessageProblems(v.ev.ProtoReflect()))
-	case len(pgtext.MapProblems(m.Attributes)) > 0:
-		t.Fatalf("accepted unstorable attributes: %v", pgtext.MapProblems(m.Attributes))
-	case len(m.Data) > fuzzMaxPayloadBytes:
-		t.Fatalf("accepted %d bytes", len(m.Data))
-	}
-}
-
-// wantParkedMessage: a rejected message is parked with a reason and
-// everything it arrived with; pkg/parked's FuzzStorable proves that whatever
-// the message holds is stored.
-func wantParkedMessage(t *testing.T, m *pubsub.Received, v verdict) {
-	t.Helper()
-	if v.reason == "" {
-		t.Fatal("parked without a reason")
-	}
-	p := parkedMessage("billing.workorder-events", m, v)
-	if p.MessageID != m.ID || p.EventType != m.Attributes[pubsub.AttrEventType] || p.Reason != v.reason ||
-		len(p.Attributes) != len(m.Attributes) || !bytes.Equal(p.Data, m.Data) {
-		t.Fatalf("parked message %+v does not keep what arrived", p)
-	}
 }

@@ -45,7 +45,9 @@ type Config struct {
 	DatabaseURL string
 	// Server listeners and request bounds. Env GRPC_ADDR (default ":9091"),
 	// HTTP_ADDR (default ":8081"), SHUTDOWN_TIMEOUT (default 20s) and the
-	// bounds of server.ConfigFromEnv.
+	// bounds of server.ConfigFromEnv; SERVICE_ROLE or serve --role (default
+	// all; api: SubmitWorkOrder and the knobs, no engine; worker: the engine
+	// with /healthz, /readyz and /metrics only).
 	Server server.Config
 	// PubSub endpoint. Env PUBSUB_PROJECT_ID, PUBSUB_EMULATOR_HOST.
 	PubSub pubsub.ClientConfig
@@ -202,18 +204,16 @@ func (a *App) assemble(cfg Config, stream faults.Stream, tel telemetry.Providers
 	if err != nil {
 		return err
 	}
-	providerv1.RegisterProviderServiceServer(srv.GRPC(), provider)
-	providerv1.RegisterProviderAdminServiceServer(srv.GRPC(), admin)
-	// The gateway calls our own gRPC listener, so REST requests pass through
-	// the same validation interceptor. Registration only builds handlers.
-	if err := providerv1.RegisterProviderServiceHandler(context.Background(), srv.Gateway(), srv.GatewayConn()); err != nil {
-		return err
-	}
-	if err := providerv1.RegisterProviderAdminServiceHandler(context.Background(), srv.Gateway(), srv.GatewayConn()); err != nil {
-		return err
-	}
+	// Every role needs the database: the API inserts jobs, the engine runs them.
 	srv.AddReadinessCheck("database", a.pool.Ping)
 	a.srv = srv
+	// The engine (the only loop) is started by the server unless the role
+	// is api; the API is served unless it is worker (docs/adr/0013).
+	if cfg.Server.Role.ServesAPI() {
+		if err := a.registerAPI(provider, admin); err != nil {
+			return err
+		}
+	}
 	r := dice.Rates()
 	a.logger.Info("provider-sim configured", "workers", cfg.Engine.Workers, "instance", stream.Instance,
 		"incarnation", stream.Incarnation, "faults_seed", r.Seed,
@@ -224,7 +224,18 @@ func (a *App) assemble(cfg Config, stream faults.Stream, tel telemetry.Providers
 	return nil
 }
 
-// GRPCAddr is the bound gRPC address.
+func (a *App) registerAPI(provider providerv1.ProviderServiceServer, admin providerv1.ProviderAdminServiceServer) error {
+	providerv1.RegisterProviderServiceServer(a.srv.GRPC(), provider)
+	providerv1.RegisterProviderAdminServiceServer(a.srv.GRPC(), admin)
+	// The gateway calls our own gRPC listener, so REST requests pass through
+	// the same validation interceptor. Registration only builds handlers.
+	if err := providerv1.RegisterProviderServiceHandler(context.Background(), a.srv.Gateway(), a.srv.GatewayConn()); err != nil {
+		return err
+	}
+	return providerv1.RegisterProviderAdminServiceHandler(context.Background(), a.srv.Gateway(), a.srv.GatewayConn())
+}
+
+// GRPCAddr is the bound gRPC address ("" in the worker role).
 func (a *App) GRPCAddr() string { return a.srv.GRPCAddr() }
 
 // HTTPAddr is the bound HTTP address.

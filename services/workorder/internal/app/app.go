@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	gpubsub "cloud.google.com/go/pubsub/v2"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	providerv1 "github.com/lossless-dev/lossless/gen/lossless/provider/v1"
 	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
@@ -31,6 +32,7 @@ import (
 	"github.com/lossless-dev/lossless/pkg/outbox"
 	"github.com/lossless-dev/lossless/pkg/outboxpubsub"
 	"github.com/lossless-dev/lossless/pkg/outboxtrace"
+	"github.com/lossless-dev/lossless/pkg/pgleader"
 	"github.com/lossless-dev/lossless/pkg/pgpool"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/server"
@@ -57,6 +59,7 @@ type App struct {
 	ps     *gpubsub.Client
 	pub    *pubsub.Publisher // workorder-events
 	srv    *server.Server
+	loops  []server.Option // background loops; none in the api role
 	closed bool
 }
 
@@ -129,6 +132,43 @@ func (a *App) assemble(ctx context.Context, opts []server.Option) error {
 	if err != nil {
 		return err
 	}
+	ops, err := admin.NewOps(admin.Deps{Pool: workerPool, PubSub: a.ps, Receiver: a.cfg.Receiver, Logger: a.log.With("component", "admin")})
+	if err != nil {
+		return err
+	}
+	adminSvc, err := admin.NewService(ops, a.cfg.OperatorToken, a.log.With("component", "admin"))
+	if err != nil {
+		return err
+	}
+	// An API-only replica builds no loop at all: their gauges would export
+	// zeros that hide a stall (docs/adr/0013-api-and-worker-roles.md).
+	if a.cfg.Server.Role.RunsWorkers() {
+		if err := a.buildLoops(workerPool, workerRepo, keys); err != nil {
+			return err
+		}
+	}
+	// The operator token is checked before request validation (admin only).
+	srvOpts := append([]server.Option{server.WithTelemetry(a.tel), server.WithAuthInterceptors(adminSvc.AuthInterceptor())}, a.loops...)
+	a.srv, err = server.New(a.cfg.Server, a.log, append(srvOpts, opts...)...)
+	if err != nil {
+		return err
+	}
+	// Readiness asks whether the database is reachable, on the workers' pool:
+	// an exhausted API pool is back-pressure, not a reason to leave the load
+	// balancer. Every role needs the database, so the check is the same.
+	a.srv.AddReadinessCheck("database", workerPool.Ping)
+	if !a.cfg.Server.Role.ServesAPI() {
+		return nil
+	}
+	workorderv1.RegisterWorkOrderAdminServiceServer(a.srv.GRPC(), adminSvc)
+	return api.Register(ctx, a.srv, svc)
+}
+
+// buildLoops builds the background loops into a.loops, all on the workers'
+// pool. Loops whose duplication across replicas is wasteful or misleading
+// (retention cleanups, the dead-letter peek) run under one pgleader lock;
+// the rest are safe with N replicas (the ADR has the table).
+func (a *App) buildLoops(workerPool *pgxpool.Pool, workerRepo *orders.Repository, keys *idempotency.Store) error {
 	handOff, err := handoff.NewDispatcher(providerv1.NewProviderServiceClient(a.conn), workerRepo, a.cfg.HandOff, a.log.With("component", "handoff"), a.meter)
 	if err != nil {
 		return err
@@ -146,7 +186,12 @@ func (a *App) assemble(ctx context.Context, opts []server.Option) error {
 		handoff.EventType:                   handOff,
 		correlation.EventCompletionRecorded: outboxpubsub.New(a.pub),
 	})
-	relay, err := outbox.NewRelay(workerPool, dispatchers, a.cfg.Outbox, a.log.With("component", "outbox-relay"), a.meter)
+	// The hand-off waits on the provider (hundreds of milliseconds, a
+	// deadline when it does not answer): slow mode, so no hand-off waits for
+	// a slower one and no transaction is held across the call (ADR 0002,
+	// revision 3). Pub/Sub publishes keep the lock claim.
+	relay, err := outbox.NewRelay(workerPool, dispatchers, a.cfg.Outbox, a.log.With("component", "outbox-relay"), a.meter,
+		outbox.WithSlowDispatch(handoff.EventType))
 	if err != nil {
 		return err
 	}
@@ -210,43 +255,33 @@ func (a *App) assemble(ctx context.Context, opts []server.Option) error {
 	if err != nil {
 		return err
 	}
-	ops, err := admin.NewOps(admin.Deps{Pool: workerPool, PubSub: a.ps, Receiver: a.cfg.Receiver, Logger: a.log.With("component", "admin")})
-	if err != nil {
-		return err
-	}
-	adminSvc, err := admin.NewService(ops, a.cfg.OperatorToken, a.log.With("component", "admin"))
+	singletons, err := pgleader.New(workerPool, pgleader.Config{Name: SingletonLock}, a.log.With("component", "singletons"), a.meter)
 	if err != nil {
 		return err
 	}
 
 	// Background loops: started with the listeners, cancelled and awaited on
 	// shutdown (in-flight work finishes or is released).
-	workers := []server.Option{
+	a.loops = []server.Option{
 		server.WithWorker("outbox-relay", relay.Run),
-		server.WithWorker("idempotency-cleanup", keys.RunCleanup),
 		server.WithWorker("inbox-receiver", recv.Run),
 		server.WithWorker("inbox-relay", correlate.Run),
 		server.WithWorker("inbox-monitor", monitor.Run),
 		server.WithWorker("invoicing", func(ctx context.Context) error { return billingSub.RunBatch(ctx, invoiced.HandleBatch) }),
-		server.WithWorker("dedup-cleaner", markers.Run),
-		server.WithWorker("dead-letter-monitor", deadLetters.Run),
 		server.WithWorker("order-stats", orderGauges.Run),
-		server.WithTelemetry(a.tel),
+		server.WithWorker("singletons", func(ctx context.Context) error {
+			return singletons.Run(ctx,
+				pgleader.Task{Name: "idempotency-cleanup", Run: keys.RunCleanup},
+				pgleader.Task{Name: "dedup-cleaner", Run: markers.Run},
+				pgleader.Task{Name: "dead-letter-monitor", Run: deadLetters.Run})
+		}),
 	}
-
-	// The operator token is checked before request validation (admin only).
-	workers = append(workers, server.WithAuthInterceptors(adminSvc.AuthInterceptor()))
-	a.srv, err = server.New(a.cfg.Server, a.log, append(workers, opts...)...)
-	if err != nil {
-		return err
-	}
-	// Readiness asks whether the database is reachable, on the workers' pool:
-	// an exhausted API pool is back-pressure, not a reason to leave the load
-	// balancer.
-	a.srv.AddReadinessCheck("database", workerPool.Ping)
-	workorderv1.RegisterWorkOrderAdminServiceServer(a.srv.GRPC(), adminSvc)
-	return api.Register(ctx, a.srv, svc)
+	return nil
 }
+
+// SingletonLock names the advisory lock under which one work-order replica
+// runs the retention cleanups and the dead-letter monitor.
+const SingletonLock = "workorder-singletons"
 
 // Run serves until ctx is cancelled (SIGTERM), then shuts down gracefully and
 // releases the database and provider connections. It returns nil after a

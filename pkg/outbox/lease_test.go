@@ -1,0 +1,244 @@
+package outbox_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/lossless-dev/lossless/pkg/outbox"
+	"github.com/lossless-dev/lossless/pkg/waitfor"
+)
+
+// leaseOf reads the lease columns of an undelivered row ("" when none).
+func leaseOf(t *testing.T, pool *pgxpool.Pool, id uuid.UUID) string {
+	t.Helper()
+	var owner *string
+	if err := pool.QueryRow(context.Background(), `SELECT lease_owner FROM outbox WHERE event_id = $1`, id).Scan(&owner); err != nil {
+		t.Fatalf("lease of %s: %v", id, err)
+	}
+	if owner == nil {
+		return ""
+	}
+	return *owner
+}
+
+// Two relays in slow mode: every event dispatched exactly once, the events
+// of an aggregate one at a time and in order.
+func TestSlowDispatch_TwoRelays_PerAggregateOrder(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const aggregates, perAgg = 10, 5
+	var (
+		mu         sync.Mutex
+		seen       = map[uuid.UUID]int{}
+		lastSeq    = map[string]int{}
+		busy       = map[string]bool{}
+		violations []string
+		total      atomic.Int64
+	)
+	b.rec.fn = func(ev outbox.Event) (outbox.Commit, error) {
+		var seq int
+		if _, err := fmt.Sscanf(string(ev.Payload[len(ev.AggregateID)+1:]), "%d", &seq); err != nil {
+			return nil, err
+		}
+		mu.Lock()
+		if busy[ev.AggregateID] {
+			violations = append(violations, fmt.Sprintf("aggregate %s: two events in flight", ev.AggregateID))
+		}
+		busy[ev.AggregateID] = true
+		seen[ev.ID]++
+		if seen[ev.ID] > 1 {
+			violations = append(violations, fmt.Sprintf("event %s dispatched %d times", ev.ID, seen[ev.ID]))
+		}
+		if prev, ok := lastSeq[ev.AggregateID]; (ok && seq != prev+1) || (!ok && seq != 0) {
+			violations = append(violations, fmt.Sprintf("aggregate %s: event %d after %d", ev.AggregateID, seq, prev))
+		}
+		lastSeq[ev.AggregateID] = seq
+		mu.Unlock()
+		// The aggregate is busy until its outcome is recorded, after the
+		// Commit; the next event may be dispatched only after that.
+		return func(context.Context, pgx.Tx) error {
+			mu.Lock()
+			busy[ev.AggregateID] = false
+			mu.Unlock()
+			total.Add(1)
+			return nil
+		}, nil
+	}
+	var evs []outbox.Event
+	for n := range perAgg {
+		for a := range aggregates {
+			evs = append(evs, event(fmt.Sprintf("a%d", a), n))
+		}
+	}
+	appendCommitted(t, b.pool, evs...)
+	cfg := outbox.Config{SlowDispatchConcurrency: 3, PollInterval: 20 * time.Millisecond}
+	for i := range 2 {
+		cfg.RelayID = fmt.Sprintf("relay-%d", i)
+		runRelay(t, b.relay(t, b.pool, cfg, outbox.WithClock(time.Now), outbox.WithSlowDispatch(testType)))
+	}
+	waitfor.Value(t, 30*time.Second, "events published", int64(len(evs)), total.Load)
+	waitfor.Value(t, 10*time.Second, "rows published", len(evs), func() int { return countStatus(t, b.pool, "PUBLISHED") })
+	mu.Lock()
+	defer mu.Unlock()
+	if len(violations) > 0 {
+		t.Fatalf("%d violations, first: %v", len(violations), violations[:min(5, len(violations))])
+	}
+}
+
+// A dispatch that outlives its lease: another relay claims the event as a
+// suspect (its lease was not alone, so the overrun is not charged) and the
+// stale relay, when its dispatch finally returns, records nothing. The
+// event is published once, by the relay that holds the lease, after two
+// dispatches (at-least-once).
+func TestSlowDispatch_StaleRelayCannotSettle_AnotherRedoesIt(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ev := event("wo-1", 1)
+	appendCommitted(t, b.pool, ev)
+	entered := make(chan int, 2)
+	release := []chan struct{}{make(chan struct{}), make(chan struct{})}
+	var calls atomic.Int64
+	b.rec.fn = func(outbox.Event) (outbox.Commit, error) {
+		n := int(calls.Add(1)) - 1
+		entered <- n
+		<-release[n]
+		return nil, nil
+	}
+	// One worker each: the stale relay has none free to re-claim the event
+	// itself once its lease expires.
+	cfg := outbox.Config{RelayID: "relay-a", SlowDispatchConcurrency: 1, PollInterval: 20 * time.Millisecond, SweepInterval: 20 * time.Millisecond}
+	stopA := runRelay(t, b.relay(t, b.pool, cfg, outbox.WithSlowDispatch(testType)))
+	if n := <-entered; n != 0 {
+		t.Fatalf("first dispatch is call %d", n)
+	}
+	if owner := leaseOf(t, b.pool, ev.ID); !strings.HasPrefix(owner, "relay-a/") {
+		t.Fatalf("lease owner %q, want relay-a's", owner)
+	}
+
+	b.clock.Advance(outbox.DefaultLeaseDuration + time.Second) // relay-a's lease expires
+	cfg.RelayID = "relay-b"
+	runRelay(t, b.relay(t, b.pool, cfg, outbox.WithSlowDispatch(testType)))
+	if n := <-entered; n != 1 {
+		t.Fatalf("second dispatch is call %d", n)
+	}
+	got := rowOf(t, b.pool, ev.ID)
+	if owner := leaseOf(t, b.pool, ev.ID); !strings.HasPrefix(owner, "relay-b/") || got.Attempts != 0 || got.LastError != nil {
+		t.Fatalf("after relay-b's claim: lease %q, row %+v (last_error %s); want relay-b's lease, nothing charged", owner, got, deref(got.LastError))
+	}
+
+	close(release[0])
+	stopA() // returns once relay-a has tried to record its (successful) dispatch
+	if got := rowOf(t, b.pool, ev.ID); got.Status != "PENDING" || leaseOf(t, b.pool, ev.ID) == "" || !strings.HasPrefix(leaseOf(t, b.pool, ev.ID), "relay-b/") {
+		t.Fatalf("the stale relay recorded its outcome: %+v", got)
+	}
+
+	close(release[1])
+	waitfor.Value(t, 10*time.Second, "event published by relay-b", "PUBLISHED", func() string { return rowOf(t, b.pool, ev.ID).Status })
+	if got := rowOf(t, b.pool, ev.ID); got.Attempts != 1 || calls.Load() != 2 {
+		t.Fatalf("published row %+v after %d dispatches; want 1 attempt charged, 2 dispatches", got, calls.Load())
+	}
+}
+
+// A transient failure ends the lease and backs off like the lock claim's:
+// PENDING with a retry time within the first backoff window, sent again
+// once the clock passes it.
+func TestSlowDispatch_TransientFailureBacksOff(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ev := event("wo-1", 1)
+	appendCommitted(t, b.pool, ev)
+	var calls atomic.Int64
+	b.rec.fn = func(outbox.Event) (outbox.Commit, error) {
+		if calls.Add(1) == 1 {
+			return nil, errors.New("provider said no")
+		}
+		return nil, nil
+	}
+	cfg := outbox.Config{BackoffBase: time.Minute, BackoffMax: time.Minute, PollInterval: 20 * time.Millisecond}
+	runRelay(t, b.relay(t, b.pool, cfg, outbox.WithSlowDispatch(testType)))
+	waitfor.Value(t, 10*time.Second, "first failure recorded", 1, func() int { return rowOf(t, b.pool, ev.ID).Attempts })
+	got := rowOf(t, b.pool, ev.ID)
+	var next time.Time
+	if err := b.pool.QueryRow(context.Background(), `SELECT next_attempt_at FROM outbox WHERE event_id = $1`, ev.ID).Scan(&next); err != nil {
+		t.Fatal(err)
+	}
+	if got.Status != "PENDING" || got.LastError == nil || *got.LastError != "provider said no" || leaseOf(t, b.pool, ev.ID) != "" {
+		t.Fatalf("after the failure: %+v, lease %q; want PENDING, the error, no lease", got, leaseOf(t, b.pool, ev.ID))
+	}
+	if now := b.clock.Now(); next.Before(now) || next.After(now.Add(time.Minute)) {
+		t.Fatalf("next attempt %v not within the first backoff window after %v", next, now)
+	}
+	b.clock.Advance(time.Minute + time.Second)
+	waitfor.Value(t, 10*time.Second, "retry published", "PUBLISHED", func() string { return rowOf(t, b.pool, ev.ID).Status })
+	if got := rowOf(t, b.pool, ev.ID); got.Attempts != 2 || calls.Load() != 2 {
+		t.Fatalf("published %+v after %d calls, want 2 attempts", got, calls.Load())
+	}
+}
+
+// While a slow dispatch blocks, no session of the relay has a transaction
+// open (the lease was committed before the dispatch), and a type in lock
+// mode on the same relay keeps flowing.
+func TestSlowDispatch_NoTransactionOpenDuringTheDispatch(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const fastType = "test.v1.Fast"
+	slow, fast := event("wo-1", 1), event("wo-2", 1)
+	fast.Type = fastType
+	appendCommitted(t, b.pool, slow, fast)
+	entered, release := make(chan struct{}), make(chan struct{})
+	b.rec.fn = func(outbox.Event) (outbox.Commit, error) {
+		close(entered)
+		<-release
+		return nil, nil
+	}
+	var fastSent atomic.Int64
+	r, err := outbox.NewRelay(b.pool, map[string]outbox.Dispatcher{
+		testType: b.rec,
+		fastType: outbox.DispatcherFunc(func(context.Context, outbox.Event) (outbox.Commit, error) { fastSent.Add(1); return nil, nil }),
+	}, outbox.Config{PollInterval: 20 * time.Millisecond}, discard(), nil, outbox.WithClock(b.clock.Now), outbox.WithSlowDispatch(testType))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runRelay(t, r)
+	<-entered
+	waitfor.Value(t, 10*time.Second, "fast event published", "PUBLISHED", func() string { return rowOf(t, b.pool, fast.ID).Status })
+	if owner := leaseOf(t, b.pool, slow.ID); owner == "" {
+		t.Fatal("slow event in flight without a lease")
+	}
+	// The fast type's batch commits before its row reads PUBLISHED, and
+	// nothing else is left for the lock claim: any open transaction now
+	// would be held across the slow dispatch.
+	var open []string
+	rows, err := b.pool.Query(context.Background(), `
+		SELECT application_name || ': ' || coalesce(query, '') FROM pg_stat_activity
+		WHERE datname = current_database() AND state LIKE 'idle in transaction%'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		open = append(open, s)
+	}
+	rows.Close()
+	if len(open) > 0 {
+		t.Fatalf("transactions open during the dispatch: %v", open)
+	}
+	close(release)
+	waitfor.Value(t, 10*time.Second, "slow event published", "PUBLISHED", func() string { return rowOf(t, b.pool, slow.ID).Status })
+	if fastSent.Load() != 1 {
+		t.Fatalf("fast event sent %d times", fastSent.Load())
+	}
+}

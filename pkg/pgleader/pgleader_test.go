@@ -1,0 +1,173 @@
+package pgleader_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/lossless-dev/lossless/pkg/pgleader"
+	"github.com/lossless-dev/lossless/pkg/pgmigrate"
+	"github.com/lossless-dev/lossless/pkg/pgtest"
+	"github.com/lossless-dev/lossless/pkg/waitfor"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+// testSchema is a retention table like pkg/dedup's processed_events: the
+// business effect the singleton loop has.
+func testSchema() pgmigrate.Set {
+	return pgmigrate.Set{Name: "pgleader_test", Schema: "public", VersionTable: "pgleader_test_version", FS: fstest.MapFS{
+		"00001_markers.sql": {Data: []byte(`-- +goose Up
+CREATE TABLE markers (id bigint PRIMARY KEY, expired boolean NOT NULL);
+CREATE TABLE deletions (replica int NOT NULL, id bigint NOT NULL);
+`)},
+	}}
+}
+
+// cleanup is one replica's retention loop: it deletes expired markers in
+// small batches, records which replica deleted each row, and repeats until
+// cancelled (every few milliseconds, so three unguarded replicas would
+// overlap constantly).
+func cleanup(pool *pgxpool.Pool, replica int, passes *atomic.Int64) pgleader.Task {
+	const q = `
+WITH gone AS (
+    DELETE FROM markers WHERE id IN (SELECT id FROM markers WHERE expired ORDER BY id LIMIT 10)
+    RETURNING id
+)
+INSERT INTO deletions SELECT $1, id FROM gone`
+	return pgleader.Task{Name: "cleanup", Run: func(ctx context.Context) error {
+		for ctx.Err() == nil {
+			if _, err := pool.Exec(ctx, q, replica); err != nil && ctx.Err() == nil {
+				return err
+			}
+			passes.Add(1)
+		}
+		return nil
+	}}
+}
+
+func TestThreeReplicas_OneCleansEachExpiredRowOnce_AnotherTakesOverWhenItsSessionDies(t *testing.T) {
+	pool := pgtest.NewPool(t, testSchema())
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `INSERT INTO markers SELECT g, g % 2 = 0 FROM generate_series(1, 400) g`); err != nil {
+		t.Fatal(err)
+	}
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg := pgleader.Config{Name: "test-singletons", RetryInterval: 20 * time.Millisecond, CheckInterval: 20 * time.Millisecond}
+
+	runCtx, stop := context.WithCancel(ctx)
+	leaders := make([]*pgleader.Leader, 3)
+	passes := make([]atomic.Int64, 3)
+	errs := make(chan error, 3)
+	var wg sync.WaitGroup
+	for i := range leaders {
+		l, err := pgleader.New(pool, cfg, logger, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		leaders[i] = l
+		wg.Add(1)
+		go func() { defer wg.Done(); errs <- l.Run(runCtx, cleanup(pool, i, &passes[i])) }()
+	}
+	t.Cleanup(func() { stop(); wg.Wait() })
+
+	count := func(q string) int {
+		var n int
+		if err := pool.QueryRow(ctx, q).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	leading := func() (n, who int) {
+		for i, l := range leaders {
+			if l.Leading() {
+				n, who = n+1, i
+			}
+		}
+		return n, who
+	}
+	waitfor.Condition(t, 10*time.Second, "every expired marker deleted", func() bool {
+		return count(`SELECT count(*) FROM markers WHERE expired`) == 0
+	})
+	if n, _ := leading(); n != 1 {
+		t.Fatalf("%d replicas lead, want exactly 1", n)
+	}
+	_, first := leading()
+	if got := count(`SELECT count(DISTINCT replica) FROM deletions`); got != 1 {
+		t.Fatalf("%d replicas deleted rows, want only the leader", got)
+	}
+	if got, dup := count(`SELECT count(*) FROM deletions`), count(`SELECT count(*) - count(DISTINCT id) FROM deletions`); got != 200 || dup != 0 {
+		t.Fatalf("%d deletions (%d duplicates), want each of the 200 expired markers once", got, dup)
+	}
+	if got := count(`SELECT count(*) FROM markers`); got != 200 {
+		t.Fatalf("%d markers left, want the 200 live ones", got)
+	}
+	for i := range passes {
+		if i != first && passes[i].Load() != 0 {
+			t.Fatalf("replica %d ran the cleanup without leading", i)
+		}
+	}
+
+	// The leader's session dies (failover, network cut): its loop stops and
+	// another replica takes over and cleans what expired since.
+	if _, err := pool.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_locks
+		WHERE locktype = 'advisory' AND granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`); err != nil {
+		t.Fatal(err)
+	}
+	waitfor.Condition(t, 10*time.Second, "another replica leads", func() bool {
+		n, who := leading()
+		return n == 1 && who != first
+	})
+	if _, err := pool.Exec(ctx, `UPDATE markers SET expired = true WHERE id <= 100`); err != nil {
+		t.Fatal(err)
+	}
+	waitfor.Condition(t, 10*time.Second, "newly expired markers deleted", func() bool {
+		return count(`SELECT count(*) FROM markers WHERE expired`) == 0
+	})
+	if got, dup := count(`SELECT count(*) FROM deletions`), count(`SELECT count(*) - count(DISTINCT id) FROM deletions`); got != 250 || dup != 0 {
+		t.Fatalf("%d deletions (%d duplicates), want 250 distinct", got, dup)
+	}
+	stop()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	}
+}
+
+func TestATaskErrorStopsTheLeaderNamingTheTask(t *testing.T) {
+	pool := pgtest.NewPool(t, testSchema())
+	l, err := pgleader.New(pool, pgleader.Config{Name: "failing"}, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = l.Run(context.Background(), pgleader.Task{Name: "broken", Run: func(context.Context) error { return io.ErrUnexpectedEOF }})
+	if err == nil || err.Error() != "broken: unexpected EOF" {
+		t.Fatalf("err = %v, want the task named", err)
+	}
+	if l.Leading() {
+		t.Fatal("still leading after the task failed")
+	}
+}
+
+func TestConfigValidation(t *testing.T) {
+	if _, err := pgleader.New(nil, pgleader.Config{Name: "x"}, slog.Default(), nil); err == nil {
+		t.Fatal("nil pool accepted")
+	}
+	if err := (pgleader.Config{}).Validate(); err == nil {
+		t.Fatal("empty Name accepted")
+	}
+	if err := (pgleader.Config{Name: "x", RetryInterval: -1}).Validate(); err == nil {
+		t.Fatal("negative RetryInterval accepted")
+	}
+}
