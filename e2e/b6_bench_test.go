@@ -105,7 +105,7 @@ func BenchmarkB6_SlowProvider(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		b6Run(ctx, b, binDir, b6Params{n: n, p50: p50, p99: p99, timeout: timeout, woEnv: woEnv,
-			concurrency: concurrency, lease: lease, describe: fmt.Sprintf("slow mode, %d hand-offs in flight", concurrency)})
+			concurrency: concurrency, lease: lease, describe: "slow mode (SlowDispatchConcurrency)"})
 	}
 }
 

@@ -93,6 +93,14 @@
 // optionally with a Commit that runs in the transaction recording the event
 // as published (to move a business row along with it).
 //
+// Event types whose dispatcher waits on a slow destination (hundreds of
+// milliseconds, sometimes a deadline) go in slow mode with
+// WithSlowDispatch: their rows are claimed with a committed lease instead of
+// the locks of a transaction held across the dispatch, each event is
+// settled on its own as soon as it is dispatched, and up to
+// Config.SlowDispatchConcurrency of them are in flight (lease.go). Every
+// relay on one outbox must name the same slow types.
+//
 // # Configuration
 //
 // Config holds the tunables; each field documents its default and the reason

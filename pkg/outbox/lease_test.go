@@ -31,6 +31,30 @@ func leaseOf(t *testing.T, pool *pgxpool.Pool, id uuid.UUID) string {
 	return *owner
 }
 
+// gate blocks dispatchers until it is opened (once, by the test or by its
+// cleanup, which must run before the relays' so that Run can return).
+type gate struct {
+	ch   chan struct{}
+	once sync.Once
+}
+
+func newGate() *gate  { return &gate{ch: make(chan struct{})} }
+func (g *gate) open() { g.once.Do(func() { close(g.ch) }) }
+func (g *gate) wait() { <-g.ch }
+
+// receive waits for a value from ch, failing the test after 30 s.
+func receive[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(30 * time.Second):
+		t.Fatalf("timed out waiting for %s", what)
+		var zero T
+		return zero
+	}
+}
+
 // Two relays in slow mode: every event dispatched exactly once, the events
 // of an aggregate one at a time and in order.
 func TestSlowDispatch_TwoRelays_PerAggregateOrder(t *testing.T) {
@@ -106,19 +130,21 @@ func TestSlowDispatch_StaleRelayCannotSettle_AnotherRedoesIt(t *testing.T) {
 	ev := event("wo-1", 1)
 	appendCommitted(t, b.pool, ev)
 	entered := make(chan int, 2)
-	release := []chan struct{}{make(chan struct{}), make(chan struct{})}
+	release := []*gate{newGate(), newGate()}
+	openAll := func() { release[0].open(); release[1].open() }
 	var calls atomic.Int64
 	b.rec.fn = func(outbox.Event) (outbox.Commit, error) {
 		n := int(calls.Add(1)) - 1
 		entered <- n
-		<-release[n]
+		release[n].wait()
 		return nil, nil
 	}
 	// One worker each: the stale relay has none free to re-claim the event
 	// itself once its lease expires.
 	cfg := outbox.Config{RelayID: "relay-a", SlowDispatchConcurrency: 1, PollInterval: 20 * time.Millisecond, SweepInterval: 20 * time.Millisecond}
 	stopA := runRelay(t, b.relay(t, b.pool, cfg, outbox.WithSlowDispatch(testType)))
-	if n := <-entered; n != 0 {
+	t.Cleanup(openAll)
+	if n := receive(t, entered, "relay-a's dispatch"); n != 0 {
 		t.Fatalf("first dispatch is call %d", n)
 	}
 	if owner := leaseOf(t, b.pool, ev.ID); !strings.HasPrefix(owner, "relay-a/") {
@@ -128,7 +154,8 @@ func TestSlowDispatch_StaleRelayCannotSettle_AnotherRedoesIt(t *testing.T) {
 	b.clock.Advance(outbox.DefaultLeaseDuration + time.Second) // relay-a's lease expires
 	cfg.RelayID = "relay-b"
 	runRelay(t, b.relay(t, b.pool, cfg, outbox.WithSlowDispatch(testType)))
-	if n := <-entered; n != 1 {
+	t.Cleanup(openAll)
+	if n := receive(t, entered, "relay-b's dispatch of the expired lease"); n != 1 {
 		t.Fatalf("second dispatch is call %d", n)
 	}
 	got := rowOf(t, b.pool, ev.ID)
@@ -136,13 +163,13 @@ func TestSlowDispatch_StaleRelayCannotSettle_AnotherRedoesIt(t *testing.T) {
 		t.Fatalf("after relay-b's claim: lease %q, row %+v (last_error %s); want relay-b's lease, nothing charged", owner, got, deref(got.LastError))
 	}
 
-	close(release[0])
+	release[0].open()
 	stopA() // returns once relay-a has tried to record its (successful) dispatch
 	if got := rowOf(t, b.pool, ev.ID); got.Status != "PENDING" || leaseOf(t, b.pool, ev.ID) == "" || !strings.HasPrefix(leaseOf(t, b.pool, ev.ID), "relay-b/") {
 		t.Fatalf("the stale relay recorded its outcome: %+v", got)
 	}
 
-	close(release[1])
+	release[1].open()
 	waitfor.Value(t, 10*time.Second, "event published by relay-b", "PUBLISHED", func() string { return rowOf(t, b.pool, ev.ID).Status })
 	if got := rowOf(t, b.pool, ev.ID); got.Attempts != 1 || calls.Load() != 2 {
 		t.Fatalf("published row %+v after %d dispatches; want 1 attempt charged, 2 dispatches", got, calls.Load())
@@ -195,10 +222,10 @@ func TestSlowDispatch_NoTransactionOpenDuringTheDispatch(t *testing.T) {
 	slow, fast := event("wo-1", 1), event("wo-2", 1)
 	fast.Type = fastType
 	appendCommitted(t, b.pool, slow, fast)
-	entered, release := make(chan struct{}), make(chan struct{})
+	entered, release := make(chan struct{}, 1), newGate()
 	b.rec.fn = func(outbox.Event) (outbox.Commit, error) {
-		close(entered)
-		<-release
+		entered <- struct{}{}
+		release.wait()
 		return nil, nil
 	}
 	var fastSent atomic.Int64
@@ -210,7 +237,8 @@ func TestSlowDispatch_NoTransactionOpenDuringTheDispatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	runRelay(t, r)
-	<-entered
+	t.Cleanup(release.open)
+	receive(t, entered, "the slow dispatch")
 	waitfor.Value(t, 10*time.Second, "fast event published", "PUBLISHED", func() string { return rowOf(t, b.pool, fast.ID).Status })
 	if owner := leaseOf(t, b.pool, slow.ID); owner == "" {
 		t.Fatal("slow event in flight without a lease")
@@ -236,7 +264,7 @@ func TestSlowDispatch_NoTransactionOpenDuringTheDispatch(t *testing.T) {
 	if len(open) > 0 {
 		t.Fatalf("transactions open during the dispatch: %v", open)
 	}
-	close(release)
+	release.open()
 	waitfor.Value(t, 10*time.Second, "slow event published", "PUBLISHED", func() string { return rowOf(t, b.pool, slow.ID).Status })
 	if fastSent.Load() != 1 {
 		t.Fatalf("fast event sent %d times", fastSent.Load())
