@@ -90,3 +90,27 @@ func putOrder(t *testing.T, base string) int {
 	resp.Body.Close()
 	return resp.StatusCode
 }
+
+func TestParseServeFlags(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args    []string
+		want    server.Role
+		wantErr string
+	}{
+		{nil, "", ""},
+		{[]string{"--role=worker"}, server.RoleWorker, ""},
+		{[]string{"-role", "api"}, server.RoleAPI, ""},
+		{[]string{"--role=boss"}, "", `--role: role "boss"`},
+		{[]string{"extra"}, "", `unexpected argument "extra"`},
+		{[]string{"--verbose"}, "", "flag provided but not defined"},
+	} {
+		got, err := server.ParseServeFlags(tc.args)
+		switch {
+		case tc.wantErr == "" && (err != nil || got != tc.want):
+			t.Errorf("%q: %q, %v; want %q", tc.args, got, err, tc.want)
+		case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+			t.Errorf("%q: error %v, want it to contain %q", tc.args, err, tc.wantErr)
+		}
+	}
+}

@@ -16,6 +16,7 @@ package server
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"net"
@@ -114,6 +115,25 @@ func (r Role) Validate() error {
 		return nil
 	}
 	return fmt.Errorf("role %q: want api, worker or all", string(r))
+}
+
+// ParseServeFlags parses the arguments of a service's `serve` subcommand:
+// --role (api, worker or all), which overrides the environment's
+// SERVICE_ROLE ("" when not given). Any other argument is refused.
+func ParseServeFlags(args []string) (Role, error) {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	role := fs.String("role", "", "what this replica runs: api, worker or all (default: SERVICE_ROLE, else all)")
+	if err := fs.Parse(args); err != nil {
+		return "", err
+	}
+	if fs.NArg() > 0 {
+		return "", fmt.Errorf("serve: unexpected argument %q", fs.Arg(0))
+	}
+	r := Role(*role)
+	if err := r.Validate(); err != nil {
+		return "", fmt.Errorf("--role: %w", err)
+	}
+	return r, nil
 }
 
 // ServesAPI reports whether the role serves the gRPC and REST API.

@@ -104,7 +104,7 @@ func run(args []string) error {
 }
 
 func serve(ctx context.Context, env *envconfig.Reader, args []string) (err error) {
-	role, err := roleFlag(args)
+	role, err := server.ParseServeFlags(args)
 	if err != nil {
 		return err
 	}
@@ -257,22 +257,4 @@ func reconcileCmd(ctx context.Context, env *envconfig.Reader, args []string) err
 		return errDiscrepancies
 	}
 	return nil
-}
-
-// roleFlag parses serve's flags: --role (api, worker or all) overrides the
-// environment's SERVICE_ROLE.
-func roleFlag(args []string) (server.Role, error) {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	role := fs.String("role", "", "what this replica runs: api, worker or all (default: SERVICE_ROLE, else all)")
-	if err := fs.Parse(args); err != nil {
-		return "", err
-	}
-	if fs.NArg() > 0 {
-		return "", fmt.Errorf("serve: unexpected argument %q", fs.Arg(0))
-	}
-	r := server.Role(*role)
-	if err := r.Validate(); err != nil {
-		return "", fmt.Errorf("--role: %w", err)
-	}
-	return r, nil
 }

@@ -15,7 +15,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"os"
@@ -75,7 +74,7 @@ func logger() *slog.Logger {
 }
 
 func serve(ctx context.Context, env *envconfig.Reader, args []string) (err error) {
-	role, err := roleFlag(args)
+	role, err := server.ParseServeFlags(args)
 	if err != nil {
 		return err
 	}
@@ -99,22 +98,4 @@ func serve(ctx context.Context, env *envconfig.Reader, args []string) (err error
 		return err
 	}
 	return a.Run(ctx)
-}
-
-// roleFlag parses serve's flags: --role (api, worker or all) overrides the
-// environment's SERVICE_ROLE.
-func roleFlag(args []string) (server.Role, error) {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	role := fs.String("role", "", "what this replica runs: api, worker or all (default: SERVICE_ROLE, else all)")
-	if err := fs.Parse(args); err != nil {
-		return "", err
-	}
-	if fs.NArg() > 0 {
-		return "", fmt.Errorf("serve: unexpected argument %q", fs.Arg(0))
-	}
-	r := server.Role(*role)
-	if err := r.Validate(); err != nil {
-		return "", fmt.Errorf("--role: %w", err)
-	}
-	return r, nil
 }

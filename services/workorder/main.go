@@ -87,7 +87,7 @@ func run(args []string) error {
 }
 
 func serve(ctx context.Context, env *envconfig.Reader, args []string) (err error) {
-	role, err := roleFlag(args)
+	role, err := server.ParseServeFlags(args)
 	if err != nil {
 		return err
 	}
@@ -185,22 +185,4 @@ func invoicingCommand(ctx context.Context, env *envconfig.Reader, args []string)
 	}
 	fmt.Printf("parked billing event %d replayed: %s\n", *id, outcome)
 	return nil
-}
-
-// roleFlag parses serve's flags: --role (api, worker or all) overrides the
-// environment's SERVICE_ROLE.
-func roleFlag(args []string) (server.Role, error) {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	role := fs.String("role", "", "what this replica runs: api, worker or all (default: SERVICE_ROLE, else all)")
-	if err := fs.Parse(args); err != nil {
-		return "", err
-	}
-	if fs.NArg() > 0 {
-		return "", fmt.Errorf("serve: unexpected argument %q", fs.Arg(0))
-	}
-	r := server.Role(*role)
-	if err := r.Validate(); err != nil {
-		return "", fmt.Errorf("--role: %w", err)
-	}
-	return r, nil
 }
