@@ -6,7 +6,7 @@ GO        ?= go
 TOOL      := $(GO) tool -modfile=tools/go.mod
 BIN_DIR   ?= bin
 # One per services/<name>/service.json; cmd/newservice appends, deploy/deploytest checks.
-SERVICES  := workorder provider-sim billing
+SERVICES  := workorder provider-sim console billing
 COMMANDS  := pubsub-emulator healthcheck
 GO_TEST_FLAGS ?= -race -count=1 -timeout 20m
 
@@ -127,6 +127,14 @@ proto-breaking: ## Fail when proto/ breaks compatibility (buf FILE rules) with t
 	@ref=main; git rev-parse -q --verify refs/heads/main >/dev/null || ref=origin/main; \
 		echo "buf breaking proto --against '.git#branch=$$ref,subdir=proto'"; \
 		$(TOOL) buf breaking proto --against ".git#branch=$$ref,subdir=proto"
+
+.PHONY: terraform-topology
+terraform-topology: ## Regenerate deploy/terraform/gcp/topology.json from services/*/service.json (the topology `provision` creates); commit it.
+	$(GO) test ./internal/topology -run TestTerraformTopology -update
+
+.PHONY: k8s-rules
+k8s-rules: ## Regenerate deploy/k8s/overlays/gcp/monitoring/rules.yaml (Managed Prometheus Rules) from deploy/compose/prometheus/alerts.yml; commit it.
+	cd deploy && $(GO) run ./cmd/gmprules
 
 .PHONY: rename
 rename: ## Give a fork its module path everywhere (imports, go.mod files, protos, gen/, runbook URLs), e.g. make rename MODULE=github.com/acme/orders.

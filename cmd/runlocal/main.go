@@ -42,7 +42,7 @@ func runMain(ports localstack.Ports) int {
 }
 
 // maxReplicas bounds REPLICAS: each replica is one process per service.
-const maxReplicas = 9
+const maxReplicas = catalog.MaxReplicas
 
 func run(ports localstack.Ports) error {
 	replicas, err := replicasFromEnv(os.Getenv("REPLICAS"))
@@ -144,11 +144,16 @@ func operatorTokens(workorder, provider string) (string, map[string][]string, er
 func banner(stack *localstack.Stack) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "\nlossless is running. Ctrl-C stops everything.\n\n")
-	api := map[string]string{}
+	api, httpOnly := map[string]string{}, map[string]bool{}
 	for _, svc := range stack.Services() {
-		api[svc.Name] = svc.RESTPath
+		api[svc.Name], httpOnly[svc.Name] = svc.RESTPath, svc.GRPCPort == 0
 	}
 	for _, in := range stack.Instances() {
+		if httpOnly[in.Service] {
+			// The console: a web page, no gRPC API.
+			fmt.Fprintf(&b, "  %-15s open %s%s\n", in.ID, in.URL, api[in.Service])
+			continue
+		}
 		fmt.Fprintf(&b, "  %-15s REST %s%-16s gRPC %s   metrics %s/metrics\n", in.ID, in.URL, api[in.Service], in.GRPC, in.URL)
 	}
 	fmt.Fprintf(&b, "  Pub/Sub emulator  %s\n", stack.Emulator)

@@ -33,6 +33,7 @@ func loadProject(t testing.TB, rel string) *types.Project {
 
 var testOperatorTokens = []string{
 	"WORKORDER_OPERATOR_TOKEN=workorder-operator-token-0123456789abcdef",
+	"BILLING_OPERATOR_TOKEN=billing-operator-token-0123456789abcdef01",
 	"PROVIDER_OPERATOR_TOKEN=provider-operator-token-0123456789abcdef",
 }
 
@@ -69,8 +70,9 @@ func TestComposeOperatorTokensReachTheirServices(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for svc, tok := range map[string]string{"workorder": testOperatorTokens[0], "provider-sim": testOperatorTokens[1]} {
+	for _, tok := range testOperatorTokens {
 		name, want, _ := strings.Cut(tok, "=")
+		svc := map[string]string{"WORKORDER": "workorder", "BILLING": "billing", "PROVIDER": "provider-sim", "CONSOLE": "console"}[strings.TrimSuffix(name, "_OPERATOR_TOKEN")]
 		if v := p.Services[svc].Environment[name]; v == nil || *v != want {
 			t.Errorf("service %s: %s = %v, want the operator's %q", svc, name, v, want)
 		}
@@ -247,12 +249,19 @@ func TestComposeServicesStartAfterMigrationAndProvisioning(t *testing.T) {
 		t.Fatalf("want exactly one provisioning job, have %v", jobOf("provision", ""))
 	}
 	provision := jobOf("provision", "")[0]
+	noDatabase := map[string]bool{}
+	for _, d := range declaredServices(t) {
+		noDatabase[d.Name] = d.Database == ""
+	}
 	servers := 0
 	for _, s := range sortedServices(p) {
 		if s.Build == nil || !slices.Equal([]string(s.Command), []string{"serve"}) {
 			continue
 		}
 		servers++
+		if noDatabase[s.Name] {
+			continue // nothing to migrate; a service without a database (the console) uses no Pub/Sub either
+		}
 		migrate := jobOf("migrate", s.Build.Target)
 		if len(migrate) != 1 {
 			t.Errorf("service %s: want one migrate job for target %s, have %v", s.Name, s.Build.Target, migrate)

@@ -31,12 +31,16 @@ type Service struct {
 	// Name of the service, its folder under services/, its binary, its
 	// compose service, its Prometheus job and its Dockerfile target.
 	Name string `json:"name"`
-	// Database is the name of the service's own database (each service owns
-	// exactly one; the migration sets are migrations.<Name>()).
-	Database string `json:"database"`
+	// Database is the name of the service's own database (a service owns at
+	// most one; the migration sets are migrations.<Name>()). Empty: the
+	// service has no database (the console, which reads and acts through
+	// the other services' APIs): no DATABASE_URL, no `migrate` command.
+	Database string `json:"database,omitempty"`
 	// GRPCPort and HTTPPort are the listeners of replica 1 (GRPC_ADDR,
-	// HTTP_ADDR; HTTP also serves /healthz, /readyz and /metrics).
-	GRPCPort int `json:"grpc_port"`
+	// HTTP_ADDR; HTTP also serves /healthz, /readyz and /metrics). GRPCPort
+	// 0: the service serves no gRPC API (a {grpc:<name>} placeholder cannot
+	// name it).
+	GRPCPort int `json:"grpc_port,omitempty"`
 	HTTPPort int `json:"http_port"`
 	// RESTPath is an example REST resource, printed by `make run`.
 	RESTPath string `json:"rest_path,omitempty"`
@@ -51,8 +55,10 @@ type Service struct {
 	Subscribes []string `json:"subscribes,omitempty"`
 	// LocalEnv is added to the service's environment by `make run`, after
 	// expanding {instance} (the replica's id, e.g. "billing-2"),
-	// {operator_token} (the run's operator token) and {grpc:<service>} (the
-	// gRPC address of that service's replica with the same number).
+	// {operator_token} (the run's operator token), {grpc:<service>} (the
+	// gRPC address of that service's replica with the same number) and
+	// {http:<service>} (the base URL of its HTTP listener, e.g.
+	// "http://127.0.0.1:8080": REST, /metrics).
 	LocalEnv map[string]string `json:"local_env,omitempty"`
 }
 
@@ -102,32 +108,59 @@ func Parse(fsys fs.FS) (Catalog, error) {
 	return c.ordered()
 }
 
+// Replicas of a service under `make run` listen on its declared ports plus
+// ReplicaPortStep × (replica − 1), for up to MaxReplicas replicas; validate
+// refuses a port that another service's replica would take.
+const (
+	ReplicaPortStep = 10
+	MaxReplicas     = 9
+)
+
 func (c Catalog) validate() error {
 	var errs []error
 	bad := func(s Service, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("service %q: %s", s.Name, fmt.Sprintf(format, args...)))
 	}
 	names, dbs, ports, publisher := map[string]bool{}, map[string]string{}, map[int]string{}, map[string]string{}
+	hasGRPC := map[string]bool{}
 	for _, s := range c {
 		names[s.Name] = true
+		hasGRPC[s.Name] = s.GRPCPort != 0
 	}
 	for _, s := range c {
 		if !nameRE.MatchString(s.Name) {
 			bad(s, "name must match %s", nameRE)
 		}
-		if !dbRE.MatchString(s.Database) {
+		switch other, taken := dbs[s.Database]; {
+		case s.Database == "":
+		case !dbRE.MatchString(s.Database):
 			bad(s, "database %q must match %s", s.Database, dbRE)
-		} else if other, ok := dbs[s.Database]; ok {
+		case taken:
 			bad(s, "database %q is also %q's: each service owns its own", s.Database, other)
+		default:
+			dbs[s.Database] = s.Name
 		}
-		dbs[s.Database] = s.Name
-		for _, p := range []int{s.GRPCPort, s.HTTPPort} {
-			if p < 1024 || p > 65535 {
-				bad(s, "port %d outside 1024..65535", p)
-			} else if other, ok := ports[p]; ok {
-				bad(s, "port %d is also %q's", p, other)
+		listeners := []int{s.HTTPPort}
+		if s.GRPCPort != 0 {
+			listeners = append(listeners, s.GRPCPort)
+		}
+		for _, p := range listeners {
+			if p < 1024 || p+ReplicaPortStep*(MaxReplicas-1) > 65535 {
+				bad(s, "port %d outside 1024..%d", p, 65535-ReplicaPortStep*(MaxReplicas-1))
+				continue
 			}
-			ports[p] = s.Name
+			for k := range MaxReplicas {
+				rp := p + ReplicaPortStep*k
+				if other, ok := ports[rp]; ok && other != s.Name {
+					if k == 0 {
+						bad(s, "port %d is also %q's", rp, other)
+					} else {
+						bad(s, "port %d, its replica %d's, is also %q's (replicas add %d per replica, up to %d)", rp, k+1, other, ReplicaPortStep, MaxReplicas)
+					}
+					break
+				}
+				ports[rp] = s.Name
+			}
 		}
 		for _, d := range s.StartAfter {
 			if !names[d] || d == s.Name {
@@ -143,7 +176,8 @@ func (c Catalog) validate() error {
 		for name, v := range s.LocalEnv {
 			for _, m := range placeRE.FindAllStringSubmatch(v, -1) {
 				switch {
-				case m[1] == "grpc" && names[m[2]]:
+				case m[1] == "grpc" && hasGRPC[m[2]]:
+				case m[1] == "http" && names[m[2]]:
 				case (m[1] == "instance" || m[1] == "operator_token") && m[2] == "":
 				default:
 					bad(s, "local_env %s: unknown placeholder %s", name, m[0])
@@ -225,9 +259,10 @@ func (c Catalog) Topology() pubsub.Topology {
 }
 
 // ExpandEnv returns s's LocalEnv as KEY=value pairs, sorted, with the
-// placeholders replaced: {instance} by instance, {operator_token} by token
-// and {grpc:<service>} by grpcAddr(service).
-func (s Service) ExpandEnv(instance, token string, grpcAddr func(service string) string) []string {
+// placeholders replaced: {instance} by instance, {operator_token} by token,
+// {grpc:<service>} by addr("grpc", service) and {http:<service>} by
+// addr("http", service).
+func (s Service) ExpandEnv(instance, token string, addr func(kind, service string) string) []string {
 	out := make([]string, 0, len(s.LocalEnv))
 	for name, v := range s.LocalEnv {
 		v = placeRE.ReplaceAllStringFunc(v, func(p string) string {
@@ -237,8 +272,8 @@ func (s Service) ExpandEnv(instance, token string, grpcAddr func(service string)
 				return instance
 			case "operator_token":
 				return token
-			case "grpc":
-				return grpcAddr(m[2])
+			case "grpc", "http":
+				return addr(m[1], m[2])
 			}
 			return p
 		})

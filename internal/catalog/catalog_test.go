@@ -63,8 +63,27 @@ func TestParse_DerivesTopologyOrderAndEnv(t *testing.T) {
 		t.Fatalf("topology ids %v, want %v", ids, want)
 	}
 	b, _ := c.Service("b")
-	env := b.ExpandEnv("b-2", "tok", func(svc string) string { return svc + "-2:1" })
-	if !slices.Equal(env, []string{"A_ADDR=a-2:1", "RELAY=b-2/tok"}) {
+	env := b.ExpandEnv("b-2", "tok", func(kind, svc string) string { return kind + "://" + svc + "-2:1" })
+	if !slices.Equal(env, []string{"A_ADDR=grpc://a-2:1", "RELAY=b-2/tok"}) {
+		t.Fatalf("env %v", env)
+	}
+}
+
+// A service without a database and without gRPC (the console) is declared
+// by leaving both out; another service's {http:...} and {grpc:...} reach it.
+func TestParse_ServiceWithoutDatabaseOrGRPC(t *testing.T) {
+	c, err := catalog.Parse(fsOf("a", svcA, "b", svcB,
+		"c", `{"name":"c","http_port":8089,"start_after":["a"],"local_env":{"A":"{grpc:a}","M":"{http:a}/metrics"}}`,
+		"d", `{"name":"d","http_port":8088}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _ := c.Service("c")
+	if s.Database != "" || s.GRPCPort != 0 {
+		t.Fatalf("c = %+v, want no database and no gRPC port", s)
+	}
+	env := s.ExpandEnv("c-1", "tok", func(kind, svc string) string { return kind + "/" + svc })
+	if !slices.Equal(env, []string{"A=grpc/a", "M=http/a/metrics"}) {
 		t.Fatalf("env %v", env)
 	}
 }
@@ -87,6 +106,15 @@ func TestParse_RefusesInconsistentDeclarations(t *testing.T) {
 		"two publishers": {fsOf("a", svcA, "c", `{"name":"c","database":"c","grpc_port":9095,"http_port":8089,"publishes":["a-events"]}`),
 			"a topic has one owner"},
 		"no service": {fstest.MapFS{}, "no */service.json"},
+		"grpc of a service without gRPC": {fsOf("a", svcA, "c", `{"name":"c","http_port":8089,"local_env":{"X":"{grpc:c}"}}`),
+			"unknown placeholder {grpc:c}"},
+		"no HTTP port": {fsOf("a", svcA, "c", `{"name":"c"}`), "port 0 outside"},
+		// a's second replica serves HTTP on 8080 + ReplicaPortStep.
+		"port of another's replica": {fsOf("a", svcA, "c", `{"name":"c","http_port":8090}`),
+			`port 8090 is also "a"'s`},
+		// c's second replica would serve HTTP on a's port.
+		"replica on another's port": {fsOf("a", svcA, "c", `{"name":"c","http_port":8070}`),
+			`port 8080, its replica 2's, is also "a"'s`},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

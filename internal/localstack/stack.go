@@ -48,7 +48,7 @@ type Ports struct {
 }
 
 // ReplicaPortStep separates the default ports of consecutive replicas.
-const ReplicaPortStep = 10
+const ReplicaPortStep = catalog.ReplicaPortStep
 
 // replica returns the ports of replica k (1-based) of svc.
 func (p Ports) replica(svc catalog.Service, k int) ServicePorts {
@@ -268,6 +268,9 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		s.logf("postgres", "listening on 127.0.0.1:%d", s.cluster.Port())
 	}
 	for _, svc := range cfg.Services {
+		if svc.Database == "" {
+			continue // a service without a database (the console)
+		}
 		if s.DSN[svc.Database], err = ensureDatabase(ctx, server, cfg.DatabasePrefix+svc.Database); err != nil {
 			return nil, err
 		}
@@ -285,12 +288,21 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		}
 	}
 
-	// One-shot jobs: provisioning (any service binary provisions the whole
-	// system's topology), migrations.
-	if err := s.oneShot(ctx, "provision", cfg.Services[0].Name, "provision"); err != nil {
+	// One-shot jobs: provisioning (any service binary with a database
+	// provisions the whole system's topology), migrations.
+	var withDB []catalog.Service
+	for _, svc := range cfg.Services {
+		if svc.Database != "" {
+			withDB = append(withDB, svc)
+		}
+	}
+	if len(withDB) == 0 {
+		return nil, errors.New("localstack: no service has a database to provision the topology with")
+	}
+	if err := s.oneShot(ctx, "provision", withDB[0].Name, "provision"); err != nil {
 		return nil, err
 	}
-	for _, svc := range cfg.Services {
+	for _, svc := range withDB {
 		if err := s.oneShot(ctx, "migrate-"+svc.Name, svc.Name, "migrate"); err != nil {
 			return nil, err
 		}
@@ -307,8 +319,11 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 				"INSTANCE_ID=" + in.ID,
 				"OTEL_RESOURCE_ATTRIBUTES=service.instance.id=" + in.ID,
 			}
-			env = append(env, svc.ExpandEnv(in.ID, cfg.OperatorToken, func(dep string) string {
+			env = append(env, svc.ExpandEnv(in.ID, cfg.OperatorToken, func(kind, dep string) string {
 				d, _ := cfg.Services.Service(dep) // the catalog checked that it exists
+				if kind == "http" {
+					return s.instance(d, (k-1)%cfg.Replicas+1).URL
+				}
 				return s.instance(d, (k-1)%cfg.Replicas+1).GRPC
 			})...)
 			p := s.add(in.ID, svc.Name, []string{"serve"}, env...)
@@ -485,7 +500,7 @@ func (s *Stack) add(name, binary string, args []string, env ...string) *Process 
 		"PUBSUB_EMULATOR_HOST=" + s.Emulator,
 		"PUBSUB_PROJECT_ID=" + s.cfg.ProjectID,
 	}
-	if svc, ok := s.cfg.Services.Service(binary); ok {
+	if svc, ok := s.cfg.Services.Service(binary); ok && svc.Database != "" {
 		svcEnv = append(svcEnv, "DATABASE_URL="+s.DSN[svc.Database])
 	}
 	// Later entries win: the caller's ExtraEnv overrides the stack's choices.

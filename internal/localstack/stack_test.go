@@ -75,7 +75,7 @@ func TestInstances_WorkorderReplicaKHandsOffToProviderReplicaK(t *testing.T) {
 		t.Fatalf("provider-sim-2 = %+v", got)
 	}
 	wo, _ := c.Service("workorder")
-	env := wo.ExpandEnv("workorder-2", "tok", func(dep string) string {
+	env := wo.ExpandEnv("workorder-2", "tok", func(_, dep string) string {
 		d, _ := c.Service(dep)
 		return s.instance(d, 2).GRPC
 	})

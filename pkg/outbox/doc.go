@@ -56,7 +56,9 @@
 //
 // A FAILED event goes back to the relay when an operator sets it PENDING
 // again (status = 'PENDING', attempts = 0, next_attempt_at = NULL); see
-// docs/runbooks/outbox-relay-stalled.md.
+// docs/runbooks/outbox-relay-stalled.md. An Inspector (NewInspector) lists
+// events for an operator's console, by state, aggregate and type, in claim
+// order, paged; it only reads.
 //
 // # Schema
 //

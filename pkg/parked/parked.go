@@ -200,6 +200,9 @@ type Parked struct {
 type ListFilter struct {
 	// Subscription restricts the page to one subscription; "" lists all.
 	Subscription string
+	// Subject restricts the page to the messages about one entity (what the
+	// consumer stored as Message.Subject, e.g. a work order id); "" lists all.
+	Subject string
 	// AfterID is the ID of the last row of the previous page; 0 starts at the
 	// oldest.
 	AfterID int64
@@ -208,12 +211,13 @@ type ListFilter struct {
 }
 
 // qList is keyset paging over the open rows, served by the partial index on
-// id WHERE replayed_at IS NULL.
+// id WHERE replayed_at IS NULL. The subject filter has no index of its own:
+// open parked rows are few (each waits for an operator).
 const qList = `
 SELECT id, subscription, message_id, coalesce(event_id, ''), coalesce(event_type, ''), coalesce(subject, ''),
        attributes, data, reason, parked_at
 FROM {schema}.parked_messages
-WHERE replayed_at IS NULL AND id > $1 AND ($2 = '' OR subscription = $2)
+WHERE replayed_at IS NULL AND id > $1 AND ($2 = '' OR subscription = $2) AND ($4 = '' OR subject = $4)
 ORDER BY id
 LIMIT $3`
 
@@ -226,7 +230,7 @@ func (s *Store) List(ctx context.Context, db DB, f ListFilter) ([]Parked, error)
 	case f.Limit < 0 || f.Limit > 1000:
 		return nil, fmt.Errorf("parked: Limit %d: want 1..1000", f.Limit)
 	}
-	rows, err := db.Query(ctx, s.qList, f.AfterID, f.Subscription, f.Limit)
+	rows, err := db.Query(ctx, s.qList, f.AfterID, f.Subscription, f.Limit, f.Subject)
 	if err != nil {
 		return nil, fmt.Errorf("parked: list: %w", err)
 	}

@@ -131,8 +131,8 @@ func TestParkInTheCallersTransaction(t *testing.T) {
 	}
 }
 
-// List pages through the open messages oldest first, per subscription or
-// all; replayed ones are left out. CountByReason counts the open ones.
+// List pages through the open messages oldest first, per subscription,
+// per subject or all; replayed ones are left out. CountByReason counts the open ones.
 func TestListAndCountOpenMessages(t *testing.T) {
 	t.Parallel()
 	pool, s := setup(t, "ops")
@@ -180,6 +180,10 @@ func TestListAndCountOpenMessages(t *testing.T) {
 		p.Subject != "order-m0" || p.Attributes["event_type"] != "t.v1.Done" || string(p.Data) != "\xff\x00\x01" ||
 		p.Reason != "reason-a" || p.ParkedAt.IsZero() {
 		t.Errorf("first row %+v", p)
+	}
+	// By subject: one entity's messages, across subscriptions.
+	if bySubject, err := s.List(ctx, pool, parked.ListFilter{Subject: "order-m4"}); err != nil || len(bySubject) != 1 || bySubject[0].ID != ids[4] {
+		t.Errorf("by subject: %+v %v, want the one row of order-m4", bySubject, err)
 	}
 	if _, err := s.List(ctx, pool, parked.ListFilter{Limit: 1001}); err == nil {
 		t.Error("a page of 1001 was accepted")

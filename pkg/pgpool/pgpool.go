@@ -28,8 +28,10 @@
 // other. 70 + 3 reserved leaves 27 connections: one replica of the largest
 // service during a rolling deploy (26), or a few operator sessions (psql,
 // migrate, CLI commands). Running more replicas
-// needs a larger max_connections or a connection pooler (PgBouncer in
-// transaction mode works for the pools, not for the LISTEN connections).
+// needs a larger max_connections or a pooler in session mode. Not a
+// transaction-mode pooler: advisory session locks (pkg/pgleader, goose's
+// migrate lock), the pooled LISTEN of the lease workers, the start-up
+// timeouts and pgx's statement cache all need a session.
 package pgpool
 
 import (

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/lossless-dev/lossless/pkg/envconfig"
+	"github.com/lossless-dev/lossless/pkg/gcpproject"
 )
 
 // Environment variables read by ClientConfigFromEnv.
@@ -29,14 +30,17 @@ const (
 	EnvProjectID          = "PUBSUB_PROJECT_ID"
 	EnvGoogleCloudProject = "GOOGLE_CLOUD_PROJECT" // fallback for the project id, the GCP convention
 	EnvEmulatorHost       = "PUBSUB_EMULATOR_HOST"
-	DefaultProjectID      = "lossless-local"
+	// DefaultProjectID is the project on an emulator when none is set: any
+	// id works there.
+	DefaultProjectID = "lossless-local"
 )
 
 // ClientConfig selects the Pub/Sub endpoint.
 type ClientConfig struct {
 	// ProjectID owns the topics and subscriptions. Env PUBSUB_PROJECT_ID, else
-	// GOOGLE_CLOUD_PROJECT; default "lossless-local" (any id works on an
-	// emulator; on GCP it must be the real project).
+	// GOOGLE_CLOUD_PROJECT, else "lossless-local" with PUBSUB_EMULATOR_HOST
+	// set (any id works on an emulator). Empty: NewClient asks the GCE/GKE
+	// metadata server (see ResolveProjectID).
 	ProjectID string
 	// EmulatorHost is "host:port" of an emulator (pstest or the Cloud SDK
 	// emulator). Env PUBSUB_EMULATOR_HOST; default empty = real GCP Pub/Sub with
@@ -46,18 +50,20 @@ type ClientConfig struct {
 
 // ClientConfigFromEnv reads the config; errors are collected in r.
 func ClientConfigFromEnv(r *envconfig.Reader) ClientConfig {
-	return ClientConfig{
-		ProjectID:    r.String(EnvProjectID, r.String(EnvGoogleCloudProject, DefaultProjectID)),
+	c := ClientConfig{
+		ProjectID:    r.String(EnvProjectID, r.String(EnvGoogleCloudProject, "")),
 		EmulatorHost: r.String(EnvEmulatorHost, ""),
 	}
+	if c.ProjectID == "" && c.EmulatorHost != "" {
+		c.ProjectID = DefaultProjectID
+	}
+	return c
 }
 
-// Validate reports a config that cannot reach Pub/Sub.
+// Validate reports a config that cannot reach Pub/Sub. An empty ProjectID is
+// valid: NewClient resolves it.
 func (c ClientConfig) Validate() error {
 	var errs []error
-	if c.ProjectID == "" {
-		errs = append(errs, envconfig.Check(EnvProjectID, errors.New("project id must not be empty")))
-	}
 	if c.EmulatorHost != "" {
 		if _, _, err := net.SplitHostPort(c.EmulatorHost); err != nil {
 			errs = append(errs, envconfig.Check(EnvEmulatorHost, fmt.Errorf("want host:port: %w", err)))
@@ -66,8 +72,27 @@ func (c ClientConfig) Validate() error {
 	return errors.Join(errs...)
 }
 
+// ResolveProjectID returns cfg.ProjectID when set, else DefaultProjectID on
+// an emulator, else the project id of the GCE/GKE metadata server (bounded by
+// gcpproject.MetadataTimeout), else an error naming PUBSUB_PROJECT_ID. It is
+// not done in ClientConfigFromEnv because it may need the network.
+func ResolveProjectID(ctx context.Context, cfg ClientConfig) (string, error) {
+	switch {
+	case cfg.ProjectID != "":
+		return cfg.ProjectID, nil
+	case cfg.EmulatorHost != "":
+		return DefaultProjectID, nil
+	}
+	id, err := gcpproject.FromMetadata(ctx)
+	if err != nil {
+		return "", envconfig.Check(EnvProjectID, fmt.Errorf("not set, nor %s, and not found on the metadata server: %w", EnvGoogleCloudProject, err))
+	}
+	return id, nil
+}
+
 // NewClient connects to the emulator when cfg.EmulatorHost is set, else to
-// real Pub/Sub with Application Default Credentials.
+// real Pub/Sub with Application Default Credentials, in the project of
+// ResolveProjectID (the client's Project method returns it).
 //
 // The emulator options are passed explicitly rather than relying only on the
 // library's own PUBSUB_EMULATOR_HOST hook (apiv1/emulator_hook.go), so a
@@ -80,6 +105,10 @@ func NewClient(ctx context.Context, cfg ClientConfig) (*gpubsub.Client, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("pubsub: client config: %w", err)
 	}
+	project, err := ResolveProjectID(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("pubsub: %w", err)
+	}
 	var opts []option.ClientOption
 	if cfg.EmulatorHost != "" {
 		opts = append(opts,
@@ -89,9 +118,9 @@ func NewClient(ctx context.Context, cfg ClientConfig) (*gpubsub.Client, error) {
 			option.WithTelemetryDisabled(),
 		)
 	}
-	c, err := gpubsub.NewClient(ctx, cfg.ProjectID, opts...)
+	c, err := gpubsub.NewClient(ctx, project, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("pubsub: new client (project %q, emulator %q): %w", cfg.ProjectID, cfg.EmulatorHost, err)
+		return nil, fmt.Errorf("pubsub: new client (project %q, emulator %q): %w", project, cfg.EmulatorHost, err)
 	}
 	return c, nil
 }

@@ -72,12 +72,12 @@ func ProvisionCommand(ctx context.Context, cfg ClientConfig, topo Topology, logg
 	defer func() { _ = c.Close() }() // nothing left to flush: provisioning is synchronous
 	changes, err := Provision(ctx, c, topo)
 	for _, ch := range changes {
-		logger.InfoContext(ctx, "pubsub topology changed", "change", ch, "project", cfg.ProjectID)
+		logger.InfoContext(ctx, "pubsub topology changed", "change", ch, "project", c.Project())
 	}
 	if err != nil {
 		return err
 	}
-	logger.InfoContext(ctx, "pubsub topology provisioned", "project", cfg.ProjectID,
+	logger.InfoContext(ctx, "pubsub topology provisioned", "project", c.Project(),
 		"emulator", cfg.EmulatorHost, "changes", len(changes))
 	return nil
 }

@@ -1,10 +1,18 @@
 // Package telemetry wires the three signals every lossless service emits:
-//   - logs: log/slog JSON on stdout, each line carrying trace_id and span_id
-//     when the context has a span;
+//   - logs: log/slog on stdout, JSON by default, each line carrying the trace
+//     and span ids when the context has a span; LOG_FORMAT=gcp writes Cloud
+//     Logging's field names, so GKE's agent files severity and trace links;
 //   - metrics: OpenTelemetry metrics exposed in Prometheus format on the
 //     service's HTTP /metrics (always on);
-//   - traces: OpenTelemetry spans exported over OTLP/gRPC when an endpoint is
+//   - traces: OpenTelemetry spans exported over OTLP when an endpoint is
 //     configured (off otherwise), with W3C trace context propagation.
+//
+// Traces follow the OpenTelemetry specification's environment variables: the
+// OTLP exporter reads OTEL_EXPORTER_OTLP_* itself (endpoint, headers, TLS,
+// timeout, compression), the SDK reads OTEL_TRACES_SAMPLER(_ARG) and
+// OTEL_BSP_*, the resource reads OTEL_SERVICE_NAME and
+// OTEL_RESOURCE_ATTRIBUTES. No option overrides them; Setup only checks the
+// values the SDK would otherwise ignore with a log line.
 //
 // Nothing here is global: Setup returns providers that the service passes to
 // the components that need them.
@@ -17,12 +25,14 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
@@ -34,39 +44,107 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/lossless-dev/lossless/pkg/envconfig"
+	"github.com/lossless-dev/lossless/pkg/gcpproject"
+)
+
+// OTLP protocols (OTEL_EXPORTER_OTLP_PROTOCOL).
+const (
+	ProtocolGRPC         = "grpc"
+	ProtocolHTTPProtobuf = "http/protobuf"
+)
+
+// Log formats (LOG_FORMAT).
+const (
+	// LogFormatJSON is slog's JSON: time, level, msg, trace_id, span_id.
+	LogFormatJSON = "json"
+	// LogFormatText is slog's key=value text, for a human at a terminal.
+	LogFormatText = "text"
+	// LogFormatGCP is JSON with Cloud Logging's special fields (severity,
+	// message, logging.googleapis.com/trace, ...), which the GKE logging
+	// agent lifts into the log entry: severity filters and the link from a
+	// log line to its trace work.
+	LogFormatGCP = "gcp"
 )
 
 // Config of a service's telemetry.
 type Config struct {
-	// ServiceName is the OpenTelemetry service.name. Required.
+	// ServiceName is the OpenTelemetry service.name unless OTEL_SERVICE_NAME
+	// or OTEL_RESOURCE_ATTRIBUTES set one. Required.
 	ServiceName string
-	// OTLPEndpoint is the OTLP/gRPC collector, as the OpenTelemetry
-	// specification writes it ("http://otel-collector:4317"; a bare
-	// "host:port" is accepted too). Plain-text gRPC either way: the collector
-	// is a sidecar or on the local network. Env OTEL_EXPORTER_OTLP_ENDPOINT.
-	// Default "": traces are not exported.
-	OTLPEndpoint string
+	// ExportTraces turns the OTLP trace exporter on. ConfigFromEnv sets it
+	// when OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT
+	// is set, unless OTEL_SDK_DISABLED=true or OTEL_TRACES_EXPORTER=none.
+	// The exporter reads the endpoint and its other settings from those
+	// variables itself, with the specification's meaning:
+	// "http://collector:4317" is plain text, "https://..." is TLS (system
+	// roots, or OTEL_EXPORTER_OTLP_CERTIFICATE). Default false: no traces.
+	ExportTraces bool
+	// OTLPProtocol is grpc or http/protobuf. Env
+	// OTEL_EXPORTER_OTLP_TRACES_PROTOCOL, else OTEL_EXPORTER_OTLP_PROTOCOL.
+	// Default grpc (the SDK's default is http/protobuf, but the collectors
+	// this system ships with listen on 4317).
+	OTLPProtocol string
 	// LogLevel is debug, info, warn or error. Env LOG_LEVEL. Default info.
 	LogLevel string
+	// LogFormat is json, text or gcp (see the LogFormat constants). Env
+	// LOG_FORMAT. Default json.
+	LogFormat string
+	// ProjectID is the Google Cloud project of the traces that gcp log lines
+	// link to ("projects/<id>/traces/<trace id>"). ConfigFromEnv reads
+	// GOOGLE_CLOUD_PROJECT; the services set their Pub/Sub project. Empty
+	// with LogFormat gcp: Setup asks the GCE/GKE metadata server.
+	ProjectID string
 }
 
 // ConfigFromEnv reads the telemetry settings of service from the environment.
 func ConfigFromEnv(r *envconfig.Reader, service string) Config {
+	endpoint := r.String("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", r.String("OTEL_EXPORTER_OTLP_ENDPOINT", ""))
+	disabled := r.Bool("OTEL_SDK_DISABLED", false)
+	exporter := r.String("OTEL_TRACES_EXPORTER", "otlp")
 	return Config{
 		ServiceName:  service,
-		OTLPEndpoint: r.String("OTEL_EXPORTER_OTLP_ENDPOINT", ""),
+		ExportTraces: endpoint != "" && !disabled && exporter != "none",
+		OTLPProtocol: r.String("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", r.String("OTEL_EXPORTER_OTLP_PROTOCOL", ProtocolGRPC)),
 		LogLevel:     r.String("LOG_LEVEL", "info"),
+		LogFormat:    r.String("LOG_FORMAT", LogFormatJSON),
+		ProjectID:    r.String("GOOGLE_CLOUD_PROJECT", ""),
 	}
 }
 
-// Validate reports invalid settings, naming the variable.
+func (c *Config) setDefaults() {
+	if c.OTLPProtocol == "" {
+		c.OTLPProtocol = ProtocolGRPC
+	}
+	if c.LogLevel == "" {
+		c.LogLevel = "info"
+	}
+	if c.LogFormat == "" {
+		c.LogFormat = LogFormatJSON
+	}
+}
+
+// Validate reports invalid settings, naming the variable. Empty fields mean
+// their defaults.
 func (c Config) Validate() error {
+	c.setDefaults()
 	var errs []error
 	if c.ServiceName == "" {
 		errs = append(errs, errors.New("telemetry: service name is empty"))
 	}
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		errs = append(errs, envconfig.Check("LOG_LEVEL", err))
+	}
+	switch c.LogFormat {
+	case LogFormatJSON, LogFormatText, LogFormatGCP:
+	default:
+		errs = append(errs, envconfig.Check("LOG_FORMAT", fmt.Errorf("unknown format %q (json, text, gcp)", c.LogFormat)))
+	}
+	switch c.OTLPProtocol {
+	case ProtocolGRPC, ProtocolHTTPProtobuf:
+	default:
+		// The SDK would read an unknown protocol as http/protobuf.
+		errs = append(errs, envconfig.Check("OTEL_EXPORTER_OTLP_PROTOCOL / OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+			fmt.Errorf("unsupported protocol %q (grpc, http/protobuf)", c.OTLPProtocol)))
 	}
 	return errors.Join(errs...)
 }
@@ -87,21 +165,43 @@ type Telemetry struct {
 	shutdown       []func(context.Context) error
 }
 
-// Setup builds logs, metrics and traces for a service. out receives the JSON
-// log lines (os.Stdout in production).
+// Setup builds logs, metrics and traces for a service. out receives the log
+// lines (os.Stdout in production). Every setting is checked before anything
+// starts, so a bad value stops the process naming its variable.
+//
+// With LogFormat gcp and no ProjectID, Setup asks the metadata server
+// (bounded by gcpproject.MetadataTimeout) and fails when it does not answer.
 func Setup(ctx context.Context, cfg Config, out io.Writer) (*Telemetry, error) {
+	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if cfg.ExportTraces {
+		if err := checkOTLPEnv(os.LookupEnv); err != nil {
+			return nil, fmt.Errorf("telemetry: %w", err)
+		}
+	}
+	// service.name from the code first, so that OTEL_SERVICE_NAME and
+	// OTEL_RESOURCE_ATTRIBUTES (service.instance.id, deployment.environment,
+	// k8s.pod.name, ...) are merged over it, as the specification wants.
+	res, err := resource.New(ctx,
+		resource.WithTelemetrySDK(),
+		resource.WithAttributes(semconv.ServiceName(cfg.ServiceName)),
+		resource.WithFromEnv())
+	if err != nil {
+		return nil, fmt.Errorf("telemetry: OTEL_RESOURCE_ATTRIBUTES / OTEL_SERVICE_NAME: %w", err)
+	}
+	project := cfg.ProjectID
+	if cfg.LogFormat == LogFormatGCP && project == "" {
+		if project, err = gcpproject.FromMetadata(ctx); err != nil {
+			return nil, fmt.Errorf("telemetry: LOG_FORMAT=gcp needs the project of the traces: set GOOGLE_CLOUD_PROJECT or run on GCE/GKE: %w", err)
+		}
+	}
+
 	level, _ := parseLevel(cfg.LogLevel)
 	t := &Telemetry{
 		Propagator: propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}),
-	}
-	t.Logger = NewLogger(out, level).With("service", cfg.ServiceName)
-
-	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(semconv.ServiceName(cfg.ServiceName)))
-	if err != nil {
-		return nil, fmt.Errorf("telemetry: resource: %w", err)
+		Logger:     newLogger(out, level, cfg.LogFormat, project).With("service", cfg.ServiceName),
 	}
 
 	// A registry of our own, not the global default one.
@@ -119,14 +219,22 @@ func Setup(ctx context.Context, cfg Config, out io.Writer) (*Telemetry, error) {
 	t.MetricsHandler = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 	t.shutdown = append(t.shutdown, mp.Shutdown)
 
-	if cfg.OTLPEndpoint == "" {
+	if !cfg.ExportTraces {
 		t.TracerProvider = noop.NewTracerProvider()
 		return t, nil
 	}
-	traceExp, err := otlptracegrpc.New(ctx, otlptracegrpc.WithEndpoint(strings.TrimPrefix(cfg.OTLPEndpoint, "http://")), otlptracegrpc.WithInsecure())
-	if err != nil {
-		return nil, fmt.Errorf("telemetry: OTLP exporter: %w", err)
+	// No options: each exporter reads OTEL_EXPORTER_OTLP_* (and the
+	// TRACES_ variants, which win) itself; an option would override them.
+	var traceExp sdktrace.SpanExporter
+	if cfg.OTLPProtocol == ProtocolHTTPProtobuf {
+		traceExp, err = otlptracehttp.New(ctx)
+	} else {
+		traceExp, err = otlptracegrpc.New(ctx)
 	}
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("telemetry: OTLP exporter: %w", err), mp.Shutdown(ctx))
+	}
+	// The sampler comes from OTEL_TRACES_SAMPLER(_ARG), read by the SDK.
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(traceExp), sdktrace.WithResource(res), sdktrace.WithRawSpanLimits(SpanLimits()))
 	t.TracerProvider = tp
 	t.shutdown = append(t.shutdown, tp.Shutdown)

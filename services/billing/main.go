@@ -16,6 +16,14 @@
 //	                       requeue parked (dead) invoice jobs; audited in leasequeue_job_audit
 //	billing reconcile [-tolerance 5m] [-workorder-addr host:9090 -grace 10m]
 //	                       print discrepancies as JSON lines; exit status 3 when any
+//	billing dead-letters replay -ticket T -actor A -max N [-message-ids a,b] [-dry-run]
+//	                       replay the dead letters of billing.workorder-events through the intake;
+//	                       audited in operator_audit (docs/runbooks/replay-dead-letter-events.md)
+//	billing parked list [-work-order UUID] [-after-id N] [-limit 100]
+//	                       print the open parked intake messages as JSON lines, oldest first
+//	billing parked replay -id N -ticket T -actor A [-dry-run]
+//	                       consume a parked message through the intake once its cause is fixed;
+//	                       audited in operator_audit and on the parked row
 //
 // Configuration comes from the environment; see internal/config. The operator
 // commands need only DATABASE_URL (and, for the cross-service check, the
@@ -42,12 +50,15 @@ import (
 	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/envconfig"
 	"github.com/lossless-dev/lossless/pkg/leasequeue"
+	"github.com/lossless-dev/lossless/pkg/parked"
 	"github.com/lossless-dev/lossless/pkg/pgmigrate"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/server"
 	"github.com/lossless-dev/lossless/pkg/telemetry"
+	"github.com/lossless-dev/lossless/services/billing/internal/admin"
 	"github.com/lossless-dev/lossless/services/billing/internal/app"
 	"github.com/lossless-dev/lossless/services/billing/internal/config"
+	"github.com/lossless-dev/lossless/services/billing/internal/intake"
 	"github.com/lossless-dev/lossless/services/billing/internal/reconcile"
 )
 
@@ -66,7 +77,7 @@ func main() {
 	}
 }
 
-const usage = `usage: billing [serve|migrate|provision|jobs list|jobs retry|reconcile] (see services/billing/main.go)`
+const usage = `usage: billing [serve|migrate|provision|jobs list|jobs retry|reconcile|dead-letters replay|parked list|parked replay] (see services/billing/main.go)`
 
 func run(args []string) error {
 	cmd := "serve"
@@ -95,6 +106,8 @@ func run(args []string) error {
 		return jobs(ctx, env, logger, args[0], args[1:])
 	case "reconcile":
 		return reconcileCmd(ctx, env, args)
+	case "dead-letters", "parked":
+		return intakeRepair(ctx, env, logger, cmd, args)
 	case "-h", "--help", "help":
 		fmt.Println(usage)
 		return nil
@@ -257,4 +270,42 @@ func reconcileCmd(ctx context.Context, env *envconfig.Reader, args []string) err
 		return errDiscrepancies
 	}
 	return nil
+}
+
+// intakeRepair runs `billing dead-letters ...` and `billing parked ...`
+// through an intake configured as the running consumer's (the same payload
+// cap and job attempt budget). Only the dead-letter replay needs Pub/Sub.
+func intakeRepair(ctx context.Context, env *envconfig.Reader, logger *slog.Logger, group string, args []string) error {
+	inCfg := intake.Config{
+		JobMaxAttempts:  env.Int("BILLING_JOBS_MAX_ATTEMPTS", leasequeue.DefaultMaxAttempts),
+		MaxPayloadBytes: env.Int("BILLING_INTAKE_MAX_PAYLOAD_BYTES", intake.DefaultMaxPayloadBytes),
+	}
+	psCfg := pubsub.ClientConfigFromEnv(env)
+	pool, q, err := openQueue(ctx, env, logger)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	in, err := intake.New(pool, q, inCfg, logger, nil)
+	if err != nil {
+		return err
+	}
+	store, err := parked.New()
+	if err != nil {
+		return err
+	}
+	var opts []admin.Option
+	if group == "dead-letters" {
+		ps, err := pubsub.NewClient(ctx, psCfg)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = ps.Close() }()
+		opts = append(opts, admin.WithPubSub(ps))
+	}
+	ops, err := admin.NewOps(pool, in, store, admin.Config{}, logger, opts...)
+	if err != nil {
+		return err
+	}
+	return admin.RunCLI(ctx, group, args, ops, os.Stdout)
 }

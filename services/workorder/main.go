@@ -12,8 +12,9 @@
 //	workorder inbox ... operator commands on the inbox (list, show, replay,
 //	                    replay-dead-letters, cleanup, re-hand-off); see
 //	                    docs/runbooks/repair-parked-inbox-entries.md
-//	workorder invoicing replay --id N --ticket T --actor A
-//	                    re-apply a parked InvoiceIssued through the normal path
+//	workorder invoicing ... operator commands on the InvoiceIssued consumer
+//	                    (replay --id N of a parked message, replay-dead-letters);
+//	                    see docs/runbooks/replay-dead-letter-events.md
 //
 // Configuration comes from the environment; see internal/config.
 package main
@@ -21,11 +22,9 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"os"
-	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -149,24 +148,14 @@ func inboxCommand(ctx context.Context, env *envconfig.Reader, args []string) err
 	return admin.RunCLI(ctx, args, ops, os.Stdout)
 }
 
-// invoicingCommand replays a parked InvoiceIssued (parked_messages)
-// through the consumer's normal path; ticket and actor are recorded with it.
+// invoicingCommand runs an operator command of the InvoiceIssued consumer:
+// replay a parked message (parked_messages) or the dead letters of
+// workorder.billing-events, through the consumer's normal path; ticket and
+// actor are recorded with each.
 func invoicingCommand(ctx context.Context, env *envconfig.Reader, args []string) error {
-	fs := flag.NewFlagSet("workorder invoicing replay", flag.ContinueOnError)
-	id := fs.Int64("id", 0, "parked_messages id (required)")
-	ticket := fs.String("ticket", "", "change or incident reference (required)")
-	actor := fs.String("actor", "", "who acts (required)")
-	if len(args) == 0 || args[0] != "replay" {
-		return errors.New("usage: workorder invoicing replay --id N --ticket T --actor A")
-	}
-	if err := fs.Parse(args[1:]); err != nil {
-		return err
-	}
-	if *id <= 0 || strings.TrimSpace(*ticket) == "" || strings.TrimSpace(*actor) == "" {
-		return errors.New("workorder invoicing replay: --id, --ticket and --actor are required")
-	}
 	dsn := env.Required("DATABASE_URL")
 	maxPayload := env.Int("WORKORDER_INVOICING_MAX_PAYLOAD_BYTES", invoicing.DefaultMaxPayloadBytes)
+	psCfg := pubsub.ClientConfigFromEnv(env)
 	if err := env.Err(); err != nil {
 		return err
 	}
@@ -175,14 +164,19 @@ func invoicingCommand(ctx context.Context, env *envconfig.Reader, args []string)
 		return fmt.Errorf("DATABASE_URL: %w", err)
 	}
 	defer pool.Close()
-	inv, err := invoicing.New(pool, cliLogger(), nil, invoicing.WithConfig(invoicing.Config{MaxPayloadBytes: maxPayload}))
+	deps := admin.Deps{Pool: pool, Invoicing: invoicing.Config{MaxPayloadBytes: maxPayload}, Logger: cliLogger()}
+	// Only dead-letter replay needs Pub/Sub.
+	if len(args) > 0 && args[0] == "replay-dead-letters" {
+		ps, err := pubsub.NewClient(ctx, psCfg)
+		if err != nil {
+			return err
+		}
+		defer ps.Close()
+		deps.PubSub = ps
+	}
+	ops, err := admin.NewOps(deps)
 	if err != nil {
 		return err
 	}
-	outcome, err := inv.Replay(ctx, *id, *ticket, *actor)
-	if err != nil {
-		return err
-	}
-	fmt.Printf("parked billing event %d replayed: %s\n", *id, outcome)
-	return nil
+	return admin.RunInvoicingCLI(ctx, args, ops, os.Stdout)
 }

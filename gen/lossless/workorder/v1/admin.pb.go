@@ -10,6 +10,7 @@ import (
 	_ "buf.build/gen/go/bufbuild/protovalidate/protocolbuffers/go/buf/validate"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	structpb "google.golang.org/protobuf/types/known/structpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -969,11 +970,560 @@ func (x *RecordReHandOffResponse) GetOpenWaitingPoints() int32 {
 	return 0
 }
 
+// One outbox event as stored (pkg/outbox), without its payload.
+type OutboxEvent struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The message id downstream.
+	EventId string `protobuf:"bytes,1,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
+	// Claim order: events of one aggregate dispatch in this order.
+	Sequence      int64  `protobuf:"varint,2,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	AggregateType string `protobuf:"bytes,3,opt,name=aggregate_type,json=aggregateType,proto3" json:"aggregate_type,omitempty"`
+	// The ordering key (a work order id).
+	AggregateId string `protobuf:"bytes,4,opt,name=aggregate_id,json=aggregateId,proto3" json:"aggregate_id,omitempty"`
+	// Full proto name of the payload message.
+	EventType     string `protobuf:"bytes,5,opt,name=event_type,json=eventType,proto3" json:"event_type,omitempty"`
+	SchemaVersion int32  `protobuf:"varint,6,opt,name=schema_version,json=schemaVersion,proto3" json:"schema_version,omitempty"`
+	// PENDING, FAILED or PUBLISHED. A FAILED event blocks the later events of
+	// its aggregate until an operator requeues it.
+	State string `protobuf:"bytes,7,opt,name=state,proto3" json:"state,omitempty"`
+	// Dispatch attempts so far (PUBLISHED: the successful one included).
+	Attempts int32 `protobuf:"varint,8,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	// The error of the last failed attempt; empty when none.
+	LastError string `protobuf:"bytes,9,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	// PENDING after a failure: not claimed again before this time.
+	NextAttemptTime *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=next_attempt_time,json=nextAttemptTime,proto3" json:"next_attempt_time,omitempty"`
+	// Set while a relay dispatches the event in slow mode (the hand-off): the
+	// relay id and when its lease expires.
+	LeaseOwner      string                 `protobuf:"bytes,11,opt,name=lease_owner,json=leaseOwner,proto3" json:"lease_owner,omitempty"`
+	LeaseExpireTime *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=lease_expire_time,json=leaseExpireTime,proto3" json:"lease_expire_time,omitempty"`
+	// Business time of the fact.
+	OccurTime *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=occur_time,json=occurTime,proto3" json:"occur_time,omitempty"`
+	// When the event was written (the age alarm's basis).
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// PUBLISHED only: when the dispatch was recorded.
+	PublishTime   *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=publish_time,json=publishTime,proto3" json:"publish_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OutboxEvent) Reset() {
+	*x = OutboxEvent{}
+	mi := &file_lossless_workorder_v1_admin_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OutboxEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OutboxEvent) ProtoMessage() {}
+
+func (x *OutboxEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_lossless_workorder_v1_admin_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OutboxEvent.ProtoReflect.Descriptor instead.
+func (*OutboxEvent) Descriptor() ([]byte, []int) {
+	return file_lossless_workorder_v1_admin_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *OutboxEvent) GetEventId() string {
+	if x != nil {
+		return x.EventId
+	}
+	return ""
+}
+
+func (x *OutboxEvent) GetSequence() int64 {
+	if x != nil {
+		return x.Sequence
+	}
+	return 0
+}
+
+func (x *OutboxEvent) GetAggregateType() string {
+	if x != nil {
+		return x.AggregateType
+	}
+	return ""
+}
+
+func (x *OutboxEvent) GetAggregateId() string {
+	if x != nil {
+		return x.AggregateId
+	}
+	return ""
+}
+
+func (x *OutboxEvent) GetEventType() string {
+	if x != nil {
+		return x.EventType
+	}
+	return ""
+}
+
+func (x *OutboxEvent) GetSchemaVersion() int32 {
+	if x != nil {
+		return x.SchemaVersion
+	}
+	return 0
+}
+
+func (x *OutboxEvent) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *OutboxEvent) GetAttempts() int32 {
+	if x != nil {
+		return x.Attempts
+	}
+	return 0
+}
+
+func (x *OutboxEvent) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
+func (x *OutboxEvent) GetNextAttemptTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NextAttemptTime
+	}
+	return nil
+}
+
+func (x *OutboxEvent) GetLeaseOwner() string {
+	if x != nil {
+		return x.LeaseOwner
+	}
+	return ""
+}
+
+func (x *OutboxEvent) GetLeaseExpireTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LeaseExpireTime
+	}
+	return nil
+}
+
+func (x *OutboxEvent) GetOccurTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.OccurTime
+	}
+	return nil
+}
+
+func (x *OutboxEvent) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+func (x *OutboxEvent) GetPublishTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.PublishTime
+	}
+	return nil
+}
+
+type ListOutboxEventsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// PENDING, FAILED and/or PUBLISHED; empty means PENDING and FAILED.
+	// PUBLISHED events (kept for the outbox retention) are not indexed for
+	// this read: list them by aggregate_id.
+	States []string `protobuf:"bytes,1,rep,name=states,proto3" json:"states,omitempty"`
+	// Only events of this aggregate (a work order id); must not contain NUL
+	// (U+0000).
+	AggregateId string `protobuf:"bytes,2,opt,name=aggregate_id,json=aggregateId,proto3" json:"aggregate_id,omitempty"`
+	// Only events of this type (a full proto name); must not contain NUL
+	// (U+0000).
+	EventType string `protobuf:"bytes,3,opt,name=event_type,json=eventType,proto3" json:"event_type,omitempty"`
+	// Maximum results; 0 means the default of 50; at most 500.
+	PageSize int32 `protobuf:"varint,4,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// Opaque token from a previous response's next_page_token, valid only
+	// with the same filter.
+	PageToken     string `protobuf:"bytes,5,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListOutboxEventsRequest) Reset() {
+	*x = ListOutboxEventsRequest{}
+	mi := &file_lossless_workorder_v1_admin_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListOutboxEventsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListOutboxEventsRequest) ProtoMessage() {}
+
+func (x *ListOutboxEventsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lossless_workorder_v1_admin_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListOutboxEventsRequest.ProtoReflect.Descriptor instead.
+func (*ListOutboxEventsRequest) Descriptor() ([]byte, []int) {
+	return file_lossless_workorder_v1_admin_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ListOutboxEventsRequest) GetStates() []string {
+	if x != nil {
+		return x.States
+	}
+	return nil
+}
+
+func (x *ListOutboxEventsRequest) GetAggregateId() string {
+	if x != nil {
+		return x.AggregateId
+	}
+	return ""
+}
+
+func (x *ListOutboxEventsRequest) GetEventType() string {
+	if x != nil {
+		return x.EventType
+	}
+	return ""
+}
+
+func (x *ListOutboxEventsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListOutboxEventsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+type ListOutboxEventsResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Events []*OutboxEvent         `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
+	// Empty when there are no more results.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListOutboxEventsResponse) Reset() {
+	*x = ListOutboxEventsResponse{}
+	mi := &file_lossless_workorder_v1_admin_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListOutboxEventsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListOutboxEventsResponse) ProtoMessage() {}
+
+func (x *ListOutboxEventsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lossless_workorder_v1_admin_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListOutboxEventsResponse.ProtoReflect.Descriptor instead.
+func (*ListOutboxEventsResponse) Descriptor() ([]byte, []int) {
+	return file_lossless_workorder_v1_admin_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ListOutboxEventsResponse) GetEvents() []*OutboxEvent {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+func (x *ListOutboxEventsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+// One operator_audit row: a privileged action, dry runs included.
+type OperatorAuditRecord struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    int64                  `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// e.g. inbox.replay, inbox.replay-dead-letters, workorder.re-hand-off.
+	Action string `protobuf:"bytes,2,opt,name=action,proto3" json:"action,omitempty"`
+	Actor  string `protobuf:"bytes,3,opt,name=actor,proto3" json:"actor,omitempty"`
+	Ticket string `protobuf:"bytes,4,opt,name=ticket,proto3" json:"ticket,omitempty"`
+	DryRun bool   `protobuf:"varint,5,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	// The action's parameters as recorded.
+	Params *structpb.Struct `protobuf:"bytes,6,opt,name=params,proto3" json:"params,omitempty"`
+	// Rows (or messages) the action affected or, on a dry run, would have.
+	Affected      int32                  `protobuf:"varint,7,opt,name=affected,proto3" json:"affected,omitempty"`
+	OccurTime     *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=occur_time,json=occurTime,proto3" json:"occur_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OperatorAuditRecord) Reset() {
+	*x = OperatorAuditRecord{}
+	mi := &file_lossless_workorder_v1_admin_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OperatorAuditRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OperatorAuditRecord) ProtoMessage() {}
+
+func (x *OperatorAuditRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_lossless_workorder_v1_admin_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OperatorAuditRecord.ProtoReflect.Descriptor instead.
+func (*OperatorAuditRecord) Descriptor() ([]byte, []int) {
+	return file_lossless_workorder_v1_admin_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *OperatorAuditRecord) GetId() int64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *OperatorAuditRecord) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *OperatorAuditRecord) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
+func (x *OperatorAuditRecord) GetTicket() string {
+	if x != nil {
+		return x.Ticket
+	}
+	return ""
+}
+
+func (x *OperatorAuditRecord) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+func (x *OperatorAuditRecord) GetParams() *structpb.Struct {
+	if x != nil {
+		return x.Params
+	}
+	return nil
+}
+
+func (x *OperatorAuditRecord) GetAffected() int32 {
+	if x != nil {
+		return x.Affected
+	}
+	return 0
+}
+
+func (x *OperatorAuditRecord) GetOccurTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.OccurTime
+	}
+	return nil
+}
+
+type ListOperatorAuditRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only this action; must not contain NUL (U+0000).
+	Action string `protobuf:"bytes,1,opt,name=action,proto3" json:"action,omitempty"`
+	// Only this actor; must not contain NUL (U+0000).
+	Actor string `protobuf:"bytes,2,opt,name=actor,proto3" json:"actor,omitempty"`
+	// Only this ticket; must not contain NUL (U+0000).
+	Ticket string `protobuf:"bytes,3,opt,name=ticket,proto3" json:"ticket,omitempty"`
+	// Maximum results; 0 means the default of 50; at most 500.
+	PageSize int32 `protobuf:"varint,4,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// Opaque token from a previous response's next_page_token, valid only
+	// with the same filter.
+	PageToken     string `protobuf:"bytes,5,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListOperatorAuditRequest) Reset() {
+	*x = ListOperatorAuditRequest{}
+	mi := &file_lossless_workorder_v1_admin_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListOperatorAuditRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListOperatorAuditRequest) ProtoMessage() {}
+
+func (x *ListOperatorAuditRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lossless_workorder_v1_admin_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListOperatorAuditRequest.ProtoReflect.Descriptor instead.
+func (*ListOperatorAuditRequest) Descriptor() ([]byte, []int) {
+	return file_lossless_workorder_v1_admin_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ListOperatorAuditRequest) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *ListOperatorAuditRequest) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
+func (x *ListOperatorAuditRequest) GetTicket() string {
+	if x != nil {
+		return x.Ticket
+	}
+	return ""
+}
+
+func (x *ListOperatorAuditRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListOperatorAuditRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+type ListOperatorAuditResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Records []*OperatorAuditRecord `protobuf:"bytes,1,rep,name=records,proto3" json:"records,omitempty"`
+	// Empty when there are no more results.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListOperatorAuditResponse) Reset() {
+	*x = ListOperatorAuditResponse{}
+	mi := &file_lossless_workorder_v1_admin_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListOperatorAuditResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListOperatorAuditResponse) ProtoMessage() {}
+
+func (x *ListOperatorAuditResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lossless_workorder_v1_admin_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListOperatorAuditResponse.ProtoReflect.Descriptor instead.
+func (*ListOperatorAuditResponse) Descriptor() ([]byte, []int) {
+	return file_lossless_workorder_v1_admin_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ListOperatorAuditResponse) GetRecords() []*OperatorAuditRecord {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
+func (x *ListOperatorAuditResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
 var File_lossless_workorder_v1_admin_proto protoreflect.FileDescriptor
 
 const file_lossless_workorder_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"!lossless/workorder/v1/admin.proto\x12\x15lossless.workorder.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8b\x02\n" +
+	"!lossless/workorder/v1/admin.proto\x12\x15lossless.workorder.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8b\x02\n" +
 	"\x15OperatorAuthorization\x12y\n" +
 	"\x06ticket\x18\x01 \x01(\tBa\xbaH^\xba\x01T\n" +
 	"\rstring.no_nul\x12)must not contain a NUL character (U+0000)\x1a\x18!this.contains('\\u0000')r\x05\x10\x01\x18\xc8\x01R\x06ticket\x12w\n" +
@@ -1062,14 +1612,76 @@ const file_lossless_workorder_v1_admin_proto_rawDesc = "" +
 	"\rwork_order_id\x18\x02 \x01(\tB\b\xbaH\x05r\x03\xb0\x01\x01R\vworkOrderId\"s\n" +
 	"\x17RecordReHandOffResponse\x12(\n" +
 	"\x10waiting_point_id\x18\x01 \x01(\x03R\x0ewaitingPointId\x12.\n" +
-	"\x13open_waiting_points\x18\x02 \x01(\x05R\x11openWaitingPoints2\xc6\x05\n" +
+	"\x13open_waiting_points\x18\x02 \x01(\x05R\x11openWaitingPoints\"\x8d\x05\n" +
+	"\vOutboxEvent\x12\x19\n" +
+	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12\x1a\n" +
+	"\bsequence\x18\x02 \x01(\x03R\bsequence\x12%\n" +
+	"\x0eaggregate_type\x18\x03 \x01(\tR\raggregateType\x12!\n" +
+	"\faggregate_id\x18\x04 \x01(\tR\vaggregateId\x12\x1d\n" +
+	"\n" +
+	"event_type\x18\x05 \x01(\tR\teventType\x12%\n" +
+	"\x0eschema_version\x18\x06 \x01(\x05R\rschemaVersion\x12\x14\n" +
+	"\x05state\x18\a \x01(\tR\x05state\x12\x1a\n" +
+	"\battempts\x18\b \x01(\x05R\battempts\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\t \x01(\tR\tlastError\x12F\n" +
+	"\x11next_attempt_time\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\x0fnextAttemptTime\x12\x1f\n" +
+	"\vlease_owner\x18\v \x01(\tR\n" +
+	"leaseOwner\x12F\n" +
+	"\x11lease_expire_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\x0fleaseExpireTime\x129\n" +
+	"\n" +
+	"occur_time\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\toccurTime\x12;\n" +
+	"\vcreate_time\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\x12=\n" +
+	"\fpublish_time\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\vpublishTime\"\xb4\x03\n" +
+	"\x17ListOutboxEventsRequest\x12B\n" +
+	"\x06states\x18\x01 \x03(\tB*\xbaH'\x92\x01$\x10\x03\x18\x01\"\x1er\x1cR\aPENDINGR\x06FAILEDR\tPUBLISHEDR\x06states\x12\x82\x01\n" +
+	"\faggregate_id\x18\x02 \x01(\tB_\xbaH\\\xba\x01T\n" +
+	"\rstring.no_nul\x12)must not contain a NUL character (U+0000)\x1a\x18!this.contains('\\u0000')r\x03\x18\xc8\x01R\vaggregateId\x12~\n" +
+	"\n" +
+	"event_type\x18\x03 \x01(\tB_\xbaH\\\xba\x01T\n" +
+	"\rstring.no_nul\x12)must not contain a NUL character (U+0000)\x1a\x18!this.contains('\\u0000')r\x03\x18\xc8\x01R\teventType\x12'\n" +
+	"\tpage_size\x18\x04 \x01(\x05B\n" +
+	"\xbaH\a\x1a\x05\x18\xf4\x03(\x00R\bpageSize\x12'\n" +
+	"\n" +
+	"page_token\x18\x05 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x04R\tpageToken\"~\n" +
+	"\x18ListOutboxEventsResponse\x12:\n" +
+	"\x06events\x18\x01 \x03(\v2\".lossless.workorder.v1.OutboxEventR\x06events\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x8c\x02\n" +
+	"\x13OperatorAuditRecord\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x16\n" +
+	"\x06action\x18\x02 \x01(\tR\x06action\x12\x14\n" +
+	"\x05actor\x18\x03 \x01(\tR\x05actor\x12\x16\n" +
+	"\x06ticket\x18\x04 \x01(\tR\x06ticket\x12\x17\n" +
+	"\adry_run\x18\x05 \x01(\bR\x06dryRun\x12/\n" +
+	"\x06params\x18\x06 \x01(\v2\x17.google.protobuf.StructR\x06params\x12\x1a\n" +
+	"\baffected\x18\a \x01(\x05R\baffected\x129\n" +
+	"\n" +
+	"occur_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\toccurTime\"\xd5\x03\n" +
+	"\x18ListOperatorAuditRequest\x12w\n" +
+	"\x06action\x18\x01 \x01(\tB_\xbaH\\\xba\x01T\n" +
+	"\rstring.no_nul\x12)must not contain a NUL character (U+0000)\x1a\x18!this.contains('\\u0000')r\x03\x18\xc8\x01R\x06action\x12u\n" +
+	"\x05actor\x18\x02 \x01(\tB_\xbaH\\\xba\x01T\n" +
+	"\rstring.no_nul\x12)must not contain a NUL character (U+0000)\x1a\x18!this.contains('\\u0000')r\x03\x18\xc8\x01R\x05actor\x12w\n" +
+	"\x06ticket\x18\x03 \x01(\tB_\xbaH\\\xba\x01T\n" +
+	"\rstring.no_nul\x12)must not contain a NUL character (U+0000)\x1a\x18!this.contains('\\u0000')r\x03\x18\xc8\x01R\x06ticket\x12'\n" +
+	"\tpage_size\x18\x04 \x01(\x05B\n" +
+	"\xbaH\a\x1a\x05\x18\xf4\x03(\x00R\bpageSize\x12'\n" +
+	"\n" +
+	"page_token\x18\x05 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x04R\tpageToken\"\x89\x01\n" +
+	"\x19ListOperatorAuditResponse\x12D\n" +
+	"\arecords\x18\x01 \x03(\v2*.lossless.workorder.v1.OperatorAuditRecordR\arecords\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken2\xb3\a\n" +
 	"\x15WorkOrderAdminService\x12s\n" +
 	"\x10ListInboxEntries\x12..lossless.workorder.v1.ListInboxEntriesRequest\x1a/.lossless.workorder.v1.ListInboxEntriesResponse\x12j\n" +
 	"\rGetInboxEntry\x12+.lossless.workorder.v1.GetInboxEntryRequest\x1a,.lossless.workorder.v1.GetInboxEntryResponse\x12y\n" +
 	"\x12ReplayInboxEntries\x120.lossless.workorder.v1.ReplayInboxEntriesRequest\x1a1.lossless.workorder.v1.ReplayInboxEntriesResponse\x12v\n" +
 	"\x11ReplayDeadLetters\x12/.lossless.workorder.v1.ReplayDeadLettersRequest\x1a0.lossless.workorder.v1.ReplayDeadLettersResponse\x12g\n" +
 	"\fCleanupInbox\x12*.lossless.workorder.v1.CleanupInboxRequest\x1a+.lossless.workorder.v1.CleanupInboxResponse\x12p\n" +
-	"\x0fRecordReHandOff\x12-.lossless.workorder.v1.RecordReHandOffRequest\x1a..lossless.workorder.v1.RecordReHandOffResponseBHZFgithub.com/lossless-dev/lossless/gen/lossless/workorder/v1;workorderv1b\x06proto3"
+	"\x0fRecordReHandOff\x12-.lossless.workorder.v1.RecordReHandOffRequest\x1a..lossless.workorder.v1.RecordReHandOffResponse\x12s\n" +
+	"\x10ListOutboxEvents\x12..lossless.workorder.v1.ListOutboxEventsRequest\x1a/.lossless.workorder.v1.ListOutboxEventsResponse\x12v\n" +
+	"\x11ListOperatorAudit\x12/.lossless.workorder.v1.ListOperatorAuditRequest\x1a0.lossless.workorder.v1.ListOperatorAuditResponseBHZFgithub.com/lossless-dev/lossless/gen/lossless/workorder/v1;workorderv1b\x06proto3"
 
 var (
 	file_lossless_workorder_v1_admin_proto_rawDescOnce sync.Once
@@ -1083,7 +1695,7 @@ func file_lossless_workorder_v1_admin_proto_rawDescGZIP() []byte {
 	return file_lossless_workorder_v1_admin_proto_rawDescData
 }
 
-var file_lossless_workorder_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_lossless_workorder_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_lossless_workorder_v1_admin_proto_goTypes = []any{
 	(*OperatorAuthorization)(nil),      // 0: lossless.workorder.v1.OperatorAuthorization
 	(*InboxEntry)(nil),                 // 1: lossless.workorder.v1.InboxEntry
@@ -1099,39 +1711,59 @@ var file_lossless_workorder_v1_admin_proto_goTypes = []any{
 	(*CleanupInboxResponse)(nil),       // 11: lossless.workorder.v1.CleanupInboxResponse
 	(*RecordReHandOffRequest)(nil),     // 12: lossless.workorder.v1.RecordReHandOffRequest
 	(*RecordReHandOffResponse)(nil),    // 13: lossless.workorder.v1.RecordReHandOffResponse
-	nil,                                // 14: lossless.workorder.v1.InboxEntry.AttributesEntry
-	(*timestamppb.Timestamp)(nil),      // 15: google.protobuf.Timestamp
+	(*OutboxEvent)(nil),                // 14: lossless.workorder.v1.OutboxEvent
+	(*ListOutboxEventsRequest)(nil),    // 15: lossless.workorder.v1.ListOutboxEventsRequest
+	(*ListOutboxEventsResponse)(nil),   // 16: lossless.workorder.v1.ListOutboxEventsResponse
+	(*OperatorAuditRecord)(nil),        // 17: lossless.workorder.v1.OperatorAuditRecord
+	(*ListOperatorAuditRequest)(nil),   // 18: lossless.workorder.v1.ListOperatorAuditRequest
+	(*ListOperatorAuditResponse)(nil),  // 19: lossless.workorder.v1.ListOperatorAuditResponse
+	nil,                                // 20: lossless.workorder.v1.InboxEntry.AttributesEntry
+	(*timestamppb.Timestamp)(nil),      // 21: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),            // 22: google.protobuf.Struct
 }
 var file_lossless_workorder_v1_admin_proto_depIdxs = []int32{
-	15, // 0: lossless.workorder.v1.InboxEntry.received_time:type_name -> google.protobuf.Timestamp
-	15, // 1: lossless.workorder.v1.InboxEntry.next_attempt_time:type_name -> google.protobuf.Timestamp
-	15, // 2: lossless.workorder.v1.InboxEntry.processed_time:type_name -> google.protobuf.Timestamp
-	14, // 3: lossless.workorder.v1.InboxEntry.attributes:type_name -> lossless.workorder.v1.InboxEntry.AttributesEntry
+	21, // 0: lossless.workorder.v1.InboxEntry.received_time:type_name -> google.protobuf.Timestamp
+	21, // 1: lossless.workorder.v1.InboxEntry.next_attempt_time:type_name -> google.protobuf.Timestamp
+	21, // 2: lossless.workorder.v1.InboxEntry.processed_time:type_name -> google.protobuf.Timestamp
+	20, // 3: lossless.workorder.v1.InboxEntry.attributes:type_name -> lossless.workorder.v1.InboxEntry.AttributesEntry
 	1,  // 4: lossless.workorder.v1.ListInboxEntriesResponse.entries:type_name -> lossless.workorder.v1.InboxEntry
 	1,  // 5: lossless.workorder.v1.GetInboxEntryResponse.entry:type_name -> lossless.workorder.v1.InboxEntry
 	0,  // 6: lossless.workorder.v1.ReplayInboxEntriesRequest.authorization:type_name -> lossless.workorder.v1.OperatorAuthorization
-	15, // 7: lossless.workorder.v1.ReplayInboxEntriesRequest.from_time:type_name -> google.protobuf.Timestamp
-	15, // 8: lossless.workorder.v1.ReplayInboxEntriesRequest.to_time:type_name -> google.protobuf.Timestamp
+	21, // 7: lossless.workorder.v1.ReplayInboxEntriesRequest.from_time:type_name -> google.protobuf.Timestamp
+	21, // 8: lossless.workorder.v1.ReplayInboxEntriesRequest.to_time:type_name -> google.protobuf.Timestamp
 	0,  // 9: lossless.workorder.v1.ReplayDeadLettersRequest.authorization:type_name -> lossless.workorder.v1.OperatorAuthorization
 	0,  // 10: lossless.workorder.v1.CleanupInboxRequest.authorization:type_name -> lossless.workorder.v1.OperatorAuthorization
 	0,  // 11: lossless.workorder.v1.RecordReHandOffRequest.authorization:type_name -> lossless.workorder.v1.OperatorAuthorization
-	2,  // 12: lossless.workorder.v1.WorkOrderAdminService.ListInboxEntries:input_type -> lossless.workorder.v1.ListInboxEntriesRequest
-	4,  // 13: lossless.workorder.v1.WorkOrderAdminService.GetInboxEntry:input_type -> lossless.workorder.v1.GetInboxEntryRequest
-	6,  // 14: lossless.workorder.v1.WorkOrderAdminService.ReplayInboxEntries:input_type -> lossless.workorder.v1.ReplayInboxEntriesRequest
-	8,  // 15: lossless.workorder.v1.WorkOrderAdminService.ReplayDeadLetters:input_type -> lossless.workorder.v1.ReplayDeadLettersRequest
-	10, // 16: lossless.workorder.v1.WorkOrderAdminService.CleanupInbox:input_type -> lossless.workorder.v1.CleanupInboxRequest
-	12, // 17: lossless.workorder.v1.WorkOrderAdminService.RecordReHandOff:input_type -> lossless.workorder.v1.RecordReHandOffRequest
-	3,  // 18: lossless.workorder.v1.WorkOrderAdminService.ListInboxEntries:output_type -> lossless.workorder.v1.ListInboxEntriesResponse
-	5,  // 19: lossless.workorder.v1.WorkOrderAdminService.GetInboxEntry:output_type -> lossless.workorder.v1.GetInboxEntryResponse
-	7,  // 20: lossless.workorder.v1.WorkOrderAdminService.ReplayInboxEntries:output_type -> lossless.workorder.v1.ReplayInboxEntriesResponse
-	9,  // 21: lossless.workorder.v1.WorkOrderAdminService.ReplayDeadLetters:output_type -> lossless.workorder.v1.ReplayDeadLettersResponse
-	11, // 22: lossless.workorder.v1.WorkOrderAdminService.CleanupInbox:output_type -> lossless.workorder.v1.CleanupInboxResponse
-	13, // 23: lossless.workorder.v1.WorkOrderAdminService.RecordReHandOff:output_type -> lossless.workorder.v1.RecordReHandOffResponse
-	18, // [18:24] is the sub-list for method output_type
-	12, // [12:18] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	21, // 12: lossless.workorder.v1.OutboxEvent.next_attempt_time:type_name -> google.protobuf.Timestamp
+	21, // 13: lossless.workorder.v1.OutboxEvent.lease_expire_time:type_name -> google.protobuf.Timestamp
+	21, // 14: lossless.workorder.v1.OutboxEvent.occur_time:type_name -> google.protobuf.Timestamp
+	21, // 15: lossless.workorder.v1.OutboxEvent.create_time:type_name -> google.protobuf.Timestamp
+	21, // 16: lossless.workorder.v1.OutboxEvent.publish_time:type_name -> google.protobuf.Timestamp
+	14, // 17: lossless.workorder.v1.ListOutboxEventsResponse.events:type_name -> lossless.workorder.v1.OutboxEvent
+	22, // 18: lossless.workorder.v1.OperatorAuditRecord.params:type_name -> google.protobuf.Struct
+	21, // 19: lossless.workorder.v1.OperatorAuditRecord.occur_time:type_name -> google.protobuf.Timestamp
+	17, // 20: lossless.workorder.v1.ListOperatorAuditResponse.records:type_name -> lossless.workorder.v1.OperatorAuditRecord
+	2,  // 21: lossless.workorder.v1.WorkOrderAdminService.ListInboxEntries:input_type -> lossless.workorder.v1.ListInboxEntriesRequest
+	4,  // 22: lossless.workorder.v1.WorkOrderAdminService.GetInboxEntry:input_type -> lossless.workorder.v1.GetInboxEntryRequest
+	6,  // 23: lossless.workorder.v1.WorkOrderAdminService.ReplayInboxEntries:input_type -> lossless.workorder.v1.ReplayInboxEntriesRequest
+	8,  // 24: lossless.workorder.v1.WorkOrderAdminService.ReplayDeadLetters:input_type -> lossless.workorder.v1.ReplayDeadLettersRequest
+	10, // 25: lossless.workorder.v1.WorkOrderAdminService.CleanupInbox:input_type -> lossless.workorder.v1.CleanupInboxRequest
+	12, // 26: lossless.workorder.v1.WorkOrderAdminService.RecordReHandOff:input_type -> lossless.workorder.v1.RecordReHandOffRequest
+	15, // 27: lossless.workorder.v1.WorkOrderAdminService.ListOutboxEvents:input_type -> lossless.workorder.v1.ListOutboxEventsRequest
+	18, // 28: lossless.workorder.v1.WorkOrderAdminService.ListOperatorAudit:input_type -> lossless.workorder.v1.ListOperatorAuditRequest
+	3,  // 29: lossless.workorder.v1.WorkOrderAdminService.ListInboxEntries:output_type -> lossless.workorder.v1.ListInboxEntriesResponse
+	5,  // 30: lossless.workorder.v1.WorkOrderAdminService.GetInboxEntry:output_type -> lossless.workorder.v1.GetInboxEntryResponse
+	7,  // 31: lossless.workorder.v1.WorkOrderAdminService.ReplayInboxEntries:output_type -> lossless.workorder.v1.ReplayInboxEntriesResponse
+	9,  // 32: lossless.workorder.v1.WorkOrderAdminService.ReplayDeadLetters:output_type -> lossless.workorder.v1.ReplayDeadLettersResponse
+	11, // 33: lossless.workorder.v1.WorkOrderAdminService.CleanupInbox:output_type -> lossless.workorder.v1.CleanupInboxResponse
+	13, // 34: lossless.workorder.v1.WorkOrderAdminService.RecordReHandOff:output_type -> lossless.workorder.v1.RecordReHandOffResponse
+	16, // 35: lossless.workorder.v1.WorkOrderAdminService.ListOutboxEvents:output_type -> lossless.workorder.v1.ListOutboxEventsResponse
+	19, // 36: lossless.workorder.v1.WorkOrderAdminService.ListOperatorAudit:output_type -> lossless.workorder.v1.ListOperatorAuditResponse
+	29, // [29:37] is the sub-list for method output_type
+	21, // [21:29] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_lossless_workorder_v1_admin_proto_init() }
@@ -1145,7 +1777,7 @@ func file_lossless_workorder_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lossless_workorder_v1_admin_proto_rawDesc), len(file_lossless_workorder_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   15,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

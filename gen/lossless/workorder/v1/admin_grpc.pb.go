@@ -25,6 +25,8 @@ const (
 	WorkOrderAdminService_ReplayDeadLetters_FullMethodName  = "/lossless.workorder.v1.WorkOrderAdminService/ReplayDeadLetters"
 	WorkOrderAdminService_CleanupInbox_FullMethodName       = "/lossless.workorder.v1.WorkOrderAdminService/CleanupInbox"
 	WorkOrderAdminService_RecordReHandOff_FullMethodName    = "/lossless.workorder.v1.WorkOrderAdminService/RecordReHandOff"
+	WorkOrderAdminService_ListOutboxEvents_FullMethodName   = "/lossless.workorder.v1.WorkOrderAdminService/ListOutboxEvents"
+	WorkOrderAdminService_ListOperatorAudit_FullMethodName  = "/lossless.workorder.v1.WorkOrderAdminService/ListOperatorAudit"
 )
 
 // WorkOrderAdminServiceClient is the client API for WorkOrderAdminService service.
@@ -53,6 +55,12 @@ type WorkOrderAdminServiceClient interface {
 	// Records another waiting point for a handed-off order (a manual
 	// re-hand-off). Deliberately able to create the F7 ambiguity.
 	RecordReHandOff(ctx context.Context, in *RecordReHandOffRequest, opts ...grpc.CallOption) (*RecordReHandOffResponse, error)
+	// Lists outbox events (hand-offs, completion events for billing) in claim
+	// order, oldest first: by default the undelivered ones (PENDING, FAILED).
+	// Read only.
+	ListOutboxEvents(ctx context.Context, in *ListOutboxEventsRequest, opts ...grpc.CallOption) (*ListOutboxEventsResponse, error)
+	// Lists the operator_audit log, newest first. Read only.
+	ListOperatorAudit(ctx context.Context, in *ListOperatorAuditRequest, opts ...grpc.CallOption) (*ListOperatorAuditResponse, error)
 }
 
 type workOrderAdminServiceClient struct {
@@ -123,6 +131,26 @@ func (c *workOrderAdminServiceClient) RecordReHandOff(ctx context.Context, in *R
 	return out, nil
 }
 
+func (c *workOrderAdminServiceClient) ListOutboxEvents(ctx context.Context, in *ListOutboxEventsRequest, opts ...grpc.CallOption) (*ListOutboxEventsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListOutboxEventsResponse)
+	err := c.cc.Invoke(ctx, WorkOrderAdminService_ListOutboxEvents_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *workOrderAdminServiceClient) ListOperatorAudit(ctx context.Context, in *ListOperatorAuditRequest, opts ...grpc.CallOption) (*ListOperatorAuditResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListOperatorAuditResponse)
+	err := c.cc.Invoke(ctx, WorkOrderAdminService_ListOperatorAudit_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // WorkOrderAdminServiceServer is the server API for WorkOrderAdminService service.
 // All implementations must embed UnimplementedWorkOrderAdminServiceServer
 // for forward compatibility.
@@ -149,6 +177,12 @@ type WorkOrderAdminServiceServer interface {
 	// Records another waiting point for a handed-off order (a manual
 	// re-hand-off). Deliberately able to create the F7 ambiguity.
 	RecordReHandOff(context.Context, *RecordReHandOffRequest) (*RecordReHandOffResponse, error)
+	// Lists outbox events (hand-offs, completion events for billing) in claim
+	// order, oldest first: by default the undelivered ones (PENDING, FAILED).
+	// Read only.
+	ListOutboxEvents(context.Context, *ListOutboxEventsRequest) (*ListOutboxEventsResponse, error)
+	// Lists the operator_audit log, newest first. Read only.
+	ListOperatorAudit(context.Context, *ListOperatorAuditRequest) (*ListOperatorAuditResponse, error)
 	mustEmbedUnimplementedWorkOrderAdminServiceServer()
 }
 
@@ -176,6 +210,12 @@ func (UnimplementedWorkOrderAdminServiceServer) CleanupInbox(context.Context, *C
 }
 func (UnimplementedWorkOrderAdminServiceServer) RecordReHandOff(context.Context, *RecordReHandOffRequest) (*RecordReHandOffResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method RecordReHandOff not implemented")
+}
+func (UnimplementedWorkOrderAdminServiceServer) ListOutboxEvents(context.Context, *ListOutboxEventsRequest) (*ListOutboxEventsResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ListOutboxEvents not implemented")
+}
+func (UnimplementedWorkOrderAdminServiceServer) ListOperatorAudit(context.Context, *ListOperatorAuditRequest) (*ListOperatorAuditResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ListOperatorAudit not implemented")
 }
 func (UnimplementedWorkOrderAdminServiceServer) mustEmbedUnimplementedWorkOrderAdminServiceServer() {}
 func (UnimplementedWorkOrderAdminServiceServer) testEmbeddedByValue()                               {}
@@ -306,6 +346,42 @@ func _WorkOrderAdminService_RecordReHandOff_Handler(srv interface{}, ctx context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _WorkOrderAdminService_ListOutboxEvents_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListOutboxEventsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(WorkOrderAdminServiceServer).ListOutboxEvents(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: WorkOrderAdminService_ListOutboxEvents_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(WorkOrderAdminServiceServer).ListOutboxEvents(ctx, req.(*ListOutboxEventsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _WorkOrderAdminService_ListOperatorAudit_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListOperatorAuditRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(WorkOrderAdminServiceServer).ListOperatorAudit(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: WorkOrderAdminService_ListOperatorAudit_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(WorkOrderAdminServiceServer).ListOperatorAudit(ctx, req.(*ListOperatorAuditRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // WorkOrderAdminService_ServiceDesc is the grpc.ServiceDesc for WorkOrderAdminService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -336,6 +412,14 @@ var WorkOrderAdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RecordReHandOff",
 			Handler:    _WorkOrderAdminService_RecordReHandOff_Handler,
+		},
+		{
+			MethodName: "ListOutboxEvents",
+			Handler:    _WorkOrderAdminService_ListOutboxEvents_Handler,
+		},
+		{
+			MethodName: "ListOperatorAudit",
+			Handler:    _WorkOrderAdminService_ListOperatorAudit_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -14,6 +14,7 @@ import (
 	gpubsub "cloud.google.com/go/pubsub/v2"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	billingv1 "github.com/lossless-dev/lossless/gen/lossless/billing/v1"
 	eventsv1 "github.com/lossless-dev/lossless/gen/lossless/events/v1"
 	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/pkg/dedup"
@@ -21,11 +22,13 @@ import (
 	"github.com/lossless-dev/lossless/pkg/outbox"
 	"github.com/lossless-dev/lossless/pkg/outboxpubsub"
 	"github.com/lossless-dev/lossless/pkg/outboxtrace"
+	"github.com/lossless-dev/lossless/pkg/parked"
 	"github.com/lossless-dev/lossless/pkg/pgleader"
 	"github.com/lossless-dev/lossless/pkg/pgpool"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/server"
 	"github.com/lossless-dev/lossless/pkg/telemetry"
+	"github.com/lossless-dev/lossless/services/billing/internal/admin"
 	"github.com/lossless-dev/lossless/services/billing/internal/api"
 	"github.com/lossless-dev/lossless/services/billing/internal/config"
 	"github.com/lossless-dev/lossless/services/billing/internal/intake"
@@ -128,9 +131,14 @@ func (a *App) assemble(ctx context.Context, opts []server.Option) error {
 	if err != nil {
 		return err
 	}
+	adminSvc, err := a.adminService()
+	if err != nil {
+		return err
+	}
 	// An API-only replica builds no loop at all: their gauges would export
 	// zeros that hide a stall (docs/adr/0013-api-and-worker-roles.md).
-	srvOpts := []server.Option{server.WithTelemetry(a.tel)}
+	// The operator token is checked before request validation (admin only).
+	srvOpts := []server.Option{server.WithTelemetry(a.tel), server.WithAuthInterceptors(adminSvc.AuthInterceptor())}
 	if a.cfg.Server.Role.RunsWorkers() {
 		loops, err := a.loops()
 		if err != nil {
@@ -148,7 +156,23 @@ func (a *App) assemble(ctx context.Context, opts []server.Option) error {
 	if !a.cfg.Server.Role.ServesAPI() {
 		return nil
 	}
+	billingv1.RegisterBillingAdminServiceServer(a.srv.GRPC(), adminSvc)
 	return api.Register(ctx, a.srv, svc)
+}
+
+// adminService builds the operator reads on the workers' pool, so that they
+// work while the API is flooded. Its queue handle only reads (no meter: the
+// gauges are the worker's).
+func (a *App) adminService() (*admin.Service, error) {
+	queue, err := leasequeue.New(a.db.Workers, a.cfg.Queue, a.log.With("component", "admin"), nil)
+	if err != nil {
+		return nil, err
+	}
+	store, err := parked.New()
+	if err != nil {
+		return nil, err
+	}
+	return admin.NewService(a.db.Workers, queue, store, a.cfg.OperatorToken, a.log.With("component", "admin"))
 }
 
 // loops builds the background loops on the workers' pool. The

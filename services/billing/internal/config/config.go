@@ -13,6 +13,7 @@ import (
 	"github.com/lossless-dev/lossless/pkg/dedup"
 	"github.com/lossless-dev/lossless/pkg/envconfig"
 	"github.com/lossless-dev/lossless/pkg/leasequeue"
+	"github.com/lossless-dev/lossless/pkg/operatorauth"
 	"github.com/lossless-dev/lossless/pkg/outbox"
 	"github.com/lossless-dev/lossless/pkg/pgpool"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
@@ -50,7 +51,9 @@ type Config struct {
 	// SHUTDOWN_TIMEOUT (default 20s). The names are the same in every service.
 	Server server.Config
 
-	// PubSub selects the Pub/Sub endpoint: PUBSUB_PROJECT_ID,
+	// PubSub selects the Pub/Sub endpoint: PUBSUB_PROJECT_ID (else
+	// GOOGLE_CLOUD_PROJECT, else "lossless-local" on an emulator, else the
+	// GCE/GKE metadata server's project, looked up at start),
 	// PUBSUB_EMULATOR_HOST (see pubsub.ClientConfig).
 	PubSub pubsub.ClientConfig
 
@@ -110,7 +113,18 @@ type Config struct {
 	// one batch handed to it.
 	Subscriber pubsub.SubscriberConfig
 
-	// Telemetry: LOG_LEVEL (default info), OTEL_EXPORTER_OTLP_ENDPOINT.
+	// OperatorToken guards the admin gRPC service, BillingAdminService (env
+	// BILLING_OPERATOR_TOKEN, default "": the admin service refuses every
+	// call; when set, at least operatorauth.MinLength characters). Pass it
+	// as a secret, like WORKORDER_OPERATOR_TOKEN.
+	OperatorToken string
+
+	// Telemetry: LOG_LEVEL (default info), LOG_FORMAT (default json; text;
+	// gcp: Cloud Logging's fields, the trace field in the Pub/Sub project),
+	// and the OpenTelemetry variables (OTEL_EXPORTER_OTLP_ENDPOINT, default
+	// "": traces not exported; OTEL_EXPORTER_OTLP_HEADERS, _CERTIFICATE,
+	// OTEL_RESOURCE_ATTRIBUTES, OTEL_TRACES_SAMPLER, ...). See
+	// telemetry.Config and docs/production.md.
 	Telemetry telemetry.Config
 }
 
@@ -147,8 +161,10 @@ func FromEnv(r *envconfig.Reader) (Config, error) {
 			BatchSize: r.Int("BILLING_PROCESSED_EVENTS_CLEANUP_BATCH", 5000),
 		},
 		IntakeMaxPayloadBytes: r.Int("BILLING_INTAKE_MAX_PAYLOAD_BYTES", intake.DefaultMaxPayloadBytes),
+		OperatorToken:         r.String("BILLING_OPERATOR_TOKEN", ""),
 		Telemetry:             telemetry.ConfigFromEnv(r, ServiceName),
 	}
+	c.Telemetry.ProjectID = c.PubSub.ProjectID
 	c.Subscriber = pubsub.DefaultSubscriberConfigFor(c.PubSub)
 	c.Subscriber.MaxBatchBytes = r.Int("PUBSUB_MAX_BATCH_BYTES", c.Subscriber.MaxBatchBytes)
 	if err := r.Err(); err != nil {
@@ -169,6 +185,7 @@ func (c Config) Validate() error {
 		envconfig.Check("BILLING_JOBS_LEASE / BILLING_JOBS_BACKOFF_*", c.Queue.Validate()),
 		envconfig.Check("BILLING_JOBS_* / INSTANCE_ID", c.Worker.ValidateFor(c.Queue)),
 		envconfig.Check("BILLING_PROCESSED_EVENTS_*", c.ProcessedEvents.Validate()),
+		operatorauth.Validate("BILLING_OPERATOR_TOKEN", c.OperatorToken),
 		c.Telemetry.Validate(),
 	)
 	if c.JobMaxAttempts < 1 || c.JobMaxAttempts > 1000 {

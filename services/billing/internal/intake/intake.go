@@ -15,6 +15,10 @@
 // publishes something this consumer was not built for. Only infrastructure
 // failures nack, so Pub/Sub redelivers (F15); one message's data never takes
 // its batch down (see HandleBatch).
+//
+// Operators re-enter messages through the same path: the dead letters of
+// the subscription (Process, `billing dead-letters replay`) and, once their
+// cause is fixed, parked messages (Replay, `billing parked replay`).
 package intake
 
 import (
@@ -187,6 +191,14 @@ func (in *Intake) Handle(ctx context.Context, m *pubsub.Received) error {
 // batch-mates' effects. Any other error nacks the whole batch; redelivery is
 // safe because nothing of it committed.
 func (in *Intake) HandleBatch(ctx context.Context, ms []*pubsub.Received) []error {
+	_, errs := in.Process(ctx, ms)
+	return errs
+}
+
+// Process consumes ms as HandleBatch does and also returns each message's
+// outcome (all "" when the batch failed), for an operator's replay of dead
+// letters to report.
+func (in *Intake) Process(ctx context.Context, ms []*pubsub.Received) ([]string, []error) {
 	verdicts := make([]verdict, len(ms))
 	for i, m := range ms {
 		verdicts[i] = in.decoder.decode(m)
@@ -202,7 +214,7 @@ func (in *Intake) HandleBatch(ctx context.Context, ms []*pubsub.Received) []erro
 		for i := range errs {
 			errs[i] = err
 		}
-		return errs
+		return make([]string, len(ms)), errs
 	}
 	enqueued := time.Now()
 	for i, o := range outcomes {
@@ -213,7 +225,7 @@ func (in *Intake) HandleBatch(ctx context.Context, ms []*pubsub.Received) []erro
 			in.hops.Observe(ctx, orderhop.BillingIntake, orderhop.Time(verdicts[i].ev.GetCompletedAt()), enqueued)
 		}
 	}
-	return errs
+	return outcomes, errs
 }
 
 // commit handles ms in one transaction; with isolate, each message under its
@@ -256,20 +268,29 @@ func (in *Intake) handle(ctx context.Context, tx pgx.Tx, m *pubsub.Received, v v
 	if v.outcome != "" {
 		return in.park(ctx, tx, m, v)
 	}
-	ev := v.ev
+	outcome, reason, err := in.apply(ctx, tx, m, v.ev)
+	if err != nil || reason == "" {
+		return outcome, err
+	}
+	in.logger.ErrorContext(ctx, "event id reused with different content: producer bug; message parked",
+		"event_id", v.ev.GetEventId(), "work_order_id", v.ev.GetWorkOrderId())
+	return in.park(ctx, tx, m, verdict{ev: v.ev, outcome: OutcomeParked, reason: reason})
+}
+
+// apply runs the dedup marker and the job of a decoded event in tx. A
+// non-empty reason means the event must not become a job (the caller parks
+// it, or refuses a replay).
+func (in *Intake) apply(ctx context.Context, tx pgx.Tx, m *pubsub.Received, ev *eventsv1.WorkOrderCompletionRecorded) (outcome, reason string, err error) {
 	out, err := dedup.Claim(ctx, tx, dedup.Event{Consumer: Consumer, ID: ev.GetEventId(), Type: EventType, Payload: m.Data})
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	switch out {
 	case dedup.Duplicate:
 		in.logger.DebugContext(ctx, "duplicate delivery; nothing to do", "event_id", ev.GetEventId(), "message_id", m.ID)
-		return OutcomeDuplicate, nil
+		return OutcomeDuplicate, "", nil
 	case dedup.Conflict:
-		in.logger.ErrorContext(ctx, "event id reused with different content: producer bug; message parked",
-			"event_id", ev.GetEventId(), "work_order_id", ev.GetWorkOrderId())
-		return in.park(ctx, tx, m, verdict{ev: ev, outcome: OutcomeParked,
-			reason: "event id already processed with different content (producer bug)"})
+		return "", "event id already processed with different content (producer bug)", nil
 	}
 	// The job keeps the trace context of the consumer span this delivery
 	// runs under (pkg/pubsub), or else the message's own: the worker's span
@@ -286,16 +307,53 @@ func (in *Intake) handle(ctx context.Context, tx pgx.Tx, m *pubsub.Received, v v
 		Tracestate:  ts,
 	})
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	if n == 0 {
 		// A distinct event announcing the same order's completion: the
 		// order's job exists, and one order gets one invoice (I3).
 		in.logger.WarnContext(ctx, "second completion event for an order that already has its invoice job; no second job",
 			"event_id", ev.GetEventId(), "work_order_id", ev.GetWorkOrderId())
-		return OutcomeOrderAlreadyQueued, nil
+		return OutcomeOrderAlreadyQueued, "", nil
 	}
-	return OutcomeEnqueued, nil
+	return OutcomeEnqueued, "", nil
+}
+
+// ErrStillRefused is returned by Replay when the parked message still cannot
+// become a job; the row stays open.
+var ErrStillRefused = errors.New("intake: parked message still refused")
+
+// Replay consumes the open parked message parkedID through the normal path
+// (decoder, dedup marker, job), once an operator fixed its cause (a payload
+// cap raised, a rule relaxed by a deploy), and marks it replayed by actor
+// under ticket in the same transaction: a transaction of its own on a pool,
+// a savepoint when db is the caller's transaction. When the message still
+// cannot become a job nothing changes and the error wraps ErrStillRefused
+// with the reason; a second Replay of the row finds it closed
+// (parked.ErrNotOpen).
+func (in *Intake) Replay(ctx context.Context, db parked.DB, parkedID int64, ticket, actor string) (outcome string, err error) {
+	err = in.parked.Replay(ctx, db, parkedID, ticket, actor, func(ctx context.Context, tx pgx.Tx, p parked.Parked) error {
+		if p.Subscription != in.cfg.Subscription {
+			return fmt.Errorf("intake: parked message %d is from %s, not %s", parkedID, p.Subscription, in.cfg.Subscription)
+		}
+		m := &pubsub.Received{ID: p.MessageID, Attributes: p.Attributes, Data: p.Data}
+		v := in.decoder.decode(m)
+		if v.outcome != "" {
+			return fmt.Errorf("%w: %d: %s", ErrStillRefused, parkedID, v.reason)
+		}
+		var reason string
+		if outcome, reason, err = in.apply(ctx, tx, m, v.ev); err != nil {
+			return err
+		}
+		if reason != "" {
+			return fmt.Errorf("%w: %d: %s", ErrStillRefused, parkedID, reason)
+		}
+		return nil
+	})
+	if err != nil {
+		return "", err
+	}
+	return outcome, nil
 }
 
 // park stores m with v's reason in tx, with its batch-mates' effects, and

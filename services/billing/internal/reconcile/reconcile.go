@@ -72,7 +72,7 @@ FROM leasequeue_jobs j WHERE j.queue = $1 AND j.state = 'available' AND j.due_at
 UNION ALL
 SELECT 'message_parked', NULL, NULL, NULL,
        'parked message ' || p.id || ' (' || p.subscription || '/' || p.message_id || '): ' || p.reason
-FROM parked_messages p
+FROM parked_messages p WHERE p.replayed_at IS NULL -- a replayed message was repaired
 UNION ALL
 SELECT 'invoice_event_failed', o.aggregate_id, NULL, NULL,
        'outbox event ' || o.event_id || ': ' || coalesce(o.last_error, '')

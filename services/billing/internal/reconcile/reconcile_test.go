@@ -8,11 +8,13 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
 	"github.com/lossless-dev/lossless/migrations"
+	"github.com/lossless-dev/lossless/pkg/parked"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
 	"github.com/lossless-dev/lossless/services/billing/internal/reconcile"
 )
@@ -124,5 +126,34 @@ VALUES ($1::uuid, 1000, 'invoice', $1::uuid::text, 'lossless.events.v1.InvoiceIs
 	if len(found) != 1 || found[0].Kind != reconcile.KindInvoiceEventFailed || found[0].WorkOrderID != failed.String() ||
 		!strings.Contains(found[0].Detail, "no dispatcher") {
 		t.Fatalf("found %+v, want one %s for %s", found, reconcile.KindInvoiceEventFailed, failed)
+	}
+}
+
+// A parked message is a discrepancy until an operator replays it.
+func TestLocalReportsParkedMessagesUntilReplayed(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t, migrations.Billing()...)
+	ctx := context.Background()
+	store, err := parked.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []int64
+	for _, msg := range []string{"m-open", "m-replayed"} {
+		st, err := store.Park(ctx, pool, parked.Message{Subscription: "billing.workorder-events", MessageID: msg, Reason: "POISON: " + msg})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, st.ID)
+	}
+	if err := store.Replay(ctx, pool, ids[1], "INC-1", "jane", func(context.Context, pgx.Tx, parked.Parked) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	found, err := reconcile.Local(ctx, pool, "invoices", time.Now(), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(found) != 1 || found[0].Kind != reconcile.KindMessageParked || !strings.Contains(found[0].Detail, "m-open") {
+		t.Fatalf("found %+v, want one %s for m-open", found, reconcile.KindMessageParked)
 	}
 }

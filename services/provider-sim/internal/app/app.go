@@ -49,7 +49,9 @@ type Config struct {
 	// all; api: SubmitWorkOrder and the knobs, no engine; worker: the engine
 	// with /healthz, /readyz and /metrics only).
 	Server server.Config
-	// PubSub endpoint. Env PUBSUB_PROJECT_ID, PUBSUB_EMULATOR_HOST.
+	// PubSub endpoint. Env PUBSUB_PROJECT_ID (else GOOGLE_CLOUD_PROJECT, else
+	// "lossless-local" on an emulator, else the GCE/GKE metadata server's
+	// project, looked up at start), PUBSUB_EMULATOR_HOST.
 	PubSub pubsub.ClientConfig
 	// Publisher batching; defaults of pubsub.DefaultPublisherConfig.
 	Publisher pubsub.PublisherConfig
@@ -67,7 +69,12 @@ type Config struct {
 	// the database: a restart draws new plans, and a run is reproducible as
 	// a sequence of starts.
 	Faults faults.Rates
-	// Telemetry: LOG_LEVEL, OTEL_EXPORTER_OTLP_ENDPOINT.
+	// Telemetry: LOG_LEVEL (default info), LOG_FORMAT (default json; text;
+	// gcp: Cloud Logging's fields, the trace field in the Pub/Sub project),
+	// and the OpenTelemetry variables (OTEL_EXPORTER_OTLP_ENDPOINT, default
+	// "": traces not exported; OTEL_EXPORTER_OTLP_HEADERS, _CERTIFICATE,
+	// OTEL_RESOURCE_ATTRIBUTES, OTEL_TRACES_SAMPLER, ...). See
+	// telemetry.Config and docs/production.md.
 	Telemetry telemetry.Config
 	// OperatorToken guards the operator endpoints (UpdateFaults, PUT
 	// /v1/faults): callers send "authorization: Bearer <token>". Env
@@ -89,6 +96,7 @@ func ConfigFromEnv(env *envconfig.Reader) (Config, error) {
 		Telemetry:     telemetry.ConfigFromEnv(env, ServiceName),
 		OperatorToken: env.String(EnvOperatorToken, ""),
 	}
+	cfg.Telemetry.ProjectID = cfg.PubSub.ProjectID
 	if err := env.Err(); err != nil {
 		return cfg, err
 	}

@@ -1,10 +1,14 @@
 // Package admin is the work-order service's privileged operator surface for
 // the inbox (I6): list, show, replay parked entries, replay dead letters,
-// cleanup, and the manual re-hand-off. The same operations are reachable as
-// CLI commands (RunCLI, `workorder inbox ...`) and as the gRPC service
-// lossless.workorder.v1.WorkOrderAdminService (Service), which requires the
-// operator token. Every mutating operation needs a ticket and an actor and
-// writes an operator_audit row.
+// cleanup, and the manual re-hand-off; and read-only listings of the outbox
+// and of the operator_audit log (reads.go). The inbox operations are
+// reachable as CLI commands (RunCLI, `workorder inbox ...`); all of them as
+// the gRPC service lossless.workorder.v1.WorkOrderAdminService (Service),
+// which requires the operator token. The InvoiceIssued consumer's repairs
+// (replay a parked message, replay dead letters) are CLI commands
+// (RunInvoicingCLI, `workorder invoicing ...`). Every mutating operation
+// needs a ticket and an actor and is audited (operator_audit; a parked
+// replay on its parked_messages row).
 package admin
 
 import (
@@ -13,17 +17,18 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"time"
 
 	gpubsub "cloud.google.com/go/pubsub/v2"
-	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/lossless-dev/lossless/internal/deadletter"
 	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/pkg/inbox"
+	"github.com/lossless-dev/lossless/pkg/outbox"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
+	"github.com/lossless-dev/lossless/services/workorder/internal/invoicing"
 	"github.com/lossless-dev/lossless/services/workorder/internal/orders"
 	"github.com/lossless-dev/lossless/services/workorder/internal/receiver"
 )
@@ -34,11 +39,19 @@ type Deps struct {
 	Pool *pgxpool.Pool
 	// PubSub client, needed only to replay dead letters (nil: refused).
 	PubSub *gpubsub.Client
-	// DeadLetterSubscription to replay from. Default topology.SubWorkOrderCompletedDeadLetter.
+	// DeadLetterSubscription to replay inbox dead letters from. Default
+	// topology.SubWorkOrderCompletedDeadLetter.
 	DeadLetterSubscription string
+	// InvoicingDeadLetterSubscription to replay InvoiceIssued dead letters
+	// from. Default topology.SubBillingEventsDeadLetter.
+	InvoicingDeadLetterSubscription string
 	// Receiver configures how replayed dead letters are decoded; pass the
 	// receiver's own configuration (zero: the receiver's defaults).
 	Receiver receiver.Config
+	// Invoicing configures the InvoiceIssued consumer that replays run
+	// through; pass the live consumer's (zero: its defaults). Its
+	// Subscription is what parked messages are recorded under.
+	Invoicing invoicing.Config
 	// Logger (required).
 	Logger *slog.Logger
 }
@@ -50,6 +63,12 @@ type Ops struct {
 	inbox  *inbox.Ops
 	store  *inbox.Store
 	dec    *receiver.Decoder
+	outbox *outbox.Inspector
+
+	invoicing *invoicing.Invoicing
+	// Replayers of the dead-letter inspection subscriptions; nil without a
+	// Pub/Sub client.
+	inboxDL, invoicingDL *deadletter.Replayer
 }
 
 // NewOps validates deps.
@@ -59,6 +78,9 @@ func NewOps(deps Deps) (*Ops, error) {
 	}
 	if deps.DeadLetterSubscription == "" {
 		deps.DeadLetterSubscription = topology.SubWorkOrderCompletedDeadLetter
+	}
+	if deps.InvoicingDeadLetterSubscription == "" {
+		deps.InvoicingDeadLetterSubscription = topology.SubBillingEventsDeadLetter
 	}
 	io, err := inbox.NewOps(deps.Pool, inbox.WithAudit(operatorAudit))
 	if err != nil {
@@ -76,19 +98,41 @@ func NewOps(deps Deps) (*Ops, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Ops{deps: deps, orders: repo, inbox: io, store: store, dec: dec}, nil
+	ob, err := outbox.NewInspector(deps.Pool)
+	if err != nil {
+		return nil, err
+	}
+	inv, err := invoicing.New(deps.Pool, deps.Logger, nil, invoicing.WithConfig(deps.Invoicing))
+	if err != nil {
+		return nil, err
+	}
+	o := &Ops{deps: deps, orders: repo, inbox: io, store: store, dec: dec, outbox: ob, invoicing: inv}
+	if deps.PubSub != nil {
+		if o.inboxDL, err = deadletter.New(deps.PubSub, deps.DeadLetterSubscription, deps.Logger); err != nil {
+			return nil, err
+		}
+		if o.invoicingDL, err = deadletter.New(deps.PubSub, deps.InvoicingDeadLetterSubscription, deps.Logger); err != nil {
+			return nil, err
+		}
+	}
+	return o, nil
 }
+
+// Invoicing returns the InvoiceIssued consumer the operator replays run
+// through (parked replay: Invoicing().Replay).
+func (o *Ops) Invoicing() *invoicing.Invoicing { return o.invoicing }
 
 // Inbox returns the generic inbox operations (list, get, replay, cleanup).
 func (o *Ops) Inbox() *inbox.Ops { return o.inbox }
 
-// DeadLetterRequest selects dead letters to re-enter.
+// DeadLetterRequest selects dead letters to replay.
 type DeadLetterRequest struct {
 	inbox.Authorization
 	// MessageIDs restricts the replay to these message ids; others pulled
 	// are released untouched (nacked) for a later look.
 	MessageIDs []string
-	// MaxMessages bounds the pull (1..1000, required: no "replay everything").
+	// MaxMessages bounds the pull (1..deadletter.MaxMessagesLimit, required:
+	// no "replay everything").
 	MaxMessages int
 	// DryRun pulls, reports and releases; nothing is inserted or acked.
 	DryRun bool
@@ -107,66 +151,34 @@ type DeadLetterResult struct {
 // message already in the inbox is a no-op), acks them only after that
 // commit, then audits the run. As in the receiver, a message that cannot be
 // stored as received is parked (poison) and its batch-mates re-enter; only
-// an infrastructure error fails the replay (everything is released). The insert is the receiver's, unchanged, so
-// the audit row is a separate transaction right after it.
+// an infrastructure error fails the replay (everything is released). The
+// insert is the receiver's, unchanged, so the audit row is a separate
+// transaction right after it.
 func (o *Ops) ReplayDeadLetters(ctx context.Context, req DeadLetterRequest) (DeadLetterResult, error) {
 	if err := req.Validate(); err != nil {
 		return DeadLetterResult{}, fmt.Errorf("%w: %w", inbox.ErrInvalidRequest, err)
 	}
-	if req.MaxMessages < 1 || req.MaxMessages > inbox.MaxReplayCount {
-		return DeadLetterResult{}, fmt.Errorf("%w: max messages must be within 1..%d", inbox.ErrInvalidRequest, inbox.MaxReplayCount)
-	}
-	if o.deps.PubSub == nil {
+	if o.inboxDL == nil {
 		return DeadLetterResult{}, errors.New("admin: no Pub/Sub client configured")
 	}
-	c := o.deps.PubSub
-	sub := pubsub.SubscriptionName(c.Project(), o.deps.DeadLetterSubscription)
-	resp, err := c.SubscriptionAdminClient.Pull(ctx, &pubsubpb.PullRequest{Subscription: sub, MaxMessages: int32(req.MaxMessages), ReturnImmediately: true}) //nolint:staticcheck // ReturnImmediately: an operator wants what is there now
-	if err != nil {
-		return DeadLetterResult{}, fmt.Errorf("admin: pull dead letters: %w", err)
+	var ingested inbox.IngestResult
+	dl, err := o.inboxDL.Replay(ctx, deadletter.Request{MaxMessages: req.MaxMessages, MessageIDs: req.MessageIDs, DryRun: req.DryRun},
+		func(ctx context.Context, ms []*pubsub.Received) []error {
+			msgs := make([]inbox.Message, len(ms))
+			for i, m := range ms {
+				msgs[i] = o.dec.Decode(m)
+			}
+			var err error
+			ingested, err = o.store.Ingest(ctx, msgs)
+			return slices.Repeat([]error{err}, len(ms)) // one transaction: all or none
+		})
+	switch {
+	case errors.Is(err, deadletter.ErrInvalidRequest):
+		return DeadLetterResult{}, fmt.Errorf("%w: %w", inbox.ErrInvalidRequest, err)
+	case err != nil:
+		return DeadLetterResult{}, fmt.Errorf("admin: re-enter dead letters: %w", err)
 	}
-	res := DeadLetterResult{DryRun: req.DryRun}
-	var take []*pubsub.Received
-	var takeAck, release []string
-	for _, rm := range resp.GetReceivedMessages() {
-		m := rm.GetMessage()
-		if len(req.MessageIDs) > 0 && !slices.Contains(req.MessageIDs, m.GetMessageId()) {
-			release = append(release, rm.GetAckId())
-			continue
-		}
-		attrs := m.GetAttributes()
-		if attrs == nil {
-			attrs = map[string]string{}
-		}
-		take = append(take, &pubsub.Received{ID: m.GetMessageId(), Data: m.GetData(), Attributes: attrs,
-			OrderingKey: m.GetOrderingKey(), PublishTime: m.GetPublishTime().AsTime()})
-		takeAck = append(takeAck, rm.GetAckId())
-		res.MessageIDs = append(res.MessageIDs, m.GetMessageId())
-	}
-	if req.DryRun {
-		release = append(release, takeAck...)
-		takeAck = nil
-	} else if len(take) > 0 {
-		msgs := make([]inbox.Message, len(take))
-		for i, m := range take {
-			msgs[i] = o.dec.Decode(m)
-		}
-		if res.IngestResult, err = o.store.Ingest(ctx, msgs); err != nil {
-			release = append(release, takeAck...)
-			o.nack(sub, release)
-			return DeadLetterResult{}, fmt.Errorf("admin: re-enter dead letters: %w", err)
-		}
-	}
-	o.nack(sub, release)
-	if len(takeAck) > 0 {
-		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		if err := c.SubscriptionAdminClient.Acknowledge(actx, &pubsubpb.AcknowledgeRequest{Subscription: sub, AckIds: takeAck}); err != nil {
-			// Stored already; an unacked dead letter only comes back, and
-			// re-entering it again is a no-op.
-			o.deps.Logger.WarnContext(ctx, "admin: ack of replayed dead letters failed", "error", err)
-		}
-	}
+	res := DeadLetterResult{MessageIDs: dl.MessageIDs, IngestResult: ingested, DryRun: dl.DryRun}
 	err = pgx.BeginFunc(ctx, o.deps.Pool, func(tx pgx.Tx) error {
 		return audit(ctx, tx, "inbox.replay-dead-letters", req.Authorization, req.DryRun, map[string]any{
 			"subscription": o.deps.DeadLetterSubscription, "message_ids": res.MessageIDs, "max_messages": req.MaxMessages,
@@ -176,14 +188,63 @@ func (o *Ops) ReplayDeadLetters(ctx context.Context, req DeadLetterRequest) (Dea
 	return res, err
 }
 
-func (o *Ops) nack(sub string, ackIDs []string) {
-	if len(ackIDs) == 0 {
-		return
+// InvoicingDeadLetterResult reports a replay of InvoiceIssued dead letters.
+type InvoicingDeadLetterResult struct {
+	// MessageIDs are the messages taken (in a dry run: that would be).
+	MessageIDs []string
+	// Outcomes counts the applied messages by invoicing outcome (invoiced,
+	// duplicate, parked, unknown_type).
+	Outcomes map[string]int
+	// Failed are the messages that met an infrastructure error: released,
+	// still on the inspection subscription.
+	Failed []string
+	DryRun bool
+}
+
+// ReplayInvoicingDeadLetters pulls up to MaxMessages from the dead-letter
+// inspection subscription of workorder.billing-events and applies the
+// selected ones through the live consumer's path (invoicing.Process: dedup
+// marker, order lock, COMPLETED → INVOICED, or parked with its reason in
+// parked_messages), acking each after its own transaction committed. A
+// replayed InvoiceIssued already applied is a duplicate and changes nothing.
+// The run is audited in operator_audit (action
+// invoicing.replay-dead-letters) after the messages' own transactions, also
+// when some failed (they are released and the error returned).
+func (o *Ops) ReplayInvoicingDeadLetters(ctx context.Context, req DeadLetterRequest) (InvoicingDeadLetterResult, error) {
+	if err := req.Validate(); err != nil {
+		return InvoicingDeadLetterResult{}, fmt.Errorf("%w: %w", inbox.ErrInvalidRequest, err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	_ = o.deps.PubSub.SubscriptionAdminClient.ModifyAckDeadline(ctx, &pubsubpb.ModifyAckDeadlineRequest{
-		Subscription: sub, AckIds: ackIDs, AckDeadlineSeconds: 0})
+	if o.invoicingDL == nil {
+		return InvoicingDeadLetterResult{}, errors.New("admin: no Pub/Sub client configured")
+	}
+	res := InvoicingDeadLetterResult{Outcomes: map[string]int{}}
+	dl, replayErr := o.invoicingDL.Replay(ctx, deadletter.Request{MaxMessages: req.MaxMessages, MessageIDs: req.MessageIDs, DryRun: req.DryRun},
+		func(ctx context.Context, ms []*pubsub.Received) []error {
+			outcomes, errs := o.invoicing.Process(ctx, ms)
+			for i, oc := range outcomes {
+				if errs[i] == nil {
+					res.Outcomes[oc]++
+				}
+			}
+			return errs
+		})
+	if errors.Is(replayErr, deadletter.ErrInvalidRequest) {
+		return InvoicingDeadLetterResult{}, fmt.Errorf("%w: %w", inbox.ErrInvalidRequest, replayErr)
+	}
+	if replayErr != nil && len(dl.MessageIDs) == len(dl.Failed) {
+		return InvoicingDeadLetterResult{}, fmt.Errorf("admin: apply invoicing dead letters: %w", replayErr)
+	}
+	res.MessageIDs, res.Failed, res.DryRun = dl.MessageIDs, dl.Failed, dl.DryRun
+	err := pgx.BeginFunc(ctx, o.deps.Pool, func(tx pgx.Tx) error {
+		return audit(ctx, tx, "invoicing.replay-dead-letters", req.Authorization, req.DryRun, map[string]any{
+			"subscription": o.deps.InvoicingDeadLetterSubscription, "message_ids": res.MessageIDs, "max_messages": req.MaxMessages,
+			"outcomes": res.Outcomes, "failed": res.Failed,
+		}, len(res.MessageIDs)-len(res.Failed))
+	})
+	if replayErr != nil {
+		return res, errors.Join(fmt.Errorf("admin: apply invoicing dead letters: %w", replayErr), err)
+	}
+	return res, err
 }
 
 // ErrOrderNotHandedOff refuses a re-hand-off of an order that is not waiting.

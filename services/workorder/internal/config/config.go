@@ -67,8 +67,10 @@ type Config struct {
 	// (default 5m) and WORKORDER_IDEMPOTENCY_CLEANUP_BATCH (default 1000).
 	Idempotency idempotency.Config
 
-	// PubSub is the Pub/Sub client: PUBSUB_PROJECT_ID (default
-	// "lossless-local") and PUBSUB_EMULATOR_HOST (default "": real Pub/Sub).
+	// PubSub is the Pub/Sub client: PUBSUB_PROJECT_ID (else
+	// GOOGLE_CLOUD_PROJECT, else "lossless-local" on an emulator, else the
+	// GCE/GKE metadata server's project, looked up at start) and
+	// PUBSUB_EMULATOR_HOST (default "": real Pub/Sub).
 	PubSub pubsub.ClientConfig
 
 	// Receiver configures the decoding of provider completions:
@@ -98,8 +100,12 @@ type Config struct {
 	// output of `openssl rand -hex 32`.
 	OperatorToken string
 
-	// Telemetry: LOG_LEVEL (default info), OTEL_EXPORTER_OTLP_ENDPOINT
-	// (default "": traces not exported). See telemetry.Config.
+	// Telemetry: LOG_LEVEL (default info), LOG_FORMAT (default json; text;
+	// gcp: Cloud Logging's fields, the trace field in the Pub/Sub project),
+	// and the OpenTelemetry variables (OTEL_EXPORTER_OTLP_ENDPOINT, default
+	// "": traces not exported; OTEL_EXPORTER_OTLP_HEADERS, _CERTIFICATE,
+	// OTEL_RESOURCE_ATTRIBUTES, OTEL_TRACES_SAMPLER, ...). See
+	// telemetry.Config and docs/production.md.
 	Telemetry telemetry.Config
 }
 
@@ -127,6 +133,7 @@ func FromEnv(r *envconfig.Reader) (Config, error) {
 		OperatorToken:            r.String("WORKORDER_OPERATOR_TOKEN", ""),
 		Telemetry:                telemetry.ConfigFromEnv(r, ServiceName),
 	}
+	c.Telemetry.ProjectID = c.PubSub.ProjectID
 	c.Subscriber = pubsub.DefaultSubscriberConfigFor(c.PubSub)
 	c.Subscriber.MaxBatchBytes = r.Int("PUBSUB_MAX_BATCH_BYTES", c.Subscriber.MaxBatchBytes)
 	if err := r.Err(); err != nil {

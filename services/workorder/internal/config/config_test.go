@@ -68,6 +68,8 @@ func TestErrorsNameTheVariable(t *testing.T) {
 		{map[string]string{"DATABASE_URL": "postgres://x", "WORKORDER_IDEMPOTENCY_RETENTION": "1ms"}, []string{"WORKORDER_IDEMPOTENCY_"}},
 		{map[string]string{"DATABASE_URL": "postgres://x", "WORKORDER_OUTBOX_BATCH_SIZE": "x"}, []string{"WORKORDER_OUTBOX_BATCH_SIZE"}},
 		{map[string]string{"DATABASE_URL": "postgres://x", "LOG_LEVEL": "loud"}, []string{"LOG_LEVEL"}},
+		{map[string]string{"DATABASE_URL": "postgres://x", "LOG_FORMAT": "xml"}, []string{"LOG_FORMAT"}},
+		{map[string]string{"DATABASE_URL": "postgres://x", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"}, []string{"OTEL_EXPORTER_OTLP_PROTOCOL"}},
 		{map[string]string{"DATABASE_URL": "postgres://x", "WORKORDER_OPERATOR_TOKEN": "s3cret"}, []string{"WORKORDER_OPERATOR_TOKEN"}},
 		{map[string]string{"DATABASE_URL": "postgres://x", "WORKORDER_OPERATOR_TOKEN": strings.Repeat("k", 31)}, []string{"WORKORDER_OPERATOR_TOKEN"}},
 		{map[string]string{"DATABASE_URL": "postgres://x", "DATABASE_STATEMENT_TIMEOUT": "soon"}, []string{"DATABASE_STATEMENT_TIMEOUT"}},
@@ -86,6 +88,29 @@ func TestErrorsNameTheVariable(t *testing.T) {
 			if !strings.Contains(err.Error(), w) {
 				t.Errorf("%v: error %q does not name %s", tc.env, err, w)
 			}
+		}
+	}
+}
+
+// The project of the gcp log lines' trace field is the Pub/Sub project,
+// resolved from the environment the same way.
+func TestLogTraceProjectIsThePubSubProject(t *testing.T) {
+	t.Parallel()
+	for env, want := range map[string]string{
+		"PUBSUB_PROJECT_ID":    "ps-project",
+		"GOOGLE_CLOUD_PROJECT": "gcp-project",
+		"PUBSUB_EMULATOR_HOST": "lossless-local",
+	} {
+		value := want
+		if env == "PUBSUB_EMULATOR_HOST" {
+			value = "localhost:8085"
+		}
+		c, err := config.FromEnv(envconfig.FromMap(map[string]string{"DATABASE_URL": "postgres://x", "LOG_FORMAT": "gcp", env: value}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.PubSub.ProjectID != want || c.Telemetry.ProjectID != want || c.Telemetry.LogFormat != "gcp" {
+			t.Errorf("%s set: pubsub project %q, log project %q, format %q; want %q, %q, gcp", env, c.PubSub.ProjectID, c.Telemetry.ProjectID, c.Telemetry.LogFormat, want, want)
 		}
 	}
 }

@@ -184,22 +184,35 @@ func New(pool *pgxpool.Pool, logger *slog.Logger, meter metric.Meter, opts ...Op
 // nil entries are acked; an error (infrastructure failure) nacks for
 // redelivery.
 func (v *Invoicing) HandleBatch(ctx context.Context, ms []*pubsub.Received) []error {
-	errs := make([]error, len(ms))
-	for i, m := range ms {
-		errs[i] = v.Handle(ctx, m)
-	}
+	_, errs := v.Process(ctx, ms)
 	return errs
+}
+
+// Process applies ms as HandleBatch does and also returns each message's
+// outcome ("" where its error is not nil), for an operator's replay of dead
+// letters to report.
+func (v *Invoicing) Process(ctx context.Context, ms []*pubsub.Received) (outcomes []string, errs []error) {
+	outcomes, errs = make([]string, len(ms)), make([]error, len(ms))
+	for i, m := range ms {
+		outcomes[i], errs[i] = v.process(ctx, m)
+	}
+	return outcomes, errs
 }
 
 // Handle applies one message: nil means durably handled (ack).
 func (v *Invoicing) Handle(ctx context.Context, m *pubsub.Received) error {
+	_, err := v.process(ctx, m)
+	return err
+}
+
+func (v *Invoicing) process(ctx context.Context, m *pubsub.Received) (string, error) {
 	outcome, err := v.handle(ctx, m)
 	if err != nil {
 		v.logger.ErrorContext(ctx, "applying InvoiceIssued failed; nacked for redelivery", "message_id", m.ID, "error", err)
-		return err
+		return "", err
 	}
 	v.outcomes.Add(ctx, 1, metric.WithAttributes(attribute.String("outcome", outcome)))
-	return nil
+	return outcome, nil
 }
 
 func (v *Invoicing) handle(ctx context.Context, m *pubsub.Received) (string, error) {

@@ -1,0 +1,161 @@
+// Package admin is billing's privileged operator surface. Over gRPC:
+// lossless.billing.v1.BillingAdminService, read-only listings of the invoice
+// jobs (pkg/leasequeue) and of the parked messages (pkg/parked) for the
+// operations console; every call needs the operator token (pkg/operatorauth,
+// env BILLING_OPERATOR_TOKEN). On the command line (Ops, RunCLI): the
+// intake's repairs, replaying dead letters and parked messages, each audited
+// in operator_audit. Invoice job repairs stay `billing jobs retry`.
+package admin
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	billingv1 "github.com/lossless-dev/lossless/gen/lossless/billing/v1"
+	"github.com/lossless-dev/lossless/internal/pagetoken"
+	"github.com/lossless-dev/lossless/pkg/apierror"
+	"github.com/lossless-dev/lossless/pkg/leasequeue"
+	"github.com/lossless-dev/lossless/pkg/operatorauth"
+	"github.com/lossless-dev/lossless/pkg/parked"
+)
+
+// EnvOperatorToken names the environment variable holding the operator token.
+const EnvOperatorToken = "BILLING_OPERATOR_TOKEN"
+
+// Page sizes of the listings, as the proto documents them.
+const (
+	defaultPageSize = 50
+	maxPageSize     = 500
+)
+
+// DB is what the reads need: a pool (the workers' one, so operator reads
+// work while the API is flooded), a connection or a transaction.
+type DB interface {
+	leasequeue.DB
+	parked.DB
+}
+
+// Service implements BillingAdminService. Register it with
+// billingv1.RegisterBillingAdminServiceServer and install AuthInterceptor.
+type Service struct {
+	billingv1.UnimplementedBillingAdminServiceServer
+	db     DB
+	queue  *leasequeue.Queue
+	parked *parked.Store
+	guard  *operatorauth.Guard
+}
+
+// NewService returns the admin service over the invoice jobs of queue and
+// the parked messages of store, read through db. token is the operator
+// token (EnvOperatorToken): empty refuses every call, shorter than
+// operatorauth.MinLength is an error.
+func NewService(db DB, queue *leasequeue.Queue, store *parked.Store, token string, logger *slog.Logger) (*Service, error) {
+	if db == nil || queue == nil || store == nil || logger == nil {
+		return nil, errors.New("admin: NewService needs a database, the queue, the parked store and a logger")
+	}
+	guard, err := operatorauth.New(token, EnvOperatorToken, logger)
+	if err != nil {
+		return nil, err
+	}
+	return &Service{db: db, queue: queue, parked: store, guard: guard}, nil
+}
+
+// AuthInterceptor refuses calls to this service without the operator token
+// before anything else runs, request validation included. Other services
+// on the server pass through.
+func (s *Service) AuthInterceptor() grpc.UnaryServerInterceptor {
+	return s.guard.ServiceInterceptor(billingv1.BillingAdminService_ServiceDesc.ServiceName)
+}
+
+// position decodes a page token holding a row id for the listing with the
+// given filter values: 0 for the first page, a page_token field violation
+// otherwise.
+func position(token string, filter ...string) (int64, error) {
+	var id int64
+	ok, err := pagetoken.Decode(token, &id, filter...)
+	if err == nil && ok && id <= 0 {
+		err = pagetoken.ErrMalformed
+	}
+	if err != nil {
+		return 0, apierror.InvalidArgument(apierror.Violation{Field: "page_token", Description: err.Error()})
+	}
+	return id, nil
+}
+
+func pageSize(n int32) int {
+	if n <= 0 {
+		return defaultPageSize
+	}
+	return min(int(n), maxPageSize)
+}
+
+// ListInvoiceJobs implements BillingAdminService.
+func (s *Service) ListInvoiceJobs(ctx context.Context, req *billingv1.ListInvoiceJobsRequest) (*billingv1.ListInvoiceJobsResponse, error) {
+	if err := s.guard.Authorize(ctx); err != nil {
+		return nil, err
+	}
+	before, err := position(req.GetPageToken(), req.GetState())
+	if err != nil {
+		return nil, err
+	}
+	size := pageSize(req.GetPageSize())
+	// One more than asked for tells whether another page follows.
+	jobs, err := s.queue.List(ctx, s.db, leasequeue.ListFilter{State: leasequeue.State(req.GetState()), BeforeID: before, Limit: size + 1})
+	if err != nil {
+		return nil, err
+	}
+	resp := &billingv1.ListInvoiceJobsResponse{}
+	if len(jobs) > size {
+		jobs = jobs[:size]
+		resp.NextPageToken = pagetoken.Encode(jobs[size-1].ID, req.GetState())
+	}
+	for _, j := range jobs {
+		resp.Jobs = append(resp.Jobs, &billingv1.InvoiceJob{
+			Id: j.ID, WorkOrderId: j.UniqueKey, State: string(j.State), Attempts: int32(j.Attempts),
+			MaxAttempts: int32(j.MaxAttempts), Epoch: j.Epoch, LeaseOwner: j.LeaseOwner, DueTime: timestamppb.New(j.DueAt),
+			LastError: j.LastError, CreateTime: timestamppb.New(j.CreatedAt), FinishTime: optTime(j.FinishedAt),
+		})
+	}
+	return resp, nil
+}
+
+// ListParkedMessages implements BillingAdminService.
+func (s *Service) ListParkedMessages(ctx context.Context, req *billingv1.ListParkedMessagesRequest) (*billingv1.ListParkedMessagesResponse, error) {
+	if err := s.guard.Authorize(ctx); err != nil {
+		return nil, err
+	}
+	after, err := position(req.GetPageToken(), req.GetSubscription(), req.GetWorkOrderId())
+	if err != nil {
+		return nil, err
+	}
+	size := pageSize(req.GetPageSize())
+	ms, err := s.parked.List(ctx, s.db, parked.ListFilter{Subscription: req.GetSubscription(), Subject: req.GetWorkOrderId(),
+		AfterID: after, Limit: size + 1})
+	if err != nil {
+		return nil, err
+	}
+	resp := &billingv1.ListParkedMessagesResponse{}
+	if len(ms) > size {
+		ms = ms[:size]
+		resp.NextPageToken = pagetoken.Encode(ms[size-1].ID, req.GetSubscription(), req.GetWorkOrderId())
+	}
+	for _, m := range ms {
+		resp.Messages = append(resp.Messages, &billingv1.ParkedMessage{
+			Id: m.ID, Subscription: m.Subscription, MessageId: m.MessageID, EventId: m.EventID, EventType: m.EventType,
+			WorkOrderId: m.Subject, Attributes: m.Attributes, Reason: m.Reason, ParkTime: timestamppb.New(m.ParkedAt),
+		})
+	}
+	return resp, nil
+}
+
+func optTime(t *time.Time) *timestamppb.Timestamp {
+	if t == nil {
+		return nil
+	}
+	return timestamppb.New(*t)
+}

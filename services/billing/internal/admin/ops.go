@@ -1,0 +1,212 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	gpubsub "cloud.google.com/go/pubsub/v2"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/lossless-dev/lossless/internal/deadletter"
+	"github.com/lossless-dev/lossless/internal/topology"
+	"github.com/lossless-dev/lossless/pkg/parked"
+	"github.com/lossless-dev/lossless/pkg/pgtext"
+	"github.com/lossless-dev/lossless/pkg/pubsub"
+	"github.com/lossless-dev/lossless/services/billing/internal/intake"
+)
+
+// Config of the operator operations. The zero value of every field means
+// its default.
+type Config struct {
+	// DeadLetterSubscription is the inspection subscription the dead letters
+	// of billing.workorder-events are replayed from. Default
+	// topology.SubWorkOrderEventsDeadLetter, the one provisioned.
+	DeadLetterSubscription string
+}
+
+func (c *Config) setDefaults() {
+	if c.DeadLetterSubscription == "" {
+		c.DeadLetterSubscription = topology.SubWorkOrderEventsDeadLetter
+	}
+}
+
+// Validate reports an unusable configuration; zero fields take their
+// defaults.
+func (c Config) Validate() error {
+	c.setDefaults()
+	if p := pgtext.Problem(c.DeadLetterSubscription); p != "" {
+		return fmt.Errorf("DeadLetterSubscription %q: %s", c.DeadLetterSubscription, p)
+	}
+	return nil
+}
+
+// Option configures NewOps.
+type Option func(*Ops)
+
+// WithPubSub gives the operations a Pub/Sub client, needed only to replay
+// dead letters (without it ReplayDeadLetters is refused).
+func WithPubSub(c *gpubsub.Client) Option { return func(o *Ops) { o.pubsub = c } }
+
+// Ops are billing's repairs of its intake (subscription
+// billing.workorder-events), run from the CLI (RunCLI): replay the
+// subscription's dead letters, and list and replay parked messages. Both
+// replays run through the intake's own idempotent path (decoder, dedup
+// marker, invoice job, or parked with the reason), so a second replay, or
+// the replay of a message already consumed, has no second effect. Every run
+// needs a ticket and an actor and writes an operator_audit row.
+type Ops struct {
+	db     DB
+	intake *intake.Intake
+	parked *parked.Store
+	cfg    Config
+	logger *slog.Logger
+	pubsub *gpubsub.Client
+	dl     *deadletter.Replayer // nil without WithPubSub
+}
+
+// NewOps returns the operations over db, consuming through in, whose parked
+// messages are in store.
+func NewOps(db DB, in *intake.Intake, store *parked.Store, cfg Config, logger *slog.Logger, opts ...Option) (*Ops, error) {
+	if db == nil || in == nil || store == nil || logger == nil {
+		return nil, errors.New("admin: NewOps needs a database, the intake, the parked store and a logger")
+	}
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("admin: %w", err)
+	}
+	o := &Ops{db: db, intake: in, parked: store, cfg: cfg, logger: logger}
+	for _, opt := range opts {
+		opt(o)
+	}
+	if o.pubsub != nil {
+		var err error
+		if o.dl, err = deadletter.New(o.pubsub, cfg.DeadLetterSubscription, logger); err != nil {
+			return nil, err
+		}
+	}
+	return o, nil
+}
+
+// DeadLetterRequest selects dead letters to replay.
+type DeadLetterRequest struct {
+	Authorization
+	// MaxMessages bounds the pull (1..deadletter.MaxMessagesLimit, required).
+	MaxMessages int
+	// MessageIDs restricts the replay to these Pub/Sub message ids; the
+	// others pulled are released untouched.
+	MessageIDs []string
+	// DryRun pulls, reports and releases; nothing is consumed or acked.
+	DryRun bool
+}
+
+// DeadLetterResult reports a dead-letter replay.
+type DeadLetterResult struct {
+	// MessageIDs are the messages taken (in a dry run: that would be).
+	MessageIDs []string
+	// Outcomes counts the consumed messages by intake outcome (enqueued,
+	// duplicate, order_already_queued, parked, unknown_type).
+	Outcomes map[string]int
+	// Failed are the messages that met an infrastructure error: released,
+	// still on the inspection subscription.
+	Failed []string
+	DryRun bool
+}
+
+// ReplayDeadLetters pulls up to MaxMessages from the dead-letter inspection
+// subscription and consumes the selected ones as one batch through the
+// intake (intake.Process: one transaction, dedup marker and invoice job, or
+// parked with its reason), then acks them; an infrastructure error rolls
+// the batch back and releases it. The run is audited in operator_audit
+// (action intake.replay-dead-letters) after the batch committed.
+func (o *Ops) ReplayDeadLetters(ctx context.Context, req DeadLetterRequest) (DeadLetterResult, error) {
+	if err := req.Validate(); err != nil {
+		return DeadLetterResult{}, err
+	}
+	if o.dl == nil {
+		return DeadLetterResult{}, errors.New("admin: no Pub/Sub client configured")
+	}
+	res := DeadLetterResult{Outcomes: map[string]int{}}
+	dl, err := o.dl.Replay(ctx, deadletter.Request{MaxMessages: req.MaxMessages, MessageIDs: req.MessageIDs, DryRun: req.DryRun},
+		func(ctx context.Context, ms []*pubsub.Received) []error {
+			outcomes, errs := o.intake.Process(ctx, ms)
+			for i, oc := range outcomes {
+				if errs[i] == nil {
+					res.Outcomes[oc]++
+				}
+			}
+			return errs
+		})
+	switch {
+	case errors.Is(err, deadletter.ErrInvalidRequest):
+		return DeadLetterResult{}, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+	case err != nil:
+		// One transaction: nothing of the batch committed.
+		return DeadLetterResult{}, fmt.Errorf("admin: replay dead letters: %w", err)
+	}
+	res.MessageIDs, res.Failed, res.DryRun = dl.MessageIDs, dl.Failed, dl.DryRun
+	err = pgx.BeginFunc(ctx, o.db, func(tx pgx.Tx) error {
+		return audit(ctx, tx, "intake.replay-dead-letters", req.Authorization, req.DryRun, map[string]any{
+			"subscription": o.cfg.DeadLetterSubscription, "message_ids": res.MessageIDs, "max_messages": req.MaxMessages,
+			"outcomes": res.Outcomes,
+		}, len(res.MessageIDs))
+	})
+	return res, err
+}
+
+// ListParked returns a page of the open parked messages, oldest first.
+func (o *Ops) ListParked(ctx context.Context, f parked.ListFilter) ([]parked.Parked, error) {
+	return o.parked.List(ctx, o.db, f)
+}
+
+// ParkedReplayRequest names one parked message to replay.
+type ParkedReplayRequest struct {
+	Authorization
+	// ID of the parked_messages row (required).
+	ID int64
+	// DryRun runs the replay and rolls it back: it reports the outcome the
+	// message would have, or why it is still refused, and changes nothing
+	// but the audit row.
+	DryRun bool
+}
+
+// ReplayParked consumes an open parked message through the intake
+// (intake.Replay: the row is marked replayed by the actor under the ticket
+// with the effect), and audits it in operator_audit (action
+// parked.replay) in the same transaction. A message still refused changes
+// nothing and is not audited; its error wraps intake.ErrStillRefused.
+func (o *Ops) ReplayParked(ctx context.Context, req ParkedReplayRequest) (outcome string, err error) {
+	if err := req.Validate(); err != nil {
+		return "", err
+	}
+	if req.ID <= 0 {
+		return "", fmt.Errorf("%w: a parked message id is required", ErrInvalidRequest)
+	}
+	err = pgx.BeginFunc(ctx, o.db, func(tx pgx.Tx) error {
+		// The effect runs under a savepoint: a dry run rolls back to it and
+		// still commits the audit row.
+		sp, err := tx.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		if outcome, err = o.intake.Replay(ctx, sp, req.ID, req.Ticket, req.Actor); err != nil {
+			_ = sp.Rollback(ctx)
+			return err
+		}
+		if req.DryRun {
+			err = sp.Rollback(ctx)
+		} else {
+			err = sp.Commit(ctx)
+		}
+		if err != nil {
+			return err
+		}
+		return audit(ctx, tx, "parked.replay", req.Authorization, req.DryRun,
+			map[string]any{"parked_id": req.ID, "outcome": outcome}, 1)
+	})
+	if err != nil {
+		return "", err
+	}
+	return outcome, nil
+}

@@ -1,0 +1,173 @@
+// Command console is the operations console of lossless: server-rendered
+// pages (Overview, Orders, an order's page, Faults, Repair) that read and
+// act only through the other services' gRPC APIs and read their Prometheus
+// /metrics. It has no database and publishes nothing.
+//
+// Usage:
+//
+//	console [serve]   serve HTTP on HTTP_ADDR (default :8089); configuration
+//	                  from the environment (services/console/internal/config)
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	billingv1 "github.com/lossless-dev/lossless/gen/lossless/billing/v1"
+	providerv1 "github.com/lossless-dev/lossless/gen/lossless/provider/v1"
+	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
+	"github.com/lossless-dev/lossless/pkg/envconfig"
+	"github.com/lossless-dev/lossless/pkg/server"
+	"github.com/lossless-dev/lossless/pkg/telemetry"
+	"github.com/lossless-dev/lossless/services/console/internal/config"
+	"github.com/lossless-dev/lossless/services/console/internal/overview"
+	"github.com/lossless-dev/lossless/services/console/internal/web"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		slog.New(slog.NewJSONHandler(os.Stderr, nil)).Error("console failed", "error", err.Error())
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	cmd := "serve"
+	if len(args) > 0 {
+		cmd = args[0]
+	}
+	switch cmd {
+	case "serve":
+	case "-h", "--help", "help":
+		fmt.Println("usage: console [serve]  (configuration from the environment: services/console/internal/config)")
+		return nil
+	default:
+		return fmt.Errorf("unknown command %q (want serve)", cmd)
+	}
+	cfg, err := config.FromEnv(envconfig.New())
+	if err != nil {
+		return err
+	}
+	logger := telemetry.NewLogger(os.Stdout, cfg.LogLevel).With("service", config.ServiceName)
+	ctx, stop := server.SignalContext(context.Background())
+	defer stop()
+	return serve(ctx, cfg, logger)
+}
+
+func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
+	dial := func(addr string) (*grpc.ClientConn, error) {
+		// Plaintext like every call between the services (docs/production.md
+		// puts TLS in the mesh).
+		return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	}
+	wo, err := dial(cfg.Workorder.GRPC)
+	if err != nil {
+		return fmt.Errorf("%s: %w", config.EnvWorkorderGRPC, err)
+	}
+	defer wo.Close()
+	pr, err := dial(cfg.Provider.GRPC)
+	if err != nil {
+		return fmt.Errorf("%s: %w", config.EnvProviderGRPC, err)
+	}
+	defer pr.Close()
+	bi, err := dial(cfg.Billing.GRPC)
+	if err != nil {
+		return fmt.Errorf("%s: %w", config.EnvBillingGRPC, err)
+	}
+	defer bi.Close()
+
+	figures, err := overview.NewReader([]overview.Target{
+		{Service: "workorder", URL: cfg.Workorder.HTTP + "/metrics"},
+		{Service: "provider-sim", URL: cfg.Provider.HTTP + "/metrics"},
+		{Service: "billing", URL: cfg.Billing.HTTP + "/metrics"},
+	}, &http.Client{Timeout: cfg.ScrapeTimeout})
+	if err != nil {
+		return err
+	}
+	console, err := web.New(web.Sources{
+		Orders:   workorderv1.NewWorkOrderServiceClient(wo),
+		Inbox:    workorderv1.NewWorkOrderAdminServiceClient(wo),
+		Faults:   providerv1.NewProviderAdminServiceClient(pr),
+		Invoices: billingv1.NewBillingServiceClient(bi),
+		Figures:  figures,
+	}, web.Config{
+		OperatorToken:  cfg.OperatorToken,
+		ReadOpen:       cfg.ReadOpen,
+		SecureCookies:  cfg.TLS() || cfg.SecureCookies,
+		RunbookBaseURL: cfg.RunbookBaseURL,
+		RPCTimeout:     cfg.RPCTimeout,
+	}, logger)
+	if err != nil {
+		return err
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	ok := func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) }
+	mux.HandleFunc("GET /healthz", ok)
+	// Ready as soon as it listens: the services it reads may come and go,
+	// and each page says which one is unreachable.
+	mux.HandleFunc("GET /readyz", ok)
+	mux.Handle("/", console)
+	if cfg.PprofEnabled {
+		// A CPU profile runs for ?seconds=, longer than the write timeout.
+		mux.HandleFunc("/debug/pprof/", func(w http.ResponseWriter, r *http.Request) {
+			_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
+			switch r.URL.Path {
+			case "/debug/pprof/profile":
+				pprof.Profile(w, r)
+			case "/debug/pprof/trace":
+				pprof.Trace(w, r)
+			default:
+				pprof.Index(w, r)
+			}
+		})
+	}
+
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("%s: %w", config.EnvHTTPAddr, err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
+		WriteTimeout: 60 * time.Second, IdleTimeout: 2 * time.Minute}
+	errc := make(chan error, 1)
+	go func() {
+		if cfg.TLS() {
+			errc <- srv.ServeTLS(ln, cfg.TLSCertFile, cfg.TLSKeyFile)
+		} else {
+			errc <- srv.Serve(ln)
+		}
+	}()
+	logger.Info("console listening", "addr", ln.Addr().String(), "tls", cfg.TLS(), "read_open", cfg.ReadOpen,
+		"login", cfg.OperatorToken != "")
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	logger.Info("console stopped")
+	return nil
+}
