@@ -1,0 +1,114 @@
+variable "project_id" {
+  description = "GCP project that holds everything (Pub/Sub, Cloud SQL, GKE, Artifact Registry, Secret Manager)."
+  type        = string
+}
+
+variable "region" {
+  description = "Region of the cluster, the Cloud SQL instance, the registry and the subnet."
+  type        = string
+  default     = "europe-west1"
+}
+
+variable "name_prefix" {
+  description = "Prefix of the named infrastructure (cluster, Cloud SQL instance <prefix>-pg, registry, node service account, operator-token secrets). The services' accounts are named after the services alone (iam.tf)."
+  type        = string
+  default     = "lossless"
+
+  validation {
+    condition     = can(regex("^[a-z][a-z0-9-]{1,14}$", var.name_prefix))
+    error_message = "name_prefix: lowercase letters, digits and dashes, starting with a letter, 2 to 15 characters."
+  }
+}
+
+variable "namespace" {
+  description = "Kubernetes namespace of the services, as deploy/k8s/overlays/gcp's kustomization.yaml sets it; one Kubernetes ServiceAccount per service, named after the service, is bound to its Google service account."
+  type        = string
+  default     = "lossless"
+}
+
+variable "deletion_protection" {
+  description = "Protects the Cloud SQL instance (Terraform and API level) and the GKE cluster from deletion. Set false, apply, then destroy to tear down."
+  type        = bool
+  default     = true
+}
+
+variable "subnet_cidr" {
+  description = "Primary range of the cluster's subnet (nodes)."
+  type        = string
+  default     = "10.10.0.0/20"
+}
+
+variable "pods_cidr" {
+  description = "Secondary range for pods (Autopilot allocates per node from it)."
+  type        = string
+  default     = "10.16.0.0/14"
+}
+
+variable "services_cidr" {
+  description = "Secondary range for Kubernetes Services."
+  type        = string
+  default     = "10.20.0.0/20"
+}
+
+variable "master_authorized_networks" {
+  description = "CIDR blocks allowed to reach the cluster's public control-plane endpoint (kubectl, CI). Empty: no restriction beyond authentication."
+  type = list(object({
+    cidr_block   = string
+    display_name = string
+  }))
+  default = []
+}
+
+variable "sql_tier" {
+  description = "Cloud SQL machine type. db-custom-2-7680 (2 vCPU, 7.5 GB) carries the default max_connections below."
+  type        = string
+  default     = "db-custom-2-7680"
+}
+
+variable "sql_availability_type" {
+  description = "REGIONAL (a standby in another zone, automatic failover) or ZONAL (half the price, no failover)."
+  type        = string
+  default     = "REGIONAL"
+
+  validation {
+    condition     = contains(["REGIONAL", "ZONAL"], var.sql_availability_type)
+    error_message = "sql_availability_type: REGIONAL or ZONAL."
+  }
+}
+
+# One instance serves every service. deploy/k8s/base at its highest, as
+# docs/production.md ("Database connections") counts it: each Deployment at
+# its HPA maxReplicas (or replicas) plus its rolling-update surge (maxSurge 1),
+# times the pool caps its env sets (DATABASE_API_MAX_CONNS,
+# DATABASE_WORKER_MAX_CONNS; provider-sim pkg/pgpool's 20) plus its dedicated
+# session connections (LISTEN, outbox dispatch journal):
+#   workorder-api     (6+1) × (10 + 4)     =  98
+#   workorder-worker  (2+1) × (12 + 4)     =  48
+#   billing-api       (6+1) × ( 5 + 4)     =  63
+#   billing-worker    (2+1) × (16 + 3)     =  57
+#   provider-sim      (1+1) × 20           =  40
+#   3 migrate Jobs × 2 (goose's lock + its connection) = 6
+#   operator sessions (psql, CLIs)         =  10
+#   total 322, + 3 reserved for superusers = 325, rounded up to 330.
+# deploy/deploytest/k8s_terraform_test.go recomputes this from the rendered
+# overlay and fails when the default no longer covers it: raising a pool, a
+# replica count or an HPA maximum means raising this too. db-custom-2-7680
+# (7.5 GB) carries 330 mostly idle connections; a smaller tier needs smaller
+# pools or HPA maxima, not just a lower value here.
+variable "sql_max_connections" {
+  description = "PostgreSQL max_connections of the shared instance: every Deployment of deploy/k8s at its HPA maximum plus surge, times its pool caps and session connections, plus migrate Jobs, operator sessions and 3 superuser slots (see the comment above)."
+  type        = number
+  default     = 330
+}
+
+variable "sql_backup_retained_count" {
+  description = "Number of daily automated backups kept."
+  type        = number
+  default     = 14
+}
+
+variable "sql_pitr_days" {
+  description = "Days of write-ahead log kept for point-in-time recovery (1 to 7 on the Enterprise edition)."
+  type        = number
+  default     = 7
+}
