@@ -77,6 +77,20 @@ func documents(t testing.TB, root string) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The services' and deployments' own READMEs.
+	for _, pattern := range []string{"services/*/README.md", "deploy/*/README.md", "deploy/*/*/README.md"} {
+		m, err := filepath.Glob(filepath.Join(root, filepath.FromSlash(pattern)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range m {
+			rel, err := filepath.Rel(root, f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			docs = append(docs, filepath.ToSlash(rel))
+		}
+	}
 	sort.Strings(docs[1:])
 	return docs
 }
