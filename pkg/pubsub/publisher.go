@@ -91,8 +91,8 @@ func DefaultPublisherConfig() PublisherConfig {
 	}
 }
 
-// withDefaults fills zero fields with the documented defaults.
-func (c PublisherConfig) withDefaults() PublisherConfig {
+// setDefaults fills zero fields with the documented defaults.
+func (c *PublisherConfig) setDefaults() {
 	d := DefaultPublisherConfig()
 	if c.DelayThreshold == 0 {
 		c.DelayThreshold = d.DelayThreshold
@@ -112,7 +112,6 @@ func (c PublisherConfig) withDefaults() PublisherConfig {
 	if c.MaxOutstandingBytes == 0 {
 		c.MaxOutstandingBytes = d.MaxOutstandingBytes
 	}
-	return c
 }
 
 // Validate reports settings the client would reject or that make no sense.
@@ -164,7 +163,7 @@ func NewPublisher(c *gpubsub.Client, topicID string, cfg PublisherConfig, opts .
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("pubsub: NewPublisher: %w", err)
 	}
-	cfg = cfg.withDefaults()
+	cfg.setDefaults()
 	pub := c.Publisher(topicID)
 	settings := gpubsub.DefaultPublishSettings
 	settings.DelayThreshold = cfg.DelayThreshold

@@ -131,7 +131,8 @@ func DefaultSubscriberConfig() SubscriberConfig {
 	}
 }
 
-func (c SubscriberConfig) withDefaults() SubscriberConfig {
+// setDefaults fills zero fields with DefaultSubscriberConfig's values.
+func (c *SubscriberConfig) setDefaults() {
 	d := DefaultSubscriberConfig()
 	setDefault(&c.NumGoroutines, d.NumGoroutines)
 	setDefault(&c.MaxOutstandingMessages, d.MaxOutstandingMessages)
@@ -144,7 +145,6 @@ func (c SubscriberConfig) withDefaults() SubscriberConfig {
 	setDefault(&c.AckTimeout, d.AckTimeout)
 	setDefault(&c.PullBackoff.Base, d.PullBackoff.Base)
 	setDefault(&c.PullBackoff.Max, d.PullBackoff.Max)
-	return c
 }
 
 func setDefault[T comparable](v *T, def T) {
@@ -223,6 +223,7 @@ func NewSubscriber(c *gpubsub.Client, subscriptionID string, cfg SubscriberConfi
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("pubsub: NewSubscriber: %w", err)
 	}
+	cfg.setDefaults()
 	if meter == nil {
 		meter = noop.NewMeterProvider().Meter("")
 	}
@@ -230,7 +231,7 @@ func NewSubscriber(c *gpubsub.Client, subscriptionID string, cfg SubscriberConfi
 		client: c,
 		id:     subscriptionID,
 		name:   SubscriptionName(c.Project(), subscriptionID),
-		cfg:    cfg.withDefaults(),
+		cfg:    cfg,
 		logger: logger.With("subscription", subscriptionID),
 		attrs:  metric.WithAttributes(attribute.String("subscription", subscriptionID)),
 		tracer: tracenoop.NewTracerProvider().Tracer(""),

@@ -50,20 +50,19 @@ type Config struct {
 // ConfigFromEnv reads the decoding configuration with prefix (e.g.
 // "WORKORDER_RECEIVER_"): MAX_PAYLOAD_BYTES.
 func ConfigFromEnv(r *envconfig.Reader, prefix string) Config {
-	d := Config{}.withDefaults()
-	return Config{MaxPayloadBytes: r.Int(prefix+"MAX_PAYLOAD_BYTES", d.MaxPayloadBytes)}
+	return Config{MaxPayloadBytes: r.Int(prefix+"MAX_PAYLOAD_BYTES", DefaultMaxPayloadBytes)}
 }
 
-func (c Config) withDefaults() Config {
+func (c *Config) setDefaults() {
 	if c.MaxPayloadBytes == 0 {
 		c.MaxPayloadBytes = DefaultMaxPayloadBytes
 	}
-	return c
 }
 
-// Validate reports an unusable configuration (after defaults).
+// Validate reports an unusable configuration (zero fields take their
+// defaults).
 func (c Config) Validate() error {
-	c = c.withDefaults()
+	c.setDefaults()
 	if c.MaxPayloadBytes < 1 || c.MaxPayloadBytes > maxPubSubMessageBytes {
 		return fmt.Errorf("receiver: MaxPayloadBytes %d must be within 1..%d", c.MaxPayloadBytes, maxPubSubMessageBytes)
 	}
@@ -168,7 +167,8 @@ func NewDecoder(cfg Config) (*Decoder, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Decoder{maxPayload: cfg.withDefaults().MaxPayloadBytes}, nil
+	cfg.setDefaults()
+	return &Decoder{maxPayload: cfg.MaxPayloadBytes}, nil
 }
 
 // Decode turns a delivery into an inbox message that the inbox table can
