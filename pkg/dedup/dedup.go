@@ -53,6 +53,11 @@ import (
 	"github.com/lossless-dev/lossless/pkg/pgschema"
 )
 
+// MaxEventIDLength is processed_events.event_id's CHECK limit
+// (migrations/00001_dedup.sql), in characters: a consumer parks a message
+// whose id is longer instead of failing its batch on the constraint.
+const MaxEventIDLength = 200
+
 // Outcome of claiming an event.
 type Outcome int
 

@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -199,5 +200,21 @@ func TestNonDefaultSchema_EveryQueryIsQualified(t *testing.T) {
 	}
 	if n := count(t, pool, `SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'public'`); n != 0 {
 		t.Fatalf("public holds %d relations after the run, want none", n)
+	}
+}
+
+// MaxEventIDLength is the schema's limit: an id that long is stored, a
+// character more is refused by the table (consumers park such a message
+// before claiming it).
+func TestMaxEventIDLengthIsTheSchemasLimit(t *testing.T) {
+	t.Parallel()
+	pool := setup(t)
+	ctx := context.Background()
+	id := strings.Repeat("é", dedup.MaxEventIDLength) // characters, not bytes
+	if out, err := apply(ctx, pool, dedup.Event{Consumer: "c", ID: id, Type: "T"}); err != nil || out != dedup.New {
+		t.Fatalf("id of MaxEventIDLength characters: %v %v", out, err)
+	}
+	if _, err := apply(ctx, pool, dedup.Event{Consumer: "c", ID: id + "x", Type: "T"}); err == nil {
+		t.Fatal("id of MaxEventIDLength+1 characters stored")
 	}
 }

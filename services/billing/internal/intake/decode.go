@@ -4,15 +4,15 @@ import (
 	"buf.build/go/protovalidate"
 
 	eventsv1 "github.com/lossless-dev/lossless/gen/lossless/events/v1"
+	"github.com/lossless-dev/lossless/pkg/dedup"
 	"github.com/lossless-dev/lossless/pkg/envelope"
 	"github.com/lossless-dev/lossless/pkg/parked"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/services/billing/internal/issuer"
 )
 
-// MaxEventIDLength is processed_events.event_id's CHECK limit, in characters
-// (pkg/dedup).
-const MaxEventIDLength = 200
+// MaxEventIDLength is the longest event id the dedup marker stores.
+const MaxEventIDLength = dedup.MaxEventIDLength
 
 // verdict is what the decoder decided about one message before any database
 // work: consume ev (outcome ""), or park the message with reason under

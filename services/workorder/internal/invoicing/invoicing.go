@@ -73,9 +73,8 @@ const DefaultMaxPayloadBytes = 1 << 20
 // would never apply.
 const maxPayloadBytesLimit = 10 << 20
 
-// MaxEventIDLength is processed_events.event_id's CHECK limit, in characters
-// (migrations/workorder).
-const MaxEventIDLength = 200
+// MaxEventIDLength is the longest event id the dedup marker stores.
+const MaxEventIDLength = dedup.MaxEventIDLength
 
 // Config of the consumer. The zero value of every field means its default.
 type Config struct {
@@ -311,19 +310,29 @@ func (v *Invoicing) park(ctx context.Context, m *pubsub.Received, d verdict) (st
 // ErrAuditRequired is returned by Replay without a ticket or an actor (I6).
 var ErrAuditRequired = parked.ErrAuditRequired
 
+// ErrStillRefused is returned by Replay when the parked message still
+// cannot be applied; nothing changed.
+var ErrStillRefused = errors.New("invoicing: parked message still refused")
+
 // Replay applies a parked message through the normal path, after an operator
 // fixed its cause, and records who replayed it under which ticket in the same
 // transaction. It fails, changing nothing, when the event still cannot be
 // applied.
 func (v *Invoicing) Replay(ctx context.Context, parkedID int64, ticket, actor string) (outcome string, err error) {
-	err = v.parked.Replay(ctx, v.pool, parkedID, ticket, actor, func(ctx context.Context, tx pgx.Tx, p parked.Parked) error {
+	return v.ReplayIn(ctx, v.pool, parkedID, ticket, actor)
+}
+
+// ReplayIn is Replay in db: on a pool its own transaction, in the caller's
+// transaction a savepoint (an operator's dry run rolls the caller's back).
+func (v *Invoicing) ReplayIn(ctx context.Context, db parked.DB, parkedID int64, ticket, actor string) (outcome string, err error) {
+	err = v.parked.Replay(ctx, db, parkedID, ticket, actor, func(ctx context.Context, tx pgx.Tx, p parked.Parked) error {
 		if p.Subscription != v.cfg.Subscription {
 			return fmt.Errorf("invoicing: parked message %d is from %s, not %s", parkedID, p.Subscription, v.cfg.Subscription)
 		}
 		m := pubsub.Received{ID: p.MessageID, Attributes: p.Attributes, Data: p.Data}
 		d := v.decoder.decode(&m)
 		if d.outcome != "" {
-			return fmt.Errorf("invoicing: parked message %d still invalid: %s", parkedID, d.reason)
+			return fmt.Errorf("%w: %d still invalid: %s", ErrStillRefused, parkedID, d.reason)
 		}
 		var err error
 		var reason string
@@ -331,7 +340,7 @@ func (v *Invoicing) Replay(ctx context.Context, parkedID int64, ticket, actor st
 			return err
 		}
 		if reason != "" {
-			return fmt.Errorf("invoicing: parked message %d still not applicable: %s", parkedID, reason)
+			return fmt.Errorf("%w: %d still not applicable: %s", ErrStillRefused, parkedID, reason)
 		}
 		return nil
 	})
