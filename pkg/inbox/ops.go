@@ -66,6 +66,12 @@ type ListFilter struct {
 	AfterID int64
 	// Limit caps the result; 0 means 50, at most 1000.
 	Limit int
+	// Source and EventIDs, when EventIDs is set, list only the entries of
+	// these event ids from this source, in every status unless Status is
+	// set: one probe of the (source, event_id) key each, whatever the
+	// status (the correlation key is indexed only while OPEN).
+	Source   string
+	EventIDs []string
 }
 
 // listEntries pages by id. For PARKED it uses inbox_parked_idx's predicate;
@@ -77,16 +83,29 @@ WHERE status = $1 AND ($2 = '' OR park_reason = $2) AND id > $3
 ORDER BY id
 LIMIT $4`
 
+// listByEvent is listEntries for ListFilter.EventIDs.
+const listByEvent = `
+SELECT ` + entryColumns + `
+FROM {schema}.inbox
+WHERE source = $5 AND event_id = ANY($6::text[])
+  AND ($1 = '' OR status = $1) AND ($2 = '' OR park_reason = $2) AND id > $3
+ORDER BY id
+LIMIT $4`
+
 // List returns entries matching f, oldest first.
 func (o *Ops) List(ctx context.Context, f ListFilter) ([]Entry, error) {
-	if f.Status == "" {
+	if f.Status == "" && len(f.EventIDs) == 0 {
 		f.Status = StatusParked
 	}
 	if f.Limit <= 0 {
 		f.Limit = 50
 	}
 	f.Limit = min(f.Limit, 1000)
-	rows, err := o.db.Query(ctx, o.q.listEntries, string(f.Status), f.Reason, f.AfterID, f.Limit)
+	query, args := o.q.listEntries, []any{string(f.Status), f.Reason, f.AfterID, f.Limit}
+	if len(f.EventIDs) > 0 {
+		query, args = o.q.listByEvent, append(args, f.Source, f.EventIDs)
+	}
+	rows, err := o.db.Query(ctx, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("inbox: list: %w", err)
 	}

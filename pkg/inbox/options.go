@@ -92,7 +92,8 @@ func NotifyChannel(schema string) string {
 type queries struct {
 	insertBatch, recordConflicts                              string
 	claimDue, resolveBatch, lockUnchanged                     string
-	getEntry, listEntries, selectReplay, reopen, insertAudit  string
+	getEntry, listEntries, listByEvent, selectReplay, reopen  string
+	insertAudit                                               string
 	deleteResolved, countResolved                             string
 	oldestOpenAge, parkedByReason, openConflicts, openEntries string
 	makeDue                                                   string
@@ -109,6 +110,7 @@ func newQueries(schema string) queries {
 		lockUnchanged:   r(lockUnchanged),
 		getEntry:        r(getEntry),
 		listEntries:     r(listEntries),
+		listByEvent:     r(listByEvent),
 		selectReplay:    r(selectReplay),
 		reopen:          r(reopen),
 		insertAudit:     r(insertAudit),

@@ -130,6 +130,20 @@ func TestNonDefaultSchema_EveryQueryIsQualified(t *testing.T) {
 	if err != nil || len(parked) != 1 || parked[0].EventID != "bad" {
 		t.Fatalf("parked entries: %+v %v", parked, err)
 	}
+	// By event id: every status unless one is asked for; another source's
+	// ids are not these.
+	events := []string{"e1", "later", "bad", "never-received"}
+	byEvent, err := ops.List(ctx, inbox.ListFilter{Source: "test", EventIDs: events})
+	if err != nil || len(byEvent) != 3 || byEvent[0].EventID != "e1" || byEvent[0].Status != inbox.StatusApplied ||
+		byEvent[1].EventID != "later" || byEvent[2].EventID != "bad" || byEvent[2].Status != inbox.StatusParked {
+		t.Fatalf("entries by event id: %+v %v", byEvent, err)
+	}
+	if applied, err := ops.List(ctx, inbox.ListFilter{Source: "test", EventIDs: events, Status: inbox.StatusApplied}); err != nil || len(applied) != 2 {
+		t.Fatalf("applied entries by event id: %+v %v", applied, err)
+	}
+	if other, err := ops.List(ctx, inbox.ListFilter{Source: "elsewhere", EventIDs: events}); err != nil || len(other) != 0 {
+		t.Fatalf("another source's entries: %+v %v", other, err)
+	}
 	auth := inbox.Authorization{Ticket: "INC-7", Actor: "dana"}
 	healed = true
 	if _, err := ops.Replay(ctx, inbox.ReplayRequest{Authorization: auth, IDs: []int64{parked[0].ID}}); err != nil {

@@ -33,6 +33,9 @@ type ListFilter struct {
 	BeforeID int64
 	// Limit caps the result; 0 means 100, at most 1000.
 	Limit int
+	// UniqueKey, when set, lists only the job with this unique key (at
+	// most one).
+	UniqueKey string
 }
 
 // List returns jobs newest first.
@@ -47,7 +50,11 @@ func (q *Queue) List(ctx context.Context, db DB, f ListFilter) ([]JobInfo, error
 		limit = 100
 	}
 	limit = min(limit, 1000)
-	rows, err := db.Query(ctx, q.sql.list, q.cfg.Name, string(f.State), f.BeforeID, limit)
+	query, args := q.sql.list, []any{q.cfg.Name, string(f.State), f.BeforeID, limit}
+	if f.UniqueKey != "" {
+		query, args = q.sql.listByKey, append(args, f.UniqueKey)
+	}
+	rows, err := db.Query(ctx, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("leasequeue: list: %w", err)
 	}
@@ -100,6 +107,24 @@ func (q *Queue) Retry(ctx context.Context, ids []int64, ticket, actor string) ([
 	}
 	q.logger.Info("parked jobs requeued by operator", "ticket", ticket, "actor", actor,
 		"requested", ids, "requeued", out)
+	return out, nil
+}
+
+// RetryDryRun reports which of ids Retry would requeue now (the dead jobs
+// of this queue) and changes nothing, for an operator's dry run. A job may
+// change state before the real Retry, which returns what it requeued.
+func (q *Queue) RetryDryRun(ctx context.Context, db DB, ids []int64) ([]int64, error) {
+	if len(ids) == 0 {
+		return nil, errors.New("leasequeue: retry: no job ids")
+	}
+	rows, err := db.Query(ctx, q.sql.retryable, q.cfg.Name, ids)
+	if err != nil {
+		return nil, fmt.Errorf("leasequeue: retry dry run: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("leasequeue: retry dry run: %w", err)
+	}
 	return out, nil
 }
 

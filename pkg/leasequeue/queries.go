@@ -13,7 +13,7 @@ import "github.com/lossless-dev/lossless/pkg/pgschema"
 // queries are the statements rendered for one schema.
 type queries struct {
 	enqueue, claimAvailable, claimExpired, buryExpired, heartbeat, sameEpoch,
-	complete, fail, release, releaseInstance, retry, list, stats string
+	complete, fail, release, releaseInstance, retry, retryable, list, listByKey, stats string
 }
 
 func renderQueries(schema string) queries {
@@ -30,7 +30,9 @@ func renderQueries(schema string) queries {
 		release:         r(qRelease),
 		releaseInstance: r(qReleaseInstance),
 		retry:           r(qRetry),
+		retryable:       r(qRetryable),
 		list:            r(qList),
+		listByKey:       r(qListByKey),
 		stats:           r(qStats),
 	}
 }
@@ -194,12 +196,31 @@ INSERT INTO {schema}.leasequeue_job_audit (job_id, action, ticket, actor, from_s
 SELECT id, 'retry', $4, $5, 'dead', last_error, $3 FROM retried
 RETURNING job_id`
 
+// qRetryable is qRetry's selection without its effect: the dry run of an
+// operator retry.
+const qRetryable = `
+SELECT id FROM {schema}.leasequeue_jobs
+WHERE queue = $1 AND id = ANY($2::bigint[]) AND state = 'dead'
+ORDER BY id`
+
 // qList lists jobs for operators, newest first, optionally by state.
 const qList = `
 SELECT id, coalesce(unique_key, ''), state, attempts, max_attempts, epoch,
        coalesce(lease_owner, ''), due_at, coalesce(last_error, ''), created_at, finished_at
 FROM {schema}.leasequeue_jobs
 WHERE queue = $1 AND ($2 = '' OR state = $2) AND ($3 = 0 OR id < $3)
+ORDER BY id DESC
+LIMIT $4`
+
+// qListByKey is qList for one unique key ($5): a probe of the
+// (queue, unique_key) unique index. A query of its own: an optional key
+// folded into qList as an OR would keep a cached generic plan from using
+// that index.
+const qListByKey = `
+SELECT id, coalesce(unique_key, ''), state, attempts, max_attempts, epoch,
+       coalesce(lease_owner, ''), due_at, coalesce(last_error, ''), created_at, finished_at
+FROM {schema}.leasequeue_jobs
+WHERE queue = $1 AND unique_key = $5 AND ($2 = '' OR state = $2) AND ($3 = 0 OR id < $3)
 ORDER BY id DESC
 LIMIT $4`
 

@@ -425,6 +425,14 @@ func TestFailureRetryParkAndOperatorRetry(t *testing.T) {
 	if _, err := q.Retry(ctx, []int64{id}, "OPS-1", " "); !errors.Is(err, leasequeue.ErrAuditRequired) {
 		t.Fatalf("retry without actor: %v", err)
 	}
+	// A dry run names the dead job only, and changes nothing.
+	if would, err := q.RetryDryRun(ctx, b.pool, []int64{id, id + 1000}); err != nil || len(would) != 1 || would[0] != id {
+		t.Fatalf("retry dry run: %v, %v", would, err)
+	}
+	if n := b.count(t, `SELECT count(*) FROM leasequeue_jobs WHERE id = $1 AND state = 'dead'`, id) +
+		b.count(t, `SELECT count(*) FROM leasequeue_job_audit`); n != 1 {
+		t.Fatal("the dry run changed the job or wrote an audit row")
+	}
 	mode.Store(2)
 	got, err := q.Retry(ctx, []int64{id, id + 1000}, "OPS-1", "alice")
 	if err != nil || len(got) != 1 || got[0] != id {
@@ -440,7 +448,11 @@ func TestFailureRetryParkAndOperatorRetry(t *testing.T) {
 		AND ticket = 'OPS-1' AND actor = 'alice' AND last_error LIKE '%overflows%'`, id); n != 1 {
 		t.Fatalf("audit rows: %d", n)
 	}
-	// A second retry of a job that is no longer parked changes nothing.
+	// A second retry of a job that is no longer parked changes nothing, and
+	// a dry run says so.
+	if would, err := q.RetryDryRun(ctx, b.pool, []int64{id}); err != nil || len(would) != 0 {
+		t.Fatalf("retry dry run of a done job: %v, %v", would, err)
+	}
 	if got, err := q.Retry(ctx, []int64{id}, "OPS-2", "alice"); err != nil || len(got) != 0 {
 		t.Fatalf("retry of a done job: %v, %v", got, err)
 	}

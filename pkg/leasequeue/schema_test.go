@@ -102,6 +102,13 @@ func TestEveryQueryUsesTheConfiguredSchema(t *testing.T) {
 	if err != nil || len(infos) != 3 {
 		t.Fatalf("list: %v %v", infos, err)
 	}
+	if byKey, err := q.List(ctx, pool, leasequeue.ListFilter{UniqueKey: "a"}); err != nil || len(byKey) != 1 ||
+		byKey[0].UniqueKey != "a" || byKey[0].State != leasequeue.StateDone {
+		t.Fatalf("list by key a: %v %v, want the done job a", byKey, err)
+	}
+	if none, err := q.List(ctx, pool, leasequeue.ListFilter{UniqueKey: "a", State: leasequeue.StateDead}); err != nil || len(none) != 0 {
+		t.Fatalf("list by key a, dead: %v %v, want none", none, err)
+	}
 	if err := q.RefreshStats(ctx); err != nil {
 		t.Fatal(err)
 	}

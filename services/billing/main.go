@@ -38,7 +38,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -103,6 +102,9 @@ func run(args []string) error {
 		if len(args) == 0 {
 			return errors.New("jobs: want list or retry")
 		}
+		if args[0] == "retry" {
+			return intakeRepair(ctx, env, logger, cmd, args)
+		}
 		return jobs(ctx, env, logger, args[0], args[1:])
 	case "reconcile":
 		return reconcileCmd(ctx, env, args)
@@ -160,18 +162,6 @@ func openQueue(ctx context.Context, env *envconfig.Reader, logger *slog.Logger) 
 	return pool, q, nil
 }
 
-type idList []int64
-
-func (l *idList) String() string { return fmt.Sprint(*l) }
-func (l *idList) Set(s string) error {
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || n <= 0 {
-		return fmt.Errorf("job id %q: want a positive integer", s)
-	}
-	*l = append(*l, n)
-	return nil
-}
-
 func jobs(ctx context.Context, env *envconfig.Reader, logger *slog.Logger, sub string, args []string) error {
 	fs := flag.NewFlagSet("billing jobs "+sub, flag.ContinueOnError)
 	switch sub {
@@ -198,30 +188,6 @@ func jobs(ctx context.Context, env *envconfig.Reader, logger *slog.Logger, sub s
 			}
 		}
 		return nil
-	case "retry":
-		ticket := fs.String("ticket", "", "change or incident ticket authorising the retry (required)")
-		actor := fs.String("actor", "", "who runs the retry (required)")
-		var ids idList
-		fs.Var(&ids, "id", "parked job id to requeue (repeatable, required)")
-		if err := fs.Parse(args); err != nil {
-			return err
-		}
-		if *ticket == "" || *actor == "" {
-			return fmt.Errorf("jobs retry: -ticket and -actor are required: %w", leasequeue.ErrAuditRequired)
-		}
-		if len(ids) == 0 {
-			return errors.New("jobs retry: at least one -id is required")
-		}
-		pool, q, err := openQueue(ctx, env, logger)
-		if err != nil {
-			return err
-		}
-		defer pool.Close()
-		done, err := q.Retry(ctx, ids, *ticket, *actor)
-		if err != nil {
-			return err
-		}
-		return json.NewEncoder(os.Stdout).Encode(map[string]any{"requested": ids, "requeued": done})
 	default:
 		return fmt.Errorf("jobs %q: want list or retry", sub)
 	}
@@ -303,6 +269,7 @@ func intakeRepair(ctx context.Context, env *envconfig.Reader, logger *slog.Logge
 		defer func() { _ = ps.Close() }()
 		opts = append(opts, admin.WithPubSub(ps))
 	}
+	opts = append(opts, admin.WithQueue(q))
 	ops, err := admin.NewOps(pool, in, store, admin.Config{}, logger, opts...)
 	if err != nil {
 		return err

@@ -3,6 +3,7 @@ package main_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -18,6 +19,8 @@ import (
 	"github.com/google/uuid"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
 
 	moneyv1 "github.com/lossless-dev/lossless/gen/lossless/money/v1"
 	providerv1 "github.com/lossless-dev/lossless/gen/lossless/provider/v1"
@@ -198,13 +201,17 @@ func TestConsoleInABrowser(t *testing.T) {
 		)
 		waitfor.Condition(t, 2*time.Minute, "the order page shows INVOICED, live", func() bool {
 			return text(`[data-order-field="status"]`) == "INVOICED" &&
-				strings.Contains(text(`[data-order-field="history"]`), "INVOICED")
+				strings.Contains(text(`[data-order-field="timeline"]`), "Status INVOICED")
 		})
-		hist := text(`[data-order-field="history"]`)
+		hist := text(`[data-order-field="timeline"]`)
 		for _, st := range []string{"CREATED", "HANDED_OFF", "COMPLETED", "INVOICED"} {
-			if !strings.Contains(hist, st) {
-				t.Errorf("history %q lacks %s", hist, st)
+			if !strings.Contains(hist, "Status "+st) {
+				t.Errorf("timeline %q lacks %s", hist, st)
 			}
+		}
+		// Not logged in: the operator's sources say so, the page stands.
+		if src := text(`[data-source="Provider job and messages"]`); !strings.Contains(src, "log in to see") {
+			t.Errorf("provider source while logged out: %q", src)
 		}
 	})
 
@@ -233,6 +240,85 @@ func TestConsoleInABrowser(t *testing.T) {
 		}
 	})
 
+	// The timeline of an order run with the provider's duplicate fault on:
+	// each service's record of it in causal order, the duplicate visible at
+	// the provider and absorbed by the inbox.
+	var timelineOrder string
+	t.Run("logged-in order timeline across the services", func(t *testing.T) {
+		octx := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+stack.OperatorToken)
+		before, err := faults.GetFaults(ctx, &providerv1.GetFaultsRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dup := proto.Clone(before.GetFaults()).(*providerv1.Faults)
+		dup.Duplicate = 1
+		// The plan is drawn at acceptance: this order's job gets the duplicate.
+		if _, err := faults.UpdateFaults(octx, &providerv1.UpdateFaultsRequest{Faults: dup}); err != nil {
+			t.Fatal(err)
+		}
+		id := create("timeline-" + uuid.NewString()[:8])
+		timelineOrder = id
+		waitfor.Condition(t, 2*time.Minute, "the order is handed off", func() bool {
+			r, err := faults.ListJobs(octx, &providerv1.ListJobsRequest{WorkOrderId: id})
+			return err == nil && len(r.GetJobs()) == 1
+		})
+		if _, err := faults.UpdateFaults(octx, &providerv1.UpdateFaultsRequest{Faults: before.GetFaults()}); err != nil {
+			t.Fatal(err)
+		}
+		waitfor.Condition(t, 2*time.Minute, "the order is INVOICED", func() bool {
+			r, err := orders.GetWorkOrder(ctx, &workorderv1.GetWorkOrderRequest{Id: id})
+			return err == nil && r.GetWorkOrder().GetStatus() == workorderv1.WorkOrderStatus_WORK_ORDER_STATUS_INVOICED
+		})
+		run("open the order", chromedp.Navigate(site+"/orders/"+id), chromedp.WaitVisible(chromedp.ID("order")))
+		type line struct{ Kind, Text string }
+		var lines []line
+		raw := eval(`JSON.stringify(Array.from(document.querySelectorAll('[data-order-field="timeline"] li')).map(function(li){return {Kind: li.dataset.kind, Text: li.textContent}}))`)
+		if err := json.Unmarshal([]byte(raw), &lines); err != nil {
+			t.Fatal(err)
+		}
+		// find returns the index of the first line of kind containing every
+		// part, after index from; -1 when none.
+		find := func(from int, kind string, parts ...string) int {
+			for i := from + 1; i < len(lines); i++ {
+				if lines[i].Kind != kind {
+					continue
+				}
+				ok := true
+				for _, p := range parts {
+					ok = ok && strings.Contains(lines[i].Text, p)
+				}
+				if ok {
+					return i
+				}
+			}
+			return -1
+		}
+		at := -1
+		for _, step := range []struct {
+			kind  string
+			parts []string
+		}{
+			{"outbox", []string{"WorkOrderHandOffRequested PUBLISHED"}},
+			{"provider-job", []string{"Provider job DONE", "faults: duplicate"}},
+			{"provider-message", []string{"Provider message COMPLETED, duplicated", "published 2×"}},
+			{"inbox", []string{"Inbox entry APPLIED", "WorkOrderCompleted"}},
+			{"billing-job", []string{"Invoice job done", "epoch 1"}},
+			{"invoice", []string{"issued"}},
+		} {
+			next := find(at, step.kind, step.parts...)
+			if next < 0 {
+				t.Fatalf("after line %d no %s line with %q; timeline:\n%+v", at, step.kind, step.parts, lines)
+			}
+			at = next
+		}
+		if n := strings.Count(raw, "Inbox entry APPLIED"); n != 2 {
+			t.Errorf("%d applied inbox entries, want 2 (started, completed: the duplicate absorbed); timeline:\n%+v", n, lines)
+		}
+		if src := text(`[data-source="Inbox entries"]`); !strings.Contains(src, "2 shown") {
+			t.Errorf("inbox source: %q", src)
+		}
+	})
+
 	// Both layouts: nothing wider than the viewport (tables scroll inside
 	// their own box). CONSOLE_SCREENSHOTS=<dir> keeps a PNG of each page.
 	t.Run("layout fits 1280x800 and a phone", func(t *testing.T) {
@@ -240,7 +326,11 @@ func TestConsoleInABrowser(t *testing.T) {
 			name          string
 			width, height int64
 		}{{"desktop", 1280, 800}, {"phone", 390, 844}} {
-			for _, path := range []string{"/", "/orders", "/faults", "/repair"} {
+			paths := []string{"/", "/orders", "/faults", "/repair"}
+			if timelineOrder != "" {
+				paths = append(paths, "/orders/"+timelineOrder)
+			}
+			for _, path := range paths {
 				run("open "+path, chromedp.EmulateViewport(vp.width, vp.height), chromedp.Navigate(site+path),
 					chromedp.WaitVisible(chromedp.ID("main")))
 				if over := eval(`String(document.documentElement.scrollWidth - window.innerWidth)`); over != "0" {
@@ -261,4 +351,157 @@ func TestConsoleInABrowser(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestRepairAndAuditInABrowser parks a poison message in the inbox (the
+// provider's poison fault, for one order), then in headless chromium finds
+// it on the Repair page, dry-runs its replay, replays it under a ticket and
+// an actor, and finds the audit rows of that ticket on the Audit page; the
+// effect is checked through the workorder admin API.
+func TestRepairAndAuditInABrowser(t *testing.T) {
+	if testing.Short() {
+		t.Skip("browser: builds and runs every service")
+	}
+	chromium(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	binDir := t.TempDir()
+	_, thisFile, _, _ := runtime.Caller(0)
+	if err := localstack.Build(ctx, filepath.Join(filepath.Dir(thisFile), "..", ".."), binDir); err != nil {
+		t.Fatal(err)
+	}
+	ports, err := localstack.FreePorts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &lockedWriter{}
+	stack, err := localstack.Start(ctx, localstack.Config{
+		BinDir:         binDir,
+		DatabaseURL:    pgtest.ServerDSN(t),
+		DatabasePrefix: "repair_" + strings.ReplaceAll(uuid.NewString()[:8], "-", "") + "_",
+		Ports:          ports,
+		Log:            logs,
+		ExtraEnv: map[string][]string{"provider-sim": {
+			"PROVIDER_EXEC_BASE=20ms", "PROVIDER_EXEC_PER_POSITION=1ms", "PROVIDER_POLL_INTERVAL=50ms",
+		}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := stack.Stop(30 * time.Second); err != nil {
+			t.Errorf("stop: %v", err)
+		}
+		if t.Failed() {
+			t.Logf("stack output:\n%s", logs.b.String())
+		}
+	})
+	site := stack.URLs()["console"]
+	grpcs := stack.GRPCAddrs()
+	op := metadata.NewOutgoingContext(ctx, metadata.Pairs("authorization", "Bearer "+stack.OperatorToken))
+	wconn, err := grpc.NewClient(grpcs["workorder"], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wconn.Close()
+	pconn, err := grpc.NewClient(grpcs["provider-sim"], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pconn.Close()
+	admin := workorderv1.NewWorkOrderAdminServiceClient(wconn)
+	faults := providerv1.NewProviderAdminServiceClient(pconn)
+	setPoison := func(p float64) {
+		t.Helper()
+		cur, err := faults.GetFaults(op, &providerv1.GetFaultsRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := cur.GetFaults()
+		f.Poison = p
+		if _, err := faults.UpdateFaults(op, &providerv1.UpdateFaultsRequest{Faults: f}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setPoison(1)
+	if _, err := workorderv1.NewWorkOrderServiceClient(wconn).CreateWorkOrder(ctx, &workorderv1.CreateWorkOrderRequest{WorkOrder: &workorderv1.WorkOrder{
+		CustomerId: "repair-test", Description: "poison", Positions: 1,
+		UnitPrice: &moneyv1.Money{CurrencyCode: "EUR", MinorUnits: 990}}}); err != nil {
+		t.Fatal(err)
+	}
+	var entry int64
+	waitfor.Condition(t, 2*time.Minute, "a poison message parked in the inbox", func() bool {
+		resp, err := admin.ListInboxEntries(op, &workorderv1.ListInboxEntriesRequest{Status: "PARKED", Reason: "POISON"})
+		if err != nil || len(resp.GetEntries()) == 0 {
+			return false
+		}
+		entry = resp.GetEntries()[0].GetId()
+		return true
+	})
+	setPoison(0)
+
+	b := browser(t, ctx)
+	run := func(what string, actions ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		actx, cancel := context.WithTimeout(b, 30*time.Second)
+		defer cancel()
+		if err := chromedp.Do(actx, actions...); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	text := func(selector string) string {
+		t.Helper()
+		actx, cancel := context.WithTimeout(b, 30*time.Second)
+		defer cancel()
+		v, err := chromedp.Run(actx, chromedp.Evaluate[string](fmt.Sprintf(
+			`(function(){var e=document.querySelector(%q);return e?e.textContent.trim():""})()`, selector)))
+		if err != nil {
+			t.Fatalf("text of %s: %v", selector, err)
+		}
+		return v
+	}
+	ticket := "INC-" + uuid.NewString()[:8]
+	box := fmt.Sprintf("e-%d", entry)
+	run("log in and open the POISON entries",
+		chromedp.Navigate(site+"/login?next=/repair?reason=POISON"),
+		chromedp.WaitVisible(chromedp.ID("token")),
+		chromedp.SendKeys(chromedp.ID("token"), stack.OperatorToken),
+		chromedp.Submit(chromedp.ID("token")),
+		chromedp.WaitVisible(chromedp.ID(box)),
+	)
+	run("dry run of the entry",
+		chromedp.SendKeys(chromedp.ID("ticket"), ticket),
+		chromedp.SendKeys(chromedp.ID("actor"), "browser-operator"),
+		chromedp.Click(chromedp.ID(box)),
+		chromedp.Submit(chromedp.ID("ticket")),
+		chromedp.WaitVisible(chromedp.ID("res-h")),
+	)
+	if h := text("#res-h"); h != "Dry run: 1 entries would be replayed" || !strings.Contains(text("#res-h + p"), strconv.FormatInt(entry, 10)) {
+		t.Fatalf("dry run shows %q / %q, want entry %d", h, text("#res-h + p"), entry)
+	}
+	run("replay what the dry run listed",
+		chromedp.Click(chromedp.CSS(`form[action="/repair/replay"] button.danger`)),
+		chromedp.WaitVisible(chromedp.CSS(`#res-h`)),
+	)
+	waitfor.Condition(t, 30*time.Second, "the page reports the replay", func() bool {
+		return text("#res-h") == "Replayed 1 entries"
+	})
+	audit, err := admin.ListOperatorAudit(op, &workorderv1.ListOperatorAuditRequest{Ticket: ticket})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rs := audit.GetRecords(); len(rs) != 2 || rs[0].GetDryRun() || !rs[1].GetDryRun() || rs[0].GetAction() != "inbox.replay" ||
+		rs[0].GetActor() != "browser-operator" || rs[0].GetAffected() != 1 {
+		t.Fatalf("audit rows of %s: %v; want the replay over its dry run, one entry each", ticket, rs)
+	}
+	run("open the Audit page for the ticket",
+		chromedp.Navigate(site+"/audit?ticket="+ticket),
+		chromedp.WaitVisible(chromedp.ID("audit")),
+	)
+	if got := text("#audit tbody tr td[data-audit-ticket]"); got != ticket {
+		t.Fatalf("Audit page's first row has ticket %q, want %q", got, ticket)
+	}
+	if rows := text("#audit caption"); !strings.HasPrefix(rows, "2 rows") {
+		t.Fatalf("Audit page: %q, want 2 rows", rows)
+	}
 }

@@ -98,11 +98,17 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		return err
 	}
 	console, err := web.New(web.Sources{
-		Orders:   workorderv1.NewWorkOrderServiceClient(wo),
-		Inbox:    workorderv1.NewWorkOrderAdminServiceClient(wo),
-		Faults:   providerv1.NewProviderAdminServiceClient(pr),
-		Invoices: billingv1.NewBillingServiceClient(bi),
-		Figures:  figures,
+		Orders:         workorderv1.NewWorkOrderServiceClient(wo),
+		Inbox:          workorderv1.NewWorkOrderAdminServiceClient(wo),
+		Repairs:        workorderv1.NewWorkOrderAdminServiceClient(wo),
+		BillingRepairs: billingv1.NewBillingAdminServiceClient(bi),
+		Faults:         providerv1.NewProviderAdminServiceClient(pr),
+		Invoices:       billingv1.NewBillingServiceClient(bi),
+		Figures:        figures,
+		// The Order page's timeline.
+		Outbox:       workorderv1.NewWorkOrderAdminServiceClient(wo),
+		ProviderJobs: providerv1.NewProviderAdminServiceClient(pr),
+		InvoiceJobs:  billingv1.NewBillingAdminServiceClient(bi),
 	}, web.Config{
 		OperatorToken:  cfg.OperatorToken,
 		ReadOpen:       cfg.ReadOpen,

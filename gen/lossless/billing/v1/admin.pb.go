@@ -10,6 +10,7 @@ import (
 	_ "buf.build/gen/go/bufbuild/protovalidate/protocolbuffers/go/buf/validate"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	structpb "google.golang.org/protobuf/types/known/structpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -22,6 +23,61 @@ const (
 	// Verify that runtime/protoimpl is sufficiently up-to-date.
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
+
+// Authorization of a mutating operator call.
+type OperatorAuthorization struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Change or incident reference; must not contain NUL (U+0000).
+	Ticket string `protobuf:"bytes,1,opt,name=ticket,proto3" json:"ticket,omitempty"`
+	// Who acts; must not contain NUL (U+0000).
+	Actor         string `protobuf:"bytes,2,opt,name=actor,proto3" json:"actor,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OperatorAuthorization) Reset() {
+	*x = OperatorAuthorization{}
+	mi := &file_lossless_billing_v1_admin_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OperatorAuthorization) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OperatorAuthorization) ProtoMessage() {}
+
+func (x *OperatorAuthorization) ProtoReflect() protoreflect.Message {
+	mi := &file_lossless_billing_v1_admin_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OperatorAuthorization.ProtoReflect.Descriptor instead.
+func (*OperatorAuthorization) Descriptor() ([]byte, []int) {
+	return file_lossless_billing_v1_admin_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *OperatorAuthorization) GetTicket() string {
+	if x != nil {
+		return x.Ticket
+	}
+	return ""
+}
+
+func (x *OperatorAuthorization) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
 
 // One invoice job: issues the invoice of one work order.
 type InvoiceJob struct {
@@ -51,7 +107,7 @@ type InvoiceJob struct {
 
 func (x *InvoiceJob) Reset() {
 	*x = InvoiceJob{}
-	mi := &file_lossless_billing_v1_admin_proto_msgTypes[0]
+	mi := &file_lossless_billing_v1_admin_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -63,7 +119,7 @@ func (x *InvoiceJob) String() string {
 func (*InvoiceJob) ProtoMessage() {}
 
 func (x *InvoiceJob) ProtoReflect() protoreflect.Message {
-	mi := &file_lossless_billing_v1_admin_proto_msgTypes[0]
+	mi := &file_lossless_billing_v1_admin_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -76,7 +132,7 @@ func (x *InvoiceJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InvoiceJob.ProtoReflect.Descriptor instead.
 func (*InvoiceJob) Descriptor() ([]byte, []int) {
-	return file_lossless_billing_v1_admin_proto_rawDescGZIP(), []int{0}
+	return file_lossless_billing_v1_admin_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *InvoiceJob) GetId() int64 {
@@ -164,14 +220,16 @@ type ListInvoiceJobsRequest struct {
 	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// Opaque token from a previous response's next_page_token, valid only
 	// with the same filter.
-	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	PageToken string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Only the job of this work order (its unique key; at most one job).
+	WorkOrderId   string `protobuf:"bytes,4,opt,name=work_order_id,json=workOrderId,proto3" json:"work_order_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListInvoiceJobsRequest) Reset() {
 	*x = ListInvoiceJobsRequest{}
-	mi := &file_lossless_billing_v1_admin_proto_msgTypes[1]
+	mi := &file_lossless_billing_v1_admin_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -183,7 +241,7 @@ func (x *ListInvoiceJobsRequest) String() string {
 func (*ListInvoiceJobsRequest) ProtoMessage() {}
 
 func (x *ListInvoiceJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lossless_billing_v1_admin_proto_msgTypes[1]
+	mi := &file_lossless_billing_v1_admin_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -196,7 +254,7 @@ func (x *ListInvoiceJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListInvoiceJobsRequest.ProtoReflect.Descriptor instead.
 func (*ListInvoiceJobsRequest) Descriptor() ([]byte, []int) {
-	return file_lossless_billing_v1_admin_proto_rawDescGZIP(), []int{1}
+	return file_lossless_billing_v1_admin_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *ListInvoiceJobsRequest) GetState() string {
@@ -220,6 +278,13 @@ func (x *ListInvoiceJobsRequest) GetPageToken() string {
 	return ""
 }
 
+func (x *ListInvoiceJobsRequest) GetWorkOrderId() string {
+	if x != nil {
+		return x.WorkOrderId
+	}
+	return ""
+}
+
 type ListInvoiceJobsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Jobs  []*InvoiceJob          `protobuf:"bytes,1,rep,name=jobs,proto3" json:"jobs,omitempty"`
@@ -231,7 +296,7 @@ type ListInvoiceJobsResponse struct {
 
 func (x *ListInvoiceJobsResponse) Reset() {
 	*x = ListInvoiceJobsResponse{}
-	mi := &file_lossless_billing_v1_admin_proto_msgTypes[2]
+	mi := &file_lossless_billing_v1_admin_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -243,7 +308,7 @@ func (x *ListInvoiceJobsResponse) String() string {
 func (*ListInvoiceJobsResponse) ProtoMessage() {}
 
 func (x *ListInvoiceJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lossless_billing_v1_admin_proto_msgTypes[2]
+	mi := &file_lossless_billing_v1_admin_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -256,7 +321,7 @@ func (x *ListInvoiceJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListInvoiceJobsResponse.ProtoReflect.Descriptor instead.
 func (*ListInvoiceJobsResponse) Descriptor() ([]byte, []int) {
-	return file_lossless_billing_v1_admin_proto_rawDescGZIP(), []int{2}
+	return file_lossless_billing_v1_admin_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ListInvoiceJobsResponse) GetJobs() []*InvoiceJob {
@@ -294,7 +359,7 @@ type ParkedMessage struct {
 
 func (x *ParkedMessage) Reset() {
 	*x = ParkedMessage{}
-	mi := &file_lossless_billing_v1_admin_proto_msgTypes[3]
+	mi := &file_lossless_billing_v1_admin_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -306,7 +371,7 @@ func (x *ParkedMessage) String() string {
 func (*ParkedMessage) ProtoMessage() {}
 
 func (x *ParkedMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_lossless_billing_v1_admin_proto_msgTypes[3]
+	mi := &file_lossless_billing_v1_admin_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -319,7 +384,7 @@ func (x *ParkedMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ParkedMessage.ProtoReflect.Descriptor instead.
 func (*ParkedMessage) Descriptor() ([]byte, []int) {
-	return file_lossless_billing_v1_admin_proto_rawDescGZIP(), []int{3}
+	return file_lossless_billing_v1_admin_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ParkedMessage) GetId() int64 {
@@ -402,7 +467,7 @@ type ListParkedMessagesRequest struct {
 
 func (x *ListParkedMessagesRequest) Reset() {
 	*x = ListParkedMessagesRequest{}
-	mi := &file_lossless_billing_v1_admin_proto_msgTypes[4]
+	mi := &file_lossless_billing_v1_admin_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -414,7 +479,7 @@ func (x *ListParkedMessagesRequest) String() string {
 func (*ListParkedMessagesRequest) ProtoMessage() {}
 
 func (x *ListParkedMessagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lossless_billing_v1_admin_proto_msgTypes[4]
+	mi := &file_lossless_billing_v1_admin_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -427,7 +492,7 @@ func (x *ListParkedMessagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListParkedMessagesRequest.ProtoReflect.Descriptor instead.
 func (*ListParkedMessagesRequest) Descriptor() ([]byte, []int) {
-	return file_lossless_billing_v1_admin_proto_rawDescGZIP(), []int{4}
+	return file_lossless_billing_v1_admin_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ListParkedMessagesRequest) GetSubscription() string {
@@ -469,7 +534,7 @@ type ListParkedMessagesResponse struct {
 
 func (x *ListParkedMessagesResponse) Reset() {
 	*x = ListParkedMessagesResponse{}
-	mi := &file_lossless_billing_v1_admin_proto_msgTypes[5]
+	mi := &file_lossless_billing_v1_admin_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -481,7 +546,7 @@ func (x *ListParkedMessagesResponse) String() string {
 func (*ListParkedMessagesResponse) ProtoMessage() {}
 
 func (x *ListParkedMessagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lossless_billing_v1_admin_proto_msgTypes[5]
+	mi := &file_lossless_billing_v1_admin_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -494,7 +559,7 @@ func (x *ListParkedMessagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListParkedMessagesResponse.ProtoReflect.Descriptor instead.
 func (*ListParkedMessagesResponse) Descriptor() ([]byte, []int) {
-	return file_lossless_billing_v1_admin_proto_rawDescGZIP(), []int{5}
+	return file_lossless_billing_v1_admin_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ListParkedMessagesResponse) GetMessages() []*ParkedMessage {
@@ -511,11 +576,632 @@ func (x *ListParkedMessagesResponse) GetNextPageToken() string {
 	return ""
 }
 
+type RetryInvoiceJobsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Authorization *OperatorAuthorization `protobuf:"bytes,1,opt,name=authorization,proto3" json:"authorization,omitempty"`
+	// Jobs to requeue (1..1000); only dead ones are touched.
+	Ids []int64 `protobuf:"varint,2,rep,packed,name=ids,proto3" json:"ids,omitempty"`
+	// Report which of the ids are dead and would be requeued; change nothing
+	// (still audited).
+	DryRun        bool `protobuf:"varint,3,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetryInvoiceJobsRequest) Reset() {
+	*x = RetryInvoiceJobsRequest{}
+	mi := &file_lossless_billing_v1_admin_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetryInvoiceJobsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetryInvoiceJobsRequest) ProtoMessage() {}
+
+func (x *RetryInvoiceJobsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lossless_billing_v1_admin_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetryInvoiceJobsRequest.ProtoReflect.Descriptor instead.
+func (*RetryInvoiceJobsRequest) Descriptor() ([]byte, []int) {
+	return file_lossless_billing_v1_admin_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *RetryInvoiceJobsRequest) GetAuthorization() *OperatorAuthorization {
+	if x != nil {
+		return x.Authorization
+	}
+	return nil
+}
+
+func (x *RetryInvoiceJobsRequest) GetIds() []int64 {
+	if x != nil {
+		return x.Ids
+	}
+	return nil
+}
+
+func (x *RetryInvoiceJobsRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+type RetryInvoiceJobsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The jobs requeued (on a dry run: that would be).
+	Ids           []int64 `protobuf:"varint,1,rep,packed,name=ids,proto3" json:"ids,omitempty"`
+	DryRun        bool    `protobuf:"varint,2,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetryInvoiceJobsResponse) Reset() {
+	*x = RetryInvoiceJobsResponse{}
+	mi := &file_lossless_billing_v1_admin_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetryInvoiceJobsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetryInvoiceJobsResponse) ProtoMessage() {}
+
+func (x *RetryInvoiceJobsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lossless_billing_v1_admin_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetryInvoiceJobsResponse.ProtoReflect.Descriptor instead.
+func (*RetryInvoiceJobsResponse) Descriptor() ([]byte, []int) {
+	return file_lossless_billing_v1_admin_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *RetryInvoiceJobsResponse) GetIds() []int64 {
+	if x != nil {
+		return x.Ids
+	}
+	return nil
+}
+
+func (x *RetryInvoiceJobsResponse) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+type ReplayDeadLettersRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Authorization *OperatorAuthorization `protobuf:"bytes,1,opt,name=authorization,proto3" json:"authorization,omitempty"`
+	// Only dead letters with these Pub/Sub message ids; empty means any.
+	// Ids must not contain NUL (U+0000).
+	MessageIds []string `protobuf:"bytes,2,rep,name=message_ids,json=messageIds,proto3" json:"message_ids,omitempty"`
+	// Upper bound of dead letters taken in this call (required, 1..1000).
+	MaxMessages int32 `protobuf:"varint,3,opt,name=max_messages,json=maxMessages,proto3" json:"max_messages,omitempty"`
+	// Pull, report and release: nothing is consumed or acked (still audited).
+	DryRun        bool `protobuf:"varint,4,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplayDeadLettersRequest) Reset() {
+	*x = ReplayDeadLettersRequest{}
+	mi := &file_lossless_billing_v1_admin_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplayDeadLettersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplayDeadLettersRequest) ProtoMessage() {}
+
+func (x *ReplayDeadLettersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lossless_billing_v1_admin_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplayDeadLettersRequest.ProtoReflect.Descriptor instead.
+func (*ReplayDeadLettersRequest) Descriptor() ([]byte, []int) {
+	return file_lossless_billing_v1_admin_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ReplayDeadLettersRequest) GetAuthorization() *OperatorAuthorization {
+	if x != nil {
+		return x.Authorization
+	}
+	return nil
+}
+
+func (x *ReplayDeadLettersRequest) GetMessageIds() []string {
+	if x != nil {
+		return x.MessageIds
+	}
+	return nil
+}
+
+func (x *ReplayDeadLettersRequest) GetMaxMessages() int32 {
+	if x != nil {
+		return x.MaxMessages
+	}
+	return 0
+}
+
+func (x *ReplayDeadLettersRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+type ReplayDeadLettersResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Message ids taken (or, on a dry run, seen).
+	MessageIds []string `protobuf:"bytes,1,rep,name=message_ids,json=messageIds,proto3" json:"message_ids,omitempty"`
+	// Consumed messages by intake outcome: enqueued, duplicate,
+	// order_already_queued, parked, unknown_type.
+	Outcomes map[string]int32 `protobuf:"bytes,2,rep,name=outcomes,proto3" json:"outcomes,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// Messages that met an infrastructure error: released, still dead
+	// letters.
+	FailedMessageIds []string `protobuf:"bytes,3,rep,name=failed_message_ids,json=failedMessageIds,proto3" json:"failed_message_ids,omitempty"`
+	DryRun           bool     `protobuf:"varint,4,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *ReplayDeadLettersResponse) Reset() {
+	*x = ReplayDeadLettersResponse{}
+	mi := &file_lossless_billing_v1_admin_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplayDeadLettersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplayDeadLettersResponse) ProtoMessage() {}
+
+func (x *ReplayDeadLettersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lossless_billing_v1_admin_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplayDeadLettersResponse.ProtoReflect.Descriptor instead.
+func (*ReplayDeadLettersResponse) Descriptor() ([]byte, []int) {
+	return file_lossless_billing_v1_admin_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ReplayDeadLettersResponse) GetMessageIds() []string {
+	if x != nil {
+		return x.MessageIds
+	}
+	return nil
+}
+
+func (x *ReplayDeadLettersResponse) GetOutcomes() map[string]int32 {
+	if x != nil {
+		return x.Outcomes
+	}
+	return nil
+}
+
+func (x *ReplayDeadLettersResponse) GetFailedMessageIds() []string {
+	if x != nil {
+		return x.FailedMessageIds
+	}
+	return nil
+}
+
+func (x *ReplayDeadLettersResponse) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+type ReplayParkedMessageRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Authorization *OperatorAuthorization `protobuf:"bytes,1,opt,name=authorization,proto3" json:"authorization,omitempty"`
+	// The parked message's id (ParkedMessage.id).
+	Id int64 `protobuf:"varint,2,opt,name=id,proto3" json:"id,omitempty"`
+	// Consume and roll back: reports the outcome the message would have, or
+	// why it is still refused; changes nothing but the audit row.
+	DryRun        bool `protobuf:"varint,3,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplayParkedMessageRequest) Reset() {
+	*x = ReplayParkedMessageRequest{}
+	mi := &file_lossless_billing_v1_admin_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplayParkedMessageRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplayParkedMessageRequest) ProtoMessage() {}
+
+func (x *ReplayParkedMessageRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lossless_billing_v1_admin_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplayParkedMessageRequest.ProtoReflect.Descriptor instead.
+func (*ReplayParkedMessageRequest) Descriptor() ([]byte, []int) {
+	return file_lossless_billing_v1_admin_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ReplayParkedMessageRequest) GetAuthorization() *OperatorAuthorization {
+	if x != nil {
+		return x.Authorization
+	}
+	return nil
+}
+
+func (x *ReplayParkedMessageRequest) GetId() int64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *ReplayParkedMessageRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+type ReplayParkedMessageResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The intake's outcome, e.g. enqueued or duplicate.
+	Outcome       string `protobuf:"bytes,1,opt,name=outcome,proto3" json:"outcome,omitempty"`
+	DryRun        bool   `protobuf:"varint,2,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplayParkedMessageResponse) Reset() {
+	*x = ReplayParkedMessageResponse{}
+	mi := &file_lossless_billing_v1_admin_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplayParkedMessageResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplayParkedMessageResponse) ProtoMessage() {}
+
+func (x *ReplayParkedMessageResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lossless_billing_v1_admin_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplayParkedMessageResponse.ProtoReflect.Descriptor instead.
+func (*ReplayParkedMessageResponse) Descriptor() ([]byte, []int) {
+	return file_lossless_billing_v1_admin_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ReplayParkedMessageResponse) GetOutcome() string {
+	if x != nil {
+		return x.Outcome
+	}
+	return ""
+}
+
+func (x *ReplayParkedMessageResponse) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+// One operator_audit row: a privileged action, dry runs included.
+type OperatorAuditRecord struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    int64                  `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// e.g. jobs.retry, intake.replay-dead-letters, parked.replay.
+	Action string `protobuf:"bytes,2,opt,name=action,proto3" json:"action,omitempty"`
+	Actor  string `protobuf:"bytes,3,opt,name=actor,proto3" json:"actor,omitempty"`
+	Ticket string `protobuf:"bytes,4,opt,name=ticket,proto3" json:"ticket,omitempty"`
+	DryRun bool   `protobuf:"varint,5,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	// The action's parameters as recorded.
+	Params *structpb.Struct `protobuf:"bytes,6,opt,name=params,proto3" json:"params,omitempty"`
+	// Rows (or messages) the action affected or, on a dry run, would have.
+	Affected      int32                  `protobuf:"varint,7,opt,name=affected,proto3" json:"affected,omitempty"`
+	OccurTime     *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=occur_time,json=occurTime,proto3" json:"occur_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OperatorAuditRecord) Reset() {
+	*x = OperatorAuditRecord{}
+	mi := &file_lossless_billing_v1_admin_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OperatorAuditRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OperatorAuditRecord) ProtoMessage() {}
+
+func (x *OperatorAuditRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_lossless_billing_v1_admin_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OperatorAuditRecord.ProtoReflect.Descriptor instead.
+func (*OperatorAuditRecord) Descriptor() ([]byte, []int) {
+	return file_lossless_billing_v1_admin_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *OperatorAuditRecord) GetId() int64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *OperatorAuditRecord) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *OperatorAuditRecord) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
+func (x *OperatorAuditRecord) GetTicket() string {
+	if x != nil {
+		return x.Ticket
+	}
+	return ""
+}
+
+func (x *OperatorAuditRecord) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+func (x *OperatorAuditRecord) GetParams() *structpb.Struct {
+	if x != nil {
+		return x.Params
+	}
+	return nil
+}
+
+func (x *OperatorAuditRecord) GetAffected() int32 {
+	if x != nil {
+		return x.Affected
+	}
+	return 0
+}
+
+func (x *OperatorAuditRecord) GetOccurTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.OccurTime
+	}
+	return nil
+}
+
+type ListOperatorAuditRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only this action; must not contain NUL (U+0000).
+	Action string `protobuf:"bytes,1,opt,name=action,proto3" json:"action,omitempty"`
+	// Only this actor; must not contain NUL (U+0000).
+	Actor string `protobuf:"bytes,2,opt,name=actor,proto3" json:"actor,omitempty"`
+	// Only this ticket; must not contain NUL (U+0000).
+	Ticket string `protobuf:"bytes,3,opt,name=ticket,proto3" json:"ticket,omitempty"`
+	// Maximum results; 0 means the default of 50; at most 500.
+	PageSize int32 `protobuf:"varint,4,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// Opaque token from a previous response's next_page_token, valid only
+	// with the same filter.
+	PageToken     string `protobuf:"bytes,5,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListOperatorAuditRequest) Reset() {
+	*x = ListOperatorAuditRequest{}
+	mi := &file_lossless_billing_v1_admin_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListOperatorAuditRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListOperatorAuditRequest) ProtoMessage() {}
+
+func (x *ListOperatorAuditRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lossless_billing_v1_admin_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListOperatorAuditRequest.ProtoReflect.Descriptor instead.
+func (*ListOperatorAuditRequest) Descriptor() ([]byte, []int) {
+	return file_lossless_billing_v1_admin_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ListOperatorAuditRequest) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *ListOperatorAuditRequest) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
+func (x *ListOperatorAuditRequest) GetTicket() string {
+	if x != nil {
+		return x.Ticket
+	}
+	return ""
+}
+
+func (x *ListOperatorAuditRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListOperatorAuditRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+type ListOperatorAuditResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Records []*OperatorAuditRecord `protobuf:"bytes,1,rep,name=records,proto3" json:"records,omitempty"`
+	// Empty when there are no more results.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListOperatorAuditResponse) Reset() {
+	*x = ListOperatorAuditResponse{}
+	mi := &file_lossless_billing_v1_admin_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListOperatorAuditResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListOperatorAuditResponse) ProtoMessage() {}
+
+func (x *ListOperatorAuditResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lossless_billing_v1_admin_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListOperatorAuditResponse.ProtoReflect.Descriptor instead.
+func (*ListOperatorAuditResponse) Descriptor() ([]byte, []int) {
+	return file_lossless_billing_v1_admin_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ListOperatorAuditResponse) GetRecords() []*OperatorAuditRecord {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
+func (x *ListOperatorAuditResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
 var File_lossless_billing_v1_admin_proto protoreflect.FileDescriptor
 
 const file_lossless_billing_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x1flossless/billing/v1/admin.proto\x12\x13lossless.billing.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x9c\x03\n" +
+	"\x1flossless/billing/v1/admin.proto\x12\x13lossless.billing.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8b\x02\n" +
+	"\x15OperatorAuthorization\x12y\n" +
+	"\x06ticket\x18\x01 \x01(\tBa\xbaH^\xba\x01T\n" +
+	"\rstring.no_nul\x12)must not contain a NUL character (U+0000)\x1a\x18!this.contains('\\u0000')r\x05\x10\x01\x18\xc8\x01R\x06ticket\x12w\n" +
+	"\x05actor\x18\x02 \x01(\tBa\xbaH^\xba\x01T\n" +
+	"\rstring.no_nul\x12)must not contain a NUL character (U+0000)\x1a\x18!this.contains('\\u0000')r\x05\x10\x01\x18\xc8\x01R\x05actor\"\x9c\x03\n" +
 	"\n" +
 	"InvoiceJob\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12\"\n" +
@@ -533,13 +1219,14 @@ const file_lossless_billing_v1_admin_proto_rawDesc = "" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x12;\n" +
 	"\vfinish_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"finishTime\"\xa9\x01\n" +
+	"finishTime\"\xda\x01\n" +
 	"\x16ListInvoiceJobsRequest\x12=\n" +
 	"\x05state\x18\x01 \x01(\tB'\xbaH$r\"R\x00R\tavailableR\arunningR\x04doneR\x04deadR\x05state\x12'\n" +
 	"\tpage_size\x18\x02 \x01(\x05B\n" +
 	"\xbaH\a\x1a\x05\x18\xf4\x03(\x00R\bpageSize\x12'\n" +
 	"\n" +
-	"page_token\x18\x03 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x04R\tpageToken\"v\n" +
+	"page_token\x18\x03 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x04R\tpageToken\x12/\n" +
+	"\rwork_order_id\x18\x04 \x01(\tB\v\xbaH\b\xd8\x01\x01r\x03\xb0\x01\x01R\vworkOrderId\"v\n" +
 	"\x17ListInvoiceJobsResponse\x123\n" +
 	"\x04jobs\x18\x01 \x03(\v2\x1f.lossless.billing.v1.InvoiceJobR\x04jobs\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xa4\x03\n" +
@@ -571,10 +1258,69 @@ const file_lossless_billing_v1_admin_proto_rawDesc = "" +
 	"page_token\x18\x04 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x04R\tpageToken\"\x84\x01\n" +
 	"\x1aListParkedMessagesResponse\x12>\n" +
 	"\bmessages\x18\x01 \x03(\v2\".lossless.billing.v1.ParkedMessageR\bmessages\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken2\xfa\x01\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xb3\x01\n" +
+	"\x17RetryInvoiceJobsRequest\x12X\n" +
+	"\rauthorization\x18\x01 \x01(\v2*.lossless.billing.v1.OperatorAuthorizationB\x06\xbaH\x03\xc8\x01\x01R\rauthorization\x12%\n" +
+	"\x03ids\x18\x02 \x03(\x03B\x13\xbaH\x10\x92\x01\r\b\x01\x10\xe8\a\x18\x01\"\x04\"\x02 \x00R\x03ids\x12\x17\n" +
+	"\adry_run\x18\x03 \x01(\bR\x06dryRun\"E\n" +
+	"\x18RetryInvoiceJobsResponse\x12\x10\n" +
+	"\x03ids\x18\x01 \x03(\x03R\x03ids\x12\x17\n" +
+	"\adry_run\x18\x02 \x01(\bR\x06dryRun\"\xc2\x02\n" +
+	"\x18ReplayDeadLettersRequest\x12X\n" +
+	"\rauthorization\x18\x01 \x01(\v2*.lossless.billing.v1.OperatorAuthorizationB\x06\xbaH\x03\xc8\x01\x01R\rauthorization\x12\x83\x01\n" +
+	"\vmessage_ids\x18\x02 \x03(\tBb\xbaH_\x92\x01\\\x10\xe8\a\"W\xba\x01T\n" +
+	"\rstring.no_nul\x12)must not contain a NUL character (U+0000)\x1a\x18!this.contains('\\u0000')R\n" +
+	"messageIds\x12-\n" +
+	"\fmax_messages\x18\x03 \x01(\x05B\n" +
+	"\xbaH\a\x1a\x05\x18\xe8\a(\x01R\vmaxMessages\x12\x17\n" +
+	"\adry_run\x18\x04 \x01(\bR\x06dryRun\"\x9a\x02\n" +
+	"\x19ReplayDeadLettersResponse\x12\x1f\n" +
+	"\vmessage_ids\x18\x01 \x03(\tR\n" +
+	"messageIds\x12X\n" +
+	"\boutcomes\x18\x02 \x03(\v2<.lossless.billing.v1.ReplayDeadLettersResponse.OutcomesEntryR\boutcomes\x12,\n" +
+	"\x12failed_message_ids\x18\x03 \x03(\tR\x10failedMessageIds\x12\x17\n" +
+	"\adry_run\x18\x04 \x01(\bR\x06dryRun\x1a;\n" +
+	"\rOutcomesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"\xa8\x01\n" +
+	"\x1aReplayParkedMessageRequest\x12X\n" +
+	"\rauthorization\x18\x01 \x01(\v2*.lossless.billing.v1.OperatorAuthorizationB\x06\xbaH\x03\xc8\x01\x01R\rauthorization\x12\x17\n" +
+	"\x02id\x18\x02 \x01(\x03B\a\xbaH\x04\"\x02 \x00R\x02id\x12\x17\n" +
+	"\adry_run\x18\x03 \x01(\bR\x06dryRun\"P\n" +
+	"\x1bReplayParkedMessageResponse\x12\x18\n" +
+	"\aoutcome\x18\x01 \x01(\tR\aoutcome\x12\x17\n" +
+	"\adry_run\x18\x02 \x01(\bR\x06dryRun\"\x8c\x02\n" +
+	"\x13OperatorAuditRecord\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x16\n" +
+	"\x06action\x18\x02 \x01(\tR\x06action\x12\x14\n" +
+	"\x05actor\x18\x03 \x01(\tR\x05actor\x12\x16\n" +
+	"\x06ticket\x18\x04 \x01(\tR\x06ticket\x12\x17\n" +
+	"\adry_run\x18\x05 \x01(\bR\x06dryRun\x12/\n" +
+	"\x06params\x18\x06 \x01(\v2\x17.google.protobuf.StructR\x06params\x12\x1a\n" +
+	"\baffected\x18\a \x01(\x05R\baffected\x129\n" +
+	"\n" +
+	"occur_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\toccurTime\"\xd5\x03\n" +
+	"\x18ListOperatorAuditRequest\x12w\n" +
+	"\x06action\x18\x01 \x01(\tB_\xbaH\\\xba\x01T\n" +
+	"\rstring.no_nul\x12)must not contain a NUL character (U+0000)\x1a\x18!this.contains('\\u0000')r\x03\x18\xc8\x01R\x06action\x12u\n" +
+	"\x05actor\x18\x02 \x01(\tB_\xbaH\\\xba\x01T\n" +
+	"\rstring.no_nul\x12)must not contain a NUL character (U+0000)\x1a\x18!this.contains('\\u0000')r\x03\x18\xc8\x01R\x05actor\x12w\n" +
+	"\x06ticket\x18\x03 \x01(\tB_\xbaH\\\xba\x01T\n" +
+	"\rstring.no_nul\x12)must not contain a NUL character (U+0000)\x1a\x18!this.contains('\\u0000')r\x03\x18\xc8\x01R\x06ticket\x12'\n" +
+	"\tpage_size\x18\x04 \x01(\x05B\n" +
+	"\xbaH\a\x1a\x05\x18\xf4\x03(\x00R\bpageSize\x12'\n" +
+	"\n" +
+	"page_token\x18\x05 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x04R\tpageToken\"\x87\x01\n" +
+	"\x19ListOperatorAuditResponse\x12B\n" +
+	"\arecords\x18\x01 \x03(\v2(.lossless.billing.v1.OperatorAuditRecordR\arecords\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken2\xcd\x05\n" +
 	"\x13BillingAdminService\x12l\n" +
 	"\x0fListInvoiceJobs\x12+.lossless.billing.v1.ListInvoiceJobsRequest\x1a,.lossless.billing.v1.ListInvoiceJobsResponse\x12u\n" +
-	"\x12ListParkedMessages\x12..lossless.billing.v1.ListParkedMessagesRequest\x1a/.lossless.billing.v1.ListParkedMessagesResponseBDZBgithub.com/lossless-dev/lossless/gen/lossless/billing/v1;billingv1b\x06proto3"
+	"\x12ListParkedMessages\x12..lossless.billing.v1.ListParkedMessagesRequest\x1a/.lossless.billing.v1.ListParkedMessagesResponse\x12o\n" +
+	"\x10RetryInvoiceJobs\x12,.lossless.billing.v1.RetryInvoiceJobsRequest\x1a-.lossless.billing.v1.RetryInvoiceJobsResponse\x12r\n" +
+	"\x11ReplayDeadLetters\x12-.lossless.billing.v1.ReplayDeadLettersRequest\x1a..lossless.billing.v1.ReplayDeadLettersResponse\x12x\n" +
+	"\x13ReplayParkedMessage\x12/.lossless.billing.v1.ReplayParkedMessageRequest\x1a0.lossless.billing.v1.ReplayParkedMessageResponse\x12r\n" +
+	"\x11ListOperatorAudit\x12-.lossless.billing.v1.ListOperatorAuditRequest\x1a..lossless.billing.v1.ListOperatorAuditResponseBDZBgithub.com/lossless-dev/lossless/gen/lossless/billing/v1;billingv1b\x06proto3"
 
 var (
 	file_lossless_billing_v1_admin_proto_rawDescOnce sync.Once
@@ -588,34 +1334,61 @@ func file_lossless_billing_v1_admin_proto_rawDescGZIP() []byte {
 	return file_lossless_billing_v1_admin_proto_rawDescData
 }
 
-var file_lossless_billing_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_lossless_billing_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_lossless_billing_v1_admin_proto_goTypes = []any{
-	(*InvoiceJob)(nil),                 // 0: lossless.billing.v1.InvoiceJob
-	(*ListInvoiceJobsRequest)(nil),     // 1: lossless.billing.v1.ListInvoiceJobsRequest
-	(*ListInvoiceJobsResponse)(nil),    // 2: lossless.billing.v1.ListInvoiceJobsResponse
-	(*ParkedMessage)(nil),              // 3: lossless.billing.v1.ParkedMessage
-	(*ListParkedMessagesRequest)(nil),  // 4: lossless.billing.v1.ListParkedMessagesRequest
-	(*ListParkedMessagesResponse)(nil), // 5: lossless.billing.v1.ListParkedMessagesResponse
-	nil,                                // 6: lossless.billing.v1.ParkedMessage.AttributesEntry
-	(*timestamppb.Timestamp)(nil),      // 7: google.protobuf.Timestamp
+	(*OperatorAuthorization)(nil),       // 0: lossless.billing.v1.OperatorAuthorization
+	(*InvoiceJob)(nil),                  // 1: lossless.billing.v1.InvoiceJob
+	(*ListInvoiceJobsRequest)(nil),      // 2: lossless.billing.v1.ListInvoiceJobsRequest
+	(*ListInvoiceJobsResponse)(nil),     // 3: lossless.billing.v1.ListInvoiceJobsResponse
+	(*ParkedMessage)(nil),               // 4: lossless.billing.v1.ParkedMessage
+	(*ListParkedMessagesRequest)(nil),   // 5: lossless.billing.v1.ListParkedMessagesRequest
+	(*ListParkedMessagesResponse)(nil),  // 6: lossless.billing.v1.ListParkedMessagesResponse
+	(*RetryInvoiceJobsRequest)(nil),     // 7: lossless.billing.v1.RetryInvoiceJobsRequest
+	(*RetryInvoiceJobsResponse)(nil),    // 8: lossless.billing.v1.RetryInvoiceJobsResponse
+	(*ReplayDeadLettersRequest)(nil),    // 9: lossless.billing.v1.ReplayDeadLettersRequest
+	(*ReplayDeadLettersResponse)(nil),   // 10: lossless.billing.v1.ReplayDeadLettersResponse
+	(*ReplayParkedMessageRequest)(nil),  // 11: lossless.billing.v1.ReplayParkedMessageRequest
+	(*ReplayParkedMessageResponse)(nil), // 12: lossless.billing.v1.ReplayParkedMessageResponse
+	(*OperatorAuditRecord)(nil),         // 13: lossless.billing.v1.OperatorAuditRecord
+	(*ListOperatorAuditRequest)(nil),    // 14: lossless.billing.v1.ListOperatorAuditRequest
+	(*ListOperatorAuditResponse)(nil),   // 15: lossless.billing.v1.ListOperatorAuditResponse
+	nil,                                 // 16: lossless.billing.v1.ParkedMessage.AttributesEntry
+	nil,                                 // 17: lossless.billing.v1.ReplayDeadLettersResponse.OutcomesEntry
+	(*timestamppb.Timestamp)(nil),       // 18: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),             // 19: google.protobuf.Struct
 }
 var file_lossless_billing_v1_admin_proto_depIdxs = []int32{
-	7, // 0: lossless.billing.v1.InvoiceJob.due_time:type_name -> google.protobuf.Timestamp
-	7, // 1: lossless.billing.v1.InvoiceJob.create_time:type_name -> google.protobuf.Timestamp
-	7, // 2: lossless.billing.v1.InvoiceJob.finish_time:type_name -> google.protobuf.Timestamp
-	0, // 3: lossless.billing.v1.ListInvoiceJobsResponse.jobs:type_name -> lossless.billing.v1.InvoiceJob
-	6, // 4: lossless.billing.v1.ParkedMessage.attributes:type_name -> lossless.billing.v1.ParkedMessage.AttributesEntry
-	7, // 5: lossless.billing.v1.ParkedMessage.park_time:type_name -> google.protobuf.Timestamp
-	3, // 6: lossless.billing.v1.ListParkedMessagesResponse.messages:type_name -> lossless.billing.v1.ParkedMessage
-	1, // 7: lossless.billing.v1.BillingAdminService.ListInvoiceJobs:input_type -> lossless.billing.v1.ListInvoiceJobsRequest
-	4, // 8: lossless.billing.v1.BillingAdminService.ListParkedMessages:input_type -> lossless.billing.v1.ListParkedMessagesRequest
-	2, // 9: lossless.billing.v1.BillingAdminService.ListInvoiceJobs:output_type -> lossless.billing.v1.ListInvoiceJobsResponse
-	5, // 10: lossless.billing.v1.BillingAdminService.ListParkedMessages:output_type -> lossless.billing.v1.ListParkedMessagesResponse
-	9, // [9:11] is the sub-list for method output_type
-	7, // [7:9] is the sub-list for method input_type
-	7, // [7:7] is the sub-list for extension type_name
-	7, // [7:7] is the sub-list for extension extendee
-	0, // [0:7] is the sub-list for field type_name
+	18, // 0: lossless.billing.v1.InvoiceJob.due_time:type_name -> google.protobuf.Timestamp
+	18, // 1: lossless.billing.v1.InvoiceJob.create_time:type_name -> google.protobuf.Timestamp
+	18, // 2: lossless.billing.v1.InvoiceJob.finish_time:type_name -> google.protobuf.Timestamp
+	1,  // 3: lossless.billing.v1.ListInvoiceJobsResponse.jobs:type_name -> lossless.billing.v1.InvoiceJob
+	16, // 4: lossless.billing.v1.ParkedMessage.attributes:type_name -> lossless.billing.v1.ParkedMessage.AttributesEntry
+	18, // 5: lossless.billing.v1.ParkedMessage.park_time:type_name -> google.protobuf.Timestamp
+	4,  // 6: lossless.billing.v1.ListParkedMessagesResponse.messages:type_name -> lossless.billing.v1.ParkedMessage
+	0,  // 7: lossless.billing.v1.RetryInvoiceJobsRequest.authorization:type_name -> lossless.billing.v1.OperatorAuthorization
+	0,  // 8: lossless.billing.v1.ReplayDeadLettersRequest.authorization:type_name -> lossless.billing.v1.OperatorAuthorization
+	17, // 9: lossless.billing.v1.ReplayDeadLettersResponse.outcomes:type_name -> lossless.billing.v1.ReplayDeadLettersResponse.OutcomesEntry
+	0,  // 10: lossless.billing.v1.ReplayParkedMessageRequest.authorization:type_name -> lossless.billing.v1.OperatorAuthorization
+	19, // 11: lossless.billing.v1.OperatorAuditRecord.params:type_name -> google.protobuf.Struct
+	18, // 12: lossless.billing.v1.OperatorAuditRecord.occur_time:type_name -> google.protobuf.Timestamp
+	13, // 13: lossless.billing.v1.ListOperatorAuditResponse.records:type_name -> lossless.billing.v1.OperatorAuditRecord
+	2,  // 14: lossless.billing.v1.BillingAdminService.ListInvoiceJobs:input_type -> lossless.billing.v1.ListInvoiceJobsRequest
+	5,  // 15: lossless.billing.v1.BillingAdminService.ListParkedMessages:input_type -> lossless.billing.v1.ListParkedMessagesRequest
+	7,  // 16: lossless.billing.v1.BillingAdminService.RetryInvoiceJobs:input_type -> lossless.billing.v1.RetryInvoiceJobsRequest
+	9,  // 17: lossless.billing.v1.BillingAdminService.ReplayDeadLetters:input_type -> lossless.billing.v1.ReplayDeadLettersRequest
+	11, // 18: lossless.billing.v1.BillingAdminService.ReplayParkedMessage:input_type -> lossless.billing.v1.ReplayParkedMessageRequest
+	14, // 19: lossless.billing.v1.BillingAdminService.ListOperatorAudit:input_type -> lossless.billing.v1.ListOperatorAuditRequest
+	3,  // 20: lossless.billing.v1.BillingAdminService.ListInvoiceJobs:output_type -> lossless.billing.v1.ListInvoiceJobsResponse
+	6,  // 21: lossless.billing.v1.BillingAdminService.ListParkedMessages:output_type -> lossless.billing.v1.ListParkedMessagesResponse
+	8,  // 22: lossless.billing.v1.BillingAdminService.RetryInvoiceJobs:output_type -> lossless.billing.v1.RetryInvoiceJobsResponse
+	10, // 23: lossless.billing.v1.BillingAdminService.ReplayDeadLetters:output_type -> lossless.billing.v1.ReplayDeadLettersResponse
+	12, // 24: lossless.billing.v1.BillingAdminService.ReplayParkedMessage:output_type -> lossless.billing.v1.ReplayParkedMessageResponse
+	15, // 25: lossless.billing.v1.BillingAdminService.ListOperatorAudit:output_type -> lossless.billing.v1.ListOperatorAuditResponse
+	20, // [20:26] is the sub-list for method output_type
+	14, // [14:20] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_lossless_billing_v1_admin_proto_init() }
@@ -629,7 +1402,7 @@ func file_lossless_billing_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lossless_billing_v1_admin_proto_rawDesc), len(file_lossless_billing_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   7,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

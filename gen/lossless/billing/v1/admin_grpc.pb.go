@@ -19,8 +19,12 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	BillingAdminService_ListInvoiceJobs_FullMethodName    = "/lossless.billing.v1.BillingAdminService/ListInvoiceJobs"
-	BillingAdminService_ListParkedMessages_FullMethodName = "/lossless.billing.v1.BillingAdminService/ListParkedMessages"
+	BillingAdminService_ListInvoiceJobs_FullMethodName     = "/lossless.billing.v1.BillingAdminService/ListInvoiceJobs"
+	BillingAdminService_ListParkedMessages_FullMethodName  = "/lossless.billing.v1.BillingAdminService/ListParkedMessages"
+	BillingAdminService_RetryInvoiceJobs_FullMethodName    = "/lossless.billing.v1.BillingAdminService/RetryInvoiceJobs"
+	BillingAdminService_ReplayDeadLetters_FullMethodName   = "/lossless.billing.v1.BillingAdminService/ReplayDeadLetters"
+	BillingAdminService_ReplayParkedMessage_FullMethodName = "/lossless.billing.v1.BillingAdminService/ReplayParkedMessage"
+	BillingAdminService_ListOperatorAudit_FullMethodName   = "/lossless.billing.v1.BillingAdminService/ListOperatorAudit"
 )
 
 // BillingAdminServiceClient is the client API for BillingAdminService service.
@@ -30,14 +34,29 @@ const (
 // BillingAdminService is billing's privileged operator surface. Every call
 // needs the operator token as gRPC metadata `authorization: Bearer <token>`
 // (env BILLING_OPERATOR_TOKEN; when unset the service refuses every call).
-// No token: UNAUTHENTICATED; a wrong token: PERMISSION_DENIED. The reads
-// match `billing jobs list`; repairs stay CLI commands (docs/runbooks/).
+// No token: UNAUTHENTICATED; a wrong token: PERMISSION_DENIED; nothing is
+// changed in either case. The reads match `billing jobs list` and `billing
+// parked list`; the repairs are those of `billing jobs retry`, `billing
+// dead-letters replay` and `billing parked replay` (docs/runbooks/): each
+// needs a ticket and an actor, offers a dry run and leaves an
+// operator_audit row, dry runs included.
 type BillingAdminServiceClient interface {
 	// Lists invoice jobs (pkg/leasequeue), newest first.
 	ListInvoiceJobs(ctx context.Context, in *ListInvoiceJobsRequest, opts ...grpc.CallOption) (*ListInvoiceJobsResponse, error)
 	// Lists messages parked by billing's consumer and not replayed, oldest
 	// first.
 	ListParkedMessages(ctx context.Context, in *ListParkedMessagesRequest, opts ...grpc.CallOption) (*ListParkedMessagesResponse, error)
+	// Requeues dead invoice jobs with a fresh attempt budget (pkg/leasequeue
+	// Retry: a leasequeue_job_audit row per job), as `billing jobs retry`.
+	RetryInvoiceJobs(ctx context.Context, in *RetryInvoiceJobsRequest, opts ...grpc.CallOption) (*RetryInvoiceJobsResponse, error)
+	// Consumes dead-lettered messages of billing.workorder-events through the
+	// intake, as `billing dead-letters replay`.
+	ReplayDeadLetters(ctx context.Context, in *ReplayDeadLettersRequest, opts ...grpc.CallOption) (*ReplayDeadLettersResponse, error)
+	// Consumes one parked message through the intake once its cause is
+	// fixed, as `billing parked replay`.
+	ReplayParkedMessage(ctx context.Context, in *ReplayParkedMessageRequest, opts ...grpc.CallOption) (*ReplayParkedMessageResponse, error)
+	// Lists billing's operator_audit log, newest first. Read only.
+	ListOperatorAudit(ctx context.Context, in *ListOperatorAuditRequest, opts ...grpc.CallOption) (*ListOperatorAuditResponse, error)
 }
 
 type billingAdminServiceClient struct {
@@ -68,6 +87,46 @@ func (c *billingAdminServiceClient) ListParkedMessages(ctx context.Context, in *
 	return out, nil
 }
 
+func (c *billingAdminServiceClient) RetryInvoiceJobs(ctx context.Context, in *RetryInvoiceJobsRequest, opts ...grpc.CallOption) (*RetryInvoiceJobsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RetryInvoiceJobsResponse)
+	err := c.cc.Invoke(ctx, BillingAdminService_RetryInvoiceJobs_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *billingAdminServiceClient) ReplayDeadLetters(ctx context.Context, in *ReplayDeadLettersRequest, opts ...grpc.CallOption) (*ReplayDeadLettersResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReplayDeadLettersResponse)
+	err := c.cc.Invoke(ctx, BillingAdminService_ReplayDeadLetters_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *billingAdminServiceClient) ReplayParkedMessage(ctx context.Context, in *ReplayParkedMessageRequest, opts ...grpc.CallOption) (*ReplayParkedMessageResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReplayParkedMessageResponse)
+	err := c.cc.Invoke(ctx, BillingAdminService_ReplayParkedMessage_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *billingAdminServiceClient) ListOperatorAudit(ctx context.Context, in *ListOperatorAuditRequest, opts ...grpc.CallOption) (*ListOperatorAuditResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListOperatorAuditResponse)
+	err := c.cc.Invoke(ctx, BillingAdminService_ListOperatorAudit_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // BillingAdminServiceServer is the server API for BillingAdminService service.
 // All implementations must embed UnimplementedBillingAdminServiceServer
 // for forward compatibility.
@@ -75,14 +134,29 @@ func (c *billingAdminServiceClient) ListParkedMessages(ctx context.Context, in *
 // BillingAdminService is billing's privileged operator surface. Every call
 // needs the operator token as gRPC metadata `authorization: Bearer <token>`
 // (env BILLING_OPERATOR_TOKEN; when unset the service refuses every call).
-// No token: UNAUTHENTICATED; a wrong token: PERMISSION_DENIED. The reads
-// match `billing jobs list`; repairs stay CLI commands (docs/runbooks/).
+// No token: UNAUTHENTICATED; a wrong token: PERMISSION_DENIED; nothing is
+// changed in either case. The reads match `billing jobs list` and `billing
+// parked list`; the repairs are those of `billing jobs retry`, `billing
+// dead-letters replay` and `billing parked replay` (docs/runbooks/): each
+// needs a ticket and an actor, offers a dry run and leaves an
+// operator_audit row, dry runs included.
 type BillingAdminServiceServer interface {
 	// Lists invoice jobs (pkg/leasequeue), newest first.
 	ListInvoiceJobs(context.Context, *ListInvoiceJobsRequest) (*ListInvoiceJobsResponse, error)
 	// Lists messages parked by billing's consumer and not replayed, oldest
 	// first.
 	ListParkedMessages(context.Context, *ListParkedMessagesRequest) (*ListParkedMessagesResponse, error)
+	// Requeues dead invoice jobs with a fresh attempt budget (pkg/leasequeue
+	// Retry: a leasequeue_job_audit row per job), as `billing jobs retry`.
+	RetryInvoiceJobs(context.Context, *RetryInvoiceJobsRequest) (*RetryInvoiceJobsResponse, error)
+	// Consumes dead-lettered messages of billing.workorder-events through the
+	// intake, as `billing dead-letters replay`.
+	ReplayDeadLetters(context.Context, *ReplayDeadLettersRequest) (*ReplayDeadLettersResponse, error)
+	// Consumes one parked message through the intake once its cause is
+	// fixed, as `billing parked replay`.
+	ReplayParkedMessage(context.Context, *ReplayParkedMessageRequest) (*ReplayParkedMessageResponse, error)
+	// Lists billing's operator_audit log, newest first. Read only.
+	ListOperatorAudit(context.Context, *ListOperatorAuditRequest) (*ListOperatorAuditResponse, error)
 	mustEmbedUnimplementedBillingAdminServiceServer()
 }
 
@@ -98,6 +172,18 @@ func (UnimplementedBillingAdminServiceServer) ListInvoiceJobs(context.Context, *
 }
 func (UnimplementedBillingAdminServiceServer) ListParkedMessages(context.Context, *ListParkedMessagesRequest) (*ListParkedMessagesResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ListParkedMessages not implemented")
+}
+func (UnimplementedBillingAdminServiceServer) RetryInvoiceJobs(context.Context, *RetryInvoiceJobsRequest) (*RetryInvoiceJobsResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method RetryInvoiceJobs not implemented")
+}
+func (UnimplementedBillingAdminServiceServer) ReplayDeadLetters(context.Context, *ReplayDeadLettersRequest) (*ReplayDeadLettersResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ReplayDeadLetters not implemented")
+}
+func (UnimplementedBillingAdminServiceServer) ReplayParkedMessage(context.Context, *ReplayParkedMessageRequest) (*ReplayParkedMessageResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ReplayParkedMessage not implemented")
+}
+func (UnimplementedBillingAdminServiceServer) ListOperatorAudit(context.Context, *ListOperatorAuditRequest) (*ListOperatorAuditResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ListOperatorAudit not implemented")
 }
 func (UnimplementedBillingAdminServiceServer) mustEmbedUnimplementedBillingAdminServiceServer() {}
 func (UnimplementedBillingAdminServiceServer) testEmbeddedByValue()                             {}
@@ -156,6 +242,78 @@ func _BillingAdminService_ListParkedMessages_Handler(srv interface{}, ctx contex
 	return interceptor(ctx, in, info, handler)
 }
 
+func _BillingAdminService_RetryInvoiceJobs_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RetryInvoiceJobsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BillingAdminServiceServer).RetryInvoiceJobs(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: BillingAdminService_RetryInvoiceJobs_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BillingAdminServiceServer).RetryInvoiceJobs(ctx, req.(*RetryInvoiceJobsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _BillingAdminService_ReplayDeadLetters_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReplayDeadLettersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BillingAdminServiceServer).ReplayDeadLetters(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: BillingAdminService_ReplayDeadLetters_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BillingAdminServiceServer).ReplayDeadLetters(ctx, req.(*ReplayDeadLettersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _BillingAdminService_ReplayParkedMessage_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReplayParkedMessageRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BillingAdminServiceServer).ReplayParkedMessage(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: BillingAdminService_ReplayParkedMessage_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BillingAdminServiceServer).ReplayParkedMessage(ctx, req.(*ReplayParkedMessageRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _BillingAdminService_ListOperatorAudit_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListOperatorAuditRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BillingAdminServiceServer).ListOperatorAudit(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: BillingAdminService_ListOperatorAudit_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BillingAdminServiceServer).ListOperatorAudit(ctx, req.(*ListOperatorAuditRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // BillingAdminService_ServiceDesc is the grpc.ServiceDesc for BillingAdminService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -170,6 +328,22 @@ var BillingAdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListParkedMessages",
 			Handler:    _BillingAdminService_ListParkedMessages_Handler,
+		},
+		{
+			MethodName: "RetryInvoiceJobs",
+			Handler:    _BillingAdminService_RetryInvoiceJobs_Handler,
+		},
+		{
+			MethodName: "ReplayDeadLetters",
+			Handler:    _BillingAdminService_ReplayDeadLetters_Handler,
+		},
+		{
+			MethodName: "ReplayParkedMessage",
+			Handler:    _BillingAdminService_ReplayParkedMessage_Handler,
+		},
+		{
+			MethodName: "ListOperatorAudit",
+			Handler:    _BillingAdminService_ListOperatorAudit_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -521,6 +521,607 @@ func (x *UpdateFaultsResponse) GetFaults() *Faults {
 	return nil
 }
 
+// The fault plan a job drew at acceptance (see Faults): stored with the job,
+// so a restart replays it instead of drawing again.
+type JobFaults struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	EarlyCompletion bool                   `protobuf:"varint,1,opt,name=early_completion,json=earlyCompletion,proto3" json:"early_completion,omitempty"`
+	// Every completion message is published twice with one event_id (F4).
+	Duplicate bool `protobuf:"varint,2,opt,name=duplicate,proto3" json:"duplicate,omitempty"`
+	// Items of the first tranche of a split completion; 0: not split (F14).
+	SplitFirstItems int32 `protobuf:"varint,3,opt,name=split_first_items,json=splitFirstItems,proto3" json:"split_first_items,omitempty"`
+	// Kind of poison message published before the completion (F9): empty
+	// (none), unparseable, missing_work_order_id or negative_items.
+	Poison string `protobuf:"bytes,4,opt,name=poison,proto3" json:"poison,omitempty"`
+	// A completion for a work order that does not exist is published (F8).
+	UnknownOrder bool `protobuf:"varint,5,opt,name=unknown_order,json=unknownOrder,proto3" json:"unknown_order,omitempty"`
+	// The process still has to exit after its next publish (F2); false once
+	// the crash has happened or was never drawn.
+	PublishThenCrashPending bool `protobuf:"varint,6,opt,name=publish_then_crash_pending,json=publishThenCrashPending,proto3" json:"publish_then_crash_pending,omitempty"`
+	unknownFields           protoimpl.UnknownFields
+	sizeCache               protoimpl.SizeCache
+}
+
+func (x *JobFaults) Reset() {
+	*x = JobFaults{}
+	mi := &file_lossless_provider_v1_provider_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JobFaults) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JobFaults) ProtoMessage() {}
+
+func (x *JobFaults) ProtoReflect() protoreflect.Message {
+	mi := &file_lossless_provider_v1_provider_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JobFaults.ProtoReflect.Descriptor instead.
+func (*JobFaults) Descriptor() ([]byte, []int) {
+	return file_lossless_provider_v1_provider_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *JobFaults) GetEarlyCompletion() bool {
+	if x != nil {
+		return x.EarlyCompletion
+	}
+	return false
+}
+
+func (x *JobFaults) GetDuplicate() bool {
+	if x != nil {
+		return x.Duplicate
+	}
+	return false
+}
+
+func (x *JobFaults) GetSplitFirstItems() int32 {
+	if x != nil {
+		return x.SplitFirstItems
+	}
+	return 0
+}
+
+func (x *JobFaults) GetPoison() string {
+	if x != nil {
+		return x.Poison
+	}
+	return ""
+}
+
+func (x *JobFaults) GetUnknownOrder() bool {
+	if x != nil {
+		return x.UnknownOrder
+	}
+	return false
+}
+
+func (x *JobFaults) GetPublishThenCrashPending() bool {
+	if x != nil {
+		return x.PublishThenCrashPending
+	}
+	return false
+}
+
+// One accepted work order as the simulator runs it.
+type Job struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The provider's own job id.
+	JobId       string `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	WorkOrderId string `protobuf:"bytes,2,opt,name=work_order_id,json=workOrderId,proto3" json:"work_order_id,omitempty"`
+	CustomerId  string `protobuf:"bytes,3,opt,name=customer_id,json=customerId,proto3" json:"customer_id,omitempty"`
+	Positions   int32  `protobuf:"varint,4,opt,name=positions,proto3" json:"positions,omitempty"`
+	// ACCEPTED, EXECUTING (started message recorded), COMPLETED (completion
+	// messages recorded, maybe not all published yet) or DONE (all published).
+	State string `protobuf:"bytes,5,opt,name=state,proto3" json:"state,omitempty"`
+	// Technical failures so far (Pub/Sub unreachable, a lost lease); each
+	// retries after a backoff.
+	Attempts int32 `protobuf:"varint,6,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	// The last technical failure; empty when none or once DONE.
+	LastError string `protobuf:"bytes,7,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	// The worker holding (or that last held) the lease; empty when released.
+	LeaseOwner string `protobuf:"bytes,8,opt,name=lease_owner,json=leaseOwner,proto3" json:"lease_owner,omitempty"`
+	// Fencing token: +1 at every claim; a worker's writes carry it.
+	LeaseEpoch int64 `protobuf:"varint,9,opt,name=lease_epoch,json=leaseEpoch,proto3" json:"lease_epoch,omitempty"`
+	// While leased: when the lease expires and another worker may take over.
+	LeaseExpireTime *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=lease_expire_time,json=leaseExpireTime,proto3" json:"lease_expire_time,omitempty"`
+	// Not claimed again before this time (the backoff after a failure).
+	NextAttemptTime *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=next_attempt_time,json=nextAttemptTime,proto3" json:"next_attempt_time,omitempty"`
+	Faults          *JobFaults             `protobuf:"bytes,12,opt,name=faults,proto3" json:"faults,omitempty"`
+	AcceptTime      *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=accept_time,json=acceptTime,proto3" json:"accept_time,omitempty"`
+	StartTime       *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	CompleteTime    *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=complete_time,json=completeTime,proto3" json:"complete_time,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *Job) Reset() {
+	*x = Job{}
+	mi := &file_lossless_provider_v1_provider_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Job) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Job) ProtoMessage() {}
+
+func (x *Job) ProtoReflect() protoreflect.Message {
+	mi := &file_lossless_provider_v1_provider_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Job.ProtoReflect.Descriptor instead.
+func (*Job) Descriptor() ([]byte, []int) {
+	return file_lossless_provider_v1_provider_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *Job) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *Job) GetWorkOrderId() string {
+	if x != nil {
+		return x.WorkOrderId
+	}
+	return ""
+}
+
+func (x *Job) GetCustomerId() string {
+	if x != nil {
+		return x.CustomerId
+	}
+	return ""
+}
+
+func (x *Job) GetPositions() int32 {
+	if x != nil {
+		return x.Positions
+	}
+	return 0
+}
+
+func (x *Job) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *Job) GetAttempts() int32 {
+	if x != nil {
+		return x.Attempts
+	}
+	return 0
+}
+
+func (x *Job) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
+func (x *Job) GetLeaseOwner() string {
+	if x != nil {
+		return x.LeaseOwner
+	}
+	return ""
+}
+
+func (x *Job) GetLeaseEpoch() int64 {
+	if x != nil {
+		return x.LeaseEpoch
+	}
+	return 0
+}
+
+func (x *Job) GetLeaseExpireTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LeaseExpireTime
+	}
+	return nil
+}
+
+func (x *Job) GetNextAttemptTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NextAttemptTime
+	}
+	return nil
+}
+
+func (x *Job) GetFaults() *JobFaults {
+	if x != nil {
+		return x.Faults
+	}
+	return nil
+}
+
+func (x *Job) GetAcceptTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.AcceptTime
+	}
+	return nil
+}
+
+func (x *Job) GetStartTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartTime
+	}
+	return nil
+}
+
+func (x *Job) GetCompleteTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CompleteTime
+	}
+	return nil
+}
+
+// One message a job recorded before publishing it on work-order-completed.
+type JobMessage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Stable across re-publishing: consumers deduplicate on it.
+	EventId string `protobuf:"bytes,1,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
+	// Publication order within the job.
+	Sequence int32 `protobuf:"varint,2,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	// STARTED, COMPLETED, POISON (F9) or UNKNOWN_ORDER (F8: about another
+	// work order id, see ordering_key).
+	Kind      string `protobuf:"bytes,3,opt,name=kind,proto3" json:"kind,omitempty"`
+	EventType string `protobuf:"bytes,4,opt,name=event_type,json=eventType,proto3" json:"event_type,omitempty"`
+	// The Pub/Sub ordering key: the work order id the message is about.
+	OrderingKey string `protobuf:"bytes,5,opt,name=ordering_key,json=orderingKey,proto3" json:"ordering_key,omitempty"`
+	// Copies sent per publish: 2 under the duplicate fault (F4).
+	Copies int32 `protobuf:"varint,6,opt,name=copies,proto3" json:"copies,omitempty"`
+	// Messages sent for this row so far, counting every copy and re-publish
+	// (more than copies: re-published after a crash or a lost lease).
+	PublishCount int32                  `protobuf:"varint,7,opt,name=publish_count,json=publishCount,proto3" json:"publish_count,omitempty"`
+	OccurTime    *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=occur_time,json=occurTime,proto3" json:"occur_time,omitempty"`
+	// When the publish was recorded; unset while not yet published.
+	PublishTime   *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=publish_time,json=publishTime,proto3" json:"publish_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JobMessage) Reset() {
+	*x = JobMessage{}
+	mi := &file_lossless_provider_v1_provider_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JobMessage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JobMessage) ProtoMessage() {}
+
+func (x *JobMessage) ProtoReflect() protoreflect.Message {
+	mi := &file_lossless_provider_v1_provider_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JobMessage.ProtoReflect.Descriptor instead.
+func (*JobMessage) Descriptor() ([]byte, []int) {
+	return file_lossless_provider_v1_provider_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *JobMessage) GetEventId() string {
+	if x != nil {
+		return x.EventId
+	}
+	return ""
+}
+
+func (x *JobMessage) GetSequence() int32 {
+	if x != nil {
+		return x.Sequence
+	}
+	return 0
+}
+
+func (x *JobMessage) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *JobMessage) GetEventType() string {
+	if x != nil {
+		return x.EventType
+	}
+	return ""
+}
+
+func (x *JobMessage) GetOrderingKey() string {
+	if x != nil {
+		return x.OrderingKey
+	}
+	return ""
+}
+
+func (x *JobMessage) GetCopies() int32 {
+	if x != nil {
+		return x.Copies
+	}
+	return 0
+}
+
+func (x *JobMessage) GetPublishCount() int32 {
+	if x != nil {
+		return x.PublishCount
+	}
+	return 0
+}
+
+func (x *JobMessage) GetOccurTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.OccurTime
+	}
+	return nil
+}
+
+func (x *JobMessage) GetPublishTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.PublishTime
+	}
+	return nil
+}
+
+type ListJobsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only the job of this work order (at most one).
+	WorkOrderId string `protobuf:"bytes,1,opt,name=work_order_id,json=workOrderId,proto3" json:"work_order_id,omitempty"`
+	// ACCEPTED, EXECUTING, COMPLETED or DONE; empty means all.
+	State string `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	// Maximum results; 0 means the default of 50; at most 500.
+	PageSize int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// Opaque token from a previous response's next_page_token, valid only
+	// with the same filter.
+	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListJobsRequest) Reset() {
+	*x = ListJobsRequest{}
+	mi := &file_lossless_provider_v1_provider_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListJobsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListJobsRequest) ProtoMessage() {}
+
+func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lossless_provider_v1_provider_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListJobsRequest.ProtoReflect.Descriptor instead.
+func (*ListJobsRequest) Descriptor() ([]byte, []int) {
+	return file_lossless_provider_v1_provider_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ListJobsRequest) GetWorkOrderId() string {
+	if x != nil {
+		return x.WorkOrderId
+	}
+	return ""
+}
+
+func (x *ListJobsRequest) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *ListJobsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListJobsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+type ListJobsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Jobs  []*Job                 `protobuf:"bytes,1,rep,name=jobs,proto3" json:"jobs,omitempty"`
+	// Empty when there are no more results.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListJobsResponse) Reset() {
+	*x = ListJobsResponse{}
+	mi := &file_lossless_provider_v1_provider_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListJobsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListJobsResponse) ProtoMessage() {}
+
+func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lossless_provider_v1_provider_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListJobsResponse.ProtoReflect.Descriptor instead.
+func (*ListJobsResponse) Descriptor() ([]byte, []int) {
+	return file_lossless_provider_v1_provider_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ListJobsResponse) GetJobs() []*Job {
+	if x != nil {
+		return x.Jobs
+	}
+	return nil
+}
+
+func (x *ListJobsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+type GetJobRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	JobId         string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetJobRequest) Reset() {
+	*x = GetJobRequest{}
+	mi := &file_lossless_provider_v1_provider_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetJobRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetJobRequest) ProtoMessage() {}
+
+func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lossless_provider_v1_provider_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetJobRequest.ProtoReflect.Descriptor instead.
+func (*GetJobRequest) Descriptor() ([]byte, []int) {
+	return file_lossless_provider_v1_provider_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *GetJobRequest) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+type GetJobResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Job   *Job                   `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	// In publication order.
+	Messages      []*JobMessage `protobuf:"bytes,2,rep,name=messages,proto3" json:"messages,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetJobResponse) Reset() {
+	*x = GetJobResponse{}
+	mi := &file_lossless_provider_v1_provider_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetJobResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetJobResponse) ProtoMessage() {}
+
+func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lossless_provider_v1_provider_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetJobResponse.ProtoReflect.Descriptor instead.
+func (*GetJobResponse) Descriptor() ([]byte, []int) {
+	return file_lossless_provider_v1_provider_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *GetJobResponse) GetJob() *Job {
+	if x != nil {
+		return x.Job
+	}
+	return nil
+}
+
+func (x *GetJobResponse) GetMessages() []*JobMessage {
+	if x != nil {
+		return x.Messages
+	}
+	return nil
+}
+
 var File_lossless_provider_v1_provider_proto protoreflect.FileDescriptor
 
 const file_lossless_provider_v1_provider_proto_rawDesc = "" +
@@ -566,14 +1167,75 @@ const file_lossless_provider_v1_provider_proto_rawDesc = "" +
 	"\x13UpdateFaultsRequest\x12<\n" +
 	"\x06faults\x18\x01 \x01(\v2\x1c.lossless.provider.v1.FaultsB\x06\xbaH\x03\xc8\x01\x01R\x06faults\"L\n" +
 	"\x14UpdateFaultsResponse\x124\n" +
-	"\x06faults\x18\x01 \x01(\v2\x1c.lossless.provider.v1.FaultsR\x06faults2\x97\x01\n" +
+	"\x06faults\x18\x01 \x01(\v2\x1c.lossless.provider.v1.FaultsR\x06faults\"\xfa\x01\n" +
+	"\tJobFaults\x12)\n" +
+	"\x10early_completion\x18\x01 \x01(\bR\x0fearlyCompletion\x12\x1c\n" +
+	"\tduplicate\x18\x02 \x01(\bR\tduplicate\x12*\n" +
+	"\x11split_first_items\x18\x03 \x01(\x05R\x0fsplitFirstItems\x12\x16\n" +
+	"\x06poison\x18\x04 \x01(\tR\x06poison\x12#\n" +
+	"\runknown_order\x18\x05 \x01(\bR\funknownOrder\x12;\n" +
+	"\x1apublish_then_crash_pending\x18\x06 \x01(\bR\x17publishThenCrashPending\"\x94\x05\n" +
+	"\x03Job\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\"\n" +
+	"\rwork_order_id\x18\x02 \x01(\tR\vworkOrderId\x12\x1f\n" +
+	"\vcustomer_id\x18\x03 \x01(\tR\n" +
+	"customerId\x12\x1c\n" +
+	"\tpositions\x18\x04 \x01(\x05R\tpositions\x12\x14\n" +
+	"\x05state\x18\x05 \x01(\tR\x05state\x12\x1a\n" +
+	"\battempts\x18\x06 \x01(\x05R\battempts\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\a \x01(\tR\tlastError\x12\x1f\n" +
+	"\vlease_owner\x18\b \x01(\tR\n" +
+	"leaseOwner\x12\x1f\n" +
+	"\vlease_epoch\x18\t \x01(\x03R\n" +
+	"leaseEpoch\x12F\n" +
+	"\x11lease_expire_time\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\x0fleaseExpireTime\x12F\n" +
+	"\x11next_attempt_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\x0fnextAttemptTime\x127\n" +
+	"\x06faults\x18\f \x01(\v2\x1f.lossless.provider.v1.JobFaultsR\x06faults\x12;\n" +
+	"\vaccept_time\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"acceptTime\x129\n" +
+	"\n" +
+	"start_time\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x12?\n" +
+	"\rcomplete_time\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\fcompleteTime\"\xd0\x02\n" +
+	"\n" +
+	"JobMessage\x12\x19\n" +
+	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12\x1a\n" +
+	"\bsequence\x18\x02 \x01(\x05R\bsequence\x12\x12\n" +
+	"\x04kind\x18\x03 \x01(\tR\x04kind\x12\x1d\n" +
+	"\n" +
+	"event_type\x18\x04 \x01(\tR\teventType\x12!\n" +
+	"\fordering_key\x18\x05 \x01(\tR\vorderingKey\x12\x16\n" +
+	"\x06copies\x18\x06 \x01(\x05R\x06copies\x12#\n" +
+	"\rpublish_count\x18\a \x01(\x05R\fpublishCount\x129\n" +
+	"\n" +
+	"occur_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\toccurTime\x12=\n" +
+	"\fpublish_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\vpublishTime\"\xd9\x01\n" +
+	"\x0fListJobsRequest\x12/\n" +
+	"\rwork_order_id\x18\x01 \x01(\tB\v\xbaH\b\xd8\x01\x01r\x03\xb0\x01\x01R\vworkOrderId\x12C\n" +
+	"\x05state\x18\x02 \x01(\tB-\xbaH*r(R\x00R\bACCEPTEDR\tEXECUTINGR\tCOMPLETEDR\x04DONER\x05state\x12'\n" +
+	"\tpage_size\x18\x03 \x01(\x05B\n" +
+	"\xbaH\a\x1a\x05\x18\xf4\x03(\x00R\bpageSize\x12'\n" +
+	"\n" +
+	"page_token\x18\x04 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x04R\tpageToken\"i\n" +
+	"\x10ListJobsResponse\x12-\n" +
+	"\x04jobs\x18\x01 \x03(\v2\x19.lossless.provider.v1.JobR\x04jobs\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"0\n" +
+	"\rGetJobRequest\x12\x1f\n" +
+	"\x06job_id\x18\x01 \x01(\tB\b\xbaH\x05r\x03\xb0\x01\x01R\x05jobId\"{\n" +
+	"\x0eGetJobResponse\x12+\n" +
+	"\x03job\x18\x01 \x01(\v2\x19.lossless.provider.v1.JobR\x03job\x12<\n" +
+	"\bmessages\x18\x02 \x03(\v2 .lossless.provider.v1.JobMessageR\bmessages2\x97\x01\n" +
 	"\x0fProviderService\x12\x83\x01\n" +
-	"\x0fSubmitWorkOrder\x12,.lossless.provider.v1.SubmitWorkOrderRequest\x1a-.lossless.provider.v1.SubmitWorkOrderResponse\"\x13\x82\xd3\xe4\x93\x02\r:\x01*\"\b/v1/jobs2\x8c\x02\n" +
+	"\x0fSubmitWorkOrder\x12,.lossless.provider.v1.SubmitWorkOrderRequest\x1a-.lossless.provider.v1.SubmitWorkOrderResponse\"\x13\x82\xd3\xe4\x93\x02\r:\x01*\"\b/v1/jobs2\xe9\x03\n" +
 	"\x14ProviderAdminService\x12p\n" +
 	"\tGetFaults\x12&.lossless.provider.v1.GetFaultsRequest\x1a'.lossless.provider.v1.GetFaultsResponse\"\x12\x82\xd3\xe4\x93\x02\f\x12\n" +
 	"/v1/faults\x12\x81\x01\n" +
 	"\fUpdateFaults\x12).lossless.provider.v1.UpdateFaultsRequest\x1a*.lossless.provider.v1.UpdateFaultsResponse\"\x1a\x82\xd3\xe4\x93\x02\x14:\x06faults\x1a\n" +
-	"/v1/faultsBFZDgithub.com/lossless-dev/lossless/gen/lossless/provider/v1;providerv1b\x06proto3"
+	"/v1/faults\x12k\n" +
+	"\bListJobs\x12%.lossless.provider.v1.ListJobsRequest\x1a&.lossless.provider.v1.ListJobsResponse\"\x10\x82\xd3\xe4\x93\x02\n" +
+	"\x12\b/v1/jobs\x12n\n" +
+	"\x06GetJob\x12#.lossless.provider.v1.GetJobRequest\x1a$.lossless.provider.v1.GetJobResponse\"\x19\x82\xd3\xe4\x93\x02\x13\x12\x11/v1/jobs/{job_id}BFZDgithub.com/lossless-dev/lossless/gen/lossless/provider/v1;providerv1b\x06proto3"
 
 var (
 	file_lossless_provider_v1_provider_proto_rawDescOnce sync.Once
@@ -587,7 +1249,7 @@ func file_lossless_provider_v1_provider_proto_rawDescGZIP() []byte {
 	return file_lossless_provider_v1_provider_proto_rawDescData
 }
 
-var file_lossless_provider_v1_provider_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_lossless_provider_v1_provider_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_lossless_provider_v1_provider_proto_goTypes = []any{
 	(*SubmitWorkOrderRequest)(nil),  // 0: lossless.provider.v1.SubmitWorkOrderRequest
 	(*Acceptance)(nil),              // 1: lossless.provider.v1.Acceptance
@@ -597,29 +1259,51 @@ var file_lossless_provider_v1_provider_proto_goTypes = []any{
 	(*GetFaultsResponse)(nil),       // 5: lossless.provider.v1.GetFaultsResponse
 	(*UpdateFaultsRequest)(nil),     // 6: lossless.provider.v1.UpdateFaultsRequest
 	(*UpdateFaultsResponse)(nil),    // 7: lossless.provider.v1.UpdateFaultsResponse
-	(*timestamppb.Timestamp)(nil),   // 8: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),     // 9: google.protobuf.Duration
+	(*JobFaults)(nil),               // 8: lossless.provider.v1.JobFaults
+	(*Job)(nil),                     // 9: lossless.provider.v1.Job
+	(*JobMessage)(nil),              // 10: lossless.provider.v1.JobMessage
+	(*ListJobsRequest)(nil),         // 11: lossless.provider.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),        // 12: lossless.provider.v1.ListJobsResponse
+	(*GetJobRequest)(nil),           // 13: lossless.provider.v1.GetJobRequest
+	(*GetJobResponse)(nil),          // 14: lossless.provider.v1.GetJobResponse
+	(*timestamppb.Timestamp)(nil),   // 15: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),     // 16: google.protobuf.Duration
 }
 var file_lossless_provider_v1_provider_proto_depIdxs = []int32{
-	8,  // 0: lossless.provider.v1.Acceptance.accept_time:type_name -> google.protobuf.Timestamp
+	15, // 0: lossless.provider.v1.Acceptance.accept_time:type_name -> google.protobuf.Timestamp
 	1,  // 1: lossless.provider.v1.SubmitWorkOrderResponse.acceptance:type_name -> lossless.provider.v1.Acceptance
-	9,  // 2: lossless.provider.v1.Faults.extra_delay:type_name -> google.protobuf.Duration
-	9,  // 3: lossless.provider.v1.Faults.accept_latency_p50:type_name -> google.protobuf.Duration
-	9,  // 4: lossless.provider.v1.Faults.accept_latency_p99:type_name -> google.protobuf.Duration
+	16, // 2: lossless.provider.v1.Faults.extra_delay:type_name -> google.protobuf.Duration
+	16, // 3: lossless.provider.v1.Faults.accept_latency_p50:type_name -> google.protobuf.Duration
+	16, // 4: lossless.provider.v1.Faults.accept_latency_p99:type_name -> google.protobuf.Duration
 	3,  // 5: lossless.provider.v1.GetFaultsResponse.faults:type_name -> lossless.provider.v1.Faults
 	3,  // 6: lossless.provider.v1.UpdateFaultsRequest.faults:type_name -> lossless.provider.v1.Faults
 	3,  // 7: lossless.provider.v1.UpdateFaultsResponse.faults:type_name -> lossless.provider.v1.Faults
-	0,  // 8: lossless.provider.v1.ProviderService.SubmitWorkOrder:input_type -> lossless.provider.v1.SubmitWorkOrderRequest
-	4,  // 9: lossless.provider.v1.ProviderAdminService.GetFaults:input_type -> lossless.provider.v1.GetFaultsRequest
-	6,  // 10: lossless.provider.v1.ProviderAdminService.UpdateFaults:input_type -> lossless.provider.v1.UpdateFaultsRequest
-	2,  // 11: lossless.provider.v1.ProviderService.SubmitWorkOrder:output_type -> lossless.provider.v1.SubmitWorkOrderResponse
-	5,  // 12: lossless.provider.v1.ProviderAdminService.GetFaults:output_type -> lossless.provider.v1.GetFaultsResponse
-	7,  // 13: lossless.provider.v1.ProviderAdminService.UpdateFaults:output_type -> lossless.provider.v1.UpdateFaultsResponse
-	11, // [11:14] is the sub-list for method output_type
-	8,  // [8:11] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	15, // 8: lossless.provider.v1.Job.lease_expire_time:type_name -> google.protobuf.Timestamp
+	15, // 9: lossless.provider.v1.Job.next_attempt_time:type_name -> google.protobuf.Timestamp
+	8,  // 10: lossless.provider.v1.Job.faults:type_name -> lossless.provider.v1.JobFaults
+	15, // 11: lossless.provider.v1.Job.accept_time:type_name -> google.protobuf.Timestamp
+	15, // 12: lossless.provider.v1.Job.start_time:type_name -> google.protobuf.Timestamp
+	15, // 13: lossless.provider.v1.Job.complete_time:type_name -> google.protobuf.Timestamp
+	15, // 14: lossless.provider.v1.JobMessage.occur_time:type_name -> google.protobuf.Timestamp
+	15, // 15: lossless.provider.v1.JobMessage.publish_time:type_name -> google.protobuf.Timestamp
+	9,  // 16: lossless.provider.v1.ListJobsResponse.jobs:type_name -> lossless.provider.v1.Job
+	9,  // 17: lossless.provider.v1.GetJobResponse.job:type_name -> lossless.provider.v1.Job
+	10, // 18: lossless.provider.v1.GetJobResponse.messages:type_name -> lossless.provider.v1.JobMessage
+	0,  // 19: lossless.provider.v1.ProviderService.SubmitWorkOrder:input_type -> lossless.provider.v1.SubmitWorkOrderRequest
+	4,  // 20: lossless.provider.v1.ProviderAdminService.GetFaults:input_type -> lossless.provider.v1.GetFaultsRequest
+	6,  // 21: lossless.provider.v1.ProviderAdminService.UpdateFaults:input_type -> lossless.provider.v1.UpdateFaultsRequest
+	11, // 22: lossless.provider.v1.ProviderAdminService.ListJobs:input_type -> lossless.provider.v1.ListJobsRequest
+	13, // 23: lossless.provider.v1.ProviderAdminService.GetJob:input_type -> lossless.provider.v1.GetJobRequest
+	2,  // 24: lossless.provider.v1.ProviderService.SubmitWorkOrder:output_type -> lossless.provider.v1.SubmitWorkOrderResponse
+	5,  // 25: lossless.provider.v1.ProviderAdminService.GetFaults:output_type -> lossless.provider.v1.GetFaultsResponse
+	7,  // 26: lossless.provider.v1.ProviderAdminService.UpdateFaults:output_type -> lossless.provider.v1.UpdateFaultsResponse
+	12, // 27: lossless.provider.v1.ProviderAdminService.ListJobs:output_type -> lossless.provider.v1.ListJobsResponse
+	14, // 28: lossless.provider.v1.ProviderAdminService.GetJob:output_type -> lossless.provider.v1.GetJobResponse
+	24, // [24:29] is the sub-list for method output_type
+	19, // [19:24] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_lossless_provider_v1_provider_proto_init() }
@@ -633,7 +1317,7 @@ func file_lossless_provider_v1_provider_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lossless_provider_v1_provider_proto_rawDesc), len(file_lossless_provider_v1_provider_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   8,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -135,6 +135,8 @@ var ProviderService_ServiceDesc = grpc.ServiceDesc{
 const (
 	ProviderAdminService_GetFaults_FullMethodName    = "/lossless.provider.v1.ProviderAdminService/GetFaults"
 	ProviderAdminService_UpdateFaults_FullMethodName = "/lossless.provider.v1.ProviderAdminService/UpdateFaults"
+	ProviderAdminService_ListJobs_FullMethodName     = "/lossless.provider.v1.ProviderAdminService/ListJobs"
+	ProviderAdminService_GetJob_FullMethodName       = "/lossless.provider.v1.ProviderAdminService/GetJob"
 )
 
 // ProviderAdminServiceClient is the client API for ProviderAdminService service.
@@ -147,6 +149,12 @@ type ProviderAdminServiceClient interface {
 	GetFaults(ctx context.Context, in *GetFaultsRequest, opts ...grpc.CallOption) (*GetFaultsResponse, error)
 	// Replaces the fault knobs. Every rate must be within [0, 1].
 	UpdateFaults(ctx context.Context, in *UpdateFaultsRequest, opts ...grpc.CallOption) (*UpdateFaultsResponse, error)
+	// Lists the simulator's jobs, newest accepted first. Needs the operator
+	// token (like UpdateFaults).
+	ListJobs(ctx context.Context, in *ListJobsRequest, opts ...grpc.CallOption) (*ListJobsResponse, error)
+	// Returns one job with every message it recorded and published. Needs
+	// the operator token.
+	GetJob(ctx context.Context, in *GetJobRequest, opts ...grpc.CallOption) (*GetJobResponse, error)
 }
 
 type providerAdminServiceClient struct {
@@ -177,6 +185,26 @@ func (c *providerAdminServiceClient) UpdateFaults(ctx context.Context, in *Updat
 	return out, nil
 }
 
+func (c *providerAdminServiceClient) ListJobs(ctx context.Context, in *ListJobsRequest, opts ...grpc.CallOption) (*ListJobsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListJobsResponse)
+	err := c.cc.Invoke(ctx, ProviderAdminService_ListJobs_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *providerAdminServiceClient) GetJob(ctx context.Context, in *GetJobRequest, opts ...grpc.CallOption) (*GetJobResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetJobResponse)
+	err := c.cc.Invoke(ctx, ProviderAdminService_GetJob_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ProviderAdminServiceServer is the server API for ProviderAdminService service.
 // All implementations must embed UnimplementedProviderAdminServiceServer
 // for forward compatibility.
@@ -187,6 +215,12 @@ type ProviderAdminServiceServer interface {
 	GetFaults(context.Context, *GetFaultsRequest) (*GetFaultsResponse, error)
 	// Replaces the fault knobs. Every rate must be within [0, 1].
 	UpdateFaults(context.Context, *UpdateFaultsRequest) (*UpdateFaultsResponse, error)
+	// Lists the simulator's jobs, newest accepted first. Needs the operator
+	// token (like UpdateFaults).
+	ListJobs(context.Context, *ListJobsRequest) (*ListJobsResponse, error)
+	// Returns one job with every message it recorded and published. Needs
+	// the operator token.
+	GetJob(context.Context, *GetJobRequest) (*GetJobResponse, error)
 	mustEmbedUnimplementedProviderAdminServiceServer()
 }
 
@@ -202,6 +236,12 @@ func (UnimplementedProviderAdminServiceServer) GetFaults(context.Context, *GetFa
 }
 func (UnimplementedProviderAdminServiceServer) UpdateFaults(context.Context, *UpdateFaultsRequest) (*UpdateFaultsResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method UpdateFaults not implemented")
+}
+func (UnimplementedProviderAdminServiceServer) ListJobs(context.Context, *ListJobsRequest) (*ListJobsResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ListJobs not implemented")
+}
+func (UnimplementedProviderAdminServiceServer) GetJob(context.Context, *GetJobRequest) (*GetJobResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method GetJob not implemented")
 }
 func (UnimplementedProviderAdminServiceServer) mustEmbedUnimplementedProviderAdminServiceServer() {}
 func (UnimplementedProviderAdminServiceServer) testEmbeddedByValue()                              {}
@@ -260,6 +300,42 @@ func _ProviderAdminService_UpdateFaults_Handler(srv interface{}, ctx context.Con
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ProviderAdminService_ListJobs_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListJobsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ProviderAdminServiceServer).ListJobs(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ProviderAdminService_ListJobs_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ProviderAdminServiceServer).ListJobs(ctx, req.(*ListJobsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ProviderAdminService_GetJob_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetJobRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ProviderAdminServiceServer).GetJob(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ProviderAdminService_GetJob_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ProviderAdminServiceServer).GetJob(ctx, req.(*GetJobRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ProviderAdminService_ServiceDesc is the grpc.ServiceDesc for ProviderAdminService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -274,6 +350,14 @@ var ProviderAdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "UpdateFaults",
 			Handler:    _ProviderAdminService_UpdateFaults_Handler,
+		},
+		{
+			MethodName: "ListJobs",
+			Handler:    _ProviderAdminService_ListJobs_Handler,
+		},
+		{
+			MethodName: "GetJob",
+			Handler:    _ProviderAdminService_GetJob_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

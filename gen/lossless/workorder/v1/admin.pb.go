@@ -262,7 +262,13 @@ type ListInboxEntriesRequest struct {
 	// Page after this id.
 	AfterId int64 `protobuf:"varint,3,opt,name=after_id,json=afterId,proto3" json:"after_id,omitempty"`
 	// 0 means 50; at most 1000.
-	PageSize      int32 `protobuf:"varint,4,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageSize int32 `protobuf:"varint,4,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// Only the entries of these provider event ids (a work order's messages,
+	// as ProviderAdminService.GetJob lists them), in every status unless
+	// status is set. Each is a probe of the (source, event_id) unique index;
+	// the correlation key (the work order id) has no index outside OPEN
+	// entries, so an order's entries are found by their event ids.
+	EventIds      []string `protobuf:"bytes,5,rep,name=event_ids,json=eventIds,proto3" json:"event_ids,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -323,6 +329,13 @@ func (x *ListInboxEntriesRequest) GetPageSize() int32 {
 		return x.PageSize
 	}
 	return 0
+}
+
+func (x *ListInboxEntriesRequest) GetEventIds() []string {
+	if x != nil {
+		return x.EventIds
+	}
+	return nil
 }
 
 type ListInboxEntriesResponse struct {
@@ -1519,6 +1532,495 @@ func (x *ListOperatorAuditResponse) GetNextPageToken() string {
 	return ""
 }
 
+type ReplayInvoicingDeadLettersRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Authorization *OperatorAuthorization `protobuf:"bytes,1,opt,name=authorization,proto3" json:"authorization,omitempty"`
+	// Only dead letters with these Pub/Sub message ids; empty means any.
+	// Ids must not contain NUL (U+0000).
+	MessageIds []string `protobuf:"bytes,2,rep,name=message_ids,json=messageIds,proto3" json:"message_ids,omitempty"`
+	// Upper bound of dead letters taken in this call (required, 1..1000).
+	MaxMessages int32 `protobuf:"varint,3,opt,name=max_messages,json=maxMessages,proto3" json:"max_messages,omitempty"`
+	// Pull, report and release: nothing is applied or acked (still audited).
+	DryRun        bool `protobuf:"varint,4,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplayInvoicingDeadLettersRequest) Reset() {
+	*x = ReplayInvoicingDeadLettersRequest{}
+	mi := &file_lossless_workorder_v1_admin_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplayInvoicingDeadLettersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplayInvoicingDeadLettersRequest) ProtoMessage() {}
+
+func (x *ReplayInvoicingDeadLettersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lossless_workorder_v1_admin_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplayInvoicingDeadLettersRequest.ProtoReflect.Descriptor instead.
+func (*ReplayInvoicingDeadLettersRequest) Descriptor() ([]byte, []int) {
+	return file_lossless_workorder_v1_admin_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ReplayInvoicingDeadLettersRequest) GetAuthorization() *OperatorAuthorization {
+	if x != nil {
+		return x.Authorization
+	}
+	return nil
+}
+
+func (x *ReplayInvoicingDeadLettersRequest) GetMessageIds() []string {
+	if x != nil {
+		return x.MessageIds
+	}
+	return nil
+}
+
+func (x *ReplayInvoicingDeadLettersRequest) GetMaxMessages() int32 {
+	if x != nil {
+		return x.MaxMessages
+	}
+	return 0
+}
+
+func (x *ReplayInvoicingDeadLettersRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+type ReplayInvoicingDeadLettersResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Message ids taken (or, on a dry run, seen).
+	MessageIds []string `protobuf:"bytes,1,rep,name=message_ids,json=messageIds,proto3" json:"message_ids,omitempty"`
+	// Applied messages by outcome: invoiced, duplicate, parked, unknown_type.
+	Outcomes map[string]int32 `protobuf:"bytes,2,rep,name=outcomes,proto3" json:"outcomes,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// Messages that met an infrastructure error: released, still dead
+	// letters.
+	FailedMessageIds []string `protobuf:"bytes,3,rep,name=failed_message_ids,json=failedMessageIds,proto3" json:"failed_message_ids,omitempty"`
+	DryRun           bool     `protobuf:"varint,4,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *ReplayInvoicingDeadLettersResponse) Reset() {
+	*x = ReplayInvoicingDeadLettersResponse{}
+	mi := &file_lossless_workorder_v1_admin_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplayInvoicingDeadLettersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplayInvoicingDeadLettersResponse) ProtoMessage() {}
+
+func (x *ReplayInvoicingDeadLettersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lossless_workorder_v1_admin_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplayInvoicingDeadLettersResponse.ProtoReflect.Descriptor instead.
+func (*ReplayInvoicingDeadLettersResponse) Descriptor() ([]byte, []int) {
+	return file_lossless_workorder_v1_admin_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ReplayInvoicingDeadLettersResponse) GetMessageIds() []string {
+	if x != nil {
+		return x.MessageIds
+	}
+	return nil
+}
+
+func (x *ReplayInvoicingDeadLettersResponse) GetOutcomes() map[string]int32 {
+	if x != nil {
+		return x.Outcomes
+	}
+	return nil
+}
+
+func (x *ReplayInvoicingDeadLettersResponse) GetFailedMessageIds() []string {
+	if x != nil {
+		return x.FailedMessageIds
+	}
+	return nil
+}
+
+func (x *ReplayInvoicingDeadLettersResponse) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+// An InvoiceIssued the invoicing consumer could not apply, kept with its
+// reason (table parked_messages). Its raw bytes are not listed.
+type ParkedBillingEvent struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Id           int64                  `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Subscription string                 `protobuf:"bytes,2,opt,name=subscription,proto3" json:"subscription,omitempty"`
+	MessageId    string                 `protobuf:"bytes,3,opt,name=message_id,json=messageId,proto3" json:"message_id,omitempty"`
+	// Empty when unknown or not storable as text.
+	EventId   string `protobuf:"bytes,4,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
+	EventType string `protobuf:"bytes,5,opt,name=event_type,json=eventType,proto3" json:"event_type,omitempty"`
+	// The work order the message is about, when known.
+	WorkOrderId   string                 `protobuf:"bytes,6,opt,name=work_order_id,json=workOrderId,proto3" json:"work_order_id,omitempty"`
+	Attributes    map[string]string      `protobuf:"bytes,7,rep,name=attributes,proto3" json:"attributes,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Reason        string                 `protobuf:"bytes,8,opt,name=reason,proto3" json:"reason,omitempty"`
+	ParkTime      *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=park_time,json=parkTime,proto3" json:"park_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ParkedBillingEvent) Reset() {
+	*x = ParkedBillingEvent{}
+	mi := &file_lossless_workorder_v1_admin_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ParkedBillingEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ParkedBillingEvent) ProtoMessage() {}
+
+func (x *ParkedBillingEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_lossless_workorder_v1_admin_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ParkedBillingEvent.ProtoReflect.Descriptor instead.
+func (*ParkedBillingEvent) Descriptor() ([]byte, []int) {
+	return file_lossless_workorder_v1_admin_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ParkedBillingEvent) GetId() int64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *ParkedBillingEvent) GetSubscription() string {
+	if x != nil {
+		return x.Subscription
+	}
+	return ""
+}
+
+func (x *ParkedBillingEvent) GetMessageId() string {
+	if x != nil {
+		return x.MessageId
+	}
+	return ""
+}
+
+func (x *ParkedBillingEvent) GetEventId() string {
+	if x != nil {
+		return x.EventId
+	}
+	return ""
+}
+
+func (x *ParkedBillingEvent) GetEventType() string {
+	if x != nil {
+		return x.EventType
+	}
+	return ""
+}
+
+func (x *ParkedBillingEvent) GetWorkOrderId() string {
+	if x != nil {
+		return x.WorkOrderId
+	}
+	return ""
+}
+
+func (x *ParkedBillingEvent) GetAttributes() map[string]string {
+	if x != nil {
+		return x.Attributes
+	}
+	return nil
+}
+
+func (x *ParkedBillingEvent) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ParkedBillingEvent) GetParkTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ParkTime
+	}
+	return nil
+}
+
+type ListParkedBillingEventsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only messages about this work order; must not contain NUL (U+0000).
+	WorkOrderId string `protobuf:"bytes,1,opt,name=work_order_id,json=workOrderId,proto3" json:"work_order_id,omitempty"`
+	// Maximum results; 0 means the default of 50; at most 500.
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// Opaque token from a previous response's next_page_token, valid only
+	// with the same filter.
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListParkedBillingEventsRequest) Reset() {
+	*x = ListParkedBillingEventsRequest{}
+	mi := &file_lossless_workorder_v1_admin_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListParkedBillingEventsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListParkedBillingEventsRequest) ProtoMessage() {}
+
+func (x *ListParkedBillingEventsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lossless_workorder_v1_admin_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListParkedBillingEventsRequest.ProtoReflect.Descriptor instead.
+func (*ListParkedBillingEventsRequest) Descriptor() ([]byte, []int) {
+	return file_lossless_workorder_v1_admin_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *ListParkedBillingEventsRequest) GetWorkOrderId() string {
+	if x != nil {
+		return x.WorkOrderId
+	}
+	return ""
+}
+
+func (x *ListParkedBillingEventsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListParkedBillingEventsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+type ListParkedBillingEventsResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Events []*ParkedBillingEvent  `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
+	// Empty when there are no more results.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListParkedBillingEventsResponse) Reset() {
+	*x = ListParkedBillingEventsResponse{}
+	mi := &file_lossless_workorder_v1_admin_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListParkedBillingEventsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListParkedBillingEventsResponse) ProtoMessage() {}
+
+func (x *ListParkedBillingEventsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lossless_workorder_v1_admin_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListParkedBillingEventsResponse.ProtoReflect.Descriptor instead.
+func (*ListParkedBillingEventsResponse) Descriptor() ([]byte, []int) {
+	return file_lossless_workorder_v1_admin_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *ListParkedBillingEventsResponse) GetEvents() []*ParkedBillingEvent {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+func (x *ListParkedBillingEventsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+type ReplayParkedBillingEventRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Authorization *OperatorAuthorization `protobuf:"bytes,1,opt,name=authorization,proto3" json:"authorization,omitempty"`
+	// The parked message's id (ParkedBillingEvent.id).
+	Id int64 `protobuf:"varint,2,opt,name=id,proto3" json:"id,omitempty"`
+	// Apply and roll back: reports the outcome the message would have, or
+	// why it is still refused; changes nothing but the audit row.
+	DryRun        bool `protobuf:"varint,3,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplayParkedBillingEventRequest) Reset() {
+	*x = ReplayParkedBillingEventRequest{}
+	mi := &file_lossless_workorder_v1_admin_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplayParkedBillingEventRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplayParkedBillingEventRequest) ProtoMessage() {}
+
+func (x *ReplayParkedBillingEventRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lossless_workorder_v1_admin_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplayParkedBillingEventRequest.ProtoReflect.Descriptor instead.
+func (*ReplayParkedBillingEventRequest) Descriptor() ([]byte, []int) {
+	return file_lossless_workorder_v1_admin_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *ReplayParkedBillingEventRequest) GetAuthorization() *OperatorAuthorization {
+	if x != nil {
+		return x.Authorization
+	}
+	return nil
+}
+
+func (x *ReplayParkedBillingEventRequest) GetId() int64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *ReplayParkedBillingEventRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+type ReplayParkedBillingEventResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// invoiced or duplicate.
+	Outcome       string `protobuf:"bytes,1,opt,name=outcome,proto3" json:"outcome,omitempty"`
+	DryRun        bool   `protobuf:"varint,2,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplayParkedBillingEventResponse) Reset() {
+	*x = ReplayParkedBillingEventResponse{}
+	mi := &file_lossless_workorder_v1_admin_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplayParkedBillingEventResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplayParkedBillingEventResponse) ProtoMessage() {}
+
+func (x *ReplayParkedBillingEventResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lossless_workorder_v1_admin_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplayParkedBillingEventResponse.ProtoReflect.Descriptor instead.
+func (*ReplayParkedBillingEventResponse) Descriptor() ([]byte, []int) {
+	return file_lossless_workorder_v1_admin_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *ReplayParkedBillingEventResponse) GetOutcome() string {
+	if x != nil {
+		return x.Outcome
+	}
+	return ""
+}
+
+func (x *ReplayParkedBillingEventResponse) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
 var File_lossless_workorder_v1_admin_proto protoreflect.FileDescriptor
 
 const file_lossless_workorder_v1_admin_proto_rawDesc = "" +
@@ -1557,14 +2059,16 @@ const file_lossless_workorder_v1_admin_proto_rawDesc = "" +
 	"\vtraceparent\x18\x11 \x01(\tR\vtraceparent\x1a=\n" +
 	"\x0fAttributesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa1\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa9\x03\n" +
 	"\x17ListInboxEntriesRequest\x12A\n" +
 	"\x06status\x18\x01 \x01(\tB)\xbaH&r$R\x00R\x04OPENR\aAPPLIEDR\tDUPLICATER\x06PARKEDR\x06status\x12v\n" +
 	"\x06reason\x18\x02 \x01(\tB^\xbaH[\xba\x01T\n" +
 	"\rstring.no_nul\x12)must not contain a NUL character (U+0000)\x1a\x18!this.contains('\\u0000')r\x02\x18@R\x06reason\x12\"\n" +
 	"\bafter_id\x18\x03 \x01(\x03B\a\xbaH\x04\"\x02(\x00R\aafterId\x12'\n" +
 	"\tpage_size\x18\x04 \x01(\x05B\n" +
-	"\xbaH\a\x1a\x05\x18\xe8\a(\x00R\bpageSize\"W\n" +
+	"\xbaH\a\x1a\x05\x18\xe8\a(\x00R\bpageSize\x12\x85\x01\n" +
+	"\tevent_ids\x18\x05 \x03(\tBh\xbaHe\x92\x01b\x10d\"^\xba\x01T\n" +
+	"\rstring.no_nul\x12)must not contain a NUL character (U+0000)\x1a\x18!this.contains('\\u0000')r\x05\x10\x01\x18\xc8\x01R\beventIds\"W\n" +
 	"\x18ListInboxEntriesResponse\x12;\n" +
 	"\aentries\x18\x01 \x03(\v2!.lossless.workorder.v1.InboxEntryR\aentries\"/\n" +
 	"\x14GetInboxEntryRequest\x12\x17\n" +
@@ -1672,7 +2176,59 @@ const file_lossless_workorder_v1_admin_proto_rawDesc = "" +
 	"page_token\x18\x05 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x04R\tpageToken\"\x89\x01\n" +
 	"\x19ListOperatorAuditResponse\x12D\n" +
 	"\arecords\x18\x01 \x03(\v2*.lossless.workorder.v1.OperatorAuditRecordR\arecords\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken2\xb3\a\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xcd\x02\n" +
+	"!ReplayInvoicingDeadLettersRequest\x12Z\n" +
+	"\rauthorization\x18\x01 \x01(\v2,.lossless.workorder.v1.OperatorAuthorizationB\x06\xbaH\x03\xc8\x01\x01R\rauthorization\x12\x83\x01\n" +
+	"\vmessage_ids\x18\x02 \x03(\tBb\xbaH_\x92\x01\\\x10\xe8\a\"W\xba\x01T\n" +
+	"\rstring.no_nul\x12)must not contain a NUL character (U+0000)\x1a\x18!this.contains('\\u0000')R\n" +
+	"messageIds\x12-\n" +
+	"\fmax_messages\x18\x03 \x01(\x05B\n" +
+	"\xbaH\a\x1a\x05\x18\xe8\a(\x01R\vmaxMessages\x12\x17\n" +
+	"\adry_run\x18\x04 \x01(\bR\x06dryRun\"\xae\x02\n" +
+	"\"ReplayInvoicingDeadLettersResponse\x12\x1f\n" +
+	"\vmessage_ids\x18\x01 \x03(\tR\n" +
+	"messageIds\x12c\n" +
+	"\boutcomes\x18\x02 \x03(\v2G.lossless.workorder.v1.ReplayInvoicingDeadLettersResponse.OutcomesEntryR\boutcomes\x12,\n" +
+	"\x12failed_message_ids\x18\x03 \x03(\tR\x10failedMessageIds\x12\x17\n" +
+	"\adry_run\x18\x04 \x01(\bR\x06dryRun\x1a;\n" +
+	"\rOutcomesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"\xb0\x03\n" +
+	"\x12ParkedBillingEvent\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x03R\x02id\x12\"\n" +
+	"\fsubscription\x18\x02 \x01(\tR\fsubscription\x12\x1d\n" +
+	"\n" +
+	"message_id\x18\x03 \x01(\tR\tmessageId\x12\x19\n" +
+	"\bevent_id\x18\x04 \x01(\tR\aeventId\x12\x1d\n" +
+	"\n" +
+	"event_type\x18\x05 \x01(\tR\teventType\x12\"\n" +
+	"\rwork_order_id\x18\x06 \x01(\tR\vworkOrderId\x12Y\n" +
+	"\n" +
+	"attributes\x18\a \x03(\v29.lossless.workorder.v1.ParkedBillingEvent.AttributesEntryR\n" +
+	"attributes\x12\x16\n" +
+	"\x06reason\x18\b \x01(\tR\x06reason\x127\n" +
+	"\tpark_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\bparkTime\x1a=\n" +
+	"\x0fAttributesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf8\x01\n" +
+	"\x1eListParkedBillingEventsRequest\x12\x83\x01\n" +
+	"\rwork_order_id\x18\x01 \x01(\tB_\xbaH\\\xba\x01T\n" +
+	"\rstring.no_nul\x12)must not contain a NUL character (U+0000)\x1a\x18!this.contains('\\u0000')r\x03\x18\xc8\x01R\vworkOrderId\x12'\n" +
+	"\tpage_size\x18\x02 \x01(\x05B\n" +
+	"\xbaH\a\x1a\x05\x18\xf4\x03(\x00R\bpageSize\x12'\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x04R\tpageToken\"\x8c\x01\n" +
+	"\x1fListParkedBillingEventsResponse\x12A\n" +
+	"\x06events\x18\x01 \x03(\v2).lossless.workorder.v1.ParkedBillingEventR\x06events\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xaf\x01\n" +
+	"\x1fReplayParkedBillingEventRequest\x12Z\n" +
+	"\rauthorization\x18\x01 \x01(\v2,.lossless.workorder.v1.OperatorAuthorizationB\x06\xbaH\x03\xc8\x01\x01R\rauthorization\x12\x17\n" +
+	"\x02id\x18\x02 \x01(\x03B\a\xbaH\x04\"\x02 \x00R\x02id\x12\x17\n" +
+	"\adry_run\x18\x03 \x01(\bR\x06dryRun\"U\n" +
+	" ReplayParkedBillingEventResponse\x12\x18\n" +
+	"\aoutcome\x18\x01 \x01(\tR\aoutcome\x12\x17\n" +
+	"\adry_run\x18\x02 \x01(\bR\x06dryRun2\xe0\n" +
+	"\n" +
 	"\x15WorkOrderAdminService\x12s\n" +
 	"\x10ListInboxEntries\x12..lossless.workorder.v1.ListInboxEntriesRequest\x1a/.lossless.workorder.v1.ListInboxEntriesResponse\x12j\n" +
 	"\rGetInboxEntry\x12+.lossless.workorder.v1.GetInboxEntryRequest\x1a,.lossless.workorder.v1.GetInboxEntryResponse\x12y\n" +
@@ -1681,7 +2237,10 @@ const file_lossless_workorder_v1_admin_proto_rawDesc = "" +
 	"\fCleanupInbox\x12*.lossless.workorder.v1.CleanupInboxRequest\x1a+.lossless.workorder.v1.CleanupInboxResponse\x12p\n" +
 	"\x0fRecordReHandOff\x12-.lossless.workorder.v1.RecordReHandOffRequest\x1a..lossless.workorder.v1.RecordReHandOffResponse\x12s\n" +
 	"\x10ListOutboxEvents\x12..lossless.workorder.v1.ListOutboxEventsRequest\x1a/.lossless.workorder.v1.ListOutboxEventsResponse\x12v\n" +
-	"\x11ListOperatorAudit\x12/.lossless.workorder.v1.ListOperatorAuditRequest\x1a0.lossless.workorder.v1.ListOperatorAuditResponseBHZFgithub.com/lossless-dev/lossless/gen/lossless/workorder/v1;workorderv1b\x06proto3"
+	"\x11ListOperatorAudit\x12/.lossless.workorder.v1.ListOperatorAuditRequest\x1a0.lossless.workorder.v1.ListOperatorAuditResponse\x12\x91\x01\n" +
+	"\x1aReplayInvoicingDeadLetters\x128.lossless.workorder.v1.ReplayInvoicingDeadLettersRequest\x1a9.lossless.workorder.v1.ReplayInvoicingDeadLettersResponse\x12\x88\x01\n" +
+	"\x17ListParkedBillingEvents\x125.lossless.workorder.v1.ListParkedBillingEventsRequest\x1a6.lossless.workorder.v1.ListParkedBillingEventsResponse\x12\x8b\x01\n" +
+	"\x18ReplayParkedBillingEvent\x126.lossless.workorder.v1.ReplayParkedBillingEventRequest\x1a7.lossless.workorder.v1.ReplayParkedBillingEventResponseBHZFgithub.com/lossless-dev/lossless/gen/lossless/workorder/v1;workorderv1b\x06proto3"
 
 var (
 	file_lossless_workorder_v1_admin_proto_rawDescOnce sync.Once
@@ -1695,75 +2254,96 @@ func file_lossless_workorder_v1_admin_proto_rawDescGZIP() []byte {
 	return file_lossless_workorder_v1_admin_proto_rawDescData
 }
 
-var file_lossless_workorder_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_lossless_workorder_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_lossless_workorder_v1_admin_proto_goTypes = []any{
-	(*OperatorAuthorization)(nil),      // 0: lossless.workorder.v1.OperatorAuthorization
-	(*InboxEntry)(nil),                 // 1: lossless.workorder.v1.InboxEntry
-	(*ListInboxEntriesRequest)(nil),    // 2: lossless.workorder.v1.ListInboxEntriesRequest
-	(*ListInboxEntriesResponse)(nil),   // 3: lossless.workorder.v1.ListInboxEntriesResponse
-	(*GetInboxEntryRequest)(nil),       // 4: lossless.workorder.v1.GetInboxEntryRequest
-	(*GetInboxEntryResponse)(nil),      // 5: lossless.workorder.v1.GetInboxEntryResponse
-	(*ReplayInboxEntriesRequest)(nil),  // 6: lossless.workorder.v1.ReplayInboxEntriesRequest
-	(*ReplayInboxEntriesResponse)(nil), // 7: lossless.workorder.v1.ReplayInboxEntriesResponse
-	(*ReplayDeadLettersRequest)(nil),   // 8: lossless.workorder.v1.ReplayDeadLettersRequest
-	(*ReplayDeadLettersResponse)(nil),  // 9: lossless.workorder.v1.ReplayDeadLettersResponse
-	(*CleanupInboxRequest)(nil),        // 10: lossless.workorder.v1.CleanupInboxRequest
-	(*CleanupInboxResponse)(nil),       // 11: lossless.workorder.v1.CleanupInboxResponse
-	(*RecordReHandOffRequest)(nil),     // 12: lossless.workorder.v1.RecordReHandOffRequest
-	(*RecordReHandOffResponse)(nil),    // 13: lossless.workorder.v1.RecordReHandOffResponse
-	(*OutboxEvent)(nil),                // 14: lossless.workorder.v1.OutboxEvent
-	(*ListOutboxEventsRequest)(nil),    // 15: lossless.workorder.v1.ListOutboxEventsRequest
-	(*ListOutboxEventsResponse)(nil),   // 16: lossless.workorder.v1.ListOutboxEventsResponse
-	(*OperatorAuditRecord)(nil),        // 17: lossless.workorder.v1.OperatorAuditRecord
-	(*ListOperatorAuditRequest)(nil),   // 18: lossless.workorder.v1.ListOperatorAuditRequest
-	(*ListOperatorAuditResponse)(nil),  // 19: lossless.workorder.v1.ListOperatorAuditResponse
-	nil,                                // 20: lossless.workorder.v1.InboxEntry.AttributesEntry
-	(*timestamppb.Timestamp)(nil),      // 21: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),            // 22: google.protobuf.Struct
+	(*OperatorAuthorization)(nil),              // 0: lossless.workorder.v1.OperatorAuthorization
+	(*InboxEntry)(nil),                         // 1: lossless.workorder.v1.InboxEntry
+	(*ListInboxEntriesRequest)(nil),            // 2: lossless.workorder.v1.ListInboxEntriesRequest
+	(*ListInboxEntriesResponse)(nil),           // 3: lossless.workorder.v1.ListInboxEntriesResponse
+	(*GetInboxEntryRequest)(nil),               // 4: lossless.workorder.v1.GetInboxEntryRequest
+	(*GetInboxEntryResponse)(nil),              // 5: lossless.workorder.v1.GetInboxEntryResponse
+	(*ReplayInboxEntriesRequest)(nil),          // 6: lossless.workorder.v1.ReplayInboxEntriesRequest
+	(*ReplayInboxEntriesResponse)(nil),         // 7: lossless.workorder.v1.ReplayInboxEntriesResponse
+	(*ReplayDeadLettersRequest)(nil),           // 8: lossless.workorder.v1.ReplayDeadLettersRequest
+	(*ReplayDeadLettersResponse)(nil),          // 9: lossless.workorder.v1.ReplayDeadLettersResponse
+	(*CleanupInboxRequest)(nil),                // 10: lossless.workorder.v1.CleanupInboxRequest
+	(*CleanupInboxResponse)(nil),               // 11: lossless.workorder.v1.CleanupInboxResponse
+	(*RecordReHandOffRequest)(nil),             // 12: lossless.workorder.v1.RecordReHandOffRequest
+	(*RecordReHandOffResponse)(nil),            // 13: lossless.workorder.v1.RecordReHandOffResponse
+	(*OutboxEvent)(nil),                        // 14: lossless.workorder.v1.OutboxEvent
+	(*ListOutboxEventsRequest)(nil),            // 15: lossless.workorder.v1.ListOutboxEventsRequest
+	(*ListOutboxEventsResponse)(nil),           // 16: lossless.workorder.v1.ListOutboxEventsResponse
+	(*OperatorAuditRecord)(nil),                // 17: lossless.workorder.v1.OperatorAuditRecord
+	(*ListOperatorAuditRequest)(nil),           // 18: lossless.workorder.v1.ListOperatorAuditRequest
+	(*ListOperatorAuditResponse)(nil),          // 19: lossless.workorder.v1.ListOperatorAuditResponse
+	(*ReplayInvoicingDeadLettersRequest)(nil),  // 20: lossless.workorder.v1.ReplayInvoicingDeadLettersRequest
+	(*ReplayInvoicingDeadLettersResponse)(nil), // 21: lossless.workorder.v1.ReplayInvoicingDeadLettersResponse
+	(*ParkedBillingEvent)(nil),                 // 22: lossless.workorder.v1.ParkedBillingEvent
+	(*ListParkedBillingEventsRequest)(nil),     // 23: lossless.workorder.v1.ListParkedBillingEventsRequest
+	(*ListParkedBillingEventsResponse)(nil),    // 24: lossless.workorder.v1.ListParkedBillingEventsResponse
+	(*ReplayParkedBillingEventRequest)(nil),    // 25: lossless.workorder.v1.ReplayParkedBillingEventRequest
+	(*ReplayParkedBillingEventResponse)(nil),   // 26: lossless.workorder.v1.ReplayParkedBillingEventResponse
+	nil,                                        // 27: lossless.workorder.v1.InboxEntry.AttributesEntry
+	nil,                                        // 28: lossless.workorder.v1.ReplayInvoicingDeadLettersResponse.OutcomesEntry
+	nil,                                        // 29: lossless.workorder.v1.ParkedBillingEvent.AttributesEntry
+	(*timestamppb.Timestamp)(nil),              // 30: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),                    // 31: google.protobuf.Struct
 }
 var file_lossless_workorder_v1_admin_proto_depIdxs = []int32{
-	21, // 0: lossless.workorder.v1.InboxEntry.received_time:type_name -> google.protobuf.Timestamp
-	21, // 1: lossless.workorder.v1.InboxEntry.next_attempt_time:type_name -> google.protobuf.Timestamp
-	21, // 2: lossless.workorder.v1.InboxEntry.processed_time:type_name -> google.protobuf.Timestamp
-	20, // 3: lossless.workorder.v1.InboxEntry.attributes:type_name -> lossless.workorder.v1.InboxEntry.AttributesEntry
+	30, // 0: lossless.workorder.v1.InboxEntry.received_time:type_name -> google.protobuf.Timestamp
+	30, // 1: lossless.workorder.v1.InboxEntry.next_attempt_time:type_name -> google.protobuf.Timestamp
+	30, // 2: lossless.workorder.v1.InboxEntry.processed_time:type_name -> google.protobuf.Timestamp
+	27, // 3: lossless.workorder.v1.InboxEntry.attributes:type_name -> lossless.workorder.v1.InboxEntry.AttributesEntry
 	1,  // 4: lossless.workorder.v1.ListInboxEntriesResponse.entries:type_name -> lossless.workorder.v1.InboxEntry
 	1,  // 5: lossless.workorder.v1.GetInboxEntryResponse.entry:type_name -> lossless.workorder.v1.InboxEntry
 	0,  // 6: lossless.workorder.v1.ReplayInboxEntriesRequest.authorization:type_name -> lossless.workorder.v1.OperatorAuthorization
-	21, // 7: lossless.workorder.v1.ReplayInboxEntriesRequest.from_time:type_name -> google.protobuf.Timestamp
-	21, // 8: lossless.workorder.v1.ReplayInboxEntriesRequest.to_time:type_name -> google.protobuf.Timestamp
+	30, // 7: lossless.workorder.v1.ReplayInboxEntriesRequest.from_time:type_name -> google.protobuf.Timestamp
+	30, // 8: lossless.workorder.v1.ReplayInboxEntriesRequest.to_time:type_name -> google.protobuf.Timestamp
 	0,  // 9: lossless.workorder.v1.ReplayDeadLettersRequest.authorization:type_name -> lossless.workorder.v1.OperatorAuthorization
 	0,  // 10: lossless.workorder.v1.CleanupInboxRequest.authorization:type_name -> lossless.workorder.v1.OperatorAuthorization
 	0,  // 11: lossless.workorder.v1.RecordReHandOffRequest.authorization:type_name -> lossless.workorder.v1.OperatorAuthorization
-	21, // 12: lossless.workorder.v1.OutboxEvent.next_attempt_time:type_name -> google.protobuf.Timestamp
-	21, // 13: lossless.workorder.v1.OutboxEvent.lease_expire_time:type_name -> google.protobuf.Timestamp
-	21, // 14: lossless.workorder.v1.OutboxEvent.occur_time:type_name -> google.protobuf.Timestamp
-	21, // 15: lossless.workorder.v1.OutboxEvent.create_time:type_name -> google.protobuf.Timestamp
-	21, // 16: lossless.workorder.v1.OutboxEvent.publish_time:type_name -> google.protobuf.Timestamp
+	30, // 12: lossless.workorder.v1.OutboxEvent.next_attempt_time:type_name -> google.protobuf.Timestamp
+	30, // 13: lossless.workorder.v1.OutboxEvent.lease_expire_time:type_name -> google.protobuf.Timestamp
+	30, // 14: lossless.workorder.v1.OutboxEvent.occur_time:type_name -> google.protobuf.Timestamp
+	30, // 15: lossless.workorder.v1.OutboxEvent.create_time:type_name -> google.protobuf.Timestamp
+	30, // 16: lossless.workorder.v1.OutboxEvent.publish_time:type_name -> google.protobuf.Timestamp
 	14, // 17: lossless.workorder.v1.ListOutboxEventsResponse.events:type_name -> lossless.workorder.v1.OutboxEvent
-	22, // 18: lossless.workorder.v1.OperatorAuditRecord.params:type_name -> google.protobuf.Struct
-	21, // 19: lossless.workorder.v1.OperatorAuditRecord.occur_time:type_name -> google.protobuf.Timestamp
+	31, // 18: lossless.workorder.v1.OperatorAuditRecord.params:type_name -> google.protobuf.Struct
+	30, // 19: lossless.workorder.v1.OperatorAuditRecord.occur_time:type_name -> google.protobuf.Timestamp
 	17, // 20: lossless.workorder.v1.ListOperatorAuditResponse.records:type_name -> lossless.workorder.v1.OperatorAuditRecord
-	2,  // 21: lossless.workorder.v1.WorkOrderAdminService.ListInboxEntries:input_type -> lossless.workorder.v1.ListInboxEntriesRequest
-	4,  // 22: lossless.workorder.v1.WorkOrderAdminService.GetInboxEntry:input_type -> lossless.workorder.v1.GetInboxEntryRequest
-	6,  // 23: lossless.workorder.v1.WorkOrderAdminService.ReplayInboxEntries:input_type -> lossless.workorder.v1.ReplayInboxEntriesRequest
-	8,  // 24: lossless.workorder.v1.WorkOrderAdminService.ReplayDeadLetters:input_type -> lossless.workorder.v1.ReplayDeadLettersRequest
-	10, // 25: lossless.workorder.v1.WorkOrderAdminService.CleanupInbox:input_type -> lossless.workorder.v1.CleanupInboxRequest
-	12, // 26: lossless.workorder.v1.WorkOrderAdminService.RecordReHandOff:input_type -> lossless.workorder.v1.RecordReHandOffRequest
-	15, // 27: lossless.workorder.v1.WorkOrderAdminService.ListOutboxEvents:input_type -> lossless.workorder.v1.ListOutboxEventsRequest
-	18, // 28: lossless.workorder.v1.WorkOrderAdminService.ListOperatorAudit:input_type -> lossless.workorder.v1.ListOperatorAuditRequest
-	3,  // 29: lossless.workorder.v1.WorkOrderAdminService.ListInboxEntries:output_type -> lossless.workorder.v1.ListInboxEntriesResponse
-	5,  // 30: lossless.workorder.v1.WorkOrderAdminService.GetInboxEntry:output_type -> lossless.workorder.v1.GetInboxEntryResponse
-	7,  // 31: lossless.workorder.v1.WorkOrderAdminService.ReplayInboxEntries:output_type -> lossless.workorder.v1.ReplayInboxEntriesResponse
-	9,  // 32: lossless.workorder.v1.WorkOrderAdminService.ReplayDeadLetters:output_type -> lossless.workorder.v1.ReplayDeadLettersResponse
-	11, // 33: lossless.workorder.v1.WorkOrderAdminService.CleanupInbox:output_type -> lossless.workorder.v1.CleanupInboxResponse
-	13, // 34: lossless.workorder.v1.WorkOrderAdminService.RecordReHandOff:output_type -> lossless.workorder.v1.RecordReHandOffResponse
-	16, // 35: lossless.workorder.v1.WorkOrderAdminService.ListOutboxEvents:output_type -> lossless.workorder.v1.ListOutboxEventsResponse
-	19, // 36: lossless.workorder.v1.WorkOrderAdminService.ListOperatorAudit:output_type -> lossless.workorder.v1.ListOperatorAuditResponse
-	29, // [29:37] is the sub-list for method output_type
-	21, // [21:29] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	0,  // 21: lossless.workorder.v1.ReplayInvoicingDeadLettersRequest.authorization:type_name -> lossless.workorder.v1.OperatorAuthorization
+	28, // 22: lossless.workorder.v1.ReplayInvoicingDeadLettersResponse.outcomes:type_name -> lossless.workorder.v1.ReplayInvoicingDeadLettersResponse.OutcomesEntry
+	29, // 23: lossless.workorder.v1.ParkedBillingEvent.attributes:type_name -> lossless.workorder.v1.ParkedBillingEvent.AttributesEntry
+	30, // 24: lossless.workorder.v1.ParkedBillingEvent.park_time:type_name -> google.protobuf.Timestamp
+	22, // 25: lossless.workorder.v1.ListParkedBillingEventsResponse.events:type_name -> lossless.workorder.v1.ParkedBillingEvent
+	0,  // 26: lossless.workorder.v1.ReplayParkedBillingEventRequest.authorization:type_name -> lossless.workorder.v1.OperatorAuthorization
+	2,  // 27: lossless.workorder.v1.WorkOrderAdminService.ListInboxEntries:input_type -> lossless.workorder.v1.ListInboxEntriesRequest
+	4,  // 28: lossless.workorder.v1.WorkOrderAdminService.GetInboxEntry:input_type -> lossless.workorder.v1.GetInboxEntryRequest
+	6,  // 29: lossless.workorder.v1.WorkOrderAdminService.ReplayInboxEntries:input_type -> lossless.workorder.v1.ReplayInboxEntriesRequest
+	8,  // 30: lossless.workorder.v1.WorkOrderAdminService.ReplayDeadLetters:input_type -> lossless.workorder.v1.ReplayDeadLettersRequest
+	10, // 31: lossless.workorder.v1.WorkOrderAdminService.CleanupInbox:input_type -> lossless.workorder.v1.CleanupInboxRequest
+	12, // 32: lossless.workorder.v1.WorkOrderAdminService.RecordReHandOff:input_type -> lossless.workorder.v1.RecordReHandOffRequest
+	15, // 33: lossless.workorder.v1.WorkOrderAdminService.ListOutboxEvents:input_type -> lossless.workorder.v1.ListOutboxEventsRequest
+	18, // 34: lossless.workorder.v1.WorkOrderAdminService.ListOperatorAudit:input_type -> lossless.workorder.v1.ListOperatorAuditRequest
+	20, // 35: lossless.workorder.v1.WorkOrderAdminService.ReplayInvoicingDeadLetters:input_type -> lossless.workorder.v1.ReplayInvoicingDeadLettersRequest
+	23, // 36: lossless.workorder.v1.WorkOrderAdminService.ListParkedBillingEvents:input_type -> lossless.workorder.v1.ListParkedBillingEventsRequest
+	25, // 37: lossless.workorder.v1.WorkOrderAdminService.ReplayParkedBillingEvent:input_type -> lossless.workorder.v1.ReplayParkedBillingEventRequest
+	3,  // 38: lossless.workorder.v1.WorkOrderAdminService.ListInboxEntries:output_type -> lossless.workorder.v1.ListInboxEntriesResponse
+	5,  // 39: lossless.workorder.v1.WorkOrderAdminService.GetInboxEntry:output_type -> lossless.workorder.v1.GetInboxEntryResponse
+	7,  // 40: lossless.workorder.v1.WorkOrderAdminService.ReplayInboxEntries:output_type -> lossless.workorder.v1.ReplayInboxEntriesResponse
+	9,  // 41: lossless.workorder.v1.WorkOrderAdminService.ReplayDeadLetters:output_type -> lossless.workorder.v1.ReplayDeadLettersResponse
+	11, // 42: lossless.workorder.v1.WorkOrderAdminService.CleanupInbox:output_type -> lossless.workorder.v1.CleanupInboxResponse
+	13, // 43: lossless.workorder.v1.WorkOrderAdminService.RecordReHandOff:output_type -> lossless.workorder.v1.RecordReHandOffResponse
+	16, // 44: lossless.workorder.v1.WorkOrderAdminService.ListOutboxEvents:output_type -> lossless.workorder.v1.ListOutboxEventsResponse
+	19, // 45: lossless.workorder.v1.WorkOrderAdminService.ListOperatorAudit:output_type -> lossless.workorder.v1.ListOperatorAuditResponse
+	21, // 46: lossless.workorder.v1.WorkOrderAdminService.ReplayInvoicingDeadLetters:output_type -> lossless.workorder.v1.ReplayInvoicingDeadLettersResponse
+	24, // 47: lossless.workorder.v1.WorkOrderAdminService.ListParkedBillingEvents:output_type -> lossless.workorder.v1.ListParkedBillingEventsResponse
+	26, // 48: lossless.workorder.v1.WorkOrderAdminService.ReplayParkedBillingEvent:output_type -> lossless.workorder.v1.ReplayParkedBillingEventResponse
+	38, // [38:49] is the sub-list for method output_type
+	27, // [27:38] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_lossless_workorder_v1_admin_proto_init() }
@@ -1777,7 +2357,7 @@ func file_lossless_workorder_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lossless_workorder_v1_admin_proto_rawDesc), len(file_lossless_workorder_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   21,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

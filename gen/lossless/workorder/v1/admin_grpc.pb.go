@@ -19,14 +19,17 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	WorkOrderAdminService_ListInboxEntries_FullMethodName   = "/lossless.workorder.v1.WorkOrderAdminService/ListInboxEntries"
-	WorkOrderAdminService_GetInboxEntry_FullMethodName      = "/lossless.workorder.v1.WorkOrderAdminService/GetInboxEntry"
-	WorkOrderAdminService_ReplayInboxEntries_FullMethodName = "/lossless.workorder.v1.WorkOrderAdminService/ReplayInboxEntries"
-	WorkOrderAdminService_ReplayDeadLetters_FullMethodName  = "/lossless.workorder.v1.WorkOrderAdminService/ReplayDeadLetters"
-	WorkOrderAdminService_CleanupInbox_FullMethodName       = "/lossless.workorder.v1.WorkOrderAdminService/CleanupInbox"
-	WorkOrderAdminService_RecordReHandOff_FullMethodName    = "/lossless.workorder.v1.WorkOrderAdminService/RecordReHandOff"
-	WorkOrderAdminService_ListOutboxEvents_FullMethodName   = "/lossless.workorder.v1.WorkOrderAdminService/ListOutboxEvents"
-	WorkOrderAdminService_ListOperatorAudit_FullMethodName  = "/lossless.workorder.v1.WorkOrderAdminService/ListOperatorAudit"
+	WorkOrderAdminService_ListInboxEntries_FullMethodName           = "/lossless.workorder.v1.WorkOrderAdminService/ListInboxEntries"
+	WorkOrderAdminService_GetInboxEntry_FullMethodName              = "/lossless.workorder.v1.WorkOrderAdminService/GetInboxEntry"
+	WorkOrderAdminService_ReplayInboxEntries_FullMethodName         = "/lossless.workorder.v1.WorkOrderAdminService/ReplayInboxEntries"
+	WorkOrderAdminService_ReplayDeadLetters_FullMethodName          = "/lossless.workorder.v1.WorkOrderAdminService/ReplayDeadLetters"
+	WorkOrderAdminService_CleanupInbox_FullMethodName               = "/lossless.workorder.v1.WorkOrderAdminService/CleanupInbox"
+	WorkOrderAdminService_RecordReHandOff_FullMethodName            = "/lossless.workorder.v1.WorkOrderAdminService/RecordReHandOff"
+	WorkOrderAdminService_ListOutboxEvents_FullMethodName           = "/lossless.workorder.v1.WorkOrderAdminService/ListOutboxEvents"
+	WorkOrderAdminService_ListOperatorAudit_FullMethodName          = "/lossless.workorder.v1.WorkOrderAdminService/ListOperatorAudit"
+	WorkOrderAdminService_ReplayInvoicingDeadLetters_FullMethodName = "/lossless.workorder.v1.WorkOrderAdminService/ReplayInvoicingDeadLetters"
+	WorkOrderAdminService_ListParkedBillingEvents_FullMethodName    = "/lossless.workorder.v1.WorkOrderAdminService/ListParkedBillingEvents"
+	WorkOrderAdminService_ReplayParkedBillingEvent_FullMethodName   = "/lossless.workorder.v1.WorkOrderAdminService/ReplayParkedBillingEvent"
 )
 
 // WorkOrderAdminServiceClient is the client API for WorkOrderAdminService service.
@@ -61,6 +64,16 @@ type WorkOrderAdminServiceClient interface {
 	ListOutboxEvents(ctx context.Context, in *ListOutboxEventsRequest, opts ...grpc.CallOption) (*ListOutboxEventsResponse, error)
 	// Lists the operator_audit log, newest first. Read only.
 	ListOperatorAudit(ctx context.Context, in *ListOperatorAuditRequest, opts ...grpc.CallOption) (*ListOperatorAuditResponse, error)
+	// Applies dead-lettered InvoiceIssued messages (subscription
+	// workorder.billing-events) through the invoicing consumer's path, as
+	// `workorder invoicing replay-dead-letters` does.
+	ReplayInvoicingDeadLetters(ctx context.Context, in *ReplayInvoicingDeadLettersRequest, opts ...grpc.CallOption) (*ReplayInvoicingDeadLettersResponse, error)
+	// Lists the parked InvoiceIssued messages not replayed, oldest first.
+	// Read only.
+	ListParkedBillingEvents(ctx context.Context, in *ListParkedBillingEventsRequest, opts ...grpc.CallOption) (*ListParkedBillingEventsResponse, error)
+	// Re-applies one parked InvoiceIssued once its cause is fixed, as
+	// `workorder invoicing replay` does.
+	ReplayParkedBillingEvent(ctx context.Context, in *ReplayParkedBillingEventRequest, opts ...grpc.CallOption) (*ReplayParkedBillingEventResponse, error)
 }
 
 type workOrderAdminServiceClient struct {
@@ -151,6 +164,36 @@ func (c *workOrderAdminServiceClient) ListOperatorAudit(ctx context.Context, in 
 	return out, nil
 }
 
+func (c *workOrderAdminServiceClient) ReplayInvoicingDeadLetters(ctx context.Context, in *ReplayInvoicingDeadLettersRequest, opts ...grpc.CallOption) (*ReplayInvoicingDeadLettersResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReplayInvoicingDeadLettersResponse)
+	err := c.cc.Invoke(ctx, WorkOrderAdminService_ReplayInvoicingDeadLetters_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *workOrderAdminServiceClient) ListParkedBillingEvents(ctx context.Context, in *ListParkedBillingEventsRequest, opts ...grpc.CallOption) (*ListParkedBillingEventsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListParkedBillingEventsResponse)
+	err := c.cc.Invoke(ctx, WorkOrderAdminService_ListParkedBillingEvents_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *workOrderAdminServiceClient) ReplayParkedBillingEvent(ctx context.Context, in *ReplayParkedBillingEventRequest, opts ...grpc.CallOption) (*ReplayParkedBillingEventResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReplayParkedBillingEventResponse)
+	err := c.cc.Invoke(ctx, WorkOrderAdminService_ReplayParkedBillingEvent_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // WorkOrderAdminServiceServer is the server API for WorkOrderAdminService service.
 // All implementations must embed UnimplementedWorkOrderAdminServiceServer
 // for forward compatibility.
@@ -183,6 +226,16 @@ type WorkOrderAdminServiceServer interface {
 	ListOutboxEvents(context.Context, *ListOutboxEventsRequest) (*ListOutboxEventsResponse, error)
 	// Lists the operator_audit log, newest first. Read only.
 	ListOperatorAudit(context.Context, *ListOperatorAuditRequest) (*ListOperatorAuditResponse, error)
+	// Applies dead-lettered InvoiceIssued messages (subscription
+	// workorder.billing-events) through the invoicing consumer's path, as
+	// `workorder invoicing replay-dead-letters` does.
+	ReplayInvoicingDeadLetters(context.Context, *ReplayInvoicingDeadLettersRequest) (*ReplayInvoicingDeadLettersResponse, error)
+	// Lists the parked InvoiceIssued messages not replayed, oldest first.
+	// Read only.
+	ListParkedBillingEvents(context.Context, *ListParkedBillingEventsRequest) (*ListParkedBillingEventsResponse, error)
+	// Re-applies one parked InvoiceIssued once its cause is fixed, as
+	// `workorder invoicing replay` does.
+	ReplayParkedBillingEvent(context.Context, *ReplayParkedBillingEventRequest) (*ReplayParkedBillingEventResponse, error)
 	mustEmbedUnimplementedWorkOrderAdminServiceServer()
 }
 
@@ -216,6 +269,15 @@ func (UnimplementedWorkOrderAdminServiceServer) ListOutboxEvents(context.Context
 }
 func (UnimplementedWorkOrderAdminServiceServer) ListOperatorAudit(context.Context, *ListOperatorAuditRequest) (*ListOperatorAuditResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ListOperatorAudit not implemented")
+}
+func (UnimplementedWorkOrderAdminServiceServer) ReplayInvoicingDeadLetters(context.Context, *ReplayInvoicingDeadLettersRequest) (*ReplayInvoicingDeadLettersResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ReplayInvoicingDeadLetters not implemented")
+}
+func (UnimplementedWorkOrderAdminServiceServer) ListParkedBillingEvents(context.Context, *ListParkedBillingEventsRequest) (*ListParkedBillingEventsResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ListParkedBillingEvents not implemented")
+}
+func (UnimplementedWorkOrderAdminServiceServer) ReplayParkedBillingEvent(context.Context, *ReplayParkedBillingEventRequest) (*ReplayParkedBillingEventResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ReplayParkedBillingEvent not implemented")
 }
 func (UnimplementedWorkOrderAdminServiceServer) mustEmbedUnimplementedWorkOrderAdminServiceServer() {}
 func (UnimplementedWorkOrderAdminServiceServer) testEmbeddedByValue()                               {}
@@ -382,6 +444,60 @@ func _WorkOrderAdminService_ListOperatorAudit_Handler(srv interface{}, ctx conte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _WorkOrderAdminService_ReplayInvoicingDeadLetters_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReplayInvoicingDeadLettersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(WorkOrderAdminServiceServer).ReplayInvoicingDeadLetters(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: WorkOrderAdminService_ReplayInvoicingDeadLetters_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(WorkOrderAdminServiceServer).ReplayInvoicingDeadLetters(ctx, req.(*ReplayInvoicingDeadLettersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _WorkOrderAdminService_ListParkedBillingEvents_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListParkedBillingEventsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(WorkOrderAdminServiceServer).ListParkedBillingEvents(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: WorkOrderAdminService_ListParkedBillingEvents_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(WorkOrderAdminServiceServer).ListParkedBillingEvents(ctx, req.(*ListParkedBillingEventsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _WorkOrderAdminService_ReplayParkedBillingEvent_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReplayParkedBillingEventRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(WorkOrderAdminServiceServer).ReplayParkedBillingEvent(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: WorkOrderAdminService_ReplayParkedBillingEvent_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(WorkOrderAdminServiceServer).ReplayParkedBillingEvent(ctx, req.(*ReplayParkedBillingEventRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // WorkOrderAdminService_ServiceDesc is the grpc.ServiceDesc for WorkOrderAdminService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -420,6 +536,18 @@ var WorkOrderAdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListOperatorAudit",
 			Handler:    _WorkOrderAdminService_ListOperatorAudit_Handler,
+		},
+		{
+			MethodName: "ReplayInvoicingDeadLetters",
+			Handler:    _WorkOrderAdminService_ReplayInvoicingDeadLetters_Handler,
+		},
+		{
+			MethodName: "ListParkedBillingEvents",
+			Handler:    _WorkOrderAdminService_ListParkedBillingEvents_Handler,
+		},
+		{
+			MethodName: "ReplayParkedBillingEvent",
+			Handler:    _WorkOrderAdminService_ReplayParkedBillingEvent_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -1,10 +1,12 @@
-// Package admin is billing's privileged operator surface. Over gRPC:
-// lossless.billing.v1.BillingAdminService, read-only listings of the invoice
-// jobs (pkg/leasequeue) and of the parked messages (pkg/parked) for the
-// operations console; every call needs the operator token (pkg/operatorauth,
-// env BILLING_OPERATOR_TOKEN). On the command line (Ops, RunCLI): the
-// intake's repairs, replaying dead letters and parked messages, each audited
-// in operator_audit. Invoice job repairs stay `billing jobs retry`.
+// Package admin is billing's privileged operator surface: the reads of the
+// invoice jobs (pkg/leasequeue), the parked messages (pkg/parked) and the
+// operator_audit log, and the repairs: retry dead invoice jobs, replay the
+// intake's dead letters and parked messages. Ops implements them once; the
+// command line (RunCLI, `billing dead-letters|parked ...`) and the gRPC
+// service lossless.billing.v1.BillingAdminService (Service, operator token
+// from env BILLING_OPERATOR_TOKEN via pkg/operatorauth) both call it. Every
+// repair needs a ticket and an actor and is audited in operator_audit, dry
+// runs included.
 package admin
 
 import (
@@ -44,25 +46,26 @@ type DB interface {
 // billingv1.RegisterBillingAdminServiceServer and install AuthInterceptor.
 type Service struct {
 	billingv1.UnimplementedBillingAdminServiceServer
-	db     DB
-	queue  *leasequeue.Queue
-	parked *parked.Store
-	guard  *operatorauth.Guard
+	ops   *Ops
+	guard *operatorauth.Guard
 }
 
-// NewService returns the admin service over the invoice jobs of queue and
-// the parked messages of store, read through db. token is the operator
-// token (EnvOperatorToken): empty refuses every call, shorter than
+// NewService returns the admin service over ops, which must have the
+// invoice queue (WithQueue). token is the operator token
+// (EnvOperatorToken): empty refuses every call, shorter than
 // operatorauth.MinLength is an error.
-func NewService(db DB, queue *leasequeue.Queue, store *parked.Store, token string, logger *slog.Logger) (*Service, error) {
-	if db == nil || queue == nil || store == nil || logger == nil {
-		return nil, errors.New("admin: NewService needs a database, the queue, the parked store and a logger")
+func NewService(ops *Ops, token string, logger *slog.Logger) (*Service, error) {
+	if ops == nil || logger == nil {
+		return nil, errors.New("admin: NewService needs ops and a logger")
+	}
+	if ops.queue == nil {
+		return nil, errors.New("admin: NewService needs ops built WithQueue")
 	}
 	guard, err := operatorauth.New(token, EnvOperatorToken, logger)
 	if err != nil {
 		return nil, err
 	}
-	return &Service{db: db, queue: queue, parked: store, guard: guard}, nil
+	return &Service{ops: ops, guard: guard}, nil
 }
 
 // AuthInterceptor refuses calls to this service without the operator token
@@ -99,20 +102,23 @@ func (s *Service) ListInvoiceJobs(ctx context.Context, req *billingv1.ListInvoic
 	if err := s.guard.Authorize(ctx); err != nil {
 		return nil, err
 	}
-	before, err := position(req.GetPageToken(), req.GetState())
+	filter := []string{req.GetState(), req.GetWorkOrderId()}
+	before, err := position(req.GetPageToken(), filter...)
 	if err != nil {
 		return nil, err
 	}
 	size := pageSize(req.GetPageSize())
-	// One more than asked for tells whether another page follows.
-	jobs, err := s.queue.List(ctx, s.db, leasequeue.ListFilter{State: leasequeue.State(req.GetState()), BeforeID: before, Limit: size + 1})
+	// One more than asked for tells whether another page follows. The job's
+	// unique key is its work order id.
+	jobs, err := s.ops.queue.List(ctx, s.ops.db, leasequeue.ListFilter{State: leasequeue.State(req.GetState()),
+		UniqueKey: req.GetWorkOrderId(), BeforeID: before, Limit: size + 1})
 	if err != nil {
 		return nil, err
 	}
 	resp := &billingv1.ListInvoiceJobsResponse{}
 	if len(jobs) > size {
 		jobs = jobs[:size]
-		resp.NextPageToken = pagetoken.Encode(jobs[size-1].ID, req.GetState())
+		resp.NextPageToken = pagetoken.Encode(jobs[size-1].ID, filter...)
 	}
 	for _, j := range jobs {
 		resp.Jobs = append(resp.Jobs, &billingv1.InvoiceJob{
@@ -134,7 +140,7 @@ func (s *Service) ListParkedMessages(ctx context.Context, req *billingv1.ListPar
 		return nil, err
 	}
 	size := pageSize(req.GetPageSize())
-	ms, err := s.parked.List(ctx, s.db, parked.ListFilter{Subscription: req.GetSubscription(), Subject: req.GetWorkOrderId(),
+	ms, err := s.ops.parked.List(ctx, s.ops.db, parked.ListFilter{Subscription: req.GetSubscription(), Subject: req.GetWorkOrderId(),
 		AfterID: after, Limit: size + 1})
 	if err != nil {
 		return nil, err

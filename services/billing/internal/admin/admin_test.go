@@ -113,7 +113,11 @@ func TestBillingAdmin_ListsJobsAndParkedMessages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := admin.NewService(pool, queue, store, token, logger)
+	ops, err := admin.NewOps(pool, in, store, admin.Config{}, logger, admin.WithQueue(queue))
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := admin.NewService(ops, token, logger)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,6 +146,15 @@ func TestBillingAdmin_ListsJobsAndParkedMessages(t *testing.T) {
 	dead, err := cl.ListInvoiceJobs(octx, &billingv1.ListInvoiceJobsRequest{State: "dead"})
 	if err != nil || len(dead.GetJobs()) != 1 || dead.GetJobs()[0].GetWorkOrderId() != orders[0] {
 		t.Fatalf("dead jobs: %v %v", dead, err)
+	}
+	// By work order: its one job, or none in another state.
+	ofOrder, err := cl.ListInvoiceJobs(octx, &billingv1.ListInvoiceJobsRequest{WorkOrderId: orders[1]})
+	if err != nil || len(ofOrder.GetJobs()) != 1 || ofOrder.GetJobs()[0].GetState() != "running" ||
+		ofOrder.GetJobs()[0].GetEpoch() != 1 || ofOrder.GetNextPageToken() != "" {
+		t.Fatalf("job of order %s: %v %v, want its running job", orders[1], ofOrder, err)
+	}
+	if none, err := cl.ListInvoiceJobs(octx, &billingv1.ListInvoiceJobsRequest{WorkOrderId: orders[1], State: "dead"}); err != nil || len(none.GetJobs()) != 0 {
+		t.Fatalf("dead job of order %s: %v %v, want none", orders[1], none, err)
 	}
 	var paged []string
 	req := &billingv1.ListInvoiceJobsRequest{PageSize: 2}
@@ -200,6 +213,14 @@ func TestBillingAdmin_ListsJobsAndParkedMessages(t *testing.T) {
 		}, "page_size"},
 		"jobs token of another state": {func() error {
 			_, err := cl.ListInvoiceJobs(octx, &billingv1.ListInvoiceJobsRequest{State: "dead", PageToken: jobsToken(t, cl, octx)})
+			return err
+		}, "page_token"},
+		"jobs order not a UUID": {func() error {
+			_, err := cl.ListInvoiceJobs(octx, &billingv1.ListInvoiceJobsRequest{WorkOrderId: "nope"})
+			return err
+		}, "work_order_id"},
+		"jobs token of another order": {func() error {
+			_, err := cl.ListInvoiceJobs(octx, &billingv1.ListInvoiceJobsRequest{WorkOrderId: orders[0], PageToken: jobsToken(t, cl, octx)})
 			return err
 		}, "page_token"},
 		"NUL in order": {func() error {

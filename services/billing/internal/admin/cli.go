@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"time"
 
@@ -14,12 +15,14 @@ import (
 	"github.com/lossless-dev/lossless/services/billing/internal/intake"
 )
 
-// CLIUsage documents `billing dead-letters ...` and `billing parked ...`.
-// Running the binary with the database credentials is the privilege; ticket
-// and actor make each run audited (operator_audit).
-const CLIUsage = `usage: billing dead-letters|parked <command> [flags]
+// CLIUsage documents `billing dead-letters ...`, `billing parked ...` and
+// `billing jobs retry`. Running the binary with the database credentials is
+// the privilege; ticket and actor make each run audited (operator_audit).
+const CLIUsage = `usage: billing dead-letters|parked|jobs <command> [flags]
 
 commands:
+  jobs retry          -id N [-id M ...] -ticket T -actor A [-dry-run]
+                      requeue dead invoice jobs with a fresh attempt budget
   dead-letters replay -ticket T -actor A -max N [-message-ids a,b] [-dry-run]
                       replay the dead letters of billing.workorder-events through the intake
   parked list         [-work-order UUID] [-after-id N] [-limit 100]
@@ -31,8 +34,8 @@ commands:
 // ErrUsage is returned for a malformed command line.
 var ErrUsage = errors.New("usage")
 
-// RunCLI runs `billing <group> <command> [flags]`; group is dead-letters or
-// parked, args start with the command.
+// RunCLI runs `billing <group> <command> [flags]`; group is dead-letters,
+// parked or jobs (retry only), args start with the command.
 func RunCLI(ctx context.Context, group string, args []string, ops *Ops, out io.Writer) error {
 	if ops == nil || out == nil {
 		return errors.New("admin: RunCLI needs ops and an output")
@@ -46,6 +49,10 @@ func RunCLI(ctx context.Context, group string, args []string, ops *Ops, out io.W
 	switch group {
 	case "dead-letters":
 		if cmd == "replay" {
+			key = group + " " + cmd
+		}
+	case "jobs":
+		if cmd == "retry" {
 			key = group + " " + cmd
 		}
 	case "parked":
@@ -62,6 +69,7 @@ func RunCLI(ctx context.Context, group string, args []string, ops *Ops, out io.W
 		id, afterID        int64
 		maxMessages, limit int
 		dryRun             bool
+		jobIDs             jobIDList
 	)
 	authFlags := func() {
 		fs.StringVar(&a.Ticket, "ticket", "", "change or incident reference (required)")
@@ -80,6 +88,9 @@ func RunCLI(ctx context.Context, group string, args []string, ops *Ops, out io.W
 	case "parked replay":
 		authFlags()
 		fs.Int64Var(&id, "id", 0, "parked message id (required)")
+	case "jobs retry":
+		authFlags()
+		fs.Var(&jobIDs, "id", "dead job id to requeue (repeatable, required)")
 	default:
 		_, _ = io.WriteString(out, CLIUsage)
 		return fmt.Errorf("%w: unknown command %q", ErrUsage, strings.TrimSpace(group+" "+cmd))
@@ -114,6 +125,12 @@ func RunCLI(ctx context.Context, group string, args []string, ops *Ops, out io.W
 			}
 		}
 		return nil
+	case "jobs retry":
+		ids, err := ops.RetryJobs(ctx, RetryJobsRequest{Authorization: a, IDs: jobIDs, DryRun: dryRun})
+		if err != nil {
+			return err
+		}
+		return json.NewEncoder(out).Encode(map[string]any{"requested": []int64(jobIDs), "dry_run": dryRun, "requeued": ids})
 	default: // parked replay
 		outcome, err := ops.ReplayParked(ctx, ParkedReplayRequest{Authorization: a, ID: id, DryRun: dryRun})
 		if err != nil {
@@ -122,6 +139,20 @@ func RunCLI(ctx context.Context, group string, args []string, ops *Ops, out io.W
 		_, err = fmt.Fprintf(out, "%s parked message %d: %s\n", verb(dryRun, "would replay", "replayed"), id, outcome)
 		return err
 	}
+}
+
+// jobIDList collects a repeated -id flag.
+type jobIDList []int64
+
+func (l *jobIDList) String() string { return fmt.Sprint(*l) }
+
+func (l *jobIDList) Set(s string) error {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n <= 0 {
+		return fmt.Errorf("job id %q: want a positive integer", s)
+	}
+	*l = append(*l, n)
+	return nil
 }
 
 // parkedLine is a parked message as `billing parked list` prints it: the

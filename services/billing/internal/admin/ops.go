@@ -11,6 +11,7 @@ import (
 
 	"github.com/lossless-dev/lossless/internal/deadletter"
 	"github.com/lossless-dev/lossless/internal/topology"
+	"github.com/lossless-dev/lossless/pkg/leasequeue"
 	"github.com/lossless-dev/lossless/pkg/parked"
 	"github.com/lossless-dev/lossless/pkg/pgtext"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
@@ -45,6 +46,10 @@ func (c Config) Validate() error {
 // Option configures NewOps.
 type Option func(*Ops)
 
+// WithQueue gives the operations the invoice job queue, needed to list and
+// retry jobs (without it RetryJobs is refused).
+func WithQueue(q *leasequeue.Queue) Option { return func(o *Ops) { o.queue = q } }
+
 // WithPubSub gives the operations a Pub/Sub client, needed only to replay
 // dead letters (without it ReplayDeadLetters is refused).
 func WithPubSub(c *gpubsub.Client) Option { return func(o *Ops) { o.pubsub = c } }
@@ -64,6 +69,7 @@ type Ops struct {
 	logger *slog.Logger
 	pubsub *gpubsub.Client
 	dl     *deadletter.Replayer // nil without WithPubSub
+	queue  *leasequeue.Queue    // nil without WithQueue
 }
 
 // NewOps returns the operations over db, consuming through in, whose parked
@@ -209,4 +215,49 @@ func (o *Ops) ReplayParked(ctx context.Context, req ParkedReplayRequest) (outcom
 		return "", err
 	}
 	return outcome, nil
+}
+
+// MaxRetryJobs bounds the jobs of one RetryJobs call.
+const MaxRetryJobs = 1000
+
+// RetryJobsRequest names dead invoice jobs to requeue.
+type RetryJobsRequest struct {
+	Authorization
+	// IDs of the jobs (1..MaxRetryJobs); only dead ones are touched.
+	IDs []int64
+	// DryRun reports which of IDs are dead now and would be requeued;
+	// nothing changes but the audit row.
+	DryRun bool
+}
+
+// RetryJobs requeues the dead jobs among IDs through the queue's own
+// operator path (leasequeue.Queue.Retry, as `billing jobs retry`: a fresh
+// attempt budget, a leasequeue_job_audit row per job), then audits the run
+// in operator_audit (action jobs.retry), a dry run too. Retry commits its
+// own transaction, so the audit row is a separate one right after it.
+func (o *Ops) RetryJobs(ctx context.Context, req RetryJobsRequest) ([]int64, error) {
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	switch {
+	case o.queue == nil:
+		return nil, errors.New("admin: no invoice queue configured")
+	case len(req.IDs) == 0 || len(req.IDs) > MaxRetryJobs:
+		return nil, fmt.Errorf("%w: 1..%d job ids, got %d", ErrInvalidRequest, MaxRetryJobs, len(req.IDs))
+	}
+	var ids []int64
+	var err error
+	if req.DryRun {
+		ids, err = o.queue.RetryDryRun(ctx, o.db, req.IDs)
+	} else {
+		ids, err = o.queue.Retry(ctx, req.IDs, req.Ticket, req.Actor)
+	}
+	if err != nil {
+		return nil, err
+	}
+	err = pgx.BeginFunc(ctx, o.db, func(tx pgx.Tx) error {
+		return audit(ctx, tx, "jobs.retry", req.Authorization, req.DryRun,
+			map[string]any{"requested": req.IDs, "requeued": ids}, len(ids))
+	})
+	return ids, err
 }

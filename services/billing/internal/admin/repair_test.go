@@ -26,9 +26,10 @@ import (
 )
 
 type repair struct {
-	pool *pgxpool.Pool
-	in   *intake.Intake // the intake ops consume through
-	ops  *admin.Ops
+	pool  *pgxpool.Pool
+	queue *leasequeue.Queue
+	in    *intake.Intake // the intake ops consume through
+	ops   *admin.Ops
 }
 
 // newRepair builds the operations over a billing database, their intake
@@ -51,11 +52,11 @@ func newRepair(t *testing.T, pool *pgxpool.Pool, inCfg intake.Config, opts ...ad
 	if err != nil {
 		t.Fatal(err)
 	}
-	ops, err := admin.NewOps(pool, in, store, admin.Config{}, logger, opts...)
+	ops, err := admin.NewOps(pool, in, store, admin.Config{}, logger, append(opts, admin.WithQueue(queue))...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return repair{pool: pool, in: in, ops: ops}
+	return repair{pool: pool, queue: queue, in: in, ops: ops}
 }
 
 func (r repair) count(t *testing.T, q string, args ...any) int {

@@ -160,11 +160,13 @@ func (a *App) assemble(ctx context.Context, opts []server.Option) error {
 	return api.Register(ctx, a.srv, svc)
 }
 
-// adminService builds the operator reads on the workers' pool, so that they
-// work while the API is flooded. Its queue handle only reads (no meter: the
-// gauges are the worker's).
+// adminService builds the operator reads and repairs on the workers' pool,
+// so that they work while the API is flooded. Its queue handle and intake
+// take no meter (the gauges and counters are the worker's); the intake is
+// configured as the live consumer's, so a replay consumes as it would.
 func (a *App) adminService() (*admin.Service, error) {
-	queue, err := leasequeue.New(a.db.Workers, a.cfg.Queue, a.log.With("component", "admin"), nil)
+	logger := a.log.With("component", "admin")
+	queue, err := leasequeue.New(a.db.Workers, a.cfg.Queue, logger, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -172,7 +174,16 @@ func (a *App) adminService() (*admin.Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	return admin.NewService(a.db.Workers, queue, store, a.cfg.OperatorToken, a.log.With("component", "admin"))
+	in, err := intake.New(a.db.Workers, queue, intake.Config{JobMaxAttempts: a.cfg.JobMaxAttempts, MaxPayloadBytes: a.cfg.IntakeMaxPayloadBytes},
+		logger, nil)
+	if err != nil {
+		return nil, err
+	}
+	ops, err := admin.NewOps(a.db.Workers, in, store, admin.Config{}, logger, admin.WithQueue(queue), admin.WithPubSub(a.ps))
+	if err != nil {
+		return nil, err
+	}
+	return admin.NewService(ops, a.cfg.OperatorToken, logger)
 }
 
 // loops builds the background loops on the workers' pool. The

@@ -120,6 +120,8 @@ type orderData struct {
 	Order    orderRow
 	Invoice  *billingv1.Invoice
 	History  []transition
+	Timeline []entry
+	Sources  []sourceNote
 	Terminal bool
 	Updated  string
 	Version  int64
@@ -145,21 +147,20 @@ func (h *Handler) order(ctx context.Context, s session, id string) (orderData, i
 	d.Order, d.Version = row(o), o.GetVersion()
 	d.Updated = o.GetUpdateTime().AsTime().UTC().Format("2006-01-02 15:04:05.000Z")
 	d.Terminal = d.Order.Status == "INVOICED" || d.Order.Status == "CANCELLED"
-	hist, err := h.src.Orders.ListWorkOrderHistory(ctx, &workorderv1.ListWorkOrderHistoryRequest{Id: id})
-	if err != nil {
-		d.Problems = append(d.Problems, describe("workorder", err))
-	}
+	// A failing source is reported in the timeline's source list, next to
+	// the others that still show.
+	hist, histErr := h.src.Orders.ListWorkOrderHistory(ctx, &workorderv1.ListWorkOrderHistoryRequest{Id: id})
 	for _, t := range hist.GetTransitions() {
 		d.History = append(d.History, transition{From: statusName(t.GetFromStatus()), To: statusName(t.GetToStatus()),
 			Cause: t.GetCause(), Time: t.GetTime().AsTime().UTC().Format("2006-01-02 15:04:05.000Z")})
 	}
+	var invErr error
 	if inv := o.GetInvoiceId(); inv != "" {
-		ir, err := h.src.Invoices.GetInvoice(ctx, &billingv1.GetInvoiceRequest{Id: inv})
-		if err != nil {
-			d.Problems = append(d.Problems, describe("billing", err))
-		}
+		var ir *billingv1.GetInvoiceResponse
+		ir, invErr = h.src.Invoices.GetInvoice(ctx, &billingv1.GetInvoiceRequest{Id: inv})
 		d.Invoice = ir.GetInvoice()
 	}
+	d.Timeline, d.Sources = h.timeline(ctx, s, o, hist.GetTransitions(), histErr, d.Invoice, invErr)
 	return d, http.StatusOK
 }
 
@@ -171,7 +172,7 @@ func (h *Handler) orderPage(w http.ResponseWriter, r *http.Request) {
 	h.render(w, r, "order", page{Title: "Order " + r.PathValue("id"), Nav: "orders", Data: d})
 }
 
-// orderAPI feeds the Order page's live timeline.
+// orderAPI feeds the Order page's live timeline (static/console.js).
 func (h *Handler) orderAPI(w http.ResponseWriter, r *http.Request) {
 	d, code := h.order(r.Context(), sessionOf(r), r.PathValue("id"))
 	w.Header().Set("Content-Type", "application/json")
@@ -181,6 +182,8 @@ func (h *Handler) orderAPI(w http.ResponseWriter, r *http.Request) {
 		Terminal bool         `json:"terminal"`
 		Invoice  string       `json:"invoice_id"`
 		History  []transition `json:"history"`
+		Timeline []entry      `json:"timeline"`
+		Sources  []sourceNote `json:"sources"`
 		Problems []string     `json:"problems,omitempty"`
-	}{d.Order.Status, d.Terminal, d.Invoice.GetId(), d.History, d.Problems})
+	}{d.Order.Status, d.Terminal, d.Invoice.GetId(), d.History, d.Timeline, d.Sources, d.Problems})
 }

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	billingv1 "github.com/lossless-dev/lossless/gen/lossless/billing/v1"
 	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
 )
 
@@ -22,6 +23,16 @@ type repairData struct {
 	Actor    string
 	Result   *replayResult
 	NeedsLog bool
+
+	// The other sections (repairs.go); a section whose service is
+	// unreachable shows its error, the others still render.
+	Parked        []parkedSection
+	DeadJobs      []*billingv1.InvoiceJob
+	FailedOutbox  []*workorderv1.OutboxEvent
+	DeadLetters   []deadLetterSource
+	SectionErrors map[string]string
+	Action        *actionResult
+	RunbookBase   string
 }
 
 type reasonCount struct {
@@ -35,7 +46,7 @@ type replayResult struct {
 }
 
 func (h *Handler) repairData(ctx context.Context, s session, reason string) (repairData, string) {
-	d := repairData{Reason: reason}
+	d := repairData{Reason: reason, DeadLetters: deadLetterSources, RunbookBase: h.cfg.RunbookBaseURL}
 	if f, err := h.src.Figures.Read(ctx); err == nil {
 		for r, n := range f.ParkedInbox {
 			d.Reasons = append(d.Reasons, reasonCount{r, n})
@@ -48,6 +59,7 @@ func (h *Handler) repairData(ctx context.Context, s session, reason string) (rep
 	}
 	ctx, cancel := context.WithTimeout(outgoing(ctx, s), h.cfg.RPCTimeout)
 	defer cancel()
+	h.repairSections(ctx, &d)
 	resp, err := h.src.Inbox.ListInboxEntries(ctx, &workorderv1.ListInboxEntriesRequest{Status: "PARKED", Reason: reason, PageSize: repairPageSize})
 	if err != nil {
 		return d, describe("workorder", err)

@@ -32,6 +32,28 @@ type Inbox interface {
 	ReplayInboxEntries(ctx context.Context, in *workorderv1.ReplayInboxEntriesRequest, opts ...grpc.CallOption) (*workorderv1.ReplayInboxEntriesResponse, error)
 }
 
+// Repairs is the rest of the workorder service's WorkOrderAdminService the
+// Repair and Audit pages use (operator token on every call).
+type Repairs interface {
+	ReplayDeadLetters(ctx context.Context, in *workorderv1.ReplayDeadLettersRequest, opts ...grpc.CallOption) (*workorderv1.ReplayDeadLettersResponse, error)
+	ReplayInvoicingDeadLetters(ctx context.Context, in *workorderv1.ReplayInvoicingDeadLettersRequest, opts ...grpc.CallOption) (*workorderv1.ReplayInvoicingDeadLettersResponse, error)
+	ListParkedBillingEvents(ctx context.Context, in *workorderv1.ListParkedBillingEventsRequest, opts ...grpc.CallOption) (*workorderv1.ListParkedBillingEventsResponse, error)
+	ReplayParkedBillingEvent(ctx context.Context, in *workorderv1.ReplayParkedBillingEventRequest, opts ...grpc.CallOption) (*workorderv1.ReplayParkedBillingEventResponse, error)
+	ListOutboxEvents(ctx context.Context, in *workorderv1.ListOutboxEventsRequest, opts ...grpc.CallOption) (*workorderv1.ListOutboxEventsResponse, error)
+	ListOperatorAudit(ctx context.Context, in *workorderv1.ListOperatorAuditRequest, opts ...grpc.CallOption) (*workorderv1.ListOperatorAuditResponse, error)
+}
+
+// BillingRepairs is billing's BillingAdminService as the Repair and Audit
+// pages use it (operator token on every call).
+type BillingRepairs interface {
+	ListInvoiceJobs(ctx context.Context, in *billingv1.ListInvoiceJobsRequest, opts ...grpc.CallOption) (*billingv1.ListInvoiceJobsResponse, error)
+	RetryInvoiceJobs(ctx context.Context, in *billingv1.RetryInvoiceJobsRequest, opts ...grpc.CallOption) (*billingv1.RetryInvoiceJobsResponse, error)
+	ListParkedMessages(ctx context.Context, in *billingv1.ListParkedMessagesRequest, opts ...grpc.CallOption) (*billingv1.ListParkedMessagesResponse, error)
+	ReplayParkedMessage(ctx context.Context, in *billingv1.ReplayParkedMessageRequest, opts ...grpc.CallOption) (*billingv1.ReplayParkedMessageResponse, error)
+	ReplayDeadLetters(ctx context.Context, in *billingv1.ReplayDeadLettersRequest, opts ...grpc.CallOption) (*billingv1.ReplayDeadLettersResponse, error)
+	ListOperatorAudit(ctx context.Context, in *billingv1.ListOperatorAuditRequest, opts ...grpc.CallOption) (*billingv1.ListOperatorAuditResponse, error)
+}
+
 // Faults is provider-sim's ProviderAdminService (UpdateFaults needs the
 // operator token, GetFaults is open).
 type Faults interface {
@@ -44,6 +66,25 @@ type Invoices interface {
 	GetInvoice(ctx context.Context, in *billingv1.GetInvoiceRequest, opts ...grpc.CallOption) (*billingv1.GetInvoiceResponse, error)
 }
 
+// Outbox is the workorder service's WorkOrderAdminService outbox read, as
+// the Order page's timeline uses it (operator token).
+type Outbox interface {
+	ListOutboxEvents(ctx context.Context, in *workorderv1.ListOutboxEventsRequest, opts ...grpc.CallOption) (*workorderv1.ListOutboxEventsResponse, error)
+}
+
+// ProviderJobs is provider-sim's ProviderAdminService job reads (operator
+// token).
+type ProviderJobs interface {
+	ListJobs(ctx context.Context, in *providerv1.ListJobsRequest, opts ...grpc.CallOption) (*providerv1.ListJobsResponse, error)
+	GetJob(ctx context.Context, in *providerv1.GetJobRequest, opts ...grpc.CallOption) (*providerv1.GetJobResponse, error)
+}
+
+// InvoiceJobs is billing's BillingAdminService job read, as the Order
+// page's timeline uses it (operator token).
+type InvoiceJobs interface {
+	ListInvoiceJobs(ctx context.Context, in *billingv1.ListInvoiceJobsRequest, opts ...grpc.CallOption) (*billingv1.ListInvoiceJobsResponse, error)
+}
+
 // Figures are the services' metrics (package overview).
 type Figures interface {
 	Read(ctx context.Context) (overview.Figures, error)
@@ -51,9 +92,16 @@ type Figures interface {
 
 // Sources are every source the pages read and act through. All required.
 type Sources struct {
-	Orders   Orders
-	Inbox    Inbox
-	Faults   Faults
-	Invoices Invoices
-	Figures  Figures
+	Orders Orders
+	Inbox  Inbox
+	// Repairs and BillingRepairs: the Repair and Audit pages.
+	Repairs        Repairs
+	BillingRepairs BillingRepairs
+	Faults         Faults
+	Invoices       Invoices
+	Figures        Figures
+	// Outbox, ProviderJobs and InvoiceJobs: the Order page's timeline.
+	Outbox       Outbox
+	ProviderJobs ProviderJobs
+	InvoiceJobs  InvoiceJobs
 }

@@ -74,15 +74,18 @@ func New(src Sources, cfg Config, logger *slog.Logger) (*Handler, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if src.Orders == nil || src.Inbox == nil || src.Faults == nil || src.Invoices == nil || src.Figures == nil || logger == nil {
+	if src.Orders == nil || src.Inbox == nil || src.Repairs == nil || src.BillingRepairs == nil || src.Faults == nil || src.Invoices == nil || src.Figures == nil || logger == nil {
 		return nil, errors.New("web: New needs every source and a logger")
+	}
+	if src.Outbox == nil || src.ProviderJobs == nil || src.InvoiceJobs == nil {
+		return nil, errors.New("web: New needs the Order page's sources (Outbox, ProviderJobs, InvoiceJobs)")
 	}
 	a, err := newAuth(cfg.OperatorToken, cfg.ReadOpen, cfg.SecureCookies)
 	if err != nil {
 		return nil, err
 	}
 	h := &Handler{cfg: cfg, src: src, logger: logger, auth: a, pages: map[string]*template.Template{}, mux: http.NewServeMux()}
-	for _, p := range []string{"overview", "orders", "order", "faults", "repair", "login"} {
+	for _, p := range []string{"overview", "orders", "order", "faults", "repair", "audit", "login"} {
 		t, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+p+".html")
 		if err != nil {
 			return nil, fmt.Errorf("web: template %s: %w", p, err)
@@ -107,6 +110,10 @@ func New(src Sources, cfg Config, logger *slog.Logger) (*Handler, error) {
 	h.mux.HandleFunc("POST /faults/demo", h.act(h.runDemo))
 	h.mux.HandleFunc("GET /repair", h.read(h.repairPage))
 	h.mux.HandleFunc("POST /repair/replay", h.act(h.replay))
+	h.mux.HandleFunc("POST /repair/dead-letters", h.act(h.replayDeadLetters))
+	h.mux.HandleFunc("POST /repair/parked", h.act(h.replayParked))
+	h.mux.HandleFunc("POST /repair/jobs", h.act(h.retryJobs))
+	h.mux.HandleFunc("GET /audit", h.read(h.auditPage))
 	return h, nil
 }
 

@@ -69,8 +69,9 @@ type noFigures struct{}
 
 func (noFigures) Read(context.Context) (overview.Figures, error) { return overview.Figures{}, nil }
 
-// console starts the backend and the console in front of it.
-func console(t *testing.T, cfg web.Config) (*backend, *httptest.Server) {
+// console starts the backend and the console in front of it; register
+// adds more services to the backend's server.
+func console(t *testing.T, cfg web.Config, register ...func(*grpc.Server)) (*backend, *httptest.Server) {
 	t.Helper()
 	b := &backend{faults: &providerv1.Faults{}}
 	guard, err := operatorauth.New(token, "TEST_TOKEN", slog.New(slog.DiscardHandler))
@@ -82,6 +83,9 @@ func console(t *testing.T, cfg web.Config) (*backend, *httptest.Server) {
 		workorderv1.WorkOrderService_CreateWorkOrder_FullMethodName)))
 	providerv1.RegisterProviderAdminServiceServer(srv, b)
 	workorderv1.RegisterWorkOrderServiceServer(srv, b)
+	for _, reg := range register {
+		reg(srv)
+	}
 	ln, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -95,11 +99,17 @@ func console(t *testing.T, cfg web.Config) (*backend, *httptest.Server) {
 	t.Cleanup(func() { conn.Close() })
 	cfg.RunbookBaseURL = "https://example.invalid/docs/runbooks/"
 	h, err := web.New(web.Sources{
-		Orders:   workorderv1.NewWorkOrderServiceClient(conn),
-		Inbox:    workorderv1.NewWorkOrderAdminServiceClient(conn),
-		Faults:   providerv1.NewProviderAdminServiceClient(conn),
-		Invoices: billingv1.NewBillingServiceClient(conn),
-		Figures:  noFigures{},
+		Orders:         workorderv1.NewWorkOrderServiceClient(conn),
+		Inbox:          workorderv1.NewWorkOrderAdminServiceClient(conn),
+		Repairs:        workorderv1.NewWorkOrderAdminServiceClient(conn),
+		BillingRepairs: billingv1.NewBillingAdminServiceClient(conn),
+		Faults:         providerv1.NewProviderAdminServiceClient(conn),
+		Invoices:       billingv1.NewBillingServiceClient(conn),
+		Figures:        noFigures{},
+		// The Order page's timeline (order_test.go).
+		Outbox:       workorderv1.NewWorkOrderAdminServiceClient(conn),
+		ProviderJobs: providerv1.NewProviderAdminServiceClient(conn),
+		InvoiceJobs:  billingv1.NewBillingAdminServiceClient(conn),
 	}, cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)

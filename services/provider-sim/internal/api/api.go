@@ -1,6 +1,7 @@
 // Package api adapts the provider simulator's gRPC services
-// (lossless.provider.v1) to the engine and the fault dice: converters at the
-// boundary, errors mapped to gRPC status codes with details.
+// (lossless.provider.v1) to the engine, the fault dice and, for the
+// operator's job reads, the engine's tables: converters at the boundary,
+// errors mapped to gRPC status codes with details.
 package api
 
 import (
@@ -146,19 +147,21 @@ func (p *Provider) submit(ctx context.Context, id uuid.UUID, req *providerv1.Sub
 	}, nil
 }
 
-// Admin implements ProviderAdminService over the fault dice.
+// Admin implements ProviderAdminService over the fault dice and the jobs'
+// store.
 type Admin struct {
 	providerv1.UnimplementedProviderAdminServiceServer
+	db     DB
 	dice   *faults.Dice
 	logger *slog.Logger
 }
 
-// NewAdmin returns the admin service.
-func NewAdmin(d *faults.Dice, logger *slog.Logger) (*Admin, error) {
-	if d == nil || logger == nil {
-		return nil, errors.New("api: NewAdmin: nil dice or logger")
+// NewAdmin returns the admin service; db is the engine's store, read only.
+func NewAdmin(db DB, d *faults.Dice, logger *slog.Logger) (*Admin, error) {
+	if db == nil || d == nil || logger == nil {
+		return nil, errors.New("api: NewAdmin: nil database, dice or logger")
 	}
-	return &Admin{dice: d, logger: logger}, nil
+	return &Admin{db: db, dice: d, logger: logger}, nil
 }
 
 // Response metadata naming the fault stream in force (faults.Stream): the

@@ -77,7 +77,7 @@ type Config struct {
 	// telemetry.Config and docs/production.md.
 	Telemetry telemetry.Config
 	// OperatorToken guards the operator endpoints (UpdateFaults, PUT
-	// /v1/faults): callers send "authorization: Bearer <token>". Env
+	// /v1/faults; ListJobs and GetJob, GET /v1/jobs[/{job_id}]): callers send "authorization: Bearer <token>". Env
 	// PROVIDER_OPERATOR_TOKEN, default "": those endpoints refuse every call.
 	// At least operatorauth.MinLength (32) characters. The hand-off
 	// (SubmitWorkOrder) and reading the knobs stay open.
@@ -195,7 +195,7 @@ func (a *App) assemble(cfg Config, stream faults.Stream, tel telemetry.Providers
 	if err != nil {
 		return err
 	}
-	admin, err := api.NewAdmin(dice, a.logger)
+	admin, err := api.NewAdmin(a.pool, dice, a.logger)
 	if err != nil {
 		return err
 	}
@@ -203,10 +203,7 @@ func (a *App) assemble(cfg Config, stream faults.Stream, tel telemetry.Providers
 	if err != nil {
 		return err
 	}
-	// Changing the knobs can crash-loop the simulator (publish_then_crash):
-	// an operator endpoint. Reading them, and the hand-off the work-order
-	// relay calls, stay open.
-	auth := guard.Interceptor(providerv1.ProviderAdminService_UpdateFaults_FullMethodName)
+	auth := guard.Interceptor(api.OperatorMethods()...)
 	srv, err := server.New(cfg.Server, a.logger, append(opts, server.WithWorker("engine", eng.Run), server.WithTelemetry(tel),
 		server.WithAuthInterceptors(auth))...)
 	if err != nil {

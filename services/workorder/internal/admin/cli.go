@@ -169,7 +169,7 @@ func RunCLI(ctx context.Context, args []string, ops *Ops, out io.Writer) error {
 const InvoicingCLIUsage = `usage: workorder invoicing <command> [flags]
 
 commands:
-  replay              --id N --ticket T --actor A       (re-apply a parked InvoiceIssued, parked_messages)
+  replay              --id N --ticket T --actor A [--dry-run]  (re-apply a parked InvoiceIssued, parked_messages)
   replay-dead-letters --ticket T --actor A --max N [--message-ids a,b] [--dry-run]
 `
 
@@ -196,6 +196,7 @@ func RunInvoicingCLI(ctx context.Context, args []string, ops *Ops, out io.Writer
 	switch args[0] {
 	case "replay":
 		fs.Int64Var(&id, "id", 0, "parked_messages id (required)")
+		fs.BoolVar(&dryRun, "dry-run", false, "apply and roll back: report the outcome, change nothing")
 	case "replay-dead-letters":
 		fs.IntVar(&maxMessages, "max", 0, "dead letters to take (1..1000, required)")
 		fs.StringVar(&msgIDs, "message-ids", "", "comma-separated Pub/Sub message ids")
@@ -211,11 +212,16 @@ func RunInvoicingCLI(ctx context.Context, args []string, ops *Ops, out io.Writer
 		if id <= 0 || strings.TrimSpace(ticket) == "" || strings.TrimSpace(actor) == "" {
 			return fmt.Errorf("%w: workorder invoicing replay: --id, --ticket and --actor are required", ErrUsage)
 		}
-		outcome, err := ops.Invoicing().Replay(ctx, id, ticket, actor)
+		outcome, err := ops.ReplayParkedBillingEvent(ctx, ParkedReplayRequest{Authorization: inbox.Authorization{Ticket: ticket, Actor: actor},
+			ID: id, DryRun: dryRun})
 		if err != nil {
 			return err
 		}
-		_, err = fmt.Fprintf(out, "parked billing event %d replayed: %s\n", id, outcome)
+		if dryRun {
+			_, err = fmt.Fprintf(out, "dry run: parked billing event %d would be replayed: %s\n", id, outcome)
+		} else {
+			_, err = fmt.Fprintf(out, "parked billing event %d replayed: %s\n", id, outcome)
+		}
 		return err
 	}
 	req := DeadLetterRequest{Authorization: inbox.Authorization{Ticket: ticket, Actor: actor}, MaxMessages: maxMessages, DryRun: dryRun}

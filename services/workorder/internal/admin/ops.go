@@ -5,10 +5,11 @@
 // reachable as CLI commands (RunCLI, `workorder inbox ...`); all of them as
 // the gRPC service lossless.workorder.v1.WorkOrderAdminService (Service),
 // which requires the operator token. The InvoiceIssued consumer's repairs
-// (replay a parked message, replay dead letters) are CLI commands
-// (RunInvoicingCLI, `workorder invoicing ...`). Every mutating operation
-// needs a ticket and an actor and is audited (operator_audit; a parked
-// replay on its parked_messages row).
+// (list and replay parked messages, replay dead letters; repairs.go) are
+// also CLI commands (RunInvoicingCLI, `workorder invoicing ...`). Every
+// mutating operation needs a ticket and an actor and is audited
+// (operator_audit, dry runs included; a parked replay also on its
+// parked_messages row).
 package admin
 
 import (
@@ -27,6 +28,7 @@ import (
 	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/pkg/inbox"
 	"github.com/lossless-dev/lossless/pkg/outbox"
+	"github.com/lossless-dev/lossless/pkg/parked"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/services/workorder/internal/invoicing"
 	"github.com/lossless-dev/lossless/services/workorder/internal/orders"
@@ -65,7 +67,8 @@ type Ops struct {
 	dec    *receiver.Decoder
 	outbox *outbox.Inspector
 
-	invoicing *invoicing.Invoicing
+	invoicing   *invoicing.Invoicing
+	parkedStore *parked.Store
 	// Replayers of the dead-letter inspection subscriptions; nil without a
 	// Pub/Sub client.
 	inboxDL, invoicingDL *deadletter.Replayer
@@ -106,7 +109,11 @@ func NewOps(deps Deps) (*Ops, error) {
 	if err != nil {
 		return nil, err
 	}
-	o := &Ops{deps: deps, orders: repo, inbox: io, store: store, dec: dec, outbox: ob, invoicing: inv}
+	ps, err := parked.New()
+	if err != nil {
+		return nil, err
+	}
+	o := &Ops{deps: deps, orders: repo, inbox: io, store: store, dec: dec, outbox: ob, invoicing: inv, parkedStore: ps}
 	if deps.PubSub != nil {
 		if o.inboxDL, err = deadletter.New(deps.PubSub, deps.DeadLetterSubscription, deps.Logger); err != nil {
 			return nil, err

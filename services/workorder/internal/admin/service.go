@@ -14,6 +14,7 @@ import (
 	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
 	"github.com/lossless-dev/lossless/pkg/inbox"
 	"github.com/lossless-dev/lossless/pkg/operatorauth"
+	"github.com/lossless-dev/lossless/services/workorder/internal/correlation"
 )
 
 // EnvOperatorToken names the environment variable holding the operator token.
@@ -77,8 +78,9 @@ func (s *Service) ListInboxEntries(ctx context.Context, req *workorderv1.ListInb
 	if err := s.authorize(ctx); err != nil {
 		return nil, err
 	}
+	// The event ids are the provider's: the completions' inbox source.
 	es, err := s.ops.Inbox().List(ctx, inbox.ListFilter{Status: inbox.Status(req.GetStatus()), Reason: req.GetReason(),
-		AfterID: req.GetAfterId(), Limit: int(req.GetPageSize())})
+		AfterID: req.GetAfterId(), Limit: int(req.GetPageSize()), Source: correlation.Source, EventIDs: req.GetEventIds()})
 	if err != nil {
 		return nil, toStatus(err)
 	}

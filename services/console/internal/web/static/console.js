@@ -56,31 +56,57 @@
     poll(root.dataset.live, fill, function (e) { problem.hidden = false; problem.textContent = "Console unreachable: " + e.message; });
   }
 
+  // el makes an element with text.
+  function el(tag, text, cls) {
+    var e = document.createElement(tag);
+    if (text !== undefined) { e.textContent = text; }
+    if (cls) { e.className = cls; }
+    return e;
+  }
+
+  // order keeps an order's page live: its status, the timeline merged from
+  // every source (templates/order.html renders the same markup) and how
+  // each source fared.
   function order(root) {
     if (root.dataset.terminal === "true") { return; }
     var id = root.dataset.orderId;
     var status = root.querySelector('[data-order-field="status"]');
-    var list = root.querySelector('[data-order-field="history"]');
+    var list = root.querySelector('[data-order-field="timeline"]');
+    var sources = root.querySelector('[data-order-field="sources"]');
     var live = root.querySelector('[data-order-field="live"]');
     poll("/api/orders/" + encodeURIComponent(id), function (d) {
       if (!d.status) { return true; }
       status.textContent = d.status;
       status.className = "status s-" + d.status;
-      list.replaceChildren.apply(list, (d.history || []).map(function (t) {
-        var li = document.createElement("li");
-        var s = document.createElement("span");
-        s.className = "status s-" + t.to;
-        s.textContent = t.to;
-        var time = document.createElement("time");
-        time.textContent = t.time;
-        var m = document.createElement("span");
-        m.className = "muted";
-        m.textContent = "from " + t.from + " · " + t.cause;
-        li.append(s, " ", time, " ", m);
+      list.replaceChildren.apply(list, (d.timeline || []).map(function (t) {
+        var li = el("li");
+        li.dataset.kind = t.kind;
+        li.dataset.service = t.service;
+        var time = el("time", t.time);
+        time.setAttribute("datetime", t.iso);
+        li.append(time, " ", el("span", t.service, "svc"), " ", el("strong", t.what));
+        if (t.details && t.details.length) { li.append(" ", el("span", t.details.join(" · "), "muted")); }
+        return li;
+      }));
+      sources.replaceChildren.apply(sources, (d.sources || []).map(function (s) {
+        var li = el("li");
+        li.dataset.source = s.name;
+        li.append(el("strong", s.name), " ", el("span", "(" + s.service + ")", "muted"), ": ");
+        if (s.login_needed) {
+          var a = el("a", "log in to see");
+          a.href = "/login?next=" + encodeURIComponent("/orders/" + id);
+          li.append(a);
+        } else if (s.error) {
+          var e = el("span", s.error, "error");
+          e.setAttribute("role", "alert");
+          li.append(e);
+        } else {
+          li.append(s.shown + " shown" + (s.note ? "; " + s.note : ""));
+        }
         return li;
       }));
       if (d.terminal) {
-        live.textContent = "Final." + (d.invoice_id ? " Reload for the invoice." : "");
+        live.textContent = "Final." + (d.invoice_id ? " Reload for the invoice's lines." : "");
         return false;
       }
       return true;

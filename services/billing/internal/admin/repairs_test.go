@@ -1,0 +1,248 @@
+package admin_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	billingv1 "github.com/lossless-dev/lossless/gen/lossless/billing/v1"
+	"github.com/lossless-dev/lossless/internal/topology"
+	"github.com/lossless-dev/lossless/pkg/permanent"
+	"github.com/lossless-dev/lossless/pkg/pubsub"
+	"github.com/lossless-dev/lossless/pkg/pubsubtest"
+	"github.com/lossless-dev/lossless/pkg/waitfor"
+	"github.com/lossless-dev/lossless/services/billing/internal/admin"
+	"github.com/lossless-dev/lossless/services/billing/internal/intake"
+)
+
+// service serves r's operations over gRPC as production does and returns a
+// client and a context carrying the operator token.
+func (r repair) service(t *testing.T) (billingv1.BillingAdminServiceClient, context.Context) {
+	t.Helper()
+	svc, err := admin.NewService(r.ops, token, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return serve(t, svc), metadata.NewOutgoingContext(context.Background(), metadata.Pairs("authorization", "Bearer "+token))
+}
+
+var opsAuth = &billingv1.OperatorAuthorization{Ticket: "INC-9", Actor: "carol"}
+
+// A dead invoice job is requeued over gRPC through the queue's own retry:
+// the dry run names it and changes nothing but the audit log, the retry
+// makes it available with a fresh budget once (leasequeue_job_audit and
+// operator_audit rows), a second retry finds nothing to do; the audit log
+// reads back newest first, filtered; malformed or unauthenticated calls are
+// refused with nothing changed.
+func TestRetryInvoiceJobs_DryRunThenOnceAudited(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	r := newRepair(t, nil, intake.Config{JobMaxAttempts: 3})
+	if err := r.in.Handle(ctx, message(t, 1, completion(uuid.NewString()))); err != nil {
+		t.Fatal(err)
+	}
+	claimed, err := r.queue.Claim(ctx, "worker-1", 1, 0)
+	if err != nil || len(claimed) != 1 {
+		t.Fatalf("claim: %v %v", claimed, err)
+	}
+	if err := r.queue.Fail(ctx, claimed[0], permanent.Mark(errors.New("customer unknown"))); err != nil {
+		t.Fatal(err)
+	}
+	id := claimed[0].ID
+	cl, octx := r.service(t)
+
+	for name, c := range map[string]struct {
+		req   *billingv1.RetryInvoiceJobsRequest
+		field string
+	}{
+		"no authorization": {&billingv1.RetryInvoiceJobsRequest{Ids: []int64{id}}, "authorization"},
+		"no ticket":        {&billingv1.RetryInvoiceJobsRequest{Authorization: &billingv1.OperatorAuthorization{Actor: "carol"}, Ids: []int64{id}}, "authorization.ticket"},
+		"no actor":         {&billingv1.RetryInvoiceJobsRequest{Authorization: &billingv1.OperatorAuthorization{Ticket: "INC-9"}, Ids: []int64{id}}, "authorization.actor"},
+		"no ids":           {&billingv1.RetryInvoiceJobsRequest{Authorization: opsAuth}, "ids"},
+	} {
+		_, err := cl.RetryInvoiceJobs(octx, c.req)
+		if got := fieldViolations(err); status.Code(err) != codes.InvalidArgument || len(got) != 1 || got[0] != c.field {
+			t.Errorf("%s: %v, violations %v; want INVALID_ARGUMENT on %s", name, err, got, c.field)
+		}
+	}
+	if _, err := cl.RetryInvoiceJobs(ctx, &billingv1.RetryInvoiceJobsRequest{Authorization: opsAuth, Ids: []int64{id}}); status.Code(err) != codes.Unauthenticated {
+		t.Errorf("retry without a token: %v, want UNAUTHENTICATED", err)
+	}
+	if n := r.count(t, `SELECT count(*) FROM leasequeue_jobs WHERE state = 'dead'`) - r.count(t, `SELECT count(*) FROM operator_audit`); n != 1 {
+		t.Fatal("a refused call changed the job or wrote an audit row")
+	}
+
+	dry, err := cl.RetryInvoiceJobs(octx, &billingv1.RetryInvoiceJobsRequest{Authorization: opsAuth, Ids: []int64{id, id + 1000}, DryRun: true})
+	if err != nil || !dry.GetDryRun() || len(dry.GetIds()) != 1 || dry.GetIds()[0] != id {
+		t.Fatalf("dry run: %v %v", dry, err)
+	}
+	if n := r.count(t, `SELECT count(*) FROM leasequeue_jobs WHERE state = 'dead'`) + r.count(t, `SELECT count(*) FROM leasequeue_job_audit`); n != 1 {
+		t.Fatal("the dry run changed the job")
+	}
+	done, err := cl.RetryInvoiceJobs(octx, &billingv1.RetryInvoiceJobsRequest{Authorization: opsAuth, Ids: dry.GetIds()})
+	if err != nil || done.GetDryRun() || len(done.GetIds()) != 1 {
+		t.Fatalf("retry: %v %v", done, err)
+	}
+	if n := r.count(t, `SELECT count(*) FROM leasequeue_jobs WHERE id = $1 AND state = 'available' AND attempts = 0`, id); n != 1 {
+		t.Fatal("the retried job is not available with a fresh budget")
+	}
+	again, err := cl.RetryInvoiceJobs(octx, &billingv1.RetryInvoiceJobsRequest{Authorization: opsAuth, Ids: []int64{id}})
+	if err != nil || len(again.GetIds()) != 0 {
+		t.Fatalf("second retry: %v %v", again, err)
+	}
+	if n := r.count(t, `SELECT count(*) FROM leasequeue_job_audit WHERE job_id = $1 AND ticket = 'INC-9' AND actor = 'carol'`, id); n != 1 {
+		t.Fatalf("leasequeue_job_audit rows = %d, want 1", n)
+	}
+
+	audit, err := cl.ListOperatorAudit(octx, &billingv1.ListOperatorAuditRequest{Ticket: "INC-9"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := audit.GetRecords()
+	if len(recs) != 3 || recs[0].GetAffected() != 0 || recs[1].GetAffected() != 1 || recs[1].GetDryRun() ||
+		!recs[2].GetDryRun() || recs[2].GetAffected() != 1 || recs[2].GetAction() != "jobs.retry" || recs[2].GetActor() != "carol" {
+		t.Fatalf("audit, newest first: %v", recs)
+	}
+	page, err := cl.ListOperatorAudit(octx, &billingv1.ListOperatorAuditRequest{PageSize: 2})
+	if err != nil || len(page.GetRecords()) != 2 || page.GetNextPageToken() == "" {
+		t.Fatalf("audit page 1: %v %v", page, err)
+	}
+	last, err := cl.ListOperatorAudit(octx, &billingv1.ListOperatorAuditRequest{PageSize: 2, PageToken: page.GetNextPageToken()})
+	if err != nil || len(last.GetRecords()) != 1 || last.GetRecords()[0].GetId() != recs[2].GetId() || last.GetNextPageToken() != "" {
+		t.Fatalf("audit page 2: %v %v", last, err)
+	}
+	if other, err := cl.ListOperatorAudit(octx, &billingv1.ListOperatorAuditRequest{Actor: "mallory"}); err != nil || len(other.GetRecords()) != 0 {
+		t.Fatalf("audit of another actor: %v %v", other, err)
+	}
+	if _, err := cl.ListOperatorAudit(ctx, &billingv1.ListOperatorAuditRequest{}); status.Code(err) != codes.Unauthenticated {
+		t.Errorf("audit without a token: %v", err)
+	}
+}
+
+// A parked message and a dead letter are replayed over gRPC through the
+// same operations as the CLI: dry runs change nothing, the replays enqueue
+// one job each, once, and every call is audited.
+func TestReplayParkedAndDeadLettersOverGRPC(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	emu := pubsubtest.New(t, topology.System())
+	tight := newRepair(t, nil, intake.Config{MaxPayloadBytes: 16})
+	parkedEv := completion(uuid.NewString())
+	if err := tight.in.Handle(ctx, message(t, 1, parkedEv)); err != nil {
+		t.Fatal(err)
+	}
+	r := newRepair(t, tight.pool, intake.Config{}, admin.WithPubSub(emu.Client)) // the cap raised
+	cl, octx := r.service(t)
+
+	if _, err := cl.ReplayParkedMessage(octx, &billingv1.ReplayParkedMessageRequest{Id: 1}); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("parked replay without authorization: %v", err)
+	}
+	if _, err := cl.ReplayParkedMessage(ctx, &billingv1.ReplayParkedMessageRequest{Authorization: opsAuth, Id: 1}); status.Code(err) != codes.Unauthenticated {
+		t.Errorf("parked replay without a token: %v", err)
+	}
+	dry, err := cl.ReplayParkedMessage(octx, &billingv1.ReplayParkedMessageRequest{Authorization: opsAuth, Id: 1, DryRun: true})
+	if err != nil || dry.GetOutcome() != intake.OutcomeEnqueued || !dry.GetDryRun() {
+		t.Fatalf("parked dry run: %v %v", dry, err)
+	}
+	if n := r.count(t, `SELECT count(*) FROM leasequeue_jobs`) + r.count(t, `SELECT count(*) FROM parked_messages WHERE replayed_at IS NOT NULL`); n != 0 {
+		t.Fatal("the parked dry run changed something")
+	}
+	if _, err := cl.ReplayParkedMessage(octx, &billingv1.ReplayParkedMessageRequest{Authorization: opsAuth, Id: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.ReplayParkedMessage(octx, &billingv1.ReplayParkedMessageRequest{Authorization: opsAuth, Id: 1}); status.Code(err) != codes.NotFound {
+		t.Fatalf("second parked replay: %v, want NOT_FOUND", err)
+	}
+	if n := r.count(t, `SELECT count(*) FROM leasequeue_jobs WHERE unique_key = $1`, parkedEv.GetWorkOrderId()); n != 1 {
+		t.Fatalf("%d jobs for the parked message's order, want 1", n)
+	}
+
+	pub, err := pubsub.NewPublisher(emu.Client, topology.TopicWorkOrderEventsDeadLetter, pubsub.PublisherConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pub.Stop)
+	lost := message(t, 0, completion(uuid.NewString()))
+	if _, err := pub.PublishRaw(ctx, lost.Data, lost.Attributes, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.ReplayDeadLetters(octx, &billingv1.ReplayDeadLettersRequest{Authorization: &billingv1.OperatorAuthorization{Actor: "carol"}, MaxMessages: 5}); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("dead-letter replay without a ticket: %v", err)
+	}
+	var seen []string
+	waitfor.Condition(t, 30*time.Second, "the dry run sees the dead letter", func() bool {
+		res, err := cl.ReplayDeadLetters(octx, &billingv1.ReplayDeadLettersRequest{Authorization: opsAuth, MaxMessages: 5, DryRun: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen = res.GetMessageIds()
+		return len(seen) == 1
+	})
+	if n := r.count(t, `SELECT count(*) FROM leasequeue_jobs`); n != 1 {
+		t.Fatal("the dead-letter dry run enqueued a job")
+	}
+	waitfor.Condition(t, 30*time.Second, "the dead letter is replayed", func() bool {
+		res, err := cl.ReplayDeadLetters(octx, &billingv1.ReplayDeadLettersRequest{Authorization: opsAuth, MaxMessages: 5, MessageIds: seen})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.GetOutcomes()[intake.OutcomeEnqueued] == 1
+	})
+	if n := r.count(t, `SELECT count(*) FROM leasequeue_jobs`); n != 2 {
+		t.Fatalf("%d jobs after the dead-letter replay, want 2", n)
+	}
+	if n := r.count(t, `SELECT count(*) FROM operator_audit WHERE ticket = 'INC-9' AND actor = 'carol'
+		AND ((action = 'parked.replay' AND affected = 1) OR (action = 'intake.replay-dead-letters' AND dry_run AND affected = 1))`); n < 3 {
+		t.Fatalf("audit rows = %d, want the parked dry run and replay and the dead-letter dry run", n)
+	}
+	if n := r.count(t, `SELECT count(*) FROM operator_audit WHERE action = 'intake.replay-dead-letters' AND NOT dry_run AND affected = 1`); n != 1 {
+		t.Fatalf("dead-letter replay audit rows = %d, want 1", n)
+	}
+}
+
+// `billing jobs retry` runs the same audited path as the RPC: a dry run
+// changes nothing but its audit row, the real run requeues the dead job once.
+func TestJobsRetryCLI_DryRunThenOnceAudited(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	r := newRepair(t, nil, intake.Config{JobMaxAttempts: 3})
+	if err := r.in.Handle(ctx, message(t, 1, completion(uuid.NewString()))); err != nil {
+		t.Fatal(err)
+	}
+	claimed, err := r.queue.Claim(ctx, "worker-1", 1, 0)
+	if err != nil || len(claimed) != 1 {
+		t.Fatalf("claim: %v %v", claimed, err)
+	}
+	if err := r.queue.Fail(ctx, claimed[0], permanent.Mark(errors.New("customer unknown"))); err != nil {
+		t.Fatal(err)
+	}
+	id := strconv.FormatInt(claimed[0].ID, 10)
+	if _, err := r.cli(t, "jobs", "retry", "-id", id); !errors.Is(err, admin.ErrInvalidRequest) {
+		t.Fatalf("retry without ticket and actor: %v", err)
+	}
+	out, err := r.cli(t, "jobs", "retry", "-id", id, "-ticket", "INC-7", "-actor", "dan", "-dry-run")
+	if err != nil || !strings.Contains(out, `"dry_run":true`) || !strings.Contains(out, `"requeued":[`+id+`]`) {
+		t.Fatalf("dry run: %q %v", out, err)
+	}
+	if n := r.count(t, `SELECT count(*) FROM leasequeue_jobs WHERE state = 'dead'`); n != 1 {
+		t.Fatalf("the dry run changed the job: %d dead", n)
+	}
+	if out, err = r.cli(t, "jobs", "retry", "-id", id, "-ticket", "INC-7", "-actor", "dan"); err != nil || !strings.Contains(out, `"requeued":[`+id+`]`) {
+		t.Fatalf("retry: %q %v", out, err)
+	}
+	if n := r.count(t, `SELECT count(*) FROM leasequeue_jobs WHERE state = 'available' AND attempts = 0`); n != 1 {
+		t.Fatalf("%d jobs available with a fresh budget, want 1", n)
+	}
+	if n := r.count(t, `SELECT count(*) FROM operator_audit WHERE action = 'jobs.retry' AND ticket = 'INC-7' AND actor = 'dan'`); n != 2 {
+		t.Fatalf("%d audit rows, want the dry run's and the retry's", n)
+	}
+}

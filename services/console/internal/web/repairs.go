@@ -1,0 +1,338 @@
+package web
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	billingv1 "github.com/lossless-dev/lossless/gen/lossless/billing/v1"
+	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
+)
+
+// The Repair page's sections beyond the parked inbox entries: dead letters,
+// parked billing events (both services), dead invoice jobs and FAILED
+// outbox events. Every repair is two POSTs: a dry run (the service reports
+// what would change, and audits the dry run), then the real action with
+// exactly what the dry run listed, carried by the dry run's confirmation
+// form. Both need login, CSRF, a ticket and an actor.
+
+// deadLetterSource is one dead-letter inspection subscription and the RPC
+// that replays it.
+type deadLetterSource struct {
+	Key, Subscription, Service, Runbook string
+}
+
+var deadLetterSources = []deadLetterSource{
+	{Key: "inbox", Subscription: "workorder.work-order-completed dead letters (completions, inbox)", Service: "workorder", Runbook: "replay-dead-letter-events.md"},
+	{Key: "invoicing", Subscription: "workorder.billing-events dead letters (InvoiceIssued)", Service: "workorder", Runbook: "replay-dead-letter-events.md"},
+	{Key: "billing", Subscription: "billing.workorder-events dead letters (completions)", Service: "billing", Runbook: "replay-dead-letter-events.md"},
+}
+
+// maxDeadLetters bounds the dead letters pulled by one dry run.
+const maxDeadLetters = 100
+
+// actionResult is the outcome of a dry run or a repair, with the form that
+// confirms a dry run.
+type actionResult struct {
+	Section string
+	DryRun  bool
+	Title   string
+	Lines   []string
+	Confirm *confirmForm
+}
+
+// confirmForm repeats a dry run as the real action: the fields are hidden
+// inputs (ticket and actor included), so what runs is what was shown.
+type confirmForm struct {
+	Action string
+	Label  string
+	Fields []formField
+}
+
+type formField struct{ Name, Value string }
+
+// parkedSection lists one service's parked messages.
+type parkedSection struct {
+	Service, Title, Help, Error string
+	Rows                        []parkedRow
+}
+
+// parkedRow is a parked message of either service.
+type parkedRow struct {
+	ID                             int64
+	Reason, EventType, WorkOrderID string
+	ParkTime                       *timestamppb.Timestamp
+}
+
+// repairSections reads the sections' lists; an error is shown in its
+// section only.
+func (h *Handler) repairSections(ctx context.Context, d *repairData) {
+	d.SectionErrors = map[string]string{}
+	inv := parkedSection{Service: "workorder", Title: "Parked billing events (workorder, InvoiceIssued)",
+		Help: "InvoiceIssued messages the work-order service could not apply."}
+	if r, err := h.src.Repairs.ListParkedBillingEvents(ctx, &workorderv1.ListParkedBillingEventsRequest{PageSize: repairPageSize}); err != nil {
+		inv.Error = describe("workorder", err)
+	} else {
+		for _, m := range r.GetEvents() {
+			inv.Rows = append(inv.Rows, parkedRow{m.GetId(), m.GetReason(), m.GetEventType(), m.GetWorkOrderId(), m.GetParkTime()})
+		}
+	}
+	bil := parkedSection{Service: "billing", Title: "Parked intake messages (billing)",
+		Help: "Completions billing's intake could not take."}
+	if r, err := h.src.BillingRepairs.ListParkedMessages(ctx, &billingv1.ListParkedMessagesRequest{PageSize: repairPageSize}); err != nil {
+		bil.Error = describe("billing", err)
+	} else {
+		for _, m := range r.GetMessages() {
+			bil.Rows = append(bil.Rows, parkedRow{m.GetId(), m.GetReason(), m.GetEventType(), m.GetWorkOrderId(), m.GetParkTime()})
+		}
+	}
+	d.Parked = []parkedSection{inv, bil}
+	if r, err := h.src.BillingRepairs.ListInvoiceJobs(ctx, &billingv1.ListInvoiceJobsRequest{State: "dead", PageSize: repairPageSize}); err != nil {
+		d.SectionErrors["jobs"] = describe("billing", err)
+	} else {
+		d.DeadJobs = r.GetJobs()
+	}
+	if r, err := h.src.Repairs.ListOutboxEvents(ctx, &workorderv1.ListOutboxEventsRequest{States: []string{"FAILED"}, PageSize: repairPageSize}); err != nil {
+		d.SectionErrors["outbox"] = describe("workorder", err)
+	} else {
+		d.FailedOutbox = r.GetEvents()
+	}
+}
+
+// repairForm is what every repair POST carries.
+type repairForm struct {
+	ticket, actor string
+	dry           bool
+}
+
+// repairAction parses a repair POST and loads the page around its result;
+// it renders the page with the error and returns false when the form is
+// incomplete.
+func (h *Handler) repairAction(w http.ResponseWriter, r *http.Request) (repairData, repairForm, bool) {
+	if err := r.ParseForm(); err != nil {
+		http.Error(w, "400 bad form", http.StatusBadRequest)
+		return repairData{}, repairForm{}, false
+	}
+	f := repairForm{ticket: strings.TrimSpace(r.PostForm.Get("ticket")), actor: strings.TrimSpace(r.PostForm.Get("actor")),
+		dry: r.PostForm.Get("mode") != "real"}
+	// The inbox listing's error (the workorder service) does not stop a
+	// repair of another section; each section shows its own.
+	d, _ := h.repairData(r.Context(), sessionOf(r), "")
+	d.Ticket, d.Actor = f.ticket, f.actor
+	if f.ticket == "" || f.actor == "" {
+		errMsg := "Ticket and actor are required: every repair, dry runs too, is audited with them."
+		w.WriteHeader(http.StatusBadRequest)
+		h.render(w, r, "repair", page{Title: "Repair", Error: errMsg, Data: d})
+		return d, f, false
+	}
+	return d, f, true
+}
+
+// ids parses the form's repeated name as positive ids, at most limit.
+func formIDs(r *http.Request, name string, limit int) ([]int64, error) {
+	var ids []int64
+	for _, v := range r.PostForm[name] {
+		id, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || id <= 0 {
+			return nil, fmt.Errorf("not an id: %q", v)
+		}
+		ids = append(ids, id)
+	}
+	if len(ids) > limit {
+		return nil, fmt.Errorf("at most %d at once", limit)
+	}
+	return ids, nil
+}
+
+// finish renders the outcome of a repair call: the error, or the result
+// over a fresh read of the sections (a real action changed them).
+func (h *Handler) finish(w http.ResponseWriter, r *http.Request, d repairData, f repairForm, service string, res *actionResult, err error) {
+	if err != nil {
+		w.WriteHeader(http.StatusBadGateway)
+		h.render(w, r, "repair", page{Title: "Repair", Error: describe(service, err), Data: d})
+		return
+	}
+	h.logger.InfoContext(r.Context(), "console: repair", "section", res.Section, "dry_run", f.dry, "items", len(res.Lines))
+	if !f.dry {
+		d, _ = h.repairData(r.Context(), sessionOf(r), "")
+		d.Ticket, d.Actor = f.ticket, f.actor
+	}
+	d.Action = res
+	h.render(w, r, "repair", page{Title: "Repair", Data: d})
+}
+
+func confirm(action, label string, f repairForm, fields ...formField) *confirmForm {
+	return &confirmForm{Action: action, Label: fmt.Sprintf("%s (ticket %s, actor %s)", label, f.ticket, f.actor),
+		Fields: append([]formField{{"ticket", f.ticket}, {"actor", f.actor}, {"mode", "real"}}, fields...)}
+}
+
+func (h *Handler) rpcContext(r *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(outgoing(r.Context(), sessionOf(r)), h.cfg.RPCTimeout)
+}
+
+// replayDeadLetters replays one subscription's dead letters: the dry run
+// pulls up to maxDeadLetters and releases them; the real replay takes only
+// the message ids the dry run listed.
+func (h *Handler) replayDeadLetters(w http.ResponseWriter, r *http.Request) {
+	d, f, ok := h.repairAction(w, r)
+	if !ok {
+		return
+	}
+	var src *deadLetterSource
+	for i := range deadLetterSources {
+		if deadLetterSources[i].Key == r.PostForm.Get("source") {
+			src = &deadLetterSources[i]
+		}
+	}
+	ids := r.PostForm["message_id"]
+	errMsg := ""
+	switch {
+	case src == nil:
+		errMsg = "Unknown dead-letter source."
+	case !f.dry && len(ids) == 0:
+		errMsg = "A replay takes the dead letters a dry run listed: run the dry run first."
+	case len(ids) > maxDeadLetters:
+		errMsg = fmt.Sprintf("At most %d dead letters at once.", maxDeadLetters)
+	}
+	if errMsg != "" {
+		w.WriteHeader(http.StatusBadRequest)
+		h.render(w, r, "repair", page{Title: "Repair", Error: errMsg, Data: d})
+		return
+	}
+	ctx, cancel := h.rpcContext(r)
+	defer cancel()
+	max := int32(maxDeadLetters)
+	if !f.dry {
+		max = int32(len(ids))
+	}
+	var taken, failed []string
+	var detail string
+	var err error
+	switch src.Key {
+	case "inbox":
+		var resp *workorderv1.ReplayDeadLettersResponse
+		resp, err = h.src.Repairs.ReplayDeadLetters(ctx, &workorderv1.ReplayDeadLettersRequest{
+			Authorization: &workorderv1.OperatorAuthorization{Ticket: f.ticket, Actor: f.actor}, MessageIds: ids, MaxMessages: max, DryRun: f.dry})
+		taken = resp.GetMessageIds()
+		detail = fmt.Sprintf("inserted %d, duplicates %d, poison %d, conflicts %d", resp.GetInserted(), resp.GetDuplicates(), resp.GetPoison(), resp.GetConflicts())
+	case "invoicing":
+		var resp *workorderv1.ReplayInvoicingDeadLettersResponse
+		resp, err = h.src.Repairs.ReplayInvoicingDeadLetters(ctx, &workorderv1.ReplayInvoicingDeadLettersRequest{
+			Authorization: &workorderv1.OperatorAuthorization{Ticket: f.ticket, Actor: f.actor}, MessageIds: ids, MaxMessages: max, DryRun: f.dry})
+		taken, failed, detail = resp.GetMessageIds(), resp.GetFailedMessageIds(), outcomes(resp.GetOutcomes())
+	default:
+		var resp *billingv1.ReplayDeadLettersResponse
+		resp, err = h.src.BillingRepairs.ReplayDeadLetters(ctx, &billingv1.ReplayDeadLettersRequest{
+			Authorization: &billingv1.OperatorAuthorization{Ticket: f.ticket, Actor: f.actor}, MessageIds: ids, MaxMessages: max, DryRun: f.dry})
+		taken, failed, detail = resp.GetMessageIds(), resp.GetFailedMessageIds(), outcomes(resp.GetOutcomes())
+	}
+	res := &actionResult{Section: "dead-letters", DryRun: f.dry, Lines: taken}
+	if f.dry {
+		res.Title = fmt.Sprintf("Dry run: %d dead letters of %s would be replayed", len(taken), src.Subscription)
+		if len(taken) > 0 {
+			fields := []formField{{"source", src.Key}}
+			for _, id := range taken {
+				fields = append(fields, formField{"message_id", id})
+			}
+			res.Confirm = confirm("/repair/dead-letters", fmt.Sprintf("Replay these %d dead letters", len(taken)), f, fields...)
+		}
+	} else {
+		res.Title = fmt.Sprintf("Replayed %d of %d dead letters of %s (%s)", len(taken)-len(failed), len(ids), src.Subscription, detail)
+		if len(failed) > 0 {
+			res.Title += fmt.Sprintf("; %d failed and stay dead letters", len(failed))
+		}
+	}
+	h.finish(w, r, d, f, src.Service, res, err)
+}
+
+func outcomes(m map[string]int32) string {
+	var parts []string
+	for _, k := range []string{"enqueued", "invoiced", "duplicate", "order_already_queued", "parked", "unknown_type"} {
+		if n, ok := m[k]; ok {
+			parts = append(parts, fmt.Sprintf("%s %d", k, n))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// replayParked replays one parked message of either service: the dry run
+// applies and rolls back, reporting the outcome; the real replay takes the
+// same id.
+func (h *Handler) replayParked(w http.ResponseWriter, r *http.Request) {
+	d, f, ok := h.repairAction(w, r)
+	if !ok {
+		return
+	}
+	ids, err := formIDs(r, "id", 1)
+	service := r.PostForm.Get("service")
+	if err != nil || len(ids) != 1 || (service != "workorder" && service != "billing") {
+		w.WriteHeader(http.StatusBadRequest)
+		h.render(w, r, "repair", page{Title: "Repair", Error: "Select one parked message.", Data: d})
+		return
+	}
+	ctx, cancel := h.rpcContext(r)
+	defer cancel()
+	var outcome string
+	if service == "workorder" {
+		var resp *workorderv1.ReplayParkedBillingEventResponse
+		resp, err = h.src.Repairs.ReplayParkedBillingEvent(ctx, &workorderv1.ReplayParkedBillingEventRequest{
+			Authorization: &workorderv1.OperatorAuthorization{Ticket: f.ticket, Actor: f.actor}, Id: ids[0], DryRun: f.dry})
+		outcome = resp.GetOutcome()
+	} else {
+		var resp *billingv1.ReplayParkedMessageResponse
+		resp, err = h.src.BillingRepairs.ReplayParkedMessage(ctx, &billingv1.ReplayParkedMessageRequest{
+			Authorization: &billingv1.OperatorAuthorization{Ticket: f.ticket, Actor: f.actor}, Id: ids[0], DryRun: f.dry})
+		outcome = resp.GetOutcome()
+	}
+	id := strconv.FormatInt(ids[0], 10)
+	res := &actionResult{Section: "parked", DryRun: f.dry, Lines: []string{id}}
+	if f.dry {
+		res.Title = fmt.Sprintf("Dry run: %s parked message %s would be replayed: %s", service, id, outcome)
+		res.Confirm = confirm("/repair/parked", "Replay parked message "+id, f, formField{"service", service}, formField{"id", id})
+	} else {
+		res.Title = fmt.Sprintf("Replayed %s parked message %s: %s", service, id, outcome)
+	}
+	h.finish(w, r, d, f, service, res, err)
+}
+
+// retryJobs requeues dead invoice jobs: the dry run names the selected jobs
+// that are dead now; the real retry takes exactly those.
+func (h *Handler) retryJobs(w http.ResponseWriter, r *http.Request) {
+	d, f, ok := h.repairAction(w, r)
+	if !ok {
+		return
+	}
+	ids, err := formIDs(r, "id", repairPageSize)
+	if err == nil && len(ids) == 0 {
+		err = fmt.Errorf("select the dead jobs to retry")
+	}
+	if err != nil {
+		w.WriteHeader(http.StatusBadRequest)
+		h.render(w, r, "repair", page{Title: "Repair", Error: "Jobs: " + err.Error() + ".", Data: d})
+		return
+	}
+	ctx, cancel := h.rpcContext(r)
+	defer cancel()
+	resp, err := h.src.BillingRepairs.RetryInvoiceJobs(ctx, &billingv1.RetryInvoiceJobsRequest{
+		Authorization: &billingv1.OperatorAuthorization{Ticket: f.ticket, Actor: f.actor}, Ids: ids, DryRun: f.dry})
+	res := &actionResult{Section: "jobs", DryRun: f.dry}
+	var fields []formField
+	for _, id := range resp.GetIds() {
+		s := strconv.FormatInt(id, 10)
+		res.Lines = append(res.Lines, s)
+		fields = append(fields, formField{"id", s})
+	}
+	if f.dry {
+		res.Title = fmt.Sprintf("Dry run: %d dead jobs would be retried", len(res.Lines))
+		if len(fields) > 0 {
+			res.Confirm = confirm("/repair/jobs", fmt.Sprintf("Retry these %d jobs", len(fields)), f, fields...)
+		}
+	} else {
+		res.Title = fmt.Sprintf("Retried %d jobs", len(res.Lines))
+	}
+	h.finish(w, r, d, f, "billing", res, err)
+}

@@ -1,0 +1,169 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
+	"github.com/lossless-dev/lossless/internal/pagetoken"
+	"github.com/lossless-dev/lossless/internal/topology"
+	"github.com/lossless-dev/lossless/pkg/inbox"
+	"github.com/lossless-dev/lossless/pkg/parked"
+	"github.com/lossless-dev/lossless/services/workorder/internal/invoicing"
+)
+
+// The InvoiceIssued consumer's repairs (subscription
+// workorder.billing-events): list and replay parked messages; replaying its
+// dead letters is ReplayInvoicingDeadLetters (ops.go). The CLI
+// (RunInvoicingCLI) and the gRPC service call the same methods.
+
+// invoicingSubscription is the subscription the consumer parks under.
+func (o *Ops) invoicingSubscription() string {
+	if s := o.deps.Invoicing.Subscription; s != "" {
+		return s
+	}
+	return topology.SubBillingEvents
+}
+
+// ListParkedBillingEvents returns a page of the open parked InvoiceIssued
+// messages, oldest first: after the id afterID, about workOrderID when not
+// empty, at most limit (1..1000).
+func (o *Ops) ListParkedBillingEvents(ctx context.Context, workOrderID string, afterID int64, limit int) ([]parked.Parked, error) {
+	return o.parkedStore.List(ctx, o.deps.Pool, parked.ListFilter{Subscription: o.invoicingSubscription(), Subject: workOrderID,
+		AfterID: afterID, Limit: limit})
+}
+
+// ParkedReplayRequest names one parked InvoiceIssued to replay.
+type ParkedReplayRequest struct {
+	inbox.Authorization
+	// ID of the parked_messages row (required).
+	ID int64
+	// DryRun applies and rolls back: it reports the outcome the message
+	// would have, or why it is still refused, and changes nothing but the
+	// audit row.
+	DryRun bool
+}
+
+// ReplayParkedBillingEvent applies an open parked InvoiceIssued through the
+// consumer (invoicing.ReplayIn: COMPLETED → INVOICED or a duplicate, the row
+// marked replayed by the actor under the ticket) and audits it in
+// operator_audit (action invoicing.replay-parked) in the same transaction.
+// A message still refused changes nothing and is not audited; its error
+// wraps invoicing.ErrStillRefused.
+func (o *Ops) ReplayParkedBillingEvent(ctx context.Context, req ParkedReplayRequest) (outcome string, err error) {
+	if err := req.Validate(); err != nil {
+		return "", fmt.Errorf("%w: %w", inbox.ErrInvalidRequest, err)
+	}
+	if req.ID <= 0 {
+		return "", fmt.Errorf("%w: a parked message id is required", inbox.ErrInvalidRequest)
+	}
+	err = pgx.BeginFunc(ctx, o.deps.Pool, func(tx pgx.Tx) error {
+		// The effect runs under a savepoint: a dry run rolls back to it and
+		// still commits the audit row.
+		sp, err := tx.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		if outcome, err = o.invoicing.ReplayIn(ctx, sp, req.ID, req.Ticket, req.Actor); err != nil {
+			_ = sp.Rollback(ctx)
+			return err
+		}
+		if req.DryRun {
+			err = sp.Rollback(ctx)
+		} else {
+			err = sp.Commit(ctx)
+		}
+		if err != nil {
+			return err
+		}
+		return audit(ctx, tx, "invoicing.replay-parked", req.Authorization, req.DryRun,
+			map[string]any{"parked_id": req.ID, "outcome": outcome}, 1)
+	})
+	if err != nil {
+		return "", err
+	}
+	return outcome, nil
+}
+
+// repairStatus maps a repair's error: toStatus's, and the states that rule
+// the repair out.
+func repairStatus(err error) error {
+	switch {
+	case errors.Is(err, parked.ErrNotOpen):
+		return status.Error(codes.NotFound, err.Error())
+	case errors.Is(err, invoicing.ErrStillRefused):
+		return status.Error(codes.FailedPrecondition, err.Error())
+	}
+	return toStatus(err)
+}
+
+// ReplayInvoicingDeadLetters implements WorkOrderAdminService.
+func (s *Service) ReplayInvoicingDeadLetters(ctx context.Context, req *workorderv1.ReplayInvoicingDeadLettersRequest) (*workorderv1.ReplayInvoicingDeadLettersResponse, error) {
+	if err := s.authorize(ctx); err != nil {
+		return nil, err
+	}
+	res, err := s.ops.ReplayInvoicingDeadLetters(ctx, DeadLetterRequest{Authorization: auth(req.GetAuthorization()),
+		MessageIDs: req.GetMessageIds(), MaxMessages: int(req.GetMaxMessages()), DryRun: req.GetDryRun()})
+	if err != nil && len(res.MessageIDs) == 0 {
+		return nil, repairStatus(err)
+	}
+	// Some messages failed and were released: the others' effects are
+	// committed and audited, so the call answers with both.
+	resp := &workorderv1.ReplayInvoicingDeadLettersResponse{MessageIds: res.MessageIDs, FailedMessageIds: res.Failed,
+		DryRun: res.DryRun, Outcomes: map[string]int32{}}
+	for k, n := range res.Outcomes {
+		resp.Outcomes[k] = int32(n)
+	}
+	return resp, nil
+}
+
+// ListParkedBillingEvents implements WorkOrderAdminService.
+func (s *Service) ListParkedBillingEvents(ctx context.Context, req *workorderv1.ListParkedBillingEventsRequest) (*workorderv1.ListParkedBillingEventsResponse, error) {
+	if err := s.authorize(ctx); err != nil {
+		return nil, err
+	}
+	after, err := pageAfter(req.GetPageToken(), req.GetWorkOrderId())
+	if err != nil {
+		return nil, err
+	}
+	size := defaultPageSize
+	if n := int(req.GetPageSize()); n > 0 {
+		size = min(n, maxPageSize)
+	}
+	// One more than asked for tells whether another page follows.
+	ms, err := s.ops.ListParkedBillingEvents(ctx, req.GetWorkOrderId(), after, size+1)
+	if err != nil {
+		return nil, err
+	}
+	resp := &workorderv1.ListParkedBillingEventsResponse{}
+	if len(ms) > size {
+		ms = ms[:size]
+		resp.NextPageToken = pagetoken.Encode(ms[size-1].ID, req.GetWorkOrderId())
+	}
+	for _, m := range ms {
+		resp.Events = append(resp.Events, &workorderv1.ParkedBillingEvent{
+			Id: m.ID, Subscription: m.Subscription, MessageId: m.MessageID, EventId: m.EventID, EventType: m.EventType,
+			WorkOrderId: m.Subject, Attributes: m.Attributes, Reason: m.Reason, ParkTime: timestamppb.New(m.ParkedAt),
+		})
+	}
+	return resp, nil
+}
+
+// ReplayParkedBillingEvent implements WorkOrderAdminService.
+func (s *Service) ReplayParkedBillingEvent(ctx context.Context, req *workorderv1.ReplayParkedBillingEventRequest) (*workorderv1.ReplayParkedBillingEventResponse, error) {
+	if err := s.authorize(ctx); err != nil {
+		return nil, err
+	}
+	outcome, err := s.ops.ReplayParkedBillingEvent(ctx, ParkedReplayRequest{Authorization: auth(req.GetAuthorization()),
+		ID: req.GetId(), DryRun: req.GetDryRun()})
+	if err != nil {
+		return nil, repairStatus(err)
+	}
+	return &workorderv1.ReplayParkedBillingEventResponse{Outcome: outcome, DryRun: req.GetDryRun()}, nil
+}

@@ -1,0 +1,185 @@
+package admin_test
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	eventsv1 "github.com/lossless-dev/lossless/gen/lossless/events/v1"
+	moneyv1 "github.com/lossless-dev/lossless/gen/lossless/money/v1"
+	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
+	"github.com/lossless-dev/lossless/internal/topology"
+	"github.com/lossless-dev/lossless/pkg/pubsub"
+	"github.com/lossless-dev/lossless/pkg/pubsubtest"
+	"github.com/lossless-dev/lossless/pkg/waitfor"
+	"github.com/lossless-dev/lossless/services/workorder/internal/admin"
+	"github.com/lossless-dev/lossless/services/workorder/internal/invoicing"
+)
+
+func invoiceIssued(order uuid.UUID) *eventsv1.InvoiceIssued {
+	return &eventsv1.InvoiceIssued{EventId: uuid.NewString(), InvoiceId: uuid.NewString(), InvoiceNumber: "INV-2026-000007",
+		WorkOrderId: order.String(), Total: &moneyv1.Money{CurrencyCode: "EUR", MinorUnits: 3750}, IssuedAt: timestamppb.Now()}
+}
+
+func (b bundle) completedOrder(t *testing.T, id uuid.UUID) {
+	t.Helper()
+	if _, err := b.pool.Exec(context.Background(), `INSERT INTO work_orders
+		(id, customer_id, description, positions, currency_code, unit_price_minor, status, completed_items, version)
+		VALUES ($1, 'cust-1', 'paint', 3, 'EUR', 1250, 'COMPLETED', 3, 3)`, id); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (b bundle) orderStatus(t *testing.T, id uuid.UUID) string {
+	t.Helper()
+	var s string
+	if err := b.pool.QueryRow(context.Background(), `SELECT status FROM work_orders WHERE id = $1`, id).Scan(&s); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+var repairAuth = &workorderv1.OperatorAuthorization{Ticket: "INC-12", Actor: "dana"}
+
+// A parked InvoiceIssued (its order unknown when it arrived) is listed and,
+// once the order exists, replayed over gRPC through the consumer's path: a
+// dry run reports the outcome and changes nothing but the audit log, the
+// replay invoices the order once, a second replay finds the row closed;
+// refused while the cause persists, without authorization or without the
+// token.
+func TestReplayParkedBillingEvent_OverGRPC(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, admin.Deps{})
+	order := uuid.New()
+	ev := invoiceIssued(order)
+	data, err := proto.Marshal(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &pubsub.Received{ID: "m-1", Data: data, Attributes: pubsub.EventAttributes(ev.GetEventId(), invoicing.EventType, 1, time.Now())}
+	if err := b.ops.Invoicing().Handle(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	svc, err := admin.NewService(b.ops, token, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := served(t, svc)
+	octx := operator()
+
+	list, err := cl.ListParkedBillingEvents(octx, &workorderv1.ListParkedBillingEventsRequest{})
+	if err != nil || len(list.GetEvents()) != 1 || list.GetEvents()[0].GetWorkOrderId() != order.String() ||
+		list.GetEvents()[0].GetReason() != "unknown work order "+order.String() || list.GetEvents()[0].GetSubscription() != topology.SubBillingEvents {
+		t.Fatalf("parked billing events: %v %v", list, err)
+	}
+	id := list.GetEvents()[0].GetId()
+	_, err = cl.ReplayParkedBillingEvent(octx, &workorderv1.ReplayParkedBillingEventRequest{Id: id})
+	wantViolation(t, "no authorization", err, "authorization")
+	_, err = cl.ReplayParkedBillingEvent(octx, &workorderv1.ReplayParkedBillingEventRequest{Id: id,
+		Authorization: &workorderv1.OperatorAuthorization{Ticket: "INC-12"}})
+	wantViolation(t, "no actor", err, "authorization.actor")
+	if _, err := cl.ReplayParkedBillingEvent(context.Background(), &workorderv1.ReplayParkedBillingEventRequest{Id: id, Authorization: repairAuth}); status.Code(err) != codes.Unauthenticated {
+		t.Errorf("replay without a token: %v, want UNAUTHENTICATED", err)
+	}
+	if _, err := cl.ReplayParkedBillingEvent(octx, &workorderv1.ReplayParkedBillingEventRequest{Id: id, Authorization: repairAuth}); status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("replay while the order is unknown: %v, want FAILED_PRECONDITION", err)
+	}
+	if n := b.count(t, `SELECT count(*) FROM operator_audit`) + b.count(t, `SELECT count(*) FROM parked_messages WHERE replayed_at IS NOT NULL`); n != 0 {
+		t.Fatal("a refused replay changed something")
+	}
+
+	b.completedOrder(t, order) // the cause fixed
+	dry, err := cl.ReplayParkedBillingEvent(octx, &workorderv1.ReplayParkedBillingEventRequest{Id: id, Authorization: repairAuth, DryRun: true})
+	if err != nil || dry.GetOutcome() != invoicing.OutcomeInvoiced || !dry.GetDryRun() {
+		t.Fatalf("dry run: %v %v", dry, err)
+	}
+	if s := b.orderStatus(t, order); s != "COMPLETED" || b.count(t, `SELECT count(*) FROM parked_messages WHERE replayed_at IS NULL`) != 1 {
+		t.Fatalf("the dry run changed something: order %s", s)
+	}
+	if _, err := cl.ReplayParkedBillingEvent(octx, &workorderv1.ReplayParkedBillingEventRequest{Id: id, Authorization: repairAuth}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.ReplayParkedBillingEvent(octx, &workorderv1.ReplayParkedBillingEventRequest{Id: id, Authorization: repairAuth}); status.Code(err) != codes.NotFound {
+		t.Fatalf("second replay: %v, want NOT_FOUND", err)
+	}
+	if s := b.orderStatus(t, order); s != "INVOICED" {
+		t.Fatalf("order %s after the replay, want INVOICED", s)
+	}
+	if n := b.count(t, `SELECT count(*) FROM work_order_transitions WHERE work_order_id = $1 AND to_status = 'INVOICED'`, order); n != 1 {
+		t.Fatalf("%d INVOICED transitions, want 1", n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM operator_audit WHERE action = 'invoicing.replay-parked' AND ticket = 'INC-12' AND actor = 'dana'`); n != 2 {
+		t.Fatalf("audit rows = %d, want 2 (dry run and replay)", n)
+	}
+	if left, err := cl.ListParkedBillingEvents(octx, &workorderv1.ListParkedBillingEventsRequest{}); err != nil || len(left.GetEvents()) != 0 {
+		t.Fatalf("replayed event still listed: %v %v", left, err)
+	}
+}
+
+// An InvoiceIssued dead letter is applied over gRPC through the consumer:
+// the dry run sees it and changes nothing, the replay invoices the order
+// once, both are audited.
+func TestReplayInvoicingDeadLetters_OverGRPC(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	emu := pubsubtest.New(t, topology.System())
+	b := setup(t, admin.Deps{PubSub: emu.Client})
+	order := uuid.New()
+	b.completedOrder(t, order)
+	pub, err := pubsub.NewPublisher(emu.Client, topology.TopicBillingEventsDeadLetter, pubsub.PublisherConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pub.Stop)
+	ev := invoiceIssued(order)
+	if _, err := pub.Publish(ctx, pubsub.Message{EventID: ev.GetEventId(), Event: ev}); err != nil {
+		t.Fatal(err)
+	}
+	svc, err := admin.NewService(b.ops, token, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := served(t, svc)
+	octx := operator()
+	_, err = cl.ReplayInvoicingDeadLetters(octx, &workorderv1.ReplayInvoicingDeadLettersRequest{MaxMessages: 5,
+		Authorization: &workorderv1.OperatorAuthorization{Actor: "dana"}})
+	wantViolation(t, "no ticket", err, "authorization.ticket")
+	if _, err := cl.ReplayInvoicingDeadLetters(context.Background(), &workorderv1.ReplayInvoicingDeadLettersRequest{
+		MaxMessages: 5, Authorization: repairAuth}); status.Code(err) != codes.Unauthenticated {
+		t.Errorf("replay without a token: %v, want UNAUTHENTICATED", err)
+	}
+	var seen []string
+	waitfor.Condition(t, 30*time.Second, "the dry run sees the dead letter", func() bool {
+		res, err := cl.ReplayInvoicingDeadLetters(octx, &workorderv1.ReplayInvoicingDeadLettersRequest{MaxMessages: 5, Authorization: repairAuth, DryRun: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen = res.GetMessageIds()
+		return len(seen) == 1
+	})
+	if s := b.orderStatus(t, order); s != "COMPLETED" {
+		t.Fatalf("order %s after the dry run, want COMPLETED", s)
+	}
+	waitfor.Condition(t, 30*time.Second, "the dead letter is applied", func() bool {
+		res, err := cl.ReplayInvoicingDeadLetters(octx, &workorderv1.ReplayInvoicingDeadLettersRequest{MaxMessages: 5,
+			Authorization: repairAuth, MessageIds: seen})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.GetOutcomes()[invoicing.OutcomeInvoiced] == 1
+	})
+	if s := b.orderStatus(t, order); s != "INVOICED" {
+		t.Fatalf("order %s after the replay, want INVOICED", s)
+	}
+	if n := b.count(t, `SELECT count(*) FROM operator_audit WHERE action = 'invoicing.replay-dead-letters' AND ticket = 'INC-12' AND affected = 1`); n < 2 {
+		t.Fatalf("audit rows with an effect = %d, want the dry run and the replay", n)
+	}
+}
