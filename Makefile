@@ -60,6 +60,29 @@ run: ## Run the whole system locally without Docker (PostgreSQL, Pub/Sub emulato
 	$(GO) build -o $(BIN_DIR)/runlocal ./cmd/runlocal
 	exec $(BIN_DIR)/runlocal
 
+# The targets below work on the stack `make run` started in another terminal, found through the file
+# it writes (.run/env, or RUNLOCAL_ENV_FILE; internal/runenv); each fails, saying so, when none runs.
+# ARGS is taken unexpanded ($(value ...)) and split by the shell, so quotes and "$USER" in it work as
+# on a command line.
+LOCALOPS = @mkdir -p $(BIN_DIR) && $(GO) build -o $(BIN_DIR)/localops ./cmd/localops && exec $(BIN_DIR)/localops
+
+.PHONY: psql
+psql: ## psql on a service's database of the running `make run`, e.g. make psql SERVICE=workorder.
+	$(LOCALOPS) psql '$(SERVICE)'
+
+.PHONY: ops
+ops: ## A service's command line against the running `make run`, e.g. make ops SERVICE=workorder ARGS="inbox list --status PARKED".
+	@args='$(subst ','\'',$(value ARGS))'; eval "set -- $$args"; \
+		mkdir -p $(BIN_DIR) && $(GO) build -o $(BIN_DIR)/localops ./cmd/localops && exec $(BIN_DIR)/localops ops '$(SERVICE)' "$$@"
+
+.PHONY: metrics
+metrics: ## The stall gauges (outbox, inbox, dead letters, dead jobs) of every service of the running `make run`, one table.
+	$(LOCALOPS) metrics
+
+.PHONY: trace
+trace: ## One order's spans across its linked traces, as a tree with durations, from the running `make run`, e.g. make trace ORDER=<id> (QUERIES=1: with database spans).
+	$(LOCALOPS) trace $(if $(QUERIES),-queries) '$(ORDER)'
+
 .PHONY: demo
 demo: ## Create orders against a running stack and print a summary, e.g. make demo ARGS="-n 200 -faults duplicate=0.2".
 	$(GO) run ./cmd/demo $(ARGS)

@@ -5,8 +5,12 @@
 // from the emulator we ship (or PUBSUB_EMULATOR_HOST). REPLICAS (default 1)
 // starts that many replicas of every service. The operator endpoints are
 // guarded by a token generated for this run (or WORKORDER_OPERATOR_TOKEN /
-// PROVIDER_OPERATOR_TOKEN), printed in the banner. Ctrl-C stops every process
-// and removes the ephemeral cluster.
+// PROVIDER_OPERATOR_TOKEN), printed in the banner. The services export their
+// traces to a store in this process (internal/tracestore). Once every service
+// is ready, the stack's addresses, database URLs and tokens are written to
+// .run/env (RUNLOCAL_ENV_FILE overrides the path; internal/runenv), which
+// `make psql`, `make ops`, `make metrics` and `make trace` read. Ctrl-C stops
+// every process, removes that file and the ephemeral cluster.
 package main
 
 import (
@@ -15,6 +19,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -22,6 +27,8 @@ import (
 
 	"github.com/lossless-dev/lossless/internal/catalog"
 	"github.com/lossless-dev/lossless/internal/localstack"
+	"github.com/lossless-dev/lossless/internal/runenv"
+	"github.com/lossless-dev/lossless/internal/tracestore"
 	"github.com/lossless-dev/lossless/pkg/pgcluster"
 )
 
@@ -72,6 +79,11 @@ func run(ports localstack.Ports) error {
 	if err := localstack.Build(ctx, ".", binDir); err != nil {
 		return stoppedEarly(ctx, err)
 	}
+	traces, err := tracestore.Start(tracestore.Config{})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = traces.Close() }()
 	stack, err := localstack.Start(ctx, localstack.Config{
 		BinDir:        binDir,
 		Services:      svcs,
@@ -82,12 +94,19 @@ func run(ports localstack.Ports) error {
 		Replicas:      replicas,
 		OperatorToken: token,
 		ExtraEnv:      extra,
+		TraceEndpoint: traces.OTLPEndpoint,
 	})
 	if err != nil {
 		// Start has stopped whatever it had started.
 		return stoppedEarly(ctx, err)
 	}
-	fmt.Print(banner(stack))
+	envFile := runenv.Path(os.Getenv)
+	if err := runenv.Write(envFile, envVars(stack, os.Getpid(), binDir, traces.URL)); err != nil {
+		_ = stack.Stop(30 * time.Second)
+		return fmt.Errorf("write %s: %w", envFile, err)
+	}
+	defer runenv.Remove(envFile, os.Getpid()) //nolint:errcheck // best effort: a stale file is detected by its pid
+	fmt.Print(banner(stack, envFile))
 
 	<-ctx.Done()
 	fmt.Println("\nstopping ...")
@@ -141,7 +160,45 @@ func operatorTokens(workorder, provider string) (string, map[string][]string, er
 	return token, nil, nil
 }
 
-func banner(stack *localstack.Stack) string {
+// envVars are the env file's lines (internal/runenv documents the keys).
+func envVars(stack *localstack.Stack, pid int, binDir, traceURL string) []runenv.Var {
+	vars := []runenv.Var{
+		{Key: runenv.KeyPID, Value: strconv.Itoa(pid)},
+		{Key: runenv.KeyServices, Value: strings.Join(stack.Services().Names(), " ")},
+		{Key: runenv.KeyBinDir, Value: binDir},
+		{Key: runenv.KeyTraceURL, Value: traceURL},
+		{Key: "PUBSUB_EMULATOR_HOST", Value: stack.Emulator},
+		{Key: "PUBSUB_PROJECT_ID", Value: stack.ProjectID()},
+	}
+	urls, addrs := stack.URLs(), stack.GRPCAddrs()
+	var tokens []string
+	for _, svc := range stack.Services() {
+		if svc.Database != "" {
+			vars = append(vars, runenv.Var{Key: runenv.Key(svc.Name, runenv.SuffixDatabaseURL), Value: stack.DSN[svc.Database]})
+		}
+		vars = append(vars, runenv.Var{Key: runenv.Key(svc.Name, runenv.SuffixURL), Value: urls[svc.Name]})
+		if svc.GRPCPort != 0 {
+			vars = append(vars, runenv.Var{Key: runenv.Key(svc.Name, runenv.SuffixGRPCAddr), Value: addrs[svc.Name]})
+		}
+		// The token variables the service reads, as its process got them
+		// (a provider token set apart included); later entries win.
+		if p := stack.Process(svc.Name); p != nil {
+			for _, kv := range p.Env {
+				if k, v, ok := strings.Cut(kv, "="); ok && strings.HasSuffix(k, "_OPERATOR_TOKEN") {
+					if i := slices.Index(tokens, k); i >= 0 {
+						vars = slices.DeleteFunc(vars, func(x runenv.Var) bool { return x.Key == k })
+						tokens = slices.Delete(tokens, i, i+1)
+					}
+					tokens = append(tokens, k)
+					vars = append(vars, runenv.Var{Key: k, Value: v})
+				}
+			}
+		}
+	}
+	return vars
+}
+
+func banner(stack *localstack.Stack, envFile string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "\nlossless is running. Ctrl-C stops everything.\n\n")
 	api, httpOnly := map[string]string{}, map[string]bool{}
@@ -173,6 +230,15 @@ without it:
 	if a, ok := addrs["workorder"]; ok {
 		fmt.Fprintf(&b, "  grpcurl -plaintext -H \"authorization: Bearer $PROVIDER_OPERATOR_TOKEN\" %s list\n", a)
 	}
+	fmt.Fprintf(&b, `
+Database URLs, addresses and tokens of this run are in %s (sourceable:
+set -a; . %s; set +a). With the stack running, in another terminal:
+
+  make psql SERVICE=workorder                                   psql on a service's database
+  make ops SERVICE=workorder ARGS="inbox list --status PARKED"  a service's command line (runbooks)
+  make metrics                                                  the stall gauges of every service
+  make trace ORDER=<work order id>                              an order's spans, across its traces
+`, envFile, envFile)
 	b.WriteString("\n")
 	if len(stack.Replicas("provider-sim")) > 1 {
 		b.WriteString("Each provider-sim replica has its own fault knobs (make demo sets provider-sim-1's);\nworkorder-k hands off to provider-sim-k.\n\n")

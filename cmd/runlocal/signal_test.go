@@ -18,6 +18,7 @@ import (
 
 	"github.com/lossless-dev/lossless/internal/catalog"
 	"github.com/lossless-dev/lossless/internal/localstack"
+	"github.com/lossless-dev/lossless/internal/runenv"
 )
 
 // envChildPorts, set by the tests below, makes the test binary run
@@ -38,16 +39,22 @@ func TestMain(m *testing.M) {
 }
 
 // TestCtrlCStopsEverythingAndExitsZero starts runlocal, waits for its
-// banner, sends SIGINT (a terminal's Ctrl-C) and expects exit status 0, the
-// final line "stopped; nothing left running", and every port of the stack
-// (services, emulator, PostgreSQL) closed.
+// banner, checks what the make targets read from the running stack (its env
+// file, metrics, traces: runningstack_test.go), sends SIGINT (a terminal's
+// Ctrl-C) and expects exit status 0, the final line "stopped; nothing left
+// running", every port of the stack (services, emulator, PostgreSQL) closed
+// and the env file removed.
 func TestCtrlCStopsEverythingAndExitsZero(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts the whole stack")
 	}
 	child := startChild(t)
 	child.await(t, 3*time.Minute, "lossless is running")
+	t.Run("make targets on the running stack", func(t *testing.T) { checkRunningStack(t, child.envFile) })
 	child.interruptAndExpectCleanExit(t)
+	if _, err := os.Stat(child.envFile); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("env file after the stop: %v, want it removed", err)
+	}
 }
 
 // TestCtrlCDuringStartUpExitsZero sends SIGINT while runlocal is still
@@ -59,12 +66,16 @@ func TestCtrlCDuringStartUpExitsZero(t *testing.T) {
 	child := startChild(t)
 	child.await(t, time.Minute, "building binaries")
 	child.interruptAndExpectCleanExit(t)
+	if _, err := os.Stat(child.envFile); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("env file after a stop during start-up: %v, want none", err)
+	}
 }
 
 type childRun struct {
 	cmd      *exec.Cmd
 	ports    localstack.Ports
 	services catalog.Catalog
+	envFile  string      // where it writes its env file (RUNLOCAL_ENV_FILE)
 	lines    chan string // stdout, closed at EOF
 	seen     []string
 	exit     chan error
@@ -84,7 +95,8 @@ func startChild(t *testing.T) *childRun {
 	cmd := exec.Command(os.Args[0], "-test.run=^$") //nolint:noctx // the test signals it and bounds its exit itself
 	// runlocal builds the services from the repository root, as make runs it.
 	cmd.Dir = filepath.Join(filepath.Dir(thisFile), "..", "..")
-	cmd.Env = append(os.Environ(), envChildPorts+"="+string(js), "DATABASE_URL=", "PUBSUB_EMULATOR_HOST=", "REPLICAS=")
+	envFile := filepath.Join(t.TempDir(), "run", "env")
+	cmd.Env = append(os.Environ(), envChildPorts+"="+string(js), "DATABASE_URL=", "PUBSUB_EMULATOR_HOST=", "REPLICAS=", runenv.PathVar+"="+envFile)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -97,7 +109,7 @@ func startChild(t *testing.T) *childRun {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &childRun{cmd: cmd, ports: ports, services: svcs, lines: make(chan string, 1024), exit: make(chan error, 1)}
+	c := &childRun{cmd: cmd, ports: ports, services: svcs, envFile: envFile, lines: make(chan string, 1024), exit: make(chan error, 1)}
 	go func() {
 		s := bufio.NewScanner(out)
 		for s.Scan() {

@@ -1,0 +1,44 @@
+package localops
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/lossless-dev/lossless/internal/runenv"
+)
+
+func TestOpsCommand_ServiceBinaryWithItsDatabaseURLAndTheStacksEnv(t *testing.T) {
+	bin := t.TempDir()
+	if err := os.WriteFile(filepath.Join(bin, "billing"), []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	env := runenv.Env{
+		{Key: runenv.KeyServices, Value: "workorder billing console"},
+		{Key: runenv.KeyBinDir, Value: bin},
+		{Key: "PUBSUB_EMULATOR_HOST", Value: "127.0.0.1:8085"},
+		{Key: "BILLING_DATABASE_URL", Value: "postgres://h/billing"},
+		{Key: "WORKORDER_DATABASE_URL", Value: "postgres://h/workorder"},
+	}
+	cmd, err := OpsCommand(env, "billing", []string{"jobs", "list"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := map[string]string{}
+	for _, kv := range cmd.Env {
+		k, v, _ := strings.Cut(kv, "=")
+		last[k] = v
+	}
+	if cmd.Path != filepath.Join(bin, "billing") || last["DATABASE_URL"] != "postgres://h/billing" || last["PUBSUB_EMULATOR_HOST"] != "127.0.0.1:8085" {
+		t.Fatalf("ops billing: %s, DATABASE_URL %q, PUBSUB_EMULATOR_HOST %q", cmd.Path, last["DATABASE_URL"], last["PUBSUB_EMULATOR_HOST"])
+	}
+	for svc, want := range map[string]string{"": "SERVICE=<one of workorder, billing, console>", "nope": `no service "nope"`, "workorder": "binary of the running stack is missing"} {
+		if _, err := OpsCommand(env, svc, nil); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ops %q: %v, want an error containing %q", svc, err, want)
+		}
+	}
+	if _, err := PsqlCommand(env, "console", nil); err == nil || !strings.Contains(err.Error(), "console has no database; services with one: workorder, billing") {
+		t.Errorf("psql console: %v, want it to name the services with a database", err)
+	}
+}
