@@ -95,6 +95,7 @@ func run(ports localstack.Ports) error {
 		OperatorToken: token,
 		ExtraEnv:      extra,
 		TraceEndpoint: traces.OTLPEndpoint,
+		TraceURL:      traces.URL,
 	})
 	if err != nil {
 		// Start has stopped whatever it had started.

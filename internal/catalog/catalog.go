@@ -58,7 +58,9 @@ type Service struct {
 	// {operator_token} (the run's operator token), {grpc:<service>} (the
 	// gRPC address of that service's replica with the same number) and
 	// {http:<service>} (the base URL of its HTTP listener, e.g.
-	// "http://127.0.0.1:8080": REST, /metrics).
+	// "http://127.0.0.1:8080": REST, /metrics) and {trace_url} (the base
+	// URL of the run's trace store, internal/tracestore; "" when the run
+	// collects no traces).
 	LocalEnv map[string]string `json:"local_env,omitempty"`
 }
 
@@ -178,7 +180,7 @@ func (c Catalog) validate() error {
 				switch {
 				case m[1] == "grpc" && hasGRPC[m[2]]:
 				case m[1] == "http" && names[m[2]]:
-				case (m[1] == "instance" || m[1] == "operator_token") && m[2] == "":
+				case (m[1] == "instance" || m[1] == "operator_token" || m[1] == "trace_url") && m[2] == "":
 				default:
 					bad(s, "local_env %s: unknown placeholder %s", name, m[0])
 				}
@@ -260,8 +262,8 @@ func (c Catalog) Topology() pubsub.Topology {
 
 // ExpandEnv returns s's LocalEnv as KEY=value pairs, sorted, with the
 // placeholders replaced: {instance} by instance, {operator_token} by token,
-// {grpc:<service>} by addr("grpc", service) and {http:<service>} by
-// addr("http", service).
+// {grpc:<service>} by addr("grpc", service), {http:<service>} by
+// addr("http", service) and {trace_url} by addr("trace_url", "").
 func (s Service) ExpandEnv(instance, token string, addr func(kind, service string) string) []string {
 	out := make([]string, 0, len(s.LocalEnv))
 	for name, v := range s.LocalEnv {
@@ -272,7 +274,7 @@ func (s Service) ExpandEnv(instance, token string, addr func(kind, service strin
 				return instance
 			case "operator_token":
 				return token
-			case "grpc", "http":
+			case "grpc", "http", "trace_url":
 				return addr(m[1], m[2])
 			}
 			return p

@@ -88,6 +88,29 @@ func TestParse_ServiceWithoutDatabaseOrGRPC(t *testing.T) {
 	}
 }
 
+// {trace_url} is the run's trace store, asked of addr with no service; a
+// service name after it is refused like any unknown placeholder.
+func TestParse_TraceURLPlaceholder(t *testing.T) {
+	c, err := catalog.Parse(fsOf("a", svcA, "c", `{"name":"c","http_port":8089,"local_env":{"T":"{trace_url}"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _ := c.Service("c")
+	env := s.ExpandEnv("c-1", "tok", func(kind, svc string) string {
+		if kind == "trace_url" && svc == "" {
+			return "http://127.0.0.1:4000"
+		}
+		return "wrong:" + kind + "/" + svc
+	})
+	if !slices.Equal(env, []string{"T=http://127.0.0.1:4000"}) {
+		t.Fatalf("env %v", env)
+	}
+	_, err = catalog.Parse(fsOf("a", svcA, "c", `{"name":"c","http_port":8089,"local_env":{"T":"{trace_url:a}"}}`))
+	if err == nil || !strings.Contains(err.Error(), "unknown placeholder {trace_url:a}") {
+		t.Fatalf("{trace_url:a}: error %v, want unknown placeholder", err)
+	}
+}
+
 func TestParse_RefusesInconsistentDeclarations(t *testing.T) {
 	cases := map[string]struct {
 		fs   fstest.MapFS

@@ -161,6 +161,10 @@ type Config struct {
 	// complete moments after the order. ExtraEnv may override both.
 	// Default "": no tracing.
 	TraceEndpoint string
+	// TraceURL is the {trace_url} of the declarations' local_env: the HTTP
+	// API of the trace store TraceEndpoint feeds (internal/tracestore's
+	// Server.URL), read by the console. Default "".
+	TraceURL string
 }
 
 // Stack is a running local system.
@@ -329,6 +333,9 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 				env = append(env, "OTEL_EXPORTER_OTLP_ENDPOINT="+cfg.TraceEndpoint, "OTEL_BSP_SCHEDULE_DELAY=200")
 			}
 			env = append(env, svc.ExpandEnv(in.ID, cfg.OperatorToken, func(kind, dep string) string {
+				if kind == "trace_url" {
+					return cfg.TraceURL
+				}
 				d, _ := cfg.Services.Service(dep) // the catalog checked that it exists
 				if kind == "http" {
 					return s.instance(d, (k-1)%cfg.Replicas+1).URL

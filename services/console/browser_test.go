@@ -26,6 +26,7 @@ import (
 	providerv1 "github.com/lossless-dev/lossless/gen/lossless/provider/v1"
 	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
 	"github.com/lossless-dev/lossless/internal/localstack"
+	"github.com/lossless-dev/lossless/internal/tracestore"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
 	"github.com/lossless-dev/lossless/pkg/waitfor"
 )
@@ -101,12 +102,21 @@ func TestConsoleInABrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	logs := &lockedWriter{}
+	// The services export their spans here and the console reads them back,
+	// as under `make run`.
+	traces, err := tracestore.Start(tracestore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = traces.Close() })
 	stack, err := localstack.Start(ctx, localstack.Config{
 		BinDir:         binDir,
 		DatabaseURL:    pgtest.ServerDSN(t),
 		DatabasePrefix: "console_" + strings.ReplaceAll(uuid.NewString()[:8], "-", "") + "_",
 		Ports:          ports,
 		Log:            logs,
+		TraceEndpoint:  traces.OTLPEndpoint,
+		TraceURL:       traces.URL,
 		ExtraEnv: map[string][]string{"provider-sim": {
 			"PROVIDER_EXEC_BASE=20ms", "PROVIDER_EXEC_PER_POSITION=1ms", "PROVIDER_POLL_INTERVAL=50ms",
 		}},
@@ -317,6 +327,79 @@ func TestConsoleInABrowser(t *testing.T) {
 		if src := text(`[data-source="Inbox entries"]`); !strings.Contains(src, "2 shown") {
 			t.Errorf("inbox source: %q", src)
 		}
+	})
+
+	// The order's spans, read from the trace store the services export to,
+	// as a waterfall: every hop from the create request to the receipt of
+	// the invoice, each below the one that caused it.
+	t.Run("order page shows the trace waterfall", func(t *testing.T) {
+		hops := []string{
+			"lossless.workorder.v1.WorkOrderService/CreateWorkOrder",
+			"outbox dispatch lossless.events.v1.WorkOrderHandOffRequested",
+			"lossless.provider.v1.ProviderService/SubmitWorkOrder",
+			"provider execute",
+			"process workorder.work-order-completed",
+			"inbox apply",
+			"outbox dispatch lossless.events.v1.WorkOrderCompletionRecorded",
+			"process billing.workorder-events",
+			"job invoices",
+			"outbox dispatch lossless.events.v1.InvoiceIssued",
+			"process workorder.billing-events",
+		}
+		id := create("trace-" + uuid.NewString()[:8])
+		waitfor.Condition(t, 2*time.Minute, "the order is INVOICED", func() bool {
+			r, err := orders.GetWorkOrder(ctx, &workorderv1.GetWorkOrderRequest{Id: id})
+			return err == nil && r.GetWorkOrder().GetStatus() == workorderv1.WorkOrderStatus_WORK_ORDER_STATUS_INVOICED
+		})
+		type row struct {
+			Depth int
+			Name  string
+		}
+		var rows []row
+		// found counts the hops among rows, each in a later row than the
+		// one before and deeper than it (its cause is above it).
+		found := func() int {
+			at, depth := -1, -1
+			for n, h := range hops {
+				next := -1
+				for i := at + 1; i < len(rows); i++ {
+					if strings.Contains(rows[i].Name, h) && rows[i].Depth > depth {
+						next = i
+						break
+					}
+				}
+				if next < 0 {
+					return n
+				}
+				at, depth = next, rows[next].Depth
+			}
+			return len(hops)
+		}
+		// Spans reach the store within a second of their hop; the page is
+		// read again until the last one shows.
+		waitfor.Condition(t, time.Minute, "the waterfall reaches process workorder.billing-events", func() bool {
+			run("open the order", chromedp.Navigate(site+"/orders/"+id), chromedp.WaitVisible(chromedp.ID("tr-h")))
+			raw := eval(`JSON.stringify(Array.from(document.querySelectorAll('table.waterfall tbody tr')).map(function(tr){` +
+				`return {Depth: Number(tr.dataset.depth), Name: tr.querySelector('.wf-name').textContent}}))`)
+			rows = rows[:0]
+			return json.Unmarshal([]byte(raw), &rows) == nil && found() == len(hops)
+		})
+		if rows[0].Depth != 0 || !strings.Contains(rows[0].Name, hops[0]) {
+			t.Errorf("first row %+v, want the create request at depth 0", rows[0])
+		}
+		if n := eval(`String(document.querySelectorAll('table.waterfall svg[aria-hidden="true"] rect').length)`); n != strconv.Itoa(len(rows)) {
+			t.Errorf("%s decorative bars for %d rows", n, len(rows))
+		}
+		// At a phone's width the waterfall scrolls inside its box; the
+		// page does not.
+		run("phone width", chromedp.EmulateViewport(390, 844), chromedp.Navigate(site+"/orders/"+id), chromedp.WaitVisible(chromedp.ID("tr-h")))
+		if over := eval(`String(document.documentElement.scrollWidth - window.innerWidth)`); over != "0" {
+			t.Errorf("phone: the order page is %s px wider than the viewport", over)
+		}
+		if inner := eval(`(function(){var b=document.querySelector('table.waterfall').parentElement;return String(b.scrollWidth > b.clientWidth)})()`); inner != "true" {
+			t.Errorf("phone: the waterfall does not scroll inside its box")
+		}
+		run("desktop width", chromedp.EmulateViewport(1280, 800))
 	})
 
 	// Both layouts: nothing wider than the viewport (tables scroll inside

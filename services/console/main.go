@@ -115,6 +115,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		SecureCookies:  cfg.TLS() || cfg.SecureCookies,
 		RunbookBaseURL: cfg.RunbookBaseURL,
 		RPCTimeout:     cfg.RPCTimeout,
+		TraceURL:       cfg.TraceURL,
 	}, logger)
 	if err != nil {
 		return err

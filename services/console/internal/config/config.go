@@ -38,6 +38,7 @@ const (
 	EnvShutdownTimeout   = "SHUTDOWN_TIMEOUT"
 	EnvLogLevel          = "LOG_LEVEL"
 	EnvPprofEnabled      = "PPROF_ENABLED"
+	EnvTraceURL          = "CONSOLE_TRACE_URL"
 	DefaultHTTPAddr      = ":8089"
 	DefaultRunbookBase   = "https://github.com/lossless-dev/lossless/blob/main/docs/runbooks/"
 	DefaultRPCTimeout    = 5 * time.Second
@@ -107,6 +108,13 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	// LogLevel: debug, info, warn or error. Env LOG_LEVEL, default info.
 	LogLevel slog.Level
+	// TraceURL is the base URL of a trace store's HTTP API
+	// (internal/tracestore: GET <TraceURL>/v1/orders/{id}); an order's page
+	// then shows its spans as a waterfall. Env CONSOLE_TRACE_URL, default "":
+	// no trace section, the page points to Jaeger and `make trace` instead,
+	// because a deployment's tracing backend (Jaeger, Cloud Trace) has no
+	// per-order query. `make run` sets it to its trace store's address.
+	TraceURL string
 	// PprofEnabled serves /debug/pprof/ on the HTTP listener, as the other
 	// services do (the benchmarks profile every process). Env PPROF_ENABLED,
 	// default false: profiles show internals.
@@ -131,6 +139,7 @@ func FromEnv(r *envconfig.Reader) (Config, error) {
 		ScrapeTimeout:   r.Duration(EnvScrapeTimeout, 0),
 		ShutdownTimeout: r.Duration(EnvShutdownTimeout, 0),
 		PprofEnabled:    r.Bool(EnvPprofEnabled, false),
+		TraceURL:        r.String(EnvTraceURL, ""),
 	}
 	if lv := r.String(EnvLogLevel, ""); lv != "" {
 		if err := c.LogLevel.UnmarshalText([]byte(lv)); err != nil {
@@ -179,6 +188,11 @@ func (c Config) Validate() error {
 	} {
 		if p, err := url.Parse(u); err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
 			errs = append(errs, fmt.Errorf("%s=%q: want an absolute http:// or https:// URL", name, u))
+		}
+	}
+	if c.TraceURL != "" {
+		if p, err := url.Parse(c.TraceURL); err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
+			errs = append(errs, fmt.Errorf("%s=%q: want an absolute http:// or https:// URL, or empty for no traces", EnvTraceURL, c.TraceURL))
 		}
 	}
 	for name, a := range map[string]string{EnvWorkorderGRPC: c.Workorder.GRPC, EnvProviderGRPC: c.Provider.GRPC, EnvBillingGRPC: c.Billing.GRPC} {

@@ -15,7 +15,8 @@ func TestFromEnv_DefaultsAreTheDeclaredPortsAndClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.HTTPAddr != ":8089" || c.Workorder.GRPC != "localhost:9090" || c.Provider.HTTP != "http://localhost:8081" ||
-		c.Billing.GRPC != "localhost:9092" || c.ReadOpen || c.OperatorToken != "" || c.RPCTimeout != 5*time.Second {
+		c.Billing.GRPC != "localhost:9092" || c.ReadOpen || c.OperatorToken != "" || c.RPCTimeout != 5*time.Second ||
+		c.TraceURL != "" {
 		t.Fatalf("defaults %+v", c)
 	}
 }
@@ -31,10 +32,18 @@ func TestFromEnv_ErrorsNameTheVariable(t *testing.T) {
 		config.EnvRunbookBaseURL:  "docs/runbooks",
 		config.EnvProviderHTTP:    "ftp://x",
 		config.EnvShutdownTimeout: "-1s",
+		config.EnvTraceURL:        "127.0.0.1:4318",
 	} {
 		_, err := config.FromEnv(envconfig.FromMap(map[string]string{env: want}))
 		if err == nil || !strings.Contains(err.Error(), env) {
 			t.Errorf("%s=%q: error %v, want one naming %s", env, want, err, env)
 		}
+	}
+}
+
+func TestFromEnv_TraceURL(t *testing.T) {
+	c, err := config.FromEnv(envconfig.FromMap(map[string]string{config.EnvTraceURL: "http://127.0.0.1:41234"}))
+	if err != nil || c.TraceURL != "http://127.0.0.1:41234" {
+		t.Fatalf("TraceURL %q, error %v", c.TraceURL, err)
 	}
 }

@@ -114,7 +114,9 @@ func (orderBackend) GetInvoice(context.Context, *billingv1.GetInvoiceRequest) (*
 		WorkOrderId: orderID, IssueTime: at(8), Total: &moneyv1.Money{CurrencyCode: "EUR", MinorUnits: 1980}}}, nil
 }
 
-func orderConsole(t *testing.T) *httptest.Server {
+// orderConsole serves the console over orderBackend; traceURL is its
+// web.Config.TraceURL.
+func orderConsole(t *testing.T, traceURL string) *httptest.Server {
 	t.Helper()
 	guard, err := operatorauth.New(token, "TEST_TOKEN", slog.New(slog.DiscardHandler))
 	if err != nil {
@@ -147,7 +149,7 @@ func orderConsole(t *testing.T) *httptest.Server {
 		Figures: noFigures{}, Outbox: workorderv1.NewWorkOrderAdminServiceClient(conn),
 		ProviderJobs: providerv1.NewProviderAdminServiceClient(conn), InvoiceJobs: billingv1.NewBillingAdminServiceClient(conn),
 		Repairs: workorderv1.NewWorkOrderAdminServiceClient(conn), BillingRepairs: billingv1.NewBillingAdminServiceClient(conn),
-	}, web.Config{OperatorToken: token, ReadOpen: true, RunbookBaseURL: "https://example.invalid/"}, slog.New(slog.DiscardHandler))
+	}, web.Config{OperatorToken: token, ReadOpen: true, RunbookBaseURL: "https://example.invalid/", TraceURL: traceURL}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,12 +175,17 @@ func source(t *testing.T, page, name string) string {
 // the operator logs in, and a source that fails shows its error while the
 // rest of the page renders.
 func TestOrderPage_OneTimelineAcrossTheServices(t *testing.T) {
-	ts := orderConsole(t)
+	ts := orderConsole(t, "")
 	br := newBrowser(t, ts.URL)
 
 	code, page, _ := br.do(http.MethodGet, "/orders/"+orderID, nil)
 	if code != http.StatusOK {
 		t.Fatalf("anonymous order page: %d", code)
+	}
+	// No trace store configured: where to look instead, no waterfall.
+	if !strings.Contains(page, "Traces are not collected here") || !strings.Contains(page, "make trace ORDER="+orderID) ||
+		strings.Contains(page, `class="waterfall"`) {
+		t.Errorf("order page without CONSOLE_TRACE_URL lacks the pointer to make trace / Jaeger")
 	}
 	var kinds []string
 	for _, m := range kindRE.FindAllStringSubmatch(page, -1) {

@@ -126,6 +126,9 @@ type orderData struct {
 	Updated  string
 	Version  int64
 	Problems []string
+	// Trace is the waterfall; the page's only (the live JSON leaves it
+	// out: spans are not polled every second).
+	Trace traceView
 }
 
 func (h *Handler) order(ctx context.Context, s session, id string) (orderData, int) {
@@ -165,7 +168,12 @@ func (h *Handler) order(ctx context.Context, s session, id string) (orderData, i
 }
 
 func (h *Handler) orderPage(w http.ResponseWriter, r *http.Request) {
-	d, code := h.order(r.Context(), sessionOf(r), r.PathValue("id"))
+	id := r.PathValue("id")
+	// The trace store is read alongside the services, not after them.
+	trace := make(chan traceView, 1)
+	go func() { trace <- h.trace(r.Context(), id) }()
+	d, code := h.order(r.Context(), sessionOf(r), id)
+	d.Trace = <-trace
 	if code != http.StatusOK {
 		w.WriteHeader(code)
 	}

@@ -28,7 +28,7 @@ type repairData struct {
 	// unreachable shows its error, the others still render.
 	Parked        []parkedSection
 	DeadJobs      []*billingv1.InvoiceJob
-	FailedOutbox  []*workorderv1.OutboxEvent
+	FailedOutbox  []outboxSection
 	DeadLetters   []deadLetterSource
 	SectionErrors map[string]string
 	Action        *actionResult

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	billingv1 "github.com/lossless-dev/lossless/gen/lossless/billing/v1"
+	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
 	"github.com/lossless-dev/lossless/pkg/operatorauth"
 	"github.com/lossless-dev/lossless/services/console/internal/web"
 )
@@ -27,6 +28,8 @@ type billingAdmin struct {
 	mu    sync.Mutex
 	state map[int64]string
 	audit []*billingv1.OperatorAuditRecord
+	// outbox stands in for billing's outbox (InvoiceIssued).
+	outbox *fakeOutbox
 }
 
 func (b *billingAdmin) ListInvoiceJobs(ctx context.Context, req *billingv1.ListInvoiceJobsRequest) (*billingv1.ListInvoiceJobsResponse, error) {
@@ -101,7 +104,8 @@ func billingBackend(t *testing.T) (*billingAdmin, func(*grpc.Server)) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := &billingAdmin{guard: guard, state: map[int64]string{7: "dead", 8: "dead", 9: "done"}}
+	b := &billingAdmin{guard: guard, state: map[int64]string{7: "dead", 8: "dead", 9: "done"},
+		outbox: newFakeOutbox(map[string]string{billingFailed: "FAILED"})}
 	return b, func(s *grpc.Server) { billingv1.RegisterBillingAdminServiceServer(s, b) }
 }
 
@@ -172,6 +176,220 @@ func TestRepair_RetryDeadJobs_DryRunThenExactlyWhatItListed(t *testing.T) {
 	_, body, _ = br.do(http.MethodGet, "/audit?service=billing&ticket=INC-3", nil)
 	if strings.Count(body, "<td data-audit-ticket>INC-3</td>") != 2 || !strings.Contains(body, "jobs.retry") {
 		t.Fatalf("the Audit page does not show the two rows of INC-3: %s", body)
+	}
+	assertNoToken(t, br)
+}
+
+// fakeOutbox stands in for a service's outbox: event states (FAILED,
+// PENDING) that a requeue changes, and the audit rows it writes (dry runs
+// too), as the services do.
+type fakeOutbox struct {
+	mu      sync.Mutex
+	state   map[string]string
+	audited int
+}
+
+func newFakeOutbox(state map[string]string) *fakeOutbox { return &fakeOutbox{state: state} }
+
+func (o *fakeOutbox) failed() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var ids []string
+	for id, st := range o.state {
+		if st == "FAILED" {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// requeue moves the FAILED ones among ids to PENDING (not on a dry run)
+// and returns them and the others.
+func (o *fakeOutbox) requeue(ids []string, dry bool) (requeued, skipped []string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, id := range ids {
+		if o.state[id] != "FAILED" {
+			skipped = append(skipped, id)
+			continue
+		}
+		requeued = append(requeued, id)
+		if !dry {
+			o.state[id] = "PENDING"
+		}
+	}
+	o.audited++
+	return requeued, skipped
+}
+
+func (o *fakeOutbox) snapshot() (map[string]string, int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := map[string]string{}
+	for k, v := range o.state {
+		out[k] = v
+	}
+	return out, o.audited
+}
+
+func (b *billingAdmin) ListOutboxEvents(ctx context.Context, _ *billingv1.ListOutboxEventsRequest) (*billingv1.ListOutboxEventsResponse, error) {
+	if err := b.guard.Authorize(ctx); err != nil {
+		return nil, err
+	}
+	resp := &billingv1.ListOutboxEventsResponse{}
+	for i, id := range b.outbox.failed() {
+		resp.Events = append(resp.Events, &billingv1.OutboxEvent{EventId: id, Sequence: int64(i + 1), State: "FAILED",
+			AggregateId: "8a3c4c8e-1f0b-4a8e-9d7e-2b8b7f0a1c11", LastError: "permanent: topic refuses the message"})
+	}
+	return resp, nil
+}
+
+func (b *billingAdmin) RequeueOutboxEvents(ctx context.Context, req *billingv1.RequeueOutboxEventsRequest) (*billingv1.RequeueOutboxEventsResponse, error) {
+	if err := b.guard.Authorize(ctx); err != nil {
+		return nil, err
+	}
+	requeued, skipped := b.outbox.requeue(req.GetEventIds(), req.GetDryRun())
+	resp := &billingv1.RequeueOutboxEventsResponse{EventIds: requeued, DryRun: req.GetDryRun()}
+	for _, id := range skipped {
+		resp.Skipped = append(resp.Skipped, &billingv1.SkippedOutboxEvent{EventId: id, State: "PENDING"})
+	}
+	return resp, nil
+}
+
+// workorderOutbox stands in for the workorder service's outbox read and
+// requeue (WorkOrderAdminService), behind the same operator guard.
+type workorderOutbox struct {
+	workorderv1.UnimplementedWorkOrderAdminServiceServer
+	guard  *operatorauth.Guard
+	outbox *fakeOutbox
+}
+
+func (w *workorderOutbox) ListOutboxEvents(ctx context.Context, req *workorderv1.ListOutboxEventsRequest) (*workorderv1.ListOutboxEventsResponse, error) {
+	if err := w.guard.Authorize(ctx); err != nil {
+		return nil, err
+	}
+	if !slices.Equal(req.GetStates(), []string{"FAILED"}) {
+		return &workorderv1.ListOutboxEventsResponse{}, nil
+	}
+	resp := &workorderv1.ListOutboxEventsResponse{}
+	for i, id := range w.outbox.failed() {
+		resp.Events = append(resp.Events, &workorderv1.OutboxEvent{EventId: id, Sequence: int64(i + 1), State: "FAILED",
+			AggregateId: "5d0f3f4e-6c1a-4f6e-8a39-0d1c2b3a4f5e", LastError: "permanent: provider refused the order"})
+	}
+	return resp, nil
+}
+
+func (w *workorderOutbox) RequeueOutboxEvents(ctx context.Context, req *workorderv1.RequeueOutboxEventsRequest) (*workorderv1.RequeueOutboxEventsResponse, error) {
+	if err := w.guard.Authorize(ctx); err != nil {
+		return nil, err
+	}
+	requeued, skipped := w.outbox.requeue(req.GetEventIds(), req.GetDryRun())
+	resp := &workorderv1.RequeueOutboxEventsResponse{EventIds: requeued, DryRun: req.GetDryRun()}
+	for _, id := range skipped {
+		resp.Skipped = append(resp.Skipped, &workorderv1.SkippedOutboxEvent{EventId: id, State: "PENDING"})
+	}
+	return resp, nil
+}
+
+const (
+	woFailed1     = "0190a1b2-0000-7000-8000-000000000001"
+	woFailed2     = "0190a1b2-0000-7000-8000-000000000002"
+	woPending     = "0190a1b2-0000-7000-8000-000000000003"
+	billingFailed = "0190a1b2-0000-7000-8000-0000000000b1"
+)
+
+// A requeue of FAILED outbox events from the Repair page: refused without
+// login or CSRF and without a ticket (nothing requeued, nothing audited);
+// the page lists both services' FAILED events; the dry run names the
+// selected events that are FAILED and changes nothing; its confirmation
+// requeues exactly those, in the service the form names.
+func TestRepair_RequeueFailedOutboxEvents_DryRunThenExactlyWhatItListed(t *testing.T) {
+	bill, regBilling := billingBackend(t)
+	guard, err := operatorauth.New(token, "TEST_TOKEN", slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wo := &workorderOutbox{guard: guard, outbox: newFakeOutbox(map[string]string{woFailed1: "FAILED", woFailed2: "FAILED", woPending: "PENDING"})}
+	_, ts := console(t, web.Config{OperatorToken: token, ReadOpen: true}, regBilling,
+		func(s *grpc.Server) { workorderv1.RegisterWorkOrderAdminServiceServer(s, wo) })
+	br := newBrowser(t, ts.URL)
+	csrf := br.csrf("/faults")
+	form := func(csrf, service, ticket, mode string, ids ...string) url.Values {
+		v := url.Values{"csrf": {csrf}, "service": {service}, "ticket": {ticket}, "actor": {"erin"}, "mode": {mode}, "event_id": ids}
+		if csrf == "" {
+			v.Del("csrf")
+		}
+		return v
+	}
+	unchanged := func(when string) {
+		t.Helper()
+		st, audited := wo.outbox.snapshot()
+		bst, baudited := bill.outbox.snapshot()
+		if st[woFailed1] != "FAILED" || st[woFailed2] != "FAILED" || bst[billingFailed] != "FAILED" || audited+baudited != 0 {
+			t.Fatalf("%s: workorder %v, billing %v, %d audit rows; want nothing changed", when, st, bst, audited+baudited)
+		}
+	}
+	if code, _, _ := br.do(http.MethodPost, "/repair/outbox", form(csrf, "workorder", "INC-5", "real", woFailed1)); code != http.StatusUnauthorized {
+		t.Errorf("requeue without login: %d, want 401", code)
+	}
+	br.login(token)
+	if code, _, _ := br.do(http.MethodPost, "/repair/outbox", form("", "workorder", "INC-5", "real", woFailed1)); code != http.StatusForbidden {
+		t.Errorf("requeue without CSRF: %d, want 403", code)
+	}
+	if code, _, _ := br.do(http.MethodPost, "/repair/outbox", form(csrf, "workorder", "", "dry", woFailed1)); code != http.StatusBadRequest {
+		t.Errorf("dry run without a ticket: %d, want 400", code)
+	}
+	if code, _, _ := br.do(http.MethodPost, "/repair/outbox", form(csrf, "workorder", "INC-5", "dry", "not-a-uuid")); code != http.StatusBadRequest {
+		t.Errorf("dry run of a malformed id: %d, want 400", code)
+	}
+	unchanged("after refused requests")
+
+	_, body, _ := br.do(http.MethodGet, "/repair", nil)
+	for _, id := range []string{woFailed1, woFailed2, billingFailed} {
+		if !strings.Contains(body, `name="event_id" value="`+id+`"`) {
+			t.Fatalf("the Repair page does not list FAILED event %s", id)
+		}
+	}
+	if strings.Contains(body, woPending) {
+		t.Fatal("the Repair page lists a PENDING event as FAILED")
+	}
+
+	// A dry run of a FAILED and a PENDING event names the FAILED one.
+	code, body, _ := br.do(http.MethodPost, "/repair/outbox", form(csrf, "workorder", "INC-5", "dry", woFailed1, woPending))
+	if code != http.StatusOK || !strings.Contains(body, "Dry run: 1 FAILED workorder outbox events would be requeued; 1 selected are not FAILED") {
+		t.Fatalf("dry run: %d %s", code, body)
+	}
+	if st, audited := wo.outbox.snapshot(); st[woFailed1] != "FAILED" || audited != 1 {
+		t.Fatalf("after the dry run: %v, %d audit rows; want the event FAILED, the dry run audited", st, audited)
+	}
+	i := strings.Index(body, `action="/repair/outbox"`)
+	confirmForm := confirmRE.Replace(body[i : i+strings.Index(body[i:], "</form>")])
+	if !strings.Contains(confirmForm, `name="event_id" value="`+woFailed1+`"`) || strings.Contains(confirmForm, woPending) ||
+		!strings.Contains(confirmForm, `name="service" value="workorder"`) || !strings.Contains(confirmForm, `name="mode" value="real"`) {
+		t.Fatalf("confirmation form: %s", confirmForm)
+	}
+	code, body, _ = br.do(http.MethodPost, "/repair/outbox", form(csrf, "workorder", "INC-5", "real", woFailed1))
+	if code != http.StatusOK || !strings.Contains(body, "Requeued 1 workorder outbox events") {
+		t.Fatalf("requeue: %d %s", code, body)
+	}
+	if st, audited := wo.outbox.snapshot(); st[woFailed1] != "PENDING" || st[woFailed2] != "FAILED" || audited != 2 {
+		t.Fatalf("after the requeue: %v, %d audit rows; want only the listed event requeued", st, audited)
+	}
+	if bst, baudited := bill.outbox.snapshot(); bst[billingFailed] != "FAILED" || baudited != 0 {
+		t.Fatalf("the workorder requeue touched billing's outbox: %v, %d", bst, baudited)
+	}
+
+	// Billing's section goes to billing.
+	code, body, _ = br.do(http.MethodPost, "/repair/outbox", form(csrf, "billing", "INC-5", "dry", billingFailed))
+	if code != http.StatusOK || !strings.Contains(body, "Dry run: 1 FAILED billing outbox events would be requeued") {
+		t.Fatalf("billing dry run: %d %s", code, body)
+	}
+	if code, _, _ := br.do(http.MethodPost, "/repair/outbox", form(csrf, "billing", "INC-5", "real", billingFailed)); code != http.StatusOK {
+		t.Fatalf("billing requeue: %d", code)
+	}
+	if bst, baudited := bill.outbox.snapshot(); bst[billingFailed] != "PENDING" || baudited != 2 {
+		t.Fatalf("billing after the requeue: %v, %d audit rows", bst, baudited)
 	}
 	assertNoToken(t, br)
 }

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/google/uuid"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	billingv1 "github.com/lossless-dev/lossless/gen/lossless/billing/v1"
@@ -15,10 +16,10 @@ import (
 
 // The Repair page's sections beyond the parked inbox entries: dead letters,
 // parked billing events (both services), dead invoice jobs and FAILED
-// outbox events. Every repair is two POSTs: a dry run (the service reports
-// what would change, and audits the dry run), then the real action with
-// exactly what the dry run listed, carried by the dry run's confirmation
-// form. Both need login, CSRF, a ticket and an actor.
+// outbox events (both services). Every repair is two POSTs: a dry run (the
+// service reports what would change, and audits the dry run), then the real
+// action with exactly what the dry run listed, carried by the dry run's
+// confirmation form. Both need login, CSRF, a ticket and an actor.
 
 // deadLetterSource is one dead-letter inspection subscription and the RPC
 // that replays it.
@@ -96,11 +97,40 @@ func (h *Handler) repairSections(ctx context.Context, d *repairData) {
 	} else {
 		d.DeadJobs = r.GetJobs()
 	}
+	wo := outboxSection{Service: "workorder", Title: "FAILED outbox events (workorder: hand-offs, completions for billing)"}
 	if r, err := h.src.Repairs.ListOutboxEvents(ctx, &workorderv1.ListOutboxEventsRequest{States: []string{"FAILED"}, PageSize: repairPageSize}); err != nil {
-		d.SectionErrors["outbox"] = describe("workorder", err)
+		wo.Error = describe("workorder", err)
 	} else {
-		d.FailedOutbox = r.GetEvents()
+		for _, e := range r.GetEvents() {
+			wo.Rows = append(wo.Rows, outboxRow{e.GetEventId(), e.GetSequence(), e.GetAggregateId(), e.GetEventType(), e.GetAttempts(), e.GetLastError(), e.GetCreateTime()})
+		}
 	}
+	bo := outboxSection{Service: "billing", Title: "FAILED outbox events (billing: InvoiceIssued)"}
+	if r, err := h.src.BillingRepairs.ListOutboxEvents(ctx, &billingv1.ListOutboxEventsRequest{States: []string{"FAILED"}, PageSize: repairPageSize}); err != nil {
+		bo.Error = describe("billing", err)
+	} else {
+		for _, e := range r.GetEvents() {
+			bo.Rows = append(bo.Rows, outboxRow{e.GetEventId(), e.GetSequence(), e.GetAggregateId(), e.GetEventType(), e.GetAttempts(), e.GetLastError(), e.GetCreateTime()})
+		}
+	}
+	d.FailedOutbox = []outboxSection{wo, bo}
+}
+
+// outboxSection lists one service's FAILED outbox events.
+type outboxSection struct {
+	Service, Title, Error string
+	Rows                  []outboxRow
+}
+
+// outboxRow is a FAILED outbox event of either service.
+type outboxRow struct {
+	EventID     string
+	Sequence    int64
+	AggregateID string
+	EventType   string
+	Attempts    int32
+	LastError   string
+	CreateTime  *timestamppb.Timestamp
 }
 
 // repairForm is what every repair POST carries.
@@ -335,4 +365,71 @@ func (h *Handler) retryJobs(w http.ResponseWriter, r *http.Request) {
 		res.Title = fmt.Sprintf("Retried %d jobs", len(res.Lines))
 	}
 	h.finish(w, r, d, f, "billing", res, err)
+}
+
+// requeueOutbox requeues FAILED outbox events of one service: the dry run
+// names the selected events that are FAILED now; the real requeue takes
+// exactly those. A requeued event goes back to PENDING with a fresh attempt
+// budget, ahead of the events of its order that waited behind it.
+func (h *Handler) requeueOutbox(w http.ResponseWriter, r *http.Request) {
+	d, f, ok := h.repairAction(w, r)
+	if !ok {
+		return
+	}
+	service := r.PostForm.Get("service")
+	ids := r.PostForm["event_id"]
+	errMsg := ""
+	switch {
+	case service != "workorder" && service != "billing":
+		errMsg = "Unknown outbox: the service is workorder or billing."
+	case len(ids) == 0:
+		errMsg = "Select the FAILED events to requeue."
+	case len(ids) > repairPageSize:
+		errMsg = fmt.Sprintf("At most %d events at once.", repairPageSize)
+	}
+	for _, id := range ids {
+		if errMsg == "" && uuid.Validate(id) != nil {
+			errMsg = fmt.Sprintf("Not an event id: %q.", id)
+		}
+	}
+	if errMsg != "" {
+		w.WriteHeader(http.StatusBadRequest)
+		h.render(w, r, "repair", page{Title: "Repair", Error: "Outbox: " + errMsg, Data: d})
+		return
+	}
+	ctx, cancel := h.rpcContext(r)
+	defer cancel()
+	var (
+		requeued []string
+		skipped  int
+		err      error
+	)
+	if service == "workorder" {
+		var resp *workorderv1.RequeueOutboxEventsResponse
+		resp, err = h.src.Repairs.RequeueOutboxEvents(ctx, &workorderv1.RequeueOutboxEventsRequest{
+			Authorization: &workorderv1.OperatorAuthorization{Ticket: f.ticket, Actor: f.actor}, EventIds: ids, DryRun: f.dry})
+		requeued, skipped = resp.GetEventIds(), len(resp.GetSkipped())
+	} else {
+		var resp *billingv1.RequeueOutboxEventsResponse
+		resp, err = h.src.BillingRepairs.RequeueOutboxEvents(ctx, &billingv1.RequeueOutboxEventsRequest{
+			Authorization: &billingv1.OperatorAuthorization{Ticket: f.ticket, Actor: f.actor}, EventIds: ids, DryRun: f.dry})
+		requeued, skipped = resp.GetEventIds(), len(resp.GetSkipped())
+	}
+	res := &actionResult{Section: "outbox", DryRun: f.dry, Lines: requeued}
+	if f.dry {
+		res.Title = fmt.Sprintf("Dry run: %d FAILED %s outbox events would be requeued", len(requeued), service)
+		if len(requeued) > 0 {
+			fields := []formField{{"service", service}}
+			for _, id := range requeued {
+				fields = append(fields, formField{"event_id", id})
+			}
+			res.Confirm = confirm("/repair/outbox", fmt.Sprintf("Requeue these %d events", len(requeued)), f, fields...)
+		}
+	} else {
+		res.Title = fmt.Sprintf("Requeued %d %s outbox events", len(requeued), service)
+	}
+	if skipped > 0 {
+		res.Title += fmt.Sprintf("; %d selected are not FAILED and are left alone", skipped)
+	}
+	h.finish(w, r, d, f, service, res, err)
 }

@@ -40,6 +40,7 @@ type Repairs interface {
 	ListParkedBillingEvents(ctx context.Context, in *workorderv1.ListParkedBillingEventsRequest, opts ...grpc.CallOption) (*workorderv1.ListParkedBillingEventsResponse, error)
 	ReplayParkedBillingEvent(ctx context.Context, in *workorderv1.ReplayParkedBillingEventRequest, opts ...grpc.CallOption) (*workorderv1.ReplayParkedBillingEventResponse, error)
 	ListOutboxEvents(ctx context.Context, in *workorderv1.ListOutboxEventsRequest, opts ...grpc.CallOption) (*workorderv1.ListOutboxEventsResponse, error)
+	RequeueOutboxEvents(ctx context.Context, in *workorderv1.RequeueOutboxEventsRequest, opts ...grpc.CallOption) (*workorderv1.RequeueOutboxEventsResponse, error)
 	ListOperatorAudit(ctx context.Context, in *workorderv1.ListOperatorAuditRequest, opts ...grpc.CallOption) (*workorderv1.ListOperatorAuditResponse, error)
 }
 
@@ -51,6 +52,8 @@ type BillingRepairs interface {
 	ListParkedMessages(ctx context.Context, in *billingv1.ListParkedMessagesRequest, opts ...grpc.CallOption) (*billingv1.ListParkedMessagesResponse, error)
 	ReplayParkedMessage(ctx context.Context, in *billingv1.ReplayParkedMessageRequest, opts ...grpc.CallOption) (*billingv1.ReplayParkedMessageResponse, error)
 	ReplayDeadLetters(ctx context.Context, in *billingv1.ReplayDeadLettersRequest, opts ...grpc.CallOption) (*billingv1.ReplayDeadLettersResponse, error)
+	ListOutboxEvents(ctx context.Context, in *billingv1.ListOutboxEventsRequest, opts ...grpc.CallOption) (*billingv1.ListOutboxEventsResponse, error)
+	RequeueOutboxEvents(ctx context.Context, in *billingv1.RequeueOutboxEventsRequest, opts ...grpc.CallOption) (*billingv1.RequeueOutboxEventsResponse, error)
 	ListOperatorAudit(ctx context.Context, in *billingv1.ListOperatorAuditRequest, opts ...grpc.CallOption) (*billingv1.ListOperatorAuditResponse, error)
 }
 

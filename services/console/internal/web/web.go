@@ -37,8 +37,12 @@ type Config struct {
 	SecureCookies bool
 	// RunbookBaseURL prefixes the runbooks' file names. Required.
 	RunbookBaseURL string
-	// RPCTimeout bounds each call to a service. Default 5s.
+	// RPCTimeout bounds each call to a service, and the trace store's
+	// answer. Default 5s.
 	RPCTimeout time.Duration
+	// TraceURL is the trace store's HTTP API (config.Config.TraceURL).
+	// Empty: the order page has no waterfall, only where to look instead.
+	TraceURL string
 }
 
 func (c *Config) setDefaults() {
@@ -113,6 +117,7 @@ func New(src Sources, cfg Config, logger *slog.Logger) (*Handler, error) {
 	h.mux.HandleFunc("POST /repair/dead-letters", h.act(h.replayDeadLetters))
 	h.mux.HandleFunc("POST /repair/parked", h.act(h.replayParked))
 	h.mux.HandleFunc("POST /repair/jobs", h.act(h.retryJobs))
+	h.mux.HandleFunc("POST /repair/outbox", h.act(h.requeueOutbox))
 	h.mux.HandleFunc("GET /audit", h.read(h.auditPage))
 	return h, nil
 }
