@@ -54,8 +54,10 @@
 //     also poll (Config.PollInterval), so a lost notification costs latency,
 //     never an event.
 //
-// A FAILED event goes back to the relay when an operator sets it PENDING
-// again (status = 'PENDING', attempts = 0, next_attempt_at = NULL); see
+// A FAILED event goes back to the relay when an operator requeues it: a
+// Requeuer (NewRequeuer) sets it PENDING again with a fresh attempt budget
+// and the operator's note in front of its last_error, at most
+// MaxRequeueEvents per call, with a dry run, and wakes the relays; see
 // docs/runbooks/outbox-relay-stalled.md. An Inspector (NewInspector) lists
 // events for an operator's console, by state, aggregate and type, in claim
 // order, paged; it only reads.

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" driver of sql.Open
@@ -179,4 +180,51 @@ func ExampleWithSchema() {
 	fmt.Println(got.AggregateID, status)
 	// Output:
 	// i-1 PUBLISHED
+}
+
+// An operator requeues an event the relay gave up on (a permanent dispatch
+// error; here marked FAILED directly), after a dry run. The note goes in
+// front of the event's last error, so the row keeps who did it and why.
+func ExampleRequeuer() {
+	dsn, drop := pgtest.ExampleDatabase(outbox.Migrations(""))
+	defer drop()
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		panic(err)
+	}
+	defer pool.Close()
+	ev, err := outbox.NewEvent(ctx, "order", "o-1", wrapperspb.String("order o-1 placed"))
+	if err != nil {
+		panic(err)
+	}
+	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return outbox.Append(ctx, tx, ev) }); err != nil {
+		panic(err)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE outbox SET status = 'FAILED', attempts = 1, last_error = 'no route to the provider' WHERE event_id = $1`, ev.ID); err != nil {
+		panic(err)
+	}
+
+	rq, err := outbox.NewRequeuer()
+	if err != nil {
+		panic(err)
+	}
+	req := outbox.RequeueRequest{EventIDs: []uuid.UUID{ev.ID}, Note: "requeued by jdoe, ticket OPS-123", DryRun: true}
+	res, err := rq.Requeue(ctx, pool, req)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("dry run would requeue:", len(res.Requeued))
+	req.DryRun = false
+	if _, err := rq.Requeue(ctx, pool, req); err != nil {
+		panic(err)
+	}
+	var status, lastError string
+	if err := pool.QueryRow(ctx, `SELECT status, last_error FROM outbox WHERE event_id = $1`, ev.ID).Scan(&status, &lastError); err != nil {
+		panic(err)
+	}
+	fmt.Println(status, "|", lastError)
+	// Output:
+	// dry run would requeue: 1
+	// PENDING | requeued by jdoe, ticket OPS-123; was: no route to the provider
 }

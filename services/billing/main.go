@@ -24,6 +24,9 @@
 //	billing parked replay -id N -ticket T -actor A [-dry-run]
 //	                       consume a parked message through the intake once its cause is fixed;
 //	                       audited in operator_audit and on the parked row
+//	billing outbox requeue -ids <uuid,...> -ticket T -actor A [-dry-run]
+//	                       requeue FAILED outbox events with a fresh attempt budget; audited in
+//	                       operator_audit and on the rows (docs/runbooks/outbox-relay-stalled.md)
 //
 // Configuration comes from the environment; see internal/config. The operator
 // commands need only DATABASE_URL (and, for the cross-service check, the
@@ -76,7 +79,7 @@ func main() {
 	}
 }
 
-const usage = `usage: billing [serve|migrate|provision|jobs list|jobs retry|reconcile|dead-letters replay|parked list|parked replay] (see services/billing/main.go)`
+const usage = `usage: billing [serve|migrate|provision|jobs list|jobs retry|reconcile|dead-letters replay|parked list|parked replay|outbox requeue] (see services/billing/main.go)`
 
 func run(args []string) error {
 	cmd := "serve"
@@ -108,7 +111,7 @@ func run(args []string) error {
 		return jobs(ctx, env, logger, args[0], args[1:])
 	case "reconcile":
 		return reconcileCmd(ctx, env, args)
-	case "dead-letters", "parked":
+	case "dead-letters", "parked", "outbox":
 		return intakeRepair(ctx, env, logger, cmd, args)
 	case "-h", "--help", "help":
 		fmt.Println(usage)
@@ -238,9 +241,10 @@ func reconcileCmd(ctx context.Context, env *envconfig.Reader, args []string) err
 	return nil
 }
 
-// intakeRepair runs `billing dead-letters ...` and `billing parked ...`
-// through an intake configured as the running consumer's (the same payload
-// cap and job attempt budget). Only the dead-letter replay needs Pub/Sub.
+// intakeRepair runs `billing dead-letters ...`, `billing parked ...` and
+// `billing outbox requeue` through an intake configured as the running
+// consumer's (the same payload cap and job attempt budget). Only the
+// dead-letter replay needs Pub/Sub.
 func intakeRepair(ctx context.Context, env *envconfig.Reader, logger *slog.Logger, group string, args []string) error {
 	inCfg := intake.Config{
 		JobMaxAttempts:  env.Int("BILLING_JOBS_MAX_ATTEMPTS", leasequeue.DefaultMaxAttempts),

@@ -15,6 +15,9 @@
 //	workorder invoicing ... operator commands on the InvoiceIssued consumer
 //	                    (replay --id N of a parked message, replay-dead-letters);
 //	                    see docs/runbooks/replay-dead-letter-events.md
+//	workorder outbox requeue --ticket T --actor A --ids <uuid,...> [--dry-run]
+//	                    requeue FAILED outbox events; see
+//	                    docs/runbooks/outbox-relay-stalled.md
 //
 // Configuration comes from the environment; see internal/config.
 package main
@@ -77,11 +80,13 @@ func run(args []string) error {
 		return inboxCommand(ctx, env, args[1:])
 	case "invoicing":
 		return invoicingCommand(ctx, env, args[1:])
+	case "outbox":
+		return outboxCommand(ctx, env, args[1:])
 	case "-h", "--help", "help":
-		fmt.Println("usage: workorder [serve|migrate|provision|inbox|invoicing]  (configuration from the environment: services/workorder/internal/config)")
+		fmt.Println("usage: workorder [serve|migrate|provision|inbox|invoicing|outbox]  (configuration from the environment: services/workorder/internal/config)")
 		return nil
 	default:
-		return fmt.Errorf("unknown command %q (want serve, migrate, provision, inbox or invoicing)", cmd)
+		return fmt.Errorf("unknown command %q (want serve, migrate, provision, inbox, invoicing or outbox)", cmd)
 	}
 }
 
@@ -179,4 +184,23 @@ func invoicingCommand(ctx context.Context, env *envconfig.Reader, args []string)
 		return err
 	}
 	return admin.RunInvoicingCLI(ctx, args, ops, os.Stdout)
+}
+
+// outboxCommand runs an operator command on the outbox (requeue FAILED
+// events); ticket and actor are recorded in operator_audit and on the rows.
+func outboxCommand(ctx context.Context, env *envconfig.Reader, args []string) error {
+	dsn := env.Required("DATABASE_URL")
+	if err := env.Err(); err != nil {
+		return err
+	}
+	pool, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		return fmt.Errorf("DATABASE_URL: %w", err)
+	}
+	defer pool.Close()
+	ops, err := admin.NewOps(admin.Deps{Pool: pool, Logger: cliLogger()})
+	if err != nil {
+		return err
+	}
+	return admin.RunOutboxCLI(ctx, args, ops, os.Stdout)
 }

@@ -1192,6 +1192,498 @@ func (x *ListOperatorAuditResponse) GetNextPageToken() string {
 	return ""
 }
 
+// One outbox event as stored (pkg/outbox), without its payload.
+type OutboxEvent struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The message id downstream.
+	EventId string `protobuf:"bytes,1,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
+	// Claim order: events of one aggregate dispatch in this order.
+	Sequence      int64  `protobuf:"varint,2,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	AggregateType string `protobuf:"bytes,3,opt,name=aggregate_type,json=aggregateType,proto3" json:"aggregate_type,omitempty"`
+	// The ordering key (a work order id).
+	AggregateId string `protobuf:"bytes,4,opt,name=aggregate_id,json=aggregateId,proto3" json:"aggregate_id,omitempty"`
+	// Full proto name of the payload message.
+	EventType     string `protobuf:"bytes,5,opt,name=event_type,json=eventType,proto3" json:"event_type,omitempty"`
+	SchemaVersion int32  `protobuf:"varint,6,opt,name=schema_version,json=schemaVersion,proto3" json:"schema_version,omitempty"`
+	// PENDING, FAILED or PUBLISHED. A FAILED event blocks the later events of
+	// its aggregate until an operator requeues it (RequeueOutboxEvents).
+	State string `protobuf:"bytes,7,opt,name=state,proto3" json:"state,omitempty"`
+	// Dispatch attempts so far (PUBLISHED: the successful one included).
+	Attempts int32 `protobuf:"varint,8,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	// The error of the last failed attempt; empty when none.
+	LastError string `protobuf:"bytes,9,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	// PENDING after a failure: not claimed again before this time.
+	NextAttemptTime *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=next_attempt_time,json=nextAttemptTime,proto3" json:"next_attempt_time,omitempty"`
+	// Set while a relay dispatches the event in slow mode (outbox
+	// WithSlowDispatch): the relay id and when its lease expires. Billing's
+	// relay uses none today, so both stay empty.
+	LeaseOwner      string                 `protobuf:"bytes,11,opt,name=lease_owner,json=leaseOwner,proto3" json:"lease_owner,omitempty"`
+	LeaseExpireTime *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=lease_expire_time,json=leaseExpireTime,proto3" json:"lease_expire_time,omitempty"`
+	// Business time of the fact.
+	OccurTime *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=occur_time,json=occurTime,proto3" json:"occur_time,omitempty"`
+	// When the event was written (the age alarm's basis).
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// PUBLISHED only: when the dispatch was recorded.
+	PublishTime   *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=publish_time,json=publishTime,proto3" json:"publish_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OutboxEvent) Reset() {
+	*x = OutboxEvent{}
+	mi := &file_lossless_billing_v1_admin_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OutboxEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OutboxEvent) ProtoMessage() {}
+
+func (x *OutboxEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_lossless_billing_v1_admin_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OutboxEvent.ProtoReflect.Descriptor instead.
+func (*OutboxEvent) Descriptor() ([]byte, []int) {
+	return file_lossless_billing_v1_admin_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *OutboxEvent) GetEventId() string {
+	if x != nil {
+		return x.EventId
+	}
+	return ""
+}
+
+func (x *OutboxEvent) GetSequence() int64 {
+	if x != nil {
+		return x.Sequence
+	}
+	return 0
+}
+
+func (x *OutboxEvent) GetAggregateType() string {
+	if x != nil {
+		return x.AggregateType
+	}
+	return ""
+}
+
+func (x *OutboxEvent) GetAggregateId() string {
+	if x != nil {
+		return x.AggregateId
+	}
+	return ""
+}
+
+func (x *OutboxEvent) GetEventType() string {
+	if x != nil {
+		return x.EventType
+	}
+	return ""
+}
+
+func (x *OutboxEvent) GetSchemaVersion() int32 {
+	if x != nil {
+		return x.SchemaVersion
+	}
+	return 0
+}
+
+func (x *OutboxEvent) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *OutboxEvent) GetAttempts() int32 {
+	if x != nil {
+		return x.Attempts
+	}
+	return 0
+}
+
+func (x *OutboxEvent) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
+func (x *OutboxEvent) GetNextAttemptTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NextAttemptTime
+	}
+	return nil
+}
+
+func (x *OutboxEvent) GetLeaseOwner() string {
+	if x != nil {
+		return x.LeaseOwner
+	}
+	return ""
+}
+
+func (x *OutboxEvent) GetLeaseExpireTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LeaseExpireTime
+	}
+	return nil
+}
+
+func (x *OutboxEvent) GetOccurTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.OccurTime
+	}
+	return nil
+}
+
+func (x *OutboxEvent) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+func (x *OutboxEvent) GetPublishTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.PublishTime
+	}
+	return nil
+}
+
+type ListOutboxEventsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// PENDING, FAILED and/or PUBLISHED; empty means PENDING and FAILED.
+	// PUBLISHED events (kept for the outbox retention) are not indexed for
+	// this read: list them by aggregate_id.
+	States []string `protobuf:"bytes,1,rep,name=states,proto3" json:"states,omitempty"`
+	// Only events of this aggregate (a work order id); must not contain NUL
+	// (U+0000).
+	AggregateId string `protobuf:"bytes,2,opt,name=aggregate_id,json=aggregateId,proto3" json:"aggregate_id,omitempty"`
+	// Only events of this type (a full proto name); must not contain NUL
+	// (U+0000).
+	EventType string `protobuf:"bytes,3,opt,name=event_type,json=eventType,proto3" json:"event_type,omitempty"`
+	// Maximum results; 0 means the default of 50; at most 500.
+	PageSize int32 `protobuf:"varint,4,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// Opaque token from a previous response's next_page_token, valid only
+	// with the same filter.
+	PageToken     string `protobuf:"bytes,5,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListOutboxEventsRequest) Reset() {
+	*x = ListOutboxEventsRequest{}
+	mi := &file_lossless_billing_v1_admin_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListOutboxEventsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListOutboxEventsRequest) ProtoMessage() {}
+
+func (x *ListOutboxEventsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lossless_billing_v1_admin_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListOutboxEventsRequest.ProtoReflect.Descriptor instead.
+func (*ListOutboxEventsRequest) Descriptor() ([]byte, []int) {
+	return file_lossless_billing_v1_admin_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ListOutboxEventsRequest) GetStates() []string {
+	if x != nil {
+		return x.States
+	}
+	return nil
+}
+
+func (x *ListOutboxEventsRequest) GetAggregateId() string {
+	if x != nil {
+		return x.AggregateId
+	}
+	return ""
+}
+
+func (x *ListOutboxEventsRequest) GetEventType() string {
+	if x != nil {
+		return x.EventType
+	}
+	return ""
+}
+
+func (x *ListOutboxEventsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListOutboxEventsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+type ListOutboxEventsResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Events []*OutboxEvent         `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
+	// Empty when there are no more results.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListOutboxEventsResponse) Reset() {
+	*x = ListOutboxEventsResponse{}
+	mi := &file_lossless_billing_v1_admin_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListOutboxEventsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListOutboxEventsResponse) ProtoMessage() {}
+
+func (x *ListOutboxEventsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lossless_billing_v1_admin_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListOutboxEventsResponse.ProtoReflect.Descriptor instead.
+func (*ListOutboxEventsResponse) Descriptor() ([]byte, []int) {
+	return file_lossless_billing_v1_admin_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ListOutboxEventsResponse) GetEvents() []*OutboxEvent {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+func (x *ListOutboxEventsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+type RequeueOutboxEventsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Authorization *OperatorAuthorization `protobuf:"bytes,1,opt,name=authorization,proto3" json:"authorization,omitempty"`
+	// Events to requeue (OutboxEvent.event_id), 1..500; only FAILED ones are
+	// touched.
+	EventIds []string `protobuf:"bytes,2,rep,name=event_ids,json=eventIds,proto3" json:"event_ids,omitempty"`
+	// Report which of the events are FAILED and would be requeued; change
+	// nothing (still audited).
+	DryRun        bool `protobuf:"varint,3,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RequeueOutboxEventsRequest) Reset() {
+	*x = RequeueOutboxEventsRequest{}
+	mi := &file_lossless_billing_v1_admin_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RequeueOutboxEventsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RequeueOutboxEventsRequest) ProtoMessage() {}
+
+func (x *RequeueOutboxEventsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lossless_billing_v1_admin_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RequeueOutboxEventsRequest.ProtoReflect.Descriptor instead.
+func (*RequeueOutboxEventsRequest) Descriptor() ([]byte, []int) {
+	return file_lossless_billing_v1_admin_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *RequeueOutboxEventsRequest) GetAuthorization() *OperatorAuthorization {
+	if x != nil {
+		return x.Authorization
+	}
+	return nil
+}
+
+func (x *RequeueOutboxEventsRequest) GetEventIds() []string {
+	if x != nil {
+		return x.EventIds
+	}
+	return nil
+}
+
+func (x *RequeueOutboxEventsRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+// An event a requeue left alone, with the state it was in.
+type SkippedOutboxEvent struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	EventId string                 `protobuf:"bytes,1,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
+	// PENDING or PUBLISHED; empty when no event has this id (never written,
+	// or published and deleted after the outbox retention).
+	State         string `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SkippedOutboxEvent) Reset() {
+	*x = SkippedOutboxEvent{}
+	mi := &file_lossless_billing_v1_admin_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SkippedOutboxEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SkippedOutboxEvent) ProtoMessage() {}
+
+func (x *SkippedOutboxEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_lossless_billing_v1_admin_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SkippedOutboxEvent.ProtoReflect.Descriptor instead.
+func (*SkippedOutboxEvent) Descriptor() ([]byte, []int) {
+	return file_lossless_billing_v1_admin_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *SkippedOutboxEvent) GetEventId() string {
+	if x != nil {
+		return x.EventId
+	}
+	return ""
+}
+
+func (x *SkippedOutboxEvent) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+type RequeueOutboxEventsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The events requeued (on a dry run: that would be), in the order asked.
+	EventIds []string `protobuf:"bytes,1,rep,name=event_ids,json=eventIds,proto3" json:"event_ids,omitempty"`
+	// The events asked for that were not FAILED, untouched.
+	Skipped       []*SkippedOutboxEvent `protobuf:"bytes,2,rep,name=skipped,proto3" json:"skipped,omitempty"`
+	DryRun        bool                  `protobuf:"varint,3,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RequeueOutboxEventsResponse) Reset() {
+	*x = RequeueOutboxEventsResponse{}
+	mi := &file_lossless_billing_v1_admin_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RequeueOutboxEventsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RequeueOutboxEventsResponse) ProtoMessage() {}
+
+func (x *RequeueOutboxEventsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lossless_billing_v1_admin_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RequeueOutboxEventsResponse.ProtoReflect.Descriptor instead.
+func (*RequeueOutboxEventsResponse) Descriptor() ([]byte, []int) {
+	return file_lossless_billing_v1_admin_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *RequeueOutboxEventsResponse) GetEventIds() []string {
+	if x != nil {
+		return x.EventIds
+	}
+	return nil
+}
+
+func (x *RequeueOutboxEventsResponse) GetSkipped() []*SkippedOutboxEvent {
+	if x != nil {
+		return x.Skipped
+	}
+	return nil
+}
+
+func (x *RequeueOutboxEventsResponse) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
 var File_lossless_billing_v1_admin_proto protoreflect.FileDescriptor
 
 const file_lossless_billing_v1_admin_proto_rawDesc = "" +
@@ -1313,14 +1805,63 @@ const file_lossless_billing_v1_admin_proto_rawDesc = "" +
 	"page_token\x18\x05 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x04R\tpageToken\"\x87\x01\n" +
 	"\x19ListOperatorAuditResponse\x12B\n" +
 	"\arecords\x18\x01 \x03(\v2(.lossless.billing.v1.OperatorAuditRecordR\arecords\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken2\xcd\x05\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x8d\x05\n" +
+	"\vOutboxEvent\x12\x19\n" +
+	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12\x1a\n" +
+	"\bsequence\x18\x02 \x01(\x03R\bsequence\x12%\n" +
+	"\x0eaggregate_type\x18\x03 \x01(\tR\raggregateType\x12!\n" +
+	"\faggregate_id\x18\x04 \x01(\tR\vaggregateId\x12\x1d\n" +
+	"\n" +
+	"event_type\x18\x05 \x01(\tR\teventType\x12%\n" +
+	"\x0eschema_version\x18\x06 \x01(\x05R\rschemaVersion\x12\x14\n" +
+	"\x05state\x18\a \x01(\tR\x05state\x12\x1a\n" +
+	"\battempts\x18\b \x01(\x05R\battempts\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\t \x01(\tR\tlastError\x12F\n" +
+	"\x11next_attempt_time\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\x0fnextAttemptTime\x12\x1f\n" +
+	"\vlease_owner\x18\v \x01(\tR\n" +
+	"leaseOwner\x12F\n" +
+	"\x11lease_expire_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\x0fleaseExpireTime\x129\n" +
+	"\n" +
+	"occur_time\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\toccurTime\x12;\n" +
+	"\vcreate_time\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\x12=\n" +
+	"\fpublish_time\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\vpublishTime\"\xb4\x03\n" +
+	"\x17ListOutboxEventsRequest\x12B\n" +
+	"\x06states\x18\x01 \x03(\tB*\xbaH'\x92\x01$\x10\x03\x18\x01\"\x1er\x1cR\aPENDINGR\x06FAILEDR\tPUBLISHEDR\x06states\x12\x82\x01\n" +
+	"\faggregate_id\x18\x02 \x01(\tB_\xbaH\\\xba\x01T\n" +
+	"\rstring.no_nul\x12)must not contain a NUL character (U+0000)\x1a\x18!this.contains('\\u0000')r\x03\x18\xc8\x01R\vaggregateId\x12~\n" +
+	"\n" +
+	"event_type\x18\x03 \x01(\tB_\xbaH\\\xba\x01T\n" +
+	"\rstring.no_nul\x12)must not contain a NUL character (U+0000)\x1a\x18!this.contains('\\u0000')r\x03\x18\xc8\x01R\teventType\x12'\n" +
+	"\tpage_size\x18\x04 \x01(\x05B\n" +
+	"\xbaH\a\x1a\x05\x18\xf4\x03(\x00R\bpageSize\x12'\n" +
+	"\n" +
+	"page_token\x18\x05 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x04R\tpageToken\"|\n" +
+	"\x18ListOutboxEventsResponse\x128\n" +
+	"\x06events\x18\x01 \x03(\v2 .lossless.billing.v1.OutboxEventR\x06events\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xc2\x01\n" +
+	"\x1aRequeueOutboxEventsRequest\x12X\n" +
+	"\rauthorization\x18\x01 \x01(\v2*.lossless.billing.v1.OperatorAuthorizationB\x06\xbaH\x03\xc8\x01\x01R\rauthorization\x121\n" +
+	"\tevent_ids\x18\x02 \x03(\tB\x14\xbaH\x11\x92\x01\x0e\b\x01\x10\xf4\x03\x18\x01\"\x05r\x03\xb0\x01\x01R\beventIds\x12\x17\n" +
+	"\adry_run\x18\x03 \x01(\bR\x06dryRun\"E\n" +
+	"\x12SkippedOutboxEvent\x12\x19\n" +
+	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12\x14\n" +
+	"\x05state\x18\x02 \x01(\tR\x05state\"\x96\x01\n" +
+	"\x1bRequeueOutboxEventsResponse\x12\x1b\n" +
+	"\tevent_ids\x18\x01 \x03(\tR\beventIds\x12A\n" +
+	"\askipped\x18\x02 \x03(\v2'.lossless.billing.v1.SkippedOutboxEventR\askipped\x12\x17\n" +
+	"\adry_run\x18\x03 \x01(\bR\x06dryRun2\xb8\a\n" +
 	"\x13BillingAdminService\x12l\n" +
 	"\x0fListInvoiceJobs\x12+.lossless.billing.v1.ListInvoiceJobsRequest\x1a,.lossless.billing.v1.ListInvoiceJobsResponse\x12u\n" +
 	"\x12ListParkedMessages\x12..lossless.billing.v1.ListParkedMessagesRequest\x1a/.lossless.billing.v1.ListParkedMessagesResponse\x12o\n" +
 	"\x10RetryInvoiceJobs\x12,.lossless.billing.v1.RetryInvoiceJobsRequest\x1a-.lossless.billing.v1.RetryInvoiceJobsResponse\x12r\n" +
 	"\x11ReplayDeadLetters\x12-.lossless.billing.v1.ReplayDeadLettersRequest\x1a..lossless.billing.v1.ReplayDeadLettersResponse\x12x\n" +
 	"\x13ReplayParkedMessage\x12/.lossless.billing.v1.ReplayParkedMessageRequest\x1a0.lossless.billing.v1.ReplayParkedMessageResponse\x12r\n" +
-	"\x11ListOperatorAudit\x12-.lossless.billing.v1.ListOperatorAuditRequest\x1a..lossless.billing.v1.ListOperatorAuditResponseBDZBgithub.com/lossless-dev/lossless/gen/lossless/billing/v1;billingv1b\x06proto3"
+	"\x11ListOperatorAudit\x12-.lossless.billing.v1.ListOperatorAuditRequest\x1a..lossless.billing.v1.ListOperatorAuditResponse\x12o\n" +
+	"\x10ListOutboxEvents\x12,.lossless.billing.v1.ListOutboxEventsRequest\x1a-.lossless.billing.v1.ListOutboxEventsResponse\x12x\n" +
+	"\x13RequeueOutboxEvents\x12/.lossless.billing.v1.RequeueOutboxEventsRequest\x1a0.lossless.billing.v1.RequeueOutboxEventsResponseBDZBgithub.com/lossless-dev/lossless/gen/lossless/billing/v1;billingv1b\x06proto3"
 
 var (
 	file_lossless_billing_v1_admin_proto_rawDescOnce sync.Once
@@ -1334,7 +1875,7 @@ func file_lossless_billing_v1_admin_proto_rawDescGZIP() []byte {
 	return file_lossless_billing_v1_admin_proto_rawDescData
 }
 
-var file_lossless_billing_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_lossless_billing_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_lossless_billing_v1_admin_proto_goTypes = []any{
 	(*OperatorAuthorization)(nil),       // 0: lossless.billing.v1.OperatorAuthorization
 	(*InvoiceJob)(nil),                  // 1: lossless.billing.v1.InvoiceJob
@@ -1352,43 +1893,61 @@ var file_lossless_billing_v1_admin_proto_goTypes = []any{
 	(*OperatorAuditRecord)(nil),         // 13: lossless.billing.v1.OperatorAuditRecord
 	(*ListOperatorAuditRequest)(nil),    // 14: lossless.billing.v1.ListOperatorAuditRequest
 	(*ListOperatorAuditResponse)(nil),   // 15: lossless.billing.v1.ListOperatorAuditResponse
-	nil,                                 // 16: lossless.billing.v1.ParkedMessage.AttributesEntry
-	nil,                                 // 17: lossless.billing.v1.ReplayDeadLettersResponse.OutcomesEntry
-	(*timestamppb.Timestamp)(nil),       // 18: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),             // 19: google.protobuf.Struct
+	(*OutboxEvent)(nil),                 // 16: lossless.billing.v1.OutboxEvent
+	(*ListOutboxEventsRequest)(nil),     // 17: lossless.billing.v1.ListOutboxEventsRequest
+	(*ListOutboxEventsResponse)(nil),    // 18: lossless.billing.v1.ListOutboxEventsResponse
+	(*RequeueOutboxEventsRequest)(nil),  // 19: lossless.billing.v1.RequeueOutboxEventsRequest
+	(*SkippedOutboxEvent)(nil),          // 20: lossless.billing.v1.SkippedOutboxEvent
+	(*RequeueOutboxEventsResponse)(nil), // 21: lossless.billing.v1.RequeueOutboxEventsResponse
+	nil,                                 // 22: lossless.billing.v1.ParkedMessage.AttributesEntry
+	nil,                                 // 23: lossless.billing.v1.ReplayDeadLettersResponse.OutcomesEntry
+	(*timestamppb.Timestamp)(nil),       // 24: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),             // 25: google.protobuf.Struct
 }
 var file_lossless_billing_v1_admin_proto_depIdxs = []int32{
-	18, // 0: lossless.billing.v1.InvoiceJob.due_time:type_name -> google.protobuf.Timestamp
-	18, // 1: lossless.billing.v1.InvoiceJob.create_time:type_name -> google.protobuf.Timestamp
-	18, // 2: lossless.billing.v1.InvoiceJob.finish_time:type_name -> google.protobuf.Timestamp
+	24, // 0: lossless.billing.v1.InvoiceJob.due_time:type_name -> google.protobuf.Timestamp
+	24, // 1: lossless.billing.v1.InvoiceJob.create_time:type_name -> google.protobuf.Timestamp
+	24, // 2: lossless.billing.v1.InvoiceJob.finish_time:type_name -> google.protobuf.Timestamp
 	1,  // 3: lossless.billing.v1.ListInvoiceJobsResponse.jobs:type_name -> lossless.billing.v1.InvoiceJob
-	16, // 4: lossless.billing.v1.ParkedMessage.attributes:type_name -> lossless.billing.v1.ParkedMessage.AttributesEntry
-	18, // 5: lossless.billing.v1.ParkedMessage.park_time:type_name -> google.protobuf.Timestamp
+	22, // 4: lossless.billing.v1.ParkedMessage.attributes:type_name -> lossless.billing.v1.ParkedMessage.AttributesEntry
+	24, // 5: lossless.billing.v1.ParkedMessage.park_time:type_name -> google.protobuf.Timestamp
 	4,  // 6: lossless.billing.v1.ListParkedMessagesResponse.messages:type_name -> lossless.billing.v1.ParkedMessage
 	0,  // 7: lossless.billing.v1.RetryInvoiceJobsRequest.authorization:type_name -> lossless.billing.v1.OperatorAuthorization
 	0,  // 8: lossless.billing.v1.ReplayDeadLettersRequest.authorization:type_name -> lossless.billing.v1.OperatorAuthorization
-	17, // 9: lossless.billing.v1.ReplayDeadLettersResponse.outcomes:type_name -> lossless.billing.v1.ReplayDeadLettersResponse.OutcomesEntry
+	23, // 9: lossless.billing.v1.ReplayDeadLettersResponse.outcomes:type_name -> lossless.billing.v1.ReplayDeadLettersResponse.OutcomesEntry
 	0,  // 10: lossless.billing.v1.ReplayParkedMessageRequest.authorization:type_name -> lossless.billing.v1.OperatorAuthorization
-	19, // 11: lossless.billing.v1.OperatorAuditRecord.params:type_name -> google.protobuf.Struct
-	18, // 12: lossless.billing.v1.OperatorAuditRecord.occur_time:type_name -> google.protobuf.Timestamp
+	25, // 11: lossless.billing.v1.OperatorAuditRecord.params:type_name -> google.protobuf.Struct
+	24, // 12: lossless.billing.v1.OperatorAuditRecord.occur_time:type_name -> google.protobuf.Timestamp
 	13, // 13: lossless.billing.v1.ListOperatorAuditResponse.records:type_name -> lossless.billing.v1.OperatorAuditRecord
-	2,  // 14: lossless.billing.v1.BillingAdminService.ListInvoiceJobs:input_type -> lossless.billing.v1.ListInvoiceJobsRequest
-	5,  // 15: lossless.billing.v1.BillingAdminService.ListParkedMessages:input_type -> lossless.billing.v1.ListParkedMessagesRequest
-	7,  // 16: lossless.billing.v1.BillingAdminService.RetryInvoiceJobs:input_type -> lossless.billing.v1.RetryInvoiceJobsRequest
-	9,  // 17: lossless.billing.v1.BillingAdminService.ReplayDeadLetters:input_type -> lossless.billing.v1.ReplayDeadLettersRequest
-	11, // 18: lossless.billing.v1.BillingAdminService.ReplayParkedMessage:input_type -> lossless.billing.v1.ReplayParkedMessageRequest
-	14, // 19: lossless.billing.v1.BillingAdminService.ListOperatorAudit:input_type -> lossless.billing.v1.ListOperatorAuditRequest
-	3,  // 20: lossless.billing.v1.BillingAdminService.ListInvoiceJobs:output_type -> lossless.billing.v1.ListInvoiceJobsResponse
-	6,  // 21: lossless.billing.v1.BillingAdminService.ListParkedMessages:output_type -> lossless.billing.v1.ListParkedMessagesResponse
-	8,  // 22: lossless.billing.v1.BillingAdminService.RetryInvoiceJobs:output_type -> lossless.billing.v1.RetryInvoiceJobsResponse
-	10, // 23: lossless.billing.v1.BillingAdminService.ReplayDeadLetters:output_type -> lossless.billing.v1.ReplayDeadLettersResponse
-	12, // 24: lossless.billing.v1.BillingAdminService.ReplayParkedMessage:output_type -> lossless.billing.v1.ReplayParkedMessageResponse
-	15, // 25: lossless.billing.v1.BillingAdminService.ListOperatorAudit:output_type -> lossless.billing.v1.ListOperatorAuditResponse
-	20, // [20:26] is the sub-list for method output_type
-	14, // [14:20] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	24, // 14: lossless.billing.v1.OutboxEvent.next_attempt_time:type_name -> google.protobuf.Timestamp
+	24, // 15: lossless.billing.v1.OutboxEvent.lease_expire_time:type_name -> google.protobuf.Timestamp
+	24, // 16: lossless.billing.v1.OutboxEvent.occur_time:type_name -> google.protobuf.Timestamp
+	24, // 17: lossless.billing.v1.OutboxEvent.create_time:type_name -> google.protobuf.Timestamp
+	24, // 18: lossless.billing.v1.OutboxEvent.publish_time:type_name -> google.protobuf.Timestamp
+	16, // 19: lossless.billing.v1.ListOutboxEventsResponse.events:type_name -> lossless.billing.v1.OutboxEvent
+	0,  // 20: lossless.billing.v1.RequeueOutboxEventsRequest.authorization:type_name -> lossless.billing.v1.OperatorAuthorization
+	20, // 21: lossless.billing.v1.RequeueOutboxEventsResponse.skipped:type_name -> lossless.billing.v1.SkippedOutboxEvent
+	2,  // 22: lossless.billing.v1.BillingAdminService.ListInvoiceJobs:input_type -> lossless.billing.v1.ListInvoiceJobsRequest
+	5,  // 23: lossless.billing.v1.BillingAdminService.ListParkedMessages:input_type -> lossless.billing.v1.ListParkedMessagesRequest
+	7,  // 24: lossless.billing.v1.BillingAdminService.RetryInvoiceJobs:input_type -> lossless.billing.v1.RetryInvoiceJobsRequest
+	9,  // 25: lossless.billing.v1.BillingAdminService.ReplayDeadLetters:input_type -> lossless.billing.v1.ReplayDeadLettersRequest
+	11, // 26: lossless.billing.v1.BillingAdminService.ReplayParkedMessage:input_type -> lossless.billing.v1.ReplayParkedMessageRequest
+	14, // 27: lossless.billing.v1.BillingAdminService.ListOperatorAudit:input_type -> lossless.billing.v1.ListOperatorAuditRequest
+	17, // 28: lossless.billing.v1.BillingAdminService.ListOutboxEvents:input_type -> lossless.billing.v1.ListOutboxEventsRequest
+	19, // 29: lossless.billing.v1.BillingAdminService.RequeueOutboxEvents:input_type -> lossless.billing.v1.RequeueOutboxEventsRequest
+	3,  // 30: lossless.billing.v1.BillingAdminService.ListInvoiceJobs:output_type -> lossless.billing.v1.ListInvoiceJobsResponse
+	6,  // 31: lossless.billing.v1.BillingAdminService.ListParkedMessages:output_type -> lossless.billing.v1.ListParkedMessagesResponse
+	8,  // 32: lossless.billing.v1.BillingAdminService.RetryInvoiceJobs:output_type -> lossless.billing.v1.RetryInvoiceJobsResponse
+	10, // 33: lossless.billing.v1.BillingAdminService.ReplayDeadLetters:output_type -> lossless.billing.v1.ReplayDeadLettersResponse
+	12, // 34: lossless.billing.v1.BillingAdminService.ReplayParkedMessage:output_type -> lossless.billing.v1.ReplayParkedMessageResponse
+	15, // 35: lossless.billing.v1.BillingAdminService.ListOperatorAudit:output_type -> lossless.billing.v1.ListOperatorAuditResponse
+	18, // 36: lossless.billing.v1.BillingAdminService.ListOutboxEvents:output_type -> lossless.billing.v1.ListOutboxEventsResponse
+	21, // 37: lossless.billing.v1.BillingAdminService.RequeueOutboxEvents:output_type -> lossless.billing.v1.RequeueOutboxEventsResponse
+	30, // [30:38] is the sub-list for method output_type
+	22, // [22:30] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_lossless_billing_v1_admin_proto_init() }
@@ -1402,7 +1961,7 @@ func file_lossless_billing_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lossless_billing_v1_admin_proto_rawDesc), len(file_lossless_billing_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   18,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

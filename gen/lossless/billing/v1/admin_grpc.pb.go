@@ -25,6 +25,8 @@ const (
 	BillingAdminService_ReplayDeadLetters_FullMethodName   = "/lossless.billing.v1.BillingAdminService/ReplayDeadLetters"
 	BillingAdminService_ReplayParkedMessage_FullMethodName = "/lossless.billing.v1.BillingAdminService/ReplayParkedMessage"
 	BillingAdminService_ListOperatorAudit_FullMethodName   = "/lossless.billing.v1.BillingAdminService/ListOperatorAudit"
+	BillingAdminService_ListOutboxEvents_FullMethodName    = "/lossless.billing.v1.BillingAdminService/ListOutboxEvents"
+	BillingAdminService_RequeueOutboxEvents_FullMethodName = "/lossless.billing.v1.BillingAdminService/RequeueOutboxEvents"
 )
 
 // BillingAdminServiceClient is the client API for BillingAdminService service.
@@ -57,6 +59,14 @@ type BillingAdminServiceClient interface {
 	ReplayParkedMessage(ctx context.Context, in *ReplayParkedMessageRequest, opts ...grpc.CallOption) (*ReplayParkedMessageResponse, error)
 	// Lists billing's operator_audit log, newest first. Read only.
 	ListOperatorAudit(ctx context.Context, in *ListOperatorAuditRequest, opts ...grpc.CallOption) (*ListOperatorAuditResponse, error)
+	// Lists billing's outbox events (InvoiceIssued) in claim order, oldest
+	// first: by default the undelivered ones (PENDING, FAILED). Read only.
+	ListOutboxEvents(ctx context.Context, in *ListOutboxEventsRequest, opts ...grpc.CallOption) (*ListOutboxEventsResponse, error)
+	// Requeues FAILED outbox events once their cause is fixed, as `billing
+	// outbox requeue` does: each goes back to PENDING with a fresh attempt
+	// budget and is dispatched before the events of its aggregate that waited
+	// behind it. Events not FAILED are reported and left alone.
+	RequeueOutboxEvents(ctx context.Context, in *RequeueOutboxEventsRequest, opts ...grpc.CallOption) (*RequeueOutboxEventsResponse, error)
 }
 
 type billingAdminServiceClient struct {
@@ -127,6 +137,26 @@ func (c *billingAdminServiceClient) ListOperatorAudit(ctx context.Context, in *L
 	return out, nil
 }
 
+func (c *billingAdminServiceClient) ListOutboxEvents(ctx context.Context, in *ListOutboxEventsRequest, opts ...grpc.CallOption) (*ListOutboxEventsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListOutboxEventsResponse)
+	err := c.cc.Invoke(ctx, BillingAdminService_ListOutboxEvents_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *billingAdminServiceClient) RequeueOutboxEvents(ctx context.Context, in *RequeueOutboxEventsRequest, opts ...grpc.CallOption) (*RequeueOutboxEventsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RequeueOutboxEventsResponse)
+	err := c.cc.Invoke(ctx, BillingAdminService_RequeueOutboxEvents_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // BillingAdminServiceServer is the server API for BillingAdminService service.
 // All implementations must embed UnimplementedBillingAdminServiceServer
 // for forward compatibility.
@@ -157,6 +187,14 @@ type BillingAdminServiceServer interface {
 	ReplayParkedMessage(context.Context, *ReplayParkedMessageRequest) (*ReplayParkedMessageResponse, error)
 	// Lists billing's operator_audit log, newest first. Read only.
 	ListOperatorAudit(context.Context, *ListOperatorAuditRequest) (*ListOperatorAuditResponse, error)
+	// Lists billing's outbox events (InvoiceIssued) in claim order, oldest
+	// first: by default the undelivered ones (PENDING, FAILED). Read only.
+	ListOutboxEvents(context.Context, *ListOutboxEventsRequest) (*ListOutboxEventsResponse, error)
+	// Requeues FAILED outbox events once their cause is fixed, as `billing
+	// outbox requeue` does: each goes back to PENDING with a fresh attempt
+	// budget and is dispatched before the events of its aggregate that waited
+	// behind it. Events not FAILED are reported and left alone.
+	RequeueOutboxEvents(context.Context, *RequeueOutboxEventsRequest) (*RequeueOutboxEventsResponse, error)
 	mustEmbedUnimplementedBillingAdminServiceServer()
 }
 
@@ -184,6 +222,12 @@ func (UnimplementedBillingAdminServiceServer) ReplayParkedMessage(context.Contex
 }
 func (UnimplementedBillingAdminServiceServer) ListOperatorAudit(context.Context, *ListOperatorAuditRequest) (*ListOperatorAuditResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ListOperatorAudit not implemented")
+}
+func (UnimplementedBillingAdminServiceServer) ListOutboxEvents(context.Context, *ListOutboxEventsRequest) (*ListOutboxEventsResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ListOutboxEvents not implemented")
+}
+func (UnimplementedBillingAdminServiceServer) RequeueOutboxEvents(context.Context, *RequeueOutboxEventsRequest) (*RequeueOutboxEventsResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method RequeueOutboxEvents not implemented")
 }
 func (UnimplementedBillingAdminServiceServer) mustEmbedUnimplementedBillingAdminServiceServer() {}
 func (UnimplementedBillingAdminServiceServer) testEmbeddedByValue()                             {}
@@ -314,6 +358,42 @@ func _BillingAdminService_ListOperatorAudit_Handler(srv interface{}, ctx context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _BillingAdminService_ListOutboxEvents_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListOutboxEventsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BillingAdminServiceServer).ListOutboxEvents(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: BillingAdminService_ListOutboxEvents_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BillingAdminServiceServer).ListOutboxEvents(ctx, req.(*ListOutboxEventsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _BillingAdminService_RequeueOutboxEvents_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RequeueOutboxEventsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BillingAdminServiceServer).RequeueOutboxEvents(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: BillingAdminService_RequeueOutboxEvents_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BillingAdminServiceServer).RequeueOutboxEvents(ctx, req.(*RequeueOutboxEventsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // BillingAdminService_ServiceDesc is the grpc.ServiceDesc for BillingAdminService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -344,6 +424,14 @@ var BillingAdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListOperatorAudit",
 			Handler:    _BillingAdminService_ListOperatorAudit_Handler,
+		},
+		{
+			MethodName: "ListOutboxEvents",
+			Handler:    _BillingAdminService_ListOutboxEvents_Handler,
+		},
+		{
+			MethodName: "RequeueOutboxEvents",
+			Handler:    _BillingAdminService_RequeueOutboxEvents_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

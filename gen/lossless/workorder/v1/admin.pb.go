@@ -2021,6 +2021,187 @@ func (x *ReplayParkedBillingEventResponse) GetDryRun() bool {
 	return false
 }
 
+type RequeueOutboxEventsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Authorization *OperatorAuthorization `protobuf:"bytes,1,opt,name=authorization,proto3" json:"authorization,omitempty"`
+	// Events to requeue (OutboxEvent.event_id), 1..500; only FAILED ones are
+	// touched.
+	EventIds []string `protobuf:"bytes,2,rep,name=event_ids,json=eventIds,proto3" json:"event_ids,omitempty"`
+	// Report which of the events are FAILED and would be requeued; change
+	// nothing (still audited).
+	DryRun        bool `protobuf:"varint,3,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RequeueOutboxEventsRequest) Reset() {
+	*x = RequeueOutboxEventsRequest{}
+	mi := &file_lossless_workorder_v1_admin_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RequeueOutboxEventsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RequeueOutboxEventsRequest) ProtoMessage() {}
+
+func (x *RequeueOutboxEventsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lossless_workorder_v1_admin_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RequeueOutboxEventsRequest.ProtoReflect.Descriptor instead.
+func (*RequeueOutboxEventsRequest) Descriptor() ([]byte, []int) {
+	return file_lossless_workorder_v1_admin_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *RequeueOutboxEventsRequest) GetAuthorization() *OperatorAuthorization {
+	if x != nil {
+		return x.Authorization
+	}
+	return nil
+}
+
+func (x *RequeueOutboxEventsRequest) GetEventIds() []string {
+	if x != nil {
+		return x.EventIds
+	}
+	return nil
+}
+
+func (x *RequeueOutboxEventsRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+// An event a requeue left alone, with the state it was in.
+type SkippedOutboxEvent struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	EventId string                 `protobuf:"bytes,1,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
+	// PENDING or PUBLISHED; empty when no event has this id (never written,
+	// or published and deleted after the outbox retention).
+	State         string `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SkippedOutboxEvent) Reset() {
+	*x = SkippedOutboxEvent{}
+	mi := &file_lossless_workorder_v1_admin_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SkippedOutboxEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SkippedOutboxEvent) ProtoMessage() {}
+
+func (x *SkippedOutboxEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_lossless_workorder_v1_admin_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SkippedOutboxEvent.ProtoReflect.Descriptor instead.
+func (*SkippedOutboxEvent) Descriptor() ([]byte, []int) {
+	return file_lossless_workorder_v1_admin_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *SkippedOutboxEvent) GetEventId() string {
+	if x != nil {
+		return x.EventId
+	}
+	return ""
+}
+
+func (x *SkippedOutboxEvent) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+type RequeueOutboxEventsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The events requeued (on a dry run: that would be), in the order asked.
+	EventIds []string `protobuf:"bytes,1,rep,name=event_ids,json=eventIds,proto3" json:"event_ids,omitempty"`
+	// The events asked for that were not FAILED, untouched.
+	Skipped       []*SkippedOutboxEvent `protobuf:"bytes,2,rep,name=skipped,proto3" json:"skipped,omitempty"`
+	DryRun        bool                  `protobuf:"varint,3,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RequeueOutboxEventsResponse) Reset() {
+	*x = RequeueOutboxEventsResponse{}
+	mi := &file_lossless_workorder_v1_admin_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RequeueOutboxEventsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RequeueOutboxEventsResponse) ProtoMessage() {}
+
+func (x *RequeueOutboxEventsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lossless_workorder_v1_admin_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RequeueOutboxEventsResponse.ProtoReflect.Descriptor instead.
+func (*RequeueOutboxEventsResponse) Descriptor() ([]byte, []int) {
+	return file_lossless_workorder_v1_admin_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *RequeueOutboxEventsResponse) GetEventIds() []string {
+	if x != nil {
+		return x.EventIds
+	}
+	return nil
+}
+
+func (x *RequeueOutboxEventsResponse) GetSkipped() []*SkippedOutboxEvent {
+	if x != nil {
+		return x.Skipped
+	}
+	return nil
+}
+
+func (x *RequeueOutboxEventsResponse) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
 var File_lossless_workorder_v1_admin_proto protoreflect.FileDescriptor
 
 const file_lossless_workorder_v1_admin_proto_rawDesc = "" +
@@ -2227,8 +2408,18 @@ const file_lossless_workorder_v1_admin_proto_rawDesc = "" +
 	"\adry_run\x18\x03 \x01(\bR\x06dryRun\"U\n" +
 	" ReplayParkedBillingEventResponse\x12\x18\n" +
 	"\aoutcome\x18\x01 \x01(\tR\aoutcome\x12\x17\n" +
-	"\adry_run\x18\x02 \x01(\bR\x06dryRun2\xe0\n" +
-	"\n" +
+	"\adry_run\x18\x02 \x01(\bR\x06dryRun\"\xc4\x01\n" +
+	"\x1aRequeueOutboxEventsRequest\x12Z\n" +
+	"\rauthorization\x18\x01 \x01(\v2,.lossless.workorder.v1.OperatorAuthorizationB\x06\xbaH\x03\xc8\x01\x01R\rauthorization\x121\n" +
+	"\tevent_ids\x18\x02 \x03(\tB\x14\xbaH\x11\x92\x01\x0e\b\x01\x10\xf4\x03\x18\x01\"\x05r\x03\xb0\x01\x01R\beventIds\x12\x17\n" +
+	"\adry_run\x18\x03 \x01(\bR\x06dryRun\"E\n" +
+	"\x12SkippedOutboxEvent\x12\x19\n" +
+	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12\x14\n" +
+	"\x05state\x18\x02 \x01(\tR\x05state\"\x98\x01\n" +
+	"\x1bRequeueOutboxEventsResponse\x12\x1b\n" +
+	"\tevent_ids\x18\x01 \x03(\tR\beventIds\x12C\n" +
+	"\askipped\x18\x02 \x03(\v2).lossless.workorder.v1.SkippedOutboxEventR\askipped\x12\x17\n" +
+	"\adry_run\x18\x03 \x01(\bR\x06dryRun2\xde\v\n" +
 	"\x15WorkOrderAdminService\x12s\n" +
 	"\x10ListInboxEntries\x12..lossless.workorder.v1.ListInboxEntriesRequest\x1a/.lossless.workorder.v1.ListInboxEntriesResponse\x12j\n" +
 	"\rGetInboxEntry\x12+.lossless.workorder.v1.GetInboxEntryRequest\x1a,.lossless.workorder.v1.GetInboxEntryResponse\x12y\n" +
@@ -2240,7 +2431,8 @@ const file_lossless_workorder_v1_admin_proto_rawDesc = "" +
 	"\x11ListOperatorAudit\x12/.lossless.workorder.v1.ListOperatorAuditRequest\x1a0.lossless.workorder.v1.ListOperatorAuditResponse\x12\x91\x01\n" +
 	"\x1aReplayInvoicingDeadLetters\x128.lossless.workorder.v1.ReplayInvoicingDeadLettersRequest\x1a9.lossless.workorder.v1.ReplayInvoicingDeadLettersResponse\x12\x88\x01\n" +
 	"\x17ListParkedBillingEvents\x125.lossless.workorder.v1.ListParkedBillingEventsRequest\x1a6.lossless.workorder.v1.ListParkedBillingEventsResponse\x12\x8b\x01\n" +
-	"\x18ReplayParkedBillingEvent\x126.lossless.workorder.v1.ReplayParkedBillingEventRequest\x1a7.lossless.workorder.v1.ReplayParkedBillingEventResponseBHZFgithub.com/lossless-dev/lossless/gen/lossless/workorder/v1;workorderv1b\x06proto3"
+	"\x18ReplayParkedBillingEvent\x126.lossless.workorder.v1.ReplayParkedBillingEventRequest\x1a7.lossless.workorder.v1.ReplayParkedBillingEventResponse\x12|\n" +
+	"\x13RequeueOutboxEvents\x121.lossless.workorder.v1.RequeueOutboxEventsRequest\x1a2.lossless.workorder.v1.RequeueOutboxEventsResponseBHZFgithub.com/lossless-dev/lossless/gen/lossless/workorder/v1;workorderv1b\x06proto3"
 
 var (
 	file_lossless_workorder_v1_admin_proto_rawDescOnce sync.Once
@@ -2254,7 +2446,7 @@ func file_lossless_workorder_v1_admin_proto_rawDescGZIP() []byte {
 	return file_lossless_workorder_v1_admin_proto_rawDescData
 }
 
-var file_lossless_workorder_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_lossless_workorder_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_lossless_workorder_v1_admin_proto_goTypes = []any{
 	(*OperatorAuthorization)(nil),              // 0: lossless.workorder.v1.OperatorAuthorization
 	(*InboxEntry)(nil),                         // 1: lossless.workorder.v1.InboxEntry
@@ -2283,67 +2475,74 @@ var file_lossless_workorder_v1_admin_proto_goTypes = []any{
 	(*ListParkedBillingEventsResponse)(nil),    // 24: lossless.workorder.v1.ListParkedBillingEventsResponse
 	(*ReplayParkedBillingEventRequest)(nil),    // 25: lossless.workorder.v1.ReplayParkedBillingEventRequest
 	(*ReplayParkedBillingEventResponse)(nil),   // 26: lossless.workorder.v1.ReplayParkedBillingEventResponse
-	nil,                                        // 27: lossless.workorder.v1.InboxEntry.AttributesEntry
-	nil,                                        // 28: lossless.workorder.v1.ReplayInvoicingDeadLettersResponse.OutcomesEntry
-	nil,                                        // 29: lossless.workorder.v1.ParkedBillingEvent.AttributesEntry
-	(*timestamppb.Timestamp)(nil),              // 30: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),                    // 31: google.protobuf.Struct
+	(*RequeueOutboxEventsRequest)(nil),         // 27: lossless.workorder.v1.RequeueOutboxEventsRequest
+	(*SkippedOutboxEvent)(nil),                 // 28: lossless.workorder.v1.SkippedOutboxEvent
+	(*RequeueOutboxEventsResponse)(nil),        // 29: lossless.workorder.v1.RequeueOutboxEventsResponse
+	nil,                                        // 30: lossless.workorder.v1.InboxEntry.AttributesEntry
+	nil,                                        // 31: lossless.workorder.v1.ReplayInvoicingDeadLettersResponse.OutcomesEntry
+	nil,                                        // 32: lossless.workorder.v1.ParkedBillingEvent.AttributesEntry
+	(*timestamppb.Timestamp)(nil),              // 33: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),                    // 34: google.protobuf.Struct
 }
 var file_lossless_workorder_v1_admin_proto_depIdxs = []int32{
-	30, // 0: lossless.workorder.v1.InboxEntry.received_time:type_name -> google.protobuf.Timestamp
-	30, // 1: lossless.workorder.v1.InboxEntry.next_attempt_time:type_name -> google.protobuf.Timestamp
-	30, // 2: lossless.workorder.v1.InboxEntry.processed_time:type_name -> google.protobuf.Timestamp
-	27, // 3: lossless.workorder.v1.InboxEntry.attributes:type_name -> lossless.workorder.v1.InboxEntry.AttributesEntry
+	33, // 0: lossless.workorder.v1.InboxEntry.received_time:type_name -> google.protobuf.Timestamp
+	33, // 1: lossless.workorder.v1.InboxEntry.next_attempt_time:type_name -> google.protobuf.Timestamp
+	33, // 2: lossless.workorder.v1.InboxEntry.processed_time:type_name -> google.protobuf.Timestamp
+	30, // 3: lossless.workorder.v1.InboxEntry.attributes:type_name -> lossless.workorder.v1.InboxEntry.AttributesEntry
 	1,  // 4: lossless.workorder.v1.ListInboxEntriesResponse.entries:type_name -> lossless.workorder.v1.InboxEntry
 	1,  // 5: lossless.workorder.v1.GetInboxEntryResponse.entry:type_name -> lossless.workorder.v1.InboxEntry
 	0,  // 6: lossless.workorder.v1.ReplayInboxEntriesRequest.authorization:type_name -> lossless.workorder.v1.OperatorAuthorization
-	30, // 7: lossless.workorder.v1.ReplayInboxEntriesRequest.from_time:type_name -> google.protobuf.Timestamp
-	30, // 8: lossless.workorder.v1.ReplayInboxEntriesRequest.to_time:type_name -> google.protobuf.Timestamp
+	33, // 7: lossless.workorder.v1.ReplayInboxEntriesRequest.from_time:type_name -> google.protobuf.Timestamp
+	33, // 8: lossless.workorder.v1.ReplayInboxEntriesRequest.to_time:type_name -> google.protobuf.Timestamp
 	0,  // 9: lossless.workorder.v1.ReplayDeadLettersRequest.authorization:type_name -> lossless.workorder.v1.OperatorAuthorization
 	0,  // 10: lossless.workorder.v1.CleanupInboxRequest.authorization:type_name -> lossless.workorder.v1.OperatorAuthorization
 	0,  // 11: lossless.workorder.v1.RecordReHandOffRequest.authorization:type_name -> lossless.workorder.v1.OperatorAuthorization
-	30, // 12: lossless.workorder.v1.OutboxEvent.next_attempt_time:type_name -> google.protobuf.Timestamp
-	30, // 13: lossless.workorder.v1.OutboxEvent.lease_expire_time:type_name -> google.protobuf.Timestamp
-	30, // 14: lossless.workorder.v1.OutboxEvent.occur_time:type_name -> google.protobuf.Timestamp
-	30, // 15: lossless.workorder.v1.OutboxEvent.create_time:type_name -> google.protobuf.Timestamp
-	30, // 16: lossless.workorder.v1.OutboxEvent.publish_time:type_name -> google.protobuf.Timestamp
+	33, // 12: lossless.workorder.v1.OutboxEvent.next_attempt_time:type_name -> google.protobuf.Timestamp
+	33, // 13: lossless.workorder.v1.OutboxEvent.lease_expire_time:type_name -> google.protobuf.Timestamp
+	33, // 14: lossless.workorder.v1.OutboxEvent.occur_time:type_name -> google.protobuf.Timestamp
+	33, // 15: lossless.workorder.v1.OutboxEvent.create_time:type_name -> google.protobuf.Timestamp
+	33, // 16: lossless.workorder.v1.OutboxEvent.publish_time:type_name -> google.protobuf.Timestamp
 	14, // 17: lossless.workorder.v1.ListOutboxEventsResponse.events:type_name -> lossless.workorder.v1.OutboxEvent
-	31, // 18: lossless.workorder.v1.OperatorAuditRecord.params:type_name -> google.protobuf.Struct
-	30, // 19: lossless.workorder.v1.OperatorAuditRecord.occur_time:type_name -> google.protobuf.Timestamp
+	34, // 18: lossless.workorder.v1.OperatorAuditRecord.params:type_name -> google.protobuf.Struct
+	33, // 19: lossless.workorder.v1.OperatorAuditRecord.occur_time:type_name -> google.protobuf.Timestamp
 	17, // 20: lossless.workorder.v1.ListOperatorAuditResponse.records:type_name -> lossless.workorder.v1.OperatorAuditRecord
 	0,  // 21: lossless.workorder.v1.ReplayInvoicingDeadLettersRequest.authorization:type_name -> lossless.workorder.v1.OperatorAuthorization
-	28, // 22: lossless.workorder.v1.ReplayInvoicingDeadLettersResponse.outcomes:type_name -> lossless.workorder.v1.ReplayInvoicingDeadLettersResponse.OutcomesEntry
-	29, // 23: lossless.workorder.v1.ParkedBillingEvent.attributes:type_name -> lossless.workorder.v1.ParkedBillingEvent.AttributesEntry
-	30, // 24: lossless.workorder.v1.ParkedBillingEvent.park_time:type_name -> google.protobuf.Timestamp
+	31, // 22: lossless.workorder.v1.ReplayInvoicingDeadLettersResponse.outcomes:type_name -> lossless.workorder.v1.ReplayInvoicingDeadLettersResponse.OutcomesEntry
+	32, // 23: lossless.workorder.v1.ParkedBillingEvent.attributes:type_name -> lossless.workorder.v1.ParkedBillingEvent.AttributesEntry
+	33, // 24: lossless.workorder.v1.ParkedBillingEvent.park_time:type_name -> google.protobuf.Timestamp
 	22, // 25: lossless.workorder.v1.ListParkedBillingEventsResponse.events:type_name -> lossless.workorder.v1.ParkedBillingEvent
 	0,  // 26: lossless.workorder.v1.ReplayParkedBillingEventRequest.authorization:type_name -> lossless.workorder.v1.OperatorAuthorization
-	2,  // 27: lossless.workorder.v1.WorkOrderAdminService.ListInboxEntries:input_type -> lossless.workorder.v1.ListInboxEntriesRequest
-	4,  // 28: lossless.workorder.v1.WorkOrderAdminService.GetInboxEntry:input_type -> lossless.workorder.v1.GetInboxEntryRequest
-	6,  // 29: lossless.workorder.v1.WorkOrderAdminService.ReplayInboxEntries:input_type -> lossless.workorder.v1.ReplayInboxEntriesRequest
-	8,  // 30: lossless.workorder.v1.WorkOrderAdminService.ReplayDeadLetters:input_type -> lossless.workorder.v1.ReplayDeadLettersRequest
-	10, // 31: lossless.workorder.v1.WorkOrderAdminService.CleanupInbox:input_type -> lossless.workorder.v1.CleanupInboxRequest
-	12, // 32: lossless.workorder.v1.WorkOrderAdminService.RecordReHandOff:input_type -> lossless.workorder.v1.RecordReHandOffRequest
-	15, // 33: lossless.workorder.v1.WorkOrderAdminService.ListOutboxEvents:input_type -> lossless.workorder.v1.ListOutboxEventsRequest
-	18, // 34: lossless.workorder.v1.WorkOrderAdminService.ListOperatorAudit:input_type -> lossless.workorder.v1.ListOperatorAuditRequest
-	20, // 35: lossless.workorder.v1.WorkOrderAdminService.ReplayInvoicingDeadLetters:input_type -> lossless.workorder.v1.ReplayInvoicingDeadLettersRequest
-	23, // 36: lossless.workorder.v1.WorkOrderAdminService.ListParkedBillingEvents:input_type -> lossless.workorder.v1.ListParkedBillingEventsRequest
-	25, // 37: lossless.workorder.v1.WorkOrderAdminService.ReplayParkedBillingEvent:input_type -> lossless.workorder.v1.ReplayParkedBillingEventRequest
-	3,  // 38: lossless.workorder.v1.WorkOrderAdminService.ListInboxEntries:output_type -> lossless.workorder.v1.ListInboxEntriesResponse
-	5,  // 39: lossless.workorder.v1.WorkOrderAdminService.GetInboxEntry:output_type -> lossless.workorder.v1.GetInboxEntryResponse
-	7,  // 40: lossless.workorder.v1.WorkOrderAdminService.ReplayInboxEntries:output_type -> lossless.workorder.v1.ReplayInboxEntriesResponse
-	9,  // 41: lossless.workorder.v1.WorkOrderAdminService.ReplayDeadLetters:output_type -> lossless.workorder.v1.ReplayDeadLettersResponse
-	11, // 42: lossless.workorder.v1.WorkOrderAdminService.CleanupInbox:output_type -> lossless.workorder.v1.CleanupInboxResponse
-	13, // 43: lossless.workorder.v1.WorkOrderAdminService.RecordReHandOff:output_type -> lossless.workorder.v1.RecordReHandOffResponse
-	16, // 44: lossless.workorder.v1.WorkOrderAdminService.ListOutboxEvents:output_type -> lossless.workorder.v1.ListOutboxEventsResponse
-	19, // 45: lossless.workorder.v1.WorkOrderAdminService.ListOperatorAudit:output_type -> lossless.workorder.v1.ListOperatorAuditResponse
-	21, // 46: lossless.workorder.v1.WorkOrderAdminService.ReplayInvoicingDeadLetters:output_type -> lossless.workorder.v1.ReplayInvoicingDeadLettersResponse
-	24, // 47: lossless.workorder.v1.WorkOrderAdminService.ListParkedBillingEvents:output_type -> lossless.workorder.v1.ListParkedBillingEventsResponse
-	26, // 48: lossless.workorder.v1.WorkOrderAdminService.ReplayParkedBillingEvent:output_type -> lossless.workorder.v1.ReplayParkedBillingEventResponse
-	38, // [38:49] is the sub-list for method output_type
-	27, // [27:38] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	0,  // 27: lossless.workorder.v1.RequeueOutboxEventsRequest.authorization:type_name -> lossless.workorder.v1.OperatorAuthorization
+	28, // 28: lossless.workorder.v1.RequeueOutboxEventsResponse.skipped:type_name -> lossless.workorder.v1.SkippedOutboxEvent
+	2,  // 29: lossless.workorder.v1.WorkOrderAdminService.ListInboxEntries:input_type -> lossless.workorder.v1.ListInboxEntriesRequest
+	4,  // 30: lossless.workorder.v1.WorkOrderAdminService.GetInboxEntry:input_type -> lossless.workorder.v1.GetInboxEntryRequest
+	6,  // 31: lossless.workorder.v1.WorkOrderAdminService.ReplayInboxEntries:input_type -> lossless.workorder.v1.ReplayInboxEntriesRequest
+	8,  // 32: lossless.workorder.v1.WorkOrderAdminService.ReplayDeadLetters:input_type -> lossless.workorder.v1.ReplayDeadLettersRequest
+	10, // 33: lossless.workorder.v1.WorkOrderAdminService.CleanupInbox:input_type -> lossless.workorder.v1.CleanupInboxRequest
+	12, // 34: lossless.workorder.v1.WorkOrderAdminService.RecordReHandOff:input_type -> lossless.workorder.v1.RecordReHandOffRequest
+	15, // 35: lossless.workorder.v1.WorkOrderAdminService.ListOutboxEvents:input_type -> lossless.workorder.v1.ListOutboxEventsRequest
+	18, // 36: lossless.workorder.v1.WorkOrderAdminService.ListOperatorAudit:input_type -> lossless.workorder.v1.ListOperatorAuditRequest
+	20, // 37: lossless.workorder.v1.WorkOrderAdminService.ReplayInvoicingDeadLetters:input_type -> lossless.workorder.v1.ReplayInvoicingDeadLettersRequest
+	23, // 38: lossless.workorder.v1.WorkOrderAdminService.ListParkedBillingEvents:input_type -> lossless.workorder.v1.ListParkedBillingEventsRequest
+	25, // 39: lossless.workorder.v1.WorkOrderAdminService.ReplayParkedBillingEvent:input_type -> lossless.workorder.v1.ReplayParkedBillingEventRequest
+	27, // 40: lossless.workorder.v1.WorkOrderAdminService.RequeueOutboxEvents:input_type -> lossless.workorder.v1.RequeueOutboxEventsRequest
+	3,  // 41: lossless.workorder.v1.WorkOrderAdminService.ListInboxEntries:output_type -> lossless.workorder.v1.ListInboxEntriesResponse
+	5,  // 42: lossless.workorder.v1.WorkOrderAdminService.GetInboxEntry:output_type -> lossless.workorder.v1.GetInboxEntryResponse
+	7,  // 43: lossless.workorder.v1.WorkOrderAdminService.ReplayInboxEntries:output_type -> lossless.workorder.v1.ReplayInboxEntriesResponse
+	9,  // 44: lossless.workorder.v1.WorkOrderAdminService.ReplayDeadLetters:output_type -> lossless.workorder.v1.ReplayDeadLettersResponse
+	11, // 45: lossless.workorder.v1.WorkOrderAdminService.CleanupInbox:output_type -> lossless.workorder.v1.CleanupInboxResponse
+	13, // 46: lossless.workorder.v1.WorkOrderAdminService.RecordReHandOff:output_type -> lossless.workorder.v1.RecordReHandOffResponse
+	16, // 47: lossless.workorder.v1.WorkOrderAdminService.ListOutboxEvents:output_type -> lossless.workorder.v1.ListOutboxEventsResponse
+	19, // 48: lossless.workorder.v1.WorkOrderAdminService.ListOperatorAudit:output_type -> lossless.workorder.v1.ListOperatorAuditResponse
+	21, // 49: lossless.workorder.v1.WorkOrderAdminService.ReplayInvoicingDeadLetters:output_type -> lossless.workorder.v1.ReplayInvoicingDeadLettersResponse
+	24, // 50: lossless.workorder.v1.WorkOrderAdminService.ListParkedBillingEvents:output_type -> lossless.workorder.v1.ListParkedBillingEventsResponse
+	26, // 51: lossless.workorder.v1.WorkOrderAdminService.ReplayParkedBillingEvent:output_type -> lossless.workorder.v1.ReplayParkedBillingEventResponse
+	29, // 52: lossless.workorder.v1.WorkOrderAdminService.RequeueOutboxEvents:output_type -> lossless.workorder.v1.RequeueOutboxEventsResponse
+	41, // [41:53] is the sub-list for method output_type
+	29, // [29:41] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_lossless_workorder_v1_admin_proto_init() }
@@ -2357,7 +2556,7 @@ func file_lossless_workorder_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lossless_workorder_v1_admin_proto_rawDesc), len(file_lossless_workorder_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   30,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

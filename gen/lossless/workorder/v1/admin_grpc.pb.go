@@ -30,6 +30,7 @@ const (
 	WorkOrderAdminService_ReplayInvoicingDeadLetters_FullMethodName = "/lossless.workorder.v1.WorkOrderAdminService/ReplayInvoicingDeadLetters"
 	WorkOrderAdminService_ListParkedBillingEvents_FullMethodName    = "/lossless.workorder.v1.WorkOrderAdminService/ListParkedBillingEvents"
 	WorkOrderAdminService_ReplayParkedBillingEvent_FullMethodName   = "/lossless.workorder.v1.WorkOrderAdminService/ReplayParkedBillingEvent"
+	WorkOrderAdminService_RequeueOutboxEvents_FullMethodName        = "/lossless.workorder.v1.WorkOrderAdminService/RequeueOutboxEvents"
 )
 
 // WorkOrderAdminServiceClient is the client API for WorkOrderAdminService service.
@@ -74,6 +75,11 @@ type WorkOrderAdminServiceClient interface {
 	// Re-applies one parked InvoiceIssued once its cause is fixed, as
 	// `workorder invoicing replay` does.
 	ReplayParkedBillingEvent(ctx context.Context, in *ReplayParkedBillingEventRequest, opts ...grpc.CallOption) (*ReplayParkedBillingEventResponse, error)
+	// Requeues FAILED outbox events once their cause is fixed, as `workorder
+	// outbox requeue` does: each goes back to PENDING with a fresh attempt
+	// budget and is dispatched before the events of its aggregate that waited
+	// behind it. Events not FAILED are reported and left alone.
+	RequeueOutboxEvents(ctx context.Context, in *RequeueOutboxEventsRequest, opts ...grpc.CallOption) (*RequeueOutboxEventsResponse, error)
 }
 
 type workOrderAdminServiceClient struct {
@@ -194,6 +200,16 @@ func (c *workOrderAdminServiceClient) ReplayParkedBillingEvent(ctx context.Conte
 	return out, nil
 }
 
+func (c *workOrderAdminServiceClient) RequeueOutboxEvents(ctx context.Context, in *RequeueOutboxEventsRequest, opts ...grpc.CallOption) (*RequeueOutboxEventsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RequeueOutboxEventsResponse)
+	err := c.cc.Invoke(ctx, WorkOrderAdminService_RequeueOutboxEvents_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // WorkOrderAdminServiceServer is the server API for WorkOrderAdminService service.
 // All implementations must embed UnimplementedWorkOrderAdminServiceServer
 // for forward compatibility.
@@ -236,6 +252,11 @@ type WorkOrderAdminServiceServer interface {
 	// Re-applies one parked InvoiceIssued once its cause is fixed, as
 	// `workorder invoicing replay` does.
 	ReplayParkedBillingEvent(context.Context, *ReplayParkedBillingEventRequest) (*ReplayParkedBillingEventResponse, error)
+	// Requeues FAILED outbox events once their cause is fixed, as `workorder
+	// outbox requeue` does: each goes back to PENDING with a fresh attempt
+	// budget and is dispatched before the events of its aggregate that waited
+	// behind it. Events not FAILED are reported and left alone.
+	RequeueOutboxEvents(context.Context, *RequeueOutboxEventsRequest) (*RequeueOutboxEventsResponse, error)
 	mustEmbedUnimplementedWorkOrderAdminServiceServer()
 }
 
@@ -278,6 +299,9 @@ func (UnimplementedWorkOrderAdminServiceServer) ListParkedBillingEvents(context.
 }
 func (UnimplementedWorkOrderAdminServiceServer) ReplayParkedBillingEvent(context.Context, *ReplayParkedBillingEventRequest) (*ReplayParkedBillingEventResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ReplayParkedBillingEvent not implemented")
+}
+func (UnimplementedWorkOrderAdminServiceServer) RequeueOutboxEvents(context.Context, *RequeueOutboxEventsRequest) (*RequeueOutboxEventsResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method RequeueOutboxEvents not implemented")
 }
 func (UnimplementedWorkOrderAdminServiceServer) mustEmbedUnimplementedWorkOrderAdminServiceServer() {}
 func (UnimplementedWorkOrderAdminServiceServer) testEmbeddedByValue()                               {}
@@ -498,6 +522,24 @@ func _WorkOrderAdminService_ReplayParkedBillingEvent_Handler(srv interface{}, ct
 	return interceptor(ctx, in, info, handler)
 }
 
+func _WorkOrderAdminService_RequeueOutboxEvents_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RequeueOutboxEventsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(WorkOrderAdminServiceServer).RequeueOutboxEvents(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: WorkOrderAdminService_RequeueOutboxEvents_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(WorkOrderAdminServiceServer).RequeueOutboxEvents(ctx, req.(*RequeueOutboxEventsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // WorkOrderAdminService_ServiceDesc is the grpc.ServiceDesc for WorkOrderAdminService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -548,6 +590,10 @@ var WorkOrderAdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReplayParkedBillingEvent",
 			Handler:    _WorkOrderAdminService_ReplayParkedBillingEvent_Handler,
+		},
+		{
+			MethodName: "RequeueOutboxEvents",
+			Handler:    _WorkOrderAdminService_RequeueOutboxEvents_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

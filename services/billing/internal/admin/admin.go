@@ -1,8 +1,9 @@
 // Package admin is billing's privileged operator surface: the reads of the
-// invoice jobs (pkg/leasequeue), the parked messages (pkg/parked) and the
-// operator_audit log, and the repairs: retry dead invoice jobs, replay the
-// intake's dead letters and parked messages. Ops implements them once; the
-// command line (RunCLI, `billing dead-letters|parked ...`) and the gRPC
+// invoice jobs (pkg/leasequeue), the parked messages (pkg/parked), the
+// outbox (pkg/outbox) and the operator_audit log, and the repairs: retry
+// dead invoice jobs, replay the intake's dead letters and parked messages,
+// requeue FAILED outbox events. Ops implements them once; the command line
+// (RunCLI, `billing dead-letters|parked|jobs|outbox ...`) and the gRPC
 // service lossless.billing.v1.BillingAdminService (Service, operator token
 // from env BILLING_OPERATOR_TOKEN via pkg/operatorauth) both call it. Every
 // repair needs a ticket and an actor and is audited in operator_audit, dry

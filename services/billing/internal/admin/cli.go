@@ -15,10 +15,11 @@ import (
 	"github.com/lossless-dev/lossless/services/billing/internal/intake"
 )
 
-// CLIUsage documents `billing dead-letters ...`, `billing parked ...` and
-// `billing jobs retry`. Running the binary with the database credentials is
-// the privilege; ticket and actor make each run audited (operator_audit).
-const CLIUsage = `usage: billing dead-letters|parked|jobs <command> [flags]
+// CLIUsage documents `billing dead-letters ...`, `billing parked ...`,
+// `billing jobs retry` and `billing outbox requeue`. Running the binary with
+// the database credentials is the privilege; ticket and actor make each run
+// audited (operator_audit).
+const CLIUsage = `usage: billing dead-letters|parked|jobs|outbox <command> [flags]
 
 commands:
   jobs retry          -id N [-id M ...] -ticket T -actor A [-dry-run]
@@ -29,13 +30,17 @@ commands:
                       print the open parked messages as JSON lines, oldest first
   parked replay       -id N -ticket T -actor A [-dry-run]
                       consume a parked message through the intake, once its cause is fixed
+  outbox requeue      -ids <uuid,...> -ticket T -actor A [-dry-run]
+                      move FAILED outbox events back to PENDING with a fresh attempt budget
+                      (at most 500); events not FAILED are reported and left alone
 `
 
 // ErrUsage is returned for a malformed command line.
 var ErrUsage = errors.New("usage")
 
 // RunCLI runs `billing <group> <command> [flags]`; group is dead-letters,
-// parked or jobs (retry only), args start with the command.
+// parked, jobs (retry only) or outbox (requeue only), args start with the
+// command.
 func RunCLI(ctx context.Context, group string, args []string, ops *Ops, out io.Writer) error {
 	if ops == nil || out == nil {
 		return errors.New("admin: RunCLI needs ops and an output")
@@ -55,6 +60,10 @@ func RunCLI(ctx context.Context, group string, args []string, ops *Ops, out io.W
 		if cmd == "retry" {
 			key = group + " " + cmd
 		}
+	case "outbox":
+		if cmd == "requeue" {
+			key = group + " " + cmd
+		}
 	case "parked":
 		switch cmd {
 		case "list", "replay":
@@ -66,6 +75,7 @@ func RunCLI(ctx context.Context, group string, args []string, ops *Ops, out io.W
 	var (
 		a                  Authorization
 		msgIDs, workOrder  string
+		eventIDs           string
 		id, afterID        int64
 		maxMessages, limit int
 		dryRun             bool
@@ -91,6 +101,9 @@ func RunCLI(ctx context.Context, group string, args []string, ops *Ops, out io.W
 	case "jobs retry":
 		authFlags()
 		fs.Var(&jobIDs, "id", "dead job id to requeue (repeatable, required)")
+	case "outbox requeue":
+		authFlags()
+		fs.StringVar(&eventIDs, "ids", "", "comma-separated outbox event ids (required)")
 	default:
 		_, _ = io.WriteString(out, CLIUsage)
 		return fmt.Errorf("%w: unknown command %q", ErrUsage, strings.TrimSpace(group+" "+cmd))
@@ -131,6 +144,23 @@ func RunCLI(ctx context.Context, group string, args []string, ops *Ops, out io.W
 			return err
 		}
 		return json.NewEncoder(out).Encode(map[string]any{"requested": []int64(jobIDs), "dry_run": dryRun, "requeued": ids})
+	case "outbox requeue":
+		if eventIDs == "" {
+			return fmt.Errorf("%w: billing outbox requeue: -ids is required", ErrUsage)
+		}
+		ids, err := parseEventIDs(strings.Split(eventIDs, ","))
+		if err != nil {
+			return fmt.Errorf("%w: -ids: %w", ErrUsage, err)
+		}
+		res, err := ops.RequeueOutbox(ctx, OutboxRequeueRequest{Authorization: a, EventIDs: ids, DryRun: dryRun})
+		if err != nil {
+			return err
+		}
+		skipped := map[string]string{}
+		for _, s := range res.Skipped {
+			skipped[s.EventID.String()] = string(s.State)
+		}
+		return json.NewEncoder(out).Encode(map[string]any{"dry_run": res.DryRun, "requeued": requeuedIDs(res), "skipped": skipped})
 	default: // parked replay
 		outcome, err := ops.ReplayParked(ctx, ParkedReplayRequest{Authorization: a, ID: id, DryRun: dryRun})
 		if err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/lossless-dev/lossless/internal/deadletter"
 	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/pkg/leasequeue"
+	"github.com/lossless-dev/lossless/pkg/outbox"
 	"github.com/lossless-dev/lossless/pkg/parked"
 	"github.com/lossless-dev/lossless/pkg/pgtext"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
@@ -56,7 +57,8 @@ func WithPubSub(c *gpubsub.Client) Option { return func(o *Ops) { o.pubsub = c }
 
 // Ops are billing's repairs of its intake (subscription
 // billing.workorder-events), run from the CLI (RunCLI): replay the
-// subscription's dead letters, and list and replay parked messages. Both
+// subscription's dead letters, and list and replay parked messages; and of
+// its outbox: requeue FAILED events (outbox.go). Both intake
 // replays run through the intake's own idempotent path (decoder, dedup
 // marker, invoice job, or parked with the reason), so a second replay, or
 // the replay of a message already consumed, has no second effect. Every run
@@ -70,6 +72,9 @@ type Ops struct {
 	pubsub *gpubsub.Client
 	dl     *deadletter.Replayer // nil without WithPubSub
 	queue  *leasequeue.Queue    // nil without WithQueue
+	// The outbox's read and repair (outbox.go).
+	outbox  *outbox.Inspector
+	requeue *outbox.Requeuer
 }
 
 // NewOps returns the operations over db, consuming through in, whose parked
@@ -86,11 +91,17 @@ func NewOps(db DB, in *intake.Intake, store *parked.Store, cfg Config, logger *s
 	for _, opt := range opts {
 		opt(o)
 	}
+	var err error
 	if o.pubsub != nil {
-		var err error
 		if o.dl, err = deadletter.New(o.pubsub, cfg.DeadLetterSubscription, logger); err != nil {
 			return nil, err
 		}
+	}
+	if o.outbox, err = outbox.NewInspector(db); err != nil {
+		return nil, err
+	}
+	if o.requeue, err = outbox.NewRequeuer(); err != nil {
+		return nil, err
 	}
 	return o, nil
 }

@@ -6,7 +6,9 @@
 // the gRPC service lossless.workorder.v1.WorkOrderAdminService (Service),
 // which requires the operator token. The InvoiceIssued consumer's repairs
 // (list and replay parked messages, replay dead letters; repairs.go) are
-// also CLI commands (RunInvoicingCLI, `workorder invoicing ...`). Every
+// also CLI commands (RunInvoicingCLI, `workorder invoicing ...`), and so is
+// the requeue of FAILED outbox events (outbox.go; RunOutboxCLI, `workorder
+// outbox requeue`). Every
 // mutating operation needs a ticket and an actor and is audited
 // (operator_audit, dry runs included; a parked replay also on its
 // parked_messages row).
@@ -66,6 +68,8 @@ type Ops struct {
 	store  *inbox.Store
 	dec    *receiver.Decoder
 	outbox *outbox.Inspector
+	// requeue is the repair of FAILED outbox events (outbox.go).
+	requeue *outbox.Requeuer
 
 	invoicing   *invoicing.Invoicing
 	parkedStore *parked.Store
@@ -105,6 +109,10 @@ func NewOps(deps Deps) (*Ops, error) {
 	if err != nil {
 		return nil, err
 	}
+	rq, err := outbox.NewRequeuer()
+	if err != nil {
+		return nil, err
+	}
 	inv, err := invoicing.New(deps.Pool, deps.Logger, nil, invoicing.WithConfig(deps.Invoicing))
 	if err != nil {
 		return nil, err
@@ -113,7 +121,7 @@ func NewOps(deps Deps) (*Ops, error) {
 	if err != nil {
 		return nil, err
 	}
-	o := &Ops{deps: deps, orders: repo, inbox: io, store: store, dec: dec, outbox: ob, invoicing: inv, parkedStore: ps}
+	o := &Ops{deps: deps, orders: repo, inbox: io, store: store, dec: dec, outbox: ob, requeue: rq, invoicing: inv, parkedStore: ps}
 	if deps.PubSub != nil {
 		if o.inboxDL, err = deadletter.New(deps.PubSub, deps.DeadLetterSubscription, deps.Logger); err != nil {
 			return nil, err
