@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/lossless-dev/lossless/internal/deadletter"
+	"github.com/lossless-dev/lossless/internal/operatoraudit"
 	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/pkg/leasequeue"
 	"github.com/lossless-dev/lossless/pkg/outbox"
@@ -164,10 +165,11 @@ func (o *Ops) ReplayDeadLetters(ctx context.Context, req DeadLetterRequest) (Dea
 	}
 	res.MessageIDs, res.Failed, res.DryRun = dl.MessageIDs, dl.Failed, dl.DryRun
 	err = pgx.BeginFunc(ctx, o.db, func(tx pgx.Tx) error {
-		return audit(ctx, tx, "intake.replay-dead-letters", req.Authorization, req.DryRun, map[string]any{
-			"subscription": o.cfg.DeadLetterSubscription, "message_ids": res.MessageIDs, "max_messages": req.MaxMessages,
-			"outcomes": res.Outcomes,
-		}, len(res.MessageIDs))
+		return operatoraudit.Write(ctx, tx, operatoraudit.Entry{Action: "intake.replay-dead-letters", Actor: req.Actor, Ticket: req.Ticket,
+			DryRun: req.DryRun, Affected: len(res.MessageIDs), Params: map[string]any{
+				"subscription": o.cfg.DeadLetterSubscription, "message_ids": res.MessageIDs, "max_messages": req.MaxMessages,
+				"outcomes": res.Outcomes,
+			}})
 	})
 	return res, err
 }
@@ -201,26 +203,15 @@ func (o *Ops) ReplayParked(ctx context.Context, req ParkedReplayRequest) (outcom
 		return "", fmt.Errorf("%w: a parked message id is required", ErrInvalidRequest)
 	}
 	err = pgx.BeginFunc(ctx, o.db, func(tx pgx.Tx) error {
-		// The effect runs under a savepoint: a dry run rolls back to it and
-		// still commits the audit row.
-		sp, err := tx.Begin(ctx)
+		err := operatoraudit.InSavepoint(ctx, tx, req.DryRun, func(sp pgx.Tx) (err error) {
+			outcome, err = o.intake.Replay(ctx, sp, req.ID, req.Ticket, req.Actor)
+			return err
+		})
 		if err != nil {
 			return err
 		}
-		if outcome, err = o.intake.Replay(ctx, sp, req.ID, req.Ticket, req.Actor); err != nil {
-			_ = sp.Rollback(ctx)
-			return err
-		}
-		if req.DryRun {
-			err = sp.Rollback(ctx)
-		} else {
-			err = sp.Commit(ctx)
-		}
-		if err != nil {
-			return err
-		}
-		return audit(ctx, tx, "parked.replay", req.Authorization, req.DryRun,
-			map[string]any{"parked_id": req.ID, "outcome": outcome}, 1)
+		return operatoraudit.Write(ctx, tx, operatoraudit.Entry{Action: "parked.replay", Actor: req.Actor, Ticket: req.Ticket,
+			DryRun: req.DryRun, Params: map[string]any{"parked_id": req.ID, "outcome": outcome}, Affected: 1})
 	})
 	if err != nil {
 		return "", err
@@ -267,8 +258,8 @@ func (o *Ops) RetryJobs(ctx context.Context, req RetryJobsRequest) ([]int64, err
 		return nil, err
 	}
 	err = pgx.BeginFunc(ctx, o.db, func(tx pgx.Tx) error {
-		return audit(ctx, tx, "jobs.retry", req.Authorization, req.DryRun,
-			map[string]any{"requested": req.IDs, "requeued": ids}, len(ids))
+		return operatoraudit.Write(ctx, tx, operatoraudit.Entry{Action: "jobs.retry", Actor: req.Actor, Ticket: req.Ticket,
+			DryRun: req.DryRun, Params: map[string]any{"requested": req.IDs, "requeued": ids}, Affected: len(ids)})
 	})
 	return ids, err
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/lossless-dev/lossless/internal/deadletter"
+	"github.com/lossless-dev/lossless/internal/operatoraudit"
 	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/pkg/inbox"
 	"github.com/lossless-dev/lossless/pkg/outbox"
@@ -89,7 +90,12 @@ func NewOps(deps Deps) (*Ops, error) {
 	if deps.InvoicingDeadLetterSubscription == "" {
 		deps.InvoicingDeadLetterSubscription = topology.SubBillingEventsDeadLetter
 	}
-	io, err := inbox.NewOps(deps.Pool, inbox.WithAudit(operatorAudit))
+	// The inbox's operator actions land in operator_audit next to the
+	// service's own, not in inbox_audit.
+	io, err := inbox.NewOps(deps.Pool, inbox.WithAudit(func(ctx context.Context, tx pgx.Tx, rec inbox.AuditRecord) error {
+		return operatoraudit.Write(ctx, tx, operatoraudit.Entry{Action: rec.Action, Actor: rec.Actor, Ticket: rec.Ticket,
+			DryRun: rec.DryRun, Params: rec.Params, Affected: rec.Affected})
+	}))
 	if err != nil {
 		return nil, err
 	}
@@ -195,10 +201,11 @@ func (o *Ops) ReplayDeadLetters(ctx context.Context, req DeadLetterRequest) (Dea
 	}
 	res := DeadLetterResult{MessageIDs: dl.MessageIDs, IngestResult: ingested, DryRun: dl.DryRun}
 	err = pgx.BeginFunc(ctx, o.deps.Pool, func(tx pgx.Tx) error {
-		return audit(ctx, tx, "inbox.replay-dead-letters", req.Authorization, req.DryRun, map[string]any{
-			"subscription": o.deps.DeadLetterSubscription, "message_ids": res.MessageIDs, "max_messages": req.MaxMessages,
-			"inserted": res.Inserted, "duplicates": res.Duplicates, "poison": res.Poison, "conflicts": res.Conflicts,
-		}, len(res.MessageIDs))
+		return operatoraudit.Write(ctx, tx, operatoraudit.Entry{Action: "inbox.replay-dead-letters", Actor: req.Actor, Ticket: req.Ticket,
+			DryRun: req.DryRun, Affected: len(res.MessageIDs), Params: map[string]any{
+				"subscription": o.deps.DeadLetterSubscription, "message_ids": res.MessageIDs, "max_messages": req.MaxMessages,
+				"inserted": res.Inserted, "duplicates": res.Duplicates, "poison": res.Poison, "conflicts": res.Conflicts,
+			}})
 	})
 	return res, err
 }
@@ -251,10 +258,11 @@ func (o *Ops) ReplayInvoicingDeadLetters(ctx context.Context, req DeadLetterRequ
 	}
 	res.MessageIDs, res.Failed, res.DryRun = dl.MessageIDs, dl.Failed, dl.DryRun
 	err := pgx.BeginFunc(ctx, o.deps.Pool, func(tx pgx.Tx) error {
-		return audit(ctx, tx, "invoicing.replay-dead-letters", req.Authorization, req.DryRun, map[string]any{
-			"subscription": o.deps.InvoicingDeadLetterSubscription, "message_ids": res.MessageIDs, "max_messages": req.MaxMessages,
-			"outcomes": res.Outcomes, "failed": res.Failed,
-		}, len(res.MessageIDs)-len(res.Failed))
+		return operatoraudit.Write(ctx, tx, operatoraudit.Entry{Action: "invoicing.replay-dead-letters", Actor: req.Actor, Ticket: req.Ticket,
+			DryRun: req.DryRun, Affected: len(res.MessageIDs) - len(res.Failed), Params: map[string]any{
+				"subscription": o.deps.InvoicingDeadLetterSubscription, "message_ids": res.MessageIDs, "max_messages": req.MaxMessages,
+				"outcomes": res.Outcomes, "failed": res.Failed,
+			}})
 	})
 	if replayErr != nil {
 		return res, errors.Join(fmt.Errorf("admin: apply invoicing dead letters: %w", replayErr), err)
@@ -290,8 +298,8 @@ func (o *Ops) RecordReHandOff(ctx context.Context, auth inbox.Authorization, ord
 		// The new waiting point has the highest id: it is the last open one.
 		points := wo.OpenWaitingPoints()
 		wpID, open = points[len(points)-1], len(points)
-		return audit(ctx, tx, "workorder.re-hand-off", auth, false,
-			map[string]any{"work_order_id": orderID.String(), "waiting_point_id": wpID, "open_waiting_points": open}, 1)
+		return operatoraudit.Write(ctx, tx, operatoraudit.Entry{Action: "workorder.re-hand-off", Actor: auth.Actor, Ticket: auth.Ticket,
+			Params: map[string]any{"work_order_id": orderID.String(), "waiting_point_id": wpID, "open_waiting_points": open}, Affected: 1})
 	})
 	return wpID, open, err
 }

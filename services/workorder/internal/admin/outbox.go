@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
+	"github.com/lossless-dev/lossless/internal/operatoraudit"
 	"github.com/lossless-dev/lossless/pkg/inbox"
 	"github.com/lossless-dev/lossless/pkg/outbox"
 )
@@ -46,7 +47,8 @@ func (o *Ops) RequeueOutbox(ctx context.Context, req OutboxRequeueRequest) (res 
 		if err != nil {
 			return err
 		}
-		return audit(ctx, tx, "outbox.requeue", req.Authorization, req.DryRun, requeueParams(req.EventIDs, res), len(res.Requeued))
+		return operatoraudit.Write(ctx, tx, operatoraudit.Entry{Action: "outbox.requeue", Actor: req.Actor, Ticket: req.Ticket,
+			DryRun: req.DryRun, Params: requeueParams(req.EventIDs, res), Affected: len(res.Requeued)})
 	})
 	if errors.Is(err, outbox.ErrInvalidRequeue) {
 		return outbox.RequeueResult{}, fmt.Errorf("%w: %w", inbox.ErrInvalidRequest, err)

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
+	"github.com/lossless-dev/lossless/internal/operatoraudit"
 	"github.com/lossless-dev/lossless/internal/pagetoken"
 	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/pkg/inbox"
@@ -64,26 +65,15 @@ func (o *Ops) ReplayParkedBillingEvent(ctx context.Context, req ParkedReplayRequ
 		return "", fmt.Errorf("%w: a parked message id is required", inbox.ErrInvalidRequest)
 	}
 	err = pgx.BeginFunc(ctx, o.deps.Pool, func(tx pgx.Tx) error {
-		// The effect runs under a savepoint: a dry run rolls back to it and
-		// still commits the audit row.
-		sp, err := tx.Begin(ctx)
+		err := operatoraudit.InSavepoint(ctx, tx, req.DryRun, func(sp pgx.Tx) (err error) {
+			outcome, err = o.invoicing.ReplayIn(ctx, sp, req.ID, req.Ticket, req.Actor)
+			return err
+		})
 		if err != nil {
 			return err
 		}
-		if outcome, err = o.invoicing.ReplayIn(ctx, sp, req.ID, req.Ticket, req.Actor); err != nil {
-			_ = sp.Rollback(ctx)
-			return err
-		}
-		if req.DryRun {
-			err = sp.Rollback(ctx)
-		} else {
-			err = sp.Commit(ctx)
-		}
-		if err != nil {
-			return err
-		}
-		return audit(ctx, tx, "invoicing.replay-parked", req.Authorization, req.DryRun,
-			map[string]any{"parked_id": req.ID, "outcome": outcome}, 1)
+		return operatoraudit.Write(ctx, tx, operatoraudit.Entry{Action: "invoicing.replay-parked", Actor: req.Actor, Ticket: req.Ticket,
+			DryRun: req.DryRun, Params: map[string]any{"parked_id": req.ID, "outcome": outcome}, Affected: 1})
 	})
 	if err != nil {
 		return "", err

@@ -1,0 +1,199 @@
+// Package operatoraudit writes and reads the services' operator_audit log:
+// one row per privileged operator action (replay, requeue, retry,
+// re-hand-off), dry runs included, saying who acted under which ticket with
+// which parameters and how many rows it touched. The work-order and billing
+// databases each have the table in the same shape
+// (migrations/workorder/00002_operations.sql,
+// migrations/billing/00002_operator_audit.sql); this package's tests fail
+// when the two differ.
+//
+// An action writes its row in its own transaction (Write), so no action
+// happens unaudited. InSavepoint runs an action's effect so that a dry run
+// rolls the effect back and still commits the audit row.
+package operatoraudit
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/lossless-dev/lossless/pkg/pgtext"
+)
+
+// MaxLength is the CHECK limit of ticket and actor, in characters.
+const MaxLength = 200
+
+// Bounds of Filter.Limit.
+const (
+	DefaultLimit = 50
+	MaxLimit     = 500
+)
+
+var (
+	// ErrInvalidEntry refuses an Entry without an action, or with a
+	// missing, overlong or unstorable ticket or actor; nothing was written.
+	ErrInvalidEntry = errors.New("operatoraudit: invalid entry")
+	// ErrInvalidFilter refuses a Filter out of range.
+	ErrInvalidFilter = errors.New("operatoraudit: invalid filter")
+)
+
+// DB is what Write and List need: a pool, a connection or a transaction.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// Entry is one privileged action to record.
+type Entry struct {
+	// Action names it, e.g. "parked.replay" (required).
+	Action string
+	// Actor is who acted and Ticket the change or incident it was done
+	// under (both required, at most MaxLength characters; trimmed).
+	Actor, Ticket string
+	// DryRun: the action reported what it would do and changed nothing.
+	DryRun bool
+	// Params are the request's parameters and results, stored as JSON.
+	Params map[string]any
+	// Affected counts the rows changed (on a dry run: that would be).
+	Affected int
+}
+
+// ValidateAuthorization reports a missing, overlong or unstorable ticket or
+// actor, naming the field. Write checks the same; a service calls it to
+// refuse a request before doing anything.
+func ValidateAuthorization(ticket, actor string) error {
+	var errs []error
+	for _, f := range [...]struct{ name, v string }{{"ticket", ticket}, {"actor", actor}} {
+		switch v := strings.TrimSpace(f.v); {
+		case v == "":
+			errs = append(errs, fmt.Errorf("%s is required", f.name))
+		case utf8.RuneCountInString(v) > MaxLength:
+			errs = append(errs, fmt.Errorf("%s: at most %d characters", f.name, MaxLength))
+		case pgtext.Problem(v) != "":
+			errs = append(errs, fmt.Errorf("%s %s", f.name, pgtext.Problem(v)))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// insertEntry writes one row; id and occurred_at are the table's.
+const insertEntry = `
+INSERT INTO operator_audit (action, actor, ticket, dry_run, params, affected)
+VALUES ($1, $2, $3, $4, $5, $6)`
+
+// Write records e through tx, normally the transaction of the action, so
+// that the row exists if and only if the action committed. Ticket and actor
+// are stored trimmed.
+func Write(ctx context.Context, tx DB, e Entry) error {
+	err := ValidateAuthorization(e.Ticket, e.Actor)
+	if strings.TrimSpace(e.Action) == "" {
+		err = errors.Join(err, errors.New("action is required"))
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidEntry, err)
+	}
+	p, err := json.Marshal(e.Params)
+	if err != nil {
+		return fmt.Errorf("operatoraudit: %s params: %w", e.Action, err)
+	}
+	_, err = tx.Exec(ctx, insertEntry, e.Action, strings.TrimSpace(e.Actor), strings.TrimSpace(e.Ticket), e.DryRun, p, e.Affected)
+	if err != nil {
+		return fmt.Errorf("operatoraudit: write %s: %w", e.Action, err)
+	}
+	return nil
+}
+
+// InSavepoint runs fn, an action's effect, under a savepoint of tx and
+// keeps its effect, or on a dry run rolls back to the savepoint, leaving tx
+// usable for the audit row (Write) that records the dry run. An error of
+// fn rolls back to the savepoint and is returned as it is; the caller's
+// transaction then normally rolls back, audit row and all.
+func InSavepoint(ctx context.Context, tx pgx.Tx, dryRun bool, fn func(pgx.Tx) error) error {
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	if err := fn(sp); err != nil {
+		// fn's error is the one to report; a failed rollback leaves tx
+		// aborted, which its next statement reports.
+		_ = sp.Rollback(ctx)
+		return err
+	}
+	if dryRun {
+		return sp.Rollback(ctx)
+	}
+	return sp.Commit(ctx)
+}
+
+// Record is one operator_audit row.
+type Record struct {
+	ID         int64
+	Action     string
+	Actor      string
+	Ticket     string
+	DryRun     bool
+	Params     map[string]any
+	Affected   int
+	OccurredAt time.Time
+}
+
+// Filter selects operator_audit rows; empty fields match all.
+type Filter struct {
+	Action, Actor, Ticket string
+	// BeforeID pages backwards: only rows with a smaller id (0: from the
+	// newest).
+	BeforeID int64
+	// Limit caps the result; 0 means DefaultLimit, at most MaxLimit.
+	Limit int
+}
+
+// listEntries reads the log newest first, by its primary key. The log grows
+// by operator actions only (a few a day), so the optional filters are plain
+// conditions rather than indexes.
+const listEntries = `
+SELECT id, action, actor, ticket, dry_run, params, affected, occurred_at
+FROM operator_audit
+WHERE ($1 = '' OR action = $1) AND ($2 = '' OR actor = $2) AND ($3 = '' OR ticket = $3)
+  AND ($4 = 0 OR id < $4)
+ORDER BY id DESC
+LIMIT $5`
+
+// List returns the rows matching f, newest first, and whether more follow.
+func List(ctx context.Context, db DB, f Filter) (records []Record, more bool, err error) {
+	switch {
+	case f.Limit < 0 || f.Limit > MaxLimit || f.BeforeID < 0:
+		return nil, false, fmt.Errorf("%w: limit %d (0..%d), before id %d", ErrInvalidFilter, f.Limit, MaxLimit, f.BeforeID)
+	case f.Limit == 0:
+		f.Limit = DefaultLimit
+	}
+	// One more than asked for tells whether more follow.
+	rows, err := db.Query(ctx, listEntries, f.Action, f.Actor, f.Ticket, f.BeforeID, f.Limit+1)
+	if err != nil {
+		return nil, false, fmt.Errorf("operatoraudit: list: %w", err)
+	}
+	records, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Record, error) {
+		var a Record
+		var params []byte
+		if err := r.Scan(&a.ID, &a.Action, &a.Actor, &a.Ticket, &a.DryRun, &params, &a.Affected, &a.OccurredAt); err != nil {
+			return a, err
+		}
+		if err := json.Unmarshal(params, &a.Params); err != nil {
+			return a, fmt.Errorf("row %d params: %w", a.ID, err)
+		}
+		return a, nil
+	})
+	if err != nil {
+		return nil, false, fmt.Errorf("operatoraudit: list: %w", err)
+	}
+	if len(records) > f.Limit {
+		return records[:f.Limit], true, nil
+	}
+	return records, false, nil
+}
