@@ -7,8 +7,8 @@
 // migrations/billing/00002_operator_audit.sql); this package's tests fail
 // when the two differ.
 //
-// An action writes its row in its own transaction (Write), so no action
-// happens unaudited. InSavepoint runs an action's effect so that a dry run
+// An action writes its row in the transaction of its effect (Write takes
+// that transaction), so no action commits unaudited. InSavepoint runs an action's effect so that a dry run
 // rolls the effect back and still commits the audit row.
 package operatoraudit
 
