@@ -12,6 +12,8 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
+
+	"github.com/lossless-dev/lossless/pkg/apierror"
 )
 
 // MaxLength bounds a token (the requests' page_token max_len).
@@ -74,4 +76,20 @@ func Decode(tok string, position any, filter ...string) (bool, error) {
 		return false, ErrMalformed
 	}
 	return true, nil
+}
+
+// DecodeID decodes a token whose position is a row id (Encode(id, filter...)):
+// 0 for the first page. A token that is malformed, issued for another filter
+// or holds no positive id is refused as an INVALID_ARGUMENT field violation
+// on page_token, ready to return from an RPC.
+func DecodeID(tok string, filter ...string) (int64, error) {
+	var id int64
+	ok, err := Decode(tok, &id, filter...)
+	if err == nil && ok && id <= 0 {
+		err = ErrMalformed
+	}
+	if err != nil {
+		return 0, apierror.InvalidArgument(apierror.Violation{Field: "page_token", Description: err.Error()})
+	}
+	return id, nil
 }

@@ -2,7 +2,11 @@ package pagetoken_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/lossless-dev/lossless/internal/pagetoken"
 )
@@ -33,6 +37,26 @@ func TestRoundTripAndRefusals(t *testing.T) {
 	} {
 		if _, err := pagetoken.Decode(c.tok, &got, c.filter...); !errors.Is(err, c.want) {
 			t.Errorf("%s: %v, want %v", name, err, c.want)
+		}
+	}
+}
+
+func TestDecodeID(t *testing.T) {
+	t.Parallel()
+	if id, err := pagetoken.DecodeID("", "PENDING"); id != 0 || err != nil {
+		t.Fatalf("first page: %d %v", id, err)
+	}
+	if id, err := pagetoken.DecodeID(pagetoken.Encode(int64(7), "PENDING"), "PENDING"); id != 7 || err != nil {
+		t.Fatalf("round trip: %d %v", id, err)
+	}
+	for name, tok := range map[string]string{
+		"foreign filter": pagetoken.Encode(int64(7), "FAILED"),
+		"not an id":      pagetoken.Encode(int64(0), "PENDING"),
+		"garbage":        "%%%",
+	} {
+		_, err := pagetoken.DecodeID(tok, "PENDING")
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "page_token") {
+			t.Errorf("%s: %v, want INVALID_ARGUMENT on page_token", name, err)
 		}
 	}
 }

@@ -21,7 +21,6 @@ import (
 
 	billingv1 "github.com/lossless-dev/lossless/gen/lossless/billing/v1"
 	"github.com/lossless-dev/lossless/internal/pagetoken"
-	"github.com/lossless-dev/lossless/pkg/apierror"
 	"github.com/lossless-dev/lossless/pkg/leasequeue"
 	"github.com/lossless-dev/lossless/pkg/operatorauth"
 	"github.com/lossless-dev/lossless/pkg/parked"
@@ -76,21 +75,6 @@ func (s *Service) AuthInterceptor() grpc.UnaryServerInterceptor {
 	return s.guard.ServiceInterceptor(billingv1.BillingAdminService_ServiceDesc.ServiceName)
 }
 
-// position decodes a page token holding a row id for the listing with the
-// given filter values: 0 for the first page, a page_token field violation
-// otherwise.
-func position(token string, filter ...string) (int64, error) {
-	var id int64
-	ok, err := pagetoken.Decode(token, &id, filter...)
-	if err == nil && ok && id <= 0 {
-		err = pagetoken.ErrMalformed
-	}
-	if err != nil {
-		return 0, apierror.InvalidArgument(apierror.Violation{Field: "page_token", Description: err.Error()})
-	}
-	return id, nil
-}
-
 func pageSize(n int32) int {
 	if n <= 0 {
 		return defaultPageSize
@@ -104,7 +88,7 @@ func (s *Service) ListInvoiceJobs(ctx context.Context, req *billingv1.ListInvoic
 		return nil, err
 	}
 	filter := []string{req.GetState(), req.GetWorkOrderId()}
-	before, err := position(req.GetPageToken(), filter...)
+	before, err := pagetoken.DecodeID(req.GetPageToken(), filter...)
 	if err != nil {
 		return nil, err
 	}
@@ -136,7 +120,7 @@ func (s *Service) ListParkedMessages(ctx context.Context, req *billingv1.ListPar
 	if err := s.guard.Authorize(ctx); err != nil {
 		return nil, err
 	}
-	after, err := position(req.GetPageToken(), req.GetSubscription(), req.GetWorkOrderId())
+	after, err := pagetoken.DecodeID(req.GetPageToken(), req.GetSubscription(), req.GetWorkOrderId())
 	if err != nil {
 		return nil, err
 	}

@@ -121,7 +121,7 @@ func (s *Service) ListOutboxEvents(ctx context.Context, req *billingv1.ListOutbo
 	states := slices.Clone(req.GetStates())
 	slices.Sort(states)
 	filter := []string{strings.Join(states, ","), req.GetAggregateId(), req.GetEventType()}
-	after, err := position(req.GetPageToken(), filter...)
+	after, err := pagetoken.DecodeID(req.GetPageToken(), filter...)
 	if err != nil {
 		return nil, err
 	}

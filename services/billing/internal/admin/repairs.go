@@ -89,7 +89,7 @@ func (s *Service) ListOperatorAudit(ctx context.Context, req *billingv1.ListOper
 		return nil, err
 	}
 	filter := []string{req.GetAction(), req.GetActor(), req.GetTicket()}
-	before, err := position(req.GetPageToken(), filter...)
+	before, err := pagetoken.DecodeID(req.GetPageToken(), filter...)
 	if err != nil {
 		return nil, err
 	}

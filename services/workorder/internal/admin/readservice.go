@@ -17,21 +17,6 @@ import (
 	"github.com/lossless-dev/lossless/pkg/outbox"
 )
 
-// pageAfter decodes a page token carrying a row id for the listing with the
-// given filter values: 0 for the first page, a field violation of
-// page_token for a token that is malformed, foreign or holds no row id.
-func pageAfter(token string, filter ...string) (int64, error) {
-	var id int64
-	ok, err := pagetoken.Decode(token, &id, filter...)
-	if err == nil && ok && id <= 0 {
-		err = pagetoken.ErrMalformed
-	}
-	if err != nil {
-		return 0, apierror.InvalidArgument(apierror.Violation{Field: "page_token", Description: err.Error()})
-	}
-	return id, nil
-}
-
 // readStatus maps a listing's error: a filter out of range is the caller's
 // (request validation refuses it first on a served API); anything else
 // passes unchanged, so the server's edge reports an outage as UNAVAILABLE.
@@ -51,7 +36,7 @@ func (s *Service) ListOutboxEvents(ctx context.Context, req *workorderv1.ListOut
 	states := slices.Clone(req.GetStates())
 	slices.Sort(states)
 	filter := []string{joinStates(states), req.GetAggregateId(), req.GetEventType()}
-	after, err := pageAfter(req.GetPageToken(), filter...)
+	after, err := pagetoken.DecodeID(req.GetPageToken(), filter...)
 	if err != nil {
 		return nil, err
 	}
@@ -90,7 +75,7 @@ func (s *Service) ListOperatorAudit(ctx context.Context, req *workorderv1.ListOp
 		return nil, err
 	}
 	filter := []string{req.GetAction(), req.GetActor(), req.GetTicket()}
-	before, err := pageAfter(req.GetPageToken(), filter...)
+	before, err := pagetoken.DecodeID(req.GetPageToken(), filter...)
 	if err != nil {
 		return nil, err
 	}

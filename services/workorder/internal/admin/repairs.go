@@ -118,7 +118,7 @@ func (s *Service) ListParkedBillingEvents(ctx context.Context, req *workorderv1.
 	if err := s.authorize(ctx); err != nil {
 		return nil, err
 	}
-	after, err := pageAfter(req.GetPageToken(), req.GetWorkOrderId())
+	after, err := pagetoken.DecodeID(req.GetPageToken(), req.GetWorkOrderId())
 	if err != nil {
 		return nil, err
 	}
