@@ -98,7 +98,7 @@ bench: ## Run every benchmark of docs/performance.md once, fsync on; writes benc
 	@mkdir -p bench $(BENCH_DATA) && rm -f $(BENCH_DATA)/*.csv bench/raw.json bench/raw-watermill.json
 	@echo "benchmarks running (up to 90 min); progress: tail -f bench/raw.json"
 	@status=0; \
-	LOSSLESS_PG_FSYNC=on LOSSLESS_BENCH_DATA='$(abspath $(BENCH_DATA))' \
+	LOSSLESS_PG_FSYNC=on LOSSLESS_PG_STAT_STATEMENTS=on LOSSLESS_BENCH_DATA='$(abspath $(BENCH_DATA))' \
 		$(GO) test -json -run '^$$' -bench . -benchtime 1x -timeout 90m ./... > bench/raw.json || status=1; \
 	if [ -d bench/watermill-compare ]; then \
 		(cd bench/watermill-compare && LOSSLESS_PG_FSYNC=on LOSSLESS_BENCH_DATA='$(abspath $(BENCH_DATA))' \

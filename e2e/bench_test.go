@@ -40,6 +40,9 @@ const (
 	// b5ProfileDelay is how far into the 50 % phase the CPU profiles start:
 	// past the ramp-up of the open loop.
 	b5ProfileDelay = 2 * time.Second
+	// b5TopStatements is how many of PostgreSQL's statements the table on
+	// stderr names (b5_statements.csv has them all).
+	b5TopStatements = 15
 	// b5MaxProfile stays below the services' HTTP write timeout (15 s by
 	// default), which bounds a profile request.
 	b5MaxProfile = 14 * time.Second
@@ -77,6 +80,9 @@ const (
 //	LOSSLESS_BENCH_DATA    directory for b5_hops.csv, b5_latency.csv, b5_rate.csv and the
 //	                       profiles (default for the profiles: bench/profiles)
 //	LOSSLESS_PG_FSYNC=on   fsync on the test PostgreSQL server (make bench)
+//	LOSSLESS_PG_STAT_STATEMENTS=on
+//	                       pg_stat_statements on that server (make bench): the statements
+//	                       it spent the 50% phase on, in b5_statements.csv and on stderr
 func BenchmarkB5_EndToEndLatency(b *testing.B) {
 	ctx := context.Background()
 	duration := envDuration(b, "LOSSLESS_B5_DURATION", time.Minute)
@@ -128,8 +134,10 @@ func BenchmarkB5_EndToEndLatency(b *testing.B) {
 		bound := commitRate / commitsPerOrder
 		capRatio := capacity / bound
 
-		// The open-loop phases; CPU profiles during the 50 % one.
+		// The open-loop phases; CPU profiles and the server's statement
+		// statistics during the 50 % one.
 		var profiles []b5Profile
+		var statsOn bool
 		for _, load := range []struct {
 			name string
 			frac float64
@@ -137,6 +145,9 @@ func BenchmarkB5_EndToEndLatency(b *testing.B) {
 			var wg sync.WaitGroup
 			if load.name == "50pct" && profileFor >= time.Second {
 				wg.Go(func() { profiles = b5Profiles(ctx, b, stack, profDir, profileFor) })
+			}
+			if load.name == "50pct" {
+				statsOn = b5ResetStatements(ctx, b, server)
 			}
 			res := b5Load(ctx, b, load.name, loadgen.Config{
 				BaseURL: base, Rate: capacity * load.frac, Duration: duration, Concurrency: 64, MaxPositions: 10, Wait: 5 * time.Minute, Seed: 11,
@@ -178,8 +189,17 @@ func BenchmarkB5_EndToEndLatency(b *testing.B) {
 			fmt.Fprintf(&tbl, "%-18s %8.2f %8.2f %8.2f %8.2f %8.2f\n", hop, b5Ms(minima[i]), b5Ms(b5Pct(l10, 50)), b5Ms(b5Pct(l10, 99)), b5Ms(b5Pct(l50, 50)), b5Ms(b5Pct(l50, 99)))
 		}
 		fmt.Fprintf(&tbl, "%-18s %8.2f %8.2f %8.2f %8.2f %8.2f\n", "end to end", b5Ms(floor), b5Ms(p50at10), b5Ms(b5Pct(e2e["10pct"], 99)), b5Ms(b5Pct(e2e["50pct"], 50)), b5Ms(p99at50))
+		b5ProfileTops(ctx, b, profiles)
 		for _, p := range profiles {
 			fmt.Fprintf(&tbl, "\nCPU profile of %s during the 50%% phase (%s):\n%s", p.service, p.file, p.top)
+		}
+		var statements []b5Statement
+		if statsOn {
+			statements = b5Statements(ctx, b, server, dbs.names)
+			fmt.Fprintf(&tbl, "\nPostgreSQL during the 50%% phase: the %d statements with the most execution time (pg_stat_statements):\n%s",
+				min(len(statements), b5TopStatements), b5StatementTable(statements[:min(len(statements), b5TopStatements)]))
+		} else {
+			fmt.Fprintf(&tbl, "\nPostgreSQL statements: not measured (start with %s=on; make bench does)\n", pgtest.EnvStatStatements)
 		}
 		fmt.Fprint(os.Stderr, tbl.String())
 
@@ -196,6 +216,9 @@ func BenchmarkB5_EndToEndLatency(b *testing.B) {
 
 		if dataDir != "" {
 			b5WriteCSVs(b, dataDir, phases, all)
+			if statsOn {
+				b5WriteStatements(b, dataDir, statements)
+			}
 		}
 	}
 }
@@ -498,8 +521,9 @@ type b5Profile struct {
 }
 
 // b5Profiles waits b5ProfileDelay, then fetches a CPU profile of length d
-// from every service's replica 1 at once into dir/<service>.pprof, and
-// returns each one's top 10 functions (go tool pprof -top).
+// from every service's replica 1 at once into dir/<service>.pprof. Their
+// tops are read after the load (b5ProfileTops): go tool pprof takes a core
+// for seconds, which stalled the pipeline it was measuring.
 func b5Profiles(ctx context.Context, b *testing.B, stack *localstack.Stack, dir string, d time.Duration) []b5Profile {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		b.Error(err)
@@ -520,19 +544,27 @@ func b5Profiles(ctx context.Context, b *testing.B, stack *localstack.Stack, dir 
 				b.Errorf("CPU profile of %s: %v", in.Service, err)
 				return
 			}
-			top, err := exec.CommandContext(ctx, "go", "tool", "pprof", "-top", "-nodecount=10", file).CombinedOutput()
-			if err != nil {
-				b.Errorf("go tool pprof -top %s: %v\n%s", file, err, top)
-				return
-			}
 			mu.Lock()
-			out = append(out, b5Profile{service: in.Service, file: file, top: string(top)})
+			out = append(out, b5Profile{service: in.Service, file: file})
 			mu.Unlock()
 		})
 	}
 	wg.Wait()
 	slices.SortFunc(out, func(x, y b5Profile) int { return strings.Compare(x.service, y.service) })
 	return out
+}
+
+// b5ProfileTops fills each profile's top 10 functions (go tool pprof -top).
+func b5ProfileTops(ctx context.Context, b *testing.B, ps []b5Profile) {
+	b.Helper()
+	for i := range ps {
+		top, err := exec.CommandContext(ctx, "go", "tool", "pprof", "-top", "-nodecount=10", ps[i].file).CombinedOutput()
+		if err != nil {
+			b.Errorf("go tool pprof -top %s: %v\n%s", ps[i].file, err, top)
+			continue
+		}
+		ps[i].top = string(top)
+	}
 }
 
 func b5FetchProfile(ctx context.Context, hc *http.Client, u, file string) error {
@@ -610,17 +642,22 @@ func b5WriteCSVs(b *testing.B, dir string, phases map[string][]b5Order, all []b5
 		rate = append(rate, []string{strconv.Itoa(s), strconv.Itoa(c), strconv.Itoa(i)})
 	}
 	for name, rows := range map[string][][]string{"b5_hops.csv": hops, "b5_latency.csv": lat, "b5_rate.csv": rate} {
-		f, err := os.Create(filepath.Join(dir, name))
-		if err != nil {
-			b.Fatal(err)
-		}
-		w := csv.NewWriter(f)
-		if err := w.WriteAll(rows); err != nil {
-			b.Fatal(err)
-		}
-		if err := f.Close(); err != nil {
-			b.Fatal(err)
-		}
+		b5WriteCSV(b, filepath.Join(dir, name), rows)
+	}
+}
+
+func b5WriteCSV(b *testing.B, path string, rows [][]string) {
+	b.Helper()
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	w := csv.NewWriter(f)
+	if err := w.WriteAll(rows); err != nil {
+		b.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		b.Fatal(err)
 	}
 }
 
@@ -654,4 +691,101 @@ func envInt(b *testing.B, name string, def int) int {
 		b.Fatalf("%s=%q: want a positive integer", name, v)
 	}
 	return n
+}
+
+// b5Statement is one normalised statement's share of the server's time.
+type b5Statement struct {
+	db, query   string
+	calls, rows int64
+	totalMs     float64
+}
+
+// b5ResetStatements zeroes pg_stat_statements, creating its view in the
+// server's own database first; false if the module is not preloaded
+// (pgtest.EnvStatStatements).
+func b5ResetStatements(ctx context.Context, b *testing.B, serverDSN string) bool {
+	b.Helper()
+	conn, err := pgx.Connect(ctx, serverDSN)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = conn.Close(ctx) }()
+	var loaded bool
+	if err := conn.QueryRow(ctx, `SELECT 'pg_stat_statements' = ANY(string_to_array(current_setting('shared_preload_libraries'), ', '))`).Scan(&loaded); err != nil {
+		b.Fatal(err)
+	}
+	if !loaded {
+		return false
+	}
+	if _, err := conn.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements"); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, "SELECT pg_stat_statements_reset()"); err != nil {
+		b.Fatal(err)
+	}
+	return true
+}
+
+// b5StatementsQuery reads the services' statements, most execution time
+// first. total_exec_time includes lock and I/O waits, not the commit's WAL
+// flush of an implicit transaction.
+const b5StatementsQuery = `
+SELECT d.datname, s.query, s.calls, s.rows, s.total_exec_time
+  FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
+ WHERE d.datname = ANY($1)
+ ORDER BY s.total_exec_time DESC`
+
+func b5Statements(ctx context.Context, b *testing.B, serverDSN string, dbNames []string) []b5Statement {
+	b.Helper()
+	conn, err := pgx.Connect(ctx, serverDSN)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = conn.Close(ctx) }()
+	rows, err := conn.Query(ctx, b5StatementsQuery, dbNames)
+	if err != nil {
+		b.Fatal(err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (b5Statement, error) {
+		var st b5Statement
+		err := r.Scan(&st.db, &st.query, &st.calls, &st.rows, &st.totalMs)
+		return st, err
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := range out {
+		// The databases are named <prefix><service>: keep the service.
+		if j := strings.LastIndex(out[i].db, "_"); j >= 0 {
+			out[i].db = out[i].db[j+1:]
+		}
+	}
+	return out
+}
+
+func b5StatementTable(sts []b5Statement) string {
+	var total float64
+	for _, st := range sts {
+		total += st.totalMs
+	}
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "%-12s %9s %9s %10s %8s  %s\n", "database", "calls", "rows", "total_ms", "mean_ms", "statement")
+	for _, st := range sts {
+		q := strings.Join(strings.Fields(st.query), " ")
+		if len(q) > 110 {
+			q = q[:110] + "…"
+		}
+		fmt.Fprintf(&sb, "%-12s %9d %9d %10.0f %8.3f  %s\n", st.db, st.calls, st.rows, st.totalMs, st.totalMs/float64(max(st.calls, 1)), q)
+	}
+	return sb.String()
+}
+
+func b5WriteStatements(b *testing.B, dir string, sts []b5Statement) {
+	b.Helper()
+	recs := [][]string{{"database", "calls", "rows", "total_ms", "query"}}
+	for _, st := range sts {
+		recs = append(recs, []string{st.db, strconv.FormatInt(st.calls, 10), strconv.FormatInt(st.rows, 10),
+			strconv.FormatFloat(st.totalMs, 'f', 3, 64), strings.Join(strings.Fields(st.query), " ")})
+	}
+	b5WriteCSV(b, filepath.Join(dir, "b5_statements.csv"), recs)
 }

@@ -3,7 +3,8 @@
 // the environment, one row per benchmark id of docs/performance.md with its
 // anchor, measured ratios, target and whether it was met (a benchmark
 // absent from the output is listed as not run), each benchmark's metrics and
-// log, and a PNG per series file. `make bench` runs it.
+// log, a PNG per series file and a markdown table per table file
+// (tableFiles). `make bench` runs it.
 //
 // It is a module of its own so that its plotting dependencies stay out of
 // the go.mod a forking team keeps.
@@ -79,15 +80,15 @@ func run(args []string) error {
 		return err
 	}
 	var buf bytes.Buffer
-	if err := Render(&buf, r, Meta{Commit: *commit, GoVersion: runtime.Version()}, ps); err != nil {
+	if err := Render(&buf, r, Meta{Commit: *commit, GoVersion: runtime.Version()}, ps, readTables(*data)); err != nil {
 		return err
 	}
 	return os.WriteFile(*out, buf.Bytes(), 0o644)
 }
 
-// makePlots draws every CSV of dataDir into plotDir; the PNG paths are
-// relative to reportDir. A CSV that cannot be plotted is listed with the
-// reason instead.
+// makePlots draws every CSV of dataDir but the table files into plotDir;
+// the PNG paths are relative to reportDir. A CSV that cannot be plotted is
+// listed with the reason instead.
 func makePlots(dataDir, plotDir, reportDir string) ([]Plot, error) {
 	if dataDir == "" {
 		return nil, nil
@@ -111,6 +112,9 @@ func makePlots(dataDir, plotDir, reportDir string) ([]Plot, error) {
 	var out []Plot
 	for _, c := range csvs {
 		name := filepath.Base(c)
+		if _, ok := tableFiles[name]; ok {
+			continue
+		}
 		png := filepath.Join(plotDir, strings.TrimSuffix(name, ".csv")+".png")
 		caption, err := plotSeries(c, png)
 		if err != nil {

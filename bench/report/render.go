@@ -68,7 +68,7 @@ func evaluate(id string, b *BenchRun) []check {
 }
 
 // Render writes the markdown report.
-func Render(w io.Writer, r *Run, meta Meta, plots []Plot) error {
+func Render(w io.Writer, r *Run, meta Meta, plots []Plot, tables []Table) error {
 	var sb strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&sb, format, args...) }
 
@@ -148,6 +148,13 @@ func Render(w io.Writer, r *Run, meta Meta, plots []Plot) error {
 		pkgs := slices.Sorted(maps.Keys(r.Failed))
 		for _, pkg := range pkgs {
 			p("`%s`:\n\n```text\n%s\n```\n\n", pkg, strings.Join(r.Failed[pkg], "\n"))
+		}
+	}
+
+	if len(tables) > 0 {
+		p("## Tables\n\n")
+		for _, t := range tables {
+			p("### %s\n\n%s\n\n", t.Title, t.Markdown)
 		}
 	}
 

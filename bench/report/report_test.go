@@ -2,11 +2,13 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"flag"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/report.md from the current output")
@@ -47,8 +49,9 @@ func TestRender_SampleRunGivesOneRowPerIdWithRatiosTargetsAndNotRun(t *testing.T
 	if err != nil {
 		t.Fatal(err)
 	}
+	tables := readTables("testdata/data")
 	var buf bytes.Buffer
-	if err := Render(&buf, r, Meta{Commit: "abc1234", GoVersion: "go-unused"}, plots); err != nil {
+	if err := Render(&buf, r, Meta{Commit: "abc1234", GoVersion: "go-unused"}, plots, tables); err != nil {
 		t.Fatal(err)
 	}
 	md := buf.String()
@@ -106,6 +109,92 @@ func TestRender_SampleRunGivesOneRowPerIdWithRatiosTargetsAndNotRun(t *testing.T
 	}
 	if md != string(golden) {
 		t.Errorf("report differs from testdata/report.md (go test -run Render -update to accept):\n%s", md)
+	}
+}
+
+// The statements of testdata/data/b5_statements.csv add up to 1000 ms; five
+// of its twenty fall outside the top 15.
+func TestRender_StatementsFileIsATableOfItsTop15WithMeanAndShareNotAPlot(t *testing.T) {
+	dir := t.TempDir()
+	plots, err := makePlots("testdata/data", filepath.Join(dir, "plots"), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tables := readTables("testdata/data")
+	var buf bytes.Buffer
+	if err := Render(&buf, &Run{}, Meta{}, plots, tables); err != nil {
+		t.Fatal(err)
+	}
+	md := buf.String()
+
+	_, section, ok := strings.Cut(md, "### PostgreSQL statements during B5's 50 % phase\n")
+	if !ok {
+		t.Fatalf("no statements section:\n%s", md)
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	if !strings.Contains(section, "the 15 of 20 statements") || !strings.Contains(section, "1000 ms in all") {
+		t.Errorf("section does not say it shows 15 of 20 statements totalling 1000 ms:\n%s", section)
+	}
+	var rows []string
+	for _, l := range strings.Split(section, "\n") {
+		if strings.HasPrefix(l, "| ") && !strings.HasPrefix(l, "| database |") {
+			rows = append(rows, l)
+		}
+	}
+	if len(rows) != 15 {
+		t.Fatalf("%d statement rows, want 15:\n%s", len(rows), section)
+	}
+	for i, want := range map[int]string{
+		// Mean 250/400, share 250/1000; the line break of the query collapsed.
+		0: "| workorder | 400 | 400 | 250 | 0.625 | 25.0 % | `INSERT INTO outbox (aggregate_id, kind, payload) VALUES ($1, $2, $3)` |",
+		// Commas, quotes and pipes of the query kept, the pipes escaped.
+		1:  "| billing | 3 | 3 | 100 | 33.333 | 10.0 % | `SELECT a, b FROM invoices WHERE note = $1 AND (tags \\|\\| $2) <> '{\"x\":1}'` |",
+		14: "| workorder | 40 | 40 | 20.0 | 0.500 | 2.0 % | `SELECT statement fifteen` |",
+	} {
+		if rows[i] != want {
+			t.Errorf("row %d:\n got %s\nwant %s", i+1, rows[i], want)
+		}
+	}
+	long := rows[12]
+	if !strings.HasPrefix(long, "| billing | 8 | 800 | 25.0 | 3.125 | 2.5 % | `WITH due AS (SELECT id FROM leasequeue_jobs") {
+		t.Errorf("row 13: %s", long)
+	}
+	if q := long[strings.Index(long, "`")+1 : strings.LastIndex(long, "`")]; utf8.RuneCountInString(q) != statementWidth || !strings.HasSuffix(q, "…") {
+		t.Errorf("row 13's statement is %d characters, want %d ending in …: %s", utf8.RuneCountInString(q), statementWidth, q)
+	}
+	if strings.Contains(section, "statement sixteen") {
+		t.Errorf("the 16th statement is in the table:\n%s", section)
+	}
+
+	for _, pl := range plots {
+		if pl.CSV == "b5_statements.csv" {
+			t.Errorf("b5_statements.csv listed as a series: %+v", pl)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "plots", "b5_statements.png")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("b5_statements.png: %v, want not made", err)
+	}
+
+	// Without the file, no section.
+	none := readTables(t.TempDir())
+	if len(none) != 0 {
+		t.Fatalf("readTables of a directory without table files = %v", none)
+	}
+
+	// A file of another shape is named as not rendered, not dropped.
+	bad := t.TempDir()
+	if err := os.WriteFile(filepath.Join(bad, "b5_statements.csv"), []byte("database,calls\nworkorder,1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := readTables(bad); len(got) != 1 || !strings.HasPrefix(got[0].Markdown, "Not rendered: b5_statements.csv: no column rows") {
+		t.Errorf("readTables of a file without rows and total_ms = %+v", got)
+	}
+	buf.Reset()
+	if err := Render(&buf, &Run{}, Meta{}, plots, none); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(buf.String(), "PostgreSQL statements") {
+		t.Errorf("statements section without b5_statements.csv:\n%s", buf.String())
 	}
 }
 

@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/lossless-dev/lossless/pkg/pgnotify"
 )
 
 // qMakeDue pulls the next attempt of a key's deferred entries to now. It
@@ -25,11 +27,9 @@ WHERE id IN (
     FOR UPDATE SKIP LOCKED
 )`
 
-// qNotify wakes the relays; the insert trigger does not fire on UPDATE.
-const qNotify = `SELECT pg_notify($1, '')`
-
 // MakeDue makes the deferred entries of one correlation key due at once, in
-// the caller's transaction, and wakes the relays at its commit. Call it when
+// the caller's transaction, and wakes the relays at its commit
+// (pgnotify.Send: after it, if the caller began tx under pgnotify.Defer). Call it when
 // the condition those entries wait for becomes true: the work-order service
 // calls it when it records a waiting point, so a completion that overtook
 // its hand-off (F5) applies right after the hand-off commits instead of
@@ -49,8 +49,8 @@ func MakeDue(ctx context.Context, tx pgx.Tx, key string, opts ...Option) (int64,
 	if tag.RowsAffected() == 0 {
 		return 0, nil
 	}
-	if _, err := tx.Exec(ctx, qNotify, q.channel); err != nil {
-		return 0, fmt.Errorf("inbox: notify: %w", err)
+	if err := pgnotify.Send(ctx, tx, q.channel, ""); err != nil {
+		return 0, fmt.Errorf("inbox: %w", err)
 	}
 	return tag.RowsAffected(), nil
 }

@@ -35,9 +35,10 @@
 // # Tables and schema
 //
 // {schema}.inbox (the entries), {schema}.inbox_conflicts (same id, other
-// payload), {schema}.inbox_audit (operator actions) and an insert trigger
-// that NOTIFYs NotifyChannel(schema) so idle relays wake at once. They ship as
-// an embedded goose migration: apply Migrations(schema) with pkg/pgmigrate
+// payload) and {schema}.inbox_audit (operator actions). Store.Ingest wakes
+// idle relays with a NOTIFY on NotifyChannel(schema) after its commit, not
+// inside it (package pgnotify says why); rows inserted by other means wake
+// nobody and are found by polling. They ship as embedded goose migrations: apply Migrations(schema) with pkg/pgmigrate
 // (or call Migrate) before the service's own migrations. The schema defaults
 // to DefaultSchema ("public"); to keep the tables elsewhere, or to run two
 // inboxes in one database, pass the same name to Migrations and, through

@@ -590,7 +590,8 @@ func TestBatchHandler_TechnicalFailureFallsBackEntryByEntry(t *testing.T) {
 }
 
 // A new entry wakes an idle relay through NOTIFY: with polling set to an
-// hour, only the insert trigger's notification can explain a prompt apply.
+// hour, only the notification Ingest sends after its commit can explain a
+// prompt apply.
 func TestNotifyWakesAnIdleRelay(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/lossless-dev/lossless/pkg/pgerr"
+	"github.com/lossless-dev/lossless/pkg/pgnotify"
 	"github.com/lossless-dev/lossless/pkg/pgtext"
 )
 
@@ -99,6 +100,10 @@ type IngestResult struct {
 	// with a DIFFERENT payload). A redelivered conflicting message is already
 	// recorded and counts as a duplicate.
 	Conflicts int
+	// WakeErr: the entries are stored and committed, but the notification
+	// that wakes the relays failed; they find the entries by polling. The
+	// messages may be acked. Log it.
+	WakeErr error
 }
 
 // Store writes received messages to the inbox table.
@@ -163,6 +168,16 @@ func (s *Store) Ingest(ctx context.Context, msgs []Message) (IngestResult, error
 	}
 	if err != nil {
 		return IngestResult{}, err
+	}
+	// New OPEN entries wake the relays; parked poison wakes nobody. After
+	// the commit when Ingest owns the transaction (pgnotify).
+	if res.Inserted > 0 {
+		if err := pgnotify.Announce(ctx, s.db, pgnotify.Notification{Channel: s.q.channel}); err != nil {
+			if _, inTx := s.db.(pgx.Tx); inTx {
+				return IngestResult{}, err
+			}
+			res.WakeErr = err
+		}
 	}
 	for outcome, n := range map[string]int{"inserted": res.Inserted, "poison": res.Poison, "duplicate": res.Duplicates, "conflict": res.Conflicts} {
 		if n > 0 {

@@ -75,9 +75,8 @@ func newOptions(opts []Option) (options, error) {
 // (NAMEDATALEN-1 bytes); pg_notify fails on a longer one.
 const maxChannelLength = 63
 
-// NotifyChannel is the channel the inbox insert trigger of schema notifies
-// and the relay listens on: "<schema>.inbox", cut to PostgreSQL's 63 bytes
-// exactly as the trigger cuts it. Two schemas whose names share their first
+// NotifyChannel is the channel Store.Ingest and MakeDue of schema notify
+// and the relay listens on: "<schema>.inbox", cut to PostgreSQL's 63 bytes. Two schemas whose names share their first
 // 57 bytes share a channel; that costs a spurious wake-up, nothing else.
 func NotifyChannel(schema string) string {
 	c := pgschema.OrDefault(schema) + ".inbox"

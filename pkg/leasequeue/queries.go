@@ -39,18 +39,17 @@ func renderQueries(schema string) queries {
 
 // qEnqueue inserts jobs; an existing (queue, unique_key) makes it a no-op, so
 // an idempotent consumer may enqueue the same business work twice safely.
-// pg_notify wakes idle workers at commit (duplicates in one transaction are
-// folded by PostgreSQL).
+// Enqueue wakes idle workers afterwards, not in this statement (pgnotify).
 const qEnqueue = `
 WITH ins AS (
     INSERT INTO {schema}.leasequeue_jobs (queue, unique_key, payload, max_attempts, due_at, traceparent, tracestate)
     SELECT $1, u.unique_key, u.payload, u.max_attempts, u.due_at, u.traceparent, u.tracestate
-    FROM unnest($2::text[], $3::bytea[], $4::int[], $5::timestamptz[], $7::text[], $8::text[])
+    FROM unnest($2::text[], $3::bytea[], $4::int[], $5::timestamptz[], $6::text[], $7::text[])
         AS u(unique_key, payload, max_attempts, due_at, traceparent, tracestate)
     ON CONFLICT (queue, unique_key) DO NOTHING
     RETURNING id
 )
-SELECT count(*), pg_notify($6, '') FROM ins`
+SELECT count(*) FROM ins`
 
 // qClaimAvailable claims fresh jobs. Keyset by id (id > $2) over the partial
 // index of available jobs: every claimed row leaves a dead entry at the front

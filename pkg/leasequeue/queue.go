@@ -21,6 +21,7 @@ import (
 
 	"github.com/lossless-dev/lossless/pkg/backoff"
 	"github.com/lossless-dev/lossless/pkg/permanent"
+	"github.com/lossless-dev/lossless/pkg/pgnotify"
 	"github.com/lossless-dev/lossless/pkg/pgschema"
 )
 
@@ -254,7 +255,9 @@ type DB interface {
 // Enqueue inserts jobs through db, normally the caller's business transaction
 // (the job exists if and only if the transaction commits). A job whose
 // UniqueKey already exists in the queue is skipped. It returns how many jobs
-// were inserted.
+// were inserted. New jobs wake idle workers (pgnotify.Announce): through a
+// transaction at its commit, after it if the caller began it under
+// pgnotify.Defer and flushes; through a pool at once.
 func (q *Queue) Enqueue(ctx context.Context, db DB, jobs ...NewJob) (int, error) {
 	if len(jobs) == 0 {
 		return 0, nil
@@ -286,10 +289,19 @@ func (q *Queue) Enqueue(ctx context.Context, db DB, jobs ...NewJob) (int, error)
 		}
 	}
 	var n int64
-	if err := db.QueryRow(ctx, q.sql.enqueue, q.cfg.Name, keys, payloads, maxes, dues, q.channel, parents, states).Scan(&n, nil); err != nil {
+	if err := db.QueryRow(ctx, q.sql.enqueue, q.cfg.Name, keys, payloads, maxes, dues, parents, states).Scan(&n); err != nil {
 		return 0, fmt.Errorf("leasequeue: enqueue: %w", err)
 	}
 	q.m.enqueued.Add(ctx, n, q.m.attrs)
+	if n > 0 {
+		if err := pgnotify.Announce(ctx, db, pgnotify.Notification{Channel: q.channel}); err != nil {
+			if _, inTx := db.(pgx.Tx); inTx {
+				return 0, fmt.Errorf("leasequeue: enqueue: %w", err)
+			}
+			// Committed already: idle workers find the jobs by polling.
+			q.logger.WarnContext(ctx, "leasequeue: jobs enqueued, but waking the workers failed; they find them by polling", "error", err)
+		}
+	}
 	return int(n), nil
 }
 
@@ -563,8 +575,11 @@ func (e effectError) Unwrap() error { return e.err }
 
 // completeTx runs one completion transaction; errs receives ErrLeaseLost for
 // fenced-off jobs. A returned error means nothing was committed, except for a
-// failed Commit, whose outcome is unknown.
+// failed Commit, whose outcome is unknown. The notifications the effects'
+// writes announce (pgnotify.Send, e.g. by outbox.Append) are sent after the
+// commit.
 func (q *Queue) completeTx(ctx context.Context, cs []completion, errs []error) error {
+	ctx, notes := pgnotify.Defer(ctx)
 	jobs := make([]Job, len(cs))
 	for i, c := range cs {
 		jobs[i] = c.job
@@ -598,6 +613,7 @@ func (q *Queue) completeTx(ctx context.Context, cs []completion, errs []error) e
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("leasequeue: complete: commit: %w", err)
 	}
+	notes.Flush(ctx, q.pool, q.logger)
 	q.m.completed.Add(ctx, int64(len(isHeld)), q.m.attrs)
 	for i, c := range cs {
 		if errors.Is(errs[i], ErrLeaseLost) {

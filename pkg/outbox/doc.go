@@ -49,10 +49,15 @@
 //     PUBLISHED), for operators and tests.
 //   - outbox_dispatching: the dispatch journal (UNLOGGED), which charges a
 //     crash to the event being dispatched.
-//   - a statement trigger on outbox that, at commit, notifies the channel
-//     "<schema>.outbox" with the lowest id inserted; relays LISTEN on it and
-//     also poll (Config.PollInterval), so a lost notification costs latency,
-//     never an event.
+//   - no trigger: Append notifies the channel "<schema>.outbox" with the
+//     lowest id it inserted (pgnotify.Send), after the commit when the
+//     writer began its transaction under pgnotify.Defer and flushes, else
+//     at the commit. Relays LISTEN on it and also poll
+//     (Config.PollInterval), so a lost notification, or a row inserted by
+//     other means, costs latency, never an event. (Migration 00002 dropped
+//     the insert trigger of 00001: a NOTIFY inside the business transaction
+//     holds PostgreSQL's global notification lock across its commit's
+//     flush, and serialised every notifying commit of the server; ADR 0002.)
 //
 // A FAILED event goes back to the relay when an operator requeues it: a
 // Requeuer (NewRequeuer) sets it PENDING again with a fresh attempt budget

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -12,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/lossless-dev/lossless/pkg/pgnotify"
 	"github.com/lossless-dev/lossless/pkg/pgschema"
 )
 
@@ -90,7 +92,8 @@ func (ev Event) validate() error {
 // (NewWriter) and share it: it holds only its rendered statement. The zero
 // Writer writes to DefaultSchema.
 type Writer struct {
-	insert string // qAppend rendered for the schema; "" means qAppendDefault
+	insert  string // qAppend rendered for the schema; "" means qAppendDefault
+	channel string // notifyChannel rendered for the schema; "" means notifyChannelDefault
 }
 
 // NewWriter returns a Writer for the outbox in the schema named by
@@ -101,7 +104,7 @@ func NewWriter(opts ...Option) (Writer, error) {
 	if err != nil {
 		return Writer{}, err
 	}
-	return Writer{insert: pgschema.Render(qAppend, o.schema)}, nil
+	return Writer{insert: pgschema.Render(qAppend, o.schema), channel: pgschema.Render(notifyChannel, o.schema)}, nil
 }
 
 // Append inserts evs into the outbox in DefaultSchema; see Writer.Append.
@@ -111,10 +114,12 @@ func Append(ctx context.Context, tx pgx.Tx, evs ...Event) error {
 
 // Append inserts evs in the caller's transaction (the business transaction),
 // so the events exist if and only if the business change commits (I1). All
-// events go in one INSERT; its statement trigger sends one NOTIFY that wakes
-// the relays when the transaction commits. It takes a pgx.Tx, not a
-// connection: an event appended outside the business transaction would lose
-// that guarantee.
+// events go in one INSERT, announced by one notification that wakes the
+// relays (pgnotify.Send): begin the transaction under pgnotify.Defer and
+// flush after the commit, or it is sent inside the transaction, whose commit
+// then holds PostgreSQL's global NOTIFY lock across its flush. It takes a
+// pgx.Tx, not a connection: an event appended outside the business
+// transaction would lose that guarantee.
 func (w Writer) Append(ctx context.Context, tx pgx.Tx, evs ...Event) error {
 	if len(evs) == 0 {
 		return nil
@@ -153,8 +158,13 @@ func (w Writer) Append(ctx context.Context, tx pgx.Tx, evs ...Event) error {
 			payloads[i] = []byte{}
 		}
 	}
-	if _, err := tx.Exec(ctx, insert, ids, aggTypes, aggIDs, types, versions, payloads, headers, occurred); err != nil {
+	var lowest int64
+	if err := tx.QueryRow(ctx, insert, ids, aggTypes, aggIDs, types, versions, payloads, headers, occurred).Scan(&lowest); err != nil {
 		return fmt.Errorf("outbox: append %d event(s): %w", n, err)
 	}
-	return nil
+	channel := w.channel
+	if channel == "" {
+		channel = notifyChannelDefault
+	}
+	return pgnotify.Send(ctx, tx, channel, strconv.FormatInt(lowest, 10))
 }

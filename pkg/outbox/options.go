@@ -22,7 +22,7 @@ type options struct {
 // WithSchema names the PostgreSQL schema holding the outbox tables, the one
 // Migrations was applied to. Default DefaultSchema. Every statement names
 // its tables qualified by it, and the relay listens on "<schema>.outbox",
-// the channel the schema's trigger notifies, so two outboxes in two schemas
+// the channel Append notifies, so two outboxes in two schemas
 // of one database neither see nor wake each other. It is an option, not a
 // Config field: it is wiring that must match the migrations the service
 // applied, not a tunable to read from the environment.

@@ -20,6 +20,7 @@ import (
 
 	"github.com/lossless-dev/lossless/pkg/outbox"
 	"github.com/lossless-dev/lossless/pkg/permanent"
+	"github.com/lossless-dev/lossless/pkg/pgnotify"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
 	"github.com/lossless-dev/lossless/pkg/waitfor"
 )
@@ -399,16 +400,21 @@ func TestClaimHoldsRowsUntilTheLeaseThenTheServerReleasesThem(t *testing.T) {
 
 // The commit-order trap (watermill #311): a row with a lower id that commits
 // after the cursor passed a higher id must still be dispatched: through
-// NOTIFY (the trigger announces its id); when the notification was lost
-// because nobody listened, at the (re)connect of the listener; and, with no
-// listener, through the periodic sweep.
+// NOTIFY (Append announces its lowest id), sent in the transaction or after
+// its commit (pgnotify.Defer); when the notification was lost because nobody
+// listened, at the (re)connect of the listener; and, with no listener,
+// through the periodic sweep.
 func TestLateCommitWithLowerID_IsDispatched(t *testing.T) {
 	t.Parallel()
-	for _, via := range []string{"notify", "listen", "sweep"} {
+	for _, via := range []string{"notify", "notify-after-commit", "listen", "sweep"} {
 		t.Run(via, func(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
 			ctx := context.Background()
+			var notes *pgnotify.Deferred
+			if via == "notify-after-commit" {
+				ctx, notes = pgnotify.Defer(ctx)
+			}
 			late, early := event("late", 1), event("early", 1)
 			slow, err := b.pool.Begin(ctx)
 			if err != nil {
@@ -433,12 +439,15 @@ func TestLateCommitWithLowerID_IsDispatched(t *testing.T) {
 			// happens after the first claim.
 			r := b.relay(t, b.pool, outbox.Config{PollInterval: time.Hour, SweepInterval: time.Hour})
 			switch via {
-			case "notify":
+			case "notify", "notify-after-commit":
 				runRelay(t, r)
 				waitListening(t, b.pool)
 				waitfor.Value(t, 5*time.Second, "early event published", "PUBLISHED", func() string { return rowOf(t, b.pool, early.ID).Status })
 				if err := slow.Commit(ctx); err != nil {
 					t.Fatal(err)
+				}
+				if notes != nil {
+					notes.Flush(ctx, b.pool, slog.New(slog.DiscardHandler))
 				}
 				waitfor.Value(t, 5*time.Second, "late event published", "PUBLISHED", func() string { return rowOf(t, b.pool, late.ID).Status })
 				return

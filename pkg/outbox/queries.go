@@ -9,24 +9,32 @@ import "github.com/lossless-dev/lossless/pkg/pgschema"
 // session's search_path.
 
 // appendRows is the body of qAppend: a whole Append call in one statement
-// (arrays, one round trip), so the table's statement trigger sends one
-// NOTIFY for it.
+// (arrays, one round trip). It returns the lowest id it inserted, the
+// payload of the notification Append sends (see notifyChannel).
 const appendRows = ` (event_id, aggregate_type, aggregate_id, event_type, schema_version,
                     payload, headers, occurred_at)
-SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::int[],
-                     $6::bytea[], $7::jsonb[], $8::timestamptz[])`
+    SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::int[],
+                         $6::bytea[], $7::jsonb[], $8::timestamptz[])
+    RETURNING id
+)
+SELECT min(id) FROM ins`
 
 // qAppend inserts the events of an Append call (Writer.Append).
-const qAppend = `INSERT INTO {schema}.outbox` + appendRows
+const qAppend = `WITH ins AS (INSERT INTO {schema}.outbox` + appendRows
 
 // qAppendDefault is qAppend rendered for DefaultSchema at compile time, so
 // that the package-level Append and a zero Writer render nothing per call.
-const qAppendDefault = `INSERT INTO ` + DefaultSchema + `.outbox` + appendRows
+const qAppendDefault = `WITH ins AS (INSERT INTO ` + DefaultSchema + `.outbox` + appendRows
 
-// notifyChannel is the channel the migration's trigger notifies: one per
-// schema, so that outboxes in different schemas of one database do not wake
-// each other's relays.
+// notifyChannel is the channel Append notifies once the events commit (with
+// pgnotify.Defer, after the commit): one per schema, so that outboxes in
+// different schemas of one database do not wake each other's relays. The
+// payload is the lowest id inserted, so a relay whose cursor has already
+// passed it (a transaction that committed out of id order) rewinds at once.
 const notifyChannel = `{schema}.outbox`
+
+// notifyChannelDefault is notifyChannel for DefaultSchema.
+const notifyChannelDefault = DefaultSchema + `.outbox`
 
 // queries are the statements of a Relay, rendered for its schema.
 type queries struct {

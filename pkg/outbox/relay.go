@@ -887,8 +887,8 @@ func (r *Relay) maintain(ctx context.Context) {
 	}
 }
 
-// listen wakes the batch loop on every notification of the outbox trigger,
-// whose payload is the lowest id the notifying statement inserted: the
+// listen wakes the batch loop on every notification of the outbox channel,
+// whose payload is the lowest id the notifying Append inserted: the
 // cursor rewinds to it, so a row committed late with a lower id than the
 // cursor is not skipped (the commit-order trap). pgnotify calls back with an
 // empty payload after every (re)connect: notifications sent while nobody
@@ -898,7 +898,7 @@ func (r *Relay) listen(ctx context.Context) {
 	pgnotify.Listen(ctx, r.pool.Config().ConnConfig, r.q.notifyChannel, r.policy, r.log, func(payload string) {
 		id, err := strconv.ParseInt(payload, 10, 64)
 		if err != nil {
-			id = 1 // (re)connected, or a payload not from our trigger: rewind fully
+			id = 1 // (re)connected, or a payload not from Append: rewind fully
 		}
 		r.rewindTo(id)
 		r.signal()

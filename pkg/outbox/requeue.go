@@ -102,9 +102,11 @@ func NewRequeuer(opts ...Option) (*Requeuer, error) {
 //     should have none, and a stale one would keep a slow-mode claim off it.
 //   - last_error keeps the old error behind the note: the row carries who
 //     requeued it and why it had failed.
-//   - The relays' keyset cursors are past the requeued rows: the NOTIFY the
-//     insert trigger would send, with the lowest requeued id as payload,
-//     rewinds them at commit instead of leaving the rows to the next sweep.
+//   - The relays' keyset cursors are past the requeued rows: a NOTIFY as
+//     Append sends, with the lowest requeued id as payload, rewinds them at
+//     commit instead of leaving the rows to the next sweep. It is sent in the
+//     transaction: an operator's rare requeue may hold the notification lock
+//     across its commit.
 //     The notified CTE is joined so that it runs; it yields one row, with
 //     or without a notification.
 //   - Every probe is by primary key (event_id) on both tables: at most

@@ -42,6 +42,11 @@ type Options struct {
 	Fsync bool
 	// MaxConnections is the server's max_connections. Default 300.
 	MaxConnections int
+	// StatStatements preloads pg_stat_statements (a contrib module Debian's
+	// postgresql package ships), so that a benchmark can name the statements
+	// the server spends its time on. Default false: not every PostgreSQL
+	// install carries contrib, and the server would refuse to start.
+	StatStatements bool
 	// BinDir is where initdb and pg_ctl live. Default: $PATH, then the newest
 	// /usr/lib/postgresql/*/bin.
 	BinDir string
@@ -138,6 +143,9 @@ func (c *Cluster) Restart(ctx context.Context) error {
 		"-c fsync=" + fsync,
 		"-c max_connections=" + strconv.Itoa(c.opts.MaxConnections),
 	}, " ")
+	if c.opts.StatStatements {
+		o += " -c shared_preload_libraries=pg_stat_statements"
+	}
 	logFile := filepath.Join(c.sockDir, "server.log")
 	if out, err := c.run(ctx, "pg_ctl", "-D", c.dataDir, "-l", logFile, "-o", o, "-w", "-t", "30", "start"); err != nil {
 		log, _ := os.ReadFile(logFile)

@@ -1,15 +1,24 @@
 // Package pgnotify wakes a polling loop on PostgreSQL NOTIFY. The relays of
-// this system (outbox, inbox) poll as a safety net and listen to cut the
-// wait: a notification is sent at commit of the inserting transaction, so a
-// woken relay always sees the new rows.
+// this system (outbox, inbox, lease queue) poll as a safety net and listen to
+// cut the wait. Writers send the notification after the inserting
+// transaction commits (Defer, Send, Flush), so a woken relay always sees the
+// new rows, and outside that transaction, because a NOTIFY inside it would
+// hold PostgreSQL's global notification lock across the commit's flush.
 package pgnotify
 
 import (
+	"cmp"
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/lossless-dev/lossless/pkg/backoff"
 )
@@ -73,5 +82,143 @@ func (w Wake) Signal() {
 	select {
 	case w <- struct{}{}:
 	default:
+	}
+}
+
+// Sending. PostgreSQL serialises every committing transaction that has sent
+// a NOTIFY, across all databases of the server: from just before its commit
+// record until the end of the commit it holds one global lock, so that
+// notifications are queued in commit order. With fsync on, that hold
+// includes the WAL flush, so notifying transactions commit one at a time and
+// group commit cannot batch them; on a 2-core machine this lock capped the
+// whole pipeline (ADR 0002, "Measured"). The notification is therefore sent
+// after the business transaction commits, in a transaction of its own whose
+// commit does not wait for the flush (a wake-up needs no durability): the
+// lock is held for microseconds instead of a flush.
+
+// qSend sends notifications in one statement, i.e. its own implicit
+// transaction. set_config(..., true) turns synchronous_commit off for that
+// transaction only; it is read at the commit, which happens before the
+// setting is reverted.
+const qSend = `
+SELECT set_config('synchronous_commit', 'off', true), pg_notify(n.channel, n.payload)
+  FROM unnest($1::text[], $2::text[]) AS n(channel, payload)`
+
+// qSendInTx is the fallback inside the business transaction: delivered at
+// its commit, under the global lock for the whole flush.
+const qSendInTx = `SELECT pg_notify($1, $2)`
+
+// Execer runs a statement: a *pgxpool.Pool, a *pgx.Conn or a pgx.Tx.
+type Execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// Notification is one NOTIFY: channel and payload.
+type Notification struct {
+	Channel, Payload string
+}
+
+// Notify sends ns now, each delivered once this call returns, in a
+// transaction of its own that does not wait for the WAL flush. Call it after
+// the transaction whose rows the notifications announce has committed, with
+// a pool or a connection outside any transaction: inside one, it would make
+// that transaction's commit non-durable, so it refuses a pgx.Tx. A lost
+// notification (an error here, a crash before the call) costs the listener
+// its poll interval, never data: listeners of this system also poll.
+func Notify(ctx context.Context, db Execer, ns ...Notification) error {
+	if len(ns) == 0 {
+		return nil
+	}
+	if _, ok := db.(pgx.Tx); ok {
+		return errors.New("pgnotify: Notify inside a transaction would make its commit non-durable; pass the pool")
+	}
+	channels, payloads := make([]string, len(ns)), make([]string, len(ns))
+	for i, n := range ns {
+		channels[i], payloads[i] = n.Channel, n.Payload
+	}
+	if _, err := db.Exec(ctx, qSend, channels, payloads); err != nil {
+		return fmt.Errorf("pgnotify: notify %s: %w", strings.Join(slices.Compact(slices.Sorted(slices.Values(channels))), ", "), err)
+	}
+	return nil
+}
+
+// Announce notifies ns for rows written through db. If db is a transaction,
+// they go as Send sends them, at or after its commit; otherwise the rows are
+// committed already and they are sent now, as Notify sends them. For a
+// package whose writes take either a pool or the caller's transaction.
+func Announce(ctx context.Context, db Execer, ns ...Notification) error {
+	if _, ok := db.(pgx.Tx); !ok {
+		return Notify(ctx, db, ns...)
+	}
+	for _, n := range ns {
+		if err := Send(ctx, db, n.Channel, n.Payload); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Deferred collects the notifications of one transaction, for the code that
+// begins and commits it to send after the commit (Defer, Flush).
+type Deferred struct {
+	mu sync.Mutex
+	ns []Notification
+}
+
+type deferredKey struct{}
+
+// Defer returns a context under which Send, in a transaction begun with it,
+// collects its notifications into the returned Deferred instead of sending
+// them in the transaction. After the commit, call Flush:
+//
+//	ctx, notes := pgnotify.Defer(ctx)
+//	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { ...; return outbox.Append(ctx, tx, ev) })
+//	if err == nil {
+//		notes.Flush(ctx, pool, logger)
+//	}
+//
+// Without Defer, Send notifies inside the transaction: correct, but every
+// such commit holds PostgreSQL's global NOTIFY lock across its flush.
+func Defer(ctx context.Context) (context.Context, *Deferred) {
+	d := &Deferred{}
+	return context.WithValue(ctx, deferredKey{}, d), d
+}
+
+// Send announces channel/payload to listeners once tx commits: collected
+// into ctx's Deferred (Defer) for its owner to send after the commit, or
+// else sent by pg_notify in tx and delivered at its commit. A rolled-back
+// transaction's collected notifications may still be sent by a careless
+// owner: harmless, a listener finds nothing new.
+func Send(ctx context.Context, tx Execer, channel, payload string) error {
+	if d, ok := ctx.Value(deferredKey{}).(*Deferred); ok && d != nil {
+		d.mu.Lock()
+		d.ns = append(d.ns, Notification{Channel: channel, Payload: payload})
+		d.mu.Unlock()
+		return nil
+	}
+	if _, err := tx.Exec(ctx, qSendInTx, channel, payload); err != nil {
+		return fmt.Errorf("pgnotify: notify %s: %w", channel, err)
+	}
+	return nil
+}
+
+// Flush sends the collected notifications (Notify, duplicates dropped) and
+// forgets them. Call it once the transaction committed. A failure is logged,
+// not returned: the transaction's effect is committed and the listeners'
+// polling delivers it anyway, a little later.
+func (d *Deferred) Flush(ctx context.Context, db Execer, logger *slog.Logger) {
+	d.mu.Lock()
+	ns := d.ns
+	d.ns = nil
+	d.mu.Unlock()
+	if len(ns) == 0 {
+		return
+	}
+	slices.SortFunc(ns, func(a, b Notification) int {
+		return cmp.Or(cmp.Compare(a.Channel, b.Channel), cmp.Compare(a.Payload, b.Payload))
+	})
+	ns = slices.Compact(ns)
+	if err := Notify(context.WithoutCancel(ctx), db, ns...); err != nil {
+		logger.WarnContext(ctx, "notification after commit failed; listeners will find the rows by polling", "error", err)
 	}
 }

@@ -39,6 +39,12 @@ import (
 // that compare with pgbench anchors set it (make bench does).
 const EnvFsync = "LOSSLESS_PG_FSYNC"
 
+// EnvStatStatements, set to "on", starts the ephemeral cluster with
+// pg_stat_statements preloaded (pgcluster.Options.StatStatements); make bench
+// sets it, and benchmark B5 reports the statements the server spent its time
+// on.
+const EnvStatStatements = "LOSSLESS_PG_STAT_STATEMENTS"
+
 // envServer hands the ephemeral cluster to this test binary's own child
 // processes: the workers of `go test -fuzz` run the same fuzz target, setup
 // included, and use the coordinator's server instead of each starting (and,
@@ -179,7 +185,10 @@ func server() (pgtestdb.Config, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	c, err := pgcluster.Start(ctx, pgcluster.Options{Fsync: os.Getenv(EnvFsync) == "on"})
+	c, err := pgcluster.Start(ctx, pgcluster.Options{
+		Fsync:          os.Getenv(EnvFsync) == "on",
+		StatStatements: os.Getenv(EnvStatStatements) == "on",
+	})
 	if err != nil {
 		shared.err = fmt.Errorf("start an ephemeral PostgreSQL cluster: %w", err)
 		return shared.base, shared.err

@@ -42,6 +42,7 @@ import (
 	"github.com/lossless-dev/lossless/pkg/leasequeue"
 	"github.com/lossless-dev/lossless/pkg/parked"
 	"github.com/lossless-dev/lossless/pkg/pgerr"
+	"github.com/lossless-dev/lossless/pkg/pgnotify"
 	"github.com/lossless-dev/lossless/pkg/pgtext"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/telemetry"
@@ -229,9 +230,10 @@ func (in *Intake) Process(ctx context.Context, ms []*pubsub.Received) ([]string,
 }
 
 // commit handles ms in one transaction; with isolate, each message under its
-// own savepoint.
+// own savepoint. The workers are woken after the commit (pgnotify).
 func (in *Intake) commit(ctx context.Context, ms []*pubsub.Received, verdicts []verdict, isolate bool) ([]string, error) {
 	outcomes := make([]string, len(ms))
+	ctx, notes := pgnotify.Defer(ctx)
 	err := pgx.BeginFunc(ctx, in.pool, func(tx pgx.Tx) error {
 		for i, m := range ms {
 			var err error
@@ -246,6 +248,9 @@ func (in *Intake) commit(ctx context.Context, ms []*pubsub.Received, verdicts []
 		}
 		return nil
 	})
+	if err == nil {
+		notes.Flush(ctx, in.pool, in.logger)
+	}
 	return outcomes, err
 }
 

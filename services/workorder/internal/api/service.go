@@ -24,6 +24,7 @@ import (
 	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
 	"github.com/lossless-dev/lossless/pkg/apierror"
 	"github.com/lossless-dev/lossless/pkg/idempotency"
+	"github.com/lossless-dev/lossless/pkg/pgnotify"
 	"github.com/lossless-dev/lossless/pkg/server"
 	"github.com/lossless-dev/lossless/services/workorder/internal/orders"
 )
@@ -118,6 +119,8 @@ func (s *Service) CreateWorkOrder(ctx context.Context, req *workorderv1.CreateWo
 		resp     *workorderv1.CreateWorkOrderResponse
 		replayed bool
 	)
+	// The hand-off event's notification goes after the commit (pgnotify).
+	ctx, notes := pgnotify.Defer(ctx)
 	if !hasKey {
 		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 			resp, err = create(ctx, tx)
@@ -139,6 +142,7 @@ func (s *Service) CreateWorkOrder(ctx context.Context, req *workorderv1.CreateWo
 	if err != nil {
 		return nil, toStatus(err, "")
 	}
+	notes.Flush(ctx, s.pool, s.log)
 	if replayed {
 		// Best effort: the response is right whether or not the header arrives.
 		_ = grpc.SetHeader(ctx, metadata.Pairs(ReplayedHeader, "true"))

@@ -133,7 +133,7 @@ func (a *App) assemble(ctx context.Context, opts []server.Option) error {
 		return err
 	}
 	ops, err := admin.NewOps(admin.Deps{Pool: workerPool, PubSub: a.ps, Receiver: a.cfg.Receiver,
-		Invoicing: invoicing.Config{MaxPayloadBytes: a.cfg.InvoicingMaxPayloadBytes}, Logger: a.log.With("component", "admin")})
+		Invoicing: a.cfg.Invoicing, Logger: a.log.With("component", "admin")})
 	if err != nil {
 		return err
 	}
@@ -232,7 +232,7 @@ func (a *App) buildLoops(workerPool *pgxpool.Pool, workerRepo *orders.Repository
 	// Back from billing: InvoiceIssued moves the order to INVOICED, once
 	// (idempotent consumer, pkg/dedup); dedup markers expire in batches.
 	invoiced, err := invoicing.New(workerPool, a.log.With("component", "invoicing"), a.meter,
-		invoicing.WithConfig(invoicing.Config{MaxPayloadBytes: a.cfg.InvoicingMaxPayloadBytes}))
+		invoicing.WithConfig(a.cfg.Invoicing))
 	if err != nil {
 		return err
 	}

@@ -78,10 +78,12 @@ type Config struct {
 	// is parked as poison with its raw bytes).
 	Receiver receiver.Config
 
-	// InvoicingMaxPayloadBytes caps an InvoiceIssued payload (env
-	// WORKORDER_INVOICING_MAX_PAYLOAD_BYTES, default 1 MiB); larger ones are
-	// parked with their raw bytes.
-	InvoicingMaxPayloadBytes int
+	// Invoicing configures the InvoiceIssued consumer:
+	// WORKORDER_INVOICING_MAX_PAYLOAD_BYTES (default 1 MiB; larger payloads
+	// are parked with their raw bytes) and WORKORDER_INVOICING_CONCURRENCY
+	// (default 4 messages applied at once, each in its own transaction and
+	// pooled connection).
+	Invoicing invoicing.Config
 
 	// Subscriber tunes both consumers (pubsub.SubscriberConfig defaults):
 	// PUBSUB_MAX_BATCH_BYTES (default 16 MiB) bounds the message bytes of
@@ -126,12 +128,15 @@ func FromEnv(r *envconfig.Reader) (Config, error) {
 			CleanupInterval: r.Duration("WORKORDER_IDEMPOTENCY_CLEANUP_INTERVAL", 5*time.Minute),
 			CleanupBatch:    r.Int("WORKORDER_IDEMPOTENCY_CLEANUP_BATCH", 1000),
 		},
-		PubSub:                   pubsub.ClientConfigFromEnv(r),
-		Receiver:                 receiver.ConfigFromEnv(r, "WORKORDER_RECEIVER_"),
-		InvoicingMaxPayloadBytes: r.Int("WORKORDER_INVOICING_MAX_PAYLOAD_BYTES", invoicing.DefaultMaxPayloadBytes),
-		Inbox:                    inbox.ConfigFromEnv(r, "WORKORDER_INBOX_"),
-		OperatorToken:            r.String("WORKORDER_OPERATOR_TOKEN", ""),
-		Telemetry:                telemetry.ConfigFromEnv(r, ServiceName),
+		PubSub:   pubsub.ClientConfigFromEnv(r),
+		Receiver: receiver.ConfigFromEnv(r, "WORKORDER_RECEIVER_"),
+		Invoicing: invoicing.Config{
+			MaxPayloadBytes: r.Int("WORKORDER_INVOICING_MAX_PAYLOAD_BYTES", invoicing.DefaultMaxPayloadBytes),
+			Concurrency:     r.Int("WORKORDER_INVOICING_CONCURRENCY", invoicing.DefaultConcurrency),
+		},
+		Inbox:         inbox.ConfigFromEnv(r, "WORKORDER_INBOX_"),
+		OperatorToken: r.String("WORKORDER_OPERATOR_TOKEN", ""),
+		Telemetry:     telemetry.ConfigFromEnv(r, ServiceName),
 	}
 	c.Telemetry.ProjectID = c.PubSub.ProjectID
 	c.Subscriber = pubsub.DefaultSubscriberConfigFor(c.PubSub)
@@ -152,7 +157,7 @@ func (c Config) Validate() error {
 	errs = append(errs,
 		envconfig.Check(server.EnvNames, c.Server.Validate()),
 		envconfig.Check("WORKORDER_RECEIVER_*", c.Receiver.Validate()),
-		envconfig.Check("WORKORDER_INVOICING_MAX_PAYLOAD_BYTES", invoicing.Config{MaxPayloadBytes: c.InvoicingMaxPayloadBytes}.Validate()),
+		envconfig.Check("WORKORDER_INVOICING_*", c.Invoicing.Validate()),
 		envconfig.Check("PUBSUB_MAX_BATCH_BYTES", c.Subscriber.Validate()),
 		envconfig.Check("PUBSUB_*", c.PubSub.Validate()),
 		envconfig.Check("WORKORDER_INBOX_*", c.Inbox.Validate()),

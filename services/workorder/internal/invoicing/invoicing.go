@@ -30,6 +30,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -84,7 +85,22 @@ type Config struct {
 	// MaxPayloadBytes caps a message's payload: a larger one is parked
 	// unparsed, with its raw bytes. Default DefaultMaxPayloadBytes; 1..10 MiB.
 	MaxPayloadBytes int
+	// Concurrency is how many messages the consumer applies at once, each in
+	// its own transaction, across all the batches it is handed. Default
+	// DefaultConcurrency; 1..64. Each holds a pooled connection while it
+	// runs: keep it well below the pool's size.
+	Concurrency int
 }
+
+// DefaultConcurrency is Config.Concurrency's default. One message at a time
+// applied a pulled backlog at the speed of one commit after another; under
+// load the INVOICED hop queued behind it for seconds (p99 0.8–4 s at half
+// of capacity in B5), while billing published its events within 160 ms.
+const DefaultConcurrency = 4
+
+// maxConcurrency bounds Config.Concurrency: more would only wait for
+// connections.
+const maxConcurrency = 64
 
 func (c *Config) setDefaults() {
 	if c.Subscription == "" {
@@ -92,6 +108,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxPayloadBytes == 0 {
 		c.MaxPayloadBytes = DefaultMaxPayloadBytes
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = DefaultConcurrency
 	}
 }
 
@@ -102,6 +121,9 @@ func (c Config) Validate() error {
 	var errs []error
 	if c.MaxPayloadBytes < 1 || c.MaxPayloadBytes > maxPayloadBytesLimit {
 		errs = append(errs, fmt.Errorf("MaxPayloadBytes %d: want 1..%d", c.MaxPayloadBytes, maxPayloadBytesLimit))
+	}
+	if c.Concurrency < 1 || c.Concurrency > maxConcurrency {
+		errs = append(errs, fmt.Errorf("Config.Concurrency %d: want 1..%d", c.Concurrency, maxConcurrency))
 	}
 	if p := pgtext.Problem(c.Subscription); p != "" {
 		errs = append(errs, fmt.Errorf("Config.Subscription %q: %s", c.Subscription, p))
@@ -127,6 +149,7 @@ type Invoicing struct {
 	cfg      Config
 	parked   *parked.Store
 	decoder  decoder
+	slots    chan struct{} // Config.Concurrency messages in flight at most
 	outcomes metric.Int64Counter
 	hops     *orderhop.Recorder
 }
@@ -151,6 +174,7 @@ func New(pool *pgxpool.Pool, logger *slog.Logger, meter metric.Meter, opts ...Op
 		return nil, fmt.Errorf("invoicing: %w", err)
 	}
 	v.decoder = decoder{maxPayloadBytes: v.cfg.MaxPayloadBytes}
+	v.slots = make(chan struct{}, v.cfg.Concurrency)
 	if v.parked == nil {
 		var err error
 		if v.parked, err = parked.New(); err != nil {
@@ -177,11 +201,12 @@ func New(pool *pgxpool.Pool, logger *slog.Logger, meter metric.Meter, opts ...Op
 	return v, nil
 }
 
-// HandleBatch applies each message in its own transaction (orders are
-// independent; one parked message must not hold back the others, and one
-// transaction per order keeps row locks short and never held across orders).
-// nil entries are acked; an error (infrastructure failure) nacks for
-// redelivery.
+// HandleBatch applies each message in its own transaction, up to
+// Config.Concurrency at once (orders are independent; one parked message must
+// not hold back the others, and one transaction per order keeps row locks
+// short and never held across orders; two messages for one order serialise
+// on its row lock and the dedup marker). nil entries are acked; an error
+// (infrastructure failure) nacks for redelivery.
 func (v *Invoicing) HandleBatch(ctx context.Context, ms []*pubsub.Received) []error {
 	_, errs := v.Process(ctx, ms)
 	return errs
@@ -192,9 +217,21 @@ func (v *Invoicing) HandleBatch(ctx context.Context, ms []*pubsub.Received) []er
 // letters to report.
 func (v *Invoicing) Process(ctx context.Context, ms []*pubsub.Received) (outcomes []string, errs []error) {
 	outcomes, errs = make([]string, len(ms)), make([]error, len(ms))
+	var wg sync.WaitGroup
 	for i, m := range ms {
-		outcomes[i], errs[i] = v.process(ctx, m)
+		select {
+		case v.slots <- struct{}{}:
+		case <-ctx.Done():
+			// Not started: nacked, redelivered.
+			errs[i] = ctx.Err()
+			continue
+		}
+		wg.Go(func() {
+			defer func() { <-v.slots }()
+			outcomes[i], errs[i] = v.process(ctx, m)
+		})
 	}
+	wg.Wait()
 	return outcomes, errs
 }
 

@@ -144,6 +144,71 @@ func TestF4_DuplicateInvoiceIssuedInvoicesOnce(t *testing.T) {
 	}
 }
 
+// A batch applied Config.Concurrency messages at a time, each order's event
+// twice in the same batch and a message for an order that is not COMPLETED
+// among them: every order is invoiced once, the stray one parked, the
+// outcomes line up with their messages.
+func TestBatchAppliedConcurrentlyInvoicesEachOrderOnce(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t, migrations.WorkOrder()...)
+	inv, err := invoicing.New(pool, slog.New(slog.NewJSONHandler(io.Discard, nil)), nil,
+		invoicing.WithConfig(invoicing.Config{Concurrency: 8}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &testBundle{pool: pool, inv: inv}
+	ctx := context.Background()
+
+	var batch []*pubsub.Received
+	evs := map[uuid.UUID]*eventsv1.InvoiceIssued{}
+	for range 20 {
+		id := b.order(t, "COMPLETED")
+		ev := issued(id)
+		evs[id] = ev
+		batch = append(batch, message(t, ev), message(t, ev))
+	}
+	stray := b.order(t, "CREATED")
+	batch = append(batch, message(t, issued(stray)))
+
+	outs, errs := inv.Process(ctx, batch)
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("message %d: %v", i, err)
+		}
+	}
+	count := map[string]int{}
+	for _, o := range outs {
+		count[o]++
+	}
+	if count[invoicing.OutcomeInvoiced] != 20 || count[invoicing.OutcomeDuplicate] != 20 || count[invoicing.OutcomeParked] != 1 {
+		t.Fatalf("outcomes %v, want 20 invoiced, 20 duplicate, 1 parked", count)
+	}
+	if outs[len(outs)-1] != invoicing.OutcomeParked {
+		t.Fatalf("the stray order's message: outcome %q, want parked", outs[len(outs)-1])
+	}
+	for id, ev := range evs {
+		b.wantInvoicedOnce(t, id, ev)
+	}
+	if s := b.state(t, stray); s.status != "CREATED" {
+		t.Fatalf("stray order: %+v, want CREATED", s)
+	}
+}
+
+func TestConfigConcurrencyBounds(t *testing.T) {
+	for _, c := range []struct {
+		n  int
+		ok bool
+	}{{0, true}, {1, true}, {64, true}, {65, false}, {-1, false}} {
+		err := invoicing.Config{Concurrency: c.n}.Validate()
+		if (err == nil) != c.ok {
+			t.Errorf("Concurrency %d: %v, want ok=%v", c.n, err, c.ok)
+		}
+		if err != nil && !strings.Contains(err.Error(), "Concurrency") {
+			t.Errorf("Concurrency %d: error %q does not name the field", c.n, err)
+		}
+	}
+}
+
 // Through a real Pub/Sub endpoint: the message delivered twice, invoiced once.
 func TestF4_DuplicateOverPubSub(t *testing.T) {
 	t.Parallel()

@@ -141,6 +141,9 @@ func Handle(store *inbox.Store, dec *Decoder, logger *slog.Logger, opts ...Optio
 			logger.ErrorContext(ctx, "inbox receiver: poison or conflicting messages stored for an operator",
 				"poison", res.Poison, "conflicts", res.Conflicts)
 		}
+		if res.WakeErr != nil {
+			logger.WarnContext(ctx, "inbox receiver: stored, but waking the inbox relay failed; it finds the entries by polling", "error", res.WakeErr)
+		}
 		if res.Rejected > 0 {
 			logger.ErrorContext(ctx, "inbox receiver: the database refused messages the decoder accepted; parked by the store (teach Decode the rule)",
 				"rejected", res.Rejected)
