@@ -21,6 +21,7 @@ import (
 	"io/fs"
 	"log/slog"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
 
@@ -132,11 +133,12 @@ func ApplyDSN(ctx context.Context, dsn string, sets ...Set) ([]Applied, error) {
 }
 
 // qCreateSchema runs before goose, whose version table must have a schema to
-// live in. The name was validated (pgschema.Validate), so it needs no quoting.
+// live in, and so before goose's lock. The name was validated
+// (pgschema.Validate), so it needs no quoting.
 const qCreateSchema = `CREATE SCHEMA IF NOT EXISTS %s`
 
 func apply(ctx context.Context, db *sql.DB, s Set) (int64, error) {
-	if _, err := db.ExecContext(ctx, fmt.Sprintf(qCreateSchema, s.Schema)); err != nil {
+	if _, err := db.ExecContext(ctx, fmt.Sprintf(qCreateSchema, s.Schema)); err != nil && !schemaCreatedConcurrently(err) {
 		return 0, fmt.Errorf("create schema %s: %w", s.Schema, err)
 	}
 	files, err := pgschema.RenderFS(s.FS, s.Schema)
@@ -165,6 +167,15 @@ func apply(ctx context.Context, db *sql.DB, s Set) (int64, error) {
 		return 0, fmt.Errorf("read migration version: %w", err)
 	}
 	return v, nil
+}
+
+// schemaCreatedConcurrently: IF NOT EXISTS is not atomic. Two runs that both
+// found the schema missing both create it, and the loser fails on the
+// catalog's unique index (23505) or as a duplicate (42P06); either way the
+// schema exists, which is all this run needs.
+func schemaCreatedConcurrently(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "23505" || pe.Code == "42P06")
 }
 
 // Command is the `<service> migrate` subcommand: it reads DATABASE_URL from
