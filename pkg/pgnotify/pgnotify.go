@@ -91,7 +91,7 @@ func (w Wake) Signal() {
 // notifications are queued in commit order. With fsync on, that hold
 // includes the WAL flush, so notifying transactions commit one at a time and
 // group commit cannot batch them; on a 2-core machine this lock capped the
-// whole pipeline (ADR 0002, "Measured"). The notification is therefore sent
+// whole pipeline (ADR 0002, revision 4). The notification is therefore sent
 // after the business transaction commits, in a transaction of its own whose
 // commit does not wait for the flush (a wake-up needs no durability): the
 // lock is held for microseconds instead of a flush.

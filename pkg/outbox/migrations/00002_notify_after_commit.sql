@@ -5,7 +5,7 @@
 -- transaction, as this trigger sent, holds PostgreSQL's global notification
 -- lock from before the commit record to the end of the commit, WAL flush
 -- included: every notifying commit of the server then waits for the one
--- before it, and group commit cannot batch them (ADR 0002, "Measured").
+-- before it, and group commit cannot batch them (ADR 0002, revision 4).
 -- Rows inserted by other means (psql, another program) wake no relay: the
 -- relays find them by polling and by the sweep.
 
