@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/lossless-dev/lossless/pkg/outbox"
+	"github.com/lossless-dev/lossless/pkg/pgnotify"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
 )
 
@@ -75,20 +76,27 @@ func ExampleRelay() {
 		panic(err)
 	}
 
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+
 	// The business transaction: the order and its event commit together.
+	// The relays' wake-up goes after the commit (pgnotify.Defer, Flush):
+	// sent inside, it would hold PostgreSQL's notification lock across the
+	// commit's flush, and every notifying commit of the server would wait.
 	ev, err := outbox.NewEvent(ctx, "order", "o-1", wrapperspb.String("order o-1 placed"))
 	if err != nil {
 		panic(err)
 	}
-	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `INSERT INTO orders VALUES ('o-1', 'PLACED')`); err != nil {
+	txCtx, notes := pgnotify.Defer(ctx)
+	err = pgx.BeginFunc(txCtx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(txCtx, `INSERT INTO orders VALUES ('o-1', 'PLACED')`); err != nil {
 			return err
 		}
-		return outbox.Append(ctx, tx, ev)
+		return outbox.Append(txCtx, tx, ev)
 	})
 	if err != nil {
 		panic(err)
 	}
+	notes.Flush(ctx, pool, logger)
 
 	// The relay, with a dispatcher that stands in for a publish.
 	dispatched := make(chan outbox.Event, 1)
@@ -96,7 +104,6 @@ func ExampleRelay() {
 		dispatched <- ev
 		return nil, nil
 	})
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	relay, err := outbox.NewRelay(pool, map[string]outbox.Dispatcher{ev.Type: send}, outbox.Config{}, logger, nil)
 	if err != nil {
 		panic(err)

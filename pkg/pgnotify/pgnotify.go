@@ -158,6 +158,9 @@ func Announce(ctx context.Context, db Execer, ns ...Notification) error {
 	return nil
 }
 
+// flushTimeout bounds Flush, pool wait included.
+const flushTimeout = 5 * time.Second
+
 // Deferred collects the notifications of one transaction, for the code that
 // begins and commits it to send after the commit (Defer, Flush).
 type Deferred struct {
@@ -178,7 +181,9 @@ type deferredKey struct{}
 //	}
 //
 // Without Defer, Send notifies inside the transaction: correct, but every
-// such commit holds PostgreSQL's global NOTIFY lock across its flush.
+// such commit holds PostgreSQL's global NOTIFY lock across its flush. Scope
+// the returned context to the one transaction: handed to anything that
+// outlives it, it would collect notifications nobody flushes.
 func Defer(ctx context.Context) (context.Context, *Deferred) {
 	d := &Deferred{}
 	return context.WithValue(ctx, deferredKey{}, d), d
@@ -218,7 +223,11 @@ func (d *Deferred) Flush(ctx context.Context, db Execer, logger *slog.Logger) {
 		return cmp.Or(cmp.Compare(a.Channel, b.Channel), cmp.Compare(a.Payload, b.Payload))
 	})
 	ns = slices.Compact(ns)
-	if err := Notify(context.WithoutCancel(ctx), db, ns...); err != nil {
+	// Past the caller's cancellation (the effect is committed) but bounded:
+	// a wake-up later than flushTimeout is worth less than the poll.
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), flushTimeout)
+	defer cancel()
+	if err := Notify(fctx, db, ns...); err != nil {
 		logger.WarnContext(ctx, "notification after commit failed; listeners will find the rows by polling", "error", err)
 	}
 }
