@@ -29,7 +29,7 @@ test: ## Run every test (unit, integration on real PostgreSQL and Pub/Sub emulat
 	cd bench/report && $(GO) test $(GO_TEST_FLAGS) ./...
 
 .PHONY: lint
-lint: ## Run gofmt, go vet, buf lint and golangci-lint.
+lint: ## Run gofmt, go vet, buf lint and golangci-lint (main, deploy/ and bench/ modules).
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^gen/')); \
 		if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
@@ -37,6 +37,10 @@ lint: ## Run gofmt, go vet, buf lint and golangci-lint.
 	$(TOOL) buf lint
 	$(TOOL) golangci-lint run ./...
 	cd deploy && $(GO) tool -modfile=../tools/go.mod golangci-lint run ./...
+	@# The bench/ modules (their own go.mod each) are not reached by ./... either.
+	for m in bench/report bench/watermill-compare bench/river-compare; do \
+		(cd $$m && $(GO) vet ./... && $(GO) tool -modfile=../../tools/go.mod golangci-lint run ./...) || exit 1; \
+	done
 
 .PHONY: proto
 proto: ## Regenerate Go, gRPC, gateway and OpenAPI code from proto/, and pkg/'s test protos (offline).

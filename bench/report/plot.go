@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/csv"
 	"errors"
 	"fmt"
 	"image/color"
@@ -27,12 +26,7 @@ type series struct {
 }
 
 func readSeries(name string) (*series, error) {
-	f, err := os.Open(name)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = f.Close() }() // read only
-	recs, err := csv.NewReader(f).ReadAll()
+	recs, err := readCSV(name)
 	if err != nil {
 		return nil, err
 	}
