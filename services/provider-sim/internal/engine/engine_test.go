@@ -83,11 +83,11 @@ func TestExecutionPublishesStartedThenCompletedWithStableIDs(t *testing.T) {
 	key := acc.WorkOrderID.String()
 
 	var ms []msg
-	waitfor.Condition(t, 5*time.Second, "completion published", func() bool {
+	waitfor.Condition(t, 30*time.Second, "completion published", func() bool {
 		ms = b.obs.all(t)
 		return len(of(ms, typeCompleted, key)) == 1
 	})
-	waitfor.Value(t, 5*time.Second, "job done", "DONE", func() string { return b.jobStatus(t, acc.JobID) })
+	waitfor.Value(t, 30*time.Second, "job done", "DONE", func() string { return b.jobStatus(t, acc.JobID) })
 	if len(ms) != 2 || ms[0].EventType != typeStarted || ms[1].EventType != typeCompleted {
 		t.Fatalf("messages = %+v, want STARTED then COMPLETED", ms)
 	}
@@ -117,11 +117,11 @@ func TestF4_DuplicatePublishesTheSameEventIDTwice(t *testing.T) {
 	key := acc.WorkOrderID.String()
 
 	var done []msg
-	waitfor.Condition(t, 5*time.Second, "both copies published", func() bool {
+	waitfor.Condition(t, 30*time.Second, "both copies published", func() bool {
 		done = of(b.obs.all(t), typeCompleted, key)
 		return len(done) == 2
 	})
-	waitfor.Value(t, 5*time.Second, "job done", "DONE", func() string { return b.jobStatus(t, acc.JobID) })
+	waitfor.Value(t, 30*time.Second, "job done", "DONE", func() string { return b.jobStatus(t, acc.JobID) })
 	if done[0].EventID != done[1].EventID || string(done[0].Data) != string(done[1].Data) {
 		t.Fatalf("copies differ: %s vs %s", done[0].EventID, done[1].EventID)
 	}
@@ -141,7 +141,7 @@ func TestF14_SplitCompletionIsTwoEventsWhoseItemsSumToPositions(t *testing.T) {
 	for _, positions := range []int32{2, 10, 1000} {
 		acc := b.submit(t, e, positions)
 		var done []msg
-		waitfor.Condition(t, 5*time.Second, "two tranches published", func() bool {
+		waitfor.Condition(t, 30*time.Second, "two tranches published", func() bool {
 			done = of(b.obs.all(t), typeCompleted, acc.WorkOrderID.String())
 			return len(done) == 2
 		})
@@ -156,7 +156,7 @@ func TestF14_SplitCompletionIsTwoEventsWhoseItemsSumToPositions(t *testing.T) {
 	}
 	// One position cannot be split: one event carries it.
 	acc := b.submit(t, e, 1)
-	waitfor.Value(t, 5*time.Second, "job done", "DONE", func() string { return b.jobStatus(t, acc.JobID) })
+	waitfor.Value(t, 30*time.Second, "job done", "DONE", func() string { return b.jobStatus(t, acc.JobID) })
 	if done := of(b.obs.all(t), typeCompleted, acc.WorkOrderID.String()); len(done) != 1 || done[0].completed(t).GetCompletedItems() != 1 {
 		t.Fatalf("single-position job: %d completions", len(done))
 	}
@@ -186,7 +186,7 @@ func TestF5_EarlyCompletionIsPublishedBeforeSubmitReturns(t *testing.T) {
 		t.Fatal("completion not on the topic when Submit returned")
 	}
 	var done []msg
-	waitfor.Condition(t, 5*time.Second, "observer receives the completion", func() bool {
+	waitfor.Condition(t, 30*time.Second, "observer receives the completion", func() bool {
 		done = of(b.obs.all(t), typeCompleted, key)
 		return len(done) == 1
 	})
@@ -208,7 +208,7 @@ func TestF9_PoisonMessageFailsToParseOrFailsValidation(t *testing.T) {
 		acc := b.submit(t, e, 3)
 		key := acc.WorkOrderID.String()
 		var ms []msg
-		waitfor.Condition(t, 5*time.Second, "poison and completion published", func() bool {
+		waitfor.Condition(t, 30*time.Second, "poison and completion published", func() bool {
 			ms = of(b.obs.all(t), typeCompleted, key)
 			return len(ms) == 2
 		})
@@ -260,7 +260,7 @@ func TestF8_UnknownOrderCompletionNamesAnOrderWithoutAJob(t *testing.T) {
 	e := b.newEngine(t, testConfig())
 	start(t, e)
 	acc := b.submit(t, e, 6)
-	waitfor.Value(t, 5*time.Second, "job done", "DONE", func() string { return b.jobStatus(t, acc.JobID) })
+	waitfor.Value(t, 30*time.Second, "job done", "DONE", func() string { return b.jobStatus(t, acc.JobID) })
 
 	var unknown []*eventsv1.WorkOrderCompleted
 	for _, m := range of(b.obs.all(t), typeCompleted, "") {
@@ -304,7 +304,7 @@ func TestF2_PublishThenCrashRepublishesTheSameEventIDAfterRestart(t *testing.T) 
 	first.stop()
 
 	var done []msg
-	waitfor.Condition(t, 5*time.Second, "completion published before the crash", func() bool {
+	waitfor.Condition(t, 30*time.Second, "completion published before the crash", func() bool {
 		done = of(b.obs.all(t), typeCompleted, key)
 		return len(done) == 1
 	})
@@ -318,7 +318,7 @@ func TestF2_PublishThenCrashRepublishesTheSameEventIDAfterRestart(t *testing.T) 
 	// takes the job over once the dead owner's lease expires.
 	cfg2 := testConfig()
 	start(t, b.newEngine(t, cfg2))
-	waitfor.Value(t, 5*time.Second, "job done after restart", "DONE", func() string { return b.jobStatus(t, acc.JobID) })
+	waitfor.Value(t, 30*time.Second, "job done after restart", "DONE", func() string { return b.jobStatus(t, acc.JobID) })
 	done = of(b.obs.all(t), typeCompleted, key)
 	if len(done) != 2 || done[0].EventID != done[1].EventID || string(done[0].Data) != string(done[1].Data) {
 		t.Fatalf("completions after restart = %+v, want the same event published twice", done)
@@ -337,7 +337,7 @@ func TestRestartInTheMiddleOfExecutionStillCompletesTheJobOnce(t *testing.T) {
 	acc := b.submit(t, b.newEngine(t, cfg), 2)
 	key := acc.WorkOrderID.String()
 	// Mid-run: the started event is out and recorded, the completion is not.
-	waitfor.Condition(t, 5*time.Second, "execution started and announced", func() bool {
+	waitfor.Condition(t, 30*time.Second, "execution started and announced", func() bool {
 		var recorded bool
 		_ = b.pool.QueryRow(context.Background(), `SELECT published_at IS NOT NULL FROM job_events
 			WHERE job_id = $1 AND kind = 'STARTED'`, acc.JobID).Scan(&recorded)
@@ -354,7 +354,7 @@ func TestRestartInTheMiddleOfExecutionStillCompletesTheJobOnce(t *testing.T) {
 	}
 
 	start(t, b.newEngine(t, cfg))
-	waitfor.Value(t, 5*time.Second, "job done after restart", "DONE", func() string { return b.jobStatus(t, acc.JobID) })
+	waitfor.Value(t, 30*time.Second, "job done after restart", "DONE", func() string { return b.jobStatus(t, acc.JobID) })
 	ms := b.obs.all(t)
 	if c, s := of(ms, typeCompleted, key), of(ms, typeStarted, key); len(c) != 1 || len(s) != 1 {
 		t.Fatalf("completed %d, started %d times; want once each", len(c), len(s))
@@ -380,7 +380,7 @@ func TestTwoInstancesShareTheWorkAndPublishEachJobOnce(t *testing.T) {
 	waitfor.Condition(t, 10*time.Second, "every job completed", func() bool {
 		return len(of(b.obs.all(t), typeCompleted, "")) >= n
 	})
-	waitfor.Condition(t, 5*time.Second, "every job done", func() bool {
+	waitfor.Condition(t, 30*time.Second, "every job done", func() bool {
 		var done int
 		_ = b.pool.QueryRow(context.Background(), `SELECT count(*) FROM jobs WHERE status = 'DONE'`).Scan(&done)
 		return done == n
@@ -405,13 +405,13 @@ func TestF16_PubSubUnavailableRetriesWithTheSameEventID(t *testing.T) {
 	b.outage.on.Store(true)
 	e := b.newEngine(t, cfg)
 	acc := b.submit(t, e, 2)
-	waitfor.Condition(t, 5*time.Second, "failed attempts recorded", func() bool {
+	waitfor.Condition(t, 30*time.Second, "failed attempts recorded", func() bool {
 		var attempts int
 		_ = b.pool.QueryRow(context.Background(), `SELECT attempts FROM jobs WHERE job_id = $1`, acc.JobID).Scan(&attempts)
 		return attempts >= 2
 	})
 	b.outage.on.Store(false)
-	waitfor.Value(t, 5*time.Second, "job done after the outage", "DONE", func() string { return b.jobStatus(t, acc.JobID) })
+	waitfor.Value(t, 30*time.Second, "job done after the outage", "DONE", func() string { return b.jobStatus(t, acc.JobID) })
 	ms := b.obs.all(t)
 	key := acc.WorkOrderID.String()
 	if c, s := of(ms, typeCompleted, key), of(ms, typeStarted, key); len(c) != 1 || len(s) != 1 {
