@@ -94,14 +94,14 @@ demo: ## Create orders against a running stack and print a summary, e.g. make de
 # bench/raw*.json and bench/data are the run's raw output (not committed); bench/report.md and bench/plots
 # are written from them. B2 and B6 run at their design length: B2's targets are defined over 5 min and
 # 60 s after the release (vacuum's catch-up), B6's against the drain of 10,000 orders, whose one-deadline
-# tail of timed-out calls outweighs a shorter run (docs/performance.md). The watermill comparison is its own module, which `./...` does not reach: it runs
-# as bench-watermill does, with -json. The report is written even when a benchmark fails (its row says so);
-# the target then exits non-zero.
+# tail of timed-out calls outweighs a shorter run (docs/performance.md). The watermill and River comparisons are
+# modules of their own, which `./...` does not reach: each runs as bench-watermill / bench-river does, with
+# -json. The report is written even when a benchmark fails (its row says so); the target then exits non-zero.
 BENCH_DATA ?= bench/data
 
 .PHONY: bench
 bench: ## Run every benchmark of docs/performance.md once, fsync on; writes bench/report.md (targets, figures, plots).
-	@mkdir -p bench $(BENCH_DATA) && rm -f $(BENCH_DATA)/*.csv bench/raw.json bench/raw-watermill.json
+	@mkdir -p bench $(BENCH_DATA) && rm -f $(BENCH_DATA)/*.csv bench/raw.json bench/raw-watermill.json bench/raw-river.json
 	@echo "benchmarks running (up to 90 min); progress: tail -f bench/raw.json"
 	@status=0; \
 	LOSSLESS_PG_FSYNC=on LOSSLESS_PG_STAT_STATEMENTS=on LOSSLESS_B6_ORDERS=10000 \
@@ -111,7 +111,12 @@ bench: ## Run every benchmark of docs/performance.md once, fsync on; writes benc
 		(cd bench/watermill-compare && LOSSLESS_PG_FSYNC=on LOSSLESS_BENCH_DATA='$(abspath $(BENCH_DATA))' \
 			$(GO) test -json -run '^$$' -bench . -benchtime 1x -timeout 60m .) > bench/raw-watermill.json || status=1; \
 	fi; \
+	if [ -d bench/river-compare ]; then \
+		(cd bench/river-compare && LOSSLESS_PG_FSYNC=on LOSSLESS_BENCH_DATA='$(abspath $(BENCH_DATA))' \
+			$(GO) test -json -run '^$$' -bench . -benchtime 1x -timeout 60m .) > bench/raw-river.json || status=1; \
+	fi; \
 	(cd bench/report && $(GO) run . -raw '$(abspath bench/raw.json)' -raw '$(abspath bench/raw-watermill.json)' \
+		-raw '$(abspath bench/raw-river.json)' \
 		-data '$(abspath $(BENCH_DATA))' -out '$(abspath bench/report.md)') || status=1; \
 	echo "wrote bench/report.md"; exit $$status
 
@@ -171,15 +176,10 @@ rename: ## Give a fork its module path everywhere (imports, go.mod files, protos
 	@if [ -z "$(MODULE)" ]; then echo "usage: make rename MODULE=github.com/acme/orders"; exit 2; fi
 	$(GO) run ./cmd/rename -module '$(MODULE)'
 
-BENCH_RIVER_JOBS    ?= 100000
-BENCH_RIVER_WORKERS ?= 100
-
-# Not part of `make test`: it needs a PostgreSQL server and takes minutes.
+# A module of its own, so that River stays out of the main go.mod; `go test ./...` does not reach it. Sizes
+# come from LOSSLESS_B3_JOBS / _WORKERS / _ROUNDS (bench/river-compare/bench_test.go), e.g.
+# make bench-river LOSSLESS_B3_JOBS=200000. A relative LOSSLESS_BENCH_DATA is made absolute: the test runs
+# in the module's directory.
 .PHONY: bench-river
-bench-river: ## B3: River vs pkg/leasequeue burn-down on one server, e.g. make bench-river DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres.
-	@if [ -z "$(DATABASE_URL)" ]; then echo "bench-river needs DATABASE_URL, a PostgreSQL 15 server (fsync on) it may create databases on"; exit 2; fi
-	@echo "== River (bench/river-compare): $(BENCH_RIVER_JOBS) jobs, $(BENCH_RIVER_WORKERS) workers"
-	cd bench/river-compare && $(GO) run . -database-url '$(DATABASE_URL)' -jobs $(BENCH_RIVER_JOBS) -workers $(BENCH_RIVER_WORKERS)
-	@echo "== ours (pkg/leasequeue BenchmarkBurnDown): same jobs, workers and server"
-	DATABASE_URL='$(DATABASE_URL)' LEASEQUEUE_BENCH_JOBS=$(BENCH_RIVER_JOBS) LEASEQUEUE_BENCH_WORKERS=$(BENCH_RIVER_WORKERS) \
-		$(GO) test -run '^$$' -bench '^BenchmarkBurnDown$$' -benchtime 1x -timeout 30m ./pkg/leasequeue
+bench-river: ## B3: pkg/leasequeue vs River v0.51.2 burning down the same jobs with the same workers on one server, fsync on.
+	cd bench/river-compare && $(if $(LOSSLESS_BENCH_DATA),LOSSLESS_BENCH_DATA='$(abspath $(LOSSLESS_BENCH_DATA))') LOSSLESS_PG_FSYNC=on $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m .

@@ -27,12 +27,11 @@ func benchEnv(b *testing.B, name string, def int) int {
 	return def
 }
 
-// BenchmarkBurnDown is B3's no-op burn-down: N jobs inserted, then W
-// handlers drain them; reports jobs/s. The anchor is River v0.51.2 on the
-// same server: `go run . -database-url URL -jobs N -workers W` in
-// bench/river-compare (see bench/river-compare-run.md). Point
-// both at one server with DATABASE_URL; with LOSSLESS_PG_FSYNC=on the
-// ephemeral server keeps fsync on.
+// BenchmarkBurnDown is B3's no-op burn-down on its own: N jobs inserted, then
+// W handlers drain them; reports jobs/s. B3 itself, against River v0.51.2 on
+// the same server, is bench/river-compare's BenchmarkB3_LeaseQueueVsRiver
+// (`make bench-river`). With LOSSLESS_PG_FSYNC=on the ephemeral server keeps
+// fsync on.
 func BenchmarkBurnDown(b *testing.B) {
 	jobs := benchEnv(b, "LEASEQUEUE_BENCH_JOBS", 100_000)
 	workers := benchEnv(b, "LEASEQUEUE_BENCH_WORKERS", 100)
