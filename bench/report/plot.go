@@ -34,7 +34,10 @@ func readSeries(name string) (*series, error) {
 		return nil, errors.New("no samples")
 	}
 	s := &series{header: recs[0], rows: recs[1:], numeric: make([]bool, len(recs[0]))}
-	for c := range s.header {
+	for c, h := range s.header {
+		if h == "round" && slices.Contains(s.header, "t_s") {
+			continue // a time series per repetition: its number names a line, it is not a value
+		}
 		s.numeric[c] = true
 		for _, r := range s.rows {
 			if _, err := strconv.ParseFloat(r[c], 64); err != nil {
@@ -48,15 +51,26 @@ func readSeries(name string) (*series, error) {
 
 func (s *series) col(name string) int { return slices.Index(s.header, name) }
 
-// group is the first categorical column other than "phase" (hop, service),
-// or -1: the lines of a plot are drawn one per value of it.
-func (s *series) group() int {
+// group lists the categorical columns other than "phase" (hop, service;
+// round, side): the lines of a plot are drawn one per combination of their
+// values.
+func (s *series) group() []int {
+	var out []int
 	for c, h := range s.header {
 		if !s.numeric[c] && h != "phase" {
-			return c
+			out = append(out, c)
 		}
 	}
-	return -1
+	return out
+}
+
+// groupKey is row r's combination of the group's values.
+func groupKey(r []string, g []int) string {
+	vals := make([]string, len(g))
+	for i, c := range g {
+		vals[i] = r[c]
+	}
+	return strings.Join(vals, " ")
 }
 
 // plotSeries draws a CSV as a PNG: with a t_s column, each numeric column
@@ -72,12 +86,12 @@ func plotSeries(csvPath, pngPath string) (string, error) {
 	single := len(valueColumns(s, s.col("t_s"))) == 1
 	key := func(r []string, col int) string {
 		switch {
-		case g < 0:
+		case len(g) == 0:
 			return s.header[col]
 		case single:
-			return r[g]
+			return groupKey(r, g)
 		}
-		return r[g] + " " + s.header[col]
+		return groupKey(r, g) + " " + s.header[col]
 	}
 	p := plot.New()
 	p.Title.Text = strings.TrimSuffix(filepath.Base(csvPath), ".csv")
@@ -182,11 +196,15 @@ func valueColumns(s *series, skip int) []string {
 	return out
 }
 
-func groupName(s *series, g int) string {
-	if g < 0 {
+func groupName(s *series, g []int) string {
+	if len(g) == 0 {
 		return "column"
 	}
-	return s.header[g]
+	names := make([]string, len(g))
+	for i, c := range g {
+		names[i] = s.header[c]
+	}
+	return strings.Join(names, " and ")
 }
 
 // phaseSpan is the first and last sample time of one phase.

@@ -240,3 +240,33 @@ func TestTargets_EveryIdIsADeclaredBenchmark(t *testing.T) {
 		}
 	}
 }
+
+func TestPlot_TimeSeriesOfRoundsDrawsOneLinePerRoundAndSideNotARoundLine(t *testing.T) {
+	dir := t.TempDir()
+	csvPath := filepath.Join(dir, "b3_rate.csv")
+	data := "round,side,t_s,jobs_per_s\n" +
+		"0,river,1,7000\n0,river,2,7100\n0,leasequeue,1,11000\n0,leasequeue,2,11500\n" +
+		"1,river,1,6900\n1,river,2,7000\n1,leasequeue,1,10000\n1,leasequeue,2,10500\n"
+	if err := os.WriteFile(csvPath, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	caption, err := plotSeries(csvPath, filepath.Join(dir, "b3_rate.png"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "jobs_per_s over time, one line per round and side."; caption != want {
+		t.Errorf("caption %q, want %q (round is a line's name, not a plotted value)", caption, want)
+	}
+	// Without a time axis the rounds are values: a distribution per column.
+	rounds := filepath.Join(dir, "b3_rounds.csv")
+	if err := os.WriteFile(rounds, []byte("round,ours,theirs\n0,11000,7000\n1,10000,6900\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	caption, err = plotSeries(rounds, filepath.Join(dir, "b3_rounds.png"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(caption, "ours: n 2") {
+		t.Errorf("caption %q: want the distribution of column ours over 2 rounds", caption)
+	}
+}
