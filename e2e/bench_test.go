@@ -189,8 +189,8 @@ func BenchmarkB5_EndToEndLatency(b *testing.B) {
 
 		// The table goes to stderr: a benchmark's log keeps only 10 lines.
 		var tbl strings.Builder
-		// The capacity probe's columns show where its orders queued: the
-		// hop whose p50 grows most is the one that bounds the capacity.
+		// The capacity probe's columns show where its orders queued while
+		// the machine was saturated.
 		fmt.Fprintf(&tbl, "B5 per hop (ms; floor = minimum of %d single orders):\n%-18s %8s %8s %8s %8s %8s %8s %8s\n", len(phases["floor"]), "hop", "floor", "p50@10%", "p99@10%", "p50@50%", "p99@50%", "p50@cap", "p99@cap")
 		for i, hop := range orderhop.Path {
 			l10, l50, lc := b5HopLatencies(phases["10pct"], i), b5HopLatencies(phases["50pct"], i), b5HopLatencies(phases["capacity"], i)
