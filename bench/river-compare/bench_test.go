@@ -9,7 +9,7 @@ package rivercompare_test
 //	LOSSLESS_B3_JOBS     jobs inserted, then burned down, per side and round (default 100000)
 //	LOSSLESS_B3_WORKERS  handlers running at once: River's MaxWorkers, our WorkerConfig.Workers (default 100)
 //	LOSSLESS_B3_ROUNDS   A/B rounds (default 2)
-//	LOSSLESS_B3_CONTINUOUS  length of each side's continuous run per round (default 30s; 0 skips it)
+//	LOSSLESS_B3_CONTINUOUS  length of each side's continuous run per round (default 30s)
 //	LOSSLESS_BENCH_DATA  when set, a directory for b3_rate.csv and b3_rounds.csv
 
 import (
@@ -510,7 +510,7 @@ func BenchmarkB3_LeaseQueueVsRiver(b *testing.B) {
 	n := outboxbench.EnvInt(b, "LOSSLESS_B3_JOBS", 100_000)
 	workers := outboxbench.EnvInt(b, "LOSSLESS_B3_WORKERS", 100)
 	rounds := outboxbench.EnvInt(b, "LOSSLESS_B3_ROUNDS", 2)
-	cont := envDuration(b, "LOSSLESS_B3_CONTINUOUS", 30*time.Second)
+	cont := outboxbench.EnvDuration(b, "LOSSLESS_B3_CONTINUOUS", 30*time.Second)
 	for b.Loop() {
 		var ours, theirs, ratios []float64
 		var contOurs, contTheirs, contRatios []float64
@@ -520,13 +520,11 @@ func BenchmarkB3_LeaseQueueVsRiver(b *testing.B) {
 			l, lp := burnDownLeaseQueue(b, n, workers)
 			ours, theirs, ratios = append(ours, l), append(theirs, r), append(ratios, l/r)
 			b.Logf("B3 round %d: jobs=%d workers=%d river=%.0f leasequeue=%.0f jobs/s; leasequeue/river=%.2f", round, n, workers, r, l, l/r)
-			if cont > 0 {
-				cr := continuousRiver(b, cont, workers)
-				cl := continuousLeaseQueue(b, cont, workers)
-				contOurs, contTheirs, contRatios = append(contOurs, cl.ran), append(contTheirs, cr.ran), append(contRatios, cl.ran/cr.ran)
-				b.Logf("B3 round %d continuous %v (%d jobs a statement, inserted while working): river ran %.0f of %.0f inserted, leasequeue ran %.0f of %.0f inserted jobs/s; leasequeue/river=%.2f",
-					round, cont, contChunk, cr.ran, cr.inserted, cl.ran, cl.inserted, cl.ran/cr.ran)
-			}
+			cr := continuousRiver(b, cont, workers)
+			cl := continuousLeaseQueue(b, cont, workers)
+			contOurs, contTheirs, contRatios = append(contOurs, cl.ran), append(contTheirs, cr.ran), append(contRatios, cl.ran/cr.ran)
+			b.Logf("B3 round %d continuous %v (%d jobs a statement, inserted while working): river ran %.0f of %.0f inserted, leasequeue ran %.0f of %.0f inserted jobs/s; leasequeue/river=%.2f",
+				round, cont, contChunk, cr.ran, cr.inserted, cl.ran, cl.inserted, cl.ran/cr.ran)
 			for _, p := range rp {
 				rates = append(rates, []string{strconv.Itoa(round), riverSide, fmt.Sprintf("%.0f", p.t.Seconds()), fmt.Sprintf("%.0f", p.rate)})
 			}
@@ -538,11 +536,9 @@ func BenchmarkB3_LeaseQueueVsRiver(b *testing.B) {
 		b.ReportMetric(outboxbench.Median(ours), "leasequeue_jobs/s")
 		b.ReportMetric(outboxbench.Median(theirs), "river_jobs/s")
 		b.ReportMetric(ratio, "ratio_vs_river")
-		if cont > 0 {
-			b.ReportMetric(outboxbench.Median(contOurs), "continuous_leasequeue_jobs/s")
-			b.ReportMetric(outboxbench.Median(contTheirs), "continuous_river_jobs/s")
-			b.ReportMetric(outboxbench.Median(contRatios), "continuous_ratio_vs_river")
-		}
+		b.ReportMetric(outboxbench.Median(contOurs), "continuous_leasequeue_jobs/s")
+		b.ReportMetric(outboxbench.Median(contTheirs), "continuous_river_jobs/s")
+		b.ReportMetric(outboxbench.Median(contRatios), "continuous_ratio_vs_river")
 		met := "met"
 		if ratio < target {
 			met = "NOT met"
@@ -557,20 +553,6 @@ func BenchmarkB3_LeaseQueueVsRiver(b *testing.B) {
 		writeCSV(b, "b3_rate.csv", []string{"round", "side", "t_s", "jobs_per_s"}, rates)
 		writeCSV(b, "b3_rounds.csv", []string{"round", "leasequeue_jobs_per_s", "river_jobs_per_s", "leasequeue_over_river"}, perRound)
 	}
-}
-
-// envDuration reads a duration from the environment, or def when unset.
-func envDuration(b *testing.B, name string, def time.Duration) time.Duration {
-	b.Helper()
-	v := os.Getenv(name)
-	if v == "" {
-		return def
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil || d < 0 {
-		b.Fatalf("%s=%q: want a duration such as 30s (0 skips)", name, v)
-	}
-	return d
 }
 
 // writeCSV writes a series into LOSSLESS_BENCH_DATA, when it is set.
