@@ -126,6 +126,9 @@ bench: ## Run every benchmark of docs/performance.md once, fsync on; writes benc
 bench-watermill: ## B1w: our outbox relay vs watermill-sql's forwarder draining the same backlog on one server, fsync on.
 	cd bench/watermill-compare && $(if $(LOSSLESS_BENCH_DATA),LOSSLESS_BENCH_DATA='$(abspath $(LOSSLESS_BENCH_DATA))') LOSSLESS_PG_FSYNC=on $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m .
 
+# A duration (30s) or a count of executions (100000x). With a duration, Go 1.26's fuzz coordinator can report
+# "context deadline exceeded" as a failure, with no failing input written, when the time runs out while a worker
+# is mid-call (fixed in Go 1.27); a count cannot race that deadline, which is why .ci/run uses one.
 FUZZTIME ?= 30s
 
 .PHONY: fuzz
