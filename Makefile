@@ -180,7 +180,7 @@ rename: ## Give a fork its module path everywhere (imports, go.mod files, protos
 	$(GO) run ./cmd/rename -module '$(MODULE)'
 
 # A module of its own, so that River stays out of the main go.mod; `go test ./...` does not reach it. Sizes
-# come from LOSSLESS_B3_JOBS / _WORKERS / _ROUNDS (bench/river-compare/bench_test.go), e.g.
+# come from LOSSLESS_B3_JOBS / _WORKERS / _ROUNDS / _CONTINUOUS (bench/river-compare/bench_test.go), e.g.
 # make bench-river LOSSLESS_B3_JOBS=200000. A relative LOSSLESS_BENCH_DATA is made absolute: the test runs
 # in the module's directory.
 .PHONY: bench-river
