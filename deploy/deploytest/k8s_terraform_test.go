@@ -32,7 +32,7 @@ import (
 const superuserReserved = 3
 
 // connBudget is what docs/production.md ("Database connections") and
-// pkg/pgpool say a replica opens beyond the pool caps its env sets.
+// pkg/pgdb say a replica opens beyond the pool caps its env sets.
 type connBudget struct {
 	// dedicated: "<service> <role>" ("<service> *" for any role) -> the
 	// session connections opened outside the pools (LISTEN, journal).
@@ -40,7 +40,7 @@ type connBudget struct {
 	migrate    int // per migrate Job
 	operators  int // operator sessions
 	docTotal   int // the worked example's highest total
-	singlePool int // pgpool.DefaultMaxConns: pgpool.New's one pool
+	singlePool int // pgdb.DefaultMaxConns: pgdb.New's one pool
 }
 
 // k8sTF is the rendered gcp overlay and the evaluated module, with what
@@ -51,7 +51,7 @@ type k8sTF struct {
 	svcs     []declaredService
 	settings map[string]string // overlays/gcp/settings.yaml data
 	budget   connBudget
-	twoPools map[string]bool // services opening pgpool.Open's API and workers' pools
+	twoPools map[string]bool // services opening pgdb.Open's API and workers' pools
 }
 
 func loadK8sTF(t *testing.T) k8sTF {
@@ -82,7 +82,7 @@ var (
 // readConnBudget reads the "Database connections" section of
 // docs/production.md: its table of what each role opens (the last column,
 // "none" or "= **N**"), the migrate Job's row, and the worked example's
-// operator reserve and highest total; and pkg/pgpool's one-pool size.
+// operator reserve and highest total; and pkg/pgdb's one-pool size.
 func readConnBudget(t *testing.T) connBudget {
 	t.Helper()
 	doc := string(readRepoFile(t, "docs/production.md"))
@@ -134,17 +134,17 @@ func readConnBudget(t *testing.T) connBudget {
 	if len(b.dedicated) == 0 || b.migrate < 0 || b.operators < 0 || b.docTotal < 0 {
 		t.Fatalf("docs/production.md, Database connections: want the per-role table, a \"| `migrate` Job |\" row with **N**, and the worked example's \"| operators |\" (+N) and \"| **total** |\" rows; read %+v", b)
 	}
-	m := pgpoolConst.FindStringSubmatch(string(readRepoFile(t, "pkg/pgpool/pgpool.go")))
+	m := pgpoolConst.FindStringSubmatch(string(readRepoFile(t, "pkg/pgdb/pool.go")))
 	if m == nil {
-		t.Fatal("pkg/pgpool/pgpool.go: no DefaultMaxConns constant")
+		t.Fatal("pkg/pgdb/pool.go: no DefaultMaxConns constant")
 	}
 	b.singlePool, _ = strconv.Atoi(m[1])
 	return b
 }
 
-// twoPoolServices: the services whose code opens pgpool.Open (an API and a
+// twoPoolServices: the services whose code opens pgdb.Open (an API and a
 // workers' pool, capped by DATABASE_API_MAX_CONNS and
-// DATABASE_WORKER_MAX_CONNS); the others open pgpool.New's one pool.
+// DATABASE_WORKER_MAX_CONNS); the others open pgdb.New's one pool.
 func twoPoolServices(t *testing.T, svcs []declaredService) map[string]bool {
 	t.Helper()
 	out := map[string]bool{}
@@ -154,7 +154,7 @@ func twoPoolServices(t *testing.T, svcs []declaredService) map[string]bool {
 				return err
 			}
 			b, err := os.ReadFile(path)
-			if err == nil && strings.Contains(string(b), "pgpool.Open(") {
+			if err == nil && strings.Contains(string(b), "pgdb.Open(") {
 				out[s.Name] = true
 			}
 			return err

@@ -35,7 +35,7 @@ func load(t *testing.T) (*index, []quote) {
 var libraryMetrics = map[string]string{
 	// otelgrpc's server stats handler (pkg/server): rpc.server.call.duration, unit s.
 	"lossless_rpc_server_call_duration_seconds": "go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc",
-	// otelpgx's query tracer (pkg/pgpool): db.client.operation.duration, unit s.
+	// otelpgx's query tracer (pkg/pgdb): db.client.operation.duration, unit s.
 	"lossless_db_client_operation_duration_seconds": "github.com/exaring/otelpgx",
 }
 

@@ -17,7 +17,7 @@ import (
 	"google.golang.org/protobuf/protoadapt"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/lossless-dev/lossless/pkg/pgerr"
+	"github.com/lossless-dev/lossless/pkg/pgdb"
 )
 
 // Domain is the ErrorInfo domain of every reason this system emits.
@@ -156,7 +156,7 @@ func RetryAfter(err error) time.Duration {
 //
 //   - a gRPC status passes unchanged: handlers chose it;
 //   - the client's cancellation (ctx cancelled) is CANCELLED;
-//   - a database outage or overload ([pgerr.IsUnavailable]: connection
+//   - a database outage or overload ([pgdb.IsUnavailable]: connection
 //     refused or lost, shutdown, too many connections, pool acquire,
 //     statement or request deadline) is [Unavailable];
 //   - anything else is INTERNAL "internal error", with ref (a trace or
@@ -174,7 +174,7 @@ func Public(ctx context.Context, err error, ref string) (public error, hidden bo
 	if errors.Is(err, context.Canceled) || errors.Is(ctx.Err(), context.Canceled) {
 		return status.Error(codes.Canceled, "request cancelled"), false
 	}
-	if pgerr.IsUnavailable(err) {
+	if pgdb.IsUnavailable(err) {
 		return Unavailable(), true
 	}
 	msg := "internal error"

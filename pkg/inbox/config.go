@@ -44,7 +44,7 @@ type Config struct {
 	// HandlerTimeout bounds one batch's transaction. Default 30s.
 	HandlerTimeout time.Duration
 	// OutageProbeInterval caps the relay's wait after a batch failed because
-	// the database is unreachable (pgerr.IsUnavailable), in place of
+	// the database is unreachable (pgdb.IsUnavailable), in place of
 	// TechnicalBackoff's growing delay: a database that comes back is noticed
 	// within this interval, at the cost of one failed connection attempt per
 	// interval while it is down. Default 1s.

@@ -17,7 +17,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
 
-	"github.com/lossless-dev/lossless/pkg/pgerr"
+	"github.com/lossless-dev/lossless/pkg/pgdb"
 	"github.com/lossless-dev/lossless/pkg/pgnotify"
 	"github.com/lossless-dev/lossless/pkg/pgtext"
 )
@@ -148,7 +148,7 @@ func NewStore(db DB, meter metric.Meter, opts ...Option) (*Store, error) {
 // attribute, an event id over MaxEventIDLength) is stored PARKED, escaped
 // (pgtext.Storable, pgtext.StorableMap; under PoisonKey when its event id is
 // the problem), with its raw payload. If the single-statement batch insert
-// still fails with a data error (pgerr.IsData: a rule this code does not
+// still fails with a data error (pgdb.IsData: a rule this code does not
 // know), Ingest stores the batch again one message per savepoint and parks
 // each message the database rejects. Any other error fails the batch.
 //
@@ -163,7 +163,7 @@ func (s *Store) Ingest(ctx context.Context, msgs []Message) (IngestResult, error
 		return IngestResult{}, err
 	}
 	res, err := s.ingestBatch(ctx, rows)
-	if pgerr.IsData(err) {
+	if pgdb.IsData(err) {
 		res, err = s.ingestIsolated(ctx, rows)
 	}
 	if err != nil {
@@ -220,7 +220,7 @@ func (s *Store) ingestIsolated(ctx context.Context, rows []row) (IngestResult, e
 			}
 			one, err := s.insertRows(ctx, sp, []row{r}, &res)
 			if err != nil {
-				if !pgerr.IsData(err) {
+				if !pgdb.IsData(err) {
 					return err
 				}
 				if rbErr := sp.Rollback(ctx); rbErr != nil {

@@ -17,7 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
-	"github.com/lossless-dev/lossless/pkg/pgerr"
+	"github.com/lossless-dev/lossless/pkg/pgdb"
 	"github.com/lossless-dev/lossless/pkg/pgnotify"
 	"github.com/lossless-dev/lossless/pkg/telemetry"
 )
@@ -583,7 +583,7 @@ func (r *Relay) chargeLostPanic(ctx context.Context, lost *lostPanicError) error
 // down instead of sleeping past its return.
 func failureWait(cfg Config, err error, failures int) time.Duration {
 	wait := cfg.TechnicalBackoff.Delay(failures)
-	if pgerr.IsUnavailable(err) {
+	if pgdb.IsUnavailable(err) {
 		wait = min(wait, cfg.OutageProbeInterval)
 	}
 	return wait

@@ -109,7 +109,7 @@ type Config struct {
 	CircuitProbeInterval    time.Duration
 	CircuitProbeIntervalMax time.Duration
 	// OutageProbeInterval caps a relay loop's wait after a batch failed
-	// because the database is unreachable (pgerr.IsUnavailable), in place of
+	// because the database is unreachable (pgdb.IsUnavailable), in place of
 	// the growing backoff other batch failures get (up to BackoffMax): the
 	// loop polls a database that is down and resumes within this interval of
 	// its return, instead of sleeping up to minutes past it. Default 1s.

@@ -25,7 +25,7 @@ import (
 
 	"github.com/lossless-dev/lossless/pkg/backoff"
 	"github.com/lossless-dev/lossless/pkg/permanent"
-	"github.com/lossless-dev/lossless/pkg/pgerr"
+	"github.com/lossless-dev/lossless/pkg/pgdb"
 	"github.com/lossless-dev/lossless/pkg/pgnotify"
 )
 
@@ -960,7 +960,7 @@ func quoteLiteral(s string) string {
 // sleeping past its return.
 func (r *Relay) failureWait(err error, failures int) time.Duration {
 	wait := r.policy.Delay(failures)
-	if pgerr.IsUnavailable(err) {
+	if pgdb.IsUnavailable(err) {
 		wait = min(wait, r.cfg.OutageProbeInterval)
 	}
 	return wait

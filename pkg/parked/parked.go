@@ -5,7 +5,7 @@
 // A consumer decodes each message first, with its own rules, and parks what
 // it refuses (Store.Park) in the transaction that handles its batch-mates, or
 // on its own. What the database refuses anyway (a rule the decoder does not
-// know, pgerr.IsData) or what the consumer refuses after reading its state
+// know, pgdb.IsData) or what the consumer refuses after reading its state
 // (Refuse) is isolated to its message by Isolate: the message's effects roll
 // back and it is parked with the rule it broke, while its batch-mates commit.
 // Only infrastructure failures nack.
@@ -38,7 +38,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/lossless-dev/lossless/pkg/pgerr"
+	"github.com/lossless-dev/lossless/pkg/pgdb"
 	"github.com/lossless-dev/lossless/pkg/pgschema"
 	"github.com/lossless-dev/lossless/pkg/pgtext"
 )
@@ -360,7 +360,7 @@ func Refuse(reason string) error { return refusal{reason: reason} }
 // because of its message, its effects roll back, and Isolate returns the
 // reason to park the message with and a nil error; db is then usable to park
 // it in. fn fails because of its message when it returns Refuse(reason), or
-// when the database refused a value (pgerr.IsData): the reason then names the
+// when the database refused a value (pgdb.IsData): the reason then names the
 // rule and the SQLSTATE. Any other error is returned as it is: an
 // infrastructure failure, for the caller to roll back and nack.
 func Isolate(ctx context.Context, db DB, fn func(tx pgx.Tx) error) (reason string, err error) {
@@ -371,7 +371,7 @@ func Isolate(ctx context.Context, db DB, fn func(tx pgx.Tx) error) (reason strin
 		return "", nil
 	case errors.As(err, &r):
 		return r.reason, nil
-	case pgerr.IsData(err):
+	case pgdb.IsData(err):
 		return rejected(err), nil
 	}
 	return "", err

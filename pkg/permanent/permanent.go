@@ -5,7 +5,7 @@
 //
 // Any error not marked is transient. Whether an error is permanent is the
 // caller's judgement: a decode error of a stored payload is, a refused
-// connection is not (pkg/pgerr classifies database errors).
+// connection is not (pkg/pgdb classifies database errors).
 package permanent
 
 import "errors"

@@ -24,7 +24,7 @@ import (
 	"github.com/lossless-dev/lossless/pkg/outboxtrace"
 	"github.com/lossless-dev/lossless/pkg/parked"
 	"github.com/lossless-dev/lossless/pkg/pgleader"
-	"github.com/lossless-dev/lossless/pkg/pgpool"
+	"github.com/lossless-dev/lossless/pkg/pgdb"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/server"
 	"github.com/lossless-dev/lossless/pkg/telemetry"
@@ -40,7 +40,7 @@ type App struct {
 	cfg       config.Config
 	log       *slog.Logger
 	tel       telemetry.Providers
-	db        *pgpool.Pools // API and workers' pools, kept apart (pkg/pgpool)
+	db        *pgdb.Pools // API and workers' pools, kept apart (pkg/pgdb)
 	ps        *gpubsub.Client
 	publisher *pubsub.Publisher
 	srv       *server.Server
@@ -59,7 +59,7 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger, tel teleme
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	db, err := pgpool.Open(ctx, cfg.Database, tel)
+	db, err := pgdb.Open(ctx, cfg.Database, tel)
 	if err != nil {
 		return nil, fmt.Errorf("app: database pool: %w", err)
 	}

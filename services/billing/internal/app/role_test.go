@@ -17,7 +17,7 @@ import (
 	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/pkg/leasequeue"
 	"github.com/lossless-dev/lossless/pkg/outbox"
-	"github.com/lossless-dev/lossless/pkg/pgpool"
+	"github.com/lossless-dev/lossless/pkg/pgdb"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/pubsubtest"
 	"github.com/lossless-dev/lossless/pkg/server"
@@ -48,7 +48,7 @@ func (l *roleLogs) String() string {
 // roleConfig is a billing process on dsn and emu, with fast polls.
 func roleConfig(dsn string, emu *pubsubtest.Emulator) config.Config {
 	cfg := config.Config{
-		Database: pgpool.Config{URL: dsn},
+		Database: pgdb.Config{URL: dsn},
 		Server:   server.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", ShutdownTimeout: 10 * time.Second},
 		PubSub:   pubsub.ClientConfig{ProjectID: emu.ProjectID, EmulatorHost: emu.Addr},
 		Outbox:   outbox.Config{PollInterval: 20 * time.Millisecond},

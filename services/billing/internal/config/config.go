@@ -15,7 +15,7 @@ import (
 	"github.com/lossless-dev/lossless/pkg/leasequeue"
 	"github.com/lossless-dev/lossless/pkg/operatorauth"
 	"github.com/lossless-dev/lossless/pkg/outbox"
-	"github.com/lossless-dev/lossless/pkg/pgpool"
+	"github.com/lossless-dev/lossless/pkg/pgdb"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/server"
 	"github.com/lossless-dev/lossless/pkg/telemetry"
@@ -28,7 +28,7 @@ const ServiceName = "billing"
 // QueueName is the invoice jobs' queue in the leasequeue_jobs table.
 const QueueName = "invoices"
 
-// Billing's pool sizes, where they differ from pkg/pgpool's defaults.
+// Billing's pool sizes, where they differ from pkg/pgdb's defaults.
 const (
 	DefaultAPIMaxConns    = 5
 	DefaultWorkerMaxConns = 16
@@ -43,8 +43,8 @@ type Config struct {
 	// statement per request) and DATABASE_WORKER_MAX_CONNS (default 16
 	// here: the invoice worker holds one connection for LISTEN and up to
 	// BILLING_JOBS_COMPLETERS for completions, the consumer and the relay
-	// one per batch in flight). See pkg/pgpool for the connection arithmetic.
-	Database pgpool.Config
+	// one per batch in flight). See pkg/pgdb for the connection arithmetic.
+	Database pgdb.Config
 
 	// Server holds the listeners: GRPC_ADDR (default ":9092"), HTTP_ADDR
 	// (default ":8082", REST gateway, /healthz, /readyz, /metrics) and
@@ -132,7 +132,7 @@ type Config struct {
 func FromEnv(r *envconfig.Reader) (Config, error) {
 	lease := r.Duration("BILLING_JOBS_LEASE", 30*time.Second)
 	c := Config{
-		Database: pgpool.ConfigFromEnv(r, pgpool.Config{APIMaxConns: DefaultAPIMaxConns, WorkerMaxConns: DefaultWorkerMaxConns}),
+		Database: pgdb.ConfigFromEnv(r, pgdb.Config{APIMaxConns: DefaultAPIMaxConns, WorkerMaxConns: DefaultWorkerMaxConns}),
 		Server:   server.ConfigFromEnv(r, ":9092", ":8082"),
 		PubSub:   pubsub.ClientConfigFromEnv(r),
 		Outbox:   outbox.ConfigFromEnv(r, "BILLING_OUTBOX_"),

@@ -41,7 +41,7 @@ import (
 	"github.com/lossless-dev/lossless/pkg/dedup"
 	"github.com/lossless-dev/lossless/pkg/leasequeue"
 	"github.com/lossless-dev/lossless/pkg/parked"
-	"github.com/lossless-dev/lossless/pkg/pgerr"
+	"github.com/lossless-dev/lossless/pkg/pgdb"
 	"github.com/lossless-dev/lossless/pkg/pgnotify"
 	"github.com/lossless-dev/lossless/pkg/pgtext"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
@@ -185,7 +185,7 @@ func (in *Intake) Handle(ctx context.Context, m *pubsub.Received) error {
 // message's duplicate never aborts the others, and the decoder parks what the
 // database would reject before it gets there.
 //
-// Should the database still reject a message's data (pgerr.IsData: a rule
+// Should the database still reject a message's data (pgdb.IsData: a rule
 // the decoder does not know), the batch runs again with a savepoint per
 // message: the offending message's effects roll back to its savepoint and it
 // is parked with the rule it broke, in the same transaction as its
@@ -205,7 +205,7 @@ func (in *Intake) Process(ctx context.Context, ms []*pubsub.Received) ([]string,
 		verdicts[i] = in.decoder.decode(m)
 	}
 	outcomes, err := in.commit(ctx, ms, verdicts, false)
-	if pgerr.IsData(err) {
+	if pgdb.IsData(err) {
 		in.logger.WarnContext(ctx, "database rejected a message's data; isolating the batch's messages", "messages", len(ms), "error", err)
 		outcomes, err = in.commit(ctx, ms, verdicts, true)
 	}

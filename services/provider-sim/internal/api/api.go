@@ -23,7 +23,7 @@ import (
 
 	providerv1 "github.com/lossless-dev/lossless/gen/lossless/provider/v1"
 	"github.com/lossless-dev/lossless/pkg/apierror"
-	"github.com/lossless-dev/lossless/pkg/pgerr"
+	"github.com/lossless-dev/lossless/pkg/pgdb"
 	"github.com/lossless-dev/lossless/services/provider-sim/internal/engine"
 	"github.com/lossless-dev/lossless/services/provider-sim/internal/faults"
 )
@@ -127,7 +127,7 @@ func (p *Provider) submit(ctx context.Context, id uuid.UUID, req *providerv1.Sub
 	case errors.Is(err, pgx.ErrNoRows):
 		// Cannot happen (the row was inserted or found); never hide it.
 		return nil, status.Error(codes.Internal, "accepted job not found")
-	case pgerr.IsData(err):
+	case pgdb.IsData(err):
 		// The store rejected the order's values; the same values fail the
 		// same way, so the caller must park the order, not retry it.
 		p.logger.ErrorContext(ctx, "submit rejected by the store", "work_order_id", id, "err", err)

@@ -18,7 +18,7 @@ import (
 	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/pkg/envconfig"
 	"github.com/lossless-dev/lossless/pkg/operatorauth"
-	"github.com/lossless-dev/lossless/pkg/pgpool"
+	"github.com/lossless-dev/lossless/pkg/pgdb"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/server"
 	"github.com/lossless-dev/lossless/pkg/telemetry"
@@ -140,7 +140,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, tel telemetry.Pro
 	}
 	tel = tel.WithDefaults()
 	meter := tel.MeterProvider.Meter(ServiceName)
-	pool, err := pgpool.New(ctx, cfg.DatabaseURL, tel)
+	pool, err := pgdb.New(ctx, cfg.DatabaseURL, tel)
 	if err != nil {
 		return nil, fmt.Errorf("connect to the database: %w", err)
 	}

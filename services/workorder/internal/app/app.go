@@ -33,7 +33,7 @@ import (
 	"github.com/lossless-dev/lossless/pkg/outboxpubsub"
 	"github.com/lossless-dev/lossless/pkg/outboxtrace"
 	"github.com/lossless-dev/lossless/pkg/pgleader"
-	"github.com/lossless-dev/lossless/pkg/pgpool"
+	"github.com/lossless-dev/lossless/pkg/pgdb"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/server"
 	"github.com/lossless-dev/lossless/pkg/telemetry"
@@ -54,7 +54,7 @@ type App struct {
 	log    *slog.Logger
 	tel    telemetry.Providers
 	meter  metric.Meter
-	db     *pgpool.Pools    // API and workers' pools, kept apart (pkg/pgpool)
+	db     *pgdb.Pools    // API and workers' pools, kept apart (pkg/pgdb)
 	conn   *grpc.ClientConn // to the provider
 	ps     *gpubsub.Client
 	pub    *pubsub.Publisher // workorder-events
@@ -74,7 +74,7 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger, tel teleme
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	db, err := pgpool.Open(ctx, cfg.Database, tel)
+	db, err := pgdb.Open(ctx, cfg.Database, tel)
 	if err != nil {
 		return nil, fmt.Errorf("app: database pool: %w", err)
 	}

@@ -31,7 +31,7 @@ import (
 	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/idempotency"
 	"github.com/lossless-dev/lossless/pkg/outbox"
-	"github.com/lossless-dev/lossless/pkg/pgpool"
+	"github.com/lossless-dev/lossless/pkg/pgdb"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/pubsubtest"
@@ -78,7 +78,7 @@ func testConfig(t *testing.T, dsn, providerAddr string) config.Config {
 	em := pubsubtest.New(t, topology.System())
 	return config.Config{
 		PubSub:       pubsub.ClientConfig{ProjectID: em.ProjectID, EmulatorHost: em.Addr},
-		Database:     pgpool.Config{URL: dsn},
+		Database:     pgdb.Config{URL: dsn},
 		Server:       server.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", ShutdownTimeout: 10 * time.Second},
 		ProviderAddr: providerAddr,
 		HandOff:      handoff.Config{Deadline: 5 * time.Second},

@@ -15,7 +15,7 @@ import (
 	"github.com/lossless-dev/lossless/pkg/inbox"
 	"github.com/lossless-dev/lossless/pkg/operatorauth"
 	"github.com/lossless-dev/lossless/pkg/outbox"
-	"github.com/lossless-dev/lossless/pkg/pgpool"
+	"github.com/lossless-dev/lossless/pkg/pgdb"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/server"
 	"github.com/lossless-dev/lossless/pkg/telemetry"
@@ -31,9 +31,9 @@ type Config struct {
 	// and its bounds: DATABASE_STATEMENT_TIMEOUT (default 30s),
 	// DATABASE_LOCK_TIMEOUT (10s), DATABASE_CONNECT_TIMEOUT (5s),
 	// DATABASE_API_MAX_CONNS (10) and DATABASE_WORKER_MAX_CONNS (12): the
-	// API and the background loops have separate pools (see pkg/pgpool for
+	// API and the background loops have separate pools (see pkg/pgdb for
 	// the reasoning and the connection arithmetic).
-	Database pgpool.Config
+	Database pgdb.Config
 
 	// Server holds the listeners: GRPC_ADDR (default ":9090"), HTTP_ADDR
 	// (default ":8080", REST gateway, /healthz, /readyz, /metrics),
@@ -118,7 +118,7 @@ const ServiceName = "workorder"
 // every bad variable at once.
 func FromEnv(r *envconfig.Reader) (Config, error) {
 	c := Config{
-		Database:     pgpool.ConfigFromEnv(r, pgpool.Config{}),
+		Database:     pgdb.ConfigFromEnv(r, pgdb.Config{}),
 		Server:       server.ConfigFromEnv(r, ":9090", ":8080"),
 		ProviderAddr: r.String("PROVIDER_ADDR", "localhost:9091"),
 		HandOff:      handoff.Config{Deadline: r.Duration("WORKORDER_HANDOFF_DEADLINE", handoff.DefaultDeadline)},

@@ -20,7 +20,7 @@
 //
 // Nothing is dropped silently and one message's data never fails another:
 // a message that is unparseable, oversize, carries bytes the database cannot
-// store, or that the database rejects anyway (pgerr.IsData) is parked the same
+// store, or that the database rejects anyway (pgdb.IsData) is parked the same
 // way; an event type this consumer does not apply is parked and counted apart
 // (outcome unknown_type). Only infrastructure failures nack.
 package invoicing

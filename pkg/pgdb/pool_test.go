@@ -1,4 +1,4 @@
-package pgpool_test
+package pgdb_test
 
 import (
 	"context"
@@ -13,8 +13,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/lossless-dev/lossless/pkg/envconfig"
+	"github.com/lossless-dev/lossless/pkg/pgdb"
 	"github.com/lossless-dev/lossless/pkg/pgmigrate"
-	"github.com/lossless-dev/lossless/pkg/pgpool"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
 	"github.com/lossless-dev/lossless/pkg/telemetry"
 )
@@ -40,7 +40,7 @@ func sqlState(err error) string {
 
 func TestNewSetsDefaultTimeouts(t *testing.T) {
 	t.Parallel()
-	pool, err := pgpool.New(context.Background(), pgtest.NewDatabase(t, emptySet), telemetry.Providers{})
+	pool, err := pgdb.New(context.Background(), pgtest.NewDatabase(t, emptySet), telemetry.Providers{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,8 +54,8 @@ func TestNewSetsDefaultTimeouts(t *testing.T) {
 	if got := pool.Config().ConnConfig.ConnectTimeout; got != 5*time.Second {
 		t.Errorf("connect timeout = %v, want 5s", got)
 	}
-	if got := pool.Config().MaxConns; got != pgpool.DefaultMaxConns {
-		t.Errorf("max conns = %d, want %d", got, pgpool.DefaultMaxConns)
+	if got := pool.Config().MaxConns; got != pgdb.DefaultMaxConns {
+		t.Errorf("max conns = %d, want %d", got, pgdb.DefaultMaxConns)
 	}
 }
 
@@ -64,7 +64,7 @@ func TestNewSetsDefaultTimeouts(t *testing.T) {
 // for ever.
 func TestStatementTimeoutCancelsALongQuery(t *testing.T) {
 	t.Parallel()
-	pools, err := pgpool.Open(context.Background(), pgpool.Config{
+	pools, err := pgdb.Open(context.Background(), pgdb.Config{
 		URL: pgtest.NewDatabase(t, emptySet), StatementTimeout: 100 * time.Millisecond, LockTimeout: 50 * time.Millisecond,
 	}, telemetry.Providers{})
 	if err != nil {
@@ -88,7 +88,7 @@ func TestStatementTimeoutCancelsALongQuery(t *testing.T) {
 func TestLockTimeoutEndsALockWait(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pools, err := pgpool.Open(ctx, pgpool.Config{
+	pools, err := pgdb.Open(ctx, pgdb.Config{
 		URL: pgtest.NewDatabase(t, emptySet), LockTimeout: 100 * time.Millisecond,
 	}, telemetry.Providers{})
 	if err != nil {
@@ -121,7 +121,7 @@ func TestURLSettingsWin(t *testing.T) {
 		sep = "&"
 	}
 	dsn += sep + "statement_timeout=7000&lock_timeout=3000&connect_timeout=2&pool_max_conns=3"
-	pools, err := pgpool.Open(context.Background(), pgpool.Config{URL: dsn}, telemetry.Providers{})
+	pools, err := pgdb.Open(context.Background(), pgdb.Config{URL: dsn}, telemetry.Providers{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +147,7 @@ func TestURLSettingsWin(t *testing.T) {
 func TestAPIPoolExhaustionLeavesTheWorkersPoolFree(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pools, err := pgpool.Open(ctx, pgpool.Config{URL: pgtest.NewDatabase(t, emptySet), APIMaxConns: 2, WorkerMaxConns: 4}, telemetry.Providers{})
+	pools, err := pgdb.Open(ctx, pgdb.Config{URL: pgtest.NewDatabase(t, emptySet), APIMaxConns: 2, WorkerMaxConns: 4}, telemetry.Providers{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,12 +174,12 @@ func TestAPIPoolExhaustionLeavesTheWorkersPoolFree(t *testing.T) {
 
 func TestConfigFromEnv(t *testing.T) {
 	t.Parallel()
-	c := pgpool.ConfigFromEnv(envconfig.FromMap(map[string]string{"DATABASE_URL": "postgres://x"}), pgpool.Config{})
+	c := pgdb.ConfigFromEnv(envconfig.FromMap(map[string]string{"DATABASE_URL": "postgres://x"}), pgdb.Config{})
 	if c.URL != "postgres://x" || c.StatementTimeout != 30*time.Second || c.LockTimeout != 10*time.Second ||
 		c.ConnectTimeout != 5*time.Second || c.APIMaxConns != 10 || c.WorkerMaxConns != 12 {
 		t.Fatalf("defaults: %+v", c)
 	}
-	c = pgpool.ConfigFromEnv(envconfig.FromMap(map[string]string{}), pgpool.Config{APIMaxConns: 5, WorkerMaxConns: 16})
+	c = pgdb.ConfigFromEnv(envconfig.FromMap(map[string]string{}), pgdb.Config{APIMaxConns: 5, WorkerMaxConns: 16})
 	if c.APIMaxConns != 5 || c.WorkerMaxConns != 16 {
 		t.Fatalf("service defaults not kept: %+v", c)
 	}
@@ -199,7 +199,7 @@ func TestConfigFromEnv(t *testing.T) {
 	} {
 		tc.env["DATABASE_URL"] = "postgres://x"
 		r := envconfig.FromMap(tc.env)
-		c := pgpool.ConfigFromEnv(r, pgpool.Config{})
+		c := pgdb.ConfigFromEnv(r, pgdb.Config{})
 		err := errors.Join(r.Err(), c.Validate())
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: error %v, want one naming %s", tc.env, err, tc.want)

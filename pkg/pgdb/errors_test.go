@@ -1,11 +1,10 @@
-package pgerr_test
+package pgdb_test
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"testing"
 	"time"
 
@@ -14,11 +13,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/lossless-dev/lossless/pkg/pgcluster"
-	"github.com/lossless-dev/lossless/pkg/pgerr"
+	"github.com/lossless-dev/lossless/pkg/pgdb"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
 )
-
-func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 
 func connect(t *testing.T, dsn string) *pgx.Conn {
 	t.Helper()
@@ -70,8 +67,8 @@ func TestRealDataErrorsAreDataNotUnavailable(t *testing.T) {
 		if got := sqlstate(err); got != tc.code {
 			t.Fatalf("%s: SQLSTATE %q (%v), want %s", tc.name, got, err, tc.code)
 		}
-		if !pgerr.IsData(err) || pgerr.IsUnavailable(err) {
-			t.Errorf("%s: IsData=%v IsUnavailable=%v, want data only", tc.name, pgerr.IsData(err), pgerr.IsUnavailable(err))
+		if !pgdb.IsData(err) || pgdb.IsUnavailable(err) {
+			t.Errorf("%s: IsData=%v IsUnavailable=%v, want data only", tc.name, pgdb.IsData(err), pgdb.IsUnavailable(err))
 		}
 	}
 }
@@ -91,8 +88,8 @@ func TestRefusedConnectionIsUnavailable(t *testing.T) {
 	if err == nil {
 		t.Fatal("connected to a closed port")
 	}
-	if !pgerr.IsUnavailable(err) || pgerr.IsData(err) {
-		t.Fatalf("%v: IsUnavailable=%v IsData=%v, want unavailable only", err, pgerr.IsUnavailable(err), pgerr.IsData(err))
+	if !pgdb.IsUnavailable(err) || pgdb.IsData(err) {
+		t.Fatalf("%v: IsUnavailable=%v IsData=%v, want unavailable only", err, pgdb.IsUnavailable(err), pgdb.IsData(err))
 	}
 }
 
@@ -129,8 +126,8 @@ func TestStoppedServerIsUnavailable(t *testing.T) {
 		if err == nil {
 			t.Fatalf("query %d succeeded on a stopped server", i)
 		}
-		if !pgerr.IsUnavailable(err) || pgerr.IsData(err) {
-			t.Fatalf("query %d: %v: IsUnavailable=%v IsData=%v, want unavailable only", i, err, pgerr.IsUnavailable(err), pgerr.IsData(err))
+		if !pgdb.IsUnavailable(err) || pgdb.IsData(err) {
+			t.Fatalf("query %d: %v: IsUnavailable=%v IsData=%v, want unavailable only", i, err, pgdb.IsUnavailable(err), pgdb.IsData(err))
 		}
 	}
 	if err := cluster.Restart(ctx); err != nil {
@@ -151,11 +148,11 @@ func TestStatementTimeoutIsUnavailableAndSyntaxErrorIsNeither(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := conn.Exec(ctx, `SELECT pg_sleep(5)`)
-	if sqlstate(err) != "57014" || !pgerr.IsUnavailable(err) || pgerr.IsData(err) {
-		t.Fatalf("statement timeout: %v (SQLSTATE %q): IsUnavailable=%v IsData=%v", err, sqlstate(err), pgerr.IsUnavailable(err), pgerr.IsData(err))
+	if sqlstate(err) != "57014" || !pgdb.IsUnavailable(err) || pgdb.IsData(err) {
+		t.Fatalf("statement timeout: %v (SQLSTATE %q): IsUnavailable=%v IsData=%v", err, sqlstate(err), pgdb.IsUnavailable(err), pgdb.IsData(err))
 	}
 	_, err = conn.Exec(ctx, `SELEC 1`)
-	if sqlstate(err) != "42601" || pgerr.IsUnavailable(err) || pgerr.IsData(err) {
-		t.Fatalf("syntax error: %v: IsUnavailable=%v IsData=%v, want neither", err, pgerr.IsUnavailable(err), pgerr.IsData(err))
+	if sqlstate(err) != "42601" || pgdb.IsUnavailable(err) || pgdb.IsData(err) {
+		t.Fatalf("syntax error: %v: IsUnavailable=%v IsData=%v, want neither", err, pgdb.IsUnavailable(err), pgdb.IsData(err))
 	}
 }

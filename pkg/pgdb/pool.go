@@ -1,38 +1,4 @@
-// Package pgpool opens the PostgreSQL connection pools of a service with
-// bounds that fit its workload: a pool size (pgxpool's own default,
-// max(4, CPUs), starves a process that runs an API, several relays and a
-// LISTEN connection at once), and server-side time bounds on every
-// connection (statement_timeout, lock_timeout) plus a connect timeout, so a
-// stuck query, a lock queue or an unreachable server cannot hold a
-// connection or a caller for ever.
-//
-// A service opens two pools (Open): one for its API and one for its
-// background workers (relays, consumers, cleanups), so a flood of API
-// requests queues on the API pool and cannot take the connections the
-// relays need to drain the outbox and the inbox.
-//
-// # Connection arithmetic
-//
-// PostgreSQL's default max_connections is 100, 3 of them reserved for
-// superusers. With the defaults the three services open at most:
-//
-//	workorder     API 10 + workers 12 + 2 LISTEN + 2 outbox journal = 26
-//	billing       API  5 + workers 16 + 1 LISTEN + 2 outbox journal = 24
-//	provider-sim  one pool of DefaultMaxConns (New)                = 20
-//	                                                            total 70
-//
-// LISTEN connections (pkg/pgnotify, one per relay) and the outbox relay's
-// dispatch journal (one per batch in flight) are opened from the workers'
-// pool settings but outside the pool: a batch holds a pooled connection
-// while it writes the journal, so from the pool they could starve each
-// other. 70 + 3 reserved leaves 27 connections: one replica of the largest
-// service during a rolling deploy (26), or a few operator sessions (psql,
-// migrate, CLI commands). Running more replicas
-// needs a larger max_connections or a pooler in session mode. Not a
-// transaction-mode pooler: advisory session locks (pkg/pgleader, goose's
-// migrate lock), the pooled LISTEN of the lease workers, the start-up
-// timeouts and pgx's statement cache all need a session.
-package pgpool
+package pgdb
 
 import (
 	"context"
@@ -73,7 +39,7 @@ type Config struct {
 
 	// StatementTimeout (env DATABASE_STATEMENT_TIMEOUT, default 30s) is the
 	// server's statement_timeout on every connection: a statement running
-	// longer is cancelled (SQLSTATE 57014, pgerr.IsUnavailable: retried).
+	// longer is cancelled (SQLSTATE 57014, pgdb.IsUnavailable: retried).
 	// 30s is far above any statement the services run (the outbox's
 	// backlog sweep takes seconds at worst) and equal to the outbox
 	// relay's default lease, which bounds its claim transaction anyway. It
@@ -85,7 +51,7 @@ type Config struct {
 
 	// LockTimeout (env DATABASE_LOCK_TIMEOUT, default 10s) is the server's
 	// lock_timeout: a statement waiting longer for a lock fails (55P03,
-	// pgerr.IsUnavailable), so a request or batch queued behind a stuck
+	// pgdb.IsUnavailable), so a request or batch queued behind a stuck
 	// transaction gives its connection back instead of piling up. Below
 	// StatementTimeout, or it would never fire. The claims of relays and
 	// queues use SKIP LOCKED and never wait.

@@ -1,19 +1,4 @@
-// Package pgerr classifies PostgreSQL and pgx errors by what the caller
-// should do about them, in one place, so that every batch consumer, relay and
-// API answers the same question the same way:
-//
-//   - [IsData]: the statement was rejected because of the data it carried (a
-//     NUL byte in text, an over-long id, a CHECK or foreign key violation).
-//     Retrying the same data fails the same way: isolate the row that caused
-//     it and park it; its batch-mates are fine.
-//   - [IsUnavailable]: the database could not be reached or could not serve
-//     the request now (connection refused or lost, server shutting down or
-//     starting, too many connections, a pool acquire or statement that ran out
-//     of time). Retrying later is safe: nack, back off, answer UNAVAILABLE.
-//
-// Anything else (a syntax error, a missing table, a permission) is a bug or a
-// deployment fault: neither isolating rows nor retrying fixes it.
-package pgerr
+package pgdb
 
 import (
 	"context"

@@ -1,0 +1,108 @@
+// Package pgdb is how every pattern package and service talks to
+// PostgreSQL: one database interface ([DB], [Executor], [Beginner]), pools
+// with bounds that fit the workload ([Open], [New]), and one classification of
+// errors ([IsData], [IsUnavailable]).
+//
+// Lesson: a library that takes an interface any pgx handle satisfies (a
+// *pgxpool.Pool, a *pgx.Conn or a pgx.Tx) lets the caller decide the
+// transaction: the same Store call joins the caller's business transaction or
+// runs on its own. Guards F15 (database unavailable: bounded waits, retried,
+// never parked) and H8 (a flood of API requests cannot starve the workers).
+//
+// # Database handles
+//
+// [Executor] runs statements; [Beginner] starts a transaction (on a pgx.Tx,
+// a savepoint). [DB] is both. A pattern package fixes its schema when it is
+// constructed, never per call.
+//
+// # Pools
+//
+// Open opens the PostgreSQL connection pools of a service with
+// bounds that fit its workload: a pool size (pgxpool's own default,
+// max(4, CPUs), starves a process that runs an API, several relays and a
+// LISTEN connection at once), and server-side time bounds on every
+// connection (statement_timeout, lock_timeout) plus a connect timeout, so a
+// stuck query, a lock queue or an unreachable server cannot hold a
+// connection or a caller for ever.
+//
+// A service opens two pools (Open): one for its API and one for its
+// background workers (relays, consumers, cleanups), so a flood of API
+// requests queues on the API pool and cannot take the connections the
+// relays need to drain the outbox and the inbox.
+//
+// # Connection arithmetic
+//
+// PostgreSQL's default max_connections is 100, 3 of them reserved for
+// superusers. With the defaults the three services open at most:
+//
+//	workorder     API 10 + workers 12 + 2 LISTEN + 2 outbox journal = 26
+//	billing       API  5 + workers 16 + 1 LISTEN + 2 outbox journal = 24
+//	provider-sim  one pool of DefaultMaxConns (New)                = 20
+//	                                                            total 70
+//
+// LISTEN connections (pkg/pgnotify, one per relay) and the outbox relay's
+// dispatch journal (one per batch in flight) are opened from the workers'
+// pool settings but outside the pool: a batch holds a pooled connection
+// while it writes the journal, so from the pool they could starve each
+// other. 70 + 3 reserved leaves 27 connections: one replica of the largest
+// service during a rolling deploy (26), or a few operator sessions (psql,
+// migrate, CLI commands). Running more replicas
+// needs a larger max_connections or a pooler in session mode. Not a
+// transaction-mode pooler: advisory session locks (pkg/pgleader, goose's
+// migrate lock), the pooled LISTEN of the lease workers, the start-up
+// timeouts and pgx's statement cache all need a session.
+//
+// # Errors
+//
+// IsData and IsUnavailable classify PostgreSQL and pgx errors by what the caller
+// should do about them, in one place, so that every batch consumer, relay and
+// API answers the same question the same way:
+//
+//   - [IsData]: the statement was rejected because of the data it carried (a
+//     NUL byte in text, an over-long id, a CHECK or foreign key violation).
+//     Retrying the same data fails the same way: isolate the row that caused
+//     it and park it; its batch-mates are fine.
+//   - [IsUnavailable]: the database could not be reached or could not serve
+//     the request now (connection refused or lost, server shutting down or
+//     starting, too many connections, a pool acquire or statement that ran out
+//     of time). Retrying later is safe: nack, back off, answer UNAVAILABLE.
+//
+// Anything else (a syntax error, a missing table, a permission) is a bug or a
+// deployment fault: neither isolating rows nor retrying fixes it.
+package pgdb
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Executor runs statements: a *pgxpool.Pool, a *pgx.Conn or a pgx.Tx.
+type Executor interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// Beginner starts a transaction: on a pool or a connection a new one, on a
+// pgx.Tx a savepoint that its Commit releases.
+type Beginner interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// DB is a handle that can do both: what a store takes when it may run inside
+// the caller's transaction or on its own.
+type DB interface {
+	Executor
+	Beginner
+}
+
+// Compile-time proof that every pgx handle is a DB.
+var (
+	_ DB = (pgx.Tx)(nil)
+	_ DB = (*pgx.Conn)(nil)
+	_ DB = (*pgxpool.Pool)(nil)
+)
