@@ -37,9 +37,10 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 // screenshots is where TestConsoleInABrowser writes the README's pictures of
 // the console (console-overview.png, console-order.png: the 1280×800 viewport
 // of the Overview and of an order's page). Off by default, so that a test run
-// never rewrites committed files:
+// never rewrites committed files. A relative directory is relative to
+// services/console, where go test runs the test:
 //
-//	go test ./services/console/ -run TestConsoleInABrowser -args -screenshots=$PWD/docs/images
+//	go test ./services/console/ -run TestConsoleInABrowser -args -screenshots=../../docs/images
 var screenshots = flag.String("screenshots", "", "write the README's console screenshots (PNG) into this directory")
 
 // chromium returns Debian's chromium (or another Chrome on PATH). Missing, it
