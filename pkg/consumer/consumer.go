@@ -14,10 +14,10 @@ import (
 
 	"github.com/lossless-dev/lossless/pkg/envelope"
 	"github.com/lossless-dev/lossless/pkg/parked"
+	"github.com/lossless-dev/lossless/pkg/permanent"
 	"github.com/lossless-dev/lossless/pkg/pgdb"
 	"github.com/lossless-dev/lossless/pkg/pgnotify"
 	"github.com/lossless-dev/lossless/pkg/pgtext"
-	"github.com/lossless-dev/lossless/pkg/permanent"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 )
 

@@ -66,7 +66,7 @@ func (o *Ops) ReplayParkedBillingEvent(ctx context.Context, req ParkedReplayRequ
 	}
 	err = pgx.BeginFunc(ctx, o.deps.Pool, func(tx pgx.Tx) error {
 		err := operatoraudit.InSavepoint(ctx, tx, req.DryRun, func(sp pgx.Tx) (err error) {
-			outcome, err = o.invoicing.ReplayIn(ctx, sp, req.ID, req.Ticket, req.Actor)
+			outcome, err = o.invoicing.Replay(ctx, sp, req.ID, req.Ticket, req.Actor)
 			return err
 		})
 		if err != nil {
