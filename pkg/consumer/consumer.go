@@ -64,9 +64,6 @@ type Config struct {
 	// failed. Each holds a pooled connection while it runs: keep it well
 	// below the pool's size. Default DefaultConcurrency; 1..64.
 	Concurrency int
-	// Metric names the counter of messages by outcome (attribute
-	// "outcome"). Default "consumer.messages".
-	Metric string
 }
 
 func (c *Config) setDefaults() {
@@ -75,9 +72,6 @@ func (c *Config) setDefaults() {
 	}
 	if c.Concurrency == 0 {
 		c.Concurrency = DefaultConcurrency
-	}
-	if c.Metric == "" {
-		c.Metric = "consumer.messages"
 	}
 }
 
@@ -123,7 +117,11 @@ type Handler[T envelope.Event] struct {
 	// Subject is what an event is about in the service's terms (a work
 	// order id), stored with a parked message; ev may be nil. Optional.
 	Subject func(ev T) string
-	// Outcomes lists Apply's outcomes, so that every series of the counter
+	// Messages counts messages by outcome (attribute "outcome"), once
+	// committed: the service names it (meter.Int64Counter) and alerts on
+	// OutcomeParked and OutcomeUnknownType. Optional.
+	Messages metric.Int64Counter
+	// Outcomes lists Apply's outcomes, so that every series of Messages
 	// exists at 0 from the start (alerts read increase() over it, which
 	// cannot see a series' first sample).
 	Outcomes []string
@@ -146,9 +144,9 @@ type Consumer[T envelope.Event] struct {
 }
 
 // New returns a consumer of h's events that runs its transactions on db (a
-// pool). meter may be nil. Of the options it uses WithSchema (where
-// processed_events is) and WithParked.
-func New[T envelope.Event](db pgdb.DB, h Handler[T], cfg Config, logger *slog.Logger, meter metric.Meter, opts ...Option) (*Consumer[T], error) {
+// pool). Of the options it uses WithSchema (where processed_events is) and
+// WithParked.
+func New[T envelope.Event](db pgdb.DB, h Handler[T], cfg Config, logger *slog.Logger, opts ...Option) (*Consumer[T], error) {
 	if db == nil || logger == nil {
 		return nil, errors.New("consumer: nil database handle or logger")
 	}
@@ -176,13 +174,9 @@ func New[T envelope.Event](db pgdb.DB, h Handler[T], cfg Config, logger *slog.Lo
 			return nil, fmt.Errorf("consumer: %w", err)
 		}
 	}
-	if meter == nil {
-		meter = noop.NewMeterProvider().Meter("")
-	}
-	outcomes, err := meter.Int64Counter(cfg.Metric, metric.WithDescription(
-		"Messages consumed, by outcome. Alert on "+OutcomeParked+" and "+OutcomeUnknownType+"."))
-	if err != nil {
-		return nil, err
+	outcomes := h.Messages
+	if outcomes == nil {
+		outcomes = noop.Int64Counter{}
 	}
 	for _, out := range append([]string{OutcomeDuplicate, OutcomeParked, OutcomeUnknownType}, h.Outcomes...) {
 		outcomes.Add(context.Background(), 0, metric.WithAttributes(attribute.String("outcome", out)))

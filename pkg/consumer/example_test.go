@@ -55,7 +55,7 @@ func Example() {
 		},
 		Subject:  (*testpb.OrderCompleted).GetOrderId,
 		Outcomes: []string{"shipped"},
-	}, consumer.Config{Subscription: "shipping.orders"}, slog.New(slog.DiscardHandler), nil)
+	}, consumer.Config{Subscription: "shipping.orders"}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		panic(err)
 	}

@@ -29,6 +29,7 @@ import (
 	"buf.build/go/protovalidate"
 	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
 
 	eventsv1 "github.com/lossless-dev/lossless/gen/lossless/events/v1"
 	"github.com/lossless-dev/lossless/internal/orderhop"
@@ -73,7 +74,7 @@ func (c *Config) setDefaults() {
 
 // consumerConfig is the skeleton's share of c.
 func (c Config) consumerConfig() consumer.Config {
-	return consumer.Config{Subscription: c.Subscription, MaxPayloadBytes: c.MaxPayloadBytes, Metric: "billing.intake.messages"}
+	return consumer.Config{Subscription: c.Subscription, MaxPayloadBytes: c.MaxPayloadBytes}
 }
 
 // Validate reports an unusable configuration; zero fields take their
@@ -124,6 +125,14 @@ func New(db pgdb.DB, queue *leasequeue.Queue, cfg Config, logger *slog.Logger, m
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("intake: %w", err)
 	}
+	if meter == nil {
+		meter = noop.NewMeterProvider().Meter("")
+	}
+	messages, err := meter.Int64Counter("billing.intake.messages",
+		metric.WithDescription("Messages consumed, by outcome: enqueued, duplicate, order_already_queued, parked, unknown_type (parked too). Alert on parked and unknown_type."))
+	if err != nil {
+		return nil, err
+	}
 	hops, err := orderhop.New(meter)
 	if err != nil {
 		return nil, err
@@ -139,6 +148,7 @@ func New(db pgdb.DB, queue *leasequeue.Queue, cfg Config, logger *slog.Logger, m
 		Decode:    decoder{validator: validator}.decode,
 		Apply:     a.apply,
 		Subject:   (*eventsv1.WorkOrderCompletionRecorded).GetWorkOrderId,
+		Messages:  messages,
 		Outcomes:  []string{OutcomeEnqueued, OutcomeOrderAlreadyQueued},
 		Committed: func(ctx context.Context, ev *eventsv1.WorkOrderCompletionRecorded, outcome string) {
 			if outcome == OutcomeEnqueued {
@@ -147,7 +157,7 @@ func New(db pgdb.DB, queue *leasequeue.Queue, cfg Config, logger *slog.Logger, m
 				hops.Observe(ctx, orderhop.BillingIntake, orderhop.Time(ev.GetCompletedAt()), time.Now())
 			}
 		},
-	}, cfg.consumerConfig(), logger, meter, opts...)
+	}, cfg.consumerConfig(), logger, opts...)
 }
 
 // applier enqueues the invoice job of an event.

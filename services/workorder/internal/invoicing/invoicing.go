@@ -39,6 +39,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
 
 	eventsv1 "github.com/lossless-dev/lossless/gen/lossless/events/v1"
 	"github.com/lossless-dev/lossless/internal/orderhop"
@@ -102,7 +103,7 @@ func (c *Config) setDefaults() {
 // consumerConfig is c as the skeleton reads it.
 func (c Config) consumerConfig() consumer.Config {
 	return consumer.Config{Subscription: c.Subscription, MaxPayloadBytes: c.MaxPayloadBytes,
-		Concurrency: c.Concurrency, Metric: "workorder.invoicing.messages"}
+		Concurrency: c.Concurrency}
 }
 
 // Validate reports an unusable configuration; zero fields take their
@@ -147,6 +148,14 @@ func New(db pgdb.DB, cfg Config, logger *slog.Logger, meter metric.Meter, opts .
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("invoicing: %w", err)
 	}
+	if meter == nil {
+		meter = noop.NewMeterProvider().Meter("")
+	}
+	messages, err := meter.Int64Counter("workorder.invoicing.messages",
+		metric.WithDescription("InvoiceIssued messages consumed, by outcome: invoiced, duplicate, parked, unknown_type (parked too). Alert on parked and unknown_type."))
+	if err != nil {
+		return nil, err
+	}
 	hops, err := orderhop.New(meter)
 	if err != nil {
 		return nil, err
@@ -157,6 +166,7 @@ func New(db pgdb.DB, cfg Config, logger *slog.Logger, meter metric.Meter, opts .
 		Decode:    decode,
 		Apply:     apply,
 		Subject:   (*eventsv1.InvoiceIssued).GetWorkOrderId,
+		Messages:  messages,
 		Outcomes:  []string{OutcomeInvoiced},
 		Committed: func(ctx context.Context, ev *eventsv1.InvoiceIssued, outcome string) {
 			if outcome == OutcomeInvoiced {
@@ -165,7 +175,7 @@ func New(db pgdb.DB, cfg Config, logger *slog.Logger, meter metric.Meter, opts .
 					"invoice_id", ev.GetInvoiceId(), "invoice_number", ev.GetInvoiceNumber())
 			}
 		},
-	}, cfg.consumerConfig(), logger, meter, opts...)
+	}, cfg.consumerConfig(), logger, opts...)
 }
 
 // refuse is apply's refusal: the skeleton rolls back ev's effects and its
