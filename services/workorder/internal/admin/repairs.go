@@ -52,7 +52,7 @@ type ParkedReplayRequest struct {
 }
 
 // ReplayParkedBillingEvent applies an open parked InvoiceIssued through the
-// consumer (invoicing.ReplayIn: COMPLETED → INVOICED or a duplicate, the row
+// consumer (Invoicing.Replay: COMPLETED → INVOICED or a duplicate, the row
 // marked replayed by the actor under the ticket) and audits it in
 // operator_audit (action invoicing.replay-parked) in the same transaction.
 // A message still refused changes nothing and is not audited; its error
