@@ -8,7 +8,7 @@ import (
 	"embed"
 	"io/fs"
 
-	"github.com/lossless-dev/lossless/pkg/dedup"
+	"github.com/lossless-dev/lossless/pkg/consumer"
 	"github.com/lossless-dev/lossless/pkg/idempotency"
 	"github.com/lossless-dev/lossless/pkg/inbox"
 	"github.com/lossless-dev/lossless/pkg/leasequeue"
@@ -26,7 +26,7 @@ func WorkOrder() []pgmigrate.Set {
 	return []pgmigrate.Set{
 		outbox.Migrations(""),
 		inbox.Migrations(""),
-		dedup.Migrations(""),
+		consumer.Migrations(""),
 		idempotency.Migrations(""),
 		parked.Migrations(""),
 		own("workorder"),
@@ -38,7 +38,7 @@ func WorkOrder() []pgmigrate.Set {
 func Billing() []pgmigrate.Set {
 	return []pgmigrate.Set{
 		outbox.Migrations(""),
-		dedup.Migrations(""),
+		consumer.Migrations(""),
 		leasequeue.Migrations(""),
 		parked.Migrations(""),
 		own("billing"),

@@ -1,7 +1,7 @@
 -- +goose Up
 -- Billing's own tables. With them in the same database (migrations.Billing
 -- applies these sets first): pkg/outbox, so that an invoice and its
--- InvoiceIssued event commit in one local transaction; pkg/dedup
+-- InvoiceIssued event commit in one local transaction; pkg/consumer
 -- (processed_events) and pkg/parked (parked_messages: what the intake cannot
 -- turn into work) for the intake; pkg/leasequeue (leasequeue_jobs,
 -- leasequeue_job_audit) for the leased invoice work.

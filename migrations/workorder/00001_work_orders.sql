@@ -1,6 +1,6 @@
 -- +goose Up
 -- Work orders and their lifecycle (the rules: services/workorder/internal/
--- orders). The pattern packages' tables (pkg/outbox, pkg/inbox, pkg/dedup,
+-- orders). The pattern packages' tables (pkg/outbox, pkg/inbox, pkg/consumer,
 -- pkg/idempotency, pkg/parked) live in the same database, applied first by
 -- migrations.WorkOrder, so that a business change and its message commit in
 -- one local transaction.

@@ -45,7 +45,7 @@ type Config struct {
 	// its size.
 	MaxPayloadBytes int
 	// MaxEventIDLength is the longest event id accepted, in characters.
-	// Default 200: the CHECK limit of the event_id columns of pkg/dedup and
+	// Default 200: the CHECK limit of the event_id columns of pkg/consumer and
 	// pkg/inbox, where consumers record the events they processed.
 	MaxEventIDLength int
 	// SchemaVersion is the schema_version attribute the consumer reads; a

@@ -21,7 +21,7 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 
-// testSchema is a retention table like pkg/dedup's processed_events: the
+// testSchema is a retention table like pkg/consumer's processed_events: the
 // business effect the singleton loop has.
 func testSchema() pgmigrate.Set {
 	return pgmigrate.Set{Name: "pgleader_test", Schema: "public", VersionTable: "pgleader_test_version", FS: fstest.MapFS{

@@ -1,5 +1,5 @@
 // Package pgmigrate applies plain-SQL goose migrations in ordered sets. Each
-// pattern package of pkg/ (outbox, inbox, dedup, leasequeue, idempotency,
+// pattern package of pkg/ (outbox, inbox, consumer, leasequeue, idempotency,
 // parked) ships its own set and each service adds its own, so a service's
 // database is "the pattern sets it uses, then its own folder". Every set has
 // its own version table, as River keeps river_migration apart from the

@@ -1,4 +1,4 @@
-// Package pgschema lets a pattern package (outbox, inbox, dedup, leasequeue,
+// Package pgschema lets a pattern package (outbox, inbox, consumer, leasequeue,
 // idempotency, parked) keep its tables in a PostgreSQL schema chosen by the
 // service that embeds it, as River's Schema option does.
 //

@@ -17,14 +17,14 @@ import (
 	billingv1 "github.com/lossless-dev/lossless/gen/lossless/billing/v1"
 	eventsv1 "github.com/lossless-dev/lossless/gen/lossless/events/v1"
 	"github.com/lossless-dev/lossless/internal/topology"
-	"github.com/lossless-dev/lossless/pkg/dedup"
+	"github.com/lossless-dev/lossless/pkg/consumer"
 	"github.com/lossless-dev/lossless/pkg/leasequeue"
 	"github.com/lossless-dev/lossless/pkg/outbox"
 	"github.com/lossless-dev/lossless/pkg/outboxpubsub"
 	"github.com/lossless-dev/lossless/pkg/outboxtrace"
 	"github.com/lossless-dev/lossless/pkg/parked"
-	"github.com/lossless-dev/lossless/pkg/pgleader"
 	"github.com/lossless-dev/lossless/pkg/pgdb"
+	"github.com/lossless-dev/lossless/pkg/pgleader"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/server"
 	"github.com/lossless-dev/lossless/pkg/telemetry"
@@ -87,7 +87,7 @@ type Components struct {
 	Intake  *intake.Intake
 	Issuer  *issuer.Issuer
 	Relay   *outbox.Relay
-	Cleaner *dedup.Cleaner
+	Cleaner *consumer.Cleaner
 }
 
 // Build assembles the components on pool, publishing InvoiceIssued with pub.
@@ -116,7 +116,7 @@ func Build(pool *pgxpool.Pool, pub *pubsub.Publisher, cfg config.Config, logger 
 	if c.Relay, err = outbox.NewRelay(pool, dispatchers, cfg.Outbox, logger.With("component", "outbox-relay"), meter); err != nil {
 		return nil, err
 	}
-	if c.Cleaner, err = dedup.NewCleaner(pool, cfg.ProcessedEvents, logger.With("component", "processed-events-cleanup")); err != nil {
+	if c.Cleaner, err = consumer.NewCleaner(pool, cfg.ProcessedEvents, logger.With("component", "processed-events-cleanup")); err != nil {
 		return nil, err
 	}
 	return &c, nil

@@ -26,7 +26,7 @@ import (
 	"github.com/lossless-dev/lossless/internal/orderhop/orderhoptest"
 	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/migrations"
-	"github.com/lossless-dev/lossless/pkg/dedup"
+	"github.com/lossless-dev/lossless/pkg/consumer"
 	"github.com/lossless-dev/lossless/pkg/leasequeue"
 	"github.com/lossless-dev/lossless/pkg/outbox"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
@@ -94,7 +94,7 @@ func setupB(t testing.TB) *testBundle {
 			FullScanInterval: 5 * time.Millisecond, HeartbeatInterval: lease - time.Second,
 		},
 		JobMaxAttempts:  5,
-		ProcessedEvents: dedup.Config{},
+		ProcessedEvents: consumer.CleanerConfig{},
 		Outbox:          outbox.Config{PollInterval: 10 * time.Millisecond},
 	}
 	if b.c, err = app.Build(b.pool, b.pub, b.cfg, b.logger, telemetry.Providers{MeterProvider: b.meter}); err != nil {

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/lossless-dev/lossless/pkg/backoff"
-	"github.com/lossless-dev/lossless/pkg/dedup"
+	"github.com/lossless-dev/lossless/pkg/consumer"
 	"github.com/lossless-dev/lossless/pkg/envconfig"
 	"github.com/lossless-dev/lossless/pkg/leasequeue"
 	"github.com/lossless-dev/lossless/pkg/operatorauth"
@@ -96,12 +96,12 @@ type Config struct {
 	// half an hour of retries) before it is parked for an operator.
 	JobMaxAttempts int
 
-	// ProcessedEvents configures the consumer's dedup markers:
+	// ProcessedEvents configures the Cleaner of the consumer's markers (pkg/consumer):
 	// BILLING_PROCESSED_EVENTS_RETENTION (default 336h = 14 days: twice the
 	// subscription's 7-day message retention, the longest Pub/Sub redelivers),
 	// BILLING_PROCESSED_EVENTS_CLEANUP_INTERVAL (1h) and
 	// BILLING_PROCESSED_EVENTS_CLEANUP_BATCH (5000).
-	ProcessedEvents dedup.Config
+	ProcessedEvents consumer.CleanerConfig
 
 	// IntakeMaxPayloadBytes caps a workorder-events message's payload
 	// (BILLING_INTAKE_MAX_PAYLOAD_BYTES, default 1 MiB); larger ones are
@@ -155,7 +155,7 @@ func FromEnv(r *envconfig.Reader) (Config, error) {
 			CompleteBatch:     r.Int("BILLING_JOBS_COMPLETE_BATCH", 32),
 		},
 		JobMaxAttempts: r.Int("BILLING_JOBS_MAX_ATTEMPTS", leasequeue.DefaultMaxAttempts),
-		ProcessedEvents: dedup.Config{
+		ProcessedEvents: consumer.CleanerConfig{
 			Retention: r.Duration("BILLING_PROCESSED_EVENTS_RETENTION", 14*24*time.Hour),
 			Interval:  r.Duration("BILLING_PROCESSED_EVENTS_CLEANUP_INTERVAL", time.Hour),
 			BatchSize: r.Int("BILLING_PROCESSED_EVENTS_CLEANUP_BATCH", 5000),

@@ -4,43 +4,24 @@ import (
 	"buf.build/go/protovalidate"
 
 	eventsv1 "github.com/lossless-dev/lossless/gen/lossless/events/v1"
-	"github.com/lossless-dev/lossless/pkg/dedup"
+	"github.com/lossless-dev/lossless/pkg/consumer"
 	"github.com/lossless-dev/lossless/pkg/envelope"
-	"github.com/lossless-dev/lossless/pkg/parked"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/services/billing/internal/issuer"
 )
 
-// MaxEventIDLength is the longest event id the dedup marker stores.
-const MaxEventIDLength = dedup.MaxEventIDLength
-
-// verdict is what the decoder decided about one message before any database
-// work: consume ev (outcome ""), or park the message with reason under
-// outcome (OutcomeParked or OutcomeUnknownType).
-type verdict struct {
-	ev      *eventsv1.WorkOrderCompletionRecorded // nil when the payload was not parsed
-	outcome string
-	reason  string
-}
-
-// parkedMessage is m as pkg/parked keeps it, parked from subscription with
-// v's reason.
-func parkedMessage(subscription string, m *pubsub.Received, v verdict) parked.Message {
-	return envelope.Parked(subscription, m, v.ev, v.ev.GetWorkOrderId(), v.reason)
-}
+// MaxEventIDLength is the longest event id the marker stores.
+const MaxEventIDLength = consumer.MaxEventIDLength
 
 // decoder turns a message into a verdict: the rules of every event message
-// (pkg/envelope), then validate's. It is pure and never touches the
-// database.
+// (pkg/envelope, within env's limits), then validate's. It is pure and never
+// touches the database.
 type decoder struct {
-	validator       protovalidate.Validator
-	maxPayloadBytes int
+	validator protovalidate.Validator
 }
 
-func (d decoder) decode(m *pubsub.Received) verdict {
-	v := envelope.Decode(m, envelope.Config{EventType: EventType, MaxPayloadBytes: d.maxPayloadBytes,
-		MaxEventIDLength: MaxEventIDLength}, d.validate)
-	return verdict{ev: v.Event, outcome: v.Outcome(OutcomeParked, OutcomeUnknownType), reason: v.Reason()}
+func (d decoder) decode(m *pubsub.Received, env envelope.Config) envelope.Verdict[*eventsv1.WorkOrderCompletionRecorded] {
+	return envelope.Decode(m, env, d.validate)
 }
 
 // validate returns why ev cannot be invoiced: the rules of its proto

@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	eventsv1 "github.com/lossless-dev/lossless/gen/lossless/events/v1"
+	"github.com/lossless-dev/lossless/pkg/envelope"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/services/billing/internal/issuer"
 )
@@ -24,28 +25,30 @@ func FuzzDecode(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	d := decoder{validator: validator, maxPayloadBytes: 1024}
+	d := decoder{validator: validator}
+	env := envelope.Config{EventType: EventType, MaxPayloadBytes: 1024, MaxEventIDLength: MaxEventIDLength}
 	f.Fuzz(func(t *testing.T, data []byte, messageID, eventType, attrEventID, attrKey, attrValue string) {
 		attrs := map[string]string{pubsub.AttrEventType: eventType, pubsub.AttrEventID: attrEventID}
 		if attrKey != "" {
 			attrs[attrKey] = attrValue
 		}
-		v := d.decode(&pubsub.Received{ID: messageID, Data: data, Attributes: attrs})
-		switch v.outcome {
+		v := d.decode(&pubsub.Received{ID: messageID, Data: data, Attributes: attrs}, env)
+		outcome, reason := v.Outcome(OutcomeParked, OutcomeUnknownType), v.Reason()
+		switch outcome {
 		case "":
 			var job eventsv1.WorkOrderCompletionRecorded
 			if err := proto.Unmarshal(data, &job); err != nil {
 				t.Fatalf("accepted a payload the worker cannot decode: %v", err)
 			}
-			if _, err := issuer.OrderFromEvent(&job); err != nil || v.reason != "" {
-				t.Fatalf("accepted an event the worker cannot invoice: %v (reason %q)", err, v.reason)
+			if _, err := issuer.OrderFromEvent(&job); err != nil || reason != "" {
+				t.Fatalf("accepted an event the worker cannot invoice: %v (reason %q)", err, reason)
 			}
 		case OutcomeParked, OutcomeUnknownType:
-			if v.reason == "" || (v.outcome == OutcomeUnknownType && v.ev != nil) {
-				t.Fatalf("outcome %s, reason %q, event %v", v.outcome, v.reason, v.ev)
+			if reason == "" || (outcome == OutcomeUnknownType && v.Event != nil) {
+				t.Fatalf("outcome %s, reason %q, event %v", outcome, reason, v.Event)
 			}
 		default:
-			t.Fatalf("unknown outcome %q", v.outcome)
+			t.Fatalf("unknown outcome %q", outcome)
 		}
 	})
 }

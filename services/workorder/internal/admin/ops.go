@@ -119,7 +119,7 @@ func NewOps(deps Deps) (*Ops, error) {
 	if err != nil {
 		return nil, err
 	}
-	inv, err := invoicing.New(deps.Pool, deps.Logger, nil, invoicing.WithConfig(deps.Invoicing))
+	inv, err := invoicing.New(deps.Pool, deps.Invoicing, deps.Logger, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -52,7 +52,7 @@ type ParkedReplayRequest struct {
 }
 
 // ReplayParkedBillingEvent applies an open parked InvoiceIssued through the
-// consumer (invoicing.ReplayIn: COMPLETED → INVOICED or a duplicate, the row
+// consumer (Invoicing.Replay: COMPLETED → INVOICED or a duplicate, the row
 // marked replayed by the actor under the ticket) and audits it in
 // operator_audit (action invoicing.replay-parked) in the same transaction.
 // A message still refused changes nothing and is not audited; its error
@@ -66,7 +66,7 @@ func (o *Ops) ReplayParkedBillingEvent(ctx context.Context, req ParkedReplayRequ
 	}
 	err = pgx.BeginFunc(ctx, o.deps.Pool, func(tx pgx.Tx) error {
 		err := operatoraudit.InSavepoint(ctx, tx, req.DryRun, func(sp pgx.Tx) (err error) {
-			outcome, err = o.invoicing.ReplayIn(ctx, sp, req.ID, req.Ticket, req.Actor)
+			outcome, err = o.invoicing.Replay(ctx, sp, req.ID, req.Ticket, req.Actor)
 			return err
 		})
 		if err != nil {

@@ -26,14 +26,14 @@ import (
 	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
 	"github.com/lossless-dev/lossless/internal/orderhop"
 	"github.com/lossless-dev/lossless/internal/topology"
-	"github.com/lossless-dev/lossless/pkg/dedup"
+	"github.com/lossless-dev/lossless/pkg/consumer"
 	"github.com/lossless-dev/lossless/pkg/idempotency"
 	"github.com/lossless-dev/lossless/pkg/inbox"
 	"github.com/lossless-dev/lossless/pkg/outbox"
 	"github.com/lossless-dev/lossless/pkg/outboxpubsub"
 	"github.com/lossless-dev/lossless/pkg/outboxtrace"
-	"github.com/lossless-dev/lossless/pkg/pgleader"
 	"github.com/lossless-dev/lossless/pkg/pgdb"
+	"github.com/lossless-dev/lossless/pkg/pgleader"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/server"
 	"github.com/lossless-dev/lossless/pkg/telemetry"
@@ -54,7 +54,7 @@ type App struct {
 	log    *slog.Logger
 	tel    telemetry.Providers
 	meter  metric.Meter
-	db     *pgdb.Pools    // API and workers' pools, kept apart (pkg/pgdb)
+	db     *pgdb.Pools      // API and workers' pools, kept apart (pkg/pgdb)
 	conn   *grpc.ClientConn // to the provider
 	ps     *gpubsub.Client
 	pub    *pubsub.Publisher // workorder-events
@@ -231,9 +231,8 @@ func (a *App) buildLoops(workerPool *pgxpool.Pool, workerRepo *orders.Repository
 		return err
 	}
 	// Back from billing: InvoiceIssued moves the order to INVOICED, once
-	// (idempotent consumer, pkg/dedup); dedup markers expire in batches.
-	invoiced, err := invoicing.New(workerPool, a.log.With("component", "invoicing"), a.meter,
-		invoicing.WithConfig(a.cfg.Invoicing))
+	// (idempotent consumer, pkg/consumer); its markers expire in batches.
+	invoiced, err := invoicing.New(workerPool, a.cfg.Invoicing, a.log.With("component", "invoicing"), a.meter)
 	if err != nil {
 		return err
 	}
@@ -253,7 +252,7 @@ func (a *App) buildLoops(workerPool *pgxpool.Pool, workerRepo *orders.Repository
 	if err != nil {
 		return err
 	}
-	markers, err := dedup.NewCleaner(workerPool, dedup.Config{}, a.log.With("component", "dedup-cleaner"))
+	markers, err := consumer.NewCleaner(workerPool, consumer.CleanerConfig{}, a.log.With("component", "dedup-cleaner"))
 	if err != nil {
 		return err
 	}

@@ -81,8 +81,9 @@ type Config struct {
 	// Invoicing configures the InvoiceIssued consumer:
 	// WORKORDER_INVOICING_MAX_PAYLOAD_BYTES (default 1 MiB; larger payloads
 	// are parked with their raw bytes) and WORKORDER_INVOICING_CONCURRENCY
-	// (default 4 messages applied at once, each in its own transaction and
-	// pooled connection).
+	// (default 4: after a batch's transaction failed, how many of its
+	// messages are applied at once, each in its own transaction and pooled
+	// connection; pkg/consumer).
 	Invoicing invoicing.Config
 
 	// Subscriber tunes both consumers (pubsub.SubscriberConfig defaults):

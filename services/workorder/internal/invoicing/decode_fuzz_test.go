@@ -5,6 +5,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/lossless-dev/lossless/pkg/envelope"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 )
 
@@ -15,27 +16,28 @@ import (
 // event id, NUL attribute, invalid UTF-8, 201-character event id, oversize,
 // unknown type, and a valid event).
 func FuzzDecode(f *testing.F) {
-	d := decoder{maxPayloadBytes: 1024}
+	env := envelope.Config{EventType: EventType, MaxPayloadBytes: 1024, MaxEventIDLength: MaxEventIDLength}
 	f.Fuzz(func(t *testing.T, data []byte, messageID, eventType, attrEventID, attrKey, attrValue string) {
 		m := &pubsub.Received{ID: messageID, Data: data,
 			Attributes: map[string]string{pubsub.AttrEventType: eventType, pubsub.AttrEventID: attrEventID}}
 		if attrKey != "" {
 			m.Attributes[attrKey] = attrValue
 		}
-		v := d.decode(m)
-		if (v.outcome == "") != (v.reason == "") {
-			t.Fatalf("outcome %q with reason %q", v.outcome, v.reason)
+		v := decode(m, env)
+		outcome, reason := v.Outcome(OutcomeParked, OutcomeUnknownType), v.Reason()
+		if (outcome == "") != (reason == "") {
+			t.Fatalf("outcome %q with reason %q", outcome, reason)
 		}
-		if v.outcome != "" {
+		if outcome != "" {
 			return
 		}
-		if _, err := uuid.Parse(v.ev.GetWorkOrderId()); err != nil {
-			t.Fatalf("accepted work_order_id %q", v.ev.GetWorkOrderId())
+		if _, err := uuid.Parse(v.Event.GetWorkOrderId()); err != nil {
+			t.Fatalf("accepted work_order_id %q", v.Event.GetWorkOrderId())
 		}
-		if _, err := uuid.Parse(v.ev.GetInvoiceId()); err != nil {
-			t.Fatalf("accepted invoice_id %q", v.ev.GetInvoiceId())
+		if _, err := uuid.Parse(v.Event.GetInvoiceId()); err != nil {
+			t.Fatalf("accepted invoice_id %q", v.Event.GetInvoiceId())
 		}
-		if v.ev.GetInvoiceNumber() == "" {
+		if v.Event.GetInvoiceNumber() == "" {
 			t.Fatal("accepted without an invoice number")
 		}
 	})

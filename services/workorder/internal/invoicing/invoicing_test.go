@@ -43,7 +43,7 @@ type testBundle struct {
 func setup(t *testing.T) *testBundle {
 	t.Helper()
 	pool := pgtest.NewPool(t, migrations.WorkOrder()...)
-	inv, err := invoicing.New(pool, slog.New(slog.NewJSONHandler(io.Discard, nil)), nil)
+	inv, err := invoicing.New(pool, invoicing.Config{}, slog.New(slog.NewJSONHandler(io.Discard, nil)), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,15 +144,15 @@ func TestF4_DuplicateInvoiceIssuedInvoicesOnce(t *testing.T) {
 	}
 }
 
-// A batch applied Config.Concurrency messages at a time, each order's event
-// twice in the same batch and a message for an order that is not COMPLETED
-// among them: every order is invoiced once, the stray one parked, the
-// outcomes line up with their messages.
+// A batch, one transaction with a savepoint per message (Config.Concurrency
+// bounds only the per-message fallback), each order's event twice in the
+// same batch and a message for an order that is not COMPLETED among them:
+// every order is invoiced once, the stray one parked, the outcomes line up
+// with their messages.
 func TestBatchAppliedConcurrentlyInvoicesEachOrderOnce(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t, migrations.WorkOrder()...)
-	inv, err := invoicing.New(pool, slog.New(slog.NewJSONHandler(io.Discard, nil)), nil,
-		invoicing.WithConfig(invoicing.Config{Concurrency: 8}))
+	inv, err := invoicing.New(pool, invoicing.Config{Concurrency: 8}, slog.New(slog.NewJSONHandler(io.Discard, nil)), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,16 +280,16 @@ func TestNotCompletedOrderIsParkedAndReplayedByOperator(t *testing.T) {
 	if reason != "order is HANDED_OFF, not COMPLETED" {
 		t.Fatalf("reason %q", reason)
 	}
-	if _, err := b.inv.Replay(ctx, parkedID, "", "bob"); !errors.Is(err, invoicing.ErrAuditRequired) {
+	if _, err := b.inv.Replay(ctx, b.pool, parkedID, "", "bob"); !errors.Is(err, invoicing.ErrAuditRequired) {
 		t.Fatalf("replay without ticket: %v", err)
 	}
-	if _, err := b.inv.Replay(ctx, parkedID, "INC-7", "bob"); err == nil {
+	if _, err := b.inv.Replay(ctx, b.pool, parkedID, "INC-7", "bob"); err == nil {
 		t.Fatal("replay applied to an order still not COMPLETED")
 	}
 	if _, err := b.pool.Exec(ctx, `UPDATE work_orders SET status = 'COMPLETED' WHERE id = $1`, id); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := b.inv.Replay(ctx, parkedID, "INC-7", "bob"); err != nil || out != invoicing.OutcomeInvoiced {
+	if out, err := b.inv.Replay(ctx, b.pool, parkedID, "INC-7", "bob"); err != nil || out != invoicing.OutcomeInvoiced {
 		t.Fatalf("replay: %v %v", out, err)
 	}
 	b.wantInvoicedOnce(t, id, ev)
@@ -297,7 +297,7 @@ func TestNotCompletedOrderIsParkedAndReplayedByOperator(t *testing.T) {
 	if err := b.pool.QueryRow(ctx, `SELECT replayed_by, ticket FROM parked_messages WHERE id = $1`, parkedID).Scan(&by, &ticket); err != nil || by != "bob" || ticket != "INC-7" {
 		t.Fatalf("audit: %q %q %v", by, ticket, err)
 	}
-	if _, err := b.inv.Replay(ctx, parkedID, "INC-7", "bob"); err == nil {
+	if _, err := b.inv.Replay(ctx, b.pool, parkedID, "INC-7", "bob"); err == nil {
 		t.Fatal("replayed twice")
 	}
 
@@ -350,7 +350,7 @@ func setupMetered(t *testing.T) (*testBundle, *sdkmetric.ManualReader) {
 	t.Helper()
 	pool := pgtest.NewPool(t, migrations.WorkOrder()...)
 	reader := sdkmetric.NewManualReader()
-	inv, err := invoicing.New(pool, slog.New(slog.NewJSONHandler(io.Discard, nil)),
+	inv, err := invoicing.New(pool, invoicing.Config{}, slog.New(slog.NewJSONHandler(io.Discard, nil)),
 		sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)).Meter("test"))
 	if err != nil {
 		t.Fatal(err)
@@ -549,7 +549,7 @@ func TestReplayRefusesAnotherSubscriptionsRow(t *testing.T) {
 		VALUES ('audit.billing-events', $1, $2, $3, 'parked elsewhere') RETURNING id`, m.ID, m.Attributes, m.Data).Scan(&parkedID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.inv.Replay(ctx, parkedID, "INC-8", "bob"); err == nil {
+	if _, err := b.inv.Replay(ctx, b.pool, parkedID, "INC-8", "bob"); err == nil {
 		t.Fatal("replayed another subscription's parked message")
 	}
 	if s := b.state(t, id); s.status != "COMPLETED" || s.version != 3 {

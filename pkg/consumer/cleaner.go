@@ -1,4 +1,4 @@
-package dedup
+package consumer
 
 import (
 	"context"
@@ -7,11 +7,12 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/lossless-dev/lossless/pkg/pgdb"
 	"github.com/lossless-dev/lossless/pkg/pgschema"
 )
 
-// Config tunes the Cleaner. The zero value of a field means its default.
-type Config struct {
+// CleanerConfig tunes the Cleaner. The zero value of a field means its default.
+type CleanerConfig struct {
 	// Retention is how long markers are kept. It must exceed the longest time
 	// the broker may still deliver an event: a Pub/Sub subscription retains
 	// unacked messages for at most 7 days by default (31 with topic
@@ -26,7 +27,7 @@ type Config struct {
 	Interval time.Duration
 }
 
-func (c *Config) setDefaults() {
+func (c *CleanerConfig) setDefaults() {
 	if c.Retention == 0 {
 		c.Retention = 14 * 24 * time.Hour
 	}
@@ -40,17 +41,17 @@ func (c *Config) setDefaults() {
 
 // Validate reports an unusable configuration; errors name the field. A zero
 // field means its default, so it is valid.
-func (c Config) Validate() error {
+func (c CleanerConfig) Validate() error {
 	c.setDefaults()
 	var errs []error
 	if c.Retention < 24*time.Hour {
-		errs = append(errs, fmt.Errorf("dedup: Retention %v: want at least 24h (longer than the broker's redelivery window)", c.Retention))
+		errs = append(errs, fmt.Errorf("consumer: Retention %v: want at least 24h (longer than the broker's redelivery window)", c.Retention))
 	}
 	if c.BatchSize < 1 || c.BatchSize > 100000 {
-		errs = append(errs, fmt.Errorf("dedup: BatchSize %d: want 1..100000", c.BatchSize))
+		errs = append(errs, fmt.Errorf("consumer: BatchSize %d: want 1..100000", c.BatchSize))
 	}
 	if c.Interval <= 0 {
-		errs = append(errs, fmt.Errorf("dedup: Interval %v: want > 0", c.Interval))
+		errs = append(errs, fmt.Errorf("consumer: Interval %v: want > 0", c.Interval))
 	}
 	return errors.Join(errs...)
 }
@@ -69,19 +70,19 @@ WHERE (consumer, event_id) IN (
 
 // Cleaner deletes expired markers in batches.
 type Cleaner struct {
-	db      DB
+	db      pgdb.Executor
 	cleanup string
-	cfg     Config
+	cfg     CleanerConfig
 	logger  *slog.Logger
 }
 
 // NewCleaner returns a cleaner of db's processed_events. Of the options it
 // uses WithSchema.
-func NewCleaner(db DB, cfg Config, logger *slog.Logger, opts ...Option) (*Cleaner, error) {
+func NewCleaner(db pgdb.Executor, cfg CleanerConfig, logger *slog.Logger, opts ...Option) (*Cleaner, error) {
 	if db == nil || logger == nil {
-		return nil, errors.New("dedup: NewCleaner needs a database handle and a logger")
+		return nil, errors.New("consumer: NewCleaner needs a database handle and a logger")
 	}
-	schema, err := schemaOf(opts)
+	o, err := optionsOf(opts)
 	if err != nil {
 		return nil, err
 	}
@@ -89,7 +90,7 @@ func NewCleaner(db DB, cfg Config, logger *slog.Logger, opts ...Option) (*Cleane
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Cleaner{db: db, cleanup: pgschema.Render(qCleanup, schema), cfg: cfg, logger: logger}, nil
+	return &Cleaner{db: db, cleanup: pgschema.Render(qCleanup, o.schema), cfg: cfg, logger: logger}, nil
 }
 
 // CleanOnce deletes every marker older than now - Retention, batch by batch,
@@ -100,7 +101,7 @@ func (c *Cleaner) CleanOnce(ctx context.Context, now time.Time) (int64, error) {
 	for {
 		tag, err := c.db.Exec(ctx, c.cleanup, cutoff, c.cfg.BatchSize)
 		if err != nil {
-			return total, fmt.Errorf("dedup: cleanup: %w", err)
+			return total, fmt.Errorf("consumer: cleanup: %w", err)
 		}
 		total += tag.RowsAffected()
 		if tag.RowsAffected() < int64(c.cfg.BatchSize) {

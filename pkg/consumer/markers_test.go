@@ -1,4 +1,4 @@
-package dedup_test
+package consumer_test
 
 import (
 	"context"
@@ -13,15 +13,25 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/lossless-dev/lossless/pkg/dedup"
+	"github.com/lossless-dev/lossless/pkg/consumer"
+	"github.com/lossless-dev/lossless/pkg/parked"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 
+// markers claims in the default schema.
+var markers = func() *consumer.Markers {
+	m, err := consumer.NewMarkers()
+	if err != nil {
+		panic(err)
+	}
+	return m
+}()
+
 func setup(t *testing.T) *pgxpool.Pool {
 	t.Helper()
-	pool := pgtest.NewPool(t, dedup.Migrations(""))
+	pool := pgtest.NewPool(t, consumer.Migrations(""), parked.Migrations(""))
 	if _, err := pool.Exec(context.Background(), `CREATE TABLE effects (event_id text NOT NULL)`); err != nil {
 		t.Fatal(err)
 	}
@@ -29,11 +39,11 @@ func setup(t *testing.T) *pgxpool.Pool {
 }
 
 // apply is a consumer: marker and effect in one transaction.
-func apply(ctx context.Context, pool *pgxpool.Pool, ev dedup.Event) (dedup.Outcome, error) {
-	var out dedup.Outcome
+func apply(ctx context.Context, pool *pgxpool.Pool, ev consumer.Marker) (consumer.Outcome, error) {
+	var out consumer.Outcome
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		var err error
-		if out, err = dedup.Claim(ctx, tx, ev); err != nil || out != dedup.New {
+		if out, err = markers.Claim(ctx, tx, ev); err != nil || out != consumer.Claimed {
 			return err
 		}
 		_, err = tx.Exec(ctx, `INSERT INTO effects VALUES ($1)`, ev.ID)
@@ -57,9 +67,9 @@ func TestF4_SameEventTwiceAndConcurrentlyOneEffect(t *testing.T) {
 	pool := setup(t)
 	ctx := context.Background()
 	for i := range 20 {
-		ev := dedup.Event{Consumer: "c", ID: "ev-" + string(rune('a'+i)), Type: "T", Payload: []byte("p")}
+		ev := consumer.Marker{Consumer: "c", ID: "ev-" + string(rune('a'+i)), Type: "T", Payload: []byte("p")}
 		var wg sync.WaitGroup
-		outs := make([]dedup.Outcome, 4)
+		outs := make([]consumer.Outcome, 4)
 		for j := range outs {
 			wg.Go(func() {
 				var err error
@@ -71,9 +81,9 @@ func TestF4_SameEventTwiceAndConcurrentlyOneEffect(t *testing.T) {
 		wg.Wait()
 		news := 0
 		for _, o := range outs {
-			if o == dedup.New {
+			if o == consumer.Claimed {
 				news++
-			} else if o != dedup.Duplicate {
+			} else if o != consumer.Duplicate {
 				t.Fatalf("outcome %v", o)
 			}
 		}
@@ -91,16 +101,16 @@ func TestRollbackLeavesNoMarker(t *testing.T) {
 	t.Parallel()
 	pool := setup(t)
 	ctx := context.Background()
-	ev := dedup.Event{Consumer: "c", ID: "e1", Type: "T", Payload: []byte("p")}
+	ev := consumer.Marker{Consumer: "c", ID: "e1", Type: "T", Payload: []byte("p")}
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out, err := dedup.Claim(ctx, tx, ev); err != nil || out != dedup.New {
+	if out, err := markers.Claim(ctx, tx, ev); err != nil || out != consumer.Claimed {
 		t.Fatalf("%v %v", out, err)
 	}
 	_ = tx.Rollback(ctx)
-	if out, err := apply(ctx, pool, ev); err != nil || out != dedup.New {
+	if out, err := apply(ctx, pool, ev); err != nil || out != consumer.Claimed {
 		t.Fatalf("redelivery after rollback: %v %v", out, err)
 	}
 }
@@ -111,16 +121,16 @@ func TestConflictAndConsumerScope(t *testing.T) {
 	t.Parallel()
 	pool := setup(t)
 	ctx := context.Background()
-	ev := dedup.Event{Consumer: "c", ID: "e1", Type: "T", Payload: []byte("p")}
-	if out, _ := apply(ctx, pool, ev); out != dedup.New {
+	ev := consumer.Marker{Consumer: "c", ID: "e1", Type: "T", Payload: []byte("p")}
+	if out, _ := apply(ctx, pool, ev); out != consumer.Claimed {
 		t.Fatal(out)
 	}
 	ev.Payload = []byte("other")
-	if out, err := apply(ctx, pool, ev); err != nil || out != dedup.Conflict {
+	if out, err := apply(ctx, pool, ev); err != nil || out != consumer.Conflict {
 		t.Fatalf("%v %v", out, err)
 	}
 	ev.Consumer = "reports"
-	if out, err := apply(ctx, pool, ev); err != nil || out != dedup.New {
+	if out, err := apply(ctx, pool, ev); err != nil || out != consumer.Claimed {
 		t.Fatalf("%v %v", out, err)
 	}
 }
@@ -135,7 +145,7 @@ func TestCleanerDeletesOnlyExpiredInBatches(t *testing.T) {
 		SELECT 'c', 'new-' || i, 'T', '\x00'::bytea, now() - interval '13 days' FROM generate_series(1, 5) i`); err != nil {
 		t.Fatal(err)
 	}
-	c, err := dedup.NewCleaner(pool, dedup.Config{BatchSize: 10}, slog.New(slog.NewJSONHandler(io.Discard, nil)))
+	c, err := consumer.NewCleaner(pool, consumer.CleanerConfig{BatchSize: 10}, slog.New(slog.NewJSONHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +156,7 @@ func TestCleanerDeletesOnlyExpiredInBatches(t *testing.T) {
 	if left := count(t, pool, `SELECT count(*) FROM processed_events`); left != 5 {
 		t.Fatalf("left %d, want 5", left)
 	}
-	if _, err := dedup.NewCleaner(pool, dedup.Config{Retention: time.Hour}, slog.New(slog.NewJSONHandler(io.Discard, nil))); err == nil {
+	if _, err := consumer.NewCleaner(pool, consumer.CleanerConfig{Retention: time.Hour}, slog.New(slog.NewJSONHandler(io.Discard, nil))); err == nil {
 		t.Fatal("a retention shorter than the redelivery window was accepted")
 	}
 }
@@ -155,18 +165,22 @@ func TestCleanerDeletesOnlyExpiredInBatches(t *testing.T) {
 // an unqualified name fails with "relation does not exist".
 func TestNonDefaultSchema_EveryQueryIsQualified(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.NewPool(t, dedup.Migrations("billing"))
+	pool := pgtest.NewPool(t, consumer.Migrations("billing"))
 	ctx := context.Background()
 	if n := count(t, pool, `SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'public'`); n != 0 {
 		t.Fatalf("public holds %d relations, want none", n)
 	}
-	opt := dedup.WithSchema("billing")
-	claim := func(ev dedup.Event) dedup.Outcome {
+	opt := consumer.WithSchema("billing")
+	billing, err := consumer.NewMarkers(opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim := func(ev consumer.Marker) consumer.Outcome {
 		t.Helper()
-		var out dedup.Outcome
+		var out consumer.Outcome
 		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 			var err error
-			out, err = dedup.Claim(ctx, tx, ev, opt)
+			out, err = billing.Claim(ctx, tx, ev)
 			return err
 		})
 		if err != nil {
@@ -174,28 +188,28 @@ func TestNonDefaultSchema_EveryQueryIsQualified(t *testing.T) {
 		}
 		return out
 	}
-	ev := dedup.Event{Consumer: "c", ID: "e1", Type: "T", Payload: []byte("p")}
-	if out := claim(ev); out != dedup.New {
+	ev := consumer.Marker{Consumer: "c", ID: "e1", Type: "T", Payload: []byte("p")}
+	if out := claim(ev); out != consumer.Claimed {
 		t.Fatalf("first delivery: %v", out)
 	}
-	if out := claim(ev); out != dedup.Duplicate {
+	if out := claim(ev); out != consumer.Duplicate {
 		t.Fatalf("redelivery: %v", out)
 	}
 	ev.Payload = []byte("other")
-	if out := claim(ev); out != dedup.Conflict {
+	if out := claim(ev); out != consumer.Conflict {
 		t.Fatalf("same id, other payload: %v", out)
 	}
 	if _, err := pool.Exec(ctx, `UPDATE billing.processed_events SET processed_at = now() - interval '15 days'`); err != nil {
 		t.Fatal(err)
 	}
-	c, err := dedup.NewCleaner(pool, dedup.Config{}, slog.New(slog.DiscardHandler), opt)
+	c, err := consumer.NewCleaner(pool, consumer.CleanerConfig{}, slog.New(slog.DiscardHandler), opt)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if n, err := c.CleanOnce(ctx, time.Now()); err != nil || n != 1 {
 		t.Fatalf("cleaned %d, %v; want 1", n, err)
 	}
-	if _, err := dedup.NewCleaner(pool, dedup.Config{}, slog.New(slog.DiscardHandler), dedup.WithSchema("Billing")); err == nil {
+	if _, err := consumer.NewCleaner(pool, consumer.CleanerConfig{}, slog.New(slog.DiscardHandler), consumer.WithSchema("Billing")); err == nil {
 		t.Fatal("an invalid schema name was accepted")
 	}
 	if n := count(t, pool, `SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'public'`); n != 0 {
@@ -210,11 +224,11 @@ func TestMaxEventIDLengthIsTheSchemasLimit(t *testing.T) {
 	t.Parallel()
 	pool := setup(t)
 	ctx := context.Background()
-	id := strings.Repeat("é", dedup.MaxEventIDLength) // characters, not bytes
-	if out, err := apply(ctx, pool, dedup.Event{Consumer: "c", ID: id, Type: "T"}); err != nil || out != dedup.New {
+	id := strings.Repeat("é", consumer.MaxEventIDLength) // characters, not bytes
+	if out, err := apply(ctx, pool, consumer.Marker{Consumer: "c", ID: id, Type: "T"}); err != nil || out != consumer.Claimed {
 		t.Fatalf("id of MaxEventIDLength characters: %v %v", out, err)
 	}
-	if _, err := apply(ctx, pool, dedup.Event{Consumer: "c", ID: id + "x", Type: "T"}); err == nil {
+	if _, err := apply(ctx, pool, consumer.Marker{Consumer: "c", ID: id + "x", Type: "T"}); err == nil {
 		t.Fatal("id of MaxEventIDLength+1 characters stored")
 	}
 }

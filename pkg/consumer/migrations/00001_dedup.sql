@@ -1,5 +1,5 @@
 -- +goose Up
--- Idempotent-consumer markers (pkg/dedup). The primary key is where the
+-- Idempotent-consumer markers (pkg/consumer). The primary key is where the
 -- correctness lives: the marker is inserted first, in the same transaction as
 -- the effect, and a second delivery of the same event finds the key taken.
 -- consumer scopes the marker: two consumers may legitimately process one event.

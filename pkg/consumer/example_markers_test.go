@@ -1,4 +1,4 @@
-package dedup_test
+package consumer_test
 
 import (
 	"context"
@@ -6,15 +6,15 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/lossless-dev/lossless/pkg/dedup"
+	"github.com/lossless-dev/lossless/pkg/consumer"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
 )
 
-// A consumer receives the same event twice (a redelivery after a lost ack):
-// the marker, claimed in the effect's transaction, lets the effect happen
-// once.
-func Example() {
-	dsn, drop := pgtest.ExampleDatabase(dedup.Migrations(""))
+// A consumer that owns its loop receives the same event twice (a
+// redelivery after a lost ack): the marker, claimed in the effect's
+// transaction, lets the effect happen once.
+func ExampleMarkers_Claim() {
+	dsn, drop := pgtest.ExampleDatabase(consumer.Migrations(""))
 	defer drop()
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, dsn)
@@ -26,11 +26,15 @@ func Example() {
 		panic(err)
 	}
 
-	consume := func(ev dedup.Event) dedup.Outcome {
-		var out dedup.Outcome
+	markers, err := consumer.NewMarkers()
+	if err != nil {
+		panic(err)
+	}
+	consume := func(ev consumer.Marker) consumer.Outcome {
+		var out consumer.Outcome
 		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 			var err error
-			if out, err = dedup.Claim(ctx, tx, ev); err != nil || out != dedup.New {
+			if out, err = markers.Claim(ctx, tx, ev); err != nil || out != consumer.Claimed {
 				return err // Duplicate or Conflict: apply nothing, commit, ack
 			}
 			_, err = tx.Exec(ctx, `INSERT INTO shipments VALUES ('o-1')`)
@@ -41,7 +45,7 @@ func Example() {
 		}
 		return out
 	}
-	ev := dedup.Event{Consumer: "shipping", ID: "evt-42", Type: "OrderPaid", Payload: []byte(`{"order":"o-1"}`)}
+	ev := consumer.Marker{Consumer: "shipping", ID: "evt-42", Type: "OrderPaid", Payload: []byte(`{"order":"o-1"}`)}
 	fmt.Println(consume(ev))
 	fmt.Println(consume(ev))
 
@@ -51,7 +55,7 @@ func Example() {
 	}
 	fmt.Println("shipments:", n)
 	// Output:
-	// new
+	// claimed
 	// duplicate
 	// shipments: 1
 }
