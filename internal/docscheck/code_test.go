@@ -215,6 +215,19 @@ func (ix *index) readFile(dir string, f *ast.File, consts map[string]string) []p
 					set(ix.words, dir)[s] = true
 				}
 			}
+		case *ast.CompositeLit:
+			// A service's own commands: map[string]servicecmd.Command{"inbox": ...}.
+			if m, ok := n.Type.(*ast.MapType); ok {
+				if v, ok := m.Value.(*ast.SelectorExpr); ok && v.Sel.Name == "Command" {
+					for _, e := range n.Elts {
+						if kv, ok := e.(*ast.KeyValueExpr); ok {
+							if s, ok := stringLit(kv.Key); ok {
+								set(ix.words, dir)[s] = true
+							}
+						}
+					}
+				}
+			}
 		case *ast.CallExpr:
 			sel, ok := n.Fun.(*ast.SelectorExpr)
 			if !ok {
