@@ -80,7 +80,7 @@ variable "sql_availability_type" {
 # docs/production.md ("Database connections") counts it: each Deployment at
 # its HPA maxReplicas (or replicas) plus its rolling-update surge (maxSurge 1),
 # times the pool caps its env sets (DATABASE_API_MAX_CONNS,
-# DATABASE_WORKER_MAX_CONNS; provider-sim pkg/pgpool's 20) plus its dedicated
+# DATABASE_WORKER_MAX_CONNS; provider-sim pkg/pgdb's 20) plus its dedicated
 # session connections (LISTEN, outbox dispatch journal):
 #   workorder-api     (6+1) × (10 + 4)     =  98
 #   workorder-worker  (2+1) × (12 + 4)     =  48
