@@ -190,6 +190,18 @@ func (tx hookedTx) Commit(ctx context.Context) error {
 	return nil
 }
 
+// table creates a table of the test's own on the server's database and
+// returns its name.
+func table(t *testing.T, pool *pgxpool.Pool) string {
+	t.Helper()
+	name := pgx.Identifier{"pgnotify_" + strings.ToLower(t.Name())}.Sanitize()
+	if _, err := pool.Exec(context.Background(), "CREATE TABLE "+name+" (id int PRIMARY KEY)"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = pool.Exec(context.Background(), "DROP TABLE "+name) })
+	return name
+}
+
 // rows counts the rows of table, committed ones only (pool).
 func rows(t *testing.T, pool *pgxpool.Pool, table string) int {
 	t.Helper()
@@ -202,15 +214,13 @@ func rows(t *testing.T, pool *pgxpool.Pool, table string) int {
 
 func TestInTxSendsTheNotificationsAfterTheCommitOnce(t *testing.T) {
 	ctx := context.Background()
-	pool := pgtest.NewPool(t)
-	if _, err := pool.Exec(ctx, "CREATE TABLE jobs (id int PRIMARY KEY)"); err != nil {
-		t.Fatal(err)
-	}
+	pool := serverPool(t)
+	jobs := table(t, pool)
 	l := listen(t, pool, "c4")
 	db := hookedPool{Pool: pool, afterCommit: func() { sentinel(t, pool, "c4") }}
 
 	err := pgnotify.InTx(ctx, db, slog.New(slog.DiscardHandler), func(ctx context.Context, tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "INSERT INTO jobs VALUES (1)"); err != nil {
+		if _, err := tx.Exec(ctx, "INSERT INTO "+jobs+" VALUES (1)"); err != nil {
 			return err
 		}
 		for _, p := range []string{"7", "7", "3"} { // a duplicate is sent once
@@ -233,7 +243,7 @@ func TestInTxSendsTheNotificationsAfterTheCommitOnce(t *testing.T) {
 		t.Fatalf("after the commit got %v, want [3 7]", got)
 	}
 	// Woken, a listener finds the row.
-	if n := rows(t, pool, "jobs"); n != 1 {
+	if n := rows(t, pool, jobs); n != 1 {
 		t.Fatalf("%d rows when the notification arrived, want 1", n)
 	}
 	sentinel(t, pool, "c4")
@@ -244,15 +254,13 @@ func TestInTxSendsTheNotificationsAfterTheCommitOnce(t *testing.T) {
 
 func TestInTxRollsBackAndSendsNothingOnError(t *testing.T) {
 	ctx := context.Background()
-	pool := pgtest.NewPool(t)
-	if _, err := pool.Exec(ctx, "CREATE TABLE jobs (id int PRIMARY KEY)"); err != nil {
-		t.Fatal(err)
-	}
+	pool := serverPool(t)
+	jobs := table(t, pool)
 	l := listen(t, pool, "c5")
 	failed := errors.New("business rule refused")
 
 	err := pgnotify.InTx(ctx, pool, slog.New(slog.DiscardHandler), func(ctx context.Context, tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "INSERT INTO jobs VALUES (1)"); err != nil {
+		if _, err := tx.Exec(ctx, "INSERT INTO "+jobs+" VALUES (1)"); err != nil {
 			return err
 		}
 		if err := pgnotify.Send(ctx, tx, "c5", "rolled-back"); err != nil {
@@ -263,7 +271,7 @@ func TestInTxRollsBackAndSendsNothingOnError(t *testing.T) {
 	if !errors.Is(err, failed) {
 		t.Fatalf("InTx returned %v, want fn's error as is", err)
 	}
-	if n := rows(t, pool, "jobs"); n != 0 {
+	if n := rows(t, pool, jobs); n != 0 {
 		t.Fatalf("%d rows after the rollback, want 0", n)
 	}
 	sentinel(t, pool, "c5")
@@ -274,10 +282,8 @@ func TestInTxRollsBackAndSendsNothingOnError(t *testing.T) {
 
 func TestInTxInsideATransactionFollowsTheOuterOne(t *testing.T) {
 	ctx := context.Background()
-	pool := pgtest.NewPool(t)
-	if _, err := pool.Exec(ctx, "CREATE TABLE jobs (id int PRIMARY KEY)"); err != nil {
-		t.Fatal(err)
-	}
+	pool := serverPool(t)
+	jobs := table(t, pool)
 	l := listen(t, pool, "c6")
 	logger := slog.New(slog.DiscardHandler)
 
@@ -286,7 +292,7 @@ func TestInTxInsideATransactionFollowsTheOuterOne(t *testing.T) {
 	outerCtx, notes := pgnotify.Defer(ctx)
 	err := pgx.BeginFunc(outerCtx, pool, func(outer pgx.Tx) error {
 		if err := pgnotify.InTx(outerCtx, outer, logger, func(ctx context.Context, tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, "INSERT INTO jobs VALUES (1)"); err != nil {
+			if _, err := tx.Exec(ctx, "INSERT INTO "+jobs+" VALUES (1)"); err != nil {
 				return err
 			}
 			return pgnotify.Send(ctx, tx, "c6", "kept")
@@ -295,7 +301,7 @@ func TestInTxInsideATransactionFollowsTheOuterOne(t *testing.T) {
 		}
 		// A failing inner InTx rolls back its savepoint only.
 		err := pgnotify.InTx(outerCtx, outer, logger, func(ctx context.Context, tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, "INSERT INTO jobs VALUES (2)"); err != nil {
+			if _, err := tx.Exec(ctx, "INSERT INTO "+jobs+" VALUES (2)"); err != nil {
 				return err
 			}
 			return errors.New("refused")
@@ -308,7 +314,7 @@ func TestInTxInsideATransactionFollowsTheOuterOne(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := rows(t, pool, "jobs"); n != 1 {
+	if n := rows(t, pool, jobs); n != 1 {
 		t.Fatalf("%d rows, want 1: the inner savepoints committed or rolled back the wrong writes", n)
 	}
 	sentinel(t, pool, "c6")
