@@ -300,8 +300,8 @@ func apply(ctx context.Context, tx pgx.Tx, ev *eventsv1.InvoiceIssued, payload [
 		return "", "event id already processed with different content (producer bug)", nil
 	}
 	orderID, invoiceID := uuid.MustParse(ev.GetWorkOrderId()), uuid.MustParse(ev.GetInvoiceId())
-	var repo orders.Repository // in tx only: the zero Repository
-	o, err := repo.Lock(ctx, tx, orderID)
+	repo := orders.InTx(tx)
+	o, err := repo.Lock(ctx, orderID)
 	switch {
 	case errors.Is(err, orders.ErrNotFound):
 		return "", "unknown work order " + orderID.String(), nil
@@ -325,7 +325,7 @@ func apply(ctx context.Context, tx pgx.Tx, ev *eventsv1.InvoiceIssued, payload [
 	case res == orders.AlreadyInvoiced:
 		return OutcomeDuplicate, "", nil // the same invoice, re-announced
 	}
-	if err := repo.Save(ctx, tx, &o); err != nil {
+	if err := repo.Save(ctx, &o); err != nil {
 		return "", "", fmt.Errorf("invoicing: invoice order %s: %w", orderID, err)
 	}
 	return OutcomeInvoiced, "", nil
