@@ -233,8 +233,7 @@ func (in *Intake) Process(ctx context.Context, ms []*pubsub.Received) ([]string,
 // own savepoint. The workers are woken after the commit (pgnotify).
 func (in *Intake) commit(ctx context.Context, ms []*pubsub.Received, verdicts []verdict, isolate bool) ([]string, error) {
 	outcomes := make([]string, len(ms))
-	ctx, notes := pgnotify.Defer(ctx)
-	err := pgx.BeginFunc(ctx, in.pool, func(tx pgx.Tx) error {
+	err := pgnotify.InTx(ctx, in.pool, in.logger, func(ctx context.Context, tx pgx.Tx) error {
 		for i, m := range ms {
 			var err error
 			if isolate {
@@ -248,9 +247,6 @@ func (in *Intake) commit(ctx context.Context, ms []*pubsub.Received, verdicts []
 		}
 		return nil
 	})
-	if err == nil {
-		notes.Flush(ctx, in.pool, in.logger)
-	}
 	return outcomes, err
 }
 
