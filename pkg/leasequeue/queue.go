@@ -256,8 +256,8 @@ type DB interface {
 // (the job exists if and only if the transaction commits). A job whose
 // UniqueKey already exists in the queue is skipped. It returns how many jobs
 // were inserted. New jobs wake idle workers (pgnotify.Announce): through a
-// transaction at its commit, after it if the caller began it under
-// pgnotify.Defer and flushes; through a pool at once.
+// transaction at its commit, after it if the caller runs it through
+// pgnotify.InTx; through a pool at once.
 func (q *Queue) Enqueue(ctx context.Context, db DB, jobs ...NewJob) (int, error) {
 	if len(jobs) == 0 {
 		return 0, nil
