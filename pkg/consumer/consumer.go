@@ -263,8 +263,7 @@ func (c *Consumer[T]) each(ctx context.Context, ms []*pubsub.Received, vs []enve
 // (pgnotify.Send) go out after the commit.
 func (c *Consumer[T]) commit(ctx context.Context, ms []*pubsub.Received, vs []envelope.Verdict[T]) ([]string, error) {
 	outcomes := make([]string, len(ms))
-	ctx, notes := pgnotify.Defer(ctx)
-	err := pgx.BeginFunc(ctx, c.db, func(tx pgx.Tx) error {
+	err := pgnotify.InTx(ctx, c.db, c.logger, func(ctx context.Context, tx pgx.Tx) error {
 		for i, m := range ms {
 			var err error
 			if outcomes[i], err = c.handle(ctx, tx, m, vs[i]); err != nil {
@@ -276,7 +275,6 @@ func (c *Consumer[T]) commit(ctx context.Context, ms []*pubsub.Received, vs []en
 	if err != nil {
 		return nil, err
 	}
-	notes.Flush(ctx, c.db, c.logger)
 	return outcomes, nil
 }
 

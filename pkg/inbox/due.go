@@ -28,7 +28,7 @@ WHERE id IN (
 
 // MakeDue makes the deferred entries of one correlation key due at once, in
 // the caller's transaction, and wakes the relays at its commit
-// (pgnotify.Send: after it, if the caller began tx under pgnotify.Defer). Call it when
+// (pgnotify.Send: after it, if the caller runs tx through pgnotify.InTx). Call it when
 // the condition those entries wait for becomes true: the work-order service
 // calls it when it records a waiting point, so a completion that overtook
 // its hand-off (F5) applies right after the hand-off commits instead of

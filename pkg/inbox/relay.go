@@ -256,12 +256,11 @@ func (e *batchFailedError) Unwrap() error { return e.err }
 // processBatch is one claiming transaction: claim, apply (whole batch through
 // bh when batched, else entry by entry in savepoints), resolve, commit. The
 // notifications the handlers' writes announce (pgnotify.Send, e.g. by
-// outbox.Append) are sent after the commit.
+// outbox.Append) are sent after the commit (pgnotify.InTx).
 func (r *Relay) processBatch(ctx context.Context, from int64, bh BatchHandler, batched bool) ([]Entry, []outcome, error) {
 	var claimed []Entry
 	var outs []outcome
-	ctx, notes := pgnotify.Defer(ctx)
-	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
+	err := pgnotify.InTx(ctx, r.pool, r.logger, func(ctx context.Context, tx pgx.Tx) error {
 		var err error
 		claimed, err = r.claim(ctx, tx, from)
 		if err != nil || len(claimed) == 0 {
@@ -289,7 +288,6 @@ func (r *Relay) processBatch(ctx context.Context, from int64, bh BatchHandler, b
 	if err != nil {
 		return nil, nil, err
 	}
-	notes.Flush(ctx, r.pool, r.logger)
 	return claimed, outs, nil
 }
 

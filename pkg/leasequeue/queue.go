@@ -248,8 +248,8 @@ const maxIdentifier = 63
 // (the job exists if and only if the transaction commits). A job whose
 // UniqueKey already exists in the queue is skipped. It returns how many jobs
 // were inserted. New jobs wake idle workers (pgnotify.Announce): through a
-// transaction at its commit, after it if the caller began it under
-// pgnotify.Defer and flushes; through a pool at once.
+// transaction at its commit, after it if the caller runs it through
+// pgnotify.InTx; through a pool at once.
 func (q *Queue) Enqueue(ctx context.Context, db pgdb.Executor, jobs ...NewJob) (int, error) {
 	if len(jobs) == 0 {
 		return 0, nil
@@ -569,43 +569,43 @@ func (e effectError) Unwrap() error { return e.err }
 // fenced-off jobs. A returned error means nothing was committed, except for a
 // failed Commit, whose outcome is unknown. The notifications the effects'
 // writes announce (pgnotify.Send, e.g. by outbox.Append) are sent after the
-// commit.
+// commit (pgnotify.InTx).
 func (q *Queue) completeTx(ctx context.Context, cs []completion, errs []error) error {
-	ctx, notes := pgnotify.Defer(ctx)
 	jobs := make([]Job, len(cs))
 	for i, c := range cs {
 		jobs[i] = c.job
 	}
 	ids, epochs := idsEpochs(jobs)
-	tx, err := q.pool.Begin(ctx)
-	if err != nil {
-		return fmt.Errorf("leasequeue: complete: begin: %w", err)
-	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	rows, err := tx.Query(ctx, q.sql.complete, ids, epochs, q.now())
-	if err != nil {
+	var isHeld map[claim]bool
+	err := pgnotify.InTx(ctx, q.pool, q.logger, func(ctx context.Context, tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, q.sql.complete, ids, epochs, q.now())
+		if err != nil {
+			return err
+		}
+		if isHeld, err = collectClaims(rows); err != nil {
+			return err
+		}
+		for i, c := range cs {
+			if !isHeld[claimOf(c.job)] {
+				errs[i] = ErrLeaseLost
+				continue
+			}
+			if c.effects == nil {
+				continue
+			}
+			if err := c.effects(ctx, tx); err != nil {
+				return effectError{err: err}
+			}
+		}
+		return nil
+	})
+	var effErr effectError
+	switch {
+	case errors.As(err, &effErr):
+		return err
+	case err != nil: // the claims' query, Begin or Commit
 		return fmt.Errorf("leasequeue: complete: %w", err)
 	}
-	isHeld, err := collectClaims(rows)
-	if err != nil {
-		return fmt.Errorf("leasequeue: complete: %w", err)
-	}
-	for i, c := range cs {
-		if !isHeld[claimOf(c.job)] {
-			errs[i] = ErrLeaseLost
-			continue
-		}
-		if c.effects == nil {
-			continue
-		}
-		if err := c.effects(ctx, tx); err != nil {
-			return effectError{err: err}
-		}
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("leasequeue: complete: commit: %w", err)
-	}
-	notes.Flush(ctx, q.pool, q.logger)
 	q.m.completed.Add(ctx, int64(len(isHeld)), q.m.attrs)
 	for i, c := range cs {
 		if errors.Is(errs[i], ErrLeaseLost) {

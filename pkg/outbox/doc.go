@@ -51,7 +51,7 @@
 //     crash to the event being dispatched.
 //   - no trigger: Append notifies the channel "<schema>.outbox" with the
 //     lowest id it inserted (pgnotify.Send), after the commit when the
-//     writer began its transaction under pgnotify.Defer and flushes, else
+//     writer ran its transaction through pgnotify.InTx, else
 //     at the commit. Relays LISTEN on it and also poll
 //     (Config.PollInterval), so a lost notification, or a row inserted by
 //     other means, costs latency, never an event. (Migration 00002 dropped

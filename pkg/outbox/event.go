@@ -115,8 +115,8 @@ func Append(ctx context.Context, tx pgx.Tx, evs ...Event) error {
 // Append inserts evs in the caller's transaction (the business transaction),
 // so the events exist if and only if the business change commits (I1). All
 // events go in one INSERT, announced by one notification that wakes the
-// relays (pgnotify.Send): begin the transaction under pgnotify.Defer and
-// flush after the commit, or it is sent inside the transaction, whose commit
+// relays (pgnotify.Send): run the transaction through pgnotify.InTx, which
+// sends it after the commit, or it is sent inside the transaction, whose commit
 // then holds PostgreSQL's global NOTIFY lock across its flush. It takes a
 // pgx.Tx, not a connection: an event appended outside the business
 // transaction would lose that guarantee.

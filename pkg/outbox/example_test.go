@@ -79,24 +79,22 @@ func ExampleRelay() {
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 
 	// The business transaction: the order and its event commit together.
-	// The relays' wake-up goes after the commit (pgnotify.Defer, Flush):
-	// sent inside, it would hold PostgreSQL's notification lock across the
+	// The relays' wake-up goes after the commit (pgnotify.InTx): sent
+	// inside, it would hold PostgreSQL's notification lock across the
 	// commit's flush, and every notifying commit of the server would wait.
 	ev, err := outbox.NewEvent(ctx, "order", "o-1", wrapperspb.String("order o-1 placed"))
 	if err != nil {
 		panic(err)
 	}
-	txCtx, notes := pgnotify.Defer(ctx)
-	err = pgx.BeginFunc(txCtx, pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(txCtx, `INSERT INTO orders VALUES ('o-1', 'PLACED')`); err != nil {
+	err = pgnotify.InTx(ctx, pool, logger, func(ctx context.Context, tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO orders VALUES ('o-1', 'PLACED')`); err != nil {
 			return err
 		}
-		return outbox.Append(txCtx, tx, ev)
+		return outbox.Append(ctx, tx, ev)
 	})
 	if err != nil {
 		panic(err)
 	}
-	notes.Flush(ctx, pool, logger)
 
 	// The relay, with a dispatcher that stands in for a publish.
 	dispatched := make(chan outbox.Event, 1)

@@ -27,7 +27,7 @@ const qAppend = `WITH ins AS (INSERT INTO {schema}.outbox` + appendRows
 const qAppendDefault = `WITH ins AS (INSERT INTO ` + DefaultSchema + `.outbox` + appendRows
 
 // notifyChannel is the channel Append notifies once the events commit (with
-// pgnotify.Defer, after the commit): one per schema, so that outboxes in
+// pgnotify.InTx, after the commit): one per schema, so that outboxes in
 // different schemas of one database do not wake each other's relays. The
 // payload is the lowest id inserted, so a relay whose cursor has already
 // passed it (a transaction that committed out of id order) rewinds at once.

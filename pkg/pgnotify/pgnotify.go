@@ -1,9 +1,13 @@
 // Package pgnotify wakes a polling loop on PostgreSQL NOTIFY. The relays of
 // this system (outbox, inbox, lease queue) poll as a safety net and listen to
 // cut the wait. Writers send the notification after the inserting
-// transaction commits (Defer, Send, Flush), so a woken relay always sees the
-// new rows, and outside that transaction, because a NOTIFY inside it would
-// hold PostgreSQL's global notification lock across the commit's flush.
+// transaction commits, so a woken relay always sees the new rows, and
+// outside that transaction, because a NOTIFY inside it would hold
+// PostgreSQL's global notification lock across the commit's flush. InTx is
+// how a writer runs such a transaction: the writes announce (Send, e.g. by
+// outbox.Append) and InTx sends after the commit, nothing after a rollback.
+// Defer and Flush are its parts, for a loop that manages its transaction
+// itself.
 package pgnotify
 
 import (
@@ -21,6 +25,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/lossless-dev/lossless/pkg/backoff"
+	"github.com/lossless-dev/lossless/pkg/pgdb"
 )
 
 // Listen holds a dedicated connection (a pool connection would be pinned by
@@ -170,15 +175,48 @@ type Deferred struct {
 
 type deferredKey struct{}
 
+// InTx runs fn in a transaction begun on db and, once it committed, sends
+// the notifications fn's writes announced (Send, e.g. by outbox.Append or
+// inbox.MakeDue) on db, outside the transaction:
+//
+//	err := pgnotify.InTx(ctx, pool, logger, func(ctx context.Context, tx pgx.Tx) error {
+//		return outbox.Append(ctx, tx, ev)
+//	})
+//
+// fn must do its writes in tx with the ctx it is given. An error from fn,
+// Begin or Commit is returned as is, after a rollback, and the
+// notifications are dropped: nothing they would announce was committed. A
+// notification that fails after the commit is logged on logger (nil: not
+// logged) and not returned; the listeners' polling covers it (Flush).
+//
+// When db is itself a transaction, fn runs in a savepoint and its
+// notifications follow that outer transaction: collected for whoever
+// deferred them, or else sent at its commit (Send).
+func InTx(ctx context.Context, db pgdb.DB, logger *slog.Logger, fn func(ctx context.Context, tx pgx.Tx) error) error {
+	if _, nested := db.(pgx.Tx); nested {
+		return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error { return fn(ctx, tx) })
+	}
+	txCtx, notes := Defer(ctx)
+	if err := pgx.BeginFunc(txCtx, db, func(tx pgx.Tx) error { return fn(txCtx, tx) }); err != nil {
+		return err
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	notes.Flush(ctx, db, logger)
+	return nil
+}
+
 // Defer returns a context under which Send, in a transaction begun with it,
 // collects its notifications into the returned Deferred instead of sending
-// them in the transaction. After the commit, call Flush:
+// them in the transaction. After the commit, call Flush. InTx does both;
+// call them yourself only where a loop begins and commits its transaction
+// itself:
 //
 //	ctx, notes := pgnotify.Defer(ctx)
-//	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { ...; return outbox.Append(ctx, tx, ev) })
-//	if err == nil {
-//		notes.Flush(ctx, pool, logger)
-//	}
+//	tx, err := pool.Begin(ctx)
+//	... // writes through tx, then tx.Commit(ctx)
+//	notes.Flush(ctx, pool, logger)
 //
 // Without Defer, Send notifies inside the transaction: correct, but every
 // such commit holds PostgreSQL's global NOTIFY lock across its flush. Scope

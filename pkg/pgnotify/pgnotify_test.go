@@ -2,6 +2,7 @@ package pgnotify_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"os"
 	"strings"
@@ -157,5 +158,171 @@ func TestNotifyRefusesATransactionAndAnnounceFollowsTheHandle(t *testing.T) {
 	}
 	if got := l.next(); got != "now" {
 		t.Fatalf("got %q, want now", got)
+	}
+}
+
+// hookedPool runs afterCommit right after each of its transactions
+// commits, before Begin's caller goes on: InTx's commit and its flush can
+// be told apart.
+type hookedPool struct {
+	*pgxpool.Pool
+	afterCommit func()
+}
+
+func (p hookedPool) Begin(ctx context.Context) (pgx.Tx, error) {
+	tx, err := p.Pool.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return hookedTx{Tx: tx, afterCommit: p.afterCommit}, nil
+}
+
+type hookedTx struct {
+	pgx.Tx
+	afterCommit func()
+}
+
+func (tx hookedTx) Commit(ctx context.Context) error {
+	if err := tx.Tx.Commit(ctx); err != nil {
+		return err
+	}
+	tx.afterCommit()
+	return nil
+}
+
+// table creates a table of the test's own on the server's database and
+// returns its name.
+func table(t *testing.T, pool *pgxpool.Pool) string {
+	t.Helper()
+	name := pgx.Identifier{"pgnotify_" + strings.ToLower(t.Name())}.Sanitize()
+	if _, err := pool.Exec(context.Background(), "CREATE TABLE "+name+" (id int PRIMARY KEY)"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = pool.Exec(context.Background(), "DROP TABLE "+name) })
+	return name
+}
+
+// rows counts the rows of table, committed ones only (pool).
+func rows(t *testing.T, pool *pgxpool.Pool, table string) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(context.Background(), "SELECT count(*) FROM "+table).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestInTxSendsTheNotificationsAfterTheCommitOnce(t *testing.T) {
+	ctx := context.Background()
+	pool := serverPool(t)
+	jobs := table(t, pool)
+	l := listen(t, pool, "c4")
+	db := hookedPool{Pool: pool, afterCommit: func() { sentinel(t, pool, "c4") }}
+
+	err := pgnotify.InTx(ctx, db, slog.New(slog.DiscardHandler), func(ctx context.Context, tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "INSERT INTO "+jobs+" VALUES (1)"); err != nil {
+			return err
+		}
+		for _, p := range []string{"7", "7", "3"} { // a duplicate is sent once
+			if err := pgnotify.Send(ctx, tx, "c4", p); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The sentinel was sent right after the commit: had the commit
+	// notified, its notifications would come first.
+	if got := l.next(); got != "sentinel" {
+		t.Fatalf("first notification %q, want the sentinel: the business commit notified", got)
+	}
+	got := []string{l.next(), l.next()}
+	if strings.Join(got, ",") != "3,7" {
+		t.Fatalf("after the commit got %v, want [3 7]", got)
+	}
+	// Woken, a listener finds the row.
+	if n := rows(t, pool, jobs); n != 1 {
+		t.Fatalf("%d rows when the notification arrived, want 1", n)
+	}
+	sentinel(t, pool, "c4")
+	if g := l.next(); g != "sentinel" {
+		t.Fatalf("notification %q after the flush, want the sentinel: the duplicate was sent twice", g)
+	}
+}
+
+func TestInTxRollsBackAndSendsNothingOnError(t *testing.T) {
+	ctx := context.Background()
+	pool := serverPool(t)
+	jobs := table(t, pool)
+	l := listen(t, pool, "c5")
+	failed := errors.New("business rule refused")
+
+	err := pgnotify.InTx(ctx, pool, slog.New(slog.DiscardHandler), func(ctx context.Context, tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "INSERT INTO "+jobs+" VALUES (1)"); err != nil {
+			return err
+		}
+		if err := pgnotify.Send(ctx, tx, "c5", "rolled-back"); err != nil {
+			return err
+		}
+		return failed
+	})
+	if !errors.Is(err, failed) {
+		t.Fatalf("InTx returned %v, want fn's error as is", err)
+	}
+	if n := rows(t, pool, jobs); n != 0 {
+		t.Fatalf("%d rows after the rollback, want 0", n)
+	}
+	sentinel(t, pool, "c5")
+	if got := l.next(); got != "sentinel" {
+		t.Fatalf("got %q, want the sentinel: a rolled-back transaction notified", got)
+	}
+}
+
+func TestInTxInsideATransactionFollowsTheOuterOne(t *testing.T) {
+	ctx := context.Background()
+	pool := serverPool(t)
+	jobs := table(t, pool)
+	l := listen(t, pool, "c6")
+	logger := slog.New(slog.DiscardHandler)
+
+	// The outer transaction deferred its notifications: the inner InTx
+	// collects into them instead of sending at its savepoint's release.
+	outerCtx, notes := pgnotify.Defer(ctx)
+	err := pgx.BeginFunc(outerCtx, pool, func(outer pgx.Tx) error {
+		if err := pgnotify.InTx(outerCtx, outer, logger, func(ctx context.Context, tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "INSERT INTO "+jobs+" VALUES (1)"); err != nil {
+				return err
+			}
+			return pgnotify.Send(ctx, tx, "c6", "kept")
+		}); err != nil {
+			return err
+		}
+		// A failing inner InTx rolls back its savepoint only.
+		err := pgnotify.InTx(outerCtx, outer, logger, func(ctx context.Context, tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "INSERT INTO "+jobs+" VALUES (2)"); err != nil {
+				return err
+			}
+			return errors.New("refused")
+		})
+		if err == nil {
+			t.Error("a failing inner InTx returned nil")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := rows(t, pool, jobs); n != 1 {
+		t.Fatalf("%d rows, want 1: the inner savepoints committed or rolled back the wrong writes", n)
+	}
+	sentinel(t, pool, "c6")
+	if got := l.next(); got != "sentinel" {
+		t.Fatalf("got %q before the outer Flush, want the sentinel: the inner InTx sent on its own", got)
+	}
+	notes.Flush(ctx, pool, logger)
+	if got := l.next(); got != "kept" {
+		t.Fatalf("got %q after the outer Flush, want kept", got)
 	}
 }

@@ -64,7 +64,6 @@ type Deps struct {
 // Ops implements the operator operations shared by the CLI and gRPC.
 type Ops struct {
 	deps   Deps
-	orders *orders.Repository
 	inbox  *inbox.Ops
 	store  *inbox.Store
 	dec    *receiver.Decoder
@@ -107,10 +106,6 @@ func NewOps(deps Deps) (*Ops, error) {
 	if err != nil {
 		return nil, err
 	}
-	repo, err := orders.NewRepository(deps.Pool)
-	if err != nil {
-		return nil, err
-	}
 	ob, err := outbox.NewInspector(deps.Pool)
 	if err != nil {
 		return nil, err
@@ -127,7 +122,7 @@ func NewOps(deps Deps) (*Ops, error) {
 	if err != nil {
 		return nil, err
 	}
-	o := &Ops{deps: deps, orders: repo, inbox: io, store: store, dec: dec, outbox: ob, requeue: rq, invoicing: inv, parkedStore: ps}
+	o := &Ops{deps: deps, inbox: io, store: store, dec: dec, outbox: ob, requeue: rq, invoicing: inv, parkedStore: ps}
 	if deps.PubSub != nil {
 		if o.inboxDL, err = deadletter.New(deps.PubSub, deps.DeadLetterSubscription, deps.Logger); err != nil {
 			return nil, err
@@ -284,7 +279,7 @@ func (o *Ops) RecordReHandOff(ctx context.Context, auth inbox.Authorization, ord
 	}
 	err = pgx.BeginFunc(ctx, o.deps.Pool, func(tx pgx.Tx) error {
 		var illegal *orders.IllegalTransitionError
-		wo, err := o.orders.UpdateTx(ctx, tx, orderID, func(wo *orders.Order) error {
+		wo, err := orders.InTx(tx).Update(ctx, orderID, func(wo *orders.Order) error {
 			return wo.ReHandOff("operator:re-hand-off:" + auth.Ticket)
 		})
 		switch {

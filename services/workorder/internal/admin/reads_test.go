@@ -95,7 +95,7 @@ func createOrders(t *testing.T, pool interface {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { _, err := repo.Create(ctx, tx, o); return err }); err != nil {
+		if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { _, err := orders.InTx(tx).Create(ctx, o); return err }); err != nil {
 			t.Fatal(err)
 		}
 		ids = append(ids, o.ID.String())

@@ -14,17 +14,14 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/metric/noop"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 
 	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
 	"github.com/lossless-dev/lossless/pkg/apierror"
 	"github.com/lossless-dev/lossless/pkg/idempotency"
-	"github.com/lossless-dev/lossless/pkg/pgnotify"
 	"github.com/lossless-dev/lossless/pkg/server"
 	"github.com/lossless-dev/lossless/services/workorder/internal/orders"
 )
@@ -45,20 +42,20 @@ const (
 	createScope = workorderv1.WorkOrderService_CreateWorkOrder_FullMethodName
 )
 
-// Service implements workorderv1.WorkOrderServiceServer.
+// Service implements workorderv1.WorkOrderServiceServer: it turns requests
+// into the orders package's commands and reads, and their outcomes into
+// responses and gRPC statuses.
 type Service struct {
 	workorderv1.UnimplementedWorkOrderServiceServer
 
-	pool      *pgxpool.Pool
-	repo      *orders.Repository
-	keys      *idempotency.Store
-	log       *slog.Logger
-	created   metric.Int64Counter
-	cancelled metric.Int64Counter
+	repo   *orders.Repository
+	create *orders.CreateHandler[*workorderv1.CreateWorkOrderResponse]
+	cancel *orders.CancelHandler
 }
 
-// NewService returns the API over repo; pool opens the create transaction that
-// also records the idempotency key in keys. A nil meter disables metrics.
+// NewService returns the API: reads through repo, creates and cancels
+// through handlers writing on pool, with create's idempotency keys in keys.
+// A nil meter disables metrics.
 func NewService(pool *pgxpool.Pool, repo *orders.Repository, keys *idempotency.Store, logger *slog.Logger, meter metric.Meter) (*Service, error) {
 	switch {
 	case pool == nil:
@@ -70,17 +67,17 @@ func NewService(pool *pgxpool.Pool, repo *orders.Repository, keys *idempotency.S
 	case logger == nil:
 		return nil, errors.New("api: logger is nil")
 	}
-	if meter == nil {
-		meter = noop.NewMeterProvider().Meter("")
+	create, err := orders.NewCreateHandler(pool, keys, createScope, func(o orders.Order) *workorderv1.CreateWorkOrderResponse {
+		return &workorderv1.CreateWorkOrderResponse{WorkOrder: toProto(o)}
+	}, logger, meter)
+	if err != nil {
+		return nil, fmt.Errorf("api: %w", err)
 	}
-	s := &Service{pool: pool, repo: repo, keys: keys, log: logger}
-	var err1, err2 error
-	s.created, err1 = meter.Int64Counter("workorder.orders.created", metric.WithDescription("Work orders created (replays excluded)."))
-	s.cancelled, err2 = meter.Int64Counter("workorder.orders.cancelled", metric.WithDescription("Work orders cancelled."))
-	if err := errors.Join(err1, err2); err != nil {
-		return nil, fmt.Errorf("api: metrics: %w", err)
+	cancel, err := orders.NewCancelHandler(pool, logger, meter)
+	if err != nil {
+		return nil, fmt.Errorf("api: %w", err)
 	}
-	return s, nil
+	return &Service{repo: repo, create: create, cancel: cancel}, nil
 }
 
 // Register serves svc on srv: gRPC, and REST through srv's gateway, which
@@ -94,8 +91,8 @@ func Register(ctx context.Context, srv *server.Server, svc *Service) error {
 	return nil
 }
 
-// CreateWorkOrder stores the order, its first transition and its hand-off
-// event in one transaction; with an idempotency key, the key too.
+// CreateWorkOrder creates an order (orders.CreateHandler); with an
+// idempotency key, a retry is answered from the key, with ReplayedHeader.
 func (s *Service) CreateWorkOrder(ctx context.Context, req *workorderv1.CreateWorkOrderRequest) (*workorderv1.CreateWorkOrderResponse, error) {
 	key, hasKey, err := idempotency.KeyFromIncomingContext(ctx)
 	if err != nil {
@@ -106,51 +103,18 @@ func (s *Service) CreateWorkOrder(ctx context.Context, req *workorderv1.CreateWo
 	if err != nil {
 		return nil, toStatus(err, "")
 	}
-
-	create := func(ctx context.Context, tx pgx.Tx) (*workorderv1.CreateWorkOrderResponse, error) {
-		stored, err := s.repo.Create(ctx, tx, order)
-		if err != nil {
-			return nil, err
-		}
-		return &workorderv1.CreateWorkOrderResponse{WorkOrder: toProto(stored)}, nil
+	cmd := orders.CreateOrder{Order: order}
+	if hasKey {
+		cmd.IdempotencyKey, cmd.Request = key, req
 	}
-
-	var (
-		resp     *workorderv1.CreateWorkOrderResponse
-		replayed bool
-	)
-	// The hand-off event's notification goes after the commit (pgnotify).
-	ctx, notes := pgnotify.Defer(ctx)
-	if !hasKey {
-		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-			resp, err = create(ctx, tx)
-			return err
-		})
-	} else {
-		var ireq idempotency.Request
-		if ireq, err = idempotency.NewRequest(createScope, key, req); err != nil {
-			return nil, toStatus(err, "")
-		}
-		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-			var err error
-			resp, replayed, err = idempotency.Do(ctx, s.keys, tx, ireq, func(ctx context.Context) (*workorderv1.CreateWorkOrderResponse, error) {
-				return create(ctx, tx)
-			})
-			return err
-		})
-	}
+	resp, replayed, err := s.create.Handle(ctx, cmd)
 	if err != nil {
 		return nil, toStatus(err, "")
 	}
-	notes.Flush(ctx, s.pool, s.log)
 	if replayed {
 		// Best effort: the response is right whether or not the header arrives.
 		_ = grpc.SetHeader(ctx, metadata.Pairs(ReplayedHeader, "true"))
-		s.log.InfoContext(ctx, "work order create replayed from its idempotency key", "work_order_id", resp.GetWorkOrder().GetId())
-		return resp, nil
 	}
-	s.created.Add(ctx, 1)
-	s.log.InfoContext(ctx, "work order created", "work_order_id", resp.GetWorkOrder().GetId())
 	return resp, nil
 }
 
@@ -192,29 +156,18 @@ func (s *Service) ListWorkOrders(ctx context.Context, req *workorderv1.ListWorkO
 	return resp, nil
 }
 
-// CancelWorkOrder cancels an order that has not been handed off. A cancelled
-// order is returned unchanged (idempotent). Handed off or later:
-// FAILED_PRECONDITION with reason WORK_ORDER_NOT_CANCELLABLE.
-//
-// Cancel and the hand-off's acceptance both take the order's row lock, so
-// exactly one of them sees CREATED. When cancel wins while the provider call
-// is in flight, the order stays CANCELLED (see orders.AcceptedAfterCancel).
+// CancelWorkOrder cancels an order that has not been handed off
+// (orders.CancelHandler). A cancelled order is returned unchanged
+// (idempotent). Handed off or later: FAILED_PRECONDITION with reason
+// WORK_ORDER_NOT_CANCELLABLE.
 func (s *Service) CancelWorkOrder(ctx context.Context, req *workorderv1.CancelWorkOrderRequest) (*workorderv1.CancelWorkOrderResponse, error) {
 	id, err := parseID(req.GetId())
 	if err != nil {
 		return nil, err
 	}
-	var wasCancelled bool
-	o, err := s.repo.Update(ctx, id, func(o *orders.Order) error {
-		wasCancelled = o.Status == orders.StatusCancelled
-		return o.Cancel(req.GetReason())
-	})
+	o, err := s.cancel.Handle(ctx, orders.CancelOrder{ID: id, Reason: req.GetReason()})
 	if err != nil {
 		return nil, toStatus(err, req.GetId())
-	}
-	if !wasCancelled {
-		s.cancelled.Add(ctx, 1)
-		s.log.InfoContext(ctx, "work order cancelled", "work_order_id", o.ID)
 	}
 	return &workorderv1.CancelWorkOrderResponse{WorkOrder: toProto(o)}, nil
 }

@@ -170,10 +170,9 @@ func TestServeShutdown_InFlightHandOffFinishesAndNoNewWorkIsClaimed(t *testing.T
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	repo, _ := orders.NewRepository(pool)
 	second, _ := orders.New("acme", "late", 1, orders.Money{CurrencyCode: "EUR", MinorUnits: 1})
 	if err := pgx.BeginFunc(context.Background(), pool, func(tx pgx.Tx) error {
-		_, err := repo.Create(context.Background(), tx, second)
+		_, err := orders.InTx(tx).Create(context.Background(), second)
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -350,10 +349,9 @@ WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '
 	}
 	waitfor.Condition(t, 20*time.Second, "API pool saturated by the flood", func() bool { return waiting() >= apiMaxConns })
 
-	repo, _ := orders.NewRepository(pool)
 	order, _ := orders.New("acme", "during the flood", 1, orders.Money{CurrencyCode: "EUR", MinorUnits: 1})
 	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		_, err := repo.Create(ctx, tx, order)
+		_, err := orders.InTx(tx).Create(ctx, order)
 		return err
 	}); err != nil {
 		t.Fatal(err)

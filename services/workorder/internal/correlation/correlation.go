@@ -7,14 +7,14 @@
 // number of statements however many entries it holds:
 //
 //  1. read: lock the batch's orders with their open waiting points
-//     (orders.Repository.QueueLock), then, in a later statement and
+//     (orders.QueueLock), then, in a later statement and
 //     therefore under a fresh snapshot, look up which events were already
 //     applied;
 //  2. decide in Go, per entry, with the same rules for one entry or many
 //     (decide): applied, or a classified rejection that writes nothing;
 //  3. write the accepted entries' effects with one statement per table
 //     (applied events here; orders, waiting points and history through
-//     orders.Repository.QueueSave), then one outbox append for the whole
+//     orders.QueueSave), then one outbox append for the whole
 //     batch.
 //
 // The lifecycle rules (which status accepts which report, waiting points,
@@ -70,10 +70,8 @@ ON CONFLICT (source, event_id) DO NOTHING`
 
 // Handler is the work-order correlation.
 type Handler struct {
-	now func() time.Time
-	// orders runs in the relay's transaction only: the zero Repository.
-	orders orders.Repository
-	hops   *orderhop.Recorder
+	now  func() time.Time
+	hops *orderhop.Recorder
 }
 
 // Option configures a Handler.
@@ -186,7 +184,7 @@ func (h *Handler) applyRound(ctx context.Context, tx pgx.Tx, es []*inbox.Entry, 
 			out = append(out, evt)
 		}
 	}
-	if err := w.exec(ctx, tx, &h.orders); err != nil {
+	if err := w.exec(ctx, tx); err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -222,7 +220,7 @@ func (h *Handler) readStates(ctx context.Context, tx pgx.Tx, es []*inbox.Entry, 
 	}
 	s := roundStates{byOrder: make(map[uuid.UUID]*orders.Order, len(round)), appliedKeys: map[string]bool{}}
 	b := &pgx.Batch{}
-	h.orders.QueueLock(b, ids, s.byOrder)
+	orders.QueueLock(b, ids, s.byOrder)
 	b.Queue(appliedEvents, sources, eventIDs).Query(func(rows pgx.Rows) error {
 		var source, eventID string
 		_, err := pgx.ForEachRow(rows, []any{&source, &eventID}, func() error {
@@ -314,14 +312,14 @@ func (w *writes) add(e *inbox.Entry, ev Event, o *orders.Order) {
 
 // exec runs the round's writes in one round trip (pipelined), each checking
 // that it touched exactly the rows decided on.
-func (w *writes) exec(ctx context.Context, tx pgx.Tx, repo *orders.Repository) error {
+func (w *writes) exec(ctx context.Context, tx pgx.Tx) error {
 	if len(w.eventIDs) == 0 {
 		return nil
 	}
 	b := &pgx.Batch{}
 	b.Queue(recordApplied, w.sources, w.eventIDs, w.appliedOrders, w.eventTypes, w.appliedItems, w.inboxIDs).
 		Exec(rowsExpected("record applied events", len(w.eventIDs)))
-	repo.QueueSave(b, w.changed...)
+	orders.QueueSave(b, w.changed...)
 	return tx.SendBatch(ctx, b).Close()
 }
 

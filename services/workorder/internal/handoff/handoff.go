@@ -234,7 +234,7 @@ func (d *Dispatcher) commit(sc trace.SpanContext, id uuid.UUID, jobID, eventID s
 			ctx = trace.ContextWithSpanContext(ctx, sc)
 		}
 		var outcome orders.HandOffOutcome
-		_, err := d.repo.UpdateTx(ctx, tx, id, func(o *orders.Order) error {
+		_, err := orders.InTx(tx).Update(ctx, id, func(o *orders.Order) error {
 			outcome = o.AcceptHandOff(jobID, eventID)
 			return nil
 		})

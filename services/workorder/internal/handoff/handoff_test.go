@@ -135,7 +135,7 @@ func (b testBundle) createOrder(t *testing.T) uuid.UUID {
 		t.Fatal(err)
 	}
 	if err := pgx.BeginFunc(context.Background(), b.pool, func(tx pgx.Tx) error {
-		_, err := b.repo.Create(context.Background(), tx, o)
+		_, err := orders.InTx(tx).Create(context.Background(), o)
 		return err
 	}); err != nil {
 		t.Fatal(err)

@@ -187,8 +187,8 @@ func refuse(reason string) error { return permanent.Mark(errors.New(reason)) }
 // only one invoices, the second waits for the lock and then sees INVOICED.
 func apply(ctx context.Context, tx pgx.Tx, ev *eventsv1.InvoiceIssued, _ *pubsub.Received) (string, error) {
 	orderID, invoiceID := uuid.MustParse(ev.GetWorkOrderId()), uuid.MustParse(ev.GetInvoiceId())
-	var repo orders.Repository // in tx only: the zero Repository
-	o, err := repo.Lock(ctx, tx, orderID)
+	repo := orders.InTx(tx)
+	o, err := repo.Lock(ctx, orderID)
 	switch {
 	case errors.Is(err, orders.ErrNotFound):
 		return "", refuse("unknown work order " + orderID.String())
@@ -212,7 +212,7 @@ func apply(ctx context.Context, tx pgx.Tx, ev *eventsv1.InvoiceIssued, _ *pubsub
 	case res == orders.AlreadyInvoiced:
 		return OutcomeDuplicate, nil // the same invoice, re-announced
 	}
-	if err := repo.Save(ctx, tx, &o); err != nil {
+	if err := repo.Save(ctx, &o); err != nil {
 		return "", fmt.Errorf("invoicing: invoice order %s: %w", orderID, err)
 	}
 	return OutcomeInvoiced, nil

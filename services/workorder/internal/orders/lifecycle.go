@@ -10,7 +10,7 @@
 //
 // Each operation is a method of Order that checks the table below against
 // the order's current status and either records the change (applied by
-// Repository.Save, in the caller's transaction) or returns an
+// TxRepository.Save, in the caller's transaction) or returns an
 // *IllegalTransitionError (errors.Is ErrIllegalTransition) and changes
 // nothing. Rules returns the table; CheckTransition answers for a status
 // pair. A row whose From equals its To changes no status: it is a history

@@ -32,7 +32,7 @@ type Money struct {
 
 // Order is one work order. Its status, completed items, job id, invoice id
 // and waiting points change only through its methods, which follow the
-// lifecycle table (package comment); Repository.Save writes what they
+// lifecycle table (package comment); TxRepository.Save writes what they
 // recorded.
 type Order struct {
 	ID             uuid.UUID
@@ -50,7 +50,7 @@ type Order struct {
 	UpdatedAt time.Time
 
 	// open are the ids of the order's open waiting points, oldest first,
-	// read under the row lock by Repository.Lock (empty in orders read
+	// read under the row lock by TxRepository.Lock (empty in orders read
 	// without it) and kept current by Save.
 	open []int64
 	// Changes made since the order was loaded, written by the repository in

@@ -85,11 +85,11 @@ func count(t *testing.T, pool *pgxpool.Pool, table string) int {
 // neither the order nor its event nor its transition.
 func TestF3_RolledBackCreateLeavesNoOrderAndNoEvent(t *testing.T) {
 	t.Parallel()
-	pool, repo := setup(t)
+	pool, _ := setup(t)
 	ctx := context.Background()
 	rollback := errors.New("later step of the business transaction failed")
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if _, err := repo.Create(ctx, tx, newOrder(t)); err != nil {
+		if _, err := orders.InTx(tx).Create(ctx, newOrder(t)); err != nil {
 			return err
 		}
 		return rollback
@@ -103,7 +103,7 @@ func TestF3_RolledBackCreateLeavesNoOrderAndNoEvent(t *testing.T) {
 		}
 	}
 	// And a committed one has all three.
-	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { _, err := repo.Create(ctx, tx, newOrder(t)); return err }); err != nil {
+	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { _, err := orders.InTx(tx).Create(ctx, newOrder(t)); return err }); err != nil {
 		t.Fatal(err)
 	}
 	for _, table := range []string{"work_orders", "work_order_transitions", "outbox_events"} {
@@ -122,7 +122,7 @@ func TestListKeysetWithEqualCreationTimes(t *testing.T) {
 	var want []uuid.UUID
 	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		for range 5 {
-			o, err := repo.Create(ctx, tx, newOrder(t))
+			o, err := orders.InTx(tx).Create(ctx, newOrder(t))
 			if err != nil {
 				return err
 			}
@@ -172,7 +172,7 @@ func TestConcurrentCancelsRecordOneTransition(t *testing.T) {
 		var o orders.Order
 		if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 			var err error
-			o, err = repo.Create(ctx, tx, newOrder(t))
+			o, err = orders.InTx(tx).Create(ctx, newOrder(t))
 			return err
 		}); err != nil {
 			t.Fatal(err)

@@ -11,38 +11,45 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	eventsv1 "github.com/lossless-dev/lossless/gen/lossless/events/v1"
 	moneyv1 "github.com/lossless-dev/lossless/gen/lossless/money/v1"
 	"github.com/lossless-dev/lossless/pkg/outbox"
+	"github.com/lossless-dev/lossless/pkg/pgdb"
 )
 
-// Repository stores work orders in PostgreSQL. Writes happen in one local
-// transaction with everything that must commit with them: the order's row,
-// its transitions, its waiting points and its outbox events. No remote call
-// is ever made while one of its transactions is open.
-//
-// The methods that take a pgx.Tx (Create, Lock, Save, UpdateTx) and those
-// that queue onto a pgx.Batch run in the caller's transaction and use
-// nothing else: the zero Repository serves them (the correlation and the
-// invoicing consumer run inside their relay's or consumer's transaction).
-// Update, Get, List and History use the pool of NewRepository.
+// Repository reads work orders from PostgreSQL and updates one in a
+// transaction of its own (Update). Writes happen in one local transaction
+// with everything that must commit with them: the order's row, its
+// transitions, its waiting points and its outbox events. No remote call is
+// ever made while one of its transactions is open. Make one with
+// NewRepository; inside a transaction begun elsewhere, use InTx.
 type Repository struct {
-	pool *pgxpool.Pool
+	db pgdb.DB
 }
 
-// NewRepository returns a Repository on pool.
-func NewRepository(pool *pgxpool.Pool) (*Repository, error) {
-	if pool == nil {
-		return nil, errors.New("orders: pool is nil")
+// NewRepository returns a Repository on db, normally the pool.
+func NewRepository(db pgdb.DB) (*Repository, error) {
+	if db == nil {
+		return nil, errors.New("orders: db is nil")
 	}
-	return &Repository{pool: pool}, nil
+	return &Repository{db: db}, nil
 }
 
-// errNoPool: a pool method called on the zero Repository.
-var errNoPool = errors.New("orders: Repository has no pool (use NewRepository)")
+// TxRepository writes work orders in one transaction begun elsewhere (a use
+// case's, a relay's or a consumer's) and uses nothing else. Get one from
+// InTx; the zero TxRepository has no transaction and refuses every call.
+type TxRepository struct {
+	tx pgx.Tx
+}
+
+// InTx returns the repository of transaction tx: what it writes commits or
+// rolls back with tx.
+func InTx(tx pgx.Tx) TxRepository { return TxRepository{tx: tx} }
+
+// errNoTx: a method called on the zero TxRepository.
+var errNoTx = errors.New("orders: TxRepository has no transaction (use orders.InTx)")
 
 // errRowCount: a write did not touch the rows decided on under the row
 // locks, which only a writer bypassing the locks can cause. A technical
@@ -154,10 +161,14 @@ ORDER BY id`
 )
 
 // Create writes a new order (from New), its first transition and its
-// WorkOrderHandOffRequested outbox event in tx, the caller's transaction, so
-// the order exists if and only if its hand-off event does (I1). It returns
-// the order as stored.
-func (r *Repository) Create(ctx context.Context, tx pgx.Tx, o Order) (Order, error) {
+// WorkOrderHandOffRequested outbox event in r's transaction, so the order
+// exists if and only if its hand-off event does (I1). It returns the order
+// as stored.
+func (r TxRepository) Create(ctx context.Context, o Order) (Order, error) {
+	if r.tx == nil {
+		return Order{}, errNoTx
+	}
+	tx := r.tx
 	if o.Status != StatusCreated || len(o.transitions) != 1 {
 		return Order{}, errors.New("orders: Create needs an order fresh from New")
 	}
@@ -173,7 +184,7 @@ func (r *Repository) Create(ctx context.Context, tx pgx.Tx, o Order) (Order, err
 		return Order{}, fmt.Errorf("orders: append hand-off event of %s: %w", o.ID, err)
 	}
 	o.rowChanged = false // inserted as is
-	if err := r.Save(ctx, tx, &o); err != nil {
+	if err := r.Save(ctx, &o); err != nil {
 		return Order{}, err
 	}
 	return o, nil
@@ -206,16 +217,14 @@ func handOffEvent(ctx context.Context, o Order) (outbox.Event, error) {
 
 // Update loads the order under a row lock, lets fn change it through its
 // methods (Cancel, AcceptHandOff...) and saves the changes, all in one
-// transaction. fn's error aborts the transaction and is returned as is.
-// Unknown id: ErrNotFound.
+// transaction of its own. fn's error aborts the transaction and is returned
+// as is. Unknown id: ErrNotFound. In a transaction begun elsewhere, use
+// InTx(tx).Update.
 func (r *Repository) Update(ctx context.Context, id uuid.UUID, fn func(*Order) error) (Order, error) {
-	if r.pool == nil {
-		return Order{}, errNoPool
-	}
 	var o Order
-	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, r.db, func(tx pgx.Tx) error {
 		var err error
-		o, err = r.UpdateTx(ctx, tx, id, fn)
+		o, err = InTx(tx).Update(ctx, id, fn)
 		return err
 	})
 	if err != nil {
@@ -224,28 +233,31 @@ func (r *Repository) Update(ctx context.Context, id uuid.UUID, fn func(*Order) e
 	return o, nil
 }
 
-// UpdateTx is Update in the caller's transaction tx: Lock, fn, Save.
-func (r *Repository) UpdateTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, fn func(*Order) error) (Order, error) {
-	o, err := r.Lock(ctx, tx, id)
+// Update is Repository.Update in r's transaction: Lock, fn, Save.
+func (r TxRepository) Update(ctx context.Context, id uuid.UUID, fn func(*Order) error) (Order, error) {
+	o, err := r.Lock(ctx, id)
 	if err != nil {
 		return Order{}, err
 	}
 	if err := fn(&o); err != nil {
 		return Order{}, err
 	}
-	if err := r.Save(ctx, tx, &o); err != nil {
+	if err := r.Save(ctx, &o); err != nil {
 		return Order{}, err
 	}
 	return o, nil
 }
 
-// Lock reads the order under a row lock held until tx ends, with its open
-// waiting points, in one round trip. Unknown id: ErrNotFound.
-func (r *Repository) Lock(ctx context.Context, tx pgx.Tx, id uuid.UUID) (Order, error) {
+// Lock reads the order under a row lock held until r's transaction ends,
+// with its open waiting points, in one round trip. Unknown id: ErrNotFound.
+func (r TxRepository) Lock(ctx context.Context, id uuid.UUID) (Order, error) {
+	if r.tx == nil {
+		return Order{}, errNoTx
+	}
 	found := make(map[uuid.UUID]*Order, 1)
 	b := &pgx.Batch{}
-	r.QueueLock(b, []uuid.UUID{id}, found)
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+	QueueLock(b, []uuid.UUID{id}, found)
+	if err := r.tx.SendBatch(ctx, b).Close(); err != nil {
 		return Order{}, fmt.Errorf("orders: lock %s: %w", id, err)
 	}
 	o := found[id]
@@ -256,9 +268,9 @@ func (r *Repository) Lock(ctx context.Context, tx pgx.Tx, id uuid.UUID) (Order, 
 }
 
 // QueueLock queues onto b, for the caller to send in its transaction with
-// statements of its own, the locking reads of Lock for the orders ids.
-// Reading b's results puts each order found into found.
-func (r *Repository) QueueLock(b *pgx.Batch, ids []uuid.UUID, found map[uuid.UUID]*Order) {
+// statements of its own, the locking reads of TxRepository.Lock for the
+// orders ids. Reading b's results puts each order found into found.
+func QueueLock(b *pgx.Batch, ids []uuid.UUID, found map[uuid.UUID]*Order) {
 	b.Queue(qLock, ids).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			o, err := scanOrder(rows)
@@ -285,14 +297,17 @@ func (r *Repository) QueueLock(b *pgx.Batch, ids []uuid.UUID, found map[uuid.UUI
 }
 
 // Save writes the changes recorded on os (locked by Lock or QueueLock in
-// tx) in tx, in one round trip; see QueueSave.
-func (r *Repository) Save(ctx context.Context, tx pgx.Tx, os ...*Order) error {
+// r's transaction) in it, in one round trip; see QueueSave.
+func (r TxRepository) Save(ctx context.Context, os ...*Order) error {
+	if r.tx == nil {
+		return errNoTx
+	}
 	b := &pgx.Batch{}
-	r.QueueSave(b, os...)
+	QueueSave(b, os...)
 	if b.Len() == 0 {
 		return nil
 	}
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+	if err := r.tx.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("orders: save: %w", err)
 	}
 	return nil
@@ -305,7 +320,7 @@ func (r *Repository) Save(ctx context.Context, tx pgx.Tx, os ...*Order) error {
 // changes are taken off os now; reading b's results sets their versions and
 // open waiting points. If b fails, the transaction must roll back and os be
 // discarded.
-func (r *Repository) QueueSave(b *pgx.Batch, os ...*Order) {
+func QueueSave(b *pgx.Batch, os ...*Order) {
 	var (
 		rowIDs                       []uuid.UUID
 		statuses, jobs, invoices     []string
@@ -396,10 +411,7 @@ func rowsExpected(err error, what string, got int64, want int) error {
 
 // Get returns one order. Unknown id: ErrNotFound.
 func (r *Repository) Get(ctx context.Context, id uuid.UUID) (Order, error) {
-	if r.pool == nil {
-		return Order{}, errNoPool
-	}
-	return scanOrder(r.pool.QueryRow(ctx, qGet, id))
+	return scanOrder(r.db.QueryRow(ctx, qGet, id))
 }
 
 // Cursor is the position after the last order of a page.
@@ -421,9 +433,6 @@ type ListQuery struct {
 // List returns up to q.Limit orders and, when more may follow, the cursor of
 // the next page.
 func (r *Repository) List(ctx context.Context, q ListQuery) ([]Order, *Cursor, error) {
-	if r.pool == nil {
-		return nil, nil, errNoPool
-	}
 	if q.Limit < 1 {
 		return nil, nil, fmt.Errorf("orders: list limit %d < 1", q.Limit)
 	}
@@ -437,9 +446,9 @@ func (r *Repository) List(ctx context.Context, q ListQuery) ([]Order, *Cursor, e
 	var rows pgx.Rows
 	var err error
 	if q.Status == "" {
-		rows, err = r.pool.Query(ctx, qList, after, afterID, q.Limit+1)
+		rows, err = r.db.Query(ctx, qList, after, afterID, q.Limit+1)
 	} else {
-		rows, err = r.pool.Query(ctx, qListByStatus, after, afterID, q.Limit+1, string(q.Status))
+		rows, err = r.db.Query(ctx, qListByStatus, after, afterID, q.Limit+1, string(q.Status))
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("orders: list: %w", err)
@@ -459,10 +468,7 @@ func (r *Repository) List(ctx context.Context, q ListQuery) ([]Order, *Cursor, e
 // History returns every transition of an order, oldest first. Unknown id:
 // ErrNotFound.
 func (r *Repository) History(ctx context.Context, id uuid.UUID) ([]Transition, error) {
-	if r.pool == nil {
-		return nil, errNoPool
-	}
-	rows, err := r.pool.Query(ctx, qHistory, id)
+	rows, err := r.db.Query(ctx, qHistory, id)
 	if err != nil {
 		return nil, fmt.Errorf("orders: history of %s: %w", id, err)
 	}
@@ -481,7 +487,7 @@ func (r *Repository) History(ctx context.Context, id uuid.UUID) ([]Transition, e
 	}
 	// Every order has its creation transition, so none means no order.
 	var exists bool
-	if err := r.pool.QueryRow(ctx, qExists, id).Scan(&exists); err != nil {
+	if err := r.db.QueryRow(ctx, qExists, id).Scan(&exists); err != nil {
 		return nil, fmt.Errorf("orders: history of %s: %w", id, err)
 	}
 	if !exists {

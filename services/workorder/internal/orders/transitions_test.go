@@ -55,7 +55,7 @@ func createOrder(t *testing.T, pool *pgxpool.Pool, repo *orders.Repository, posi
 		t.Fatal(err)
 	}
 	if err := pgx.BeginFunc(context.Background(), pool, func(tx pgx.Tx) error {
-		_, err := repo.Create(context.Background(), tx, o)
+		_, err := orders.InTx(tx).Create(context.Background(), o)
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -182,13 +182,13 @@ func TestSaveManyOrdersInCallersTransaction(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var txRepo orders.Repository
 	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		oa, err := txRepo.Lock(ctx, tx, a)
+		txRepo := orders.InTx(tx)
+		oa, err := txRepo.Lock(ctx, a)
 		if err != nil {
 			return err
 		}
-		ob, err := txRepo.Lock(ctx, tx, b)
+		ob, err := txRepo.Lock(ctx, b)
 		if err != nil {
 			return err
 		}
@@ -198,7 +198,7 @@ func TestSaveManyOrdersInCallersTransaction(t *testing.T) {
 		if err := tranche1(&ob); err != nil {
 			return err
 		}
-		return txRepo.Save(ctx, tx, &oa, &ob)
+		return txRepo.Save(ctx, &oa, &ob)
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -208,8 +208,19 @@ func TestSaveManyOrdersInCallersTransaction(t *testing.T) {
 	if got := readRow(t, pool, b); got.status != "HANDED_OFF" || got.completed != 1 || got.open != 1 || got.lastCause != "inbox:t1:tranche 1/2" {
 		t.Errorf("order b: %+v", got)
 	}
-	// The zero Repository has no pool: its pool methods refuse.
-	if _, err := txRepo.Get(ctx, a); err == nil {
-		t.Error("Get on the zero Repository succeeded")
+	// The zero TxRepository has no transaction: its methods refuse, and a
+	// Repository needs a handle.
+	var zero orders.TxRepository
+	if _, err := zero.Lock(ctx, a); err == nil {
+		t.Error("Lock on the zero TxRepository succeeded")
+	}
+	if err := zero.Save(ctx); err == nil {
+		t.Error("Save on the zero TxRepository succeeded")
+	}
+	if _, err := zero.Create(ctx, newOrder(t)); err == nil {
+		t.Error("Create on the zero TxRepository succeeded")
+	}
+	if _, err := orders.NewRepository(nil); err == nil {
+		t.Error("NewRepository(nil) succeeded")
 	}
 }
