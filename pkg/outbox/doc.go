@@ -11,7 +11,7 @@
 //     appended it commits.
 //   - At-least-once delivery: every committed event is dispatched until its
 //     Dispatcher returns nil, or it is moved to FAILED, where it waits for an
-//     operator: a permanent error (permanent.Mark), no dispatcher for its
+//     operator: a permanent error (retry.Permanent), no dispatcher for its
 //     type, or Config.MaxAttempts reached. A transient error is retried with
 //     jittered exponential backoff.
 //   - Duplicates are possible: a relay that dies after a dispatch and before

@@ -18,7 +18,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/lossless-dev/lossless/pkg/outbox"
-	"github.com/lossless-dev/lossless/pkg/permanent"
+	"github.com/lossless-dev/lossless/pkg/retry"
 	"github.com/lossless-dev/lossless/pkg/telemetry"
 )
 
@@ -58,7 +58,7 @@ func (d *dispatcher) Dispatch(ctx context.Context, ev outbox.Event) (outbox.Comm
 	if err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, "dispatch failed")
-		span.SetAttributes(attribute.Bool("outbox.permanent", permanent.Is(err)))
+		span.SetAttributes(attribute.Bool("outbox.permanent", retry.IsPermanent(err)))
 	}
 	return commit, err
 }

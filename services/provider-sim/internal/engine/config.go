@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/lossless-dev/lossless/pkg/backoff"
 	"github.com/lossless-dev/lossless/pkg/envconfig"
 	"github.com/lossless-dev/lossless/pkg/leaseowner"
+	"github.com/lossless-dev/lossless/pkg/retry"
 )
 
 // Environment variables read by ConfigFromEnv.
@@ -48,7 +48,7 @@ type Config struct {
 	NoJitter bool
 	// Retry spaces the attempts of a job whose publish failed (Pub/Sub
 	// unavailable, F16). Default base 500ms, max 30s, full jitter.
-	Retry backoff.Policy
+	Retry retry.Backoff
 	// Instance is this process's identity across restarts (a pod or replica
 	// name, "provider-sim-1"). When set, Owner is "<Instance>/<pid>-<random>"
 	// and Run first releases the jobs an earlier incarnation of the instance
@@ -79,7 +79,7 @@ func ConfigFromEnv(env *envconfig.Reader) Config {
 		ExecBase:        env.Duration(EnvExecBase, time.Second),
 		ExecPerPosition: env.Duration(EnvExecPerPosition, 2*time.Millisecond),
 		ExecJitter:      env.Float(EnvExecJitter, 0.2),
-		Retry: backoff.Policy{
+		Retry: retry.Backoff{
 			Base: env.Duration(EnvRetryBase, 500*time.Millisecond),
 			Max:  env.Duration(EnvRetryMax, 30*time.Second),
 		},

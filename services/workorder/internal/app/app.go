@@ -32,8 +32,8 @@ import (
 	"github.com/lossless-dev/lossless/pkg/outbox"
 	"github.com/lossless-dev/lossless/pkg/outboxpubsub"
 	"github.com/lossless-dev/lossless/pkg/outboxtrace"
-	"github.com/lossless-dev/lossless/pkg/pgleader"
 	"github.com/lossless-dev/lossless/pkg/pgdb"
+	"github.com/lossless-dev/lossless/pkg/pgleader"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/server"
 	"github.com/lossless-dev/lossless/pkg/telemetry"
@@ -54,7 +54,7 @@ type App struct {
 	log    *slog.Logger
 	tel    telemetry.Providers
 	meter  metric.Meter
-	db     *pgdb.Pools    // API and workers' pools, kept apart (pkg/pgdb)
+	db     *pgdb.Pools      // API and workers' pools, kept apart (pkg/pgdb)
 	conn   *grpc.ClientConn // to the provider
 	ps     *gpubsub.Client
 	pub    *pubsub.Publisher // workorder-events
