@@ -7,7 +7,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/lossless-dev/lossless/pkg/pgschema"
+	"github.com/lossless-dev/lossless/pkg/pgmigrate"
 )
 
 // Config tunes the Cleaner. The zero value of a field means its default.
@@ -89,7 +89,7 @@ func NewCleaner(db DB, cfg Config, logger *slog.Logger, opts ...Option) (*Cleane
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Cleaner{db: db, cleanup: pgschema.Render(qCleanup, schema), cfg: cfg, logger: logger}, nil
+	return &Cleaner{db: db, cleanup: pgmigrate.Render(qCleanup, schema), cfg: cfg, logger: logger}, nil
 }
 
 // CleanOnce deletes every marker older than now - Retention, batch by batch,

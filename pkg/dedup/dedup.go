@@ -50,7 +50,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/lossless-dev/lossless/pkg/pgschema"
+	"github.com/lossless-dev/lossless/pkg/pgmigrate"
 )
 
 // MaxEventIDLength is processed_events.event_id's CHECK limit
@@ -133,8 +133,8 @@ func schemaOf(opts []Option) (string, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	s := pgschema.OrDefault(o.schema)
-	if err := pgschema.Validate(s); err != nil {
+	s := pgmigrate.SchemaOrDefault(o.schema)
+	if err := pgmigrate.ValidateSchema(s); err != nil {
 		return "", fmt.Errorf("dedup: %w", err)
 	}
 	return s, nil
@@ -154,7 +154,7 @@ func Claim(ctx context.Context, tx DB, ev Event, opts ...Option) (Outcome, error
 	}
 	sum := sha256.Sum256(ev.Payload)
 	var inserted bool
-	err = tx.QueryRow(ctx, pgschema.Render(qClaim, schema), ev.Consumer, ev.ID, ev.Type, sum[:]).Scan(&inserted)
+	err = tx.QueryRow(ctx, pgmigrate.Render(qClaim, schema), ev.Consumer, ev.ID, ev.Type, sum[:]).Scan(&inserted)
 	if err == nil {
 		return New, nil
 	}
@@ -162,7 +162,7 @@ func Claim(ctx context.Context, tx DB, ev Event, opts ...Option) (Outcome, error
 		return 0, fmt.Errorf("dedup: claim %s/%s: %w", ev.Consumer, ev.ID, err)
 	}
 	var stored []byte
-	if err := tx.QueryRow(ctx, pgschema.Render(qFingerprint, schema), ev.Consumer, ev.ID).Scan(&stored); err != nil {
+	if err := tx.QueryRow(ctx, pgmigrate.Render(qFingerprint, schema), ev.Consumer, ev.ID).Scan(&stored); err != nil {
 		return 0, fmt.Errorf("dedup: read fingerprint %s/%s: %w", ev.Consumer, ev.ID, err)
 	}
 	if !bytes.Equal(stored, sum[:]) {

@@ -17,7 +17,7 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/lossless-dev/lossless/pkg/pgschema"
+	"github.com/lossless-dev/lossless/pkg/pgmigrate"
 )
 
 var (
@@ -129,8 +129,8 @@ func NewStore(db DB, cfg Config, logger *slog.Logger, meter metric.Meter, opts .
 	for _, opt := range opts {
 		opt(&o)
 	}
-	schema := pgschema.OrDefault(o.schema)
-	if err := pgschema.Validate(schema); err != nil {
+	schema := pgmigrate.SchemaOrDefault(o.schema)
+	if err := pgmigrate.ValidateSchema(schema); err != nil {
 		return nil, fmt.Errorf("idempotency: WithSchema: %w", err)
 	}
 	s := &Store{db: db, cfg: cfg, schema: schema, sql: renderQueries(schema), log: logger}
@@ -237,10 +237,10 @@ type queries struct{ claim, load, complete, cleanup string }
 
 func renderQueries(schema string) queries {
 	return queries{
-		claim:    pgschema.Render(claimSQL, schema),
-		load:     pgschema.Render(loadSQL, schema),
-		complete: pgschema.Render(completeSQL, schema),
-		cleanup:  pgschema.Render(cleanupSQL, schema),
+		claim:    pgmigrate.Render(claimSQL, schema),
+		load:     pgmigrate.Render(loadSQL, schema),
+		complete: pgmigrate.Render(completeSQL, schema),
+		cleanup:  pgmigrate.Render(cleanupSQL, schema),
 	}
 }
 

@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/lossless-dev/lossless/pkg/pgschema"
+	"github.com/lossless-dev/lossless/pkg/pgmigrate"
 )
 
 // DB is what Store, Ops and Monitor need of a database handle: a
@@ -64,8 +64,8 @@ func newOptions(opts []Option) (options, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	o.schema = pgschema.OrDefault(o.schema)
-	if err := pgschema.Validate(o.schema); err != nil {
+	o.schema = pgmigrate.SchemaOrDefault(o.schema)
+	if err := pgmigrate.ValidateSchema(o.schema); err != nil {
 		return options{}, fmt.Errorf("inbox: %w", err)
 	}
 	return o, nil
@@ -79,7 +79,7 @@ const maxChannelLength = 63
 // and the relay listens on: "<schema>.inbox", cut to PostgreSQL's 63 bytes. Two schemas whose names share their first
 // 57 bytes share a channel; that costs a spurious wake-up, nothing else.
 func NotifyChannel(schema string) string {
-	c := pgschema.OrDefault(schema) + ".inbox"
+	c := pgmigrate.SchemaOrDefault(schema) + ".inbox"
 	if len(c) > maxChannelLength {
 		c = c[:maxChannelLength]
 	}
@@ -100,7 +100,7 @@ type queries struct {
 }
 
 func newQueries(schema string) queries {
-	r := func(q string) string { return pgschema.Render(q, schema) }
+	r := func(q string) string { return pgmigrate.Render(q, schema) }
 	return queries{
 		insertBatch:     r(insertBatch),
 		recordConflicts: r(recordConflicts),

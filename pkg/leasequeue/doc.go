@@ -50,7 +50,7 @@
 //
 //	pgmigrate.Apply(ctx, db, leasequeue.Migrations("jobs"), serviceSet)
 //
-// or leasequeue.Migrate(ctx, db, "jobs"). Their versions are tracked in
+// Their versions are tracked in
 // {schema}.leasequeue_schema_version. The schema defaults to DefaultSchema
 // ("public"); to keep the tables elsewhere, or to run two copies of the
 // package in one database, pass the same name to Migrations and, through

@@ -19,8 +19,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/lossless-dev/lossless/pkg/pgmigrate"
 	"github.com/lossless-dev/lossless/pkg/pgnotify"
-	"github.com/lossless-dev/lossless/pkg/pgschema"
 	"github.com/lossless-dev/lossless/pkg/retry"
 )
 
@@ -162,8 +162,8 @@ func New(pool *pgxpool.Pool, cfg Config, logger *slog.Logger, meter metric.Meter
 	for _, o := range opts {
 		o(q)
 	}
-	q.schema = pgschema.OrDefault(q.schema)
-	if err := pgschema.Validate(q.schema); err != nil {
+	q.schema = pgmigrate.SchemaOrDefault(q.schema)
+	if err := pgmigrate.ValidateSchema(q.schema); err != nil {
 		return nil, fmt.Errorf("leasequeue: WithSchema: %w", err)
 	}
 	q.sql = renderQueries(q.schema)

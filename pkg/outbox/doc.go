@@ -69,8 +69,7 @@
 //
 // # Schema
 //
-// The package owns its tables. Create them with Migrate(ctx, db, schema), or
-// list Migrations(schema) among a service's migration sets for
+// The package owns its tables. List Migrations(schema) among a service's migration sets for
 // pgmigrate.Apply, before the service's own set (a service table may
 // reference the outbox; the outbox references nothing of the service). Its
 // versions are tracked in <schema>.outbox_schema_version. The schema
