@@ -66,7 +66,7 @@ func (d *Dispatcher) Dispatch(ctx context.Context, ev outbox.Event) (outbox.Comm
 			attrs[k] = v
 		}
 	}
-	// Under a dispatch span (pkg/outboxtrace) the message names that span as
+	// Under a dispatch span (outbox.TraceDispatchers) the message names that span as
 	// its producer, so the consumer links to the publish, which links to the
 	// row's writer (docs/adr/0009). Untraced, the row's own context passes on.
 	if tp, ts := telemetry.TraceHeaders(ctx); tp != "" {
