@@ -19,7 +19,6 @@ import (
 	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/inbox"
-	"github.com/lossless-dev/lossless/pkg/pgcluster"
 	"github.com/lossless-dev/lossless/pkg/pgmigrate"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
@@ -225,7 +224,7 @@ func TestF10_CrashBetweenInsertAndAck_RedeliveryIsANoOp(t *testing.T) {
 func TestF15_DatabaseDownAndBack_NothingLost(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	cluster, err := pgcluster.Start(ctx, pgcluster.Options{})
+	cluster, err := pgtest.StartCluster(ctx, pgtest.ClusterOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
