@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/lossless-dev/lossless/pkg/envconfig"
-	"github.com/lossless-dev/lossless/pkg/leaseowner"
+	"github.com/lossless-dev/lossless/pkg/leasequeue"
 	"github.com/lossless-dev/lossless/pkg/retry"
 )
 
@@ -132,7 +132,7 @@ func (c Config) Validate() error {
 	if err := c.Retry.Validate(); err != nil {
 		errs = append(errs, envconfig.Check(EnvRetryBase+"/"+EnvRetryMax, err))
 	}
-	if err := errors.Join(leaseowner.ValidateInstance(c.Instance), leaseowner.ValidateOwner(c.Owner, c.Instance)); err != nil {
+	if err := errors.Join(leasequeue.ValidateInstance(c.Instance), leasequeue.ValidateOwner(c.Owner, c.Instance)); err != nil {
 		errs = append(errs, envconfig.Check(EnvInstance, err))
 	}
 	return errors.Join(errs...)
