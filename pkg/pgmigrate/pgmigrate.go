@@ -28,7 +28,7 @@ import (
 	// Registers the "pgx" database/sql driver used by goose.
 	_ "github.com/jackc/pgx/v5/stdlib"
 
-	"github.com/lossless-dev/lossless/pkg/envconfig"
+	"github.com/lossless-dev/lossless/internal/envconfig"
 )
 
 // DefaultVersionTable is goose's own default, used by a service's set.
