@@ -19,7 +19,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"log/slog"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pressly/goose/v3"
@@ -27,8 +26,6 @@ import (
 
 	// Registers the "pgx" database/sql driver used by goose.
 	_ "github.com/jackc/pgx/v5/stdlib"
-
-	"github.com/lossless-dev/lossless/internal/envconfig"
 )
 
 // DefaultVersionTable is goose's own default, used by a service's set.
@@ -175,19 +172,4 @@ func apply(ctx context.Context, db *sql.DB, s Set) (int64, error) {
 func schemaCreatedConcurrently(err error) bool {
 	var pe *pgconn.PgError
 	return errors.As(err, &pe) && (pe.Code == "23505" || pe.Code == "42P06")
-}
-
-// Command is the `<service> migrate` subcommand: it reads DATABASE_URL from
-// env (failing with the variable's name when it is missing), applies the
-// sets and logs the version each reached.
-func Command(ctx context.Context, env *envconfig.Reader, logger *slog.Logger, sets ...Set) error {
-	dsn := env.Required("DATABASE_URL")
-	if err := env.Err(); err != nil {
-		return err
-	}
-	applied, err := ApplyDSN(ctx, dsn, sets...)
-	for _, a := range applied {
-		logger.InfoContext(ctx, "migrated", "set", a.Name, "version", a.Version)
-	}
-	return err
 }

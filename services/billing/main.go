@@ -53,7 +53,6 @@ import (
 	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/leasequeue"
 	"github.com/lossless-dev/lossless/pkg/parked"
-	"github.com/lossless-dev/lossless/pkg/pgmigrate"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/server"
 	"github.com/lossless-dev/lossless/pkg/telemetry"
@@ -94,7 +93,7 @@ func run(args []string) error {
 	case "serve":
 		return serve(ctx, env, args)
 	case "migrate":
-		return pgmigrate.Command(ctx, env, logger, migrations.Billing()...)
+		return envconfig.Migrate(ctx, env, logger, migrations.Billing()...)
 	case "provision":
 		cfg := pubsub.ClientConfigFromEnv(env)
 		if err := env.Err(); err != nil {

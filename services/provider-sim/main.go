@@ -22,7 +22,6 @@ import (
 	"github.com/lossless-dev/lossless/internal/envconfig"
 	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/migrations"
-	"github.com/lossless-dev/lossless/pkg/pgmigrate"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/server"
 	"github.com/lossless-dev/lossless/pkg/telemetry"
@@ -53,7 +52,7 @@ func run(args []string) error {
 		}
 		return serve(ctx, env, serveArgs)
 	case "migrate":
-		return pgmigrate.Command(ctx, env, logger(), migrations.ProviderSim()...)
+		return envconfig.Migrate(ctx, env, logger(), migrations.ProviderSim()...)
 	case "provision":
 		cfg := pubsub.ClientConfigFromEnv(env)
 		if err := env.Err(); err != nil {

@@ -34,7 +34,6 @@ import (
 	"github.com/lossless-dev/lossless/internal/envconfig"
 	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/migrations"
-	"github.com/lossless-dev/lossless/pkg/pgmigrate"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/server"
 	"github.com/lossless-dev/lossless/pkg/telemetry"
@@ -69,7 +68,7 @@ func run(args []string) error {
 		}
 		return serve(ctx, env, serveArgs)
 	case "migrate":
-		return pgmigrate.Command(ctx, env, cliLogger(), migrations.WorkOrder()...)
+		return envconfig.Migrate(ctx, env, cliLogger(), migrations.WorkOrder()...)
 	case "provision":
 		cfg := pubsub.ClientConfigFromEnv(env)
 		if err := env.Err(); err != nil {
