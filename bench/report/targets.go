@@ -63,7 +63,7 @@ func (c Cmp) symbol() string {
 // whose function does not exist yet is still listed: the report shows it as
 // not run.
 var benchmarks = []Benchmark{
-	{"B1", "pkg/outbox", "BenchmarkB1_RelayDrain", "keyset claim (pkg/outboxbench), same database, A B A B"},
+	{"B1", "pkg/outbox", "BenchmarkB1_RelayDrain", "keyset claim (internal/benchkit), same database, A B A B"},
 	{"B1p", "pkg/outboxpubsub", "BenchmarkB1p_RelayToPubSub", "min(keyset claim, publish-only ceiling on the same emulator)"},
 	{"B1w", "bench/watermill-compare", "BenchmarkB1w_RelayVsWatermill", "watermill-sql's forwarder draining the same backlog on the same server"},
 	{"B2", "pkg/outbox", "BenchmarkB2_SustainedDrain", "itself: the rate of its first 30 s"},

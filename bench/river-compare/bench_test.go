@@ -36,8 +36,8 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
 
+	"github.com/lossless-dev/lossless/internal/benchkit"
 	"github.com/lossless-dev/lossless/pkg/leasequeue"
-	"github.com/lossless-dev/lossless/pkg/outboxbench"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
 )
 
@@ -507,10 +507,10 @@ func newLeaseQueue(b *testing.B, pool *pgxpool.Pool) *leasequeue.Queue {
 // the median of the per-round ratios. Either side running a job twice, or
 // leaving one not completed, fails the benchmark.
 func BenchmarkB3_LeaseQueueVsRiver(b *testing.B) {
-	n := outboxbench.EnvInt(b, "LOSSLESS_B3_JOBS", 100_000)
-	workers := outboxbench.EnvInt(b, "LOSSLESS_B3_WORKERS", 100)
-	rounds := outboxbench.EnvInt(b, "LOSSLESS_B3_ROUNDS", 2)
-	cont := outboxbench.EnvDuration(b, "LOSSLESS_B3_CONTINUOUS", 30*time.Second)
+	n := benchkit.EnvInt(b, "LOSSLESS_B3_JOBS", 100_000)
+	workers := benchkit.EnvInt(b, "LOSSLESS_B3_WORKERS", 100)
+	rounds := benchkit.EnvInt(b, "LOSSLESS_B3_ROUNDS", 2)
+	cont := benchkit.EnvDuration(b, "LOSSLESS_B3_CONTINUOUS", 30*time.Second)
 	for b.Loop() {
 		var ours, theirs, ratios []float64
 		var contOurs, contTheirs, contRatios []float64
@@ -532,20 +532,20 @@ func BenchmarkB3_LeaseQueueVsRiver(b *testing.B) {
 				rates = append(rates, []string{strconv.Itoa(round), leasequeueSide, fmt.Sprintf("%.0f", p.t.Seconds()), fmt.Sprintf("%.0f", p.rate)})
 			}
 		}
-		ratio := outboxbench.Median(ratios)
-		b.ReportMetric(outboxbench.Median(ours), "leasequeue_jobs/s")
-		b.ReportMetric(outboxbench.Median(theirs), "river_jobs/s")
+		ratio := benchkit.Median(ratios)
+		b.ReportMetric(benchkit.Median(ours), "leasequeue_jobs/s")
+		b.ReportMetric(benchkit.Median(theirs), "river_jobs/s")
 		b.ReportMetric(ratio, "ratio_vs_river")
-		b.ReportMetric(outboxbench.Median(contOurs), "continuous_leasequeue_jobs/s")
-		b.ReportMetric(outboxbench.Median(contTheirs), "continuous_river_jobs/s")
-		b.ReportMetric(outboxbench.Median(contRatios), "continuous_ratio_vs_river")
+		b.ReportMetric(benchkit.Median(contOurs), "continuous_leasequeue_jobs/s")
+		b.ReportMetric(benchkit.Median(contTheirs), "continuous_river_jobs/s")
+		b.ReportMetric(benchkit.Median(contRatios), "continuous_ratio_vs_river")
 		met := "met"
 		if ratio < target {
 			met = "NOT met"
 		}
 		b.Logf("B3 go=%s GOMAXPROCS=%d fsync=%s jobs=%d workers=%d rounds=%d: leasequeue %.0f jobs/s, River v0.51.2 %.0f jobs/s (medians); leasequeue/river median %.2f, target >= %.1f: %s",
 			runtime.Version(), runtime.GOMAXPROCS(0), os.Getenv(pgtest.EnvFsync), n, workers, rounds,
-			outboxbench.Median(ours), outboxbench.Median(theirs), ratio, target, met)
+			benchkit.Median(ours), benchkit.Median(theirs), ratio, target, met)
 		var perRound [][]string
 		for i := range ratios {
 			perRound = append(perRound, []string{strconv.Itoa(i), fmt.Sprintf("%.0f", ours[i]), fmt.Sprintf("%.0f", theirs[i]), fmt.Sprintf("%.3f", ratios[i])})

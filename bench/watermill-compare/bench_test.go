@@ -38,8 +38,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/lossless-dev/lossless/internal/benchkit"
 	"github.com/lossless-dev/lossless/pkg/outbox"
-	"github.com/lossless-dev/lossless/pkg/outboxbench"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
 	"github.com/lossless-dev/lossless/pkg/waitfor"
 )
@@ -57,7 +57,7 @@ const (
 	consumerGroup  = "forwarder"
 	// target is B1's target against watermill: relay rows/s >= 1.5 x forwarder rows/s.
 	target = 1.5
-	// fillChunk rows per statement, for both outboxes, as outboxbench.Fill writes ours.
+	// fillChunk rows per statement, for both outboxes, as benchkit.Fill writes ours.
 	fillChunk = 10_000
 )
 
@@ -195,10 +195,10 @@ func discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, ni
 // relays, each with its own pool; it returns rows per second.
 func drainRelay(b *testing.B, dsn string, pool *pgxpool.Pool, replicas, n int) (float64, []ratePoint) {
 	b.Helper()
-	outboxbench.Fill(b, pool, outboxbench.Backlog{
+	benchkit.Fill(b, pool, benchkit.Backlog{
 		Events:    n,
 		EventType: eventType,
-		Payload:   []byte(outboxbench.AnchorPayload),
+		Payload:   []byte(benchkit.AnchorPayload),
 		Headers:   benchHeaders(),
 	})
 	t := newTally(n)
@@ -216,7 +216,7 @@ func drainRelay(b *testing.B, dsn string, pool *pgxpool.Pool, replicas, n int) (
 		}
 		wg.Go(func() { _ = r.Run(ctx) })
 	}
-	outboxbench.WaitDrained(b, pool, n, t.n.Load)
+	benchkit.WaitDrained(b, pool, n, t.n.Load)
 	elapsed := time.Since(start)
 	points := stop()
 	cancel()
@@ -234,7 +234,7 @@ func watermillSchema(batch int) wsql.DefaultPostgreSQLSchema {
 // fillWatermill writes the same backlog into the forwarder's outbox through
 // watermill's own publishers (the forwarder's envelope around the SQL
 // publisher), fillChunk events per INSERT, then vacuums, analyzes and
-// checkpoints as outboxbench.Fill does. Every event carries B1's payload and
+// checkpoints as benchkit.Fill does. Every event carries B1's payload and
 // headers, plus the aggregate and event type our outbox keeps in columns.
 func fillWatermill(b *testing.B, pool *pgxpool.Pool, n, batch int) {
 	b.Helper()
@@ -244,8 +244,8 @@ func fillWatermill(b *testing.B, pool *pgxpool.Pool, n, batch int) {
 		b.Fatal(err)
 	}
 	pub := forwarder.NewPublisher(sqlPub, forwarder.PublisherConfig{ForwarderTopic: forwarderTopic})
-	payload := []byte(outboxbench.AnchorPayload)
-	aggregates := max(n/4, 1) // as outboxbench.Fill: four events per aggregate, spread across the backlog
+	payload := []byte(benchkit.AnchorPayload)
+	aggregates := max(n/4, 1) // as benchkit.Fill: four events per aggregate, spread across the backlog
 	for from := 0; from < n; from += fillChunk {
 		msgs := make([]*message.Message, 0, fillChunk)
 		for g := from; g < min(from+fillChunk, n); g++ {
@@ -329,10 +329,10 @@ func drainWatermill(b *testing.B, dsn string, pool *pgxpool.Pool, replicas, n, b
 // watermill, the median of the per-round ratios. Either side losing an event
 // or delivering one twice fails the benchmark.
 func BenchmarkB1w_RelayVsWatermill(b *testing.B) {
-	n := outboxbench.EnvInt(b, "LOSSLESS_B1W_EVENTS", 100_000)
-	rounds := outboxbench.EnvInt(b, "LOSSLESS_B1W_ROUNDS", 2)
-	replicas := outboxbench.EnvInt(b, "LOSSLESS_B1W_REPLICAS", 1)
-	batch := outboxbench.EnvInt(b, "LOSSLESS_B1W_WATERMILL_BATCH", outbox.DefaultBatchSize)
+	n := benchkit.EnvInt(b, "LOSSLESS_B1W_EVENTS", 100_000)
+	rounds := benchkit.EnvInt(b, "LOSSLESS_B1W_ROUNDS", 2)
+	replicas := benchkit.EnvInt(b, "LOSSLESS_B1W_REPLICAS", 1)
+	batch := benchkit.EnvInt(b, "LOSSLESS_B1W_WATERMILL_BATCH", outbox.DefaultBatchSize)
 	dsn := pgtest.NewDatabase(b, outbox.Migrations(""))
 	pool := benchPool(b, dsn)
 	initSub, err := wsql.NewSubscriber(wsql.BeginnerFromPgx(pool), wsql.SubscriberConfig{
@@ -361,9 +361,9 @@ func BenchmarkB1w_RelayVsWatermill(b *testing.B) {
 				rates = append(rates, []string{strconv.Itoa(round), "watermill", fmt.Sprintf("%.0f", p.t.Seconds()), fmt.Sprintf("%.0f", p.rate)})
 			}
 		}
-		ratio := outboxbench.Median(ratios)
-		b.ReportMetric(outboxbench.Median(ours), "relay_rows/s")
-		b.ReportMetric(outboxbench.Median(theirs), "watermill_rows/s")
+		ratio := benchkit.Median(ratios)
+		b.ReportMetric(benchkit.Median(ours), "relay_rows/s")
+		b.ReportMetric(benchkit.Median(theirs), "watermill_rows/s")
 		b.ReportMetric(ratio, "ratio_vs_watermill")
 		met := "met"
 		if ratio < target {
@@ -371,7 +371,7 @@ func BenchmarkB1w_RelayVsWatermill(b *testing.B) {
 		}
 		b.Logf("B1w go=%s GOMAXPROCS=%d fsync=%s events=%d rounds=%d replicas=%d watermill-batch=%d: relay %.0f rows/s, watermill-sql forwarder %.0f rows/s (medians); relay/watermill median %.2f, target >= %.1f: %s",
 			runtime.Version(), runtime.GOMAXPROCS(0), os.Getenv(pgtest.EnvFsync), n, rounds, replicas, batch,
-			outboxbench.Median(ours), outboxbench.Median(theirs), ratio, target, met)
+			benchkit.Median(ours), benchkit.Median(theirs), ratio, target, met)
 		var perRound [][]string
 		for i := range ratios {
 			perRound = append(perRound, []string{strconv.Itoa(i), fmt.Sprintf("%.0f", ours[i]), fmt.Sprintf("%.0f", theirs[i]), fmt.Sprintf("%.3f", ratios[i])})

@@ -30,8 +30,8 @@ import (
 
 	"cloud.google.com/go/pubsub/v2/pstest"
 
+	"github.com/lossless-dev/lossless/internal/envconfig"
 	"github.com/lossless-dev/lossless/internal/topology"
-	"github.com/lossless-dev/lossless/pkg/envconfig"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 )
 

@@ -78,7 +78,7 @@ func TestRenameTheRepository(t *testing.T) {
 	}
 	goCmd(dst, "build", "./...")
 	goCmd(dst, "vet", "./...")
-	goCmd(dst, "test", "-short", "-count=1", "./pkg/backoff", "./pkg/pgtext", "./pkg/envconfig")
+	goCmd(dst, "test", "-short", "-count=1", "./pkg/retry", "./pkg/pgtext", "./internal/envconfig")
 	deploy := filepath.Join(dst, "deploy")
 	goCmd(deploy, "vet", "./...")
 	goCmd(deploy, "test", "-short", "-count=1", "./...")

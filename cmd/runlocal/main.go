@@ -29,7 +29,7 @@ import (
 	"github.com/lossless-dev/lossless/internal/localstack"
 	"github.com/lossless-dev/lossless/internal/runenv"
 	"github.com/lossless-dev/lossless/internal/tracestore"
-	"github.com/lossless-dev/lossless/pkg/pgcluster"
+	"github.com/lossless-dev/lossless/pkg/pgtest"
 )
 
 func main() { os.Exit(runMain(localstack.Ports{})) }
@@ -40,7 +40,7 @@ func main() { os.Exit(runMain(localstack.Ports{})) }
 func runMain(ports localstack.Ports) int {
 	if err := run(ports); err != nil {
 		fmt.Fprintln(os.Stderr, "make run:", err)
-		if errors.Is(err, pgcluster.ErrNoBinaries) {
+		if errors.Is(err, pgtest.ErrNoBinaries) {
 			fmt.Fprintln(os.Stderr, "\nInstall PostgreSQL: sudo apt-get install -y postgresql   (or set DATABASE_URL)")
 		}
 		return 1

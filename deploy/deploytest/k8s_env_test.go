@@ -16,11 +16,11 @@ import (
 
 // codeEnv is what one service's binary reads from the environment.
 type codeEnv struct {
-	reads    map[string]bool // every name read through pkg/envconfig
+	reads    map[string]bool // every name read through internal/envconfig
 	required map[string]bool // names read with Required
 }
 
-// envconfigReaders are the methods of pkg/envconfig's Reader; the first
+// envconfigReaders are the methods of internal/envconfig's Reader; the first
 // argument of each is the variable's name.
 var envconfigReaders = map[string]bool{"String": true, "Required": true, "Int": true, "Float": true, "Duration": true, "Bool": true}
 

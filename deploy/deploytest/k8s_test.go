@@ -326,7 +326,7 @@ func TestK8sAutoscalersTargetOnlyTheAPI(t *testing.T) {
 	}
 }
 
-// goRuntimeEnv are variables the Go runtime reads, not pkg/envconfig.
+// goRuntimeEnv are variables the Go runtime reads, not internal/envconfig.
 var goRuntimeEnv = map[string]bool{"GOMEMLIMIT": true}
 
 // containerEnv returns the variables a container gets (env, and the keys of

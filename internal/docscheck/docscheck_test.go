@@ -272,7 +272,7 @@ var (
 // TestDocsQuoteEnvironmentVariablesTheCodeReads: every environment variable
 // quoted ($NAME, NAME=value, or an UPPER_SNAKE word starting with a
 // configuration prefix) is a string the code holds (read with
-// pkg/envconfig or os.Getenv, directly or as prefix+"NAME"), is set by a
+// internal/envconfig or os.Getenv, directly or as prefix+"NAME"), is set by a
 // deployment file, is a Makefile variable, or is an external one listed in
 // externalEnv.
 func TestDocsQuoteEnvironmentVariablesTheCodeReads(t *testing.T) {

@@ -64,7 +64,7 @@ func PsqlCommand(env runenv.Env, svc string, args []string) (Command, error) {
 
 // FindPsql looks for psql on $PATH, then in the newest
 // /usr/lib/postgresql/<version>/bin (Debian and Ubuntu keep it there, as
-// pkg/pgcluster finds initdb).
+// pgtest.StartCluster finds initdb).
 func FindPsql() (string, error) {
 	if p, err := exec.LookPath("psql"); err == nil {
 		return p, nil

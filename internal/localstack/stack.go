@@ -28,8 +28,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/lossless-dev/lossless/internal/catalog"
-	"github.com/lossless-dev/lossless/pkg/freeport"
-	"github.com/lossless-dev/lossless/pkg/pgcluster"
+	"github.com/lossless-dev/lossless/pkg/pgtest"
 	"github.com/lossless-dev/lossless/services"
 )
 
@@ -80,7 +79,7 @@ func FreePortsFor(replicas int) (Ports, error) {
 	if err != nil {
 		return Ports{}, err
 	}
-	ps, err := freeport.Get(1 + 2*replicas*len(c))
+	ps, err := pgtest.FreePorts(1 + 2*replicas*len(c))
 	if err != nil {
 		return Ports{}, err
 	}
@@ -170,7 +169,7 @@ type Config struct {
 // Stack is a running local system.
 type Stack struct {
 	cfg       Config
-	cluster   *pgcluster.Cluster
+	cluster   *pgtest.Cluster
 	logMu     sync.Mutex
 	procs     map[string]*Process // by instance id; a service name names replica 1
 	order     []string            // instance ids in start order
@@ -270,7 +269,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	server := cfg.DatabaseURL
 	if server == "" {
 		s.logf("postgres", "starting an ephemeral PostgreSQL cluster from the local binaries")
-		s.cluster, err = pgcluster.Start(ctx, pgcluster.Options{Fsync: cfg.Fsync})
+		s.cluster, err = pgtest.StartCluster(ctx, pgtest.ClusterOptions{Fsync: cfg.Fsync})
 		if err != nil {
 			return nil, err
 		}

@@ -19,8 +19,8 @@ import (
 	"log/slog"
 	"os"
 
+	"github.com/lossless-dev/lossless/internal/envconfig"
 	"github.com/lossless-dev/lossless/internal/topology"
-	"github.com/lossless-dev/lossless/pkg/envconfig"
 	"github.com/lossless-dev/lossless/pkg/pgmigrate"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/server"
@@ -74,7 +74,7 @@ func (s Service[C, A]) Run(ctx context.Context, env *envconfig.Reader, args []st
 	case "serve":
 		return s.serve(ctx, env, args)
 	case "migrate":
-		return pgmigrate.Command(ctx, env, logger, s.Migrations...)
+		return envconfig.Migrate(ctx, env, logger, s.Migrations...)
 	case "provision":
 		cfg := pubsub.ClientConfigFromEnv(env)
 		if err := env.Err(); err != nil {

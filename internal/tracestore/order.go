@@ -26,7 +26,7 @@ type Order struct {
 // batch span handled (pkg/pubsub, pkg/inbox).
 const attrEventID = "event_id"
 
-// attrOutboxEventID is the outbox dispatch span's event id (pkg/outboxtrace).
+// attrOutboxEventID is the outbox dispatch span's event id (outbox.TraceDispatchers).
 const attrOutboxEventID = "outbox.event_id"
 
 // Order returns the spans of order id (see the package doc for which).

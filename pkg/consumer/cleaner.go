@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/lossless-dev/lossless/pkg/pgdb"
-	"github.com/lossless-dev/lossless/pkg/pgschema"
+	"github.com/lossless-dev/lossless/pkg/pgmigrate"
 )
 
 // CleanerConfig tunes the Cleaner. The zero value of a field means its default.
@@ -90,7 +90,7 @@ func NewCleaner(db pgdb.Executor, cfg CleanerConfig, logger *slog.Logger, opts .
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Cleaner{db: db, cleanup: pgschema.Render(qCleanup, o.schema), cfg: cfg, logger: logger}, nil
+	return &Cleaner{db: db, cleanup: pgmigrate.Render(qCleanup, o.schema), cfg: cfg, logger: logger}, nil
 }
 
 // CleanOnce deletes every marker older than now - Retention, batch by batch,

@@ -14,11 +14,11 @@ import (
 
 	"github.com/lossless-dev/lossless/pkg/envelope"
 	"github.com/lossless-dev/lossless/pkg/parked"
-	"github.com/lossless-dev/lossless/pkg/permanent"
 	"github.com/lossless-dev/lossless/pkg/pgdb"
 	"github.com/lossless-dev/lossless/pkg/pgnotify"
 	"github.com/lossless-dev/lossless/pkg/pgtext"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
+	"github.com/lossless-dev/lossless/pkg/retry"
 )
 
 // Outcomes of one message the skeleton decides itself; Handler.Apply adds
@@ -110,7 +110,7 @@ type Handler[T envelope.Event] struct {
 	Decode func(m *pubsub.Received, env envelope.Config) envelope.Verdict[T]
 	// Apply applies an accepted event in tx, after its marker was claimed
 	// in tx, and returns the outcome to count. A permanent error
-	// (pkg/permanent) refuses the event: its effects and its marker roll
+	// (pkg/retry) refuses the event: its effects and its marker roll
 	// back and it is parked with the error's text. Any other error nacks.
 	// Required.
 	Apply func(ctx context.Context, tx pgx.Tx, ev T, m *pubsub.Received) (outcome string, err error)
@@ -289,7 +289,7 @@ func (c *Consumer[T]) handle(ctx context.Context, tx pgx.Tx, m *pubsub.Received,
 	reason, err := parked.Isolate(ctx, tx, func(sp pgx.Tx) error {
 		var err error
 		outcome, err = c.apply(ctx, sp, m, v.Event)
-		if permanent.Is(err) {
+		if retry.IsPermanent(err) {
 			return parked.Refuse(err.Error())
 		}
 		return err
@@ -304,7 +304,7 @@ func (c *Consumer[T]) handle(ctx context.Context, tx pgx.Tx, m *pubsub.Received,
 }
 
 // errConflict refuses an event id reused with other content.
-var errConflict = permanent.Mark(errors.New("event id already processed with different content (producer bug)"))
+var errConflict = retry.Permanent(errors.New("event id already processed with different content (producer bug)"))
 
 // apply claims ev's marker in tx and, when it is new, applies ev.
 func (c *Consumer[T]) apply(ctx context.Context, tx pgx.Tx, m *pubsub.Received, ev T) (string, error) {
@@ -371,7 +371,7 @@ func (c *Consumer[T]) Replay(ctx context.Context, db pgdb.DB, parkedID int64, ti
 		}
 		var err error
 		outcome, err = c.apply(ctx, tx, m, v.Event)
-		if permanent.Is(err) || pgdb.IsData(err) {
+		if retry.IsPermanent(err) || pgdb.IsData(err) {
 			return fmt.Errorf("%w: %d: %w", ErrStillRefused, parkedID, err)
 		}
 		return err

@@ -16,9 +16,9 @@ import (
 	"github.com/lossless-dev/lossless/pkg/envelope"
 	"github.com/lossless-dev/lossless/pkg/internal/testpb"
 	"github.com/lossless-dev/lossless/pkg/parked"
-	"github.com/lossless-dev/lossless/pkg/permanent"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
+	"github.com/lossless-dev/lossless/pkg/retry"
 )
 
 const subscription = "shipping.orders"
@@ -40,7 +40,7 @@ func newShipping(t *testing.T, pool *pgxpool.Pool, failOn string) *shipping {
 		},
 		Apply: func(ctx context.Context, tx pgx.Tx, ev *testpb.OrderCompleted, _ *pubsub.Received) (string, error) {
 			if ev.GetQuantity() == 0 {
-				return "", permanent.Mark(errors.New("nothing to ship"))
+				return "", retry.Permanent(errors.New("nothing to ship"))
 			}
 			if ev.GetOrderId() == failOn {
 				return "", errors.New("transient failure")

@@ -14,9 +14,9 @@ import (
 	"github.com/lossless-dev/lossless/pkg/envelope"
 	"github.com/lossless-dev/lossless/pkg/internal/testpb"
 	"github.com/lossless-dev/lossless/pkg/parked"
-	"github.com/lossless-dev/lossless/pkg/permanent"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
+	"github.com/lossless-dev/lossless/pkg/retry"
 )
 
 // A shipping service consumes OrderCompleted: it supplies a decoder and an
@@ -48,7 +48,7 @@ func Example() {
 		},
 		Apply: func(ctx context.Context, tx pgx.Tx, ev *testpb.OrderCompleted, _ *pubsub.Received) (string, error) {
 			if ev.GetQuantity() == 0 {
-				return "", permanent.Mark(errors.New("nothing to ship"))
+				return "", retry.Permanent(errors.New("nothing to ship"))
 			}
 			_, err := tx.Exec(ctx, `INSERT INTO shipments VALUES ($1)`, ev.GetOrderId())
 			return "shipped", err

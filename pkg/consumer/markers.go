@@ -11,7 +11,7 @@ import (
 
 	"github.com/lossless-dev/lossless/pkg/parked"
 	"github.com/lossless-dev/lossless/pkg/pgdb"
-	"github.com/lossless-dev/lossless/pkg/pgschema"
+	"github.com/lossless-dev/lossless/pkg/pgmigrate"
 )
 
 // MaxEventIDLength is processed_events.event_id's CHECK limit
@@ -93,8 +93,8 @@ func optionsOf(opts []Option) (options, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	o.schema = pgschema.OrDefault(o.schema)
-	if err := pgschema.Validate(o.schema); err != nil {
+	o.schema = pgmigrate.SchemaOrDefault(o.schema)
+	if err := pgmigrate.ValidateSchema(o.schema); err != nil {
 		return options{}, fmt.Errorf("consumer: %w", err)
 	}
 	return o, nil
@@ -113,7 +113,7 @@ func NewMarkers(opts ...Option) (*Markers, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Markers{qClaim: pgschema.Render(qClaim, o.schema), qFingerprint: pgschema.Render(qFingerprint, o.schema)}, nil
+	return &Markers{qClaim: pgmigrate.Render(qClaim, o.schema), qFingerprint: pgmigrate.Render(qFingerprint, o.schema)}, nil
 }
 
 // Claim inserts mk's marker in tx, the transaction that applies the effect:

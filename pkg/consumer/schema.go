@@ -1,17 +1,14 @@
 package consumer
 
 import (
-	"context"
-	"database/sql"
 	"embed"
 
 	"github.com/lossless-dev/lossless/pkg/pgmigrate"
-	"github.com/lossless-dev/lossless/pkg/pgschema"
 )
 
 // DefaultSchema is the PostgreSQL schema of the package's tables when none
 // is configured.
-const DefaultSchema = pgschema.Default
+const DefaultSchema = pgmigrate.DefaultSchema
 
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
@@ -24,10 +21,4 @@ var migrationFiles embed.FS
 // apply it before the service's own set, whose tables may reference it.
 func Migrations(schema string) pgmigrate.Set {
 	return pgmigrate.PatternSet("dedup", migrationFiles, schema)
-}
-
-// Migrate applies Migrations(schema) to db.
-func Migrate(ctx context.Context, db *sql.DB, schema string) error {
-	_, err := pgmigrate.Apply(ctx, db, Migrations(schema))
-	return err
 }

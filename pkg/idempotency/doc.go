@@ -46,7 +46,7 @@
 //
 //	pgmigrate.Apply(ctx, db, idempotency.Migrations("api"), serviceSet)
 //
-// or idempotency.Migrate(ctx, db, "api"). Their versions are tracked in
+// Their versions are tracked in
 // {schema}.idempotency_schema_version. The schema defaults to DefaultSchema
 // ("public"); to keep the table elsewhere, or to run two stores in one
 // database, pass the same name to Migrations and, through WithSchema, to

@@ -17,7 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/lossless-dev/lossless/pkg/pgdb"
-	"github.com/lossless-dev/lossless/pkg/pgschema"
+	"github.com/lossless-dev/lossless/pkg/pgmigrate"
 )
 
 var (
@@ -123,8 +123,8 @@ func NewStore(db pgdb.Executor, cfg Config, logger *slog.Logger, meter metric.Me
 	for _, opt := range opts {
 		opt(&o)
 	}
-	schema := pgschema.OrDefault(o.schema)
-	if err := pgschema.Validate(schema); err != nil {
+	schema := pgmigrate.SchemaOrDefault(o.schema)
+	if err := pgmigrate.ValidateSchema(schema); err != nil {
 		return nil, fmt.Errorf("idempotency: WithSchema: %w", err)
 	}
 	s := &Store{db: db, cfg: cfg, schema: schema, sql: renderQueries(schema), log: logger}
@@ -231,10 +231,10 @@ type queries struct{ claim, load, complete, cleanup string }
 
 func renderQueries(schema string) queries {
 	return queries{
-		claim:    pgschema.Render(claimSQL, schema),
-		load:     pgschema.Render(loadSQL, schema),
-		complete: pgschema.Render(completeSQL, schema),
-		cleanup:  pgschema.Render(cleanupSQL, schema),
+		claim:    pgmigrate.Render(claimSQL, schema),
+		load:     pgmigrate.Render(loadSQL, schema),
+		complete: pgmigrate.Render(completeSQL, schema),
+		cleanup:  pgmigrate.Render(cleanupSQL, schema),
 	}
 }
 

@@ -20,7 +20,7 @@ import (
 
 	"github.com/lossless-dev/lossless/pkg/apierror"
 	"github.com/lossless-dev/lossless/pkg/idempotency"
-	"github.com/lossless-dev/lossless/pkg/pgschema"
+	"github.com/lossless-dev/lossless/pkg/pgmigrate"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
 )
 
@@ -47,7 +47,7 @@ func setup(t *testing.T, cfg idempotency.Config) testBundle {
 func setupIn(t *testing.T, schema string, cfg idempotency.Config) testBundle {
 	t.Helper()
 	pool := pgtest.NewPool(t, idempotency.Migrations(schema))
-	effects := pgschema.OrDefault(schema) + ".effects"
+	effects := pgmigrate.SchemaOrDefault(schema) + ".effects"
 	if _, err := pool.Exec(context.Background(), `CREATE TABLE `+effects+` (id bigint GENERATED ALWAYS AS IDENTITY, body text)`); err != nil {
 		t.Fatal(err)
 	}

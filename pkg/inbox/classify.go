@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/lossless-dev/lossless/pkg/permanent"
+	"github.com/lossless-dev/lossless/pkg/retry"
 )
 
 // Disposition is what the relay does with an entry whose handler failed.
@@ -52,12 +52,12 @@ type Classified interface {
 }
 
 // ReasonPermanent parks an entry whose handler returned an error marked
-// with permanent.Mark and no Classified rejection: a failure the handler
+// with retry.Permanent and no Classified rejection: a failure the handler
 // knows retrying cannot fix (e.g. a stored payload it cannot decode).
 const ReasonPermanent = "PERMANENT"
 
 // Classify returns how err is handled and its park reason. A Classified
-// error decides itself; an error marked permanent (pkg/permanent) is Parked
+// error decides itself; an error marked permanent (pkg/retry) is Parked
 // with ReasonPermanent; every other error, including database errors and
 // timeouts, is Technical.
 func Classify(err error) (Disposition, string) {
@@ -65,7 +65,7 @@ func Classify(err error) (Disposition, string) {
 	if errors.As(err, &c) {
 		return c.Disposition(), c.Reason()
 	}
-	if permanent.Is(err) {
+	if retry.IsPermanent(err) {
 		return Parked, ReasonPermanent
 	}
 	return Technical, ""

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/lossless-dev/lossless/pkg/backoff"
-	"github.com/lossless-dev/lossless/pkg/envconfig"
+	"github.com/lossless-dev/lossless/internal/envconfig"
+	"github.com/lossless-dev/lossless/pkg/retry"
 )
 
 // Config tunes the Relay. The zero value of a field means its default; the
@@ -36,11 +36,11 @@ type Config struct {
 	// attempts before MaxAge parks it, not dozens, while the first retries
 	// stay within seconds. An early completion (F5) does not wait for its
 	// backoff: the hand-off's commit makes it due.
-	DeferBackoff backoff.Policy
+	DeferBackoff retry.Backoff
 	// TechnicalBackoff spaces the attempts after a technical error of one
 	// entry, and the relay's own retries when a claim fails (database down).
 	// Default Base 500ms, Max 1m.
-	TechnicalBackoff backoff.Policy
+	TechnicalBackoff retry.Backoff
 	// HandlerTimeout bounds one batch's transaction. Default 30s.
 	HandlerTimeout time.Duration
 	// OutageProbeInterval caps the relay's wait after a batch failed because
@@ -64,8 +64,8 @@ func ConfigFromEnv(r *envconfig.Reader, prefix string) Config {
 		SweepInterval:       r.Duration(prefix+"SWEEP_INTERVAL", d.SweepInterval),
 		MaxAttempts:         r.Int(prefix+"MAX_ATTEMPTS", d.MaxAttempts),
 		MaxAge:              r.Duration(prefix+"MAX_AGE", d.MaxAge),
-		DeferBackoff:        backoff.Policy{Base: r.Duration(prefix+"DEFER_BACKOFF_BASE", d.DeferBackoff.Base), Max: r.Duration(prefix+"DEFER_BACKOFF_MAX", d.DeferBackoff.Max)},
-		TechnicalBackoff:    backoff.Policy{Base: r.Duration(prefix+"TECHNICAL_BACKOFF_BASE", d.TechnicalBackoff.Base), Max: r.Duration(prefix+"TECHNICAL_BACKOFF_MAX", d.TechnicalBackoff.Max)},
+		DeferBackoff:        retry.Backoff{Base: r.Duration(prefix+"DEFER_BACKOFF_BASE", d.DeferBackoff.Base), Max: r.Duration(prefix+"DEFER_BACKOFF_MAX", d.DeferBackoff.Max)},
+		TechnicalBackoff:    retry.Backoff{Base: r.Duration(prefix+"TECHNICAL_BACKOFF_BASE", d.TechnicalBackoff.Base), Max: r.Duration(prefix+"TECHNICAL_BACKOFF_MAX", d.TechnicalBackoff.Max)},
 		HandlerTimeout:      r.Duration(prefix+"HANDLER_TIMEOUT", d.HandlerTimeout),
 		OutageProbeInterval: r.Duration(prefix+"OUTAGE_PROBE_INTERVAL", d.OutageProbeInterval),
 	}

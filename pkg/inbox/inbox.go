@@ -28,7 +28,7 @@
 //   - Every failure ends somewhere visible: a technical error (any error the
 //     handler does not classify) is retried with backoff forever, seen by the
 //     oldest-open-age alarm; a business rejection is parked at once (Park, or
-//     an error marked with permanent.Mark) or after a deadline (Defer); a
+//     an error marked with retry.Permanent) or after a deadline (Defer); a
 //     recognised duplicate is resolved (AlreadyApplied); a panicking handler
 //     parks the entry after Config.MaxAttempts.
 //
@@ -53,7 +53,7 @@
 //     once for the whole batch (falling back to one savepoint per entry when
 //     the batch fails technically), a plain Handler per entry in a savepoint.
 //     Its outcome: nil = APPLIED; AlreadyApplied = DUPLICATE; Park or
-//     permanent.Mark = PARKED now; Defer = back off until Config.MaxAttempts
+//     retry.Permanent = PARKED now; Defer = back off until Config.MaxAttempts
 //     AND Config.MaxAge are reached, then PARKED; anything else = back off
 //     with jitter and retry. Run any number of replicas.
 //   - Store.MakeDue: in the caller's transaction, makes the deferred entries of a
@@ -197,7 +197,7 @@ type BatchHandler interface {
 	// HandleBatch applies es, in order, inside the relay's transaction and
 	// returns one result per entry: nil when applied, or a Classified
 	// rejection (Duplicate, Deferred, Parked) or an error marked with
-	// permanent.Mark, for which it wrote NOTHING:
+	// retry.Permanent, for which it wrote NOTHING:
 	// there is no savepoint to undo partial writes. Every other failure,
 	// e.g. a database error, is returned as err. The relay then rolls the
 	// transaction back and applies the same batch again through Handle, each

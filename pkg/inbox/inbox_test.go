@@ -13,9 +13,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/lossless-dev/lossless/pkg/backoff"
 	"github.com/lossless-dev/lossless/pkg/inbox"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
+	"github.com/lossless-dev/lossless/pkg/retry"
 	"github.com/lossless-dev/lossless/pkg/waitfor"
 )
 
@@ -276,7 +276,7 @@ func TestTechnicalError_RetriesWithoutLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	fail := inbox.HandlerFunc(func(context.Context, pgx.Tx, *inbox.Entry) error { return errors.New("connection reset") })
-	r := b.relay(t, fail, inbox.Config{MaxAttempts: 2, MaxAge: time.Nanosecond, TechnicalBackoff: backoff.Policy{Base: time.Millisecond, Max: time.Millisecond}})
+	r := b.relay(t, fail, inbox.Config{MaxAttempts: 2, MaxAge: time.Nanosecond, TechnicalBackoff: retry.Backoff{Base: time.Millisecond, Max: time.Millisecond}})
 	for range 5 {
 		if _, err := b.pool.Exec(ctx, `UPDATE inbox SET next_attempt_at = now()`); err != nil {
 			t.Fatal(err)
@@ -301,7 +301,7 @@ func TestDeferred_ParkedOnlyAfterAttemptsAndAge(t *testing.T) {
 	notYet := inbox.HandlerFunc(func(context.Context, pgx.Tx, *inbox.Entry) error {
 		return inbox.Defer("NOT_WAITING", errors.New("not waiting"))
 	})
-	r := b.relay(t, notYet, inbox.Config{MaxAttempts: 3, MaxAge: time.Hour, DeferBackoff: backoff.Policy{Base: time.Millisecond, Max: time.Millisecond}})
+	r := b.relay(t, notYet, inbox.Config{MaxAttempts: 3, MaxAge: time.Hour, DeferBackoff: retry.Backoff{Base: time.Millisecond, Max: time.Millisecond}})
 	step := func() inbox.Entry {
 		if _, err := b.pool.Exec(ctx, `UPDATE inbox SET next_attempt_at = now()`); err != nil {
 			t.Fatal(err)
@@ -568,7 +568,7 @@ func TestBatchHandler_TechnicalFailureFallsBackEntryByEntry(t *testing.T) {
 				t.Fatal(err)
 			}
 			h := &batchRecorder{fail: "bad", failAs: failAs}
-			r := b.relay(t, h, inbox.Config{TechnicalBackoff: backoff.Policy{Base: time.Hour, Max: time.Hour}})
+			r := b.relay(t, h, inbox.Config{TechnicalBackoff: retry.Backoff{Base: time.Hour, Max: time.Hour}})
 			if n, err := r.ProcessBatch(context.Background()); err != nil || n != 4 {
 				t.Fatalf("ProcessBatch = %d, %v", n, err)
 			}

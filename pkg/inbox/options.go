@@ -5,7 +5,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/lossless-dev/lossless/pkg/pgschema"
+	"github.com/lossless-dev/lossless/pkg/pgmigrate"
 )
 
 // Option is optional behaviour, accepted by every constructor of the package
@@ -50,8 +50,8 @@ func newOptions(opts []Option) (options, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	o.schema = pgschema.OrDefault(o.schema)
-	if err := pgschema.Validate(o.schema); err != nil {
+	o.schema = pgmigrate.SchemaOrDefault(o.schema)
+	if err := pgmigrate.ValidateSchema(o.schema); err != nil {
 		return options{}, fmt.Errorf("inbox: %w", err)
 	}
 	return o, nil
@@ -65,7 +65,7 @@ const maxChannelLength = 63
 // and the relay listens on: "<schema>.inbox", cut to PostgreSQL's 63 bytes. Two schemas whose names share their first
 // 57 bytes share a channel; that costs a spurious wake-up, nothing else.
 func NotifyChannel(schema string) string {
-	c := pgschema.OrDefault(schema) + ".inbox"
+	c := pgmigrate.SchemaOrDefault(schema) + ".inbox"
 	if len(c) > maxChannelLength {
 		c = c[:maxChannelLength]
 	}
@@ -86,7 +86,7 @@ type queries struct {
 }
 
 func newQueries(schema string) queries {
-	r := func(q string) string { return pgschema.Render(q, schema) }
+	r := func(q string) string { return pgmigrate.Render(q, schema) }
 	return queries{
 		insertBatch:     r(insertBatch),
 		recordConflicts: r(recordConflicts),

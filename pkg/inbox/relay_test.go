@@ -10,8 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/lossless-dev/lossless/pkg/backoff"
 	"github.com/lossless-dev/lossless/pkg/inbox"
+	"github.com/lossless-dev/lossless/pkg/retry"
 	"github.com/lossless-dev/lossless/pkg/waitfor"
 )
 
@@ -70,7 +70,7 @@ func TestPanic_PoisonEntryIsParkedOthersApplied(t *testing.T) {
 			const maxAttempts = 3
 			r, err := inbox.NewRelay(b.pool, h, inbox.Config{
 				BatchSize: 5, PollInterval: 5 * time.Millisecond, MaxAttempts: maxAttempts,
-				TechnicalBackoff: backoff.Policy{Base: time.Millisecond, Max: 5 * time.Millisecond},
+				TechnicalBackoff: retry.Backoff{Base: time.Millisecond, Max: 5 * time.Millisecond},
 			}, slog.New(slog.DiscardHandler), nil)
 			if err != nil {
 				t.Fatal(err)

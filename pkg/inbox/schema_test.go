@@ -9,10 +9,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/lossless-dev/lossless/pkg/backoff"
 	"github.com/lossless-dev/lossless/pkg/inbox"
-	"github.com/lossless-dev/lossless/pkg/permanent"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
+	"github.com/lossless-dev/lossless/pkg/retry"
 	"github.com/lossless-dev/lossless/pkg/waitfor"
 )
 
@@ -67,7 +66,7 @@ func TestNonDefaultSchema_EveryQueryIsQualified(t *testing.T) {
 	// Polling and sweeping are an hour apart: only a NOTIFY on the schema's
 	// channel explains a prompt apply.
 	relay, err := inbox.NewRelay(pool, h, inbox.Config{PollInterval: time.Hour, SweepInterval: time.Hour,
-		DeferBackoff: backoff.Policy{Base: time.Hour, Max: time.Hour}}, slog.New(slog.DiscardHandler), nil, opt)
+		DeferBackoff: retry.Backoff{Base: time.Hour, Max: time.Hour}}, slog.New(slog.DiscardHandler), nil, opt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,7 +262,7 @@ func TestPermanentError_ParksAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := inbox.HandlerFunc(func(context.Context, pgx.Tx, *inbox.Entry) error {
-		return permanent.Mark(errors.New("stored payload does not decode"))
+		return retry.Permanent(errors.New("stored payload does not decode"))
 	})
 	drain(t, b.relay(t, h, inbox.Config{}))
 	e, err := b.ops.Get(ctx, 1)

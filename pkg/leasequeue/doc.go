@@ -26,7 +26,7 @@
 // transactional outbox written by the closure.
 //
 // Failures: an error retries the job after Config.Backoff; an error marked
-// with permanent.Mark, or the last attempt, parks it (state 'dead') with its
+// with retry.Permanent, or the last attempt, parks it (state 'dead') with its
 // last error for an operator. A job whose lease expires on its last attempt
 // is parked too, so a job that kills its worker cannot loop forever. On
 // graceful shutdown, unfinished jobs are released (claimable at once, attempt
@@ -50,7 +50,7 @@
 //
 //	pgmigrate.Apply(ctx, db, leasequeue.Migrations("jobs"), serviceSet)
 //
-// or leasequeue.Migrate(ctx, db, "jobs"). Their versions are tracked in
+// Their versions are tracked in
 // {schema}.leasequeue_schema_version. The schema defaults to DefaultSchema
 // ("public"); to keep the tables elsewhere, or to run two copies of the
 // package in one database, pass the same name to Migrations and, through

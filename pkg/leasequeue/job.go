@@ -70,7 +70,7 @@ type Complete func(ctx context.Context, tx pgx.Tx) error
 // Handler does a job's work outside any transaction and returns its
 // transactional effects (nil: none). An error fails the attempt: the job is
 // retried after a backoff, or parked when the error is marked permanent
-// (permanent.Mark) or the attempts are exhausted. ctx is cancelled when the
+// (retry.Permanent) or the attempts are exhausted. ctx is cancelled when the
 // lease is lost or the worker's shutdown grace runs out.
 type Handler func(ctx context.Context, job Job) (Complete, error)
 

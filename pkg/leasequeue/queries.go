@@ -1,6 +1,6 @@
 package leasequeue
 
-import "github.com/lossless-dev/lossless/pkg/pgschema"
+import "github.com/lossless-dev/lossless/pkg/pgmigrate"
 
 // The SQL of the queue. Every statement that writes a running job carries the
 // fencing predicate (id AND epoch AND state = 'running') and the caller checks
@@ -17,7 +17,7 @@ type queries struct {
 }
 
 func renderQueries(schema string) queries {
-	r := func(sql string) string { return pgschema.Render(sql, schema) }
+	r := func(sql string) string { return pgmigrate.Render(sql, schema) }
 	return queries{
 		enqueue:         r(qEnqueue),
 		claimAvailable:  r(qClaimAvailable),

@@ -18,11 +18,10 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
-	"github.com/lossless-dev/lossless/pkg/backoff"
-	"github.com/lossless-dev/lossless/pkg/permanent"
 	"github.com/lossless-dev/lossless/pkg/pgdb"
+	"github.com/lossless-dev/lossless/pkg/pgmigrate"
 	"github.com/lossless-dev/lossless/pkg/pgnotify"
-	"github.com/lossless-dev/lossless/pkg/pgschema"
+	"github.com/lossless-dev/lossless/pkg/retry"
 )
 
 // Config of a Queue: its tunables. Zero fields take their defaults. The
@@ -42,7 +41,7 @@ type Config struct {
 	// Backoff spaces the retries of failed attempts. Default {Base: 1s, Max:
 	// 5m}, full jitter: with DefaultMaxAttempts about half an hour of retries,
 	// enough to outlast a database failover or a deploy.
-	Backoff backoff.Policy
+	Backoff retry.Backoff
 }
 
 var queueName = regexp.MustCompile(`^[A-Za-z0-9._-]{1,60}$`)
@@ -163,8 +162,8 @@ func New(pool *pgxpool.Pool, cfg Config, logger *slog.Logger, meter metric.Meter
 	for _, o := range opts {
 		o(q)
 	}
-	q.schema = pgschema.OrDefault(q.schema)
-	if err := pgschema.Validate(q.schema); err != nil {
+	q.schema = pgmigrate.SchemaOrDefault(q.schema)
+	if err := pgmigrate.ValidateSchema(q.schema); err != nil {
 		return nil, fmt.Errorf("leasequeue: WithSchema: %w", err)
 	}
 	q.sql = renderQueries(q.schema)
@@ -413,7 +412,7 @@ func (q *Queue) Complete(ctx context.Context, job Job, effects Complete) error {
 }
 
 // Fail records a failed attempt of job (fenced): retried after a backoff, or
-// parked when cause is marked permanent (permanent.Mark) or the attempts are
+// parked when cause is marked permanent (retry.Permanent) or the attempts are
 // exhausted. It returns
 // ErrLeaseLost when the claim no longer holds the job.
 func (q *Queue) Fail(ctx context.Context, job Job, cause error) error {
@@ -636,7 +635,7 @@ func (q *Queue) fail(ctx context.Context, tx pgx.Tx, fs []failure) ([]failResult
 	now := q.now()
 	for i, f := range fs {
 		ids[i], epochs[i] = f.job.ID, f.job.Epoch
-		dead[i] = permanent.Is(f.cause) || f.job.Attempt >= f.job.MaxAttempts
+		dead[i] = retry.IsPermanent(f.cause) || f.job.Attempt >= f.job.MaxAttempts
 		dues[i] = now.Add(q.cfg.Backoff.Delay(f.job.Attempt))
 		msgs[i] = truncate(fmt.Sprintf("attempt %d: %v", f.job.Attempt, f.cause), 2000)
 	}
@@ -657,7 +656,7 @@ func (q *Queue) fail(ctx context.Context, tx pgx.Tx, fs []failure) ([]failResult
 		res[i].dead = dead[i]
 		if dead[i] {
 			q.logger.Error("job parked", "job_id", f.job.ID, "attempt", f.job.Attempt,
-				"max_attempts", f.job.MaxAttempts, "permanent", permanent.Is(f.cause), "error", f.cause)
+				"max_attempts", f.job.MaxAttempts, "permanent", retry.IsPermanent(f.cause), "error", f.cause)
 		} else {
 			q.logger.Warn("job attempt failed; will retry", "job_id", f.job.ID, "attempt", f.job.Attempt,
 				"retry_at", dues[i], "error", f.cause)

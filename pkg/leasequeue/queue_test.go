@@ -18,10 +18,9 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
-	"github.com/lossless-dev/lossless/pkg/backoff"
 	"github.com/lossless-dev/lossless/pkg/leasequeue"
-	"github.com/lossless-dev/lossless/pkg/permanent"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
+	"github.com/lossless-dev/lossless/pkg/retry"
 	"github.com/lossless-dev/lossless/pkg/waitfor"
 )
 
@@ -75,7 +74,7 @@ func (b *testBundle) queue(t *testing.T) *leasequeue.Queue {
 	q, err := leasequeue.New(b.pool, leasequeue.Config{
 		Name:          "test",
 		LeaseDuration: lease,
-		Backoff:       backoff.Policy{Base: time.Second, Max: time.Minute},
+		Backoff:       retry.Backoff{Base: time.Second, Max: time.Minute},
 	}, slog.New(slog.NewJSONHandler(io.Discard, nil)), b.meter.Meter("test"), leasequeue.WithClock(b.clock.Now))
 	if err != nil {
 		t.Fatal(err)
@@ -395,7 +394,7 @@ func TestFailureRetryParkAndOperatorRetry(t *testing.T) {
 		case 0:
 			return nil, errors.New("provider timeout")
 		case 1:
-			return nil, permanent.Mark(errors.New("invoice total overflows"))
+			return nil, retry.Permanent(errors.New("invoice total overflows"))
 		}
 		return recordEffect(job), nil
 	}, fastWorker(leasequeue.WorkerConfig{Owner: "w", Workers: 1}))

@@ -13,8 +13,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/lossless-dev/lossless/pkg/leasequeue"
-	"github.com/lossless-dev/lossless/pkg/permanent"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
+	"github.com/lossless-dev/lossless/pkg/retry"
 	"github.com/lossless-dev/lossless/pkg/waitfor"
 )
 
@@ -79,7 +79,7 @@ func TestEveryQueryUsesTheConfiguredSchema(t *testing.T) {
 	if err != nil || len(c) != 1 {
 		t.Fatalf("claim c: %v %v", c, err)
 	}
-	if err := q.Fail(ctx, c[0], permanent.Mark(errors.New("bad input"))); err != nil {
+	if err := q.Fail(ctx, c[0], retry.Permanent(errors.New("bad input"))); err != nil {
 		t.Fatal(err)
 	}
 	if ids, err := q.Retry(ctx, []int64{c[0].ID}, "TICKET-1", "ops"); err != nil || len(ids) != 1 {

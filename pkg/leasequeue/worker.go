@@ -14,7 +14,6 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/lossless-dev/lossless/pkg/leaseowner"
 	"github.com/lossless-dev/lossless/pkg/telemetry"
 )
 
@@ -68,7 +67,7 @@ type WorkerConfig struct {
 
 func (c *WorkerConfig) setDefaults() {
 	if c.Owner == "" {
-		c.Owner = leaseowner.New(c.Instance)
+		c.Owner = NewOwner(c.Instance)
 	}
 	if c.Workers == 0 {
 		c.Workers = 10
@@ -115,10 +114,10 @@ func (c WorkerConfig) Validate() error {
 		}
 	}
 	check(len(c.Owner) <= 200, "Owner: at most 200 characters")
-	if err := leaseowner.ValidateInstance(c.Instance); err != nil {
+	if err := ValidateInstance(c.Instance); err != nil {
 		errs = append(errs, err)
 	}
-	if err := leaseowner.ValidateOwner(c.Owner, c.Instance); err != nil {
+	if err := ValidateOwner(c.Owner, c.Instance); err != nil {
 		errs = append(errs, err)
 	}
 	check(c.Workers >= 1 && c.Workers <= 10000, "Workers %d: want 1..10000", c.Workers)

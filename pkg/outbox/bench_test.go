@@ -1,7 +1,7 @@
 package outbox_test
 
 // Benchmarks B1 and B2 of docs/performance.md: the relay against PostgreSQL anchors
-// (pkg/outboxbench) measured on the same database in the same run, A B A B,
+// (internal/benchkit) measured on the same database in the same run, A B A B,
 // reported as medians of pairwise ratios. Run with `make bench` (fsync on).
 //
 //	OUTBOX_BENCH_EVENTS          B1 backlog size (default 200000; the design's figure is 1000000)
@@ -27,8 +27,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/lossless-dev/lossless/internal/benchkit"
 	"github.com/lossless-dev/lossless/pkg/outbox"
-	"github.com/lossless-dev/lossless/pkg/outboxbench"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
 )
 
@@ -45,10 +45,10 @@ func benchPool(b *testing.B, dsn string) *pgxpool.Pool {
 // fillOutbox writes a backlog of n no-op benchmark events.
 func fillOutbox(b *testing.B, pool *pgxpool.Pool, n int) {
 	b.Helper()
-	outboxbench.Fill(b, pool, outboxbench.Backlog{
+	benchkit.Fill(b, pool, benchkit.Backlog{
 		Events:    n,
 		EventType: testType,
-		Payload:   []byte(outboxbench.AnchorPayload),
+		Payload:   []byte(benchkit.AnchorPayload),
 		Headers: map[string]string{
 			outbox.HeaderCorrelationID: "bench",
 			outbox.HeaderTraceparent:   "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
@@ -82,7 +82,7 @@ func drain(b *testing.B, dsn string, pool *pgxpool.Pool, relays, n int) float64 
 		}
 		wg.Go(func() { _ = r.Run(ctx) })
 	}
-	outboxbench.WaitDrained(b, pool, n, d.n.Load)
+	benchkit.WaitDrained(b, pool, n, d.n.Load)
 	elapsed := time.Since(start)
 	cancel()
 	wg.Wait()
@@ -97,31 +97,31 @@ func drain(b *testing.B, dsn string, pool *pgxpool.Pool, relays, n int) float64 
 // run on the same database between them (A B A B). Targets: >= 0.7 x keyset
 // and >= 3 x naive.
 func BenchmarkB1_RelayDrain(b *testing.B) {
-	n := outboxbench.EnvInt(b, "OUTBOX_BENCH_EVENTS", 200_000)
-	rounds := outboxbench.EnvInt(b, "OUTBOX_BENCH_ROUNDS", 2)
-	anchorFor := time.Duration(outboxbench.EnvInt(b, "OUTBOX_BENCH_ANCHOR_SECONDS", 10)) * time.Second
+	n := benchkit.EnvInt(b, "OUTBOX_BENCH_EVENTS", 200_000)
+	rounds := benchkit.EnvInt(b, "OUTBOX_BENCH_ROUNDS", 2)
+	anchorFor := time.Duration(benchkit.EnvInt(b, "OUTBOX_BENCH_ANCHOR_SECONDS", 10)) * time.Second
 	dsn := pgtest.NewDatabase(b, outbox.Migrations(""))
 	pool := benchPool(b, dsn)
 	for b.Loop() {
 		var keyset, naive, one, two, rK1, rN1, rK2, rN2 []float64
 		for round := range rounds {
-			k := outboxbench.Anchor(b, pool, outboxbench.Keyset, n, anchorFor)
+			k := benchkit.Anchor(b, pool, benchkit.Keyset, n, anchorFor)
 			r1 := drain(b, dsn, pool, 1, n)
 			r2 := drain(b, dsn, pool, 2, n)
-			nv := outboxbench.Anchor(b, pool, outboxbench.Naive, n, anchorFor)
+			nv := benchkit.Anchor(b, pool, benchkit.Naive, n, anchorFor)
 			keyset, naive, one, two = append(keyset, k), append(naive, nv), append(one, r1), append(two, r2)
 			rK1, rN1, rK2, rN2 = append(rK1, r1/k), append(rN1, r1/nv), append(rK2, r2/k), append(rN2, r2/nv)
 			b.Logf("B1 round %d: events=%d keyset=%.0f naive=%.0f relay1=%.0f relay2=%.0f rows/s; relay1/keyset=%.2f relay1/naive=%.2f relay2/keyset=%.2f relay2/naive=%.2f",
 				round, n, k, nv, r1, r2, r1/k, r1/nv, r2/k, r2/nv)
 		}
-		b.ReportMetric(outboxbench.Median(one), "relay1_rows/s")
-		b.ReportMetric(outboxbench.Median(two), "relay2_rows/s")
-		b.ReportMetric(outboxbench.Median(keyset), "keyset_rows/s")
-		b.ReportMetric(outboxbench.Median(naive), "naive_rows/s")
-		b.ReportMetric(outboxbench.Median(rK1), "relay1/keyset")
-		b.ReportMetric(outboxbench.Median(rN1), "relay1/naive")
-		b.ReportMetric(outboxbench.Median(rK2), "relay2/keyset")
-		b.ReportMetric(outboxbench.Median(rN2), "relay2/naive")
+		b.ReportMetric(benchkit.Median(one), "relay1_rows/s")
+		b.ReportMetric(benchkit.Median(two), "relay2_rows/s")
+		b.ReportMetric(benchkit.Median(keyset), "keyset_rows/s")
+		b.ReportMetric(benchkit.Median(naive), "naive_rows/s")
+		b.ReportMetric(benchkit.Median(rK1), "relay1/keyset")
+		b.ReportMetric(benchkit.Median(rN1), "relay1/naive")
+		b.ReportMetric(benchkit.Median(rK2), "relay2/keyset")
+		b.ReportMetric(benchkit.Median(rN2), "relay2/naive")
 		b.Logf("B1 go=%s GOMAXPROCS=%d fsync=%s", runtime.Version(), runtime.GOMAXPROCS(0), os.Getenv(pgtest.EnvFsync))
 	}
 }
@@ -133,12 +133,12 @@ func BenchmarkB1_RelayDrain(b *testing.B) {
 // Targets: last 30 s of the sustained phase >= 0.8 x its first 30 s; the held
 // phase >= 0.5 x; the last 30 s after the release >= 0.8 x.
 func BenchmarkB2_SustainedDrain(b *testing.B) {
-	sustain := outboxbench.EnvDuration(b, "OUTBOX_B2_SUSTAIN", time.Minute)
-	hold := outboxbench.EnvDuration(b, "OUTBOX_B2_HOLD", 30*time.Second)
-	after := outboxbench.EnvDuration(b, "OUTBOX_B2_AFTER", 30*time.Second)
+	sustain := benchkit.EnvDuration(b, "OUTBOX_B2_SUSTAIN", time.Minute)
+	hold := benchkit.EnvDuration(b, "OUTBOX_B2_HOLD", 30*time.Second)
+	after := benchkit.EnvDuration(b, "OUTBOX_B2_AFTER", 30*time.Second)
 	// The relay drained ~24k rows/s more than the producer added on the
 	// reference machine; the backlog must outlast all three phases, with room.
-	backlog := outboxbench.EnvInt(b, "OUTBOX_B2_BACKLOG", int((sustain+hold+after).Seconds())*40_000)
+	backlog := benchkit.EnvInt(b, "OUTBOX_B2_BACKLOG", int((sustain+hold+after).Seconds())*40_000)
 	window := min(30*time.Second, sustain/2)
 	dsn := pgtest.NewDatabase(b, outbox.Migrations(""))
 	pool := benchPool(b, dsn)

@@ -9,8 +9,8 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/lossless-dev/lossless/pkg/backoff"
-	"github.com/lossless-dev/lossless/pkg/envconfig"
+	"github.com/lossless-dev/lossless/internal/envconfig"
+	"github.com/lossless-dev/lossless/pkg/retry"
 )
 
 // Defaults of Config; see each field for the reasoning.
@@ -222,7 +222,7 @@ func (c Config) Validate() error {
 	if c.BatchSize > 10_000 {
 		errs = append(errs, errors.New("outbox config: BatchSize above 10000 holds too many row locks in one claim"))
 	}
-	if err := (backoff.Policy{Base: c.BackoffBase, Max: c.BackoffMax}).Validate(); err != nil {
+	if err := (retry.Backoff{Base: c.BackoffBase, Max: c.BackoffMax}).Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("outbox config: %w", err))
 	}
 	if c.CircuitProbeInterval > 0 && c.CircuitProbeIntervalMax > 0 && c.CircuitProbeIntervalMax < c.CircuitProbeInterval {

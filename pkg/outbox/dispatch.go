@@ -8,7 +8,7 @@ import (
 )
 
 // Dispatcher delivers one event to its destination. A nil error means
-// delivered. Return permanent.Mark(err) (package pkg/permanent) for errors
+// delivered. Return retry.Permanent(err) (package pkg/retry) for errors
 // that no retry can fix (invalid payload, unknown destination): the event
 // goes to FAILED on this attempt. Return Unavailable(err) when the
 // destination cannot be reached at all. Any other error is retried with
@@ -43,7 +43,7 @@ func (e *unavailableError) Unwrap() error { return e.err }
 // dependency's circuit, which stops dispatching to it after a few in a row
 // and probes it until it answers (circuit.go). Return it only for errors any
 // event would get now; an error of this event's own making must stay
-// transient (backoff, FAILED at MaxAttempts) or permanent (permanent.Mark).
+// transient (backoff, FAILED at MaxAttempts) or permanent (retry.Permanent).
 // Unavailable(nil) is nil.
 func Unavailable(err error) error {
 	if err == nil {

@@ -11,7 +11,7 @@
 //     appended it commits.
 //   - At-least-once delivery: every committed event is dispatched until its
 //     Dispatcher returns nil, or it is moved to FAILED, where it waits for an
-//     operator: a permanent error (permanent.Mark), no dispatcher for its
+//     operator: a permanent error (retry.Permanent), no dispatcher for its
 //     type, or Config.MaxAttempts reached. A transient error is retried with
 //     jittered exponential backoff.
 //   - Duplicates are possible: a relay that dies after a dispatch and before
@@ -69,8 +69,7 @@
 //
 // # Schema
 //
-// The package owns its tables. Create them with Migrate(ctx, db, schema), or
-// list Migrations(schema) among a service's migration sets for
+// The package owns its tables. List Migrations(schema) among a service's migration sets for
 // pgmigrate.Apply, before the service's own set (a service table may
 // reference the outbox; the outbox references nothing of the service). Its
 // versions are tracked in <schema>.outbox_schema_version. The schema

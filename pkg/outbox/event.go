@@ -13,8 +13,8 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/lossless-dev/lossless/pkg/pgmigrate"
 	"github.com/lossless-dev/lossless/pkg/pgnotify"
-	"github.com/lossless-dev/lossless/pkg/pgschema"
 )
 
 // Header keys written by NewEvent and carried by the dispatcher as message
@@ -104,7 +104,7 @@ func NewWriter(opts ...Option) (Writer, error) {
 	if err != nil {
 		return Writer{}, err
 	}
-	return Writer{insert: pgschema.Render(qAppend, o.schema), channel: pgschema.Render(notifyChannel, o.schema)}, nil
+	return Writer{insert: pgmigrate.Render(qAppend, o.schema), channel: pgmigrate.Render(notifyChannel, o.schema)}, nil
 }
 
 // Append inserts evs into the outbox in DefaultSchema; see Writer.Append.

@@ -15,14 +15,15 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/lossless-dev/lossless/pkg/outbox"
+	"github.com/lossless-dev/lossless/pkg/pgmigrate"
 	"github.com/lossless-dev/lossless/pkg/pgnotify"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
 )
 
-// Migrate creates the outbox tables in a schema of the caller's choice (here
-// next to a first outbox, already in "public"). Applying it again does
-// nothing.
-func ExampleMigrate() {
+// Migrations, applied with pgmigrate.Apply, creates the outbox tables in a
+// schema of the caller's choice (here next to a first outbox, already in
+// "public"). Applying it again does nothing.
+func ExampleMigrations() {
 	dsn, drop := pgtest.ExampleDatabase(outbox.Migrations(""))
 	defer drop()
 	ctx := context.Background()
@@ -32,7 +33,7 @@ func ExampleMigrate() {
 	}
 	defer db.Close()
 
-	if err := outbox.Migrate(ctx, db, "billing_outbox"); err != nil {
+	if _, err := pgmigrate.Apply(ctx, db, outbox.Migrations("billing_outbox")); err != nil {
 		panic(err)
 	}
 	rows, err := db.QueryContext(ctx, `

@@ -7,7 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/lossless-dev/lossless/pkg/backoff"
+	"github.com/lossless-dev/lossless/pkg/retry"
 )
 
 // After many failed batches in a row the loop's backoff reaches minutes;
@@ -17,7 +17,7 @@ func TestOutageWaitIsCappedWhileOtherBatchFailuresBackOff(t *testing.T) {
 	t.Parallel()
 	cfg := Config{}
 	cfg.setDefaults()
-	r := &Relay{cfg: cfg, policy: backoff.Policy{Base: cfg.BackoffBase, Max: cfg.BackoffMax, Rand: func() float64 { return 0.999999 }}}
+	r := &Relay{cfg: cfg, policy: retry.Backoff{Base: cfg.BackoffBase, Max: cfg.BackoffMax, Rand: func() float64 { return 0.999999 }}}
 	down := &pgconn.ConnectError{Config: &pgconn.Config{Host: "127.0.0.1", Port: 1}}
 	if got := r.failureWait(down, 20); got > cfg.OutageProbeInterval {
 		t.Errorf("database down: wait %v after 20 failures, want at most %v", got, cfg.OutageProbeInterval)

@@ -10,7 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/lossless-dev/lossless/pkg/pgdb"
-	"github.com/lossless-dev/lossless/pkg/pgschema"
+	"github.com/lossless-dev/lossless/pkg/pgmigrate"
 )
 
 // State is an event's delivery state as the Inspector reports it: the status
@@ -87,7 +87,7 @@ func NewInspector(db pgdb.Executor, opts ...Option) (*Inspector, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Inspector{db: db, list: pgschema.Render(qInspectList, o.schema)}, nil
+	return &Inspector{db: db, list: pgmigrate.Render(qInspectList, o.schema)}, nil
 }
 
 // inspectColumns are Record's columns, in the order scanned.

@@ -8,8 +8,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/lossless-dev/lossless/pkg/outbox"
-	"github.com/lossless-dev/lossless/pkg/permanent"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
+	"github.com/lossless-dev/lossless/pkg/retry"
 )
 
 // The Inspector reports every state the relay leaves behind (published,
@@ -45,7 +45,7 @@ func TestInspector_ListsWhatTheRelayLeftBehind(t *testing.T) {
 	dispatchers := map[string]outbox.Dispatcher{
 		testType: ok,
 		poisonType: outbox.DispatcherFunc(func(context.Context, outbox.Event) (outbox.Commit, error) {
-			return nil, permanent.Mark(errors.New("cannot be sent"))
+			return nil, retry.Permanent(errors.New("cannot be sent"))
 		}),
 		slowType: outbox.DispatcherFunc(func(context.Context, outbox.Event) (outbox.Commit, error) {
 			started <- struct{}{}

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/lossless-dev/lossless/pkg/pgschema"
+	"github.com/lossless-dev/lossless/pkg/pgmigrate"
 )
 
 // Option is optional behaviour, accepted by every constructor of the package
@@ -73,8 +73,8 @@ func newOptions(opts []Option) (options, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	o.schema = pgschema.OrDefault(o.schema)
-	if err := pgschema.Validate(o.schema); err != nil {
+	o.schema = pgmigrate.SchemaOrDefault(o.schema)
+	if err := pgmigrate.ValidateSchema(o.schema); err != nil {
 		return options{}, fmt.Errorf("outbox: WithSchema: %w", err)
 	}
 	return o, nil

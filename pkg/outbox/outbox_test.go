@@ -19,9 +19,9 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/lossless-dev/lossless/pkg/outbox"
-	"github.com/lossless-dev/lossless/pkg/permanent"
 	"github.com/lossless-dev/lossless/pkg/pgnotify"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
+	"github.com/lossless-dev/lossless/pkg/retry"
 	"github.com/lossless-dev/lossless/pkg/waitfor"
 )
 
@@ -543,7 +543,7 @@ func TestPermanentFailure_GoesToFailedAndBlocksItsAggregate(t *testing.T) {
 	appendCommitted(t, b.pool, other)
 	b.rec.fn = func(ev outbox.Event) (outbox.Commit, error) {
 		if ev.ID == poison.ID {
-			return nil, permanent.Mark(errors.New("schema invalid"))
+			return nil, retry.Permanent(errors.New("schema invalid"))
 		}
 		return nil, nil
 	}
@@ -685,7 +685,7 @@ func TestConcurrentRelays_NoDoubleDispatch_PerAggregateOrder(t *testing.T) {
 	b.rec.fn = func(ev outbox.Event) (outbox.Commit, error) {
 		var seq int
 		if _, err := fmt.Sscanf(string(ev.Payload[len(ev.AggregateID)+1:]), "%d", &seq); err != nil {
-			return nil, permanent.Mark(err)
+			return nil, retry.Permanent(err)
 		}
 		mu.Lock()
 		seen[ev.ID]++

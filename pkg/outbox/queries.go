@@ -1,6 +1,6 @@
 package outbox
 
-import "github.com/lossless-dev/lossless/pkg/pgschema"
+import "github.com/lossless-dev/lossless/pkg/pgmigrate"
 
 // SQL of the outbox, one named constant per statement. The tables and the
 // reasons for their indexes are in migrations/00001_outbox.sql. Every table
@@ -46,7 +46,7 @@ type queries struct {
 }
 
 func newQueries(schema string) queries {
-	r := func(q string) string { return pgschema.Render(q, schema) }
+	r := func(q string) string { return pgmigrate.Render(q, schema) }
 	return queries{
 		claim:             r(qClaim),
 		markPublished:     r(qMarkPublished),

@@ -23,10 +23,9 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
 
-	"github.com/lossless-dev/lossless/pkg/backoff"
-	"github.com/lossless-dev/lossless/pkg/permanent"
 	"github.com/lossless-dev/lossless/pkg/pgdb"
 	"github.com/lossless-dev/lossless/pkg/pgnotify"
+	"github.com/lossless-dev/lossless/pkg/retry"
 )
 
 // rollbackTimeout bounds the rollback of a batch that could not be recorded;
@@ -44,7 +43,7 @@ type Relay struct {
 	dispatchers map[string]Dispatcher
 	cfg         Config
 	log         *slog.Logger
-	policy      backoff.Policy
+	policy      retry.Backoff
 	m           instruments
 	// circuits holds the circuit of each event type's dependency (several
 	// types may share one, WithDependency); circuitList each circuit once.
@@ -149,7 +148,7 @@ func NewRelay(pool *pgxpool.Pool, dispatchers map[string]Dispatcher, cfg Config,
 		dispatchers: dispatchers,
 		cfg:         cfg,
 		log:         logger.With("component", "outbox.relay", "relay_id", cfg.RelayID, "schema", o.schema),
-		policy:      backoff.Policy{Base: cfg.BackoffBase, Max: cfg.BackoffMax},
+		policy:      retry.Backoff{Base: cfg.BackoffBase, Max: cfg.BackoffMax},
 		wake:        make(chan struct{}, 1),
 		slowWake:    make(chan struct{}, 1),
 		beginClaim:  fmt.Sprintf(qBeginClaim, cfg.LeaseDuration.Milliseconds(), quoteLiteral(cfg.RelayID)),
@@ -607,7 +606,7 @@ func (r *Relay) dispatchOne(ctx context.Context, ev Event) (o outcome) {
 	case err == nil:
 		c.Success()
 		return outcome{kind: outcomePublished, commit: commit}
-	case permanent.Is(err):
+	case retry.IsPermanent(err):
 		c.Success()
 		// The prefix tells operators reading last_error (the runbook's
 		// queries) a refusal from an exhausted retry or an unknown type.

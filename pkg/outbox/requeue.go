@@ -10,7 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/lossless-dev/lossless/pkg/pgdb"
-	"github.com/lossless-dev/lossless/pkg/pgschema"
+	"github.com/lossless-dev/lossless/pkg/pgmigrate"
 )
 
 // MaxRequeueEvents bounds the events of one Requeue call: a page of the
@@ -80,7 +80,7 @@ func NewRequeuer(opts ...Option) (*Requeuer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Requeuer{requeue: pgschema.Render(qRequeue, o.schema), notify: pgschema.Render(notifyChannel, o.schema)}, nil
+	return &Requeuer{requeue: pgmigrate.Render(qRequeue, o.schema), notify: pgmigrate.Render(notifyChannel, o.schema)}, nil
 }
 
 // qRequeue requeues the FAILED events among $1 unless $3 (dry run), wakes

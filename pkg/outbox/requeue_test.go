@@ -15,8 +15,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/lossless-dev/lossless/pkg/outbox"
-	"github.com/lossless-dev/lossless/pkg/permanent"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
+	"github.com/lossless-dev/lossless/pkg/retry"
 	"github.com/lossless-dev/lossless/pkg/waitfor"
 )
 
@@ -69,7 +69,7 @@ func TestRequeue_FailedEventIsPublishedAgainBeforeTheEventsBehindIt(t *testing.T
 	)
 	dispatchers := map[string]outbox.Dispatcher{testType: outbox.DispatcherFunc(func(_ context.Context, ev outbox.Event) (outbox.Commit, error) {
 		if ev.ID == first.ID && !fixed.Load() {
-			return nil, permanent.Mark(errors.New("destination refuses the payload"))
+			return nil, retry.Permanent(errors.New("destination refuses the payload"))
 		}
 		mu.Lock()
 		delivered = append(delivered, ev.ID)

@@ -1,32 +1,21 @@
 package outbox
 
 import (
-	"context"
-	"database/sql"
 	"embed"
 
 	"github.com/lossless-dev/lossless/pkg/pgmigrate"
-	"github.com/lossless-dev/lossless/pkg/pgschema"
 )
 
 // DefaultSchema is the PostgreSQL schema of the package's tables when none
 // is configured.
-const DefaultSchema = pgschema.Default
+const DefaultSchema = pgmigrate.DefaultSchema
 
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
-// Migrations returns the package's schema as a migration set for
-// pgmigrate.Apply, to be created in the PostgreSQL schema named schema (""
-// means DefaultSchema). Its versions are tracked in their own table,
-// outbox_schema_version, apart from the service's: apply it before the
-// service's own set, whose tables may reference it.
+// Migrations returns the package's tables as a migration set for
+// pgmigrate.Apply, created in schema ("" means DefaultSchema) and tracked in
+// outbox_schema_version: apply it before the service's own set.
 func Migrations(schema string) pgmigrate.Set {
 	return pgmigrate.PatternSet("outbox", migrationFiles, schema)
-}
-
-// Migrate applies Migrations(schema) to db.
-func Migrate(ctx context.Context, db *sql.DB, schema string) error {
-	_, err := pgmigrate.Apply(ctx, db, Migrations(schema))
-	return err
 }

@@ -12,8 +12,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/lossless-dev/lossless/pkg/outbox"
-	"github.com/lossless-dev/lossless/pkg/permanent"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
+	"github.com/lossless-dev/lossless/pkg/retry"
 	"github.com/lossless-dev/lossless/pkg/waitfor"
 )
 
@@ -80,7 +80,7 @@ INSERT INTO outbox_alt.outbox_dispatching (ids, exclusive, relay_id, started_at)
 
 	b := &bundle{pool: pool, clock: newClock(), rec: &recorder{fn: func(ev outbox.Event) (outbox.Commit, error) {
 		if string(ev.Payload) == "b/1" {
-			return nil, permanent.Mark(errors.New("rejected"))
+			return nil, retry.Permanent(errors.New("rejected"))
 		}
 		return nil, nil
 	}}}

@@ -32,9 +32,9 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/lossless-dev/lossless/internal/benchkit"
 	"github.com/lossless-dev/lossless/pkg/internal/testpb"
 	"github.com/lossless-dev/lossless/pkg/outbox"
-	"github.com/lossless-dev/lossless/pkg/outboxbench"
 	"github.com/lossless-dev/lossless/pkg/outboxpubsub"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
@@ -71,9 +71,9 @@ type b1pRig struct {
 // between its runs. Every drain must publish each event exactly once, with
 // its row's event_id, payload and ordering key, in id order per key.
 func BenchmarkB1p_RelayToPubSub(b *testing.B) {
-	n := outboxbench.EnvInt(b, "OUTBOX_B1P_EVENTS", 20_000)
-	rounds := outboxbench.EnvInt(b, "OUTBOX_B1P_ROUNDS", 2)
-	anchorFor := time.Duration(outboxbench.EnvInt(b, "OUTBOX_BENCH_ANCHOR_SECONDS", 10)) * time.Second
+	n := benchkit.EnvInt(b, "OUTBOX_B1P_EVENTS", 20_000)
+	rounds := benchkit.EnvInt(b, "OUTBOX_B1P_ROUNDS", 2)
+	anchorFor := time.Duration(benchkit.EnvInt(b, "OUTBOX_BENCH_ANCHOR_SECONDS", 10)) * time.Second
 	ev := &testpb.OrderCompleted{
 		EventId: "0196f1b2-7c3d-7e4f-8a5b-6c7d8e9f0a1b", OrderId: "wo-000123", CustomerId: "cust-0042",
 		Description: "Replace the pump seal and pressure-test the line", Quantity: 3, CompletedItems: 3,
@@ -102,7 +102,7 @@ func BenchmarkB1p_RelayToPubSub(b *testing.B) {
 	for b.Loop() {
 		var keyset, ceiling, relay, rMin, rK, rC []float64
 		for round := range rounds {
-			k := outboxbench.Anchor(b, pool, outboxbench.Keyset, n, anchorFor)
+			k := benchkit.Anchor(b, pool, benchkit.Keyset, n, anchorFor)
 			c := r.ceiling()
 			rl := r.relay()
 			keyset, ceiling, relay = append(keyset, k), append(ceiling, c), append(relay, rl)
@@ -110,12 +110,12 @@ func BenchmarkB1p_RelayToPubSub(b *testing.B) {
 			b.Logf("B1p round %d: events=%d keyset=%.0f rows/s ceiling=%.0f msg/s (in-flight %d) relay=%.0f rows/s; relay/min(keyset,ceiling)=%.2f relay/keyset=%.2f relay/ceiling=%.2f",
 				round, n, k, c, ceilingInFlight, rl, rl/min(k, c), rl/k, rl/c)
 		}
-		b.ReportMetric(outboxbench.Median(relay), "relay_rows/s")
-		b.ReportMetric(outboxbench.Median(keyset), "keyset_rows/s")
-		b.ReportMetric(outboxbench.Median(ceiling), "ceiling_msg/s")
-		b.ReportMetric(outboxbench.Median(rMin), "relay/min_anchor")
-		b.ReportMetric(outboxbench.Median(rK), "relay/keyset")
-		b.ReportMetric(outboxbench.Median(rC), "relay/ceiling")
+		b.ReportMetric(benchkit.Median(relay), "relay_rows/s")
+		b.ReportMetric(benchkit.Median(keyset), "keyset_rows/s")
+		b.ReportMetric(benchkit.Median(ceiling), "ceiling_msg/s")
+		b.ReportMetric(benchkit.Median(rMin), "relay/min_anchor")
+		b.ReportMetric(benchkit.Median(rK), "relay/keyset")
+		b.ReportMetric(benchkit.Median(rC), "relay/ceiling")
 		b.Logf("B1p go=%s GOMAXPROCS=%d fsync=%s rounds=%d target: relay/min_anchor >= 0.7",
 			runtime.Version(), runtime.GOMAXPROCS(0), os.Getenv(pgtest.EnvFsync), rounds)
 	}
@@ -163,7 +163,7 @@ func (r *b1pRig) ceiling() float64 {
 // effect and returns rows per second.
 func (r *b1pRig) relay() float64 {
 	b, ctx := r.b, context.Background()
-	outboxbench.Fill(b, r.pool, outboxbench.Backlog{
+	benchkit.Fill(b, r.pool, benchkit.Backlog{
 		Events: r.n, EventType: r.eventType, Payload: r.payload,
 		Headers: map[string]string{outbox.HeaderCorrelationID: b1pCorrelation, outbox.HeaderTraceparent: b1pTraceparent},
 	})
@@ -197,7 +197,7 @@ func (r *b1pRig) relay() float64 {
 
 	start := time.Now()
 	wg.Go(func() { _ = relay.Run(runCtx) })
-	outboxbench.WaitDrained(b, r.pool, r.n, published.Load)
+	benchkit.WaitDrained(b, r.pool, r.n, published.Load)
 	elapsed := time.Since(start)
 	stop()
 	wg.Wait()

@@ -24,8 +24,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/lossless-dev/lossless/pkg/outbox"
-	"github.com/lossless-dev/lossless/pkg/permanent"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
+	"github.com/lossless-dev/lossless/pkg/retry"
 	"github.com/lossless-dev/lossless/pkg/telemetry"
 )
 
@@ -43,7 +43,7 @@ type Dispatcher struct {
 // event ID, event_type, schema_version, occurred_at, content_type,
 // traceparent/tracestate/correlation_id from the headers) and ordering key =
 // AggregateID. Errors Pub/Sub will repeat forever (InvalidArgument,
-// PermissionDenied, NotFound) are permanent (permanent.Mark): the row goes to FAILED
+// PermissionDenied, NotFound) are permanent (retry.Permanent): the row goes to FAILED
 // and alerts instead of retrying; Unavailable and DeadlineExceeded (Pub/Sub
 // unreachable, after the client's own retries) are outbox.Unavailable: the
 // relay charges the event nothing and the topic's circuit waits for Pub/Sub
@@ -66,7 +66,7 @@ func (d *Dispatcher) Dispatch(ctx context.Context, ev outbox.Event) (outbox.Comm
 			attrs[k] = v
 		}
 	}
-	// Under a dispatch span (pkg/outboxtrace) the message names that span as
+	// Under a dispatch span (outbox.TraceDispatchers) the message names that span as
 	// its producer, so the consumer links to the publish, which links to the
 	// row's writer (docs/adr/0009). Untraced, the row's own context passes on.
 	if tp, ts := telemetry.TraceHeaders(ctx); tp != "" {
@@ -82,7 +82,7 @@ func (d *Dispatcher) Dispatch(ctx context.Context, ev outbox.Event) (outbox.Comm
 	return nil, nil
 }
 
-// Classify marks err permanent (permanent.Mark) when retrying cannot help,
+// Classify marks err permanent (retry.Permanent) when retrying cannot help,
 // and outbox.Unavailable when Pub/Sub cannot be reached.
 // A missing topic is permanent because provisioning is an operator step:
 // FAILED rows are visible and replayable once the topic exists, while a
@@ -104,7 +104,7 @@ func Classify(err error) error {
 	}
 	switch code {
 	case codes.InvalidArgument, codes.PermissionDenied, codes.NotFound:
-		return permanent.Mark(fmt.Errorf("outboxpubsub: %s: %w", code, err))
+		return retry.Permanent(fmt.Errorf("outboxpubsub: %s: %w", code, err))
 	case codes.Unavailable, codes.DeadlineExceeded:
 		return outbox.Unavailable(fmt.Errorf("outboxpubsub: %s: %w", code, err))
 	}

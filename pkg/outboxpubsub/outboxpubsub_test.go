@@ -17,9 +17,9 @@ import (
 	"github.com/lossless-dev/lossless/pkg/internal/testpb"
 	"github.com/lossless-dev/lossless/pkg/outbox"
 	"github.com/lossless-dev/lossless/pkg/outboxpubsub"
-	"github.com/lossless-dev/lossless/pkg/permanent"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/pubsubtest"
+	"github.com/lossless-dev/lossless/pkg/retry"
 	"github.com/lossless-dev/lossless/pkg/waitfor"
 )
 
@@ -117,7 +117,7 @@ func TestMissingTopicIsPermanent(t *testing.T) {
 	emu := pubsubtest.New(t, pubsub.Topology{})
 	d := outboxpubsub.New(publisher(t, emu, pubsub.PublisherConfig{}))
 	_, err := d.Dispatch(context.Background(), newEvent(t))
-	if !permanent.Is(err) {
+	if !retry.IsPermanent(err) {
 		t.Fatalf("want permanent, got %v", err)
 	}
 }
@@ -128,7 +128,7 @@ func TestUnavailablePubSubIsTransient(t *testing.T) {
 	// The client retries Unavailable until Timeout; keep the test short.
 	d := outboxpubsub.New(publisher(t, emu, pubsub.PublisherConfig{Timeout: 300 * time.Millisecond}))
 	_, err := d.Dispatch(context.Background(), newEvent(t))
-	if err == nil || permanent.Is(err) {
+	if err == nil || retry.IsPermanent(err) {
 		t.Fatalf("want a transient error, got %v", err)
 	}
 	if n := len(emu.Server.Messages()); n != 0 {
@@ -149,13 +149,13 @@ func TestClassify(t *testing.T) {
 		codes.Internal:          {},
 	} {
 		err := outboxpubsub.Classify(fmt.Errorf("wrapped: %w", status.Error(code, "x")))
-		if got := (kind{permanent.Is(err), outbox.IsUnavailable(err)}); got != want {
+		if got := (kind{retry.IsPermanent(err), outbox.IsUnavailable(err)}); got != want {
 			t.Errorf("%s: %+v, want %+v", code, got, want)
 		}
 	}
 	// The client's own retries end in the publisher's timeout.
-	if err := outboxpubsub.Classify(context.DeadlineExceeded); permanent.Is(err) || !outbox.IsUnavailable(err) {
-		t.Errorf("publish timeout: permanent=%v unavailable=%v, want unavailable", permanent.Is(err), outbox.IsUnavailable(err))
+	if err := outboxpubsub.Classify(context.DeadlineExceeded); retry.IsPermanent(err) || !outbox.IsUnavailable(err) {
+		t.Errorf("publish timeout: permanent=%v unavailable=%v, want unavailable", retry.IsPermanent(err), outbox.IsUnavailable(err))
 	}
 	if outboxpubsub.Classify(nil) != nil {
 		t.Error("nil error classified")

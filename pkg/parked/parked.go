@@ -39,7 +39,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/lossless-dev/lossless/pkg/pgdb"
-	"github.com/lossless-dev/lossless/pkg/pgschema"
+	"github.com/lossless-dev/lossless/pkg/pgmigrate"
 	"github.com/lossless-dev/lossless/pkg/pgtext"
 )
 
@@ -64,11 +64,11 @@ func New(opts ...Option) (*Store, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	o.schema = pgschema.OrDefault(o.schema)
-	if err := pgschema.Validate(o.schema); err != nil {
+	o.schema = pgmigrate.SchemaOrDefault(o.schema)
+	if err := pgmigrate.ValidateSchema(o.schema); err != nil {
 		return nil, fmt.Errorf("parked: WithSchema: %w", err)
 	}
-	r := func(q string) string { return pgschema.Render(q, o.schema) }
+	r := func(q string) string { return pgmigrate.Render(q, o.schema) }
 	return &Store{qPark: r(qPark), qList: r(qList), qCount: r(qCount), qLock: r(qLock), qMarkReplayed: r(qMarkReplayed)}, nil
 }
 

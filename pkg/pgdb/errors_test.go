@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/lossless-dev/lossless/pkg/pgcluster"
 	"github.com/lossless-dev/lossless/pkg/pgdb"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
 )
@@ -99,7 +98,7 @@ func TestRefusedConnectionIsUnavailable(t *testing.T) {
 func TestStoppedServerIsUnavailable(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	cluster, err := pgcluster.Start(ctx, pgcluster.Options{})
+	cluster, err := pgtest.StartCluster(ctx, pgtest.ClusterOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

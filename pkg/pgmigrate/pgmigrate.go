@@ -19,7 +19,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"log/slog"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pressly/goose/v3"
@@ -27,9 +26,6 @@ import (
 
 	// Registers the "pgx" database/sql driver used by goose.
 	_ "github.com/jackc/pgx/v5/stdlib"
-
-	"github.com/lossless-dev/lossless/pkg/envconfig"
-	"github.com/lossless-dev/lossless/pkg/pgschema"
 )
 
 // DefaultVersionTable is goose's own default, used by a service's set.
@@ -41,7 +37,7 @@ type Set struct {
 	Name string
 	// Schema holds the set's objects and version table, and is created
 	// before the set runs when missing. Default "public". Apply replaces the
-	// placeholder {schema} in the files with it (pkg/pgschema), so a pattern
+	// placeholder {schema} in the files with it (Render), so a pattern
 	// package's tables land where the service configured them.
 	Schema string
 	// FS holds the goose SQL files (NNNNN_name.sql) at its root.
@@ -60,7 +56,7 @@ func PatternSet(name string, files fs.FS, schema string) Set {
 		// fs.Sub fails only on an invalid path, and "migrations" is valid.
 		panic(err)
 	}
-	return Set{Name: name, Schema: pgschema.OrDefault(schema), FS: sub, VersionTable: name + "_schema_version"}
+	return Set{Name: name, Schema: SchemaOrDefault(schema), FS: sub, VersionTable: name + "_schema_version"}
 }
 
 // Applied is what Apply did to one set.
@@ -70,7 +66,7 @@ type Applied struct {
 }
 
 func (s *Set) setDefaults() {
-	s.Schema = pgschema.OrDefault(s.Schema)
+	s.Schema = SchemaOrDefault(s.Schema)
 	if s.VersionTable == "" {
 		s.VersionTable = DefaultVersionTable
 	}
@@ -84,10 +80,10 @@ func (s Set) Validate() error {
 	if s.FS == nil {
 		return fmt.Errorf("migration set %s: FS is required", s.Name)
 	}
-	if err := pgschema.Validate(s.Schema); err != nil {
+	if err := ValidateSchema(s.Schema); err != nil {
 		return fmt.Errorf("migration set %s: %w", s.Name, err)
 	}
-	if err := pgschema.Validate(s.VersionTable); err != nil {
+	if err := ValidateSchema(s.VersionTable); err != nil {
 		return fmt.Errorf("migration set %s: version table: %w", s.Name, err)
 	}
 	return nil
@@ -135,14 +131,14 @@ func ApplyDSN(ctx context.Context, dsn string, sets ...Set) ([]Applied, error) {
 
 // qCreateSchema runs before goose, whose version table must have a schema to
 // live in, and so before goose's lock. The name was validated
-// (pgschema.Validate), so it needs no quoting.
+// (ValidateSchema), so it needs no quoting.
 const qCreateSchema = `CREATE SCHEMA IF NOT EXISTS %s`
 
 func apply(ctx context.Context, db *sql.DB, s Set) (int64, error) {
 	if _, err := db.ExecContext(ctx, fmt.Sprintf(qCreateSchema, s.Schema)); err != nil && !schemaCreatedConcurrently(err) {
 		return 0, fmt.Errorf("create schema %s: %w", s.Schema, err)
 	}
-	files, err := pgschema.RenderFS(s.FS, s.Schema)
+	files, err := RenderFS(s.FS, s.Schema)
 	if err != nil {
 		return 0, err
 	}
@@ -177,19 +173,4 @@ func apply(ctx context.Context, db *sql.DB, s Set) (int64, error) {
 func schemaCreatedConcurrently(err error) bool {
 	var pe *pgconn.PgError
 	return errors.As(err, &pe) && (pe.Code == "23505" || pe.Code == "42P06")
-}
-
-// Command is the `<service> migrate` subcommand: it reads DATABASE_URL from
-// env (failing with the variable's name when it is missing), applies the
-// sets and logs the version each reached.
-func Command(ctx context.Context, env *envconfig.Reader, logger *slog.Logger, sets ...Set) error {
-	dsn := env.Required("DATABASE_URL")
-	if err := env.Err(); err != nil {
-		return err
-	}
-	applied, err := ApplyDSN(ctx, dsn, sets...)
-	for _, a := range applied {
-		logger.InfoContext(ctx, "migrated", "set", a.Name, "version", a.Version)
-	}
-	return err
 }

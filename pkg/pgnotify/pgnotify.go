@@ -24,8 +24,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/lossless-dev/lossless/pkg/backoff"
 	"github.com/lossless-dev/lossless/pkg/pgdb"
+	"github.com/lossless-dev/lossless/pkg/retry"
 )
 
 // Listen holds a dedicated connection (a pool connection would be pinned by
@@ -34,7 +34,7 @@ import (
 // once, because notifications sent while nobody listened are lost. A lost
 // connection is retried with reconnect's delays; meanwhile the caller's
 // polling covers.
-func Listen(ctx context.Context, conn *pgx.ConnConfig, channel string, reconnect backoff.Policy, logger *slog.Logger, onNotify func(payload string)) {
+func Listen(ctx context.Context, conn *pgx.ConnConfig, channel string, reconnect retry.Backoff, logger *slog.Logger, onNotify func(payload string)) {
 	for attempt := 1; ctx.Err() == nil; attempt++ {
 		err := listenOnce(ctx, conn, channel, onNotify)
 		if ctx.Err() != nil {

@@ -5,7 +5,7 @@
 //   - in a child process of a test binary that started a cluster (a fuzz
 //     worker), on its parent's cluster;
 //   - otherwise on one ephemeral cluster per test binary, started lazily from
-//     the local PostgreSQL binaries (see package pgcluster) and stopped by Main.
+//     the local PostgreSQL binaries (StartCluster) and stopped by Main.
 //
 // Each database is cloned from a template that is migrated once per migration
 // set (peterldowns/pgtestdb), so a new database costs ~0.1–0.4 s, not a full
@@ -31,7 +31,6 @@ import (
 	"github.com/peterldowns/pgtestdb"
 	"github.com/peterldowns/pgtestdb/migrators/common"
 
-	"github.com/lossless-dev/lossless/pkg/pgcluster"
 	"github.com/lossless-dev/lossless/pkg/pgmigrate"
 )
 
@@ -40,7 +39,7 @@ import (
 const EnvFsync = "LOSSLESS_PG_FSYNC"
 
 // EnvStatStatements, set to "on", starts the ephemeral cluster with
-// pg_stat_statements preloaded (pgcluster.Options.StatStatements); make bench
+// pg_stat_statements preloaded (ClusterOptions.StatStatements); make bench
 // sets it, and benchmark B5 reports the statements the server spent its time
 // on.
 const EnvStatStatements = "LOSSLESS_PG_STAT_STATEMENTS"
@@ -56,7 +55,7 @@ const envServer = "LOSSLESS_PGTEST_SERVER"
 var shared struct {
 	mu      sync.Mutex
 	main    bool
-	cluster *pgcluster.Cluster
+	cluster *Cluster
 	base    pgtestdb.Config
 	err     error
 	started bool
@@ -185,7 +184,7 @@ func server() (pgtestdb.Config, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	c, err := pgcluster.Start(ctx, pgcluster.Options{
+	c, err := StartCluster(ctx, ClusterOptions{
 		Fsync:          os.Getenv(EnvFsync) == "on",
 		StatStatements: os.Getenv(EnvStatStatements) == "on",
 	})

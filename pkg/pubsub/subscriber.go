@@ -16,7 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
-	"github.com/lossless-dev/lossless/pkg/backoff"
+	"github.com/lossless-dev/lossless/pkg/retry"
 	"github.com/lossless-dev/lossless/pkg/telemetry"
 )
 
@@ -93,7 +93,7 @@ type SubscriberConfig struct {
 	// PullBackoff spaces RunBatch's next Pull after a failed Pull
 	// (Unavailable, ...) or after a batch whose every message failed.
 	// Default Base 100 ms, Max 10 s.
-	PullBackoff backoff.Policy
+	PullBackoff retry.Backoff
 	// EmptyPollInterval, when positive, makes RunBatch pull with
 	// ReturnImmediately and wait this long after an empty pull itself.
 	// Default 0: the server holds an empty Pull until a message arrives,
@@ -127,7 +127,7 @@ func DefaultSubscriberConfig() SubscriberConfig {
 		BatchConcurrency:       2,
 		BatchLeaseExtension:    60 * time.Second,
 		AckTimeout:             30 * time.Second,
-		PullBackoff:            backoff.Policy{Base: 100 * time.Millisecond, Max: 10 * time.Second},
+		PullBackoff:            retry.Backoff{Base: 100 * time.Millisecond, Max: 10 * time.Second},
 	}
 }
 

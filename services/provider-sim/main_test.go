@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/lossless-dev/lossless/pkg/envconfig"
+	"github.com/lossless-dev/lossless/internal/envconfig"
 )
 
 func TestUnknownCommandIsRefused(t *testing.T) {

@@ -26,9 +26,9 @@ import (
 	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/leasequeue"
 	"github.com/lossless-dev/lossless/pkg/parked"
-	"github.com/lossless-dev/lossless/pkg/permanent"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
+	"github.com/lossless-dev/lossless/pkg/retry"
 	"github.com/lossless-dev/lossless/pkg/server"
 	"github.com/lossless-dev/lossless/services/billing/internal/admin"
 	"github.com/lossless-dev/lossless/services/billing/internal/intake"
@@ -101,7 +101,7 @@ func TestBillingAdmin_ListsJobsAndParkedMessages(t *testing.T) {
 	if err != nil || len(claimed) != 1 {
 		t.Fatalf("claim: %v %v", claimed, err)
 	}
-	if err := queue.Fail(ctx, claimed[0], permanent.Mark(errors.New("customer unknown"))); err != nil {
+	if err := queue.Fail(ctx, claimed[0], retry.Permanent(errors.New("customer unknown"))); err != nil {
 		t.Fatal(err)
 	}
 	running, err := queue.Claim(ctx, "worker-2", 1, claimed[0].ID)

@@ -17,7 +17,7 @@ import (
 	billingv1 "github.com/lossless-dev/lossless/gen/lossless/billing/v1"
 	eventsv1 "github.com/lossless-dev/lossless/gen/lossless/events/v1"
 	"github.com/lossless-dev/lossless/pkg/outbox"
-	"github.com/lossless-dev/lossless/pkg/permanent"
+	"github.com/lossless-dev/lossless/pkg/retry"
 	"github.com/lossless-dev/lossless/services/billing/internal/admin"
 	"github.com/lossless-dev/lossless/services/billing/internal/intake"
 	"github.com/lossless-dev/lossless/services/billing/internal/issuer"
@@ -67,7 +67,7 @@ func TestRequeueOutboxEvents_OverGRPCAndCLI(t *testing.T) {
 	relay, err := outbox.NewRelay(r.pool, map[string]outbox.Dispatcher{
 		eventType: outbox.DispatcherFunc(func(_ context.Context, ev outbox.Event) (outbox.Commit, error) {
 			if refused[ev.AggregateID] {
-				return nil, permanent.Mark(errors.New("topic refuses the message"))
+				return nil, retry.Permanent(errors.New("topic refuses the message"))
 			}
 			return nil, nil
 		}),

@@ -16,9 +16,9 @@ import (
 
 	billingv1 "github.com/lossless-dev/lossless/gen/lossless/billing/v1"
 	"github.com/lossless-dev/lossless/internal/topology"
-	"github.com/lossless-dev/lossless/pkg/permanent"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/pubsubtest"
+	"github.com/lossless-dev/lossless/pkg/retry"
 	"github.com/lossless-dev/lossless/pkg/waitfor"
 	"github.com/lossless-dev/lossless/services/billing/internal/admin"
 	"github.com/lossless-dev/lossless/services/billing/internal/intake"
@@ -54,7 +54,7 @@ func TestRetryInvoiceJobs_DryRunThenOnceAudited(t *testing.T) {
 	if err != nil || len(claimed) != 1 {
 		t.Fatalf("claim: %v %v", claimed, err)
 	}
-	if err := r.queue.Fail(ctx, claimed[0], permanent.Mark(errors.New("customer unknown"))); err != nil {
+	if err := r.queue.Fail(ctx, claimed[0], retry.Permanent(errors.New("customer unknown"))); err != nil {
 		t.Fatal(err)
 	}
 	id := claimed[0].ID
@@ -222,7 +222,7 @@ func TestJobsRetryCLI_DryRunThenOnceAudited(t *testing.T) {
 	if err != nil || len(claimed) != 1 {
 		t.Fatalf("claim: %v %v", claimed, err)
 	}
-	if err := r.queue.Fail(ctx, claimed[0], permanent.Mark(errors.New("customer unknown"))); err != nil {
+	if err := r.queue.Fail(ctx, claimed[0], retry.Permanent(errors.New("customer unknown"))); err != nil {
 		t.Fatal(err)
 	}
 	id := strconv.FormatInt(claimed[0].ID, 10)

@@ -21,7 +21,6 @@ import (
 	"github.com/lossless-dev/lossless/pkg/leasequeue"
 	"github.com/lossless-dev/lossless/pkg/outbox"
 	"github.com/lossless-dev/lossless/pkg/outboxpubsub"
-	"github.com/lossless-dev/lossless/pkg/outboxtrace"
 	"github.com/lossless-dev/lossless/pkg/parked"
 	"github.com/lossless-dev/lossless/pkg/pgdb"
 	"github.com/lossless-dev/lossless/pkg/pgleader"
@@ -112,7 +111,7 @@ func Build(pool *pgxpool.Pool, pub *pubsub.Publisher, cfg config.Config, logger 
 		return nil, err
 	}
 	invoiceIssued := string((&eventsv1.InvoiceIssued{}).ProtoReflect().Descriptor().FullName())
-	dispatchers := outboxtrace.Dispatchers(tel.TracerProvider, map[string]outbox.Dispatcher{invoiceIssued: outboxpubsub.New(pub)})
+	dispatchers := outbox.TraceDispatchers(tel.TracerProvider, map[string]outbox.Dispatcher{invoiceIssued: outboxpubsub.New(pub)})
 	if c.Relay, err = outbox.NewRelay(pool, dispatchers, cfg.Outbox, logger.With("component", "outbox-relay"), meter); err != nil {
 		return nil, err
 	}

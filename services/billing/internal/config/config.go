@@ -9,14 +9,14 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/lossless-dev/lossless/pkg/backoff"
+	"github.com/lossless-dev/lossless/internal/envconfig"
 	"github.com/lossless-dev/lossless/pkg/consumer"
-	"github.com/lossless-dev/lossless/pkg/envconfig"
 	"github.com/lossless-dev/lossless/pkg/leasequeue"
 	"github.com/lossless-dev/lossless/pkg/operatorauth"
 	"github.com/lossless-dev/lossless/pkg/outbox"
 	"github.com/lossless-dev/lossless/pkg/pgdb"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
+	"github.com/lossless-dev/lossless/pkg/retry"
 	"github.com/lossless-dev/lossless/pkg/server"
 	"github.com/lossless-dev/lossless/pkg/telemetry"
 	"github.com/lossless-dev/lossless/services/billing/internal/intake"
@@ -139,7 +139,7 @@ func FromEnv(r *envconfig.Reader) (Config, error) {
 		Queue: leasequeue.Config{
 			Name:          QueueName,
 			LeaseDuration: lease,
-			Backoff: backoff.Policy{
+			Backoff: retry.Backoff{
 				Base: r.Duration("BILLING_JOBS_BACKOFF_BASE", time.Second),
 				Max:  r.Duration("BILLING_JOBS_BACKOFF_MAX", 5*time.Minute),
 			},

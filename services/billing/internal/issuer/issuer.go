@@ -24,7 +24,7 @@ import (
 	"github.com/lossless-dev/lossless/internal/orderhop"
 	"github.com/lossless-dev/lossless/pkg/leasequeue"
 	"github.com/lossless-dev/lossless/pkg/outbox"
-	"github.com/lossless-dev/lossless/pkg/permanent"
+	"github.com/lossless-dev/lossless/pkg/retry"
 	"github.com/lossless-dev/lossless/services/billing/internal/invoice"
 	"github.com/lossless-dev/lossless/services/billing/internal/store"
 )
@@ -76,11 +76,11 @@ func New(now func() time.Time, logger *slog.Logger, meter metric.Meter) (*Issuer
 func (i *Issuer) Handle(ctx context.Context, job leasequeue.Job) (leasequeue.Complete, error) {
 	var ev eventsv1.WorkOrderCompletionRecorded
 	if err := proto.Unmarshal(job.Payload, &ev); err != nil {
-		return nil, permanent.Mark(fmt.Errorf("decode job payload: %w", err))
+		return nil, retry.Permanent(fmt.Errorf("decode job payload: %w", err))
 	}
 	order, err := OrderFromEvent(&ev)
 	if err != nil {
-		return nil, permanent.Mark(err)
+		return nil, retry.Permanent(err)
 	}
 	id, err := uuid.NewV7()
 	if err != nil {
@@ -88,7 +88,7 @@ func (i *Issuer) Handle(ctx context.Context, job leasequeue.Job) (leasequeue.Com
 	}
 	inv, err := invoice.Compute(id, order, i.now())
 	if err != nil {
-		return nil, permanent.Mark(err)
+		return nil, retry.Permanent(err)
 	}
 	issued := &eventsv1.InvoiceIssued{
 		InvoiceId:   inv.ID.String(),

@@ -11,7 +11,7 @@ import (
 	"net/url"
 	"time"
 
-	"github.com/lossless-dev/lossless/pkg/envconfig"
+	"github.com/lossless-dev/lossless/internal/envconfig"
 	"github.com/lossless-dev/lossless/pkg/operatorauth"
 )
 

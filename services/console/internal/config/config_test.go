@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lossless-dev/lossless/pkg/envconfig"
+	"github.com/lossless-dev/lossless/internal/envconfig"
 	"github.com/lossless-dev/lossless/services/console/internal/config"
 )
 

@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/lossless-dev/lossless/pkg/backoff"
-	"github.com/lossless-dev/lossless/pkg/envconfig"
-	"github.com/lossless-dev/lossless/pkg/leaseowner"
+	"github.com/lossless-dev/lossless/internal/envconfig"
+	"github.com/lossless-dev/lossless/pkg/leasequeue"
+	"github.com/lossless-dev/lossless/pkg/retry"
 )
 
 // Environment variables read by ConfigFromEnv.
@@ -48,7 +48,7 @@ type Config struct {
 	NoJitter bool
 	// Retry spaces the attempts of a job whose publish failed (Pub/Sub
 	// unavailable, F16). Default base 500ms, max 30s, full jitter.
-	Retry backoff.Policy
+	Retry retry.Backoff
 	// Instance is this process's identity across restarts (a pod or replica
 	// name, "provider-sim-1"). When set, Owner is "<Instance>/<pid>-<random>"
 	// and Run first releases the jobs an earlier incarnation of the instance
@@ -79,7 +79,7 @@ func ConfigFromEnv(env *envconfig.Reader) Config {
 		ExecBase:        env.Duration(EnvExecBase, time.Second),
 		ExecPerPosition: env.Duration(EnvExecPerPosition, 2*time.Millisecond),
 		ExecJitter:      env.Float(EnvExecJitter, 0.2),
-		Retry: backoff.Policy{
+		Retry: retry.Backoff{
 			Base: env.Duration(EnvRetryBase, 500*time.Millisecond),
 			Max:  env.Duration(EnvRetryMax, 30*time.Second),
 		},
@@ -132,7 +132,7 @@ func (c Config) Validate() error {
 	if err := c.Retry.Validate(); err != nil {
 		errs = append(errs, envconfig.Check(EnvRetryBase+"/"+EnvRetryMax, err))
 	}
-	if err := errors.Join(leaseowner.ValidateInstance(c.Instance), leaseowner.ValidateOwner(c.Owner, c.Instance)); err != nil {
+	if err := errors.Join(leasequeue.ValidateInstance(c.Instance), leasequeue.ValidateOwner(c.Owner, c.Instance)); err != nil {
 		errs = append(errs, envconfig.Check(EnvInstance, err))
 	}
 	return errors.Join(errs...)

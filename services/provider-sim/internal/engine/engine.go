@@ -36,7 +36,7 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/lossless-dev/lossless/internal/orderhop"
-	"github.com/lossless-dev/lossless/pkg/leaseowner"
+	"github.com/lossless-dev/lossless/pkg/leasequeue"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/telemetry"
 	"github.com/lossless-dev/lossless/services/provider-sim/internal/faults"
@@ -125,7 +125,7 @@ func New(pool *pgxpool.Pool, pub Publisher, dice *faults.Dice, cfg Config, logge
 	}
 	cfg.setDefaults()
 	if cfg.Owner == "" {
-		cfg.Owner = leaseowner.New(cfg.Instance)
+		cfg.Owner = leasequeue.NewOwner(cfg.Instance)
 	}
 	if cfg.Crash == nil {
 		cfg.Crash = func() { os.Exit(3) }

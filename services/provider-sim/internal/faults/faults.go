@@ -17,7 +17,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/lossless-dev/lossless/pkg/envconfig"
+	"github.com/lossless-dev/lossless/internal/envconfig"
 )
 
 // Environment variables read by FromEnv; they set the knobs at start. Runtime

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lossless-dev/lossless/pkg/envconfig"
+	"github.com/lossless-dev/lossless/internal/envconfig"
 )
 
 func TestValidateNamesEveryBadKnobAndItsVariable(t *testing.T) {

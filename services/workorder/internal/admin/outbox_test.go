@@ -13,7 +13,7 @@ import (
 
 	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
 	"github.com/lossless-dev/lossless/pkg/outbox"
-	"github.com/lossless-dev/lossless/pkg/permanent"
+	"github.com/lossless-dev/lossless/pkg/retry"
 	"github.com/lossless-dev/lossless/services/workorder/internal/admin"
 	"github.com/lossless-dev/lossless/services/workorder/internal/handoff"
 	"github.com/lossless-dev/lossless/services/workorder/internal/orders"
@@ -49,7 +49,7 @@ func TestRequeueOutboxEvents_OverGRPCAndCLI(t *testing.T) {
 	relay, err := outbox.NewRelay(b.pool, map[string]outbox.Dispatcher{
 		handoff.EventType: outbox.DispatcherFunc(func(_ context.Context, ev outbox.Event) (outbox.Commit, error) {
 			if refused[ev.AggregateID] {
-				return nil, permanent.Mark(errors.New("provider refused the order"))
+				return nil, retry.Permanent(errors.New("provider refused the order"))
 			}
 			return nil, nil
 		}),

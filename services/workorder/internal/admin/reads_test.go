@@ -18,7 +18,7 @@ import (
 	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
 	"github.com/lossless-dev/lossless/internal/pagetoken"
 	"github.com/lossless-dev/lossless/pkg/outbox"
-	"github.com/lossless-dev/lossless/pkg/permanent"
+	"github.com/lossless-dev/lossless/pkg/retry"
 	"github.com/lossless-dev/lossless/pkg/server"
 	"github.com/lossless-dev/lossless/services/workorder/internal/admin"
 	"github.com/lossless-dev/lossless/services/workorder/internal/handoff"
@@ -115,7 +115,7 @@ func TestListOutboxEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	ids := createOrders(t, b.pool, repo, 3)
-	outcome := map[string]error{ids[0]: nil, ids[1]: permanent.Mark(errors.New("provider refused the order")),
+	outcome := map[string]error{ids[0]: nil, ids[1]: retry.Permanent(errors.New("provider refused the order")),
 		ids[2]: errors.New("provider timed out")}
 	relay, err := outbox.NewRelay(b.pool, map[string]outbox.Dispatcher{
 		handoff.EventType: outbox.DispatcherFunc(func(_ context.Context, ev outbox.Event) (outbox.Commit, error) {

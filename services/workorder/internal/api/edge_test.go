@@ -17,8 +17,8 @@ import (
 
 	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
 	"github.com/lossless-dev/lossless/migrations"
-	"github.com/lossless-dev/lossless/pkg/pgcluster"
 	"github.com/lossless-dev/lossless/pkg/pgmigrate"
+	"github.com/lossless-dev/lossless/pkg/pgtest"
 )
 
 // A page token that decodes but names a position no listing can have (a
@@ -73,7 +73,7 @@ func TestNULByteInFreeTextIs400NamingTheField(t *testing.T) {
 func TestCreateDuringDatabaseOutageIs503AndItsRetrySucceeds(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	cluster, err := pgcluster.Start(ctx, pgcluster.Options{})
+	cluster, err := pgtest.StartCluster(ctx, pgtest.ClusterOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,7 +31,7 @@ import (
 	"github.com/lossless-dev/lossless/pkg/inbox"
 	"github.com/lossless-dev/lossless/pkg/outbox"
 	"github.com/lossless-dev/lossless/pkg/outboxpubsub"
-	"github.com/lossless-dev/lossless/pkg/outboxtrace"
+
 	"github.com/lossless-dev/lossless/pkg/pgdb"
 	"github.com/lossless-dev/lossless/pkg/pgleader"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
@@ -191,7 +191,7 @@ func (a *App) buildLoops(workerPool *pgxpool.Pool, workerRepo *orders.Repository
 	// One dispatcher per outbox event type; an event of an unknown type goes
 	// to FAILED, never silently dropped.
 	// Each dispatch is a span linked to the request that wrote the event.
-	dispatchers := outboxtrace.Dispatchers(a.tel.TracerProvider, map[string]outbox.Dispatcher{
+	dispatchers := outbox.TraceDispatchers(a.tel.TracerProvider, map[string]outbox.Dispatcher{
 		handoff.EventType:                   handOff,
 		correlation.EventCompletionRecorded: outboxpubsub.New(a.pub),
 	})

@@ -17,9 +17,9 @@ import (
 
 	eventsv1 "github.com/lossless-dev/lossless/gen/lossless/events/v1"
 	"github.com/lossless-dev/lossless/migrations"
-	"github.com/lossless-dev/lossless/pkg/backoff"
 	"github.com/lossless-dev/lossless/pkg/inbox"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
+	"github.com/lossless-dev/lossless/pkg/retry"
 	"github.com/lossless-dev/lossless/pkg/waitfor"
 	"github.com/lossless-dev/lossless/services/workorder/internal/correlation"
 )
@@ -50,8 +50,8 @@ func setup(t testing.TB) bundle {
 var fastConfig = inbox.Config{
 	PollInterval: 2 * time.Millisecond, SweepInterval: time.Millisecond,
 	MaxAttempts: 3, MaxAge: time.Nanosecond,
-	DeferBackoff:     backoff.Policy{Base: time.Millisecond, Max: 2 * time.Millisecond},
-	TechnicalBackoff: backoff.Policy{Base: time.Millisecond, Max: 2 * time.Millisecond},
+	DeferBackoff:     retry.Backoff{Base: time.Millisecond, Max: 2 * time.Millisecond},
+	TechnicalBackoff: retry.Backoff{Base: time.Millisecond, Max: 2 * time.Millisecond},
 }
 
 func quietLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
@@ -536,7 +536,7 @@ func TestRelay_MixedBatchAppliesAndDefers(t *testing.T) {
 	b.ingest(t, completed("early", early, 1), completed("ready", ready, 1))
 	cfg := fastConfig
 	cfg.MaxAge = time.Hour
-	cfg.DeferBackoff = backoff.Policy{Base: time.Hour, Max: time.Hour}
+	cfg.DeferBackoff = retry.Backoff{Base: time.Hour, Max: time.Hour}
 	r := b.relay(t, cfg)
 	if n, err := r.ProcessBatch(context.Background()); err != nil || n != 2 {
 		t.Fatalf("ProcessBatch = %d, %v", n, err)

@@ -51,7 +51,7 @@ import (
 	"github.com/lossless-dev/lossless/internal/orderhop"
 	"github.com/lossless-dev/lossless/pkg/inbox"
 	"github.com/lossless-dev/lossless/pkg/outbox"
-	"github.com/lossless-dev/lossless/pkg/permanent"
+	"github.com/lossless-dev/lossless/pkg/retry"
 	"github.com/lossless-dev/lossless/services/workorder/internal/orders"
 )
 
@@ -157,11 +157,11 @@ func NewDispatcher(provider providerv1.ProviderServiceClient, repo *orders.Repos
 func (d *Dispatcher) Dispatch(ctx context.Context, ev outbox.Event) (outbox.Commit, error) {
 	var msg eventsv1.WorkOrderHandOffRequested
 	if err := proto.Unmarshal(ev.Payload, &msg); err != nil {
-		return nil, permanent.Mark(fmt.Errorf("handoff: decode event %s: %w", ev.ID, err))
+		return nil, retry.Permanent(fmt.Errorf("handoff: decode event %s: %w", ev.ID, err))
 	}
 	id, err := uuid.Parse(msg.GetWorkOrderId())
 	if err != nil {
-		return nil, permanent.Mark(fmt.Errorf("handoff: event %s: work order id %q: %w", ev.ID, msg.GetWorkOrderId(), err))
+		return nil, retry.Permanent(fmt.Errorf("handoff: event %s: work order id %q: %w", ev.ID, msg.GetWorkOrderId(), err))
 	}
 	log := d.log.With("work_order_id", id, "event_id", ev.ID, "attempt", ev.Attempts)
 
@@ -171,7 +171,7 @@ func (d *Dispatcher) Dispatch(ctx context.Context, ev outbox.Event) (outbox.Comm
 	switch {
 	case errors.Is(err, orders.ErrNotFound):
 		// I1 makes this impossible short of a manual delete: a human must look.
-		return nil, permanent.Mark(fmt.Errorf("handoff: event %s: %w", ev.ID, err))
+		return nil, retry.Permanent(fmt.Errorf("handoff: event %s: %w", ev.ID, err))
 	case err != nil:
 		return nil, err
 	case current.Status != orders.StatusCreated:
@@ -194,7 +194,7 @@ func (d *Dispatcher) Dispatch(ctx context.Context, ev outbox.Event) (outbox.Comm
 	if err != nil {
 		code := status.Code(err)
 		err = classify(err)
-		if permanent.Is(err) {
+		if retry.IsPermanent(err) {
 			d.rejected.Add(ctx, 1, metric.WithAttributes(attribute.String("code", code.String())))
 			log.WarnContext(ctx, "provider refused the hand-off permanently", "error", err)
 		}
@@ -202,7 +202,7 @@ func (d *Dispatcher) Dispatch(ctx context.Context, ev outbox.Event) (outbox.Comm
 	}
 	jobID := resp.GetAcceptance().GetJobId()
 	if jobID == "" {
-		return nil, permanent.Mark(fmt.Errorf("handoff: provider accepted work order %s without a job id", id))
+		return nil, retry.Permanent(fmt.Errorf("handoff: provider accepted work order %s without a job id", id))
 	}
 	return d.commit(trace.SpanContextFromContext(ctx), id, jobID, ev.ID.String(), orderhop.Time(msg.GetOccurredAt()), log), nil
 }
@@ -287,7 +287,7 @@ func (d *Dispatcher) commit(sc trace.SpanContext, id uuid.UUID, jobID, eventID s
 func classify(err error) error {
 	switch status.Code(err) {
 	case codes.InvalidArgument, codes.OutOfRange, codes.FailedPrecondition, codes.Unimplemented, codes.AlreadyExists:
-		return permanent.Mark(err)
+		return retry.Permanent(err)
 	case codes.Unavailable, codes.DeadlineExceeded:
 		return outbox.Unavailable(err)
 	default:

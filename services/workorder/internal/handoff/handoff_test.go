@@ -23,8 +23,8 @@ import (
 	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/inbox"
 	"github.com/lossless-dev/lossless/pkg/outbox"
-	"github.com/lossless-dev/lossless/pkg/permanent"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
+	"github.com/lossless-dev/lossless/pkg/retry"
 	"github.com/lossless-dev/lossless/pkg/waitfor"
 	"github.com/lossless-dev/lossless/services/workorder/internal/handoff"
 	"github.com/lossless-dev/lossless/services/workorder/internal/orders"
@@ -436,7 +436,7 @@ func TestShutdownDuringProviderCall_CallCompletes(t *testing.T) {
 	}
 
 	second := b.createOrder(t)
-	if _, err := b.dispatcher.Dispatch(ctx, b.event(t, second)); !errors.Is(err, context.Canceled) || permanent.Is(err) {
+	if _, err := b.dispatcher.Dispatch(ctx, b.event(t, second)); !errors.Is(err, context.Canceled) || retry.IsPermanent(err) {
 		t.Fatalf("dispatch after shutdown began: %v, want a transient context.Canceled", err)
 	}
 	if n := b.provider.callsFor(second); n != 0 {
@@ -473,7 +473,7 @@ func TestErrorClassification(t *testing.T) {
 		id := b.createOrder(t)
 		answers.Store(id.String(), code)
 		commit, err := b.dispatcher.Dispatch(context.Background(), b.event(t, id))
-		got := kind{permanent.Is(err), outbox.IsUnavailable(err)}
+		got := kind{retry.IsPermanent(err), outbox.IsUnavailable(err)}
 		if err == nil || commit != nil || got != want || status.Code(err) != code {
 			t.Errorf("%v: err %v (code %v), %+v want %+v", code, err, status.Code(err), got, want)
 		}
@@ -484,7 +484,7 @@ func TestMalformedEventIsPermanent(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	_, err := b.dispatcher.Dispatch(context.Background(), outbox.Event{ID: uuid.New(), Payload: []byte{0xff, 0xff}})
-	if !permanent.Is(err) {
+	if !retry.IsPermanent(err) {
 		t.Fatalf("garbage payload: %v", err)
 	}
 }

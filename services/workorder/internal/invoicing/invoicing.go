@@ -46,9 +46,9 @@ import (
 	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/pkg/consumer"
 	"github.com/lossless-dev/lossless/pkg/parked"
-	"github.com/lossless-dev/lossless/pkg/permanent"
 	"github.com/lossless-dev/lossless/pkg/pgdb"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
+	"github.com/lossless-dev/lossless/pkg/retry"
 	"github.com/lossless-dev/lossless/services/workorder/internal/orders"
 )
 
@@ -180,7 +180,7 @@ func New(db pgdb.DB, cfg Config, logger *slog.Logger, meter metric.Meter, opts .
 
 // refuse is apply's refusal: the skeleton rolls back ev's effects and its
 // marker and parks the message with reason.
-func refuse(reason string) error { return permanent.Mark(errors.New(reason)) }
+func refuse(reason string) error { return retry.Permanent(errors.New(reason)) }
 
 // apply invoices ev's order in tx, where the skeleton claimed ev's marker.
 // The order is locked before it is read: of two concurrent applications

@@ -12,9 +12,9 @@ import (
 	"github.com/lossless-dev/lossless/internal/orderhop"
 	"github.com/lossless-dev/lossless/internal/orderhop/orderhoptest"
 	"github.com/lossless-dev/lossless/internal/topology"
-	"github.com/lossless-dev/lossless/pkg/backoff"
 	"github.com/lossless-dev/lossless/pkg/inbox"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
+	"github.com/lossless-dev/lossless/pkg/retry"
 	"github.com/lossless-dev/lossless/pkg/waitfor"
 	"github.com/lossless-dev/lossless/services/workorder/internal/correlation"
 	"github.com/lossless-dev/lossless/services/workorder/internal/receiver"
@@ -43,7 +43,7 @@ func TestHopsDeliverAndCorrelate(t *testing.T) {
 	}
 
 	sub, err := pubsub.NewSubscriber(b.emu.Client, topology.SubWorkOrderCompleted, pubsub.SubscriberConfig{
-		PullBackoff: backoff.Policy{Base: time.Millisecond, Max: 10 * time.Millisecond}}, quiet, nil)
+		PullBackoff: retry.Backoff{Base: time.Millisecond, Max: 10 * time.Millisecond}}, quiet, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,13 +18,12 @@ import (
 	eventsv1 "github.com/lossless-dev/lossless/gen/lossless/events/v1"
 	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/migrations"
-	"github.com/lossless-dev/lossless/pkg/backoff"
 	"github.com/lossless-dev/lossless/pkg/inbox"
-	"github.com/lossless-dev/lossless/pkg/pgcluster"
 	"github.com/lossless-dev/lossless/pkg/pgmigrate"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/pubsubtest"
+	"github.com/lossless-dev/lossless/pkg/retry"
 	"github.com/lossless-dev/lossless/pkg/waitfor"
 	"github.com/lossless-dev/lossless/services/workorder/internal/correlation"
 	"github.com/lossless-dev/lossless/services/workorder/internal/receiver"
@@ -64,7 +63,7 @@ func setup(t testing.TB, pool *pgxpool.Pool) bundle {
 func (b bundle) receive(t testing.TB, wrap func(pubsub.BatchHandler) pubsub.BatchHandler) {
 	t.Helper()
 	sub, err := pubsub.NewSubscriber(b.emu.Client, topology.SubWorkOrderCompleted, pubsub.SubscriberConfig{
-		PullBackoff: backoff.Policy{Base: time.Millisecond, Max: 10 * time.Millisecond}}, quiet, nil)
+		PullBackoff: retry.Backoff{Base: time.Millisecond, Max: 10 * time.Millisecond}}, quiet, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,7 +224,7 @@ func TestF10_CrashBetweenInsertAndAck_RedeliveryIsANoOp(t *testing.T) {
 func TestF15_DatabaseDownAndBack_NothingLost(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	cluster, err := pgcluster.Start(ctx, pgcluster.Options{})
+	cluster, err := pgtest.StartCluster(ctx, pgtest.ClusterOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,7 +275,7 @@ func TestF15_DatabaseDownAndBack_NothingLost(t *testing.T) {
 		}
 	})
 	relay, err := inbox.NewRelay(pool, correlation.NewHandler(), inbox.Config{PollInterval: 5 * time.Millisecond,
-		TechnicalBackoff: backoff.Policy{Base: 10 * time.Millisecond, Max: 200 * time.Millisecond}}, quiet, nil)
+		TechnicalBackoff: retry.Backoff{Base: 10 * time.Millisecond, Max: 200 * time.Millisecond}}, quiet, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

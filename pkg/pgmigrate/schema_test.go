@@ -1,4 +1,4 @@
-package pgschema
+package pgmigrate
 
 import (
 	"io/fs"
@@ -7,15 +7,15 @@ import (
 	"testing/fstest"
 )
 
-func TestValidate(t *testing.T) {
+func TestValidateSchema(t *testing.T) {
 	for _, ok := range []string{"public", "billing", "_x", "outbox_2", strings.Repeat("a", 63)} {
-		if err := Validate(ok); err != nil {
-			t.Errorf("Validate(%q) = %v, want nil", ok, err)
+		if err := ValidateSchema(ok); err != nil {
+			t.Errorf("ValidateSchema(%q) = %v, want nil", ok, err)
 		}
 	}
 	for _, bad := range []string{"", "Billing", "a-b", "a.b", `a"b`, "1a", "pg_catalog", strings.Repeat("a", 64), "a b", "a;drop"} {
-		if err := Validate(bad); err == nil {
-			t.Errorf("Validate(%q) = nil, want an error", bad)
+		if err := ValidateSchema(bad); err == nil {
+			t.Errorf("ValidateSchema(%q) = nil, want an error", bad)
 		}
 	}
 }

@@ -1,11 +1,11 @@
-// Package outboxbench is what the outbox benchmarks share (B1 and B2 in
+// Package benchkit is what the outbox and queue benchmarks share (B1 and B2 in
 // pkg/outbox, B1p in pkg/outboxpubsub): the PostgreSQL claim anchors of
 // docs/performance.md, verbatim, and a backlog of outbox rows shaped like
 // production's. Like pgtest, its helpers take a testing.TB and stop the
 // benchmark on error. Fill and WaitDrained work on the outbox of the
 // session's search_path, the default schema of outbox.Migrations("") that
 // the benchmarks create.
-package outboxbench
+package benchkit
 
 import (
 	"context"
@@ -57,7 +57,7 @@ CREATE TABLE q (id bigserial PRIMARY KEY, status text NOT NULL DEFAULT 'PENDING'
 func Anchor(tb testing.TB, pool *pgxpool.Pool, claim Claim, n int, d time.Duration) float64 {
 	tb.Helper()
 	if claim != Keyset && claim != Naive {
-		tb.Fatalf("outboxbench: unknown claim %d", claim)
+		tb.Fatalf("benchkit: unknown claim %d", claim)
 	}
 	ctx := context.Background()
 	exec(tb, pool, anchorSetup)

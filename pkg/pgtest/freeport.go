@@ -1,4 +1,6 @@
-// Package freeport finds loopback TCP ports for a process to listen on
+package pgtest
+
+// FreePorts and FreePort find loopback TCP ports for a process to listen on
 // later: test databases, and the services of `make run` and the end-to-end
 // tests.
 //
@@ -11,7 +13,6 @@
 // (/proc/sys/net/ipv4/ip_local_port_range, 32768–60999 by default), where
 // only another explicit bind can take them, and each is checked by binding
 // it. Where that range is unknown or too small, ":0" is the fallback.
-package freeport
 
 import (
 	"context"
@@ -24,24 +25,24 @@ import (
 	"strings"
 )
 
-// lowest is the bottom of the range ports are drawn from: above the
+// lowestPort is the bottom of the range ports are drawn from: above the
 // well-known and most registered service ports.
-const lowest = 10000
+const lowestPort = 10000
 
-// Get returns n distinct loopback ports that were free when checked.
-func Get(n int) ([]int, error) {
+// FreePorts returns n distinct loopback ports that were free when checked.
+func FreePorts(n int) ([]int, error) {
 	top := ephemeralLow()
 	ports := make([]int, 0, n)
 	seen := map[int]bool{}
 	for attempts := 0; len(ports) < n; attempts++ {
 		if attempts > 100*n {
-			return nil, errors.New("freeport: no free loopback port found")
+			return nil, errors.New("pgtest: no free loopback port found")
 		}
-		p, err := candidate(top)
+		p, err := candidatePort(top)
 		if err != nil {
 			return nil, err
 		}
-		if seen[p] || !free(p) {
+		if seen[p] || !portFree(p) {
 			continue
 		}
 		seen[p] = true
@@ -50,29 +51,29 @@ func Get(n int) ([]int, error) {
 	return ports, nil
 }
 
-// One returns one free loopback port.
-func One() (int, error) {
-	ps, err := Get(1)
+// FreePort returns one free loopback port.
+func FreePort() (int, error) {
+	ps, err := FreePorts(1)
 	if err != nil {
 		return 0, err
 	}
 	return ps[0], nil
 }
 
-func candidate(top int) (int, error) {
-	if top-lowest >= 1000 {
-		return lowest + rand.IntN(top-lowest), nil
+func candidatePort(top int) (int, error) {
+	if top-lowestPort >= 1000 {
+		return lowestPort + rand.IntN(top-lowestPort), nil
 	}
 	var lc net.ListenConfig
 	l, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
-		return 0, fmt.Errorf("freeport: %w", err)
+		return 0, fmt.Errorf("pgtest: %w", err)
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-func free(port int) bool {
+func portFree(port int) bool {
 	var lc net.ListenConfig
 	l, err := lc.Listen(context.Background(), "tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 	if err != nil {

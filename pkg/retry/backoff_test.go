@@ -1,4 +1,4 @@
-package backoff
+package retry
 
 import (
 	"testing"
@@ -7,7 +7,7 @@ import (
 
 func TestDelayIsBoundedByCappedExponential(t *testing.T) {
 	t.Parallel()
-	p := Policy{Base: 100 * time.Millisecond, Max: time.Second, Rand: func() float64 { return 0.999999 }}
+	p := Backoff{Base: 100 * time.Millisecond, Max: time.Second, Rand: func() float64 { return 0.999999 }}
 	want := []time.Duration{100, 200, 400, 800, 1000, 1000}
 	for i, w := range want {
 		got := p.Delay(i + 1)
@@ -22,7 +22,7 @@ func TestDelayIsBoundedByCappedExponential(t *testing.T) {
 
 func TestDelayUsesFullJitter(t *testing.T) {
 	t.Parallel()
-	p := Policy{Base: time.Second, Max: time.Minute, Rand: func() float64 { return 0 }}
+	p := Backoff{Base: time.Second, Max: time.Minute, Rand: func() float64 { return 0 }}
 	if d := p.Delay(5); d != 0 {
 		t.Fatalf("full jitter must reach zero, got %v", d)
 	}
@@ -30,21 +30,21 @@ func TestDelayUsesFullJitter(t *testing.T) {
 
 func TestValidate(t *testing.T) {
 	t.Parallel()
-	if err := (Policy{Base: time.Minute, Max: time.Second}).Validate(); err == nil {
+	if err := (Backoff{Base: time.Minute, Max: time.Second}).Validate(); err == nil {
 		t.Fatal("Max < Base accepted")
 	}
-	if err := (Policy{}).Validate(); err != nil {
+	if err := (Backoff{}).Validate(); err != nil {
 		t.Fatal(err)
 	}
 }
 
 func TestFloorKeepsAShareOfTheCeiling(t *testing.T) {
 	t.Parallel()
-	p := Policy{Base: time.Second, Max: time.Minute, Floor: 0.5, Rand: func() float64 { return 0 }}
+	p := Backoff{Base: time.Second, Max: time.Minute, Floor: 0.5, Rand: func() float64 { return 0 }}
 	if d := p.Delay(3); d < 2*time.Second {
 		t.Fatalf("delay %v below half the 4s ceiling", d)
 	}
-	if err := (Policy{Floor: 1}).Validate(); err == nil {
+	if err := (Backoff{Floor: 1}).Validate(); err == nil {
 		t.Fatal("Floor 1 accepted")
 	}
 }

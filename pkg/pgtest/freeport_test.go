@@ -1,4 +1,4 @@
-package freeport_test
+package pgtest_test
 
 import (
 	"context"
@@ -6,14 +6,14 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/lossless-dev/lossless/pkg/freeport"
+	"github.com/lossless-dev/lossless/pkg/pgtest"
 )
 
 // The ports are distinct, bindable, and (on Linux) below the ephemeral
 // range that outgoing connections draw from.
 func TestPortsAreDistinctBindableAndOutsideTheEphemeralRange(t *testing.T) {
 	t.Parallel()
-	ports, err := freeport.Get(50)
+	ports, err := pgtest.FreePorts(50)
 	if err != nil {
 		t.Fatal(err)
 	}

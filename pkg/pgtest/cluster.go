@@ -1,9 +1,10 @@
-// Package pgcluster starts a throw-away PostgreSQL cluster from the local
+package pgtest
+
+// StartCluster starts a throw-away PostgreSQL cluster from the local
 // server binaries (initdb + pg_ctl): in a temporary folder, on a free loopback
 // port, as an unprivileged OS user when the caller is root (initdb refuses to
 // run as root). Tests, benchmarks and `make run` use it on machines without
 // Docker; anything that has a server passes DATABASE_URL instead.
-package pgcluster
 
 import (
 	"context"
@@ -18,8 +19,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-
-	"github.com/lossless-dev/lossless/pkg/freeport"
 )
 
 // ErrNoBinaries is returned when no PostgreSQL server binaries can be found.
@@ -28,8 +27,8 @@ var ErrNoBinaries = errors.New("PostgreSQL server binaries (initdb, pg_ctl) not 
 	"`brew install postgresql` (macOS), or set DATABASE_URL to a running server, " +
 	"e.g. DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable")
 
-// Options configure Start. The zero value is valid.
-type Options struct {
+// ClusterOptions configure StartCluster. The zero value is valid.
+type ClusterOptions struct {
 	// Dir holds the data and socket folders. Default: a new temporary folder,
 	// removed by Remove.
 	Dir string
@@ -54,15 +53,15 @@ type Options struct {
 
 // Cluster is a running (or stopped) local PostgreSQL cluster.
 type Cluster struct {
-	opts    Options
+	opts    ClusterOptions
 	dataDir string
 	sockDir string
 	ownsDir bool
 	runAs   *user.User // nil: run as the current user
 }
 
-// Start initialises a new cluster and starts it.
-func Start(ctx context.Context, opts Options) (*Cluster, error) {
+// StartCluster initialises a new cluster and starts it.
+func StartCluster(ctx context.Context, opts ClusterOptions) (*Cluster, error) {
 	if opts.MaxConnections == 0 {
 		opts.MaxConnections = 300
 	}
@@ -107,7 +106,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	// A free port can be taken between probing and binding; try a few times.
 	for attempt := 0; ; attempt++ {
 		if c.opts.Port == 0 || attempt > 0 {
-			if c.opts.Port, err = freeport.One(); err != nil {
+			if c.opts.Port, err = FreePort(); err != nil {
 				return nil, err
 			}
 		}

@@ -1,8 +1,4 @@
-// Package backoff computes retry delays: capped exponential growth with full
-// jitter (AWS Architecture Blog, "Exponential Backoff And Jitter"). Full jitter
-// spreads retries of many failed rows over the whole window, so a database
-// or provider that comes back is not hit by a synchronised wave.
-package backoff
+package retry
 
 import (
 	"errors"
@@ -10,8 +6,11 @@ import (
 	"time"
 )
 
-// Policy is a capped exponential backoff with full jitter.
-type Policy struct {
+// Backoff computes retry delays: capped exponential growth with full jitter
+// (AWS Architecture Blog, "Exponential Backoff And Jitter"). Full jitter
+// spreads retries of many failed rows over the whole window, so a database
+// or provider that comes back is not hit by a synchronised wave.
+type Backoff struct {
 	// Base is the upper bound of the first retry's delay. Default 1s.
 	Base time.Duration
 	// Max caps every delay. Default 5m.
@@ -25,23 +24,23 @@ type Policy struct {
 	Rand func() float64
 }
 
-// Validate reports a policy that cannot produce sane delays.
-func (p Policy) Validate() error {
+// Validate reports a backoff that cannot produce sane delays.
+func (p Backoff) Validate() error {
 	if p.Base < 0 || p.Max < 0 {
-		return errors.New("backoff: Base and Max must not be negative")
+		return errors.New("retry: backoff Base and Max must not be negative")
 	}
 	if p.Base > 0 && p.Max > 0 && p.Max < p.Base {
-		return errors.New("backoff: Max must be at least Base")
+		return errors.New("retry: backoff Max must be at least Base")
 	}
 	if p.Floor < 0 || p.Floor >= 1 {
-		return errors.New("backoff: Floor must be within [0, 1)")
+		return errors.New("retry: backoff Floor must be within [0, 1)")
 	}
 	return nil
 }
 
 // Delay returns the delay before retry number attempt (1 = first retry):
 // a uniform random value in [Floor·c, c], c = min(Max, Base·2^(attempt-1)).
-func (p Policy) Delay(attempt int) time.Duration {
+func (p Backoff) Delay(attempt int) time.Duration {
 	base, maxDelay := p.Base, p.Max
 	if base <= 0 {
 		base = time.Second

@@ -1,13 +1,4 @@
-// Package pgschema lets a pattern package (outbox, inbox, consumer, leasequeue,
-// idempotency, parked) keep its tables in a PostgreSQL schema chosen by the
-// service that embeds it, as River's Schema option does.
-//
-// The package writes its migrations and query constants with the placeholder
-// {schema} in front of every object it owns ({schema}.outbox) and renders
-// them once, at construction, with a validated name. Rendering happens once
-// per constructor call, never per query, and the placeholder keeps the
-// constants readable and greppable.
-package pgschema
+package pgmigrate
 
 import (
 	"fmt"
@@ -17,11 +8,19 @@ import (
 	"testing/fstest"
 )
 
+// A pattern package (outbox, inbox, dedup, leasequeue, idempotency, parked)
+// keeps its tables in a PostgreSQL schema chosen by the service that embeds
+// it, as River's Schema option does. The package writes its migrations and
+// query constants with the placeholder {schema} in front of every object it
+// owns ({schema}.outbox) and renders them once, at construction, with a
+// validated name: once per constructor call, never per query, and the
+// placeholder keeps the constants readable and greppable.
+
 // Placeholder is replaced by the schema name in migrations and queries.
 const Placeholder = "{schema}"
 
-// Default is the schema a pattern package uses when none is configured.
-const Default = "public"
+// DefaultSchema is the schema a pattern package uses when none is configured.
+const DefaultSchema = "public"
 
 // identifier is a conservative PostgreSQL identifier: lower case so that it
 // never needs quoting (an unquoted name is folded to lower case, so "Billing"
@@ -29,8 +28,8 @@ const Default = "public"
 // most 63 bytes (NAMEDATALEN-1, beyond which PostgreSQL truncates).
 var identifier = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 
-// Validate reports whether name can be used as a schema name.
-func Validate(name string) error {
+// ValidateSchema reports whether name can be used as a schema name.
+func ValidateSchema(name string) error {
 	if !identifier.MatchString(name) {
 		return fmt.Errorf("schema %q: must match %s (lower case, unquoted, at most 63 bytes)", name, identifier)
 	}
@@ -40,16 +39,16 @@ func Validate(name string) error {
 	return nil
 }
 
-// OrDefault returns name, or Default when name is empty.
-func OrDefault(name string) string {
+// SchemaOrDefault returns name, or DefaultSchema when name is empty.
+func SchemaOrDefault(name string) string {
 	if name == "" {
-		return Default
+		return DefaultSchema
 	}
 	return name
 }
 
 // Render replaces every Placeholder in sql with schema. The caller validates
-// schema first (Validate): Render does not quote.
+// schema first (ValidateSchema): Render does not quote.
 func Render(sql, schema string) string {
 	return strings.ReplaceAll(sql, Placeholder, schema)
 }

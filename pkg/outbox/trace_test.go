@@ -1,4 +1,4 @@
-package outboxtrace_test
+package outbox_test
 
 import (
 	"context"
@@ -11,7 +11,6 @@ import (
 	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/lossless-dev/lossless/pkg/outbox"
-	"github.com/lossless-dev/lossless/pkg/outboxtrace"
 	"github.com/lossless-dev/lossless/pkg/telemetry"
 )
 
@@ -31,7 +30,7 @@ func TestDispatchSpanLinksToTheRowsWriterAndParentsTheDispatch(t *testing.T) {
 
 	var inner trace.SpanContext
 	fail := errors.New("provider down")
-	ds := outboxtrace.Dispatchers(tp, map[string]outbox.Dispatcher{ev.Type: outbox.DispatcherFunc(
+	ds := outbox.TraceDispatchers(tp, map[string]outbox.Dispatcher{ev.Type: outbox.DispatcherFunc(
 		func(ctx context.Context, _ outbox.Event) (outbox.Commit, error) {
 			inner = trace.SpanContextFromContext(ctx)
 			return nil, fail
@@ -67,7 +66,7 @@ func TestNilTracerProviderLeavesDispatchersUnchanged(t *testing.T) {
 	t.Parallel()
 	d := outbox.DispatcherFunc(func(context.Context, outbox.Event) (outbox.Commit, error) { return nil, nil })
 	ds := map[string]outbox.Dispatcher{"t": d}
-	if got := outboxtrace.Dispatchers(nil, ds); len(got) != 1 {
+	if got := outbox.TraceDispatchers(nil, ds); len(got) != 1 {
 		t.Fatal("dispatchers lost")
 	}
 }

@@ -1,18 +1,18 @@
-// Package leaseowner names the holder of a lease so that a restarted process
-// can tell its dead predecessor's leases from everyone else's.
+package leasequeue
+
+// A lease owner is named so that a restarted process can tell its dead
+// predecessor's leases from everyone else's.
 //
-// A process with a stable instance name (a pod name, "billing-1", env
-// INSTANCE_ID) leases as "<instance>/<pid>-<random>": unique per process
-// start, and recognisable by its prefix. At start, it releases the leases
-// of any other owner with its own prefix, with the fencing token bumped:
-// that owner is its own earlier incarnation, and it is dead. Leases of other
-// instances still wait for expiry, because only an instance knows it died.
-// Without an instance name the owner is "<host>-<pid>-<random>", with no
-// '/', so no instance name can ever claim it.
-//
-// pkg/leasequeue (billing's invoice worker) and the provider simulator's
-// engine both name their owners here.
-package leaseowner
+// A process with a stable instance name (a pod name, "billing-1", the
+// service's INSTANCE_ID, passed in as a value) leases as
+// "<instance>/<pid>-<random>": unique per process start, and recognisable by
+// its prefix. At start, it releases the leases of any other owner with its
+// own prefix, with the fencing token bumped: that owner is its own earlier
+// incarnation, and it is dead. Leases of other instances still wait for
+// expiry, because only an instance knows it died. Without an instance name
+// the owner is "<host>-<pid>-<random>", with no '/', so no instance name can
+// ever claim it. The Worker and the provider simulator's engine both name
+// their owners here.
 
 import (
 	"crypto/rand"
@@ -41,8 +41,8 @@ func ValidateInstance(instance string) error {
 	return nil
 }
 
-// New returns an owner name unique to this process start.
-func New(instance string) string {
+// NewOwner returns an owner name unique to this process start.
+func NewOwner(instance string) string {
 	b := make([]byte, 4)
 	_, _ = rand.Read(b) // crypto/rand never fails
 	if instance != "" {
