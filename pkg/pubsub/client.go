@@ -40,15 +40,14 @@ type ClientConfig struct {
 }
 
 // Validate reports a config that cannot reach Pub/Sub. An empty ProjectID is
-// valid only with EmulatorHost set.
+// valid: the services resolve it before NewClient, which requires it on real
+// Pub/Sub.
 func (c ClientConfig) Validate() error {
 	var errs []error
 	if c.EmulatorHost != "" {
 		if _, _, err := net.SplitHostPort(c.EmulatorHost); err != nil {
 			errs = append(errs, fmt.Errorf("PUBSUB_EMULATOR_HOST: want host:port: %w", err))
 		}
-	} else if c.ProjectID == "" {
-		errs = append(errs, errors.New("PUBSUB_PROJECT_ID: project id is empty (required on real Pub/Sub)"))
 	}
 	return errors.Join(errs...)
 }
@@ -70,8 +69,11 @@ func NewClient(ctx context.Context, cfg ClientConfig) (*gpubsub.Client, error) {
 		return nil, fmt.Errorf("pubsub: client config: %w", err)
 	}
 	project := cfg.ProjectID
-	if project == "" {
-		project = DefaultProjectID // an emulator: Validate refuses it otherwise
+	switch {
+	case project == "" && cfg.EmulatorHost != "":
+		project = DefaultProjectID
+	case project == "":
+		return nil, errors.New("pubsub: PUBSUB_PROJECT_ID: project id is empty (required on real Pub/Sub)")
 	}
 	var opts []option.ClientOption
 	if cfg.EmulatorHost != "" {
