@@ -70,7 +70,7 @@ type Config struct {
 	// ExportTraces turns the OTLP trace exporter on. The services set it
 	// when OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT
 	// is set, unless OTEL_SDK_DISABLED=true or OTEL_TRACES_EXPORTER=none
-	// (internal/envconfig, which also vets the exporter's variables).
+	// (their start-up code also vets the exporter's variables).
 	// The exporter reads the endpoint and its other settings from those
 	// variables itself, with the specification's meaning:
 	// "http://collector:4317" is plain text, "https://..." is TLS (system
