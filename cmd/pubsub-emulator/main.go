@@ -69,7 +69,7 @@ func run(args []string, logger *slog.Logger) error {
 	cfg := config{
 		Listen:    env.String("PUBSUB_EMULATOR_LISTEN", "127.0.0.1:8085"),
 		Provision: env.Bool("PUBSUB_EMULATOR_PROVISION", false),
-		ProjectID: env.String(pubsub.EnvProjectID, pubsub.DefaultProjectID),
+		ProjectID: env.String(envconfig.EnvPubSubProjectID, pubsub.DefaultProjectID),
 	}
 	if err := env.Err(); err != nil {
 		return err

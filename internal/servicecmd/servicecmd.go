@@ -46,6 +46,11 @@ type Service[C any, A server.Process] struct {
 	// Sections returns the configuration's server section, whose Role the
 	// --role flag overrides, and its telemetry section.
 	Sections func(*C) (*server.Config, telemetry.Config)
+	// PubSub returns the configuration's Pub/Sub client section, whose
+	// project serve resolves (envconfig.ResolvePubSubProject: the
+	// environment, else the GCE/GKE metadata server) before New; nil for a
+	// service without Pub/Sub.
+	PubSub func(*C) *pubsub.ClientConfig
 	// New assembles the app (app.New).
 	New func(ctx context.Context, cfg C, logger *slog.Logger, tel telemetry.Providers, opts ...server.Option) (A, error)
 	// Migrations are the sets migrate applies (migrations.<Service>()).
@@ -76,8 +81,12 @@ func (s Service[C, A]) Run(ctx context.Context, env *envconfig.Reader, args []st
 	case "migrate":
 		return envconfig.Migrate(ctx, env, logger, s.Migrations...)
 	case "provision":
-		cfg := pubsub.ClientConfigFromEnv(env)
+		cfg := envconfig.PubSub(env)
 		if err := env.Err(); err != nil {
+			return err
+		}
+		cfg, err := envconfig.ResolvePubSubProject(ctx, cfg)
+		if err != nil {
 			return err
 		}
 		return pubsub.ProvisionCommand(ctx, cfg, topology.System(), logger)
@@ -100,9 +109,21 @@ func (s Service[C, A]) serve(ctx context.Context, env *envconfig.Reader, args []
 	if err != nil {
 		return fmt.Errorf("configuration: %w", err)
 	}
+	if s.PubSub != nil {
+		ps := s.PubSub(&cfg)
+		if *ps, err = envconfig.ResolvePubSubProject(ctx, *ps); err != nil {
+			return fmt.Errorf("configuration: %w", err)
+		}
+	}
 	srv, tel := s.Sections(&cfg)
 	if role != "" {
 		srv.Role = role
+	}
+	if tel.ProjectID == "" && s.PubSub != nil {
+		tel.ProjectID = s.PubSub(&cfg).ProjectID // the traces' project is the system's
+	}
+	if tel, err = envconfig.ResolveTelemetryProject(ctx, tel); err != nil {
+		return fmt.Errorf("configuration: %w", err)
 	}
 	return server.Serve(ctx, tel, os.Stdout, func(ctx context.Context, logger *slog.Logger, tel telemetry.Providers, opts ...server.Option) (server.Process, error) {
 		return s.New(ctx, cfg, logger, tel, opts...)

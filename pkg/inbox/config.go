@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/lossless-dev/lossless/internal/envconfig"
 	"github.com/lossless-dev/lossless/pkg/retry"
 )
 
@@ -51,24 +50,10 @@ type Config struct {
 	OutageProbeInterval time.Duration
 }
 
-// ConfigFromEnv reads the relay configuration with prefix (e.g.
-// "WORKORDER_INBOX_"): BATCH_SIZE, POLL_INTERVAL, SWEEP_INTERVAL,
-// MAX_ATTEMPTS, MAX_AGE, DEFER_BACKOFF_BASE/MAX, TECHNICAL_BACKOFF_BASE/MAX,
-// HANDLER_TIMEOUT, OUTAGE_PROBE_INTERVAL.
-func ConfigFromEnv(r *envconfig.Reader, prefix string) Config {
-	var d Config
-	d.setDefaults()
-	return Config{
-		BatchSize:           r.Int(prefix+"BATCH_SIZE", d.BatchSize),
-		PollInterval:        r.Duration(prefix+"POLL_INTERVAL", d.PollInterval),
-		SweepInterval:       r.Duration(prefix+"SWEEP_INTERVAL", d.SweepInterval),
-		MaxAttempts:         r.Int(prefix+"MAX_ATTEMPTS", d.MaxAttempts),
-		MaxAge:              r.Duration(prefix+"MAX_AGE", d.MaxAge),
-		DeferBackoff:        retry.Backoff{Base: r.Duration(prefix+"DEFER_BACKOFF_BASE", d.DeferBackoff.Base), Max: r.Duration(prefix+"DEFER_BACKOFF_MAX", d.DeferBackoff.Max)},
-		TechnicalBackoff:    retry.Backoff{Base: r.Duration(prefix+"TECHNICAL_BACKOFF_BASE", d.TechnicalBackoff.Base), Max: r.Duration(prefix+"TECHNICAL_BACKOFF_MAX", d.TechnicalBackoff.Max)},
-		HandlerTimeout:      r.Duration(prefix+"HANDLER_TIMEOUT", d.HandlerTimeout),
-		OutageProbeInterval: r.Duration(prefix+"OUTAGE_PROBE_INTERVAL", d.OutageProbeInterval),
-	}
+// WithDefaults returns c with every zero field set to its default.
+func (c Config) WithDefaults() Config {
+	c.setDefaults()
+	return c
 }
 
 func (c *Config) setDefaults() {

@@ -65,7 +65,7 @@
 //
 // Config tunes the relay (batch size, poll and sweep intervals, deferral
 // deadline, backoffs, timeouts); every field documents its default, and
-// ConfigFromEnv reads them from the environment. MonitorConfig tunes the
+// the services read them from the environment. MonitorConfig tunes the
 // Monitor. Options (WithSchema, WithTracerProvider, WithAudit) are accepted by
 // every constructor, each using those that apply. Store and Ops take a
 // pgdb.DB, Monitor a pgdb.Executor (a pool, a connection or a transaction);

@@ -9,7 +9,6 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/lossless-dev/lossless/internal/envconfig"
 	"github.com/lossless-dev/lossless/pkg/retry"
 )
 
@@ -129,36 +128,6 @@ type Config struct {
 	// backlog costs a bounded scan. Default 1,000,000.
 	StatsInterval   time.Duration
 	StatsCountLimit int
-}
-
-// ConfigFromEnv reads the relay settings from environment variables with the
-// given prefix (e.g. "WORKORDER_OUTBOX_"): BATCH_SIZE, DISPATCH_CONCURRENCY, SLOW_DISPATCH_CONCURRENCY,
-// BATCHES_IN_FLIGHT, POLL_INTERVAL, SWEEP_INTERVAL, LEASE_DURATION, BACKOFF_BASE, BACKOFF_MAX,
-// MAX_ATTEMPTS, CIRCUIT_THRESHOLD, CIRCUIT_PROBE_INTERVAL,
-// CIRCUIT_PROBE_INTERVAL_MAX, OUTAGE_PROBE_INTERVAL, RETENTION, CLEANUP_INTERVAL, CLEANUP_BATCH,
-// STATS_INTERVAL, RELAY_ID. Unset variables keep the defaults.
-func ConfigFromEnv(r *envconfig.Reader, prefix string) Config {
-	return Config{
-		RelayID:                 r.String(prefix+"RELAY_ID", ""),
-		BatchSize:               r.Int(prefix+"BATCH_SIZE", DefaultBatchSize),
-		DispatchConcurrency:     r.Int(prefix+"DISPATCH_CONCURRENCY", DefaultDispatchConcurrency),
-		SlowDispatchConcurrency: r.Int(prefix+"SLOW_DISPATCH_CONCURRENCY", DefaultSlowDispatchConcurrency),
-		BatchesInFlight:         r.Int(prefix+"BATCHES_IN_FLIGHT", DefaultBatchesInFlight),
-		PollInterval:            r.Duration(prefix+"POLL_INTERVAL", DefaultPollInterval),
-		SweepInterval:           r.Duration(prefix+"SWEEP_INTERVAL", DefaultSweepInterval),
-		LeaseDuration:           r.Duration(prefix+"LEASE_DURATION", DefaultLeaseDuration),
-		BackoffBase:             r.Duration(prefix+"BACKOFF_BASE", DefaultBackoffBase),
-		BackoffMax:              r.Duration(prefix+"BACKOFF_MAX", DefaultBackoffMax),
-		MaxAttempts:             r.Int(prefix+"MAX_ATTEMPTS", DefaultMaxAttempts),
-		CircuitThreshold:        r.Int(prefix+"CIRCUIT_THRESHOLD", DefaultCircuitThreshold),
-		CircuitProbeInterval:    r.Duration(prefix+"CIRCUIT_PROBE_INTERVAL", DefaultCircuitProbeInterval),
-		CircuitProbeIntervalMax: r.Duration(prefix+"CIRCUIT_PROBE_INTERVAL_MAX", DefaultCircuitProbeIntervalMax),
-		OutageProbeInterval:     r.Duration(prefix+"OUTAGE_PROBE_INTERVAL", DefaultOutageProbeInterval),
-		Retention:               r.Duration(prefix+"RETENTION", DefaultRetention),
-		CleanupInterval:         r.Duration(prefix+"CLEANUP_INTERVAL", DefaultCleanupInterval),
-		CleanupBatch:            r.Int(prefix+"CLEANUP_BATCH", DefaultCleanupBatch),
-		StatsInterval:           r.Duration(prefix+"STATS_INTERVAL", DefaultStatsInterval),
-	}
 }
 
 // setDefaults sets every zero field of c to its default.

@@ -112,7 +112,7 @@
 // # Configuration
 //
 // Config holds the tunables; each field documents its default and the reason
-// for it, and the zero value means the default. ConfigFromEnv reads them
+// for it, and the zero value means the default. The services read them
 // from environment variables under a prefix. A relay holds one connection of
 // its pool per batch in flight (Config.BatchesInFlight, default 2), and opens
 // beside the pool one connection for LISTEN and up to BatchesInFlight for the

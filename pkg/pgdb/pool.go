@@ -11,7 +11,6 @@ import (
 	"github.com/exaring/otelpgx"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/lossless-dev/lossless/internal/envconfig"
 	"github.com/lossless-dev/lossless/pkg/telemetry"
 )
 
@@ -71,22 +70,6 @@ type Config struct {
 	// 4) caps the pool of the background loops: relays, consumers, queue
 	// workers, cleanups, gauges and operator RPCs.
 	WorkerMaxConns int
-}
-
-// ConfigFromEnv reads DATABASE_URL (required) and the DATABASE_* settings
-// above from r; unset variables take def's values, and def's zero fields the
-// package defaults (a service passes its own pool sizes in def). Check
-// r.Err() and Validate afterwards.
-func ConfigFromEnv(r *envconfig.Reader, def Config) Config {
-	def = def.WithDefaults()
-	return Config{
-		URL:              r.Required("DATABASE_URL"),
-		StatementTimeout: r.Duration("DATABASE_STATEMENT_TIMEOUT", def.StatementTimeout),
-		LockTimeout:      r.Duration("DATABASE_LOCK_TIMEOUT", def.LockTimeout),
-		ConnectTimeout:   r.Duration("DATABASE_CONNECT_TIMEOUT", def.ConnectTimeout),
-		APIMaxConns:      r.Int("DATABASE_API_MAX_CONNS", def.APIMaxConns),
-		WorkerMaxConns:   r.Int("DATABASE_WORKER_MAX_CONNS", def.WorkerMaxConns),
-	}
 }
 
 // WithDefaults returns c with every zero field but URL set to its default.

@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/lossless-dev/lossless/internal/envconfig"
 	"github.com/lossless-dev/lossless/pkg/pgdb"
 	"github.com/lossless-dev/lossless/pkg/pgmigrate"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
@@ -169,41 +168,6 @@ func TestAPIPoolExhaustionLeavesTheWorkersPoolFree(t *testing.T) {
 	defer wcancel()
 	if _, err := pools.Workers.Exec(wctx, "SELECT 1"); err != nil {
 		t.Fatalf("workers' pool while the API pool is exhausted: %v", err)
-	}
-}
-
-func TestConfigFromEnv(t *testing.T) {
-	t.Parallel()
-	c := pgdb.ConfigFromEnv(envconfig.FromMap(map[string]string{"DATABASE_URL": "postgres://x"}), pgdb.Config{})
-	if c.URL != "postgres://x" || c.StatementTimeout != 30*time.Second || c.LockTimeout != 10*time.Second ||
-		c.ConnectTimeout != 5*time.Second || c.APIMaxConns != 10 || c.WorkerMaxConns != 12 {
-		t.Fatalf("defaults: %+v", c)
-	}
-	c = pgdb.ConfigFromEnv(envconfig.FromMap(map[string]string{}), pgdb.Config{APIMaxConns: 5, WorkerMaxConns: 16})
-	if c.APIMaxConns != 5 || c.WorkerMaxConns != 16 {
-		t.Fatalf("service defaults not kept: %+v", c)
-	}
-	for _, tc := range []struct {
-		env  map[string]string
-		want string
-	}{
-		{map[string]string{"DATABASE_STATEMENT_TIMEOUT": "soon"}, "DATABASE_STATEMENT_TIMEOUT"},
-		{map[string]string{"DATABASE_STATEMENT_TIMEOUT": "-1s"}, "DATABASE_STATEMENT_TIMEOUT"},
-		{map[string]string{"DATABASE_LOCK_TIMEOUT": "-1s"}, "DATABASE_LOCK_TIMEOUT"},
-		{map[string]string{"DATABASE_LOCK_TIMEOUT": "40s"}, "DATABASE_LOCK_TIMEOUT"},
-		{map[string]string{"DATABASE_CONNECT_TIMEOUT": "x"}, "DATABASE_CONNECT_TIMEOUT"},
-		{map[string]string{"DATABASE_CONNECT_TIMEOUT": "-5s"}, "DATABASE_CONNECT_TIMEOUT"},
-		{map[string]string{"DATABASE_API_MAX_CONNS": "-1"}, "DATABASE_API_MAX_CONNS"},
-		{map[string]string{"DATABASE_API_MAX_CONNS": "many"}, "DATABASE_API_MAX_CONNS"},
-		{map[string]string{"DATABASE_WORKER_MAX_CONNS": "2"}, "DATABASE_WORKER_MAX_CONNS"},
-	} {
-		tc.env["DATABASE_URL"] = "postgres://x"
-		r := envconfig.FromMap(tc.env)
-		c := pgdb.ConfigFromEnv(r, pgdb.Config{})
-		err := errors.Join(r.Err(), c.Validate())
-		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%v: error %v, want one naming %s", tc.env, err, tc.want)
-		}
 	}
 }
 

@@ -40,7 +40,6 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/lossless-dev/lossless/internal/envconfig"
 	"github.com/lossless-dev/lossless/pkg/apierror"
 	"github.com/lossless-dev/lossless/pkg/telemetry"
 )
@@ -141,32 +140,6 @@ func (r Role) ServesAPI() bool { return r != RoleWorker }
 
 // RunsWorkers reports whether the role runs the background loops.
 func (r Role) RunsWorkers() bool { return r != RoleAPI }
-
-// ConfigFromEnv reads the listeners and limits with the names every service
-// shares (each process has its own environment): GRPC_ADDR and HTTP_ADDR
-// (defaults grpcAddr and httpAddr, the service's own ports),
-// SHUTDOWN_TIMEOUT, HTTP_MAX_BODY_BYTES, HTTP_READ_HEADER_TIMEOUT,
-// HTTP_READ_TIMEOUT, HTTP_WRITE_TIMEOUT, HTTP_IDLE_TIMEOUT and
-// REQUEST_TIMEOUT (defaults: the Default constants; 0 means the default),
-// PPROF_ENABLED (default false) and SERVICE_ROLE (default "all").
-func ConfigFromEnv(r *envconfig.Reader, grpcAddr, httpAddr string) Config {
-	return Config{
-		GRPCAddr:          r.String("GRPC_ADDR", grpcAddr),
-		HTTPAddr:          r.String("HTTP_ADDR", httpAddr),
-		ShutdownTimeout:   r.Duration("SHUTDOWN_TIMEOUT", DefaultShutdownTimeout),
-		MaxBodyBytes:      int64(r.Int("HTTP_MAX_BODY_BYTES", DefaultMaxBodyBytes)),
-		ReadHeaderTimeout: r.Duration("HTTP_READ_HEADER_TIMEOUT", DefaultReadHeaderTimeout),
-		ReadTimeout:       r.Duration("HTTP_READ_TIMEOUT", DefaultReadTimeout),
-		RequestTimeout:    r.Duration("REQUEST_TIMEOUT", DefaultRequestTimeout),
-		WriteTimeout:      r.Duration("HTTP_WRITE_TIMEOUT", 0),
-		IdleTimeout:       r.Duration("HTTP_IDLE_TIMEOUT", DefaultIdleTimeout),
-		Pprof:             r.Bool("PPROF_ENABLED", false),
-		Role:              Role(r.String("SERVICE_ROLE", string(RoleAll))),
-	}
-}
-
-// EnvNames lists the variables ConfigFromEnv reads, for errors that name them.
-const EnvNames = "GRPC_ADDR / HTTP_ADDR / SHUTDOWN_TIMEOUT / HTTP_MAX_BODY_BYTES / HTTP_READ_HEADER_TIMEOUT / HTTP_READ_TIMEOUT / HTTP_WRITE_TIMEOUT / HTTP_IDLE_TIMEOUT / REQUEST_TIMEOUT / PPROF_ENABLED / SERVICE_ROLE"
 
 // Validate reports missing or invalid settings.
 func (c Config) Validate() error {

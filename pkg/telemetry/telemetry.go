@@ -25,7 +25,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"os"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -42,9 +41,6 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.26.0"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
-
-	"github.com/lossless-dev/lossless/internal/envconfig"
-	"github.com/lossless-dev/lossless/pkg/gcpproject"
 )
 
 // OTLP protocols (OTEL_EXPORTER_OTLP_PROTOCOL).
@@ -71,9 +67,10 @@ type Config struct {
 	// ServiceName is the OpenTelemetry service.name unless OTEL_SERVICE_NAME
 	// or OTEL_RESOURCE_ATTRIBUTES set one. Required.
 	ServiceName string
-	// ExportTraces turns the OTLP trace exporter on. ConfigFromEnv sets it
+	// ExportTraces turns the OTLP trace exporter on. The services set it
 	// when OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT
-	// is set, unless OTEL_SDK_DISABLED=true or OTEL_TRACES_EXPORTER=none.
+	// is set, unless OTEL_SDK_DISABLED=true or OTEL_TRACES_EXPORTER=none
+	// (their start-up code also vets the exporter's variables).
 	// The exporter reads the endpoint and its other settings from those
 	// variables itself, with the specification's meaning:
 	// "http://collector:4317" is plain text, "https://..." is TLS (system
@@ -90,25 +87,16 @@ type Config struct {
 	// LOG_FORMAT. Default json.
 	LogFormat string
 	// ProjectID is the Google Cloud project of the traces that gcp log lines
-	// link to ("projects/<id>/traces/<trace id>"). ConfigFromEnv reads
-	// GOOGLE_CLOUD_PROJECT; the services set their Pub/Sub project. Empty
-	// with LogFormat gcp: Setup asks the GCE/GKE metadata server.
+	// link to ("projects/<id>/traces/<trace id>"). Required with LogFormat
+	// gcp; the services set GOOGLE_CLOUD_PROJECT, their Pub/Sub project, or
+	// the GCE/GKE metadata server's.
 	ProjectID string
-}
-
-// ConfigFromEnv reads the telemetry settings of service from the environment.
-func ConfigFromEnv(r *envconfig.Reader, service string) Config {
-	endpoint := r.String("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", r.String("OTEL_EXPORTER_OTLP_ENDPOINT", ""))
-	disabled := r.Bool("OTEL_SDK_DISABLED", false)
-	exporter := r.String("OTEL_TRACES_EXPORTER", "otlp")
-	return Config{
-		ServiceName:  service,
-		ExportTraces: endpoint != "" && !disabled && exporter != "none",
-		OTLPProtocol: r.String("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", r.String("OTEL_EXPORTER_OTLP_PROTOCOL", ProtocolGRPC)),
-		LogLevel:     r.String("LOG_LEVEL", "info"),
-		LogFormat:    r.String("LOG_FORMAT", LogFormatJSON),
-		ProjectID:    r.String("GOOGLE_CLOUD_PROJECT", ""),
-	}
+	// ResourceOptions describe the process beyond ServiceName (detectors,
+	// attributes), merged over it in order (a later one wins). The services pass the detector of
+	// OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES (service.instance.id,
+	// deployment.environment, k8s.pod.name, ...), as the specification wants.
+	// Default none.
+	ResourceOptions []resource.Option
 }
 
 func (c *Config) setDefaults() {
@@ -132,19 +120,18 @@ func (c Config) Validate() error {
 		errs = append(errs, errors.New("telemetry: service name is empty"))
 	}
 	if _, err := parseLevel(c.LogLevel); err != nil {
-		errs = append(errs, envconfig.Check("LOG_LEVEL", err))
+		errs = append(errs, fmt.Errorf("LOG_LEVEL: %w", err))
 	}
 	switch c.LogFormat {
 	case LogFormatJSON, LogFormatText, LogFormatGCP:
 	default:
-		errs = append(errs, envconfig.Check("LOG_FORMAT", fmt.Errorf("unknown format %q (json, text, gcp)", c.LogFormat)))
+		errs = append(errs, fmt.Errorf("LOG_FORMAT: unknown format %q (json, text, gcp)", c.LogFormat))
 	}
 	switch c.OTLPProtocol {
 	case ProtocolGRPC, ProtocolHTTPProtobuf:
 	default:
 		// The SDK would read an unknown protocol as http/protobuf.
-		errs = append(errs, envconfig.Check("OTEL_EXPORTER_OTLP_PROTOCOL / OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
-			fmt.Errorf("unsupported protocol %q (grpc, http/protobuf)", c.OTLPProtocol)))
+		errs = append(errs, fmt.Errorf("OTEL_EXPORTER_OTLP_PROTOCOL / OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: unsupported protocol %q (grpc, http/protobuf)", c.OTLPProtocol))
 	}
 	return errors.Join(errs...)
 }
@@ -168,34 +155,26 @@ type Telemetry struct {
 // Setup builds logs, metrics and traces for a service. out receives the log
 // lines (os.Stdout in production). Every setting is checked before anything
 // starts, so a bad value stops the process naming its variable.
-//
-// With LogFormat gcp and no ProjectID, Setup asks the metadata server
-// (bounded by gcpproject.MetadataTimeout) and fails when it does not answer.
+// Setup reads no environment variable itself; the OTLP exporter and the
+// trace SDK do (OTEL_EXPORTER_OTLP_*, OTEL_TRACES_SAMPLER).
 func Setup(ctx context.Context, cfg Config, out io.Writer) (*Telemetry, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if cfg.ExportTraces {
-		if err := checkOTLPEnv(os.LookupEnv); err != nil {
-			return nil, fmt.Errorf("telemetry: %w", err)
-		}
-	}
-	// service.name from the code first, so that OTEL_SERVICE_NAME and
-	// OTEL_RESOURCE_ATTRIBUTES (service.instance.id, deployment.environment,
-	// k8s.pod.name, ...) are merged over it, as the specification wants.
-	res, err := resource.New(ctx,
+	// service.name from the code first, so that the detectors (the
+	// services': OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES) are merged
+	// over it.
+	res, err := resource.New(ctx, append([]resource.Option{
 		resource.WithTelemetrySDK(),
 		resource.WithAttributes(semconv.ServiceName(cfg.ServiceName)),
-		resource.WithFromEnv())
+	}, cfg.ResourceOptions...)...)
 	if err != nil {
 		return nil, fmt.Errorf("telemetry: OTEL_RESOURCE_ATTRIBUTES / OTEL_SERVICE_NAME: %w", err)
 	}
 	project := cfg.ProjectID
 	if cfg.LogFormat == LogFormatGCP && project == "" {
-		if project, err = gcpproject.FromMetadata(ctx); err != nil {
-			return nil, fmt.Errorf("telemetry: LOG_FORMAT=gcp needs the project of the traces: set GOOGLE_CLOUD_PROJECT or run on GCE/GKE: %w", err)
-		}
+		return nil, errors.New("telemetry: LOG_FORMAT=gcp needs the project of the traces (Config.ProjectID): set GOOGLE_CLOUD_PROJECT or run on GCE/GKE")
 	}
 
 	level, _ := parseLevel(cfg.LogLevel)

@@ -76,6 +76,7 @@ func service() servicecmd.Service[config.Config, *app.App] {
 		Usage:      `usage: billing [serve|migrate|provision|jobs list|jobs retry|reconcile|dead-letters replay|parked list|parked replay|outbox requeue] (see services/billing/main.go)`,
 		Config:     config.FromEnv,
 		Sections:   func(c *config.Config) (*server.Config, telemetry.Config) { return &c.Server, c.Telemetry },
+		PubSub:     func(c *config.Config) *pubsub.ClientConfig { return &c.PubSub },
 		New:        app.New,
 		Migrations: migrations.Billing(),
 		Commands: map[string]servicecmd.Command{
@@ -208,7 +209,7 @@ func intakeRepair(ctx context.Context, env *envconfig.Reader, logger *slog.Logge
 		JobMaxAttempts:  env.Int("BILLING_JOBS_MAX_ATTEMPTS", leasequeue.DefaultMaxAttempts),
 		MaxPayloadBytes: env.Int("BILLING_INTAKE_MAX_PAYLOAD_BYTES", intake.DefaultMaxPayloadBytes),
 	}
-	psCfg := pubsub.ClientConfigFromEnv(env)
+	psCfg := envconfig.PubSub(env)
 	pool, q, err := openQueue(ctx, env, logger)
 	if err != nil {
 		return err
@@ -224,7 +225,7 @@ func intakeRepair(ctx context.Context, env *envconfig.Reader, logger *slog.Logge
 	}
 	var opts []admin.Option
 	if group == "dead-letters" {
-		ps, err := pubsub.NewClient(ctx, psCfg)
+		ps, err := envconfig.PubSubClient(ctx, psCfg)
 		if err != nil {
 			return err
 		}

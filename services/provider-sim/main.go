@@ -17,6 +17,7 @@ import (
 
 	"github.com/lossless-dev/lossless/internal/servicecmd"
 	"github.com/lossless-dev/lossless/migrations"
+	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/server"
 	"github.com/lossless-dev/lossless/pkg/telemetry"
 	"github.com/lossless-dev/lossless/services/provider-sim/internal/app"
@@ -31,6 +32,7 @@ func service() servicecmd.Service[app.Config, *app.App] {
 		Usage:      "usage: provider-sim [serve|migrate|provision]  (configuration from the environment: docs/failure-modes.md, services/provider-sim/README.md)",
 		Config:     app.ConfigFromEnv,
 		Sections:   func(c *app.Config) (*server.Config, telemetry.Config) { return &c.Server, c.Telemetry },
+		PubSub:     func(c *app.Config) *pubsub.ClientConfig { return &c.PubSub },
 		New:        app.New,
 		Migrations: migrations.ProviderSim(),
 	}

@@ -52,6 +52,7 @@ func service() servicecmd.Service[config.Config, *app.App] {
 		Usage:      "usage: workorder [serve|migrate|provision|inbox|invoicing|outbox]  (configuration from the environment: services/workorder/internal/config)",
 		Config:     config.FromEnv,
 		Sections:   func(c *config.Config) (*server.Config, telemetry.Config) { return &c.Server, c.Telemetry },
+		PubSub:     func(c *config.Config) *pubsub.ClientConfig { return &c.PubSub },
 		New:        app.New,
 		Migrations: migrations.WorkOrder(),
 		Commands: map[string]servicecmd.Command{
@@ -66,7 +67,7 @@ func service() servicecmd.Service[config.Config, *app.App] {
 // the privilege; --ticket and --actor make each change audited.
 func inboxCommand(ctx context.Context, env *envconfig.Reader, logger *slog.Logger, args []string) error {
 	dsn := env.Required("DATABASE_URL")
-	psCfg := pubsub.ClientConfigFromEnv(env)
+	psCfg := envconfig.PubSub(env)
 	recvCfg := receiver.ConfigFromEnv(env, "WORKORDER_RECEIVER_")
 	if err := env.Err(); err != nil {
 		return err
@@ -79,7 +80,7 @@ func inboxCommand(ctx context.Context, env *envconfig.Reader, logger *slog.Logge
 	deps := admin.Deps{Pool: pool, Receiver: recvCfg, Logger: logger}
 	// Only dead-letter replay needs Pub/Sub; other commands work without it.
 	if len(args) > 0 && args[0] == "replay-dead-letters" {
-		ps, err := pubsub.NewClient(ctx, psCfg)
+		ps, err := envconfig.PubSubClient(ctx, psCfg)
 		if err != nil {
 			return err
 		}
@@ -100,7 +101,7 @@ func inboxCommand(ctx context.Context, env *envconfig.Reader, logger *slog.Logge
 func invoicingCommand(ctx context.Context, env *envconfig.Reader, logger *slog.Logger, args []string) error {
 	dsn := env.Required("DATABASE_URL")
 	maxPayload := env.Int("WORKORDER_INVOICING_MAX_PAYLOAD_BYTES", invoicing.DefaultMaxPayloadBytes)
-	psCfg := pubsub.ClientConfigFromEnv(env)
+	psCfg := envconfig.PubSub(env)
 	if err := env.Err(); err != nil {
 		return err
 	}
@@ -112,7 +113,7 @@ func invoicingCommand(ctx context.Context, env *envconfig.Reader, logger *slog.L
 	deps := admin.Deps{Pool: pool, Invoicing: invoicing.Config{MaxPayloadBytes: maxPayload}, Logger: logger}
 	// Only dead-letter replay needs Pub/Sub.
 	if len(args) > 0 && args[0] == "replay-dead-letters" {
-		ps, err := pubsub.NewClient(ctx, psCfg)
+		ps, err := envconfig.PubSubClient(ctx, psCfg)
 		if err != nil {
 			return err
 		}

@@ -58,7 +58,7 @@ type Config struct {
 	PubSub pubsub.ClientConfig
 
 	// Outbox configures the InvoiceIssued relay: BILLING_OUTBOX_* (see
-	// outbox.ConfigFromEnv for names and defaults).
+	// envconfig.Outbox for names and defaults).
 	Outbox outbox.Config
 
 	// Queue configures the invoice jobs' leases:
@@ -132,10 +132,10 @@ type Config struct {
 func FromEnv(r *envconfig.Reader) (Config, error) {
 	lease := r.Duration("BILLING_JOBS_LEASE", 30*time.Second)
 	c := Config{
-		Database: pgdb.ConfigFromEnv(r, pgdb.Config{APIMaxConns: DefaultAPIMaxConns, WorkerMaxConns: DefaultWorkerMaxConns}),
-		Server:   server.ConfigFromEnv(r, ":9092", ":8082"),
-		PubSub:   pubsub.ClientConfigFromEnv(r),
-		Outbox:   outbox.ConfigFromEnv(r, "BILLING_OUTBOX_"),
+		Database: envconfig.Postgres(r, pgdb.Config{APIMaxConns: DefaultAPIMaxConns, WorkerMaxConns: DefaultWorkerMaxConns}),
+		Server:   envconfig.Server(r, ":9092", ":8082"),
+		PubSub:   envconfig.PubSub(r),
+		Outbox:   envconfig.Outbox(r, "BILLING_OUTBOX_"),
 		Queue: leasequeue.Config{
 			Name:          QueueName,
 			LeaseDuration: lease,
@@ -162,7 +162,7 @@ func FromEnv(r *envconfig.Reader) (Config, error) {
 		},
 		IntakeMaxPayloadBytes: r.Int("BILLING_INTAKE_MAX_PAYLOAD_BYTES", intake.DefaultMaxPayloadBytes),
 		OperatorToken:         r.String("BILLING_OPERATOR_TOKEN", ""),
-		Telemetry:             telemetry.ConfigFromEnv(r, ServiceName),
+		Telemetry:             envconfig.Telemetry(r, ServiceName),
 	}
 	c.Telemetry.ProjectID = c.PubSub.ProjectID
 	c.Subscriber = pubsub.DefaultSubscriberConfigFor(c.PubSub)
@@ -177,7 +177,7 @@ func FromEnv(r *envconfig.Reader) (Config, error) {
 func (c Config) Validate() error {
 	errs := []error{c.Database.Validate()}
 	errs = append(errs,
-		envconfig.Check(server.EnvNames, c.Server.Validate()),
+		envconfig.Check(envconfig.ServerEnvNames, c.Server.Validate()),
 		envconfig.Check("PUBSUB_MAX_BATCH_BYTES", c.Subscriber.Validate()),
 		envconfig.Check("BILLING_INTAKE_MAX_PAYLOAD_BYTES", intake.Config{MaxPayloadBytes: c.IntakeMaxPayloadBytes}.Validate()),
 		envconfig.Check("PUBSUB_*", c.PubSub.Validate()),

@@ -58,7 +58,7 @@ type Config struct {
 	// Outbox configures the outbox relay: WORKORDER_OUTBOX_* (BATCH_SIZE,
 	// BATCHES_IN_FLIGHT, POLL_INTERVAL, LEASE_DURATION, BACKOFF_BASE, BACKOFF_MAX, MAX_ATTEMPTS,
 	// CIRCUIT_THRESHOLD, CIRCUIT_PROBE_INTERVAL(_MAX), RETENTION, ...; see
-	// outbox.ConfigFromEnv and outbox.Config for defaults).
+	// envconfig.Outbox and outbox.Config for defaults).
 	Outbox outbox.Config
 
 	// Idempotency configures API idempotency keys:
@@ -92,7 +92,7 @@ type Config struct {
 	Subscriber pubsub.SubscriberConfig
 
 	// Inbox configures the correlation relay of provider completions:
-	// WORKORDER_INBOX_* (see inbox.ConfigFromEnv and inbox.Config; the
+	// WORKORDER_INBOX_* (see envconfig.Inbox and inbox.Config; the
 	// reasoning is in docs/adr/0008-error-classification-and-backoff.md).
 	Inbox inbox.Config
 
@@ -119,25 +119,25 @@ const ServiceName = "workorder"
 // every bad variable at once.
 func FromEnv(r *envconfig.Reader) (Config, error) {
 	c := Config{
-		Database:     pgdb.ConfigFromEnv(r, pgdb.Config{}),
-		Server:       server.ConfigFromEnv(r, ":9090", ":8080"),
+		Database:     envconfig.Postgres(r, pgdb.Config{}),
+		Server:       envconfig.Server(r, ":9090", ":8080"),
 		ProviderAddr: r.String("PROVIDER_ADDR", "localhost:9091"),
 		HandOff:      handoff.Config{Deadline: r.Duration("WORKORDER_HANDOFF_DEADLINE", handoff.DefaultDeadline)},
-		Outbox:       outbox.ConfigFromEnv(r, "WORKORDER_OUTBOX_"),
+		Outbox:       envconfig.Outbox(r, "WORKORDER_OUTBOX_"),
 		Idempotency: idempotency.Config{
 			Retention:       r.Duration("WORKORDER_IDEMPOTENCY_RETENTION", 24*time.Hour),
 			CleanupInterval: r.Duration("WORKORDER_IDEMPOTENCY_CLEANUP_INTERVAL", 5*time.Minute),
 			CleanupBatch:    r.Int("WORKORDER_IDEMPOTENCY_CLEANUP_BATCH", 1000),
 		},
-		PubSub:   pubsub.ClientConfigFromEnv(r),
+		PubSub:   envconfig.PubSub(r),
 		Receiver: receiver.ConfigFromEnv(r, "WORKORDER_RECEIVER_"),
 		Invoicing: invoicing.Config{
 			MaxPayloadBytes: r.Int("WORKORDER_INVOICING_MAX_PAYLOAD_BYTES", invoicing.DefaultMaxPayloadBytes),
 			Concurrency:     r.Int("WORKORDER_INVOICING_CONCURRENCY", invoicing.DefaultConcurrency),
 		},
-		Inbox:         inbox.ConfigFromEnv(r, "WORKORDER_INBOX_"),
+		Inbox:         envconfig.Inbox(r, "WORKORDER_INBOX_"),
 		OperatorToken: r.String("WORKORDER_OPERATOR_TOKEN", ""),
-		Telemetry:     telemetry.ConfigFromEnv(r, ServiceName),
+		Telemetry:     envconfig.Telemetry(r, ServiceName),
 	}
 	c.Telemetry.ProjectID = c.PubSub.ProjectID
 	c.Subscriber = pubsub.DefaultSubscriberConfigFor(c.PubSub)
@@ -156,7 +156,7 @@ func (c Config) Validate() error {
 		errs = append(errs, errors.New("PROVIDER_ADDR: must not be empty"))
 	}
 	errs = append(errs,
-		envconfig.Check(server.EnvNames, c.Server.Validate()),
+		envconfig.Check(envconfig.ServerEnvNames, c.Server.Validate()),
 		envconfig.Check("WORKORDER_RECEIVER_*", c.Receiver.Validate()),
 		envconfig.Check("WORKORDER_INVOICING_*", c.Invoicing.Validate()),
 		envconfig.Check("PUBSUB_MAX_BATCH_BYTES", c.Subscriber.Validate()),

@@ -1,4 +1,4 @@
-package telemetry
+package envconfig
 
 import (
 	"crypto/tls"

@@ -1,7 +1,9 @@
-// Package gcpproject finds the Google Cloud project a process runs in, from
-// the GCE/GKE metadata server, for settings that default to "this project"
-// (the Pub/Sub project, the project of Cloud Logging's trace field).
-package gcpproject
+package envconfig
+
+// The Google Cloud project a process runs in, from the GCE/GKE metadata
+// server, for settings that default to "this project" (the Pub/Sub project,
+// the project of Cloud Logging's trace field). The libraries take the
+// project as a value; the services resolve it here.
 
 import (
 	"context"
@@ -12,16 +14,16 @@ import (
 	"cloud.google.com/go/compute/metadata"
 )
 
-// MetadataTimeout bounds FromMetadata, retries included. Off Google Cloud
+// MetadataTimeout bounds ProjectFromMetadata, retries included. Off Google Cloud
 // nothing answers and the caller waits this long before failing; on GKE the
 // metadata server answers in milliseconds, but may need a few retries in the
 // first seconds of a pod (Workload Identity starting up).
 const MetadataTimeout = 5 * time.Second
 
-// FromMetadata returns the project id the metadata server reports. The server
+// ProjectFromMetadata returns the project id the metadata server reports. The server
 // is http://169.254.169.254, or GCE_METADATA_HOST when set (how the metadata
 // library lets tests and emulators stand in for it).
-func FromMetadata(ctx context.Context) (string, error) {
+func ProjectFromMetadata(ctx context.Context) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, MetadataTimeout)
 	defer cancel()
 	// A client of our own and GetWithContext rather than the library's

@@ -1,4 +1,4 @@
-package telemetry_test
+package envconfig_test
 
 import (
 	"context"
@@ -137,7 +137,7 @@ func selfSigned(t *testing.T) (tls.Certificate, string) {
 func setupFromEnv(t *testing.T) (*telemetry.Telemetry, error) {
 	t.Helper()
 	r := envconfig.New()
-	cfg := telemetry.ConfigFromEnv(r, "svc")
+	cfg := envconfig.Telemetry(r, "svc")
 	if err := r.Err(); err != nil {
 		return nil, err
 	}

@@ -1,0 +1,46 @@
+package envconfig_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lossless-dev/lossless/internal/envconfig"
+	"github.com/lossless-dev/lossless/pkg/pgdb"
+)
+
+func TestPostgres(t *testing.T) {
+	t.Parallel()
+	c := envconfig.Postgres(envconfig.FromMap(map[string]string{"DATABASE_URL": "postgres://x"}), pgdb.Config{})
+	if c.URL != "postgres://x" || c.StatementTimeout != 30*time.Second || c.LockTimeout != 10*time.Second ||
+		c.ConnectTimeout != 5*time.Second || c.APIMaxConns != 10 || c.WorkerMaxConns != 12 {
+		t.Fatalf("defaults: %+v", c)
+	}
+	c = envconfig.Postgres(envconfig.FromMap(map[string]string{}), pgdb.Config{APIMaxConns: 5, WorkerMaxConns: 16})
+	if c.APIMaxConns != 5 || c.WorkerMaxConns != 16 {
+		t.Fatalf("service defaults not kept: %+v", c)
+	}
+	for _, tc := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{"DATABASE_STATEMENT_TIMEOUT": "soon"}, "DATABASE_STATEMENT_TIMEOUT"},
+		{map[string]string{"DATABASE_STATEMENT_TIMEOUT": "-1s"}, "DATABASE_STATEMENT_TIMEOUT"},
+		{map[string]string{"DATABASE_LOCK_TIMEOUT": "-1s"}, "DATABASE_LOCK_TIMEOUT"},
+		{map[string]string{"DATABASE_LOCK_TIMEOUT": "40s"}, "DATABASE_LOCK_TIMEOUT"},
+		{map[string]string{"DATABASE_CONNECT_TIMEOUT": "x"}, "DATABASE_CONNECT_TIMEOUT"},
+		{map[string]string{"DATABASE_CONNECT_TIMEOUT": "-5s"}, "DATABASE_CONNECT_TIMEOUT"},
+		{map[string]string{"DATABASE_API_MAX_CONNS": "-1"}, "DATABASE_API_MAX_CONNS"},
+		{map[string]string{"DATABASE_API_MAX_CONNS": "many"}, "DATABASE_API_MAX_CONNS"},
+		{map[string]string{"DATABASE_WORKER_MAX_CONNS": "2"}, "DATABASE_WORKER_MAX_CONNS"},
+	} {
+		tc.env["DATABASE_URL"] = "postgres://x"
+		r := envconfig.FromMap(tc.env)
+		c := envconfig.Postgres(r, pgdb.Config{})
+		err := errors.Join(r.Err(), c.Validate())
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: error %v, want one naming %s", tc.env, err, tc.want)
+		}
+	}
+}
