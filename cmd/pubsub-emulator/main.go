@@ -31,6 +31,7 @@ import (
 	"cloud.google.com/go/pubsub/v2/pstest"
 
 	"github.com/lossless-dev/lossless/internal/envconfig"
+	"github.com/lossless-dev/lossless/internal/libenv"
 	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 )
@@ -69,7 +70,7 @@ func run(args []string, logger *slog.Logger) error {
 	cfg := config{
 		Listen:    env.String("PUBSUB_EMULATOR_LISTEN", "127.0.0.1:8085"),
 		Provision: env.Bool("PUBSUB_EMULATOR_PROVISION", false),
-		ProjectID: env.String(envconfig.EnvPubSubProjectID, pubsub.DefaultProjectID),
+		ProjectID: env.String(libenv.EnvPubSubProjectID, pubsub.DefaultProjectID),
 	}
 	if err := env.Err(); err != nil {
 		return err

@@ -31,7 +31,7 @@ var envNameRE = regexp.MustCompile(`^[A-Z][A-Z0-9_]*$`)
 // is read when it is the first argument of a Reader method: a string
 // literal, a string constant (of the package or an imported one), or
 // prefix+"SUFFIX" inside a package whose callers pass the prefix as a
-// string literal ending in "_" (envconfig.Outbox(r, "WORKORDER_OUTBOX_")).
+// string literal ending in "_" (libenv.Outbox(r, "WORKORDER_OUTBOX_")).
 func envOfServices(t *testing.T, svcs []declaredService) map[string]codeEnv {
 	t.Helper()
 	root, module := mainModule(t)

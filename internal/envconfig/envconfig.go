@@ -30,6 +30,13 @@ func FromMap(m map[string]string) *Reader {
 // Err returns every problem found, each naming its variable.
 func (r *Reader) Err() error { return errors.Join(r.errs...) }
 
+// Lookup returns a variable as the environment holds it, for checks that
+// read a family of variables (the OpenTelemetry SDK's OTEL_*) themselves.
+func (r *Reader) Lookup(name string) (string, bool) { return r.lookup(name) }
+
+// Record adds a problem found by such a check; Err reports it.
+func (r *Reader) Record(err error) { r.errs = append(r.errs, err) }
+
 func (r *Reader) fail(name, val string, err error) {
 	r.errs = append(r.errs, fmt.Errorf("%s=%q: %w", name, val, err))
 }

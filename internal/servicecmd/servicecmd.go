@@ -20,6 +20,7 @@ import (
 	"os"
 
 	"github.com/lossless-dev/lossless/internal/envconfig"
+	"github.com/lossless-dev/lossless/internal/libenv"
 	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/pkg/pgmigrate"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
@@ -47,7 +48,7 @@ type Service[C any, A server.Process] struct {
 	// --role flag overrides, and its telemetry section.
 	Sections func(*C) (*server.Config, telemetry.Config)
 	// PubSub returns the configuration's Pub/Sub client section, whose
-	// project serve resolves (envconfig.ResolvePubSubProject: the
+	// project serve resolves (libenv.ResolvePubSubProject: the
 	// environment, else the GCE/GKE metadata server) before New; nil for a
 	// service without Pub/Sub.
 	PubSub func(*C) *pubsub.ClientConfig
@@ -79,13 +80,13 @@ func (s Service[C, A]) Run(ctx context.Context, env *envconfig.Reader, args []st
 	case "serve":
 		return s.serve(ctx, env, args)
 	case "migrate":
-		return envconfig.Migrate(ctx, env, logger, s.Migrations...)
+		return libenv.Migrate(ctx, env, logger, s.Migrations...)
 	case "provision":
-		cfg := envconfig.PubSub(env)
+		cfg := libenv.PubSub(env)
 		if err := env.Err(); err != nil {
 			return err
 		}
-		cfg, err := envconfig.ResolvePubSubProject(ctx, cfg)
+		cfg, err := libenv.ResolvePubSubProject(ctx, cfg)
 		if err != nil {
 			return err
 		}
@@ -111,7 +112,7 @@ func (s Service[C, A]) serve(ctx context.Context, env *envconfig.Reader, args []
 	}
 	if s.PubSub != nil {
 		ps := s.PubSub(&cfg)
-		if *ps, err = envconfig.ResolvePubSubProject(ctx, *ps); err != nil {
+		if *ps, err = libenv.ResolvePubSubProject(ctx, *ps); err != nil {
 			return fmt.Errorf("configuration: %w", err)
 		}
 	}
@@ -122,7 +123,7 @@ func (s Service[C, A]) serve(ctx context.Context, env *envconfig.Reader, args []
 	if tel.ProjectID == "" && s.PubSub != nil {
 		tel.ProjectID = s.PubSub(&cfg).ProjectID // the traces' project is the system's
 	}
-	if tel, err = envconfig.ResolveTelemetryProject(ctx, tel); err != nil {
+	if tel, err = libenv.ResolveTelemetryProject(ctx, tel); err != nil {
 		return fmt.Errorf("configuration: %w", err)
 	}
 	return server.Serve(ctx, tel, os.Stdout, func(ctx context.Context, logger *slog.Logger, tel telemetry.Providers, opts ...server.Option) (server.Process, error) {

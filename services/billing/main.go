@@ -49,6 +49,7 @@ import (
 
 	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
 	"github.com/lossless-dev/lossless/internal/envconfig"
+	"github.com/lossless-dev/lossless/internal/libenv"
 	"github.com/lossless-dev/lossless/internal/servicecmd"
 	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/leasequeue"
@@ -209,7 +210,7 @@ func intakeRepair(ctx context.Context, env *envconfig.Reader, logger *slog.Logge
 		JobMaxAttempts:  env.Int("BILLING_JOBS_MAX_ATTEMPTS", leasequeue.DefaultMaxAttempts),
 		MaxPayloadBytes: env.Int("BILLING_INTAKE_MAX_PAYLOAD_BYTES", intake.DefaultMaxPayloadBytes),
 	}
-	psCfg := envconfig.PubSub(env)
+	psCfg := libenv.PubSub(env)
 	pool, q, err := openQueue(ctx, env, logger)
 	if err != nil {
 		return err
@@ -225,7 +226,7 @@ func intakeRepair(ctx context.Context, env *envconfig.Reader, logger *slog.Logge
 	}
 	var opts []admin.Option
 	if group == "dead-letters" {
-		ps, err := envconfig.PubSubClient(ctx, psCfg)
+		ps, err := libenv.PubSubClient(ctx, psCfg)
 		if err != nil {
 			return err
 		}

@@ -31,6 +31,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/lossless-dev/lossless/internal/envconfig"
+	"github.com/lossless-dev/lossless/internal/libenv"
 	"github.com/lossless-dev/lossless/internal/servicecmd"
 	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
@@ -67,7 +68,7 @@ func service() servicecmd.Service[config.Config, *app.App] {
 // the privilege; --ticket and --actor make each change audited.
 func inboxCommand(ctx context.Context, env *envconfig.Reader, logger *slog.Logger, args []string) error {
 	dsn := env.Required("DATABASE_URL")
-	psCfg := envconfig.PubSub(env)
+	psCfg := libenv.PubSub(env)
 	recvCfg := receiver.ConfigFromEnv(env, "WORKORDER_RECEIVER_")
 	if err := env.Err(); err != nil {
 		return err
@@ -80,7 +81,7 @@ func inboxCommand(ctx context.Context, env *envconfig.Reader, logger *slog.Logge
 	deps := admin.Deps{Pool: pool, Receiver: recvCfg, Logger: logger}
 	// Only dead-letter replay needs Pub/Sub; other commands work without it.
 	if len(args) > 0 && args[0] == "replay-dead-letters" {
-		ps, err := envconfig.PubSubClient(ctx, psCfg)
+		ps, err := libenv.PubSubClient(ctx, psCfg)
 		if err != nil {
 			return err
 		}
@@ -101,7 +102,7 @@ func inboxCommand(ctx context.Context, env *envconfig.Reader, logger *slog.Logge
 func invoicingCommand(ctx context.Context, env *envconfig.Reader, logger *slog.Logger, args []string) error {
 	dsn := env.Required("DATABASE_URL")
 	maxPayload := env.Int("WORKORDER_INVOICING_MAX_PAYLOAD_BYTES", invoicing.DefaultMaxPayloadBytes)
-	psCfg := envconfig.PubSub(env)
+	psCfg := libenv.PubSub(env)
 	if err := env.Err(); err != nil {
 		return err
 	}
@@ -113,7 +114,7 @@ func invoicingCommand(ctx context.Context, env *envconfig.Reader, logger *slog.L
 	deps := admin.Deps{Pool: pool, Invoicing: invoicing.Config{MaxPayloadBytes: maxPayload}, Logger: logger}
 	// Only dead-letter replay needs Pub/Sub.
 	if len(args) > 0 && args[0] == "replay-dead-letters" {
-		ps, err := envconfig.PubSubClient(ctx, psCfg)
+		ps, err := libenv.PubSubClient(ctx, psCfg)
 		if err != nil {
 			return err
 		}

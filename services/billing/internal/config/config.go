@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lossless-dev/lossless/internal/envconfig"
+	"github.com/lossless-dev/lossless/internal/libenv"
 	"github.com/lossless-dev/lossless/pkg/consumer"
 	"github.com/lossless-dev/lossless/pkg/leasequeue"
 	"github.com/lossless-dev/lossless/pkg/operatorauth"
@@ -58,7 +59,7 @@ type Config struct {
 	PubSub pubsub.ClientConfig
 
 	// Outbox configures the InvoiceIssued relay: BILLING_OUTBOX_* (see
-	// envconfig.Outbox for names and defaults).
+	// libenv.Outbox for names and defaults).
 	Outbox outbox.Config
 
 	// Queue configures the invoice jobs' leases:
@@ -132,10 +133,10 @@ type Config struct {
 func FromEnv(r *envconfig.Reader) (Config, error) {
 	lease := r.Duration("BILLING_JOBS_LEASE", 30*time.Second)
 	c := Config{
-		Database: envconfig.Postgres(r, pgdb.Config{APIMaxConns: DefaultAPIMaxConns, WorkerMaxConns: DefaultWorkerMaxConns}),
-		Server:   envconfig.Server(r, ":9092", ":8082"),
-		PubSub:   envconfig.PubSub(r),
-		Outbox:   envconfig.Outbox(r, "BILLING_OUTBOX_"),
+		Database: libenv.Postgres(r, pgdb.Config{APIMaxConns: DefaultAPIMaxConns, WorkerMaxConns: DefaultWorkerMaxConns}),
+		Server:   libenv.Server(r, ":9092", ":8082"),
+		PubSub:   libenv.PubSub(r),
+		Outbox:   libenv.Outbox(r, "BILLING_OUTBOX_"),
 		Queue: leasequeue.Config{
 			Name:          QueueName,
 			LeaseDuration: lease,
@@ -162,7 +163,7 @@ func FromEnv(r *envconfig.Reader) (Config, error) {
 		},
 		IntakeMaxPayloadBytes: r.Int("BILLING_INTAKE_MAX_PAYLOAD_BYTES", intake.DefaultMaxPayloadBytes),
 		OperatorToken:         r.String("BILLING_OPERATOR_TOKEN", ""),
-		Telemetry:             envconfig.Telemetry(r, ServiceName),
+		Telemetry:             libenv.Telemetry(r, ServiceName),
 	}
 	c.Telemetry.ProjectID = c.PubSub.ProjectID
 	c.Subscriber = pubsub.DefaultSubscriberConfigFor(c.PubSub)
@@ -177,7 +178,7 @@ func FromEnv(r *envconfig.Reader) (Config, error) {
 func (c Config) Validate() error {
 	errs := []error{c.Database.Validate()}
 	errs = append(errs,
-		envconfig.Check(envconfig.ServerEnvNames, c.Server.Validate()),
+		envconfig.Check(libenv.ServerEnvNames, c.Server.Validate()),
 		envconfig.Check("PUBSUB_MAX_BATCH_BYTES", c.Subscriber.Validate()),
 		envconfig.Check("BILLING_INTAKE_MAX_PAYLOAD_BYTES", intake.Config{MaxPayloadBytes: c.IntakeMaxPayloadBytes}.Validate()),
 		envconfig.Check("PUBSUB_*", c.PubSub.Validate()),

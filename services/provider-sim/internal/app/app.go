@@ -16,6 +16,7 @@ import (
 
 	providerv1 "github.com/lossless-dev/lossless/gen/lossless/provider/v1"
 	"github.com/lossless-dev/lossless/internal/envconfig"
+	"github.com/lossless-dev/lossless/internal/libenv"
 	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/pkg/operatorauth"
 	"github.com/lossless-dev/lossless/pkg/pgdb"
@@ -45,7 +46,7 @@ type Config struct {
 	DatabaseURL string
 	// Server listeners and request bounds. Env GRPC_ADDR (default ":9091"),
 	// HTTP_ADDR (default ":8081"), SHUTDOWN_TIMEOUT (default 20s) and the
-	// bounds of envconfig.Server; SERVICE_ROLE or serve --role (default
+	// bounds of libenv.Server; SERVICE_ROLE or serve --role (default
 	// all; api: SubmitWorkOrder and the knobs, no engine; worker: the engine
 	// with /healthz, /readyz and /metrics only).
 	Server server.Config
@@ -88,12 +89,12 @@ type Config struct {
 func ConfigFromEnv(env *envconfig.Reader) (Config, error) {
 	cfg := Config{
 		DatabaseURL:   env.Required(EnvDatabaseURL),
-		Server:        envconfig.Server(env, ":9091", ":8081"),
-		PubSub:        envconfig.PubSub(env),
+		Server:        libenv.Server(env, ":9091", ":8081"),
+		PubSub:        libenv.PubSub(env),
 		Publisher:     pubsub.DefaultPublisherConfig(),
 		Engine:        engine.ConfigFromEnv(env),
 		Faults:        faults.FromEnv(env),
-		Telemetry:     envconfig.Telemetry(env, ServiceName),
+		Telemetry:     libenv.Telemetry(env, ServiceName),
 		OperatorToken: env.String(EnvOperatorToken, ""),
 	}
 	cfg.Telemetry.ProjectID = cfg.PubSub.ProjectID
@@ -112,7 +113,7 @@ func (c Config) Validate() error {
 		errs = append(errs, envconfig.Check(EnvDatabaseURL, errors.New("not a valid PostgreSQL connection string")))
 	}
 	if err := c.Server.Validate(); err != nil {
-		errs = append(errs, envconfig.Check(envconfig.ServerEnvNames, err))
+		errs = append(errs, envconfig.Check(libenv.ServerEnvNames, err))
 	}
 	errs = append(errs, c.PubSub.Validate(), c.Publisher.Validate(), c.Engine.Validate(), c.Faults.Validate(),
 		operatorauth.Validate(EnvOperatorToken, c.OperatorToken))

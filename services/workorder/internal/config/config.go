@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/lossless-dev/lossless/internal/envconfig"
+	"github.com/lossless-dev/lossless/internal/libenv"
 	"github.com/lossless-dev/lossless/pkg/idempotency"
 	"github.com/lossless-dev/lossless/pkg/inbox"
 	"github.com/lossless-dev/lossless/pkg/operatorauth"
@@ -58,7 +59,7 @@ type Config struct {
 	// Outbox configures the outbox relay: WORKORDER_OUTBOX_* (BATCH_SIZE,
 	// BATCHES_IN_FLIGHT, POLL_INTERVAL, LEASE_DURATION, BACKOFF_BASE, BACKOFF_MAX, MAX_ATTEMPTS,
 	// CIRCUIT_THRESHOLD, CIRCUIT_PROBE_INTERVAL(_MAX), RETENTION, ...; see
-	// envconfig.Outbox and outbox.Config for defaults).
+	// libenv.Outbox and outbox.Config for defaults).
 	Outbox outbox.Config
 
 	// Idempotency configures API idempotency keys:
@@ -92,7 +93,7 @@ type Config struct {
 	Subscriber pubsub.SubscriberConfig
 
 	// Inbox configures the correlation relay of provider completions:
-	// WORKORDER_INBOX_* (see envconfig.Inbox and inbox.Config; the
+	// WORKORDER_INBOX_* (see libenv.Inbox and inbox.Config; the
 	// reasoning is in docs/adr/0008-error-classification-and-backoff.md).
 	Inbox inbox.Config
 
@@ -119,25 +120,25 @@ const ServiceName = "workorder"
 // every bad variable at once.
 func FromEnv(r *envconfig.Reader) (Config, error) {
 	c := Config{
-		Database:     envconfig.Postgres(r, pgdb.Config{}),
-		Server:       envconfig.Server(r, ":9090", ":8080"),
+		Database:     libenv.Postgres(r, pgdb.Config{}),
+		Server:       libenv.Server(r, ":9090", ":8080"),
 		ProviderAddr: r.String("PROVIDER_ADDR", "localhost:9091"),
 		HandOff:      handoff.Config{Deadline: r.Duration("WORKORDER_HANDOFF_DEADLINE", handoff.DefaultDeadline)},
-		Outbox:       envconfig.Outbox(r, "WORKORDER_OUTBOX_"),
+		Outbox:       libenv.Outbox(r, "WORKORDER_OUTBOX_"),
 		Idempotency: idempotency.Config{
 			Retention:       r.Duration("WORKORDER_IDEMPOTENCY_RETENTION", 24*time.Hour),
 			CleanupInterval: r.Duration("WORKORDER_IDEMPOTENCY_CLEANUP_INTERVAL", 5*time.Minute),
 			CleanupBatch:    r.Int("WORKORDER_IDEMPOTENCY_CLEANUP_BATCH", 1000),
 		},
-		PubSub:   envconfig.PubSub(r),
+		PubSub:   libenv.PubSub(r),
 		Receiver: receiver.ConfigFromEnv(r, "WORKORDER_RECEIVER_"),
 		Invoicing: invoicing.Config{
 			MaxPayloadBytes: r.Int("WORKORDER_INVOICING_MAX_PAYLOAD_BYTES", invoicing.DefaultMaxPayloadBytes),
 			Concurrency:     r.Int("WORKORDER_INVOICING_CONCURRENCY", invoicing.DefaultConcurrency),
 		},
-		Inbox:         envconfig.Inbox(r, "WORKORDER_INBOX_"),
+		Inbox:         libenv.Inbox(r, "WORKORDER_INBOX_"),
 		OperatorToken: r.String("WORKORDER_OPERATOR_TOKEN", ""),
-		Telemetry:     envconfig.Telemetry(r, ServiceName),
+		Telemetry:     libenv.Telemetry(r, ServiceName),
 	}
 	c.Telemetry.ProjectID = c.PubSub.ProjectID
 	c.Subscriber = pubsub.DefaultSubscriberConfigFor(c.PubSub)
@@ -156,7 +157,7 @@ func (c Config) Validate() error {
 		errs = append(errs, errors.New("PROVIDER_ADDR: must not be empty"))
 	}
 	errs = append(errs,
-		envconfig.Check(envconfig.ServerEnvNames, c.Server.Validate()),
+		envconfig.Check(libenv.ServerEnvNames, c.Server.Validate()),
 		envconfig.Check("WORKORDER_RECEIVER_*", c.Receiver.Validate()),
 		envconfig.Check("WORKORDER_INVOICING_*", c.Invoicing.Validate()),
 		envconfig.Check("PUBSUB_MAX_BATCH_BYTES", c.Subscriber.Validate()),

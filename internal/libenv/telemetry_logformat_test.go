@@ -1,4 +1,4 @@
-package envconfig_test
+package libenv_test
 
 import (
 	"bytes"
@@ -11,7 +11,7 @@ import (
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
-	"github.com/lossless-dev/lossless/internal/envconfig"
+	"github.com/lossless-dev/lossless/internal/libenv"
 	"github.com/lossless-dev/lossless/pkg/telemetry"
 )
 
@@ -52,7 +52,7 @@ func TestGCPLogFormatTakesTheProjectFromTheMetadataServer(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 	t.Setenv("GCE_METADATA_HOST", strings.TrimPrefix(srv.URL, "http://"))
-	cfg, err := envconfig.ResolveTelemetryProject(context.Background(), telemetry.Config{ServiceName: "x", LogFormat: "gcp"})
+	cfg, err := libenv.ResolveTelemetryProject(context.Background(), telemetry.Config{ServiceName: "x", LogFormat: "gcp"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +66,7 @@ func TestGCPLogFormatWithoutAnyProjectFails(t *testing.T) {
 	srv := httptest.NewServer(http.NotFoundHandler())
 	t.Cleanup(srv.Close)
 	t.Setenv("GCE_METADATA_HOST", strings.TrimPrefix(srv.URL, "http://"))
-	_, err := envconfig.ResolveTelemetryProject(context.Background(), telemetry.Config{ServiceName: "x", LogFormat: "gcp"})
+	_, err := libenv.ResolveTelemetryProject(context.Background(), telemetry.Config{ServiceName: "x", LogFormat: "gcp"})
 	if err == nil || !strings.Contains(err.Error(), "GOOGLE_CLOUD_PROJECT") {
 		t.Fatalf("error %v; want one naming GOOGLE_CLOUD_PROJECT", err)
 	}

@@ -1,4 +1,4 @@
-package envconfig_test
+package libenv_test
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/lossless-dev/lossless/internal/envconfig"
+	"github.com/lossless-dev/lossless/internal/libenv"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 )
 
@@ -42,7 +43,7 @@ func TestPubSubProjectPrefersPubSubProjectThenGoogleCloudProject(t *testing.T) {
 		{map[string]string{}, ""},
 	} {
 		r := envconfig.FromMap(tc.env)
-		cfg := envconfig.PubSub(r)
+		cfg := libenv.PubSub(r)
 		if err := r.Err(); err != nil {
 			t.Fatal(err)
 		}
@@ -58,19 +59,19 @@ func TestPubSubProjectPrefersPubSubProjectThenGoogleCloudProject(t *testing.T) {
 // On GKE nothing sets the project: it comes from the metadata server.
 func TestProjectIDResolvedFromTheMetadataServer(t *testing.T) {
 	fakePubSubMetadataServer(t, "prod-project-7")
-	got, err := envconfig.ResolvePubSubProject(context.Background(), pubsub.ClientConfig{})
+	got, err := libenv.ResolvePubSubProject(context.Background(), pubsub.ClientConfig{})
 	if err != nil || got.ProjectID != "prod-project-7" {
 		t.Fatalf("ResolvePubSubProject = %q, %v; want prod-project-7", got.ProjectID, err)
 	}
 	// An explicit project wins over the metadata server.
-	if got, _ := envconfig.ResolvePubSubProject(context.Background(), pubsub.ClientConfig{ProjectID: "explicit"}); got.ProjectID != "explicit" {
+	if got, _ := libenv.ResolvePubSubProject(context.Background(), pubsub.ClientConfig{ProjectID: "explicit"}); got.ProjectID != "explicit" {
 		t.Fatalf("ResolvePubSubProject = %q; want the configured project", got.ProjectID)
 	}
 }
 
 func TestNoProjectAnywhereFailsNamingTheVariable(t *testing.T) {
 	fakePubSubMetadataServer(t, "")
-	c, err := envconfig.PubSubClient(context.Background(), pubsub.ClientConfig{})
+	c, err := libenv.PubSubClient(context.Background(), pubsub.ClientConfig{})
 	if err == nil {
 		_ = c.Close()
 		t.Fatal("NewClient succeeded without any project id")

@@ -1,4 +1,4 @@
-package envconfig_test
+package libenv_test
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/lossless-dev/lossless/internal/envconfig"
+	"github.com/lossless-dev/lossless/internal/libenv"
 )
 
 // fakeMetadataServer answers the project id like the GCE/GKE metadata server,
@@ -28,7 +28,7 @@ func fakeMetadataServer(t *testing.T, project string) string {
 
 func TestProjectIDComesFromTheMetadataServer(t *testing.T) {
 	t.Setenv("GCE_METADATA_HOST", fakeMetadataServer(t, "prod-project-1"))
-	got, err := envconfig.ProjectFromMetadata(context.Background())
+	got, err := libenv.ProjectFromMetadata(context.Background())
 	if err != nil || got != "prod-project-1" {
 		t.Fatalf("ProjectFromMetadata = %q, %v; want prod-project-1", got, err)
 	}
@@ -38,7 +38,7 @@ func TestNoMetadataServerIsAnError(t *testing.T) {
 	srv := httptest.NewServer(http.NotFoundHandler())
 	t.Cleanup(srv.Close)
 	t.Setenv("GCE_METADATA_HOST", strings.TrimPrefix(srv.URL, "http://"))
-	if got, err := envconfig.ProjectFromMetadata(context.Background()); err == nil {
+	if got, err := libenv.ProjectFromMetadata(context.Background()); err == nil {
 		t.Fatalf("ProjectFromMetadata = %q; want an error when the server does not know the project", got)
 	}
 }

@@ -1,4 +1,4 @@
-package envconfig
+package libenv
 
 import (
 	"crypto/tls"

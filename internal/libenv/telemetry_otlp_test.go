@@ -1,4 +1,4 @@
-package envconfig_test
+package libenv_test
 
 import (
 	"context"
@@ -28,6 +28,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/lossless-dev/lossless/internal/envconfig"
+	"github.com/lossless-dev/lossless/internal/libenv"
 	"github.com/lossless-dev/lossless/pkg/telemetry"
 )
 
@@ -137,7 +138,7 @@ func selfSigned(t *testing.T) (tls.Certificate, string) {
 func setupFromEnv(t *testing.T) (*telemetry.Telemetry, error) {
 	t.Helper()
 	r := envconfig.New()
-	cfg := envconfig.Telemetry(r, "svc")
+	cfg := libenv.Telemetry(r, "svc")
 	if err := r.Err(); err != nil {
 		return nil, err
 	}

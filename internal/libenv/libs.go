@@ -1,4 +1,4 @@
-package envconfig
+package libenv
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	gpubsub "cloud.google.com/go/pubsub/v2"
 	"go.opentelemetry.io/otel/sdk/resource"
 
+	"github.com/lossless-dev/lossless/internal/envconfig"
 	"github.com/lossless-dev/lossless/pkg/inbox"
 	"github.com/lossless-dev/lossless/pkg/outbox"
 	"github.com/lossless-dev/lossless/pkg/pgdb"
@@ -24,7 +25,7 @@ import (
 // pgdb.Config from r; unset variables take def's values, and def's zero
 // fields the package defaults (a service passes its own pool sizes in def).
 // Check r.Err() and Validate afterwards.
-func Postgres(r *Reader, def pgdb.Config) pgdb.Config {
+func Postgres(r *envconfig.Reader, def pgdb.Config) pgdb.Config {
 	def = def.WithDefaults()
 	return pgdb.Config{
 		URL:              r.Required("DATABASE_URL"),
@@ -43,7 +44,7 @@ func Postgres(r *Reader, def pgdb.Config) pgdb.Config {
 // HTTP_READ_TIMEOUT, HTTP_WRITE_TIMEOUT, HTTP_IDLE_TIMEOUT and
 // REQUEST_TIMEOUT (defaults: the server.Default constants; 0 means the
 // default), PPROF_ENABLED (default false) and SERVICE_ROLE (default "all").
-func Server(r *Reader, grpcAddr, httpAddr string) server.Config {
+func Server(r *envconfig.Reader, grpcAddr, httpAddr string) server.Config {
 	return server.Config{
 		GRPCAddr:          r.String("GRPC_ADDR", grpcAddr),
 		HTTPAddr:          r.String("HTTP_ADDR", httpAddr),
@@ -69,7 +70,7 @@ const ServerEnvNames = "GRPC_ADDR / HTTP_ADDR / SHUTDOWN_TIMEOUT / HTTP_MAX_BODY
 // CIRCUIT_THRESHOLD, CIRCUIT_PROBE_INTERVAL, CIRCUIT_PROBE_INTERVAL_MAX,
 // OUTAGE_PROBE_INTERVAL, RETENTION, CLEANUP_INTERVAL, CLEANUP_BATCH,
 // STATS_INTERVAL, RELAY_ID. Unset variables keep the defaults.
-func Outbox(r *Reader, prefix string) outbox.Config {
+func Outbox(r *envconfig.Reader, prefix string) outbox.Config {
 	return outbox.Config{
 		RelayID:                 r.String(prefix+"RELAY_ID", ""),
 		BatchSize:               r.Int(prefix+"BATCH_SIZE", outbox.DefaultBatchSize),
@@ -97,7 +98,7 @@ func Outbox(r *Reader, prefix string) outbox.Config {
 // "WORKORDER_INBOX_"): BATCH_SIZE, POLL_INTERVAL, SWEEP_INTERVAL,
 // MAX_ATTEMPTS, MAX_AGE, DEFER_BACKOFF_BASE/MAX, TECHNICAL_BACKOFF_BASE/MAX,
 // HANDLER_TIMEOUT, OUTAGE_PROBE_INTERVAL. Unset variables keep the defaults.
-func Inbox(r *Reader, prefix string) inbox.Config {
+func Inbox(r *envconfig.Reader, prefix string) inbox.Config {
 	d := inbox.Config{}.WithDefaults()
 	return inbox.Config{
 		BatchSize:           r.Int(prefix+"BATCH_SIZE", d.BatchSize),
@@ -125,7 +126,7 @@ const (
 // ResolvePubSubProject asks the metadata server). The library's own
 // emulator hook reads PUBSUB_EMULATOR_HOST too, which is why this reads
 // that same variable (see pubsub.NewClient).
-func PubSub(r *Reader) pubsub.ClientConfig {
+func PubSub(r *envconfig.Reader) pubsub.ClientConfig {
 	c := pubsub.ClientConfig{
 		ProjectID:    r.String(EnvPubSubProjectID, r.String(EnvGoogleCloudProject, "")),
 		EmulatorHost: r.String(EnvPubSubEmulatorHost, ""),
@@ -151,7 +152,7 @@ func ResolvePubSubProject(ctx context.Context, cfg pubsub.ClientConfig) (pubsub.
 	}
 	id, err := ProjectFromMetadata(ctx)
 	if err != nil {
-		return cfg, Check(EnvPubSubProjectID, fmt.Errorf("not set, nor %s, and not found on the metadata server: %w", EnvGoogleCloudProject, err))
+		return cfg, envconfig.Check(EnvPubSubProjectID, fmt.Errorf("not set, nor %s, and not found on the metadata server: %w", EnvGoogleCloudProject, err))
 	}
 	cfg.ProjectID = id
 	return cfg, nil
@@ -178,7 +179,7 @@ func PubSubClient(ctx context.Context, cfg pubsub.ClientConfig) (*gpubsub.Client
 // read from the process environment themselves are vetted here too: each
 // bad one is recorded in r, naming it, so the start fails instead of
 // exporting nothing quietly.
-func Telemetry(r *Reader, service string) telemetry.Config {
+func Telemetry(r *envconfig.Reader, service string) telemetry.Config {
 	endpoint := r.String("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", r.String("OTEL_EXPORTER_OTLP_ENDPOINT", ""))
 	disabled := r.Bool("OTEL_SDK_DISABLED", false)
 	exporter := r.String("OTEL_TRACES_EXPORTER", "otlp")
@@ -195,8 +196,8 @@ func Telemetry(r *Reader, service string) telemetry.Config {
 		ResourceOptions: []resource.Option{resource.WithFromEnv()},
 	}
 	if c.ExportTraces {
-		if err := checkOTLPEnv(r.lookup); err != nil {
-			r.errs = append(r.errs, fmt.Errorf("telemetry: %w", err))
+		if err := checkOTLPEnv(r.Lookup); err != nil {
+			r.Record(fmt.Errorf("telemetry: %w", err))
 		}
 	}
 	return c

@@ -1,4 +1,4 @@
-package envconfig_test
+package libenv_test
 
 import (
 	"errors"
@@ -7,17 +7,18 @@ import (
 	"time"
 
 	"github.com/lossless-dev/lossless/internal/envconfig"
+	"github.com/lossless-dev/lossless/internal/libenv"
 	"github.com/lossless-dev/lossless/pkg/pgdb"
 )
 
 func TestPostgres(t *testing.T) {
 	t.Parallel()
-	c := envconfig.Postgres(envconfig.FromMap(map[string]string{"DATABASE_URL": "postgres://x"}), pgdb.Config{})
+	c := libenv.Postgres(envconfig.FromMap(map[string]string{"DATABASE_URL": "postgres://x"}), pgdb.Config{})
 	if c.URL != "postgres://x" || c.StatementTimeout != 30*time.Second || c.LockTimeout != 10*time.Second ||
 		c.ConnectTimeout != 5*time.Second || c.APIMaxConns != 10 || c.WorkerMaxConns != 12 {
 		t.Fatalf("defaults: %+v", c)
 	}
-	c = envconfig.Postgres(envconfig.FromMap(map[string]string{}), pgdb.Config{APIMaxConns: 5, WorkerMaxConns: 16})
+	c = libenv.Postgres(envconfig.FromMap(map[string]string{}), pgdb.Config{APIMaxConns: 5, WorkerMaxConns: 16})
 	if c.APIMaxConns != 5 || c.WorkerMaxConns != 16 {
 		t.Fatalf("service defaults not kept: %+v", c)
 	}
@@ -37,7 +38,7 @@ func TestPostgres(t *testing.T) {
 	} {
 		tc.env["DATABASE_URL"] = "postgres://x"
 		r := envconfig.FromMap(tc.env)
-		c := envconfig.Postgres(r, pgdb.Config{})
+		c := libenv.Postgres(r, pgdb.Config{})
 		err := errors.Join(r.Err(), c.Validate())
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: error %v, want one naming %s", tc.env, err, tc.want)

@@ -1,4 +1,4 @@
-package envconfig
+package libenv
 
 // The Google Cloud project a process runs in, from the GCE/GKE metadata
 // server, for settings that default to "this project" (the Pub/Sub project,
