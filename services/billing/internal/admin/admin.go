@@ -22,7 +22,7 @@ import (
 	billingv1 "github.com/lossless-dev/lossless/gen/lossless/billing/v1"
 	"github.com/lossless-dev/lossless/internal/pagetoken"
 	"github.com/lossless-dev/lossless/pkg/leasequeue"
-	"github.com/lossless-dev/lossless/pkg/operatorauth"
+	"github.com/lossless-dev/lossless/pkg/operator"
 	"github.com/lossless-dev/lossless/pkg/parked"
 )
 
@@ -47,13 +47,13 @@ type DB interface {
 type Service struct {
 	billingv1.UnimplementedBillingAdminServiceServer
 	ops   *Ops
-	guard *operatorauth.Guard
+	guard *operator.Guard
 }
 
 // NewService returns the admin service over ops, which must have the
 // invoice queue (WithQueue). token is the operator token
 // (EnvOperatorToken): empty refuses every call, shorter than
-// operatorauth.MinLength is an error.
+// operator.MinTokenLength is an error.
 func NewService(ops *Ops, token string, logger *slog.Logger) (*Service, error) {
 	if ops == nil || logger == nil {
 		return nil, errors.New("admin: NewService needs ops and a logger")
@@ -61,7 +61,7 @@ func NewService(ops *Ops, token string, logger *slog.Logger) (*Service, error) {
 	if ops.queue == nil {
 		return nil, errors.New("admin: NewService needs ops built WithQueue")
 	}
-	guard, err := operatorauth.New(token, EnvOperatorToken, logger)
+	guard, err := operator.NewGuard(token, EnvOperatorToken, logger)
 	if err != nil {
 		return nil, err
 	}

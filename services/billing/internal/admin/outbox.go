@@ -12,7 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	billingv1 "github.com/lossless-dev/lossless/gen/lossless/billing/v1"
-	"github.com/lossless-dev/lossless/internal/operatoraudit"
+	"github.com/lossless-dev/lossless/pkg/operator"
 	"github.com/lossless-dev/lossless/internal/pagetoken"
 	"github.com/lossless-dev/lossless/pkg/apierror"
 	"github.com/lossless-dev/lossless/pkg/outbox"
@@ -56,7 +56,7 @@ func (o *Ops) RequeueOutbox(ctx context.Context, req OutboxRequeueRequest) (res 
 		for _, s := range res.Skipped {
 			skipped[s.EventID.String()] = string(s.State)
 		}
-		return operatoraudit.Write(ctx, tx, operatoraudit.Entry{Action: "outbox.requeue", Actor: req.Actor, Ticket: req.Ticket,
+		return operator.WriteAudit(ctx, tx, operator.AuditEntry{Action: "outbox.requeue", Actor: req.Actor, Ticket: req.Ticket,
 			DryRun: req.DryRun, Params: map[string]any{"requested": requested, "requeued": requeuedIDs(res), "skipped": skipped},
 			Affected: len(res.Requeued)})
 	})

@@ -10,7 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	billingv1 "github.com/lossless-dev/lossless/gen/lossless/billing/v1"
-	"github.com/lossless-dev/lossless/internal/operatoraudit"
+	"github.com/lossless-dev/lossless/pkg/operator"
 	"github.com/lossless-dev/lossless/internal/pagetoken"
 	"github.com/lossless-dev/lossless/pkg/parked"
 	"github.com/lossless-dev/lossless/services/billing/internal/intake"
@@ -93,7 +93,7 @@ func (s *Service) ListOperatorAudit(ctx context.Context, req *billingv1.ListOper
 	if err != nil {
 		return nil, err
 	}
-	recs, more, err := s.ops.ListAudit(ctx, operatoraudit.Filter{Action: req.GetAction(), Actor: req.GetActor(), Ticket: req.GetTicket(),
+	recs, more, err := s.ops.ListAudit(ctx, operator.AuditFilter{Action: req.GetAction(), Actor: req.GetActor(), Ticket: req.GetTicket(),
 		BeforeID: before, Limit: pageSize(req.GetPageSize())})
 	if err != nil {
 		return nil, repairStatus(err)

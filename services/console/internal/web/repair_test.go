@@ -15,7 +15,7 @@ import (
 
 	billingv1 "github.com/lossless-dev/lossless/gen/lossless/billing/v1"
 	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
-	"github.com/lossless-dev/lossless/pkg/operatorauth"
+	"github.com/lossless-dev/lossless/pkg/operator"
 	"github.com/lossless-dev/lossless/services/console/internal/web"
 )
 
@@ -24,7 +24,7 @@ import (
 // operator token checked by the same guard as the real service.
 type billingAdmin struct {
 	billingv1.UnimplementedBillingAdminServiceServer
-	guard *operatorauth.Guard
+	guard *operator.Guard
 	mu    sync.Mutex
 	state map[int64]string
 	audit []*billingv1.OperatorAuditRecord
@@ -100,7 +100,7 @@ func maps(m map[int64]string) map[int64]string {
 
 func billingBackend(t *testing.T) (*billingAdmin, func(*grpc.Server)) {
 	t.Helper()
-	guard, err := operatorauth.New(token, "TEST_TOKEN", slog.New(slog.DiscardHandler))
+	guard, err := operator.NewGuard(token, "TEST_TOKEN", slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -261,7 +261,7 @@ func (b *billingAdmin) RequeueOutboxEvents(ctx context.Context, req *billingv1.R
 // requeue (WorkOrderAdminService), behind the same operator guard.
 type workorderOutbox struct {
 	workorderv1.UnimplementedWorkOrderAdminServiceServer
-	guard  *operatorauth.Guard
+	guard  *operator.Guard
 	outbox *fakeOutbox
 }
 
@@ -306,7 +306,7 @@ const (
 // requeues exactly those, in the service the form names.
 func TestRepair_RequeueFailedOutboxEvents_DryRunThenExactlyWhatItListed(t *testing.T) {
 	bill, regBilling := billingBackend(t)
-	guard, err := operatorauth.New(token, "TEST_TOKEN", slog.New(slog.DiscardHandler))
+	guard, err := operator.NewGuard(token, "TEST_TOKEN", slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,7 +21,7 @@ import (
 	billingv1 "github.com/lossless-dev/lossless/gen/lossless/billing/v1"
 	providerv1 "github.com/lossless-dev/lossless/gen/lossless/provider/v1"
 	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
-	"github.com/lossless-dev/lossless/pkg/operatorauth"
+	"github.com/lossless-dev/lossless/pkg/operator"
 	"github.com/lossless-dev/lossless/services/console/internal/overview"
 	"github.com/lossless-dev/lossless/services/console/internal/web"
 )
@@ -74,7 +74,7 @@ func (noFigures) Read(context.Context) (overview.Figures, error) { return overvi
 func console(t *testing.T, cfg web.Config, register ...func(*grpc.Server)) (*backend, *httptest.Server) {
 	t.Helper()
 	b := &backend{faults: &providerv1.Faults{}}
-	guard, err := operatorauth.New(token, "TEST_TOKEN", slog.New(slog.DiscardHandler))
+	guard, err := operator.NewGuard(token, "TEST_TOKEN", slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,7 @@ import (
 	providerv1 "github.com/lossless-dev/lossless/gen/lossless/provider/v1"
 	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/pkg/envconfig"
-	"github.com/lossless-dev/lossless/pkg/operatorauth"
+	"github.com/lossless-dev/lossless/pkg/operator"
 	"github.com/lossless-dev/lossless/pkg/pgdb"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/server"
@@ -79,7 +79,7 @@ type Config struct {
 	// OperatorToken guards the operator endpoints (UpdateFaults, PUT
 	// /v1/faults; ListJobs and GetJob, GET /v1/jobs[/{job_id}]): callers send "authorization: Bearer <token>". Env
 	// PROVIDER_OPERATOR_TOKEN, default "": those endpoints refuse every call.
-	// At least operatorauth.MinLength (32) characters. The hand-off
+	// At least operator.MinTokenLength (32) characters. The hand-off
 	// (SubmitWorkOrder) and reading the knobs stay open.
 	OperatorToken string
 }
@@ -115,7 +115,7 @@ func (c Config) Validate() error {
 		errs = append(errs, envconfig.Check(server.EnvNames, err))
 	}
 	errs = append(errs, c.PubSub.Validate(), c.Publisher.Validate(), c.Engine.Validate(), c.Faults.Validate(),
-		operatorauth.Validate(EnvOperatorToken, c.OperatorToken))
+		operator.ValidateToken(EnvOperatorToken, c.OperatorToken))
 	return errors.Join(errs...)
 }
 
@@ -199,7 +199,7 @@ func (a *App) assemble(cfg Config, stream faults.Stream, tel telemetry.Providers
 	if err != nil {
 		return err
 	}
-	guard, err := operatorauth.New(cfg.OperatorToken, EnvOperatorToken, a.logger)
+	guard, err := operator.NewGuard(cfg.OperatorToken, EnvOperatorToken, a.logger)
 	if err != nil {
 		return err
 	}

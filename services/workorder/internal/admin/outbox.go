@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
-	"github.com/lossless-dev/lossless/internal/operatoraudit"
+	"github.com/lossless-dev/lossless/pkg/operator"
 	"github.com/lossless-dev/lossless/pkg/inbox"
 	"github.com/lossless-dev/lossless/pkg/outbox"
 )
@@ -47,7 +47,7 @@ func (o *Ops) RequeueOutbox(ctx context.Context, req OutboxRequeueRequest) (res 
 		if err != nil {
 			return err
 		}
-		return operatoraudit.Write(ctx, tx, operatoraudit.Entry{Action: "outbox.requeue", Actor: req.Actor, Ticket: req.Ticket,
+		return operator.WriteAudit(ctx, tx, operator.AuditEntry{Action: "outbox.requeue", Actor: req.Actor, Ticket: req.Ticket,
 			DryRun: req.DryRun, Params: requeueParams(req.EventIDs, res), Affected: len(res.Requeued)})
 	})
 	if errors.Is(err, outbox.ErrInvalidRequeue) {

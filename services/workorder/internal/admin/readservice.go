@@ -11,7 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
-	"github.com/lossless-dev/lossless/internal/operatoraudit"
+	"github.com/lossless-dev/lossless/pkg/operator"
 	"github.com/lossless-dev/lossless/internal/pagetoken"
 	"github.com/lossless-dev/lossless/pkg/apierror"
 	"github.com/lossless-dev/lossless/pkg/outbox"
@@ -21,7 +21,7 @@ import (
 // (request validation refuses it first on a served API); anything else
 // passes unchanged, so the server's edge reports an outage as UNAVAILABLE.
 func readStatus(err error) error {
-	if errors.Is(err, outbox.ErrInvalidFilter) || errors.Is(err, operatoraudit.ErrInvalidFilter) {
+	if errors.Is(err, outbox.ErrInvalidFilter) || errors.Is(err, operator.ErrInvalidAuditFilter) {
 		return apierror.InvalidArgument(apierror.Violation{Field: "page_size", Description: err.Error()})
 	}
 	return err
@@ -79,7 +79,7 @@ func (s *Service) ListOperatorAudit(ctx context.Context, req *workorderv1.ListOp
 	if err != nil {
 		return nil, err
 	}
-	recs, more, err := s.ops.ListAudit(ctx, operatoraudit.Filter{Action: req.GetAction(), Actor: req.GetActor(), Ticket: req.GetTicket(),
+	recs, more, err := s.ops.ListAudit(ctx, operator.AuditFilter{Action: req.GetAction(), Actor: req.GetActor(), Ticket: req.GetTicket(),
 		BeforeID: before, Limit: int(req.GetPageSize())})
 	if err != nil {
 		return nil, readStatus(err)
