@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lossless-dev/lossless/pkg/operator"
 	"github.com/lossless-dev/lossless/internal/topology"
+	"github.com/lossless-dev/lossless/pkg/operator"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/pubsubtest"
 	"github.com/lossless-dev/lossless/pkg/waitfor"

@@ -459,4 +459,3 @@ func optTime(t *time.Time) *timestamppb.Timestamp {
 	}
 	return timestamppb.New(*t)
 }
-

@@ -115,35 +115,6 @@ func (s *Service) ListInvoiceJobs(ctx context.Context, req *billingv1.ListInvoic
 	return resp, nil
 }
 
-// ListParkedMessages implements BillingAdminService.
-func (s *Service) ListParkedMessages(ctx context.Context, req *billingv1.ListParkedMessagesRequest) (*billingv1.ListParkedMessagesResponse, error) {
-	if err := s.guard.Authorize(ctx); err != nil {
-		return nil, err
-	}
-	after, err := pagetoken.DecodeID(req.GetPageToken(), req.GetSubscription(), req.GetWorkOrderId())
-	if err != nil {
-		return nil, err
-	}
-	size := pageSize(req.GetPageSize())
-	ms, err := s.ops.parked.List(ctx, s.ops.db, parked.ListFilter{Subscription: req.GetSubscription(), Subject: req.GetWorkOrderId(),
-		AfterID: after, Limit: size + 1})
-	if err != nil {
-		return nil, err
-	}
-	resp := &billingv1.ListParkedMessagesResponse{}
-	if len(ms) > size {
-		ms = ms[:size]
-		resp.NextPageToken = pagetoken.Encode(ms[size-1].ID, req.GetSubscription(), req.GetWorkOrderId())
-	}
-	for _, m := range ms {
-		resp.Messages = append(resp.Messages, &billingv1.ParkedMessage{
-			Id: m.ID, Subscription: m.Subscription, MessageId: m.MessageID, EventId: m.EventID, EventType: m.EventType,
-			WorkOrderId: m.Subject, Attributes: m.Attributes, Reason: m.Reason, ParkTime: timestamppb.New(m.ParkedAt),
-		})
-	}
-	return resp, nil
-}
-
 func optTime(t *time.Time) *timestamppb.Timestamp {
 	if t == nil {
 		return nil

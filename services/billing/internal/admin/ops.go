@@ -9,10 +9,9 @@ import (
 	gpubsub "cloud.google.com/go/pubsub/v2"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/lossless-dev/lossless/pkg/operator"
-	"github.com/lossless-dev/lossless/pkg/operator"
 	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/pkg/leasequeue"
+	"github.com/lossless-dev/lossless/pkg/operator"
 	"github.com/lossless-dev/lossless/pkg/outbox"
 	"github.com/lossless-dev/lossless/pkg/parked"
 	"github.com/lossless-dev/lossless/pkg/pgtext"
@@ -72,7 +71,7 @@ type Ops struct {
 	logger *slog.Logger
 	pubsub *gpubsub.Client
 	dl     *operator.DeadLetterReplayer // nil without WithPubSub
-	queue  *leasequeue.Queue    // nil without WithQueue
+	queue  *leasequeue.Queue            // nil without WithQueue
 	// The outbox's read and repair (outbox.go).
 	outbox  *outbox.Inspector
 	requeue *outbox.Requeuer

@@ -12,6 +12,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/jackc/pgx/v5"
+	opsv1 "github.com/lossless-dev/lossless/gen/lossless/ops/v1"
+	"github.com/lossless-dev/lossless/pkg/operator"
+	"github.com/lossless-dev/lossless/pkg/parked"
 	"log/slog"
 
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
@@ -32,8 +36,8 @@ import (
 	"github.com/lossless-dev/lossless/pkg/outbox"
 	"github.com/lossless-dev/lossless/pkg/outboxpubsub"
 	"github.com/lossless-dev/lossless/pkg/outboxtrace"
-	"github.com/lossless-dev/lossless/pkg/pgleader"
 	"github.com/lossless-dev/lossless/pkg/pgdb"
+	"github.com/lossless-dev/lossless/pkg/pgleader"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/server"
 	"github.com/lossless-dev/lossless/pkg/telemetry"
@@ -54,7 +58,7 @@ type App struct {
 	log    *slog.Logger
 	tel    telemetry.Providers
 	meter  metric.Meter
-	db     *pgdb.Pools    // API and workers' pools, kept apart (pkg/pgdb)
+	db     *pgdb.Pools      // API and workers' pools, kept apart (pkg/pgdb)
 	conn   *grpc.ClientConn // to the provider
 	ps     *gpubsub.Client
 	pub    *pubsub.Publisher // workorder-events
@@ -141,6 +145,10 @@ func (a *App) assemble(ctx context.Context, opts []server.Option) error {
 	if err != nil {
 		return err
 	}
+	opsSvc, err := a.operatorService(workerPool, ops.Invoicing())
+	if err != nil {
+		return err
+	}
 	// An API-only replica builds no loop at all: their gauges would export
 	// zeros that hide a stall (docs/adr/0013-api-and-worker-roles.md).
 	if a.cfg.Server.Role.RunsWorkers() {
@@ -149,7 +157,7 @@ func (a *App) assemble(ctx context.Context, opts []server.Option) error {
 		}
 	}
 	// The operator token is checked before request validation (admin only).
-	srvOpts := append([]server.Option{server.WithTelemetry(a.tel), server.WithAuthInterceptors(adminSvc.AuthInterceptor())}, a.loops...)
+	srvOpts := append([]server.Option{server.WithTelemetry(a.tel), server.WithAuthInterceptors(adminSvc.AuthInterceptor(), opsSvc.AuthInterceptor())}, a.loops...)
 	a.srv, err = server.New(a.cfg.Server, a.log, append(srvOpts, opts...)...)
 	if err != nil {
 		return err
@@ -162,7 +170,31 @@ func (a *App) assemble(ctx context.Context, opts []server.Option) error {
 		return nil
 	}
 	workorderv1.RegisterWorkOrderAdminServiceServer(a.srv.GRPC(), adminSvc)
+	opsv1.RegisterOperatorServiceServer(a.srv.GRPC(), opsSvc)
 	return api.Register(ctx, a.srv, svc)
+}
+
+// operatorService builds the one operator API (pkg/operator) over the
+// work-order database: its outbox, the operator_audit log, and the
+// InvoiceIssued consumer's parked messages and dead letters (consumer
+// invoicing), replayed through inv, configured as the live consumer.
+func (a *App) operatorService(pool *pgxpool.Pool, inv *invoicing.Invoicing) (*operator.Service, error) {
+	store, err := parked.New()
+	if err != nil {
+		return nil, err
+	}
+	dlSub := topology.SubBillingEventsDeadLetter
+	return operator.NewService(operator.Deps{DB: pool, Token: a.cfg.OperatorToken, TokenEnv: admin.EnvOperatorToken,
+		Parked: store, PubSub: a.ps, Logger: a.log.With("component", "operator"), Consumers: []operator.Consumer{{
+			Name: "invoicing", DeadLetterSubscription: dlSub, Process: inv.Process,
+			Replay: func(ctx context.Context, tx pgx.Tx, id int64, ticket, actor string) (string, error) {
+				outcome, err := inv.ReplayIn(ctx, tx, id, ticket, actor)
+				if errors.Is(err, invoicing.ErrStillRefused) {
+					return "", fmt.Errorf("%w: %w", operator.ErrStillRefused, err)
+				}
+				return outcome, err
+			},
+		}}})
 }
 
 // buildLoops builds the background loops into a.loops, all on the workers'
