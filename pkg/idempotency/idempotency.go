@@ -11,12 +11,12 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/lossless-dev/lossless/pkg/pgdb"
 	"github.com/lossless-dev/lossless/pkg/pgschema"
 )
 
@@ -73,15 +73,9 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// DB is what the Store itself uses, for Cleanup only: a pool, a connection
-// or a transaction. Do works in the caller's transaction instead.
-type DB interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-}
-
 // Store records idempotency keys in the idempotency_keys table.
 type Store struct {
-	db          DB
+	db          pgdb.Executor // Cleanup only; Do works in the caller's transaction
 	cfg         Config
 	schema      string  // WithSchema
 	sql         queries // rendered for schema
@@ -111,7 +105,7 @@ func WithSchema(name string) Option {
 // NewStore returns a Store on the table in the schema named by WithSchema
 // (default DefaultSchema). db is used only by Cleanup (normally a pool); Do
 // works in the caller's transaction. A nil meter disables metrics.
-func NewStore(db DB, cfg Config, logger *slog.Logger, meter metric.Meter, opts ...Option) (*Store, error) {
+func NewStore(db pgdb.Executor, cfg Config, logger *slog.Logger, meter metric.Meter, opts ...Option) (*Store, error) {
 	if db == nil {
 		return nil, errors.New("idempotency: db is nil")
 	}
@@ -249,7 +243,8 @@ func renderQueries(schema string) queries {
 // the first request with replayed = true. fn must do its writes in tx. When
 // Do or fn returns an error the caller must roll tx back (which also forgets
 // the key). Errors: ErrMismatch, ErrInFlight, a key validation error (see
-// ValidateKey), fn's own error, or a database error.
+// ValidateKey), fn's own error, or a database error. tx is a pgx.Tx, not a
+// pgdb.Executor: the key's advisory lock lasts until tx ends.
 func Do[R proto.Message](ctx context.Context, s *Store, tx pgx.Tx, req Request, fn func(ctx context.Context) (R, error)) (resp R, replayed bool, err error) {
 	var zero R
 	if err := req.validate(); err != nil {

@@ -4,8 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/jackc/pgx/v5"
-
+	"github.com/lossless-dev/lossless/pkg/pgdb"
 	"github.com/lossless-dev/lossless/pkg/pgnotify"
 )
 
@@ -33,23 +32,17 @@ WHERE id IN (
 // the condition those entries wait for becomes true: the work-order service
 // calls it when it records a waiting point, so a completion that overtook
 // its hand-off (F5) applies right after the hand-off commits instead of
-// after its backoff. It returns the number of entries made due. Of the
-// options it uses WithSchema; its statement is rendered per call, a few
-// string operations against a database round trip.
-func MakeDue(ctx context.Context, tx pgx.Tx, key string, opts ...Option) (int64, error) {
-	o, err := newOptions(opts)
-	if err != nil {
-		return 0, err
-	}
-	q := newQueries(o.schema)
-	tag, err := tx.Exec(ctx, q.makeDue, key)
+// after its backoff. It returns the number of entries made due. It works in
+// the Store's schema and runs through tx, not the Store's own handle.
+func (s *Store) MakeDue(ctx context.Context, tx pgdb.Executor, key string) (int64, error) {
+	tag, err := tx.Exec(ctx, s.q.makeDue, key)
 	if err != nil {
 		return 0, fmt.Errorf("inbox: make entries of %s due: %w", key, err)
 	}
 	if tag.RowsAffected() == 0 {
 		return 0, nil
 	}
-	if err := pgnotify.Send(ctx, tx, q.channel, ""); err != nil {
+	if err := pgnotify.Send(ctx, tx, s.q.channel, ""); err != nil {
 		return 0, fmt.Errorf("inbox: %w", err)
 	}
 	return tag.RowsAffected(), nil

@@ -42,7 +42,7 @@
 // (or call Migrate) before the service's own migrations. The schema defaults
 // to DefaultSchema ("public"); to keep the tables elsewhere, or to run two
 // inboxes in one database, pass the same name to Migrations and, through
-// WithSchema, to every constructor and to MakeDue. No inbox table references
+// WithSchema, to every constructor. No inbox table references
 // a service table.
 //
 // # Pieces
@@ -56,7 +56,7 @@
 //     permanent.Mark = PARKED now; Defer = back off until Config.MaxAttempts
 //     AND Config.MaxAge are reached, then PARKED; anything else = back off
 //     with jitter and retry. Run any number of replicas.
-//   - MakeDue: in the caller's transaction, makes the deferred entries of a
+//   - Store.MakeDue: in the caller's transaction, makes the deferred entries of a
 //     key due at once, for when the condition they wait for becomes true.
 //   - Ops: the operator actions (below).
 //   - Monitor: the alarm gauges (below).
@@ -67,9 +67,9 @@
 // deadline, backoffs, timeouts); every field documents its default, and
 // ConfigFromEnv reads them from the environment. MonitorConfig tunes the
 // Monitor. Options (WithSchema, WithTracerProvider, WithAudit) are accepted by
-// every constructor, each using those that apply. Store, Ops and Monitor take
-// a DB (a pool, a connection or a transaction); the Relay takes a pool,
-// because it holds a connection of its own for LISTEN.
+// every constructor, each using those that apply. Store and Ops take a
+// pgdb.DB, Monitor a pgdb.Executor (a pool, a connection or a transaction);
+// the Relay takes a pool, because it holds a connection of its own for LISTEN.
 //
 // # Metrics
 //

@@ -108,14 +108,14 @@ type IngestResult struct {
 
 // Store writes received messages to the inbox table.
 type Store struct {
-	db       DB
+	db       pgdb.DB
 	q        queries
 	received metric.Int64Counter
 }
 
 // NewStore returns a Store on db. meter may be nil (no metrics). Of the
 // options it uses WithSchema.
-func NewStore(db DB, meter metric.Meter, opts ...Option) (*Store, error) {
+func NewStore(db pgdb.DB, meter metric.Meter, opts ...Option) (*Store, error) {
 	if db == nil {
 		return nil, errors.New("inbox: NewStore needs a database handle")
 	}

@@ -11,6 +11,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
+
+	"github.com/lossless-dev/lossless/pkg/pgdb"
 )
 
 // countCap bounds every count the monitor runs: beyond it the exact number
@@ -68,7 +70,7 @@ func (c MonitorConfig) Validate() error {
 // inbox.open_entries. Values are refreshed by Run on an interval, not at
 // scrape time, so scrapes never query the database.
 type Monitor struct {
-	db     DB
+	db     pgdb.Executor
 	q      queries
 	cfg    MonitorConfig
 	logger *slog.Logger
@@ -82,7 +84,7 @@ type Monitor struct {
 
 // NewMonitor registers the gauges on meter (nil: no metrics, Snapshot
 // still works). Of the options it uses WithSchema.
-func NewMonitor(db DB, cfg MonitorConfig, logger *slog.Logger, meter metric.Meter, opts ...Option) (*Monitor, error) {
+func NewMonitor(db pgdb.Executor, cfg MonitorConfig, logger *slog.Logger, meter metric.Meter, opts ...Option) (*Monitor, error) {
 	if db == nil || logger == nil {
 		return nil, errors.New("inbox: NewMonitor needs a database handle and a logger")
 	}

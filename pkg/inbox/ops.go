@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/lossless-dev/lossless/pkg/pgdb"
 )
 
 // Operator limits (I6): a replay is always bounded, so nobody reopens
@@ -34,14 +36,14 @@ const (
 // audited in the same transaction as its effect: a row in
 // {schema}.inbox_audit, or whatever WithAudit does instead.
 type Ops struct {
-	db    DB
+	db    pgdb.DB
 	q     queries
 	audit AuditFunc
 }
 
 // NewOps returns the operator actions on db. Of the options it uses
 // WithSchema and WithAudit.
-func NewOps(db DB, opts ...Option) (*Ops, error) {
+func NewOps(db pgdb.DB, opts ...Option) (*Ops, error) {
 	if db == nil {
 		return nil, errors.New("inbox: NewOps needs a database handle")
 	}

@@ -1,29 +1,15 @@
 package inbox
 
 import (
-	"context"
 	"fmt"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/lossless-dev/lossless/pkg/pgschema"
 )
 
-// DB is what Store, Ops and Monitor need of a database handle: a
-// *pgxpool.Pool, a *pgx.Conn or a pgx.Tx (Store and Ops then work inside the
-// caller's transaction, with savepoints). The Relay takes a pool, because it
-// LISTENs on a connection of its own.
-type DB interface {
-	Begin(ctx context.Context) (pgx.Tx, error)
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
-
 // Option is optional behaviour, accepted by every constructor of the package
-// (NewStore, NewRelay, NewOps, NewMonitor) and by MakeDue. A constructor
+// (NewStore, NewRelay, NewOps, NewMonitor). A constructor
 // ignores the options it has no use for, so one option list can configure
 // all of them.
 type Option func(*options)
@@ -75,7 +61,7 @@ func newOptions(opts []Option) (options, error) {
 // (NAMEDATALEN-1 bytes); pg_notify fails on a longer one.
 const maxChannelLength = 63
 
-// NotifyChannel is the channel Store.Ingest and MakeDue of schema notify
+// NotifyChannel is the channel Store.Ingest and Store.MakeDue of schema notify
 // and the relay listens on: "<schema>.inbox", cut to PostgreSQL's 63 bytes. Two schemas whose names share their first
 // 57 bytes share a channel; that costs a spurious wake-up, nothing else.
 func NotifyChannel(schema string) string {

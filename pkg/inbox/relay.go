@@ -83,7 +83,7 @@ WHERE i.id = ANY($1::bigint[]) AND i.id = o.id`
 // Relay applies OPEN inbox entries through a Handler. Run any number of
 // replicas: they claim disjoint entries and serialize per correlation key.
 type Relay struct {
-	pool    *pgxpool.Pool
+	pool    *pgxpool.Pool // a pool, not a pgdb.DB: the relay LISTENs on a connection of its own
 	handler Handler
 	cfg     Config
 	q       queries
@@ -105,7 +105,7 @@ type relayMetrics struct {
 }
 
 // NewRelay returns a relay applying entries with handler. It needs a pool,
-// not any DB: it holds one connection of its own for LISTEN. meter may be
+// not a pgdb.DB: it holds one connection of its own for LISTEN. meter may be
 // nil (no metrics). Of the options it uses WithSchema and
 // WithTracerProvider.
 func NewRelay(pool *pgxpool.Pool, handler Handler, cfg Config, logger *slog.Logger, meter metric.Meter, opts ...Option) (*Relay, error) {

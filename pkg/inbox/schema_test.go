@@ -16,7 +16,7 @@ import (
 	"github.com/lossless-dev/lossless/pkg/waitfor"
 )
 
-// The whole path (ingest, NOTIFY wake-up, relay, MakeDue, operator
+// The whole path (ingest, NOTIFY wake-up, relay, Store.MakeDue, operator
 // actions, monitor) in a schema other than public, with public empty: an
 // unqualified name anywhere in the package fails with "relation does not
 // exist".
@@ -101,9 +101,9 @@ func TestNonDefaultSchema_EveryQueryIsQualified(t *testing.T) {
 		return count(`SELECT count(*) FROM wo.inbox WHERE (event_id = 'e1' AND status = 'APPLIED') OR (event_id = 'later' AND attempts = 1)`)
 	})
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		n, err := inbox.MakeDue(ctx, tx, "k2", opt)
+		n, err := store.MakeDue(ctx, tx, "k2")
 		if err == nil && n != 1 {
-			err = errors.New("MakeDue made no entry due")
+			err = errors.New("Store.MakeDue made no entry due")
 		}
 		return err
 	})

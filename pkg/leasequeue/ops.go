@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/lossless-dev/lossless/pkg/pgdb"
 )
 
 // JobInfo is a job as operators see it.
@@ -39,7 +41,7 @@ type ListFilter struct {
 }
 
 // List returns jobs newest first.
-func (q *Queue) List(ctx context.Context, db DB, f ListFilter) ([]JobInfo, error) {
+func (q *Queue) List(ctx context.Context, db pgdb.Executor, f ListFilter) ([]JobInfo, error) {
 	switch f.State {
 	case "", StateAvailable, StateRunning, StateDone, StateDead:
 	default:
@@ -113,7 +115,7 @@ func (q *Queue) Retry(ctx context.Context, ids []int64, ticket, actor string) ([
 // RetryDryRun reports which of ids Retry would requeue now (the dead jobs
 // of this queue) and changes nothing, for an operator's dry run. A job may
 // change state before the real Retry, which returns what it requeued.
-func (q *Queue) RetryDryRun(ctx context.Context, db DB, ids []int64) ([]int64, error) {
+func (q *Queue) RetryDryRun(ctx context.Context, db pgdb.Executor, ids []int64) ([]int64, error) {
 	if len(ids) == 0 {
 		return nil, errors.New("leasequeue: retry: no job ids")
 	}
@@ -145,7 +147,7 @@ type Stats struct {
 }
 
 // Stats reads the queue's health counts.
-func (q *Queue) Stats(ctx context.Context, db DB) (Stats, error) {
+func (q *Queue) Stats(ctx context.Context, db pgdb.Executor) (Stats, error) {
 	var s Stats
 	var oldest *time.Time
 	now := q.now()

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/lossless-dev/lossless/pkg/backoff"
 	"github.com/lossless-dev/lossless/pkg/permanent"
+	"github.com/lossless-dev/lossless/pkg/pgdb"
 	"github.com/lossless-dev/lossless/pkg/pgnotify"
 	"github.com/lossless-dev/lossless/pkg/pgschema"
 )
@@ -83,7 +83,7 @@ func (c Config) Validate() error {
 // Queue is one named queue in the leasequeue_jobs table: the fenced
 // primitives every worker uses, and the operator operations.
 type Queue struct {
-	pool    *pgxpool.Pool
+	pool    *pgxpool.Pool // a pool, not a pgdb.DB: each worker acquires a dedicated connection to LISTEN on
 	cfg     Config
 	schema  string  // WithSchema
 	sql     queries // rendered for schema
@@ -244,21 +244,13 @@ func notifyChannel(schema, name string) string {
 // maxIdentifier is PostgreSQL's identifier length (NAMEDATALEN-1).
 const maxIdentifier = 63
 
-// DB is what Enqueue and the read operations need: a pool, a connection or a
-// transaction.
-type DB interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
-
 // Enqueue inserts jobs through db, normally the caller's business transaction
 // (the job exists if and only if the transaction commits). A job whose
 // UniqueKey already exists in the queue is skipped. It returns how many jobs
 // were inserted. New jobs wake idle workers (pgnotify.Announce): through a
 // transaction at its commit, after it if the caller began it under
 // pgnotify.Defer and flushes; through a pool at once.
-func (q *Queue) Enqueue(ctx context.Context, db DB, jobs ...NewJob) (int, error) {
+func (q *Queue) Enqueue(ctx context.Context, db pgdb.Executor, jobs ...NewJob) (int, error) {
 	if len(jobs) == 0 {
 		return 0, nil
 	}

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 
+	"github.com/lossless-dev/lossless/pkg/pgdb"
 	"github.com/lossless-dev/lossless/pkg/pgschema"
 )
 
@@ -32,12 +32,6 @@ const (
 	// MaxListLimit bounds one page: a read must not pull a whole backlog.
 	MaxListLimit = 500
 )
-
-// Querier is what an Inspector reads through: a *pgxpool.Pool, a *pgx.Conn
-// or a pgx.Tx.
-type Querier interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-}
 
 // Record is one event as stored, with its delivery state. The payload and
 // headers are left out: a listing is for finding events, not reading them.
@@ -79,13 +73,13 @@ var ErrInvalidFilter = errors.New("outbox: invalid list filter")
 // Inspector reads the outbox for operators: what is pending, failed or
 // published, and why. It never changes a row.
 type Inspector struct {
-	db   Querier
+	db   pgdb.Executor
 	list string
 }
 
 // NewInspector returns an Inspector over db for the outbox in the schema of
 // WithSchema (default DefaultSchema); it ignores the relay's other options.
-func NewInspector(db Querier, opts ...Option) (*Inspector, error) {
+func NewInspector(db pgdb.Executor, opts ...Option) (*Inspector, error) {
 	if db == nil {
 		return nil, errors.New("outbox: NewInspector needs a database handle")
 	}

@@ -40,7 +40,7 @@ const rollbackTimeout = 5 * time.Second
 // it is recorded), and events of one aggregate dispatch in id order across
 // all of them.
 type Relay struct {
-	pool        *pgxpool.Pool
+	pool        *pgxpool.Pool // a pool, not a pgdb.DB: see NewRelay
 	dispatchers map[string]Dispatcher
 	cfg         Config
 	log         *slog.Logger

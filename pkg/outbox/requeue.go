@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/lossless-dev/lossless/pkg/pgdb"
 	"github.com/lossless-dev/lossless/pkg/pgschema"
 )
 
@@ -144,7 +145,7 @@ ORDER BY a.n`
 // and changes nothing. db is a pool, a connection or a transaction: pass
 // the transaction of an audit record to make both one change. The relays
 // are woken when the change commits.
-func (q *Requeuer) Requeue(ctx context.Context, db Querier, req RequeueRequest) (RequeueResult, error) {
+func (q *Requeuer) Requeue(ctx context.Context, db pgdb.Executor, req RequeueRequest) (RequeueResult, error) {
 	ids := make([]uuid.UUID, 0, len(req.EventIDs))
 	seen := make(map[uuid.UUID]bool, len(req.EventIDs))
 	for _, id := range req.EventIDs {

@@ -43,16 +43,6 @@ import (
 	"github.com/lossless-dev/lossless/pkg/pgtext"
 )
 
-// DB is what the package needs of a database handle: a pool, a connection or
-// a transaction (pgx.Tx), so that a message is parked in the caller's
-// transaction or on its own.
-type DB interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-	Begin(ctx context.Context) (pgx.Tx, error)
-}
-
 // Option configures a Store.
 type Option func(*options)
 
@@ -123,7 +113,7 @@ RETURNING id`
 
 // Park stores m through db: the caller's transaction, to commit with its
 // batch-mates' effects, or a pool.
-func (s *Store) Park(ctx context.Context, db DB, m Message) (Stored, error) {
+func (s *Store) Park(ctx context.Context, db pgdb.Executor, m Message) (Stored, error) {
 	if m.Subscription == "" || m.MessageID == "" || m.Reason == "" {
 		return Stored{}, errors.New("parked: Subscription, MessageID and Reason are required")
 	}
@@ -223,7 +213,7 @@ LIMIT $3`
 
 // List returns a page of the messages parked and not replayed, oldest first;
 // the next page starts after the last ID returned.
-func (s *Store) List(ctx context.Context, db DB, f ListFilter) ([]Parked, error) {
+func (s *Store) List(ctx context.Context, db pgdb.Executor, f ListFilter) ([]Parked, error) {
 	switch {
 	case f.Limit == 0:
 		f.Limit = 100
@@ -263,7 +253,7 @@ GROUP BY reason`
 // by stored reason, for a gauge or a report. A reason often names the value
 // at fault (an id, a type), so the map has as many keys as distinct causes:
 // label a metric with it only where that stays bounded.
-func (s *Store) CountByReason(ctx context.Context, db DB, subscription string) (map[string]int64, error) {
+func (s *Store) CountByReason(ctx context.Context, db pgdb.Executor, subscription string) (map[string]int64, error) {
 	rows, err := db.Query(ctx, s.qCount, subscription)
 	if err != nil {
 		return nil, fmt.Errorf("parked: count: %w", err)
@@ -309,7 +299,7 @@ UPDATE {schema}.parked_messages SET replayed_at = now(), replayed_by = $2, ticke
 // the row, calls apply with it, and marks it replayed by actor under ticket.
 // When apply fails nothing changes, the row stays open, and its error is
 // returned.
-func (s *Store) Replay(ctx context.Context, db DB, id int64, ticket, actor string,
+func (s *Store) Replay(ctx context.Context, db pgdb.Beginner, id int64, ticket, actor string,
 	apply func(ctx context.Context, tx pgx.Tx, p Parked) error) error {
 	ticket, actor = strings.TrimSpace(ticket), strings.TrimSpace(actor)
 	if ticket == "" || actor == "" {
@@ -363,7 +353,7 @@ func Refuse(reason string) error { return refusal{reason: reason} }
 // when the database refused a value (pgdb.IsData): the reason then names the
 // rule and the SQLSTATE. Any other error is returned as it is: an
 // infrastructure failure, for the caller to roll back and nack.
-func Isolate(ctx context.Context, db DB, fn func(tx pgx.Tx) error) (reason string, err error) {
+func Isolate(ctx context.Context, db pgdb.Beginner, fn func(tx pgx.Tx) error) (reason string, err error) {
 	err = pgx.BeginFunc(ctx, db, fn)
 	var r refusal
 	switch {

@@ -105,7 +105,7 @@ SELECT EXISTS (
 
 // Leader runs its tasks while this replica holds the group's lock.
 type Leader struct {
-	pool    *pgxpool.Pool
+	pool    *pgxpool.Pool // a pool, not a pgdb.DB: the session lock holds a dedicated connection it acquires
 	cfg     Config
 	key     int32
 	logger  *slog.Logger

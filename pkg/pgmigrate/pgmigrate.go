@@ -94,7 +94,8 @@ func (s Set) Validate() error {
 }
 
 // Apply applies every pending migration of each set, in order, and returns
-// the version each set reached. It stops at the first failing set.
+// the version each set reached. It stops at the first failing set. db is a
+// *sql.DB, not a pgdb.DB, because goose runs on database/sql.
 func Apply(ctx context.Context, db *sql.DB, sets ...Set) ([]Applied, error) {
 	if len(sets) == 0 {
 		return nil, errors.New("no migration sets")

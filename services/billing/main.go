@@ -48,12 +48,11 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
-	"github.com/lossless-dev/lossless/internal/topology"
+	"github.com/lossless-dev/lossless/internal/servicecmd"
 	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/envconfig"
 	"github.com/lossless-dev/lossless/pkg/leasequeue"
 	"github.com/lossless-dev/lossless/pkg/parked"
-	"github.com/lossless-dev/lossless/pkg/pgmigrate"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/server"
 	"github.com/lossless-dev/lossless/pkg/telemetry"
@@ -66,86 +65,38 @@ import (
 
 // errDiscrepancies makes `billing reconcile` exit with status 3, so a cron
 // job or a CI step can alert on it.
-var errDiscrepancies = errors.New("discrepancies found")
+var errDiscrepancies = &server.ExitError{Code: 3, Err: errors.New("discrepancies found")}
 
-func main() {
-	err := run(os.Args[1:])
-	if errors.Is(err, errDiscrepancies) {
-		os.Exit(3)
-	}
-	if err != nil {
-		slog.New(slog.NewJSONHandler(os.Stderr, nil)).Error("billing failed", "error", err.Error())
-		os.Exit(1)
+func main() { os.Exit(servicecmd.Main(service())) }
+
+// service is the billing service's command line (internal/servicecmd).
+func service() servicecmd.Service[config.Config, *app.App] {
+	return servicecmd.Service[config.Config, *app.App]{
+		Name:       config.ServiceName,
+		Usage:      `usage: billing [serve|migrate|provision|jobs list|jobs retry|reconcile|dead-letters replay|parked list|parked replay|outbox requeue] (see services/billing/main.go)`,
+		Config:     config.FromEnv,
+		Sections:   func(c *config.Config) (*server.Config, telemetry.Config) { return &c.Server, c.Telemetry },
+		New:        app.New,
+		Migrations: migrations.Billing(),
+		Commands: map[string]servicecmd.Command{
+			"jobs":         jobsCommand,
+			"reconcile":    reconcileCmd,
+			"dead-letters": repairCommand("dead-letters"),
+			"parked":       repairCommand("parked"),
+			"outbox":       repairCommand("outbox"),
+		},
 	}
 }
 
-const usage = `usage: billing [serve|migrate|provision|jobs list|jobs retry|reconcile|dead-letters replay|parked list|parked replay|outbox requeue] (see services/billing/main.go)`
-
-func run(args []string) error {
-	cmd := "serve"
-	if len(args) > 0 {
-		cmd, args = args[0], args[1:]
+// jobsCommand runs `billing jobs list|retry`; retry goes through the intake.
+func jobsCommand(ctx context.Context, env *envconfig.Reader, logger *slog.Logger, args []string) error {
+	if len(args) == 0 {
+		return errors.New("jobs: want list or retry")
 	}
-	ctx, stop := server.SignalContext(context.Background())
-	defer stop()
-	env := envconfig.New()
-	logger := telemetry.NewLogger(os.Stderr, slog.LevelInfo).With("service", config.ServiceName)
-	switch cmd {
-	case "serve":
-		return serve(ctx, env, args)
-	case "migrate":
-		return pgmigrate.Command(ctx, env, logger, migrations.Billing()...)
-	case "provision":
-		cfg := pubsub.ClientConfigFromEnv(env)
-		if err := env.Err(); err != nil {
-			return err
-		}
-		return pubsub.ProvisionCommand(ctx, cfg, topology.System(), logger)
-	case "jobs":
-		if len(args) == 0 {
-			return errors.New("jobs: want list or retry")
-		}
-		if args[0] == "retry" {
-			return intakeRepair(ctx, env, logger, cmd, args)
-		}
-		return jobs(ctx, env, logger, args[0], args[1:])
-	case "reconcile":
-		return reconcileCmd(ctx, env, args)
-	case "dead-letters", "parked", "outbox":
-		return intakeRepair(ctx, env, logger, cmd, args)
-	case "-h", "--help", "help":
-		fmt.Println(usage)
-		return nil
-	default:
-		return fmt.Errorf("unknown command %q; %s", cmd, usage)
+	if args[0] == "retry" {
+		return intakeRepair(ctx, env, logger, "jobs", args)
 	}
-}
-
-func serve(ctx context.Context, env *envconfig.Reader, args []string) (err error) {
-	role, err := server.ParseServeFlags(args)
-	if err != nil {
-		return err
-	}
-	cfg, err := config.FromEnv(env)
-	if err != nil {
-		return fmt.Errorf("configuration: %w", err)
-	}
-	if role != "" {
-		cfg.Server.Role = role
-	}
-	tel, err := telemetry.Setup(ctx, cfg.Telemetry, os.Stdout)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		err = errors.Join(err, tel.Shutdown(context.WithoutCancel(ctx)))
-	}()
-	a, err := app.New(ctx, cfg, tel.Logger, tel.Providers(),
-		server.WithHTTPHandler("GET /metrics", tel.MetricsHandler))
-	if err != nil {
-		return err
-	}
-	return a.Run(ctx)
+	return jobs(ctx, env, logger, args[0], args[1:])
 }
 
 func openQueue(ctx context.Context, env *envconfig.Reader, logger *slog.Logger) (*pgxpool.Pool, *leasequeue.Queue, error) {
@@ -196,7 +147,7 @@ func jobs(ctx context.Context, env *envconfig.Reader, logger *slog.Logger, sub s
 	}
 }
 
-func reconcileCmd(ctx context.Context, env *envconfig.Reader, args []string) error {
+func reconcileCmd(ctx context.Context, env *envconfig.Reader, _ *slog.Logger, args []string) error {
 	fs := flag.NewFlagSet("billing reconcile", flag.ContinueOnError)
 	tolerance := fs.Duration("tolerance", 5*time.Minute, "age after which an expired lease or a waiting job counts")
 	woAddr := fs.String("workorder-addr", "", "work-order gRPC address (host:port); set to also compare with the work-order service")
@@ -239,6 +190,13 @@ func reconcileCmd(ctx context.Context, env *envconfig.Reader, args []string) err
 		return errDiscrepancies
 	}
 	return nil
+}
+
+// repairCommand is the Command of `billing <group> ...` (intakeRepair).
+func repairCommand(group string) servicecmd.Command {
+	return func(ctx context.Context, env *envconfig.Reader, logger *slog.Logger, args []string) error {
+		return intakeRepair(ctx, env, logger, group, args)
+	}
 }
 
 // intakeRepair runs `billing dead-letters ...`, `billing parked ...` and

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -32,6 +33,15 @@ import (
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+// screenshots is where TestConsoleInABrowser writes the README's pictures of
+// the console (console-overview.png, console-order.png: the 1280×800 viewport
+// of the Overview and of an order's page). Off by default, so that a test run
+// never rewrites committed files. A relative directory is relative to
+// services/console, where go test runs the test:
+//
+//	go test ./services/console/ -run TestConsoleInABrowser -args -screenshots=../../docs/images
+var screenshots = flag.String("screenshots", "", "write the README's console screenshots (PNG) into this directory")
 
 // chromium returns Debian's chromium (or another Chrome on PATH). Missing, it
 // fails the test under CI=true (.ci/run installs it) and skips elsewhere.
@@ -403,7 +413,8 @@ func TestConsoleInABrowser(t *testing.T) {
 	})
 
 	// Both layouts: nothing wider than the viewport (tables scroll inside
-	// their own box). CONSOLE_SCREENSHOTS=<dir> keeps a PNG of each page.
+	// their own box). CONSOLE_SCREENSHOTS=<dir> keeps a full-page PNG of each
+	// page; -screenshots=<dir> writes the README's two (readmeShot).
 	t.Run("layout fits 1280x800 and a phone", func(t *testing.T) {
 		for _, vp := range []struct {
 			name          string
@@ -418,6 +429,20 @@ func TestConsoleInABrowser(t *testing.T) {
 					chromedp.WaitVisible(chromedp.ID("main")))
 				if over := eval(`String(document.documentElement.scrollWidth - window.innerWidth)`); over != "0" {
 					t.Errorf("%s %s: the page is %s px wider than the viewport", vp.name, path, over)
+				}
+				if name := readmeShot(vp.name, path, timelineOrder); name != "" && *screenshots != "" {
+					actx, cancel := context.WithTimeout(b, 30*time.Second)
+					png, err := chromedp.Run(actx, chromedp.CaptureScreenshot())
+					cancel()
+					if err != nil {
+						t.Fatal(err)
+					}
+					if err := os.MkdirAll(*screenshots, 0o755); err != nil {
+						t.Fatal(err)
+					}
+					if err := os.WriteFile(filepath.Join(*screenshots, name), png, 0o644); err != nil {
+						t.Fatal(err)
+					}
 				}
 				if dir := os.Getenv("CONSOLE_SCREENSHOTS"); dir != "" {
 					actx, cancel := context.WithTimeout(b, 30*time.Second)
@@ -434,6 +459,20 @@ func TestConsoleInABrowser(t *testing.T) {
 			}
 		}
 	})
+}
+
+// readmeShot names the README's picture of a page at a viewport, or "" when
+// the README shows none of it.
+func readmeShot(viewport, path, order string) string {
+	switch {
+	case viewport != "desktop":
+		return ""
+	case path == "/":
+		return "console-overview.png"
+	case order != "" && path == "/orders/"+order:
+		return "console-order.png"
+	}
+	return ""
 }
 
 // TestRepairAndAuditInABrowser parks a poison message in the inbox (the

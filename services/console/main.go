@@ -38,13 +38,12 @@ import (
 )
 
 func main() {
-	if err := run(os.Args[1:]); err != nil {
-		slog.New(slog.NewJSONHandler(os.Stderr, nil)).Error("console failed", "error", err.Error())
-		os.Exit(1)
-	}
+	os.Exit(server.Main(config.ServiceName, os.Stderr, func(ctx context.Context) error {
+		return run(ctx, os.Args[1:])
+	}))
 }
 
-func run(args []string) error {
+func run(ctx context.Context, args []string) error {
 	cmd := "serve"
 	if len(args) > 0 {
 		cmd = args[0]
@@ -62,8 +61,6 @@ func run(args []string) error {
 		return err
 	}
 	logger := telemetry.NewLogger(os.Stdout, cfg.LogLevel).With("service", config.ServiceName)
-	ctx, stop := server.SignalContext(context.Background())
-	defer stop()
 	return serve(ctx, cfg, logger)
 }
 

@@ -13,89 +13,25 @@
 package main
 
 import (
-	"context"
-	"errors"
-	"fmt"
-	"log/slog"
 	"os"
 
-	"github.com/lossless-dev/lossless/internal/topology"
+	"github.com/lossless-dev/lossless/internal/servicecmd"
 	"github.com/lossless-dev/lossless/migrations"
-	"github.com/lossless-dev/lossless/pkg/envconfig"
-	"github.com/lossless-dev/lossless/pkg/pgmigrate"
-	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/server"
 	"github.com/lossless-dev/lossless/pkg/telemetry"
 	"github.com/lossless-dev/lossless/services/provider-sim/internal/app"
 )
 
-func main() {
-	if err := run(os.Args[1:]); err != nil {
-		// Before telemetry exists (bad config) the error still goes out as JSON.
-		slog.New(slog.NewJSONHandler(os.Stderr, nil)).Error("provider-sim failed", "error", err.Error())
-		os.Exit(1)
-	}
-}
+func main() { os.Exit(servicecmd.Main(service())) }
 
-func run(args []string) error {
-	cmd := "serve"
-	if len(args) > 0 {
-		cmd = args[0]
+// service is the simulator's command line (internal/servicecmd).
+func service() servicecmd.Service[app.Config, *app.App] {
+	return servicecmd.Service[app.Config, *app.App]{
+		Name:       app.ServiceName,
+		Usage:      "usage: provider-sim [serve|migrate|provision]  (configuration from the environment: docs/failure-modes.md, services/provider-sim/README.md)",
+		Config:     app.ConfigFromEnv,
+		Sections:   func(c *app.Config) (*server.Config, telemetry.Config) { return &c.Server, c.Telemetry },
+		New:        app.New,
+		Migrations: migrations.ProviderSim(),
 	}
-	ctx, stop := server.SignalContext(context.Background())
-	defer stop()
-	env := envconfig.New()
-	switch cmd {
-	case "serve":
-		var serveArgs []string
-		if len(args) > 0 {
-			serveArgs = args[1:]
-		}
-		return serve(ctx, env, serveArgs)
-	case "migrate":
-		return pgmigrate.Command(ctx, env, logger(), migrations.ProviderSim()...)
-	case "provision":
-		cfg := pubsub.ClientConfigFromEnv(env)
-		if err := env.Err(); err != nil {
-			return err
-		}
-		return pubsub.ProvisionCommand(ctx, cfg, topology.System(), logger())
-	case "-h", "--help", "help":
-		fmt.Println("usage: provider-sim [serve|migrate|provision]  (configuration from the environment: docs/failure-modes.md, services/provider-sim/README.md)")
-		return nil
-	default:
-		return fmt.Errorf("unknown command %q (want serve, migrate or provision)", cmd)
-	}
-}
-
-// logger is the JSON logger of the one-shot commands.
-func logger() *slog.Logger {
-	return telemetry.NewLogger(os.Stdout, slog.LevelInfo).With("service", app.ServiceName)
-}
-
-func serve(ctx context.Context, env *envconfig.Reader, args []string) (err error) {
-	role, err := server.ParseServeFlags(args)
-	if err != nil {
-		return err
-	}
-	cfg, err := app.ConfigFromEnv(env)
-	if err != nil {
-		return fmt.Errorf("configuration: %w", err)
-	}
-	if role != "" {
-		cfg.Server.Role = role
-	}
-	tel, err := telemetry.Setup(ctx, cfg.Telemetry, os.Stdout)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		err = errors.Join(err, tel.Shutdown(context.WithoutCancel(ctx)))
-	}()
-	a, err := app.New(ctx, cfg, tel.Logger, tel.Providers(),
-		server.WithHTTPHandler("GET /metrics", tel.MetricsHandler))
-	if err != nil {
-		return err
-	}
-	return a.Run(ctx)
 }

@@ -24,17 +24,15 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/lossless-dev/lossless/internal/topology"
+	"github.com/lossless-dev/lossless/internal/servicecmd"
 	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/envconfig"
-	"github.com/lossless-dev/lossless/pkg/pgmigrate"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/server"
 	"github.com/lossless-dev/lossless/pkg/telemetry"
@@ -45,86 +43,28 @@ import (
 	"github.com/lossless-dev/lossless/services/workorder/internal/receiver"
 )
 
-func main() {
-	if err := run(os.Args[1:]); err != nil {
-		// Before telemetry exists (bad config) the error still goes out as JSON.
-		slog.New(slog.NewJSONHandler(os.Stderr, nil)).Error("workorder failed", "error", err.Error())
-		os.Exit(1)
-	}
-}
+func main() { os.Exit(servicecmd.Main(service())) }
 
-func run(args []string) error {
-	cmd := "serve"
-	if len(args) > 0 {
-		cmd = args[0]
+// service is the work-order service's command line (internal/servicecmd).
+func service() servicecmd.Service[config.Config, *app.App] {
+	return servicecmd.Service[config.Config, *app.App]{
+		Name:       config.ServiceName,
+		Usage:      "usage: workorder [serve|migrate|provision|inbox|invoicing|outbox]  (configuration from the environment: services/workorder/internal/config)",
+		Config:     config.FromEnv,
+		Sections:   func(c *config.Config) (*server.Config, telemetry.Config) { return &c.Server, c.Telemetry },
+		New:        app.New,
+		Migrations: migrations.WorkOrder(),
+		Commands: map[string]servicecmd.Command{
+			"inbox":     inboxCommand,
+			"invoicing": invoicingCommand,
+			"outbox":    outboxCommand,
+		},
 	}
-	ctx, stop := server.SignalContext(context.Background())
-	defer stop()
-	env := envconfig.New()
-	switch cmd {
-	case "serve":
-		var serveArgs []string
-		if len(args) > 0 {
-			serveArgs = args[1:]
-		}
-		return serve(ctx, env, serveArgs)
-	case "migrate":
-		return pgmigrate.Command(ctx, env, cliLogger(), migrations.WorkOrder()...)
-	case "provision":
-		cfg := pubsub.ClientConfigFromEnv(env)
-		if err := env.Err(); err != nil {
-			return err
-		}
-		return pubsub.ProvisionCommand(ctx, cfg, topology.System(), cliLogger())
-	case "inbox":
-		return inboxCommand(ctx, env, args[1:])
-	case "invoicing":
-		return invoicingCommand(ctx, env, args[1:])
-	case "outbox":
-		return outboxCommand(ctx, env, args[1:])
-	case "-h", "--help", "help":
-		fmt.Println("usage: workorder [serve|migrate|provision|inbox|invoicing|outbox]  (configuration from the environment: services/workorder/internal/config)")
-		return nil
-	default:
-		return fmt.Errorf("unknown command %q (want serve, migrate, provision, inbox, invoicing or outbox)", cmd)
-	}
-}
-
-func serve(ctx context.Context, env *envconfig.Reader, args []string) (err error) {
-	role, err := server.ParseServeFlags(args)
-	if err != nil {
-		return err
-	}
-	cfg, err := config.FromEnv(env)
-	if err != nil {
-		return fmt.Errorf("configuration: %w", err)
-	}
-	if role != "" {
-		cfg.Server.Role = role
-	}
-	tel, err := telemetry.Setup(ctx, cfg.Telemetry, os.Stdout)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		err = errors.Join(err, tel.Shutdown(context.WithoutCancel(ctx)))
-	}()
-	a, err := app.New(ctx, cfg, tel.Logger, tel.Providers(),
-		server.WithHTTPHandler("GET /metrics", tel.MetricsHandler))
-	if err != nil {
-		return err
-	}
-	return a.Run(ctx)
-}
-
-// cliLogger is the JSON logger of the one-shot commands.
-func cliLogger() *slog.Logger {
-	return telemetry.NewLogger(os.Stdout, slog.LevelInfo).With("service", config.ServiceName)
 }
 
 // inboxCommand runs an operator command. Holding the database credentials is
 // the privilege; --ticket and --actor make each change audited.
-func inboxCommand(ctx context.Context, env *envconfig.Reader, args []string) error {
+func inboxCommand(ctx context.Context, env *envconfig.Reader, logger *slog.Logger, args []string) error {
 	dsn := env.Required("DATABASE_URL")
 	psCfg := pubsub.ClientConfigFromEnv(env)
 	recvCfg := receiver.ConfigFromEnv(env, "WORKORDER_RECEIVER_")
@@ -136,7 +76,7 @@ func inboxCommand(ctx context.Context, env *envconfig.Reader, args []string) err
 		return fmt.Errorf("DATABASE_URL: %w", err)
 	}
 	defer pool.Close()
-	deps := admin.Deps{Pool: pool, Receiver: recvCfg, Logger: cliLogger()}
+	deps := admin.Deps{Pool: pool, Receiver: recvCfg, Logger: logger}
 	// Only dead-letter replay needs Pub/Sub; other commands work without it.
 	if len(args) > 0 && args[0] == "replay-dead-letters" {
 		ps, err := pubsub.NewClient(ctx, psCfg)
@@ -157,7 +97,7 @@ func inboxCommand(ctx context.Context, env *envconfig.Reader, args []string) err
 // replay a parked message (parked_messages) or the dead letters of
 // workorder.billing-events, through the consumer's normal path; ticket and
 // actor are recorded with each.
-func invoicingCommand(ctx context.Context, env *envconfig.Reader, args []string) error {
+func invoicingCommand(ctx context.Context, env *envconfig.Reader, logger *slog.Logger, args []string) error {
 	dsn := env.Required("DATABASE_URL")
 	maxPayload := env.Int("WORKORDER_INVOICING_MAX_PAYLOAD_BYTES", invoicing.DefaultMaxPayloadBytes)
 	psCfg := pubsub.ClientConfigFromEnv(env)
@@ -169,7 +109,7 @@ func invoicingCommand(ctx context.Context, env *envconfig.Reader, args []string)
 		return fmt.Errorf("DATABASE_URL: %w", err)
 	}
 	defer pool.Close()
-	deps := admin.Deps{Pool: pool, Invoicing: invoicing.Config{MaxPayloadBytes: maxPayload}, Logger: cliLogger()}
+	deps := admin.Deps{Pool: pool, Invoicing: invoicing.Config{MaxPayloadBytes: maxPayload}, Logger: logger}
 	// Only dead-letter replay needs Pub/Sub.
 	if len(args) > 0 && args[0] == "replay-dead-letters" {
 		ps, err := pubsub.NewClient(ctx, psCfg)
@@ -188,7 +128,7 @@ func invoicingCommand(ctx context.Context, env *envconfig.Reader, args []string)
 
 // outboxCommand runs an operator command on the outbox (requeue FAILED
 // events); ticket and actor are recorded in operator_audit and on the rows.
-func outboxCommand(ctx context.Context, env *envconfig.Reader, args []string) error {
+func outboxCommand(ctx context.Context, env *envconfig.Reader, logger *slog.Logger, args []string) error {
 	dsn := env.Required("DATABASE_URL")
 	if err := env.Err(); err != nil {
 		return err
@@ -198,7 +138,7 @@ func outboxCommand(ctx context.Context, env *envconfig.Reader, args []string) er
 		return fmt.Errorf("DATABASE_URL: %w", err)
 	}
 	defer pool.Close()
-	ops, err := admin.NewOps(admin.Deps{Pool: pool, Logger: cliLogger()})
+	ops, err := admin.NewOps(admin.Deps{Pool: pool, Logger: logger})
 	if err != nil {
 		return err
 	}

@@ -35,13 +35,6 @@ const (
 	maxPageSize     = 500
 )
 
-// DB is what the reads need: a pool (the workers' one, so operator reads
-// work while the API is flooded), a connection or a transaction.
-type DB interface {
-	leasequeue.DB
-	parked.DB
-}
-
 // Service implements BillingAdminService. Register it with
 // billingv1.RegisterBillingAdminServiceServer and install AuthInterceptor.
 type Service struct {

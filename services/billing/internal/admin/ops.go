@@ -14,6 +14,7 @@ import (
 	"github.com/lossless-dev/lossless/pkg/operator"
 	"github.com/lossless-dev/lossless/pkg/outbox"
 	"github.com/lossless-dev/lossless/pkg/parked"
+	"github.com/lossless-dev/lossless/pkg/pgdb"
 	"github.com/lossless-dev/lossless/pkg/pgtext"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/services/billing/internal/intake"
@@ -64,7 +65,7 @@ func WithPubSub(c *gpubsub.Client) Option { return func(o *Ops) { o.pubsub = c }
 // the replay of a message already consumed, has no second effect. Every run
 // needs a ticket and an actor and writes an operator_audit row.
 type Ops struct {
-	db     DB
+	db     pgdb.DB // the workers' pool, so operator reads work while the API is flooded
 	intake *intake.Intake
 	parked *parked.Store
 	cfg    Config
@@ -79,7 +80,7 @@ type Ops struct {
 
 // NewOps returns the operations over db, consuming through in, whose parked
 // messages are in store.
-func NewOps(db DB, in *intake.Intake, store *parked.Store, cfg Config, logger *slog.Logger, opts ...Option) (*Ops, error) {
+func NewOps(db pgdb.DB, in *intake.Intake, store *parked.Store, cfg Config, logger *slog.Logger, opts ...Option) (*Ops, error) {
 	if db == nil || in == nil || store == nil || logger == nil {
 		return nil, errors.New("admin: NewOps needs a database, the intake, the parked store and a logger")
 	}

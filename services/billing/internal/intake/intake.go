@@ -336,7 +336,7 @@ var ErrStillRefused = errors.New("intake: parked message still refused")
 // cannot become a job nothing changes and the error wraps ErrStillRefused
 // with the reason; a second Replay of the row finds it closed
 // (parked.ErrNotOpen).
-func (in *Intake) Replay(ctx context.Context, db parked.DB, parkedID int64, ticket, actor string) (outcome string, err error) {
+func (in *Intake) Replay(ctx context.Context, db pgdb.DB, parkedID int64, ticket, actor string) (outcome string, err error) {
 	err = in.parked.Replay(ctx, db, parkedID, ticket, actor, func(ctx context.Context, tx pgx.Tx, p parked.Parked) error {
 		if p.Subscription != in.cfg.Subscription {
 			return fmt.Errorf("intake: parked message %d is from %s, not %s", parkedID, p.Subscription, in.cfg.Subscription)

@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc"
 
 	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
-	"github.com/lossless-dev/lossless/pkg/leasequeue"
+	"github.com/lossless-dev/lossless/pkg/pgdb"
 )
 
 // Kinds found by CrossService.
@@ -37,7 +37,7 @@ const qInvoiceOfOrder = `SELECT id FROM invoices WHERE work_order_id = $1`
 // CrossService compares the work-order service's COMPLETED and INVOICED
 // orders (through its API) with billing's invoices. Orders updated within
 // grace are in flight and skipped.
-func CrossService(ctx context.Context, db leasequeue.DB, wo WorkOrders, now time.Time, grace time.Duration) ([]Discrepancy, error) {
+func CrossService(ctx context.Context, db pgdb.Executor, wo WorkOrders, now time.Time, grace time.Duration) ([]Discrepancy, error) {
 	var out []Discrepancy
 	invoiceOf := func(orderID string) (string, error) {
 		id, err := uuid.Parse(orderID)

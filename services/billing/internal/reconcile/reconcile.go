@@ -13,7 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/lossless-dev/lossless/pkg/leasequeue"
+	"github.com/lossless-dev/lossless/pkg/pgdb"
 )
 
 // Discrepancy is one finding.
@@ -82,7 +82,7 @@ ORDER BY 1, 2`
 // Local runs LocalSQL. tolerance is how old an expired lease or a waiting
 // job may be before it counts (default 5m: well above the rescue interval
 // and a busy queue's normal wait).
-func Local(ctx context.Context, db leasequeue.DB, queue string, now time.Time, tolerance time.Duration) ([]Discrepancy, error) {
+func Local(ctx context.Context, db pgdb.Executor, queue string, now time.Time, tolerance time.Duration) ([]Discrepancy, error) {
 	if tolerance <= 0 {
 		tolerance = 5 * time.Minute
 	}

@@ -16,7 +16,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/lossless-dev/lossless/pkg/leasequeue"
+	"github.com/lossless-dev/lossless/pkg/pgdb"
 	"github.com/lossless-dev/lossless/services/billing/internal/invoice"
 )
 
@@ -73,7 +73,7 @@ SELECT id, number, work_order_id, customer_id, currency_code, total_minor, issue
 FROM invoices WHERE id = $1`
 
 // Get returns one invoice with its lines.
-func Get(ctx context.Context, db leasequeue.DB, id uuid.UUID) (invoice.Invoice, error) {
+func Get(ctx context.Context, db pgdb.Executor, id uuid.UUID) (invoice.Invoice, error) {
 	rows, err := db.Query(ctx, qGet, id)
 	if err != nil {
 		return invoice.Invoice{}, fmt.Errorf("store: get invoice: %w", err)
@@ -149,7 +149,7 @@ LIMIT $6`
 
 // List returns a page of invoices and the cursor of the next page (nil at
 // the end).
-func List(ctx context.Context, db leasequeue.DB, f Filter) ([]invoice.Invoice, *Cursor, error) {
+func List(ctx context.Context, db pgdb.Executor, f Filter) ([]invoice.Invoice, *Cursor, error) {
 	var woID *uuid.UUID
 	if f.WorkOrderID != uuid.Nil {
 		woID = &f.WorkOrderID
@@ -200,7 +200,7 @@ const qLines = `
 SELECT invoice_id, description, quantity, unit_price_minor, amount_minor
 FROM invoice_lines WHERE invoice_id = ANY($1) ORDER BY invoice_id, line_no`
 
-func withLines(ctx context.Context, db leasequeue.DB, invs []invoice.Invoice) error {
+func withLines(ctx context.Context, db pgdb.Executor, invs []invoice.Invoice) error {
 	if len(invs) == 0 {
 		return nil
 	}

@@ -202,7 +202,15 @@ func (a *App) operatorService(pool *pgxpool.Pool, inv *invoicing.Invoicing) (*op
 // (retention cleanups, the dead-letter peek) run under one pgleader lock;
 // the rest are safe with N replicas (the ADR has the table).
 func (a *App) buildLoops(workerPool *pgxpool.Pool, workerRepo *orders.Repository, keys *idempotency.Store) error {
-	handOff, err := handoff.NewDispatcher(providerv1.NewProviderServiceClient(a.conn), workerRepo, a.cfg.HandOff, a.log.With("component", "handoff"), a.meter)
+	// The inbox: the receiver only stores (insert-then-ack); the relay
+	// correlates stored completions to waiting orders; the monitor exports
+	// the stall gauges (docs/adr/0007-inbox-vs-nack-retry-dlq.md). A
+	// hand-off makes the completions that overtook it due (F5).
+	store, err := inbox.NewStore(workerPool, a.meter)
+	if err != nil {
+		return err
+	}
+	handOff, err := handoff.NewDispatcher(providerv1.NewProviderServiceClient(a.conn), workerRepo, store, a.cfg.HandOff, a.log.With("component", "handoff"), a.meter)
 	if err != nil {
 		return err
 	}
@@ -229,13 +237,6 @@ func (a *App) buildLoops(workerPool *pgxpool.Pool, workerRepo *orders.Repository
 		return err
 	}
 
-	// The inbox: the receiver only stores (insert-then-ack); the relay
-	// correlates stored completions to waiting orders; the monitor exports
-	// the stall gauges (docs/adr/0007-inbox-vs-nack-retry-dlq.md).
-	store, err := inbox.NewStore(workerPool, a.meter)
-	if err != nil {
-		return err
-	}
 	sub, err := pubsub.NewSubscriber(a.ps, topology.SubWorkOrderCompleted, a.cfg.Subscriber, a.log.With("component", "inbox-receiver"), a.meter,
 		pubsub.WithTracerProvider(a.tel.TracerProvider))
 	if err != nil {

@@ -100,6 +100,7 @@ var ConnectParams = grpc.ConnectParams{
 type Dispatcher struct {
 	provider providerv1.ProviderServiceClient
 	repo     *orders.Repository
+	inbox    *inbox.Store // where completions that overtook the hand-off wait (F5)
 	cfg      Config
 	log      *slog.Logger
 
@@ -110,14 +111,17 @@ type Dispatcher struct {
 	hops        *orderhop.Recorder
 }
 
-// NewDispatcher returns a Dispatcher calling provider. Zero config fields take
-// their defaults; a nil meter disables metrics.
-func NewDispatcher(provider providerv1.ProviderServiceClient, repo *orders.Repository, cfg Config, logger *slog.Logger, meter metric.Meter) (*Dispatcher, error) {
+// NewDispatcher returns a Dispatcher calling provider. completions is the
+// inbox whose deferred completions a hand-off makes due. Zero config fields
+// take their defaults; a nil meter disables metrics.
+func NewDispatcher(provider providerv1.ProviderServiceClient, repo *orders.Repository, completions *inbox.Store, cfg Config, logger *slog.Logger, meter metric.Meter) (*Dispatcher, error) {
 	switch {
 	case provider == nil:
 		return nil, errors.New("handoff: provider client is nil")
 	case repo == nil:
 		return nil, errors.New("handoff: repository is nil")
+	case completions == nil:
+		return nil, errors.New("handoff: inbox store is nil")
 	case logger == nil:
 		return nil, errors.New("handoff: logger is nil")
 	}
@@ -130,7 +134,7 @@ func NewDispatcher(provider providerv1.ProviderServiceClient, repo *orders.Repos
 	if meter == nil {
 		meter = noop.NewMeterProvider().Meter("")
 	}
-	d := &Dispatcher{provider: provider, repo: repo, cfg: cfg, log: logger}
+	d := &Dispatcher{provider: provider, repo: repo, inbox: completions, cfg: cfg, log: logger}
 	var errs [4]error
 	d.handedOff, errs[0] = meter.Int64Counter("workorder.handoff.handed_off",
 		metric.WithDescription("Work orders accepted by the provider and now waiting for completion."))
@@ -241,7 +245,7 @@ func (d *Dispatcher) commit(sc trace.SpanContext, id uuid.UUID, jobID, eventID s
 		case orders.HandedOff:
 			// The waiting point exists from this commit on: completions that
 			// overtook the hand-off (F5) need not sit out their backoff.
-			early, err := inbox.MakeDue(ctx, tx, id.String())
+			early, err := d.inbox.MakeDue(ctx, tx, id.String())
 			if err != nil {
 				return err
 			}

@@ -94,7 +94,11 @@ func setup(t *testing.T, answer func(call int, req *providerv1.SubmitWorkOrderRe
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	d, err := handoff.NewDispatcher(providerv1.NewProviderServiceClient(conn), repo, handoff.Config{Deadline: 2 * time.Second}, slog.New(slog.DiscardHandler), nil)
+	completions, err := inbox.NewStore(pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := handoff.NewDispatcher(providerv1.NewProviderServiceClient(conn), repo, completions, handoff.Config{Deadline: 2 * time.Second}, slog.New(slog.DiscardHandler), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

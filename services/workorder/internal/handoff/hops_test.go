@@ -14,6 +14,7 @@ import (
 	providerv1 "github.com/lossless-dev/lossless/gen/lossless/provider/v1"
 	"github.com/lossless-dev/lossless/internal/orderhop"
 	"github.com/lossless-dev/lossless/internal/orderhop/orderhoptest"
+	"github.com/lossless-dev/lossless/pkg/inbox"
 	"github.com/lossless-dev/lossless/services/workorder/internal/handoff"
 	"github.com/lossless-dev/lossless/services/workorder/internal/orders"
 )
@@ -39,7 +40,11 @@ func TestHandOffHopIsObservedForHandedOffOrdersOnly(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = conn.Close() })
 	reader := sdkmetric.NewManualReader()
-	if b.dispatcher, err = handoff.NewDispatcher(providerv1.NewProviderServiceClient(conn), b.repo, handoff.Config{},
+	completions, err := inbox.NewStore(b.pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.dispatcher, err = handoff.NewDispatcher(providerv1.NewProviderServiceClient(conn), b.repo, completions, handoff.Config{},
 		slog.New(slog.DiscardHandler), sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)).Meter("test")); err != nil {
 		t.Fatal(err)
 	}

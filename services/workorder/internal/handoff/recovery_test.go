@@ -14,6 +14,7 @@ import (
 
 	providerv1 "github.com/lossless-dev/lossless/gen/lossless/provider/v1"
 	"github.com/lossless-dev/lossless/migrations"
+	"github.com/lossless-dev/lossless/pkg/inbox"
 	"github.com/lossless-dev/lossless/pkg/outbox"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
 	"github.com/lossless-dev/lossless/pkg/waitfor"
@@ -92,7 +93,11 @@ func TestProviderRestart_PendingHandOffsGoOutSoonAfterItIsBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	d, err := handoff.NewDispatcher(providerv1.NewProviderServiceClient(conn), repo, handoff.Config{}, slog.New(slog.DiscardHandler), nil)
+	completions, err := inbox.NewStore(pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := handoff.NewDispatcher(providerv1.NewProviderServiceClient(conn), repo, completions, handoff.Config{}, slog.New(slog.DiscardHandler), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -45,6 +45,7 @@ import (
 	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/pkg/dedup"
 	"github.com/lossless-dev/lossless/pkg/parked"
+	"github.com/lossless-dev/lossless/pkg/pgdb"
 	"github.com/lossless-dev/lossless/pkg/pgtext"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/services/workorder/internal/orders"
@@ -361,7 +362,7 @@ func (v *Invoicing) Replay(ctx context.Context, parkedID int64, ticket, actor st
 
 // ReplayIn is Replay in db: on a pool its own transaction, in the caller's
 // transaction a savepoint (an operator's dry run rolls the caller's back).
-func (v *Invoicing) ReplayIn(ctx context.Context, db parked.DB, parkedID int64, ticket, actor string) (outcome string, err error) {
+func (v *Invoicing) ReplayIn(ctx context.Context, db pgdb.DB, parkedID int64, ticket, actor string) (outcome string, err error) {
 	err = v.parked.Replay(ctx, db, parkedID, ticket, actor, func(ctx context.Context, tx pgx.Tx, p parked.Parked) error {
 		if p.Subscription != v.cfg.Subscription {
 			return fmt.Errorf("invoicing: parked message %d is from %s, not %s", parkedID, p.Subscription, v.cfg.Subscription)
