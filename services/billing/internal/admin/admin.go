@@ -23,7 +23,6 @@ import (
 	"github.com/lossless-dev/lossless/internal/pagetoken"
 	"github.com/lossless-dev/lossless/pkg/leasequeue"
 	"github.com/lossless-dev/lossless/pkg/operator"
-	"github.com/lossless-dev/lossless/pkg/parked"
 )
 
 // EnvOperatorToken names the environment variable holding the operator token.
