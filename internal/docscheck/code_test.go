@@ -215,6 +215,12 @@ func (ix *index) readFile(dir string, f *ast.File, consts map[string]string) []p
 					set(ix.words, dir)[s] = true
 				}
 			}
+		case *ast.KeyValueExpr:
+			// A command table (servicecmd.Service.Commands) dispatches
+			// on its keys as a switch would.
+			if s, ok := stringLit(n.Key); ok {
+				set(ix.words, dir)[s] = true
+			}
 		case *ast.CallExpr:
 			sel, ok := n.Fun.(*ast.SelectorExpr)
 			if !ok {

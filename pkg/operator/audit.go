@@ -54,7 +54,7 @@ type AuditDB interface {
 
 // AuditEntry is one privileged action to record.
 type AuditEntry struct {
-	// Action names it, e.g. "parked.replay" (required).
+	// Action names it, e.g. "outbox.requeue" or "intake.replay-parked" (required).
 	Action string
 	// Actor is who acted and Ticket the change or incident it was done
 	// under (both required, at most MaxAuditLength characters; trimmed).

@@ -1,13 +1,13 @@
-// Package admin is billing's privileged operator surface: the reads of the
-// invoice jobs (pkg/leasequeue), the parked messages (pkg/parked), the
-// outbox (pkg/outbox) and the operator_audit log, and the repairs: retry
-// dead invoice jobs, replay the intake's dead letters and parked messages,
-// requeue FAILED outbox events. Ops implements them once; the command line
-// (RunCLI, `billing dead-letters|parked|jobs|outbox ...`) and the gRPC
+// Package admin is billing's privileged operator surface. Its own repairs,
+// the invoice jobs (pkg/leasequeue: list, retry dead ones), are the gRPC
 // service lossless.billing.v1.BillingAdminService (Service, operator token
-// from env BILLING_OPERATOR_TOKEN via pkg/operatorauth) both call it. Every
-// repair needs a ticket and an actor and is audited in operator_audit, dry
-// runs included.
+// from env BILLING_OPERATOR_TOKEN via pkg/operator's Guard) and the command
+// line (RunCLI, `billing jobs ...`). Over the network the outbox, the
+// intake's parked messages and dead letters and the operator_audit log are
+// the one operator API, lossless.ops.v1.OperatorService (pkg/operator,
+// mounted by the app); the command line still reaches them through Ops
+// (`billing dead-letters|parked|outbox ...`). Every repair needs a ticket and
+// an actor and is audited in operator_audit, dry runs included.
 package admin
 
 import (

@@ -193,8 +193,9 @@ type ParkedReplayRequest struct {
 // ReplayParked consumes an open parked message through the intake
 // (intake.Replay: the row is marked replayed by the actor under the ticket
 // with the effect), and audits it in operator_audit (action
-// parked.replay) in the same transaction. A message still refused changes
-// nothing and is not audited; its error wraps intake.ErrStillRefused.
+// intake.replay-parked, as OperatorService does) in the same transaction. A
+// message still refused changes nothing and is not audited; its error wraps
+// intake.ErrStillRefused.
 func (o *Ops) ReplayParked(ctx context.Context, req ParkedReplayRequest) (outcome string, err error) {
 	if err := req.Validate(); err != nil {
 		return "", err
@@ -210,7 +211,7 @@ func (o *Ops) ReplayParked(ctx context.Context, req ParkedReplayRequest) (outcom
 		if err != nil {
 			return err
 		}
-		return operator.WriteAudit(ctx, tx, operator.AuditEntry{Action: "parked.replay", Actor: req.Actor, Ticket: req.Ticket,
+		return operator.WriteAudit(ctx, tx, operator.AuditEntry{Action: "intake.replay-parked", Actor: req.Actor, Ticket: req.Ticket,
 			DryRun: req.DryRun, Params: map[string]any{"parked_id": req.ID, "outcome": outcome}, Affected: 1})
 	})
 	if err != nil {

@@ -38,7 +38,7 @@ func at(n int) *timestamppb.Timestamp {
 }
 
 // orderBackend answers for one invoiced order as the three services would,
-// the operator reads behind the same operatorauth guard as theirs; billing's
+// the operator reads behind the same operator guard as theirs; billing's
 // admin API is down.
 type orderBackend struct {
 	workorderv1.UnimplementedWorkOrderServiceServer

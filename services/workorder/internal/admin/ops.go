@@ -1,17 +1,16 @@
 // Package admin is the work-order service's privileged operator surface for
 // the inbox (I6): list, show, replay parked entries, replay dead letters,
-// cleanup, and the manual re-hand-off; and read-only listings of the outbox
-// and of the operator_audit log (reads.go). The inbox operations are
-// reachable as CLI commands (RunCLI, `workorder inbox ...`); all of them as
-// the gRPC service lossless.workorder.v1.WorkOrderAdminService (Service),
-// which requires the operator token. The InvoiceIssued consumer's repairs
-// (list and replay parked messages, replay dead letters; repairs.go) are
-// also CLI commands (RunInvoicingCLI, `workorder invoicing ...`), and so is
-// the requeue of FAILED outbox events (outbox.go; RunOutboxCLI, `workorder
-// outbox requeue`). Every
-// mutating operation needs a ticket and an actor and is audited
-// (operator_audit, dry runs included; a parked replay also on its
-// parked_messages row).
+// cleanup, and the manual re-hand-off. The inbox operations are reachable as
+// CLI commands (RunCLI, `workorder inbox ...`) and as the gRPC service
+// lossless.workorder.v1.WorkOrderAdminService (Service), which requires the
+// operator token. Over the network the outbox, the InvoiceIssued consumer's
+// parked messages and dead letters and the operator_audit log are the one
+// operator API, lossless.ops.v1.OperatorService (pkg/operator, mounted by
+// the app, consumer invoicing); the command line still reaches them here
+// (repairs.go, RunInvoicingCLI `workorder invoicing ...`; outbox.go,
+// RunOutboxCLI `workorder outbox requeue`). Every mutating operation needs a
+// ticket and an actor and is audited (operator_audit, dry runs included; a
+// parked replay also on its parked_messages row).
 package admin
 
 import (

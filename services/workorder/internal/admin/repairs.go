@@ -19,7 +19,8 @@ import (
 // The InvoiceIssued consumer's repairs (subscription
 // workorder.billing-events): list and replay parked messages; replaying its
 // dead letters is ReplayInvoicingDeadLetters (ops.go). The CLI
-// (RunInvoicingCLI) and the gRPC service call the same methods.
+// (RunInvoicingCLI) calls them; over the network the same repairs are
+// OperatorService's (pkg/operator, consumer invoicing, mounted by the app).
 
 // invoicingSubscription is the subscription the consumer parks under.
 func (o *Ops) invoicingSubscription() string {

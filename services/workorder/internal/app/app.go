@@ -12,10 +12,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/jackc/pgx/v5"
-	opsv1 "github.com/lossless-dev/lossless/gen/lossless/ops/v1"
-	"github.com/lossless-dev/lossless/pkg/operator"
-	"github.com/lossless-dev/lossless/pkg/parked"
 	"log/slog"
 
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
@@ -26,6 +22,7 @@ import (
 	gpubsub "cloud.google.com/go/pubsub/v2"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	opsv1 "github.com/lossless-dev/lossless/gen/lossless/ops/v1"
 	providerv1 "github.com/lossless-dev/lossless/gen/lossless/provider/v1"
 	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
 	"github.com/lossless-dev/lossless/internal/orderhop"
@@ -172,29 +169,6 @@ func (a *App) assemble(ctx context.Context, opts []server.Option) error {
 	workorderv1.RegisterWorkOrderAdminServiceServer(a.srv.GRPC(), adminSvc)
 	opsv1.RegisterOperatorServiceServer(a.srv.GRPC(), opsSvc)
 	return api.Register(ctx, a.srv, svc)
-}
-
-// operatorService builds the one operator API (pkg/operator) over the
-// work-order database: its outbox, the operator_audit log, and the
-// InvoiceIssued consumer's parked messages and dead letters (consumer
-// invoicing), replayed through inv, configured as the live consumer.
-func (a *App) operatorService(pool *pgxpool.Pool, inv *invoicing.Invoicing) (*operator.Service, error) {
-	store, err := parked.New()
-	if err != nil {
-		return nil, err
-	}
-	dlSub := topology.SubBillingEventsDeadLetter
-	return operator.NewService(operator.Deps{DB: pool, Token: a.cfg.OperatorToken, TokenEnv: admin.EnvOperatorToken,
-		Parked: store, PubSub: a.ps, Logger: a.log.With("component", "operator"), Consumers: []operator.Consumer{{
-			Name: "invoicing", DeadLetterSubscription: dlSub, Process: inv.Process,
-			Replay: func(ctx context.Context, tx pgx.Tx, id int64, ticket, actor string) (string, error) {
-				outcome, err := inv.ReplayIn(ctx, tx, id, ticket, actor)
-				if errors.Is(err, invoicing.ErrStillRefused) {
-					return "", fmt.Errorf("%w: %w", operator.ErrStillRefused, err)
-				}
-				return outcome, err
-			},
-		}}})
 }
 
 // buildLoops builds the background loops into a.loops, all on the workers'
