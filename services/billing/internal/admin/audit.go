@@ -1,7 +1,6 @@
 package admin
 
 import (
-	"context"
 	"errors"
 	"fmt"
 
@@ -24,14 +23,4 @@ func (a Authorization) Validate() error {
 		return fmt.Errorf("%w: %w", ErrInvalidRequest, err)
 	}
 	return nil
-}
-
-// ListAudit returns the operator_audit rows matching f, newest first, and
-// whether more follow.
-func (o *Ops) ListAudit(ctx context.Context, f operator.AuditFilter) ([]operator.AuditRecord, bool, error) {
-	records, more, err := operator.ListAudit(ctx, o.db, f)
-	if errors.Is(err, operator.ErrInvalidAuditFilter) {
-		return nil, false, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
-	}
-	return records, more, err
 }

@@ -30,14 +30,6 @@ func (o *Ops) invoicingSubscription() string {
 	return topology.SubBillingEvents
 }
 
-// ListParkedBillingEvents returns a page of the open parked InvoiceIssued
-// messages, oldest first: after the id afterID, about workOrderID when not
-// empty, at most limit (1..1000).
-func (o *Ops) ListParkedBillingEvents(ctx context.Context, workOrderID string, afterID int64, limit int) ([]parked.Parked, error) {
-	return o.parkedStore.List(ctx, o.deps.Pool, parked.ListFilter{Subscription: o.invoicingSubscription(), Subject: workOrderID,
-		AfterID: afterID, Limit: limit})
-}
-
 // ParkedReplayRequest names one parked InvoiceIssued to replay.
 type ParkedReplayRequest struct {
 	inbox.Authorization
