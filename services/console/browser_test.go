@@ -24,6 +24,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	moneyv1 "github.com/lossless-dev/lossless/gen/lossless/money/v1"
+	opsv1 "github.com/lossless-dev/lossless/gen/lossless/ops/v1"
 	providerv1 "github.com/lossless-dev/lossless/gen/lossless/provider/v1"
 	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
 	"github.com/lossless-dev/lossless/internal/localstack"
@@ -608,7 +609,7 @@ func TestRepairAndAuditInABrowser(t *testing.T) {
 	waitfor.Condition(t, 30*time.Second, "the page reports the replay", func() bool {
 		return text("#res-h") == "Replayed 1 entries"
 	})
-	audit, err := admin.ListOperatorAudit(op, &workorderv1.ListOperatorAuditRequest{Ticket: ticket})
+	audit, err := opsv1.NewOperatorServiceClient(wconn).ListOperatorAudit(op, &opsv1.ListOperatorAuditRequest{Ticket: ticket})
 	if err != nil {
 		t.Fatal(err)
 	}

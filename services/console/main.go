@@ -27,6 +27,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	billingv1 "github.com/lossless-dev/lossless/gen/lossless/billing/v1"
+	opsv1 "github.com/lossless-dev/lossless/gen/lossless/ops/v1"
 	providerv1 "github.com/lossless-dev/lossless/gen/lossless/provider/v1"
 	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
 	"github.com/lossless-dev/lossless/internal/envconfig"
@@ -99,11 +100,13 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		Inbox:          workorderv1.NewWorkOrderAdminServiceClient(wo),
 		Repairs:        workorderv1.NewWorkOrderAdminServiceClient(wo),
 		BillingRepairs: billingv1.NewBillingAdminServiceClient(bi),
+		WorkOrderOps:   opsv1.NewOperatorServiceClient(wo),
+		BillingOps:     opsv1.NewOperatorServiceClient(bi),
 		Faults:         providerv1.NewProviderAdminServiceClient(pr),
 		Invoices:       billingv1.NewBillingServiceClient(bi),
 		Figures:        figures,
 		// The Order page's timeline.
-		Outbox:       workorderv1.NewWorkOrderAdminServiceClient(wo),
+		Outbox:       opsv1.NewOperatorServiceClient(wo),
 		ProviderJobs: providerv1.NewProviderAdminServiceClient(pr),
 		InvoiceJobs:  billingv1.NewBillingAdminServiceClient(bi),
 	}, web.Config{

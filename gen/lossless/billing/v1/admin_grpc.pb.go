@@ -19,14 +19,8 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	BillingAdminService_ListInvoiceJobs_FullMethodName     = "/lossless.billing.v1.BillingAdminService/ListInvoiceJobs"
-	BillingAdminService_ListParkedMessages_FullMethodName  = "/lossless.billing.v1.BillingAdminService/ListParkedMessages"
-	BillingAdminService_RetryInvoiceJobs_FullMethodName    = "/lossless.billing.v1.BillingAdminService/RetryInvoiceJobs"
-	BillingAdminService_ReplayDeadLetters_FullMethodName   = "/lossless.billing.v1.BillingAdminService/ReplayDeadLetters"
-	BillingAdminService_ReplayParkedMessage_FullMethodName = "/lossless.billing.v1.BillingAdminService/ReplayParkedMessage"
-	BillingAdminService_ListOperatorAudit_FullMethodName   = "/lossless.billing.v1.BillingAdminService/ListOperatorAudit"
-	BillingAdminService_ListOutboxEvents_FullMethodName    = "/lossless.billing.v1.BillingAdminService/ListOutboxEvents"
-	BillingAdminService_RequeueOutboxEvents_FullMethodName = "/lossless.billing.v1.BillingAdminService/RequeueOutboxEvents"
+	BillingAdminService_ListInvoiceJobs_FullMethodName  = "/lossless.billing.v1.BillingAdminService/ListInvoiceJobs"
+	BillingAdminService_RetryInvoiceJobs_FullMethodName = "/lossless.billing.v1.BillingAdminService/RetryInvoiceJobs"
 )
 
 // BillingAdminServiceClient is the client API for BillingAdminService service.
@@ -37,36 +31,17 @@ const (
 // needs the operator token as gRPC metadata `authorization: Bearer <token>`
 // (env BILLING_OPERATOR_TOKEN; when unset the service refuses every call).
 // No token: UNAUTHENTICATED; a wrong token: PERMISSION_DENIED; nothing is
-// changed in either case. The reads match `billing jobs list` and `billing
-// parked list`; the repairs are those of `billing jobs retry`, `billing
-// dead-letters replay` and `billing parked replay` (docs/runbooks/): each
-// needs a ticket and an actor, offers a dry run and leaves an
-// operator_audit row, dry runs included.
+// changed in either case. It serves billing's own repairs of its invoice
+// jobs (`billing jobs retry`, docs/runbooks/): a ticket and an actor, a dry
+// run, an operator_audit row, dry runs included. The outbox, the intake's
+// parked messages and dead letters and the operator_audit log are served
+// by lossless.ops.v1.OperatorService.
 type BillingAdminServiceClient interface {
 	// Lists invoice jobs (pkg/leasequeue), newest first.
 	ListInvoiceJobs(ctx context.Context, in *ListInvoiceJobsRequest, opts ...grpc.CallOption) (*ListInvoiceJobsResponse, error)
-	// Lists messages parked by billing's consumer and not replayed, oldest
-	// first.
-	ListParkedMessages(ctx context.Context, in *ListParkedMessagesRequest, opts ...grpc.CallOption) (*ListParkedMessagesResponse, error)
 	// Requeues dead invoice jobs with a fresh attempt budget (pkg/leasequeue
 	// Retry: a leasequeue_job_audit row per job), as `billing jobs retry`.
 	RetryInvoiceJobs(ctx context.Context, in *RetryInvoiceJobsRequest, opts ...grpc.CallOption) (*RetryInvoiceJobsResponse, error)
-	// Consumes dead-lettered messages of billing.workorder-events through the
-	// intake, as `billing dead-letters replay`.
-	ReplayDeadLetters(ctx context.Context, in *ReplayDeadLettersRequest, opts ...grpc.CallOption) (*ReplayDeadLettersResponse, error)
-	// Consumes one parked message through the intake once its cause is
-	// fixed, as `billing parked replay`.
-	ReplayParkedMessage(ctx context.Context, in *ReplayParkedMessageRequest, opts ...grpc.CallOption) (*ReplayParkedMessageResponse, error)
-	// Lists billing's operator_audit log, newest first. Read only.
-	ListOperatorAudit(ctx context.Context, in *ListOperatorAuditRequest, opts ...grpc.CallOption) (*ListOperatorAuditResponse, error)
-	// Lists billing's outbox events (InvoiceIssued) in claim order, oldest
-	// first: by default the undelivered ones (PENDING, FAILED). Read only.
-	ListOutboxEvents(ctx context.Context, in *ListOutboxEventsRequest, opts ...grpc.CallOption) (*ListOutboxEventsResponse, error)
-	// Requeues FAILED outbox events once their cause is fixed, as `billing
-	// outbox requeue` does: each goes back to PENDING with a fresh attempt
-	// budget and is dispatched before the events of its aggregate that waited
-	// behind it. Events not FAILED are reported and left alone.
-	RequeueOutboxEvents(ctx context.Context, in *RequeueOutboxEventsRequest, opts ...grpc.CallOption) (*RequeueOutboxEventsResponse, error)
 }
 
 type billingAdminServiceClient struct {
@@ -87,70 +62,10 @@ func (c *billingAdminServiceClient) ListInvoiceJobs(ctx context.Context, in *Lis
 	return out, nil
 }
 
-func (c *billingAdminServiceClient) ListParkedMessages(ctx context.Context, in *ListParkedMessagesRequest, opts ...grpc.CallOption) (*ListParkedMessagesResponse, error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(ListParkedMessagesResponse)
-	err := c.cc.Invoke(ctx, BillingAdminService_ListParkedMessages_FullMethodName, in, out, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
 func (c *billingAdminServiceClient) RetryInvoiceJobs(ctx context.Context, in *RetryInvoiceJobsRequest, opts ...grpc.CallOption) (*RetryInvoiceJobsResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(RetryInvoiceJobsResponse)
 	err := c.cc.Invoke(ctx, BillingAdminService_RetryInvoiceJobs_FullMethodName, in, out, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-func (c *billingAdminServiceClient) ReplayDeadLetters(ctx context.Context, in *ReplayDeadLettersRequest, opts ...grpc.CallOption) (*ReplayDeadLettersResponse, error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(ReplayDeadLettersResponse)
-	err := c.cc.Invoke(ctx, BillingAdminService_ReplayDeadLetters_FullMethodName, in, out, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-func (c *billingAdminServiceClient) ReplayParkedMessage(ctx context.Context, in *ReplayParkedMessageRequest, opts ...grpc.CallOption) (*ReplayParkedMessageResponse, error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(ReplayParkedMessageResponse)
-	err := c.cc.Invoke(ctx, BillingAdminService_ReplayParkedMessage_FullMethodName, in, out, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-func (c *billingAdminServiceClient) ListOperatorAudit(ctx context.Context, in *ListOperatorAuditRequest, opts ...grpc.CallOption) (*ListOperatorAuditResponse, error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(ListOperatorAuditResponse)
-	err := c.cc.Invoke(ctx, BillingAdminService_ListOperatorAudit_FullMethodName, in, out, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-func (c *billingAdminServiceClient) ListOutboxEvents(ctx context.Context, in *ListOutboxEventsRequest, opts ...grpc.CallOption) (*ListOutboxEventsResponse, error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(ListOutboxEventsResponse)
-	err := c.cc.Invoke(ctx, BillingAdminService_ListOutboxEvents_FullMethodName, in, out, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-func (c *billingAdminServiceClient) RequeueOutboxEvents(ctx context.Context, in *RequeueOutboxEventsRequest, opts ...grpc.CallOption) (*RequeueOutboxEventsResponse, error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(RequeueOutboxEventsResponse)
-	err := c.cc.Invoke(ctx, BillingAdminService_RequeueOutboxEvents_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -165,36 +80,17 @@ func (c *billingAdminServiceClient) RequeueOutboxEvents(ctx context.Context, in 
 // needs the operator token as gRPC metadata `authorization: Bearer <token>`
 // (env BILLING_OPERATOR_TOKEN; when unset the service refuses every call).
 // No token: UNAUTHENTICATED; a wrong token: PERMISSION_DENIED; nothing is
-// changed in either case. The reads match `billing jobs list` and `billing
-// parked list`; the repairs are those of `billing jobs retry`, `billing
-// dead-letters replay` and `billing parked replay` (docs/runbooks/): each
-// needs a ticket and an actor, offers a dry run and leaves an
-// operator_audit row, dry runs included.
+// changed in either case. It serves billing's own repairs of its invoice
+// jobs (`billing jobs retry`, docs/runbooks/): a ticket and an actor, a dry
+// run, an operator_audit row, dry runs included. The outbox, the intake's
+// parked messages and dead letters and the operator_audit log are served
+// by lossless.ops.v1.OperatorService.
 type BillingAdminServiceServer interface {
 	// Lists invoice jobs (pkg/leasequeue), newest first.
 	ListInvoiceJobs(context.Context, *ListInvoiceJobsRequest) (*ListInvoiceJobsResponse, error)
-	// Lists messages parked by billing's consumer and not replayed, oldest
-	// first.
-	ListParkedMessages(context.Context, *ListParkedMessagesRequest) (*ListParkedMessagesResponse, error)
 	// Requeues dead invoice jobs with a fresh attempt budget (pkg/leasequeue
 	// Retry: a leasequeue_job_audit row per job), as `billing jobs retry`.
 	RetryInvoiceJobs(context.Context, *RetryInvoiceJobsRequest) (*RetryInvoiceJobsResponse, error)
-	// Consumes dead-lettered messages of billing.workorder-events through the
-	// intake, as `billing dead-letters replay`.
-	ReplayDeadLetters(context.Context, *ReplayDeadLettersRequest) (*ReplayDeadLettersResponse, error)
-	// Consumes one parked message through the intake once its cause is
-	// fixed, as `billing parked replay`.
-	ReplayParkedMessage(context.Context, *ReplayParkedMessageRequest) (*ReplayParkedMessageResponse, error)
-	// Lists billing's operator_audit log, newest first. Read only.
-	ListOperatorAudit(context.Context, *ListOperatorAuditRequest) (*ListOperatorAuditResponse, error)
-	// Lists billing's outbox events (InvoiceIssued) in claim order, oldest
-	// first: by default the undelivered ones (PENDING, FAILED). Read only.
-	ListOutboxEvents(context.Context, *ListOutboxEventsRequest) (*ListOutboxEventsResponse, error)
-	// Requeues FAILED outbox events once their cause is fixed, as `billing
-	// outbox requeue` does: each goes back to PENDING with a fresh attempt
-	// budget and is dispatched before the events of its aggregate that waited
-	// behind it. Events not FAILED are reported and left alone.
-	RequeueOutboxEvents(context.Context, *RequeueOutboxEventsRequest) (*RequeueOutboxEventsResponse, error)
 	mustEmbedUnimplementedBillingAdminServiceServer()
 }
 
@@ -208,26 +104,8 @@ type UnimplementedBillingAdminServiceServer struct{}
 func (UnimplementedBillingAdminServiceServer) ListInvoiceJobs(context.Context, *ListInvoiceJobsRequest) (*ListInvoiceJobsResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ListInvoiceJobs not implemented")
 }
-func (UnimplementedBillingAdminServiceServer) ListParkedMessages(context.Context, *ListParkedMessagesRequest) (*ListParkedMessagesResponse, error) {
-	return nil, status.Errorf(codes.Unimplemented, "method ListParkedMessages not implemented")
-}
 func (UnimplementedBillingAdminServiceServer) RetryInvoiceJobs(context.Context, *RetryInvoiceJobsRequest) (*RetryInvoiceJobsResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method RetryInvoiceJobs not implemented")
-}
-func (UnimplementedBillingAdminServiceServer) ReplayDeadLetters(context.Context, *ReplayDeadLettersRequest) (*ReplayDeadLettersResponse, error) {
-	return nil, status.Errorf(codes.Unimplemented, "method ReplayDeadLetters not implemented")
-}
-func (UnimplementedBillingAdminServiceServer) ReplayParkedMessage(context.Context, *ReplayParkedMessageRequest) (*ReplayParkedMessageResponse, error) {
-	return nil, status.Errorf(codes.Unimplemented, "method ReplayParkedMessage not implemented")
-}
-func (UnimplementedBillingAdminServiceServer) ListOperatorAudit(context.Context, *ListOperatorAuditRequest) (*ListOperatorAuditResponse, error) {
-	return nil, status.Errorf(codes.Unimplemented, "method ListOperatorAudit not implemented")
-}
-func (UnimplementedBillingAdminServiceServer) ListOutboxEvents(context.Context, *ListOutboxEventsRequest) (*ListOutboxEventsResponse, error) {
-	return nil, status.Errorf(codes.Unimplemented, "method ListOutboxEvents not implemented")
-}
-func (UnimplementedBillingAdminServiceServer) RequeueOutboxEvents(context.Context, *RequeueOutboxEventsRequest) (*RequeueOutboxEventsResponse, error) {
-	return nil, status.Errorf(codes.Unimplemented, "method RequeueOutboxEvents not implemented")
 }
 func (UnimplementedBillingAdminServiceServer) mustEmbedUnimplementedBillingAdminServiceServer() {}
 func (UnimplementedBillingAdminServiceServer) testEmbeddedByValue()                             {}
@@ -268,24 +146,6 @@ func _BillingAdminService_ListInvoiceJobs_Handler(srv interface{}, ctx context.C
 	return interceptor(ctx, in, info, handler)
 }
 
-func _BillingAdminService_ListParkedMessages_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(ListParkedMessagesRequest)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	if interceptor == nil {
-		return srv.(BillingAdminServiceServer).ListParkedMessages(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: BillingAdminService_ListParkedMessages_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(BillingAdminServiceServer).ListParkedMessages(ctx, req.(*ListParkedMessagesRequest))
-	}
-	return interceptor(ctx, in, info, handler)
-}
-
 func _BillingAdminService_RetryInvoiceJobs_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(RetryInvoiceJobsRequest)
 	if err := dec(in); err != nil {
@@ -304,96 +164,6 @@ func _BillingAdminService_RetryInvoiceJobs_Handler(srv interface{}, ctx context.
 	return interceptor(ctx, in, info, handler)
 }
 
-func _BillingAdminService_ReplayDeadLetters_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(ReplayDeadLettersRequest)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	if interceptor == nil {
-		return srv.(BillingAdminServiceServer).ReplayDeadLetters(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: BillingAdminService_ReplayDeadLetters_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(BillingAdminServiceServer).ReplayDeadLetters(ctx, req.(*ReplayDeadLettersRequest))
-	}
-	return interceptor(ctx, in, info, handler)
-}
-
-func _BillingAdminService_ReplayParkedMessage_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(ReplayParkedMessageRequest)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	if interceptor == nil {
-		return srv.(BillingAdminServiceServer).ReplayParkedMessage(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: BillingAdminService_ReplayParkedMessage_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(BillingAdminServiceServer).ReplayParkedMessage(ctx, req.(*ReplayParkedMessageRequest))
-	}
-	return interceptor(ctx, in, info, handler)
-}
-
-func _BillingAdminService_ListOperatorAudit_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(ListOperatorAuditRequest)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	if interceptor == nil {
-		return srv.(BillingAdminServiceServer).ListOperatorAudit(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: BillingAdminService_ListOperatorAudit_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(BillingAdminServiceServer).ListOperatorAudit(ctx, req.(*ListOperatorAuditRequest))
-	}
-	return interceptor(ctx, in, info, handler)
-}
-
-func _BillingAdminService_ListOutboxEvents_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(ListOutboxEventsRequest)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	if interceptor == nil {
-		return srv.(BillingAdminServiceServer).ListOutboxEvents(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: BillingAdminService_ListOutboxEvents_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(BillingAdminServiceServer).ListOutboxEvents(ctx, req.(*ListOutboxEventsRequest))
-	}
-	return interceptor(ctx, in, info, handler)
-}
-
-func _BillingAdminService_RequeueOutboxEvents_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(RequeueOutboxEventsRequest)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	if interceptor == nil {
-		return srv.(BillingAdminServiceServer).RequeueOutboxEvents(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: BillingAdminService_RequeueOutboxEvents_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(BillingAdminServiceServer).RequeueOutboxEvents(ctx, req.(*RequeueOutboxEventsRequest))
-	}
-	return interceptor(ctx, in, info, handler)
-}
-
 // BillingAdminService_ServiceDesc is the grpc.ServiceDesc for BillingAdminService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -406,32 +176,8 @@ var BillingAdminService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _BillingAdminService_ListInvoiceJobs_Handler,
 		},
 		{
-			MethodName: "ListParkedMessages",
-			Handler:    _BillingAdminService_ListParkedMessages_Handler,
-		},
-		{
 			MethodName: "RetryInvoiceJobs",
 			Handler:    _BillingAdminService_RetryInvoiceJobs_Handler,
-		},
-		{
-			MethodName: "ReplayDeadLetters",
-			Handler:    _BillingAdminService_ReplayDeadLetters_Handler,
-		},
-		{
-			MethodName: "ReplayParkedMessage",
-			Handler:    _BillingAdminService_ReplayParkedMessage_Handler,
-		},
-		{
-			MethodName: "ListOperatorAudit",
-			Handler:    _BillingAdminService_ListOperatorAudit_Handler,
-		},
-		{
-			MethodName: "ListOutboxEvents",
-			Handler:    _BillingAdminService_ListOutboxEvents_Handler,
-		},
-		{
-			MethodName: "RequeueOutboxEvents",
-			Handler:    _BillingAdminService_RequeueOutboxEvents_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

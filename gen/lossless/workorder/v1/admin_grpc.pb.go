@@ -19,18 +19,12 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	WorkOrderAdminService_ListInboxEntries_FullMethodName           = "/lossless.workorder.v1.WorkOrderAdminService/ListInboxEntries"
-	WorkOrderAdminService_GetInboxEntry_FullMethodName              = "/lossless.workorder.v1.WorkOrderAdminService/GetInboxEntry"
-	WorkOrderAdminService_ReplayInboxEntries_FullMethodName         = "/lossless.workorder.v1.WorkOrderAdminService/ReplayInboxEntries"
-	WorkOrderAdminService_ReplayDeadLetters_FullMethodName          = "/lossless.workorder.v1.WorkOrderAdminService/ReplayDeadLetters"
-	WorkOrderAdminService_CleanupInbox_FullMethodName               = "/lossless.workorder.v1.WorkOrderAdminService/CleanupInbox"
-	WorkOrderAdminService_RecordReHandOff_FullMethodName            = "/lossless.workorder.v1.WorkOrderAdminService/RecordReHandOff"
-	WorkOrderAdminService_ListOutboxEvents_FullMethodName           = "/lossless.workorder.v1.WorkOrderAdminService/ListOutboxEvents"
-	WorkOrderAdminService_ListOperatorAudit_FullMethodName          = "/lossless.workorder.v1.WorkOrderAdminService/ListOperatorAudit"
-	WorkOrderAdminService_ReplayInvoicingDeadLetters_FullMethodName = "/lossless.workorder.v1.WorkOrderAdminService/ReplayInvoicingDeadLetters"
-	WorkOrderAdminService_ListParkedBillingEvents_FullMethodName    = "/lossless.workorder.v1.WorkOrderAdminService/ListParkedBillingEvents"
-	WorkOrderAdminService_ReplayParkedBillingEvent_FullMethodName   = "/lossless.workorder.v1.WorkOrderAdminService/ReplayParkedBillingEvent"
-	WorkOrderAdminService_RequeueOutboxEvents_FullMethodName        = "/lossless.workorder.v1.WorkOrderAdminService/RequeueOutboxEvents"
+	WorkOrderAdminService_ListInboxEntries_FullMethodName   = "/lossless.workorder.v1.WorkOrderAdminService/ListInboxEntries"
+	WorkOrderAdminService_GetInboxEntry_FullMethodName      = "/lossless.workorder.v1.WorkOrderAdminService/GetInboxEntry"
+	WorkOrderAdminService_ReplayInboxEntries_FullMethodName = "/lossless.workorder.v1.WorkOrderAdminService/ReplayInboxEntries"
+	WorkOrderAdminService_ReplayDeadLetters_FullMethodName  = "/lossless.workorder.v1.WorkOrderAdminService/ReplayDeadLetters"
+	WorkOrderAdminService_CleanupInbox_FullMethodName       = "/lossless.workorder.v1.WorkOrderAdminService/CleanupInbox"
+	WorkOrderAdminService_RecordReHandOff_FullMethodName    = "/lossless.workorder.v1.WorkOrderAdminService/RecordReHandOff"
 )
 
 // WorkOrderAdminServiceClient is the client API for WorkOrderAdminService service.
@@ -43,7 +37,9 @@ const (
 // the service refuses every call). No token: UNAUTHENTICATED; a wrong token:
 // PERMISSION_DENIED; nothing is changed in either case. Mutating calls need a
 // ticket and an actor and leave an operator_audit row. The same operations
-// exist as `workorder inbox ...` CLI commands (docs/runbooks/).
+// exist as `workorder inbox ...` CLI commands (docs/runbooks/). The outbox,
+// the InvoiceIssued consumer's parked messages and dead letters and the
+// operator_audit log are served by lossless.ops.v1.OperatorService.
 type WorkOrderAdminServiceClient interface {
 	// Lists inbox entries, by default the PARKED ones, oldest first.
 	ListInboxEntries(ctx context.Context, in *ListInboxEntriesRequest, opts ...grpc.CallOption) (*ListInboxEntriesResponse, error)
@@ -52,34 +48,14 @@ type WorkOrderAdminServiceClient interface {
 	// Reopens PARKED entries (explicit ids or a bounded time range) so the
 	// relay applies them through the normal path. Idempotent.
 	ReplayInboxEntries(ctx context.Context, in *ReplayInboxEntriesRequest, opts ...grpc.CallOption) (*ReplayInboxEntriesResponse, error)
-	// Re-enters dead-lettered messages through the receiver's insert path.
+	// Re-enters dead-lettered completions (subscription workorder.completed)
+	// through the receiver's insert path into the inbox.
 	ReplayDeadLetters(ctx context.Context, in *ReplayDeadLettersRequest, opts ...grpc.CallOption) (*ReplayDeadLettersResponse, error)
 	// Deletes resolved entries older than the retention, in bounded batches.
 	CleanupInbox(ctx context.Context, in *CleanupInboxRequest, opts ...grpc.CallOption) (*CleanupInboxResponse, error)
 	// Records another waiting point for a handed-off order (a manual
 	// re-hand-off). Deliberately able to create the F7 ambiguity.
 	RecordReHandOff(ctx context.Context, in *RecordReHandOffRequest, opts ...grpc.CallOption) (*RecordReHandOffResponse, error)
-	// Lists outbox events (hand-offs, completion events for billing) in claim
-	// order, oldest first: by default the undelivered ones (PENDING, FAILED).
-	// Read only.
-	ListOutboxEvents(ctx context.Context, in *ListOutboxEventsRequest, opts ...grpc.CallOption) (*ListOutboxEventsResponse, error)
-	// Lists the operator_audit log, newest first. Read only.
-	ListOperatorAudit(ctx context.Context, in *ListOperatorAuditRequest, opts ...grpc.CallOption) (*ListOperatorAuditResponse, error)
-	// Applies dead-lettered InvoiceIssued messages (subscription
-	// workorder.billing-events) through the invoicing consumer's path, as
-	// `workorder invoicing replay-dead-letters` does.
-	ReplayInvoicingDeadLetters(ctx context.Context, in *ReplayInvoicingDeadLettersRequest, opts ...grpc.CallOption) (*ReplayInvoicingDeadLettersResponse, error)
-	// Lists the parked InvoiceIssued messages not replayed, oldest first.
-	// Read only.
-	ListParkedBillingEvents(ctx context.Context, in *ListParkedBillingEventsRequest, opts ...grpc.CallOption) (*ListParkedBillingEventsResponse, error)
-	// Re-applies one parked InvoiceIssued once its cause is fixed, as
-	// `workorder invoicing replay` does.
-	ReplayParkedBillingEvent(ctx context.Context, in *ReplayParkedBillingEventRequest, opts ...grpc.CallOption) (*ReplayParkedBillingEventResponse, error)
-	// Requeues FAILED outbox events once their cause is fixed, as `workorder
-	// outbox requeue` does: each goes back to PENDING with a fresh attempt
-	// budget and is dispatched before the events of its aggregate that waited
-	// behind it. Events not FAILED are reported and left alone.
-	RequeueOutboxEvents(ctx context.Context, in *RequeueOutboxEventsRequest, opts ...grpc.CallOption) (*RequeueOutboxEventsResponse, error)
 }
 
 type workOrderAdminServiceClient struct {
@@ -150,66 +126,6 @@ func (c *workOrderAdminServiceClient) RecordReHandOff(ctx context.Context, in *R
 	return out, nil
 }
 
-func (c *workOrderAdminServiceClient) ListOutboxEvents(ctx context.Context, in *ListOutboxEventsRequest, opts ...grpc.CallOption) (*ListOutboxEventsResponse, error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(ListOutboxEventsResponse)
-	err := c.cc.Invoke(ctx, WorkOrderAdminService_ListOutboxEvents_FullMethodName, in, out, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-func (c *workOrderAdminServiceClient) ListOperatorAudit(ctx context.Context, in *ListOperatorAuditRequest, opts ...grpc.CallOption) (*ListOperatorAuditResponse, error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(ListOperatorAuditResponse)
-	err := c.cc.Invoke(ctx, WorkOrderAdminService_ListOperatorAudit_FullMethodName, in, out, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-func (c *workOrderAdminServiceClient) ReplayInvoicingDeadLetters(ctx context.Context, in *ReplayInvoicingDeadLettersRequest, opts ...grpc.CallOption) (*ReplayInvoicingDeadLettersResponse, error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(ReplayInvoicingDeadLettersResponse)
-	err := c.cc.Invoke(ctx, WorkOrderAdminService_ReplayInvoicingDeadLetters_FullMethodName, in, out, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-func (c *workOrderAdminServiceClient) ListParkedBillingEvents(ctx context.Context, in *ListParkedBillingEventsRequest, opts ...grpc.CallOption) (*ListParkedBillingEventsResponse, error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(ListParkedBillingEventsResponse)
-	err := c.cc.Invoke(ctx, WorkOrderAdminService_ListParkedBillingEvents_FullMethodName, in, out, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-func (c *workOrderAdminServiceClient) ReplayParkedBillingEvent(ctx context.Context, in *ReplayParkedBillingEventRequest, opts ...grpc.CallOption) (*ReplayParkedBillingEventResponse, error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(ReplayParkedBillingEventResponse)
-	err := c.cc.Invoke(ctx, WorkOrderAdminService_ReplayParkedBillingEvent_FullMethodName, in, out, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-func (c *workOrderAdminServiceClient) RequeueOutboxEvents(ctx context.Context, in *RequeueOutboxEventsRequest, opts ...grpc.CallOption) (*RequeueOutboxEventsResponse, error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(RequeueOutboxEventsResponse)
-	err := c.cc.Invoke(ctx, WorkOrderAdminService_RequeueOutboxEvents_FullMethodName, in, out, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
 // WorkOrderAdminServiceServer is the server API for WorkOrderAdminService service.
 // All implementations must embed UnimplementedWorkOrderAdminServiceServer
 // for forward compatibility.
@@ -220,7 +136,9 @@ func (c *workOrderAdminServiceClient) RequeueOutboxEvents(ctx context.Context, i
 // the service refuses every call). No token: UNAUTHENTICATED; a wrong token:
 // PERMISSION_DENIED; nothing is changed in either case. Mutating calls need a
 // ticket and an actor and leave an operator_audit row. The same operations
-// exist as `workorder inbox ...` CLI commands (docs/runbooks/).
+// exist as `workorder inbox ...` CLI commands (docs/runbooks/). The outbox,
+// the InvoiceIssued consumer's parked messages and dead letters and the
+// operator_audit log are served by lossless.ops.v1.OperatorService.
 type WorkOrderAdminServiceServer interface {
 	// Lists inbox entries, by default the PARKED ones, oldest first.
 	ListInboxEntries(context.Context, *ListInboxEntriesRequest) (*ListInboxEntriesResponse, error)
@@ -229,34 +147,14 @@ type WorkOrderAdminServiceServer interface {
 	// Reopens PARKED entries (explicit ids or a bounded time range) so the
 	// relay applies them through the normal path. Idempotent.
 	ReplayInboxEntries(context.Context, *ReplayInboxEntriesRequest) (*ReplayInboxEntriesResponse, error)
-	// Re-enters dead-lettered messages through the receiver's insert path.
+	// Re-enters dead-lettered completions (subscription workorder.completed)
+	// through the receiver's insert path into the inbox.
 	ReplayDeadLetters(context.Context, *ReplayDeadLettersRequest) (*ReplayDeadLettersResponse, error)
 	// Deletes resolved entries older than the retention, in bounded batches.
 	CleanupInbox(context.Context, *CleanupInboxRequest) (*CleanupInboxResponse, error)
 	// Records another waiting point for a handed-off order (a manual
 	// re-hand-off). Deliberately able to create the F7 ambiguity.
 	RecordReHandOff(context.Context, *RecordReHandOffRequest) (*RecordReHandOffResponse, error)
-	// Lists outbox events (hand-offs, completion events for billing) in claim
-	// order, oldest first: by default the undelivered ones (PENDING, FAILED).
-	// Read only.
-	ListOutboxEvents(context.Context, *ListOutboxEventsRequest) (*ListOutboxEventsResponse, error)
-	// Lists the operator_audit log, newest first. Read only.
-	ListOperatorAudit(context.Context, *ListOperatorAuditRequest) (*ListOperatorAuditResponse, error)
-	// Applies dead-lettered InvoiceIssued messages (subscription
-	// workorder.billing-events) through the invoicing consumer's path, as
-	// `workorder invoicing replay-dead-letters` does.
-	ReplayInvoicingDeadLetters(context.Context, *ReplayInvoicingDeadLettersRequest) (*ReplayInvoicingDeadLettersResponse, error)
-	// Lists the parked InvoiceIssued messages not replayed, oldest first.
-	// Read only.
-	ListParkedBillingEvents(context.Context, *ListParkedBillingEventsRequest) (*ListParkedBillingEventsResponse, error)
-	// Re-applies one parked InvoiceIssued once its cause is fixed, as
-	// `workorder invoicing replay` does.
-	ReplayParkedBillingEvent(context.Context, *ReplayParkedBillingEventRequest) (*ReplayParkedBillingEventResponse, error)
-	// Requeues FAILED outbox events once their cause is fixed, as `workorder
-	// outbox requeue` does: each goes back to PENDING with a fresh attempt
-	// budget and is dispatched before the events of its aggregate that waited
-	// behind it. Events not FAILED are reported and left alone.
-	RequeueOutboxEvents(context.Context, *RequeueOutboxEventsRequest) (*RequeueOutboxEventsResponse, error)
 	mustEmbedUnimplementedWorkOrderAdminServiceServer()
 }
 
@@ -284,24 +182,6 @@ func (UnimplementedWorkOrderAdminServiceServer) CleanupInbox(context.Context, *C
 }
 func (UnimplementedWorkOrderAdminServiceServer) RecordReHandOff(context.Context, *RecordReHandOffRequest) (*RecordReHandOffResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method RecordReHandOff not implemented")
-}
-func (UnimplementedWorkOrderAdminServiceServer) ListOutboxEvents(context.Context, *ListOutboxEventsRequest) (*ListOutboxEventsResponse, error) {
-	return nil, status.Errorf(codes.Unimplemented, "method ListOutboxEvents not implemented")
-}
-func (UnimplementedWorkOrderAdminServiceServer) ListOperatorAudit(context.Context, *ListOperatorAuditRequest) (*ListOperatorAuditResponse, error) {
-	return nil, status.Errorf(codes.Unimplemented, "method ListOperatorAudit not implemented")
-}
-func (UnimplementedWorkOrderAdminServiceServer) ReplayInvoicingDeadLetters(context.Context, *ReplayInvoicingDeadLettersRequest) (*ReplayInvoicingDeadLettersResponse, error) {
-	return nil, status.Errorf(codes.Unimplemented, "method ReplayInvoicingDeadLetters not implemented")
-}
-func (UnimplementedWorkOrderAdminServiceServer) ListParkedBillingEvents(context.Context, *ListParkedBillingEventsRequest) (*ListParkedBillingEventsResponse, error) {
-	return nil, status.Errorf(codes.Unimplemented, "method ListParkedBillingEvents not implemented")
-}
-func (UnimplementedWorkOrderAdminServiceServer) ReplayParkedBillingEvent(context.Context, *ReplayParkedBillingEventRequest) (*ReplayParkedBillingEventResponse, error) {
-	return nil, status.Errorf(codes.Unimplemented, "method ReplayParkedBillingEvent not implemented")
-}
-func (UnimplementedWorkOrderAdminServiceServer) RequeueOutboxEvents(context.Context, *RequeueOutboxEventsRequest) (*RequeueOutboxEventsResponse, error) {
-	return nil, status.Errorf(codes.Unimplemented, "method RequeueOutboxEvents not implemented")
 }
 func (UnimplementedWorkOrderAdminServiceServer) mustEmbedUnimplementedWorkOrderAdminServiceServer() {}
 func (UnimplementedWorkOrderAdminServiceServer) testEmbeddedByValue()                               {}
@@ -432,114 +312,6 @@ func _WorkOrderAdminService_RecordReHandOff_Handler(srv interface{}, ctx context
 	return interceptor(ctx, in, info, handler)
 }
 
-func _WorkOrderAdminService_ListOutboxEvents_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(ListOutboxEventsRequest)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	if interceptor == nil {
-		return srv.(WorkOrderAdminServiceServer).ListOutboxEvents(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: WorkOrderAdminService_ListOutboxEvents_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(WorkOrderAdminServiceServer).ListOutboxEvents(ctx, req.(*ListOutboxEventsRequest))
-	}
-	return interceptor(ctx, in, info, handler)
-}
-
-func _WorkOrderAdminService_ListOperatorAudit_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(ListOperatorAuditRequest)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	if interceptor == nil {
-		return srv.(WorkOrderAdminServiceServer).ListOperatorAudit(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: WorkOrderAdminService_ListOperatorAudit_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(WorkOrderAdminServiceServer).ListOperatorAudit(ctx, req.(*ListOperatorAuditRequest))
-	}
-	return interceptor(ctx, in, info, handler)
-}
-
-func _WorkOrderAdminService_ReplayInvoicingDeadLetters_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(ReplayInvoicingDeadLettersRequest)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	if interceptor == nil {
-		return srv.(WorkOrderAdminServiceServer).ReplayInvoicingDeadLetters(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: WorkOrderAdminService_ReplayInvoicingDeadLetters_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(WorkOrderAdminServiceServer).ReplayInvoicingDeadLetters(ctx, req.(*ReplayInvoicingDeadLettersRequest))
-	}
-	return interceptor(ctx, in, info, handler)
-}
-
-func _WorkOrderAdminService_ListParkedBillingEvents_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(ListParkedBillingEventsRequest)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	if interceptor == nil {
-		return srv.(WorkOrderAdminServiceServer).ListParkedBillingEvents(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: WorkOrderAdminService_ListParkedBillingEvents_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(WorkOrderAdminServiceServer).ListParkedBillingEvents(ctx, req.(*ListParkedBillingEventsRequest))
-	}
-	return interceptor(ctx, in, info, handler)
-}
-
-func _WorkOrderAdminService_ReplayParkedBillingEvent_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(ReplayParkedBillingEventRequest)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	if interceptor == nil {
-		return srv.(WorkOrderAdminServiceServer).ReplayParkedBillingEvent(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: WorkOrderAdminService_ReplayParkedBillingEvent_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(WorkOrderAdminServiceServer).ReplayParkedBillingEvent(ctx, req.(*ReplayParkedBillingEventRequest))
-	}
-	return interceptor(ctx, in, info, handler)
-}
-
-func _WorkOrderAdminService_RequeueOutboxEvents_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(RequeueOutboxEventsRequest)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	if interceptor == nil {
-		return srv.(WorkOrderAdminServiceServer).RequeueOutboxEvents(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: WorkOrderAdminService_RequeueOutboxEvents_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(WorkOrderAdminServiceServer).RequeueOutboxEvents(ctx, req.(*RequeueOutboxEventsRequest))
-	}
-	return interceptor(ctx, in, info, handler)
-}
-
 // WorkOrderAdminService_ServiceDesc is the grpc.ServiceDesc for WorkOrderAdminService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -570,30 +342,6 @@ var WorkOrderAdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RecordReHandOff",
 			Handler:    _WorkOrderAdminService_RecordReHandOff_Handler,
-		},
-		{
-			MethodName: "ListOutboxEvents",
-			Handler:    _WorkOrderAdminService_ListOutboxEvents_Handler,
-		},
-		{
-			MethodName: "ListOperatorAudit",
-			Handler:    _WorkOrderAdminService_ListOperatorAudit_Handler,
-		},
-		{
-			MethodName: "ReplayInvoicingDeadLetters",
-			Handler:    _WorkOrderAdminService_ReplayInvoicingDeadLetters_Handler,
-		},
-		{
-			MethodName: "ListParkedBillingEvents",
-			Handler:    _WorkOrderAdminService_ListParkedBillingEvents_Handler,
-		},
-		{
-			MethodName: "ReplayParkedBillingEvent",
-			Handler:    _WorkOrderAdminService_ReplayParkedBillingEvent_Handler,
-		},
-		{
-			MethodName: "RequeueOutboxEvents",
-			Handler:    _WorkOrderAdminService_RequeueOutboxEvents_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -1,13 +1,13 @@
-// Package admin is billing's privileged operator surface: the reads of the
-// invoice jobs (pkg/leasequeue), the parked messages (pkg/parked), the
-// outbox (pkg/outbox) and the operator_audit log, and the repairs: retry
-// dead invoice jobs, replay the intake's dead letters and parked messages,
-// requeue FAILED outbox events. Ops implements them once; the command line
-// (RunCLI, `billing dead-letters|parked|jobs|outbox ...`) and the gRPC
+// Package admin is billing's privileged operator surface. Its own repairs,
+// the invoice jobs (pkg/leasequeue: list, retry dead ones), are the gRPC
 // service lossless.billing.v1.BillingAdminService (Service, operator token
-// from env BILLING_OPERATOR_TOKEN via pkg/operatorauth) both call it. Every
-// repair needs a ticket and an actor and is audited in operator_audit, dry
-// runs included.
+// from env BILLING_OPERATOR_TOKEN via pkg/operator's Guard) and the command
+// line (RunCLI, `billing jobs ...`). Over the network the outbox, the
+// intake's parked messages and dead letters and the operator_audit log are
+// the one operator API, lossless.ops.v1.OperatorService (pkg/operator,
+// mounted by the app); the command line still reaches them through Ops
+// (`billing dead-letters|parked|outbox ...`). Every repair needs a ticket and
+// an actor and is audited in operator_audit, dry runs included.
 package admin
 
 import (
@@ -22,8 +22,7 @@ import (
 	billingv1 "github.com/lossless-dev/lossless/gen/lossless/billing/v1"
 	"github.com/lossless-dev/lossless/internal/pagetoken"
 	"github.com/lossless-dev/lossless/pkg/leasequeue"
-	"github.com/lossless-dev/lossless/pkg/operatorauth"
-	"github.com/lossless-dev/lossless/pkg/parked"
+	"github.com/lossless-dev/lossless/pkg/operator"
 )
 
 // EnvOperatorToken names the environment variable holding the operator token.
@@ -40,13 +39,13 @@ const (
 type Service struct {
 	billingv1.UnimplementedBillingAdminServiceServer
 	ops   *Ops
-	guard *operatorauth.Guard
+	guard *operator.Guard
 }
 
 // NewService returns the admin service over ops, which must have the
 // invoice queue (WithQueue). token is the operator token
 // (EnvOperatorToken): empty refuses every call, shorter than
-// operatorauth.MinLength is an error.
+// operator.MinTokenLength is an error.
 func NewService(ops *Ops, token string, logger *slog.Logger) (*Service, error) {
 	if ops == nil || logger == nil {
 		return nil, errors.New("admin: NewService needs ops and a logger")
@@ -54,7 +53,7 @@ func NewService(ops *Ops, token string, logger *slog.Logger) (*Service, error) {
 	if ops.queue == nil {
 		return nil, errors.New("admin: NewService needs ops built WithQueue")
 	}
-	guard, err := operatorauth.New(token, EnvOperatorToken, logger)
+	guard, err := operator.NewGuard(token, EnvOperatorToken, logger)
 	if err != nil {
 		return nil, err
 	}
@@ -103,35 +102,6 @@ func (s *Service) ListInvoiceJobs(ctx context.Context, req *billingv1.ListInvoic
 			Id: j.ID, WorkOrderId: j.UniqueKey, State: string(j.State), Attempts: int32(j.Attempts),
 			MaxAttempts: int32(j.MaxAttempts), Epoch: j.Epoch, LeaseOwner: j.LeaseOwner, DueTime: timestamppb.New(j.DueAt),
 			LastError: j.LastError, CreateTime: timestamppb.New(j.CreatedAt), FinishTime: optTime(j.FinishedAt),
-		})
-	}
-	return resp, nil
-}
-
-// ListParkedMessages implements BillingAdminService.
-func (s *Service) ListParkedMessages(ctx context.Context, req *billingv1.ListParkedMessagesRequest) (*billingv1.ListParkedMessagesResponse, error) {
-	if err := s.guard.Authorize(ctx); err != nil {
-		return nil, err
-	}
-	after, err := pagetoken.DecodeID(req.GetPageToken(), req.GetSubscription(), req.GetWorkOrderId())
-	if err != nil {
-		return nil, err
-	}
-	size := pageSize(req.GetPageSize())
-	ms, err := s.ops.parked.List(ctx, s.ops.db, parked.ListFilter{Subscription: req.GetSubscription(), Subject: req.GetWorkOrderId(),
-		AfterID: after, Limit: size + 1})
-	if err != nil {
-		return nil, err
-	}
-	resp := &billingv1.ListParkedMessagesResponse{}
-	if len(ms) > size {
-		ms = ms[:size]
-		resp.NextPageToken = pagetoken.Encode(ms[size-1].ID, req.GetSubscription(), req.GetWorkOrderId())
-	}
-	for _, m := range ms {
-		resp.Messages = append(resp.Messages, &billingv1.ParkedMessage{
-			Id: m.ID, Subscription: m.Subscription, MessageId: m.MessageID, EventId: m.EventID, EventType: m.EventType,
-			WorkOrderId: m.Subject, Attributes: m.Attributes, Reason: m.Reason, ParkTime: timestamppb.New(m.ParkedAt),
 		})
 	}
 	return resp, nil

@@ -22,6 +22,7 @@ import (
 	billingv1 "github.com/lossless-dev/lossless/gen/lossless/billing/v1"
 	eventsv1 "github.com/lossless-dev/lossless/gen/lossless/events/v1"
 	moneyv1 "github.com/lossless-dev/lossless/gen/lossless/money/v1"
+	opsv1 "github.com/lossless-dev/lossless/gen/lossless/ops/v1"
 	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/leasequeue"
@@ -123,6 +124,7 @@ func TestBillingAdmin_ListsJobsAndParkedMessages(t *testing.T) {
 	}
 	cl := serve(t, svc)
 	octx := metadata.NewOutgoingContext(ctx, metadata.Pairs("authorization", "Bearer "+token))
+	ocl, _ := repair{pool: pool, in: in}.operatorService(t, nil)
 
 	jobs, err := cl.ListInvoiceJobs(octx, &billingv1.ListInvoiceJobsRequest{})
 	if err != nil {
@@ -177,24 +179,24 @@ func TestBillingAdmin_ListsJobsAndParkedMessages(t *testing.T) {
 		t.Errorf("paged jobs: %v", paged)
 	}
 
-	msgs, err := cl.ListParkedMessages(octx, &billingv1.ListParkedMessagesRequest{})
+	msgs, err := ocl.ListParkedMessages(octx, &opsv1.ListParkedMessagesRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ms := msgs.GetMessages(); len(ms) != 2 || ms[0].GetMessageId() != "m4" || ms[0].GetWorkOrderId() != noPrice.GetWorkOrderId() ||
+	if ms := msgs.GetMessages(); len(ms) != 2 || ms[0].GetMessageId() != "m4" || ms[0].GetSubject() != noPrice.GetWorkOrderId() ||
 		ms[0].GetReason() == "" || ms[0].GetSubscription() != topology.SubWorkOrderEvents || ms[0].GetParkTime() == nil ||
 		ms[0].GetEventId() != noPrice.GetEventId() || ms[1].GetMessageId() != "m5" {
 		t.Fatalf("parked: %v", ms)
 	}
-	byOrder, err := cl.ListParkedMessages(octx, &billingv1.ListParkedMessagesRequest{WorkOrderId: noPrice.GetWorkOrderId()})
+	byOrder, err := ocl.ListParkedMessages(octx, &opsv1.ListParkedMessagesRequest{Subject: noPrice.GetWorkOrderId()})
 	if err != nil || len(byOrder.GetMessages()) != 1 || byOrder.GetMessages()[0].GetMessageId() != "m4" {
 		t.Fatalf("parked by order: %v %v", byOrder, err)
 	}
-	first, err := cl.ListParkedMessages(octx, &billingv1.ListParkedMessagesRequest{PageSize: 1})
+	first, err := ocl.ListParkedMessages(octx, &opsv1.ListParkedMessagesRequest{PageSize: 1})
 	if err != nil || len(first.GetMessages()) != 1 || first.GetNextPageToken() == "" {
 		t.Fatalf("parked page 1: %v %v", first, err)
 	}
-	second, err := cl.ListParkedMessages(octx, &billingv1.ListParkedMessagesRequest{PageSize: 1, PageToken: first.GetNextPageToken()})
+	second, err := ocl.ListParkedMessages(octx, &opsv1.ListParkedMessagesRequest{PageSize: 1, PageToken: first.GetNextPageToken()})
 	if err != nil || len(second.GetMessages()) != 1 || second.GetMessages()[0].GetMessageId() != "m5" || second.GetNextPageToken() != "" {
 		t.Fatalf("parked page 2: %v %v", second, err)
 	}
@@ -224,15 +226,15 @@ func TestBillingAdmin_ListsJobsAndParkedMessages(t *testing.T) {
 			return err
 		}, "page_token"},
 		"NUL in order": {func() error {
-			_, err := cl.ListParkedMessages(octx, &billingv1.ListParkedMessagesRequest{WorkOrderId: "\x00"})
+			_, err := ocl.ListParkedMessages(octx, &opsv1.ListParkedMessagesRequest{Subject: "\x00"})
 			return err
-		}, "work_order_id"},
+		}, "subject"},
 		"parked token of another order": {func() error {
-			_, err := cl.ListParkedMessages(octx, &billingv1.ListParkedMessagesRequest{WorkOrderId: orders[0], PageToken: first.GetNextPageToken()})
+			_, err := ocl.ListParkedMessages(octx, &opsv1.ListParkedMessagesRequest{Subject: orders[0], PageToken: first.GetNextPageToken()})
 			return err
 		}, "page_token"},
 		"malformed token": {func() error {
-			_, err := cl.ListParkedMessages(octx, &billingv1.ListParkedMessagesRequest{PageToken: "xyz"})
+			_, err := ocl.ListParkedMessages(octx, &opsv1.ListParkedMessagesRequest{PageToken: "xyz"})
 			return err
 		}, "page_token"},
 	} {
@@ -249,7 +251,7 @@ func TestBillingAdmin_ListsJobsAndParkedMessages(t *testing.T) {
 	if _, err := cl.ListInvoiceJobs(ctx, &billingv1.ListInvoiceJobsRequest{}); status.Code(err) != codes.Unauthenticated {
 		t.Errorf("jobs without a token: %v", err)
 	}
-	if _, err := cl.ListParkedMessages(ctx, &billingv1.ListParkedMessagesRequest{}); status.Code(err) != codes.Unauthenticated {
+	if _, err := ocl.ListParkedMessages(ctx, &opsv1.ListParkedMessagesRequest{}); status.Code(err) != codes.Unauthenticated {
 		t.Errorf("parked without a token: %v", err)
 	}
 	wrong := metadata.NewOutgoingContext(ctx, metadata.Pairs("authorization", "Bearer guess"))
@@ -272,12 +274,20 @@ func jobsToken(t *testing.T, cl billingv1.BillingAdminServiceClient, ctx context
 // first, then request validation) and returns a client.
 func serve(t *testing.T, svc *admin.Service) billingv1.BillingAdminServiceClient {
 	t.Helper()
+	conn := serveGRPC(t, svc.AuthInterceptor(), func(s *grpc.Server) { billingv1.RegisterBillingAdminServiceServer(s, svc) })
+	return billingv1.NewBillingAdminServiceClient(conn)
+}
+
+// serveGRPC serves what register registers as production does (pkg/server:
+// auth first, then request validation) and returns a connection to it.
+func serveGRPC(t *testing.T, auth grpc.UnaryServerInterceptor, register func(*grpc.Server)) *grpc.ClientConn {
+	t.Helper()
 	srv, err := server.New(server.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0"}, slog.New(slog.DiscardHandler),
-		server.WithAuthInterceptors(svc.AuthInterceptor()))
+		server.WithAuthInterceptors(auth))
 	if err != nil {
 		t.Fatal(err)
 	}
-	billingv1.RegisterBillingAdminServiceServer(srv.GRPC(), svc)
+	register(srv.GRPC())
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(ctx) }()
@@ -292,5 +302,5 @@ func serve(t *testing.T, svc *admin.Service) billingv1.BillingAdminServiceClient
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	return billingv1.NewBillingAdminServiceClient(conn)
+	return conn
 }

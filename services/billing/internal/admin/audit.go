@@ -1,11 +1,10 @@
 package admin
 
 import (
-	"context"
 	"errors"
 	"fmt"
 
-	"github.com/lossless-dev/lossless/internal/operatoraudit"
+	"github.com/lossless-dev/lossless/pkg/operator"
 )
 
 // ErrInvalidRequest is returned for an operator request that is incomplete
@@ -20,18 +19,8 @@ type Authorization struct {
 
 // Validate reports a missing, overlong or unstorable ticket or actor.
 func (a Authorization) Validate() error {
-	if err := operatoraudit.ValidateAuthorization(a.Ticket, a.Actor); err != nil {
+	if err := operator.ValidateAuthorization(a.Ticket, a.Actor); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidRequest, err)
 	}
 	return nil
-}
-
-// ListAudit returns the operator_audit rows matching f, newest first, and
-// whether more follow.
-func (o *Ops) ListAudit(ctx context.Context, f operatoraudit.Filter) ([]operatoraudit.Record, bool, error) {
-	records, more, err := operatoraudit.List(ctx, o.db, f)
-	if errors.Is(err, operatoraudit.ErrInvalidFilter) {
-		return nil, false, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
-	}
-	return records, more, err
 }

@@ -9,10 +9,9 @@ import (
 	gpubsub "cloud.google.com/go/pubsub/v2"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/lossless-dev/lossless/internal/deadletter"
-	"github.com/lossless-dev/lossless/internal/operatoraudit"
 	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/pkg/leasequeue"
+	"github.com/lossless-dev/lossless/pkg/operator"
 	"github.com/lossless-dev/lossless/pkg/outbox"
 	"github.com/lossless-dev/lossless/pkg/parked"
 	"github.com/lossless-dev/lossless/pkg/pgdb"
@@ -72,8 +71,8 @@ type Ops struct {
 	cfg    Config
 	logger *slog.Logger
 	pubsub *gpubsub.Client
-	dl     *deadletter.Replayer // nil without WithPubSub
-	queue  *leasequeue.Queue    // nil without WithQueue
+	dl     *operator.DeadLetterReplayer // nil without WithPubSub
+	queue  *leasequeue.Queue            // nil without WithQueue
 	// The outbox's read and repair (outbox.go).
 	outbox  *outbox.Inspector
 	requeue *outbox.Requeuer
@@ -95,7 +94,7 @@ func NewOps(db pgdb.DB, in *intake.Intake, store *parked.Store, cfg Config, logg
 	}
 	var err error
 	if o.pubsub != nil {
-		if o.dl, err = deadletter.New(o.pubsub, cfg.DeadLetterSubscription, logger); err != nil {
+		if o.dl, err = operator.NewDeadLetterReplayer(o.pubsub, cfg.DeadLetterSubscription, logger); err != nil {
 			return nil, err
 		}
 	}
@@ -111,7 +110,7 @@ func NewOps(db pgdb.DB, in *intake.Intake, store *parked.Store, cfg Config, logg
 // DeadLetterRequest selects dead letters to replay.
 type DeadLetterRequest struct {
 	Authorization
-	// MaxMessages bounds the pull (1..deadletter.MaxMessagesLimit, required).
+	// MaxMessages bounds the pull (1..operator.MaxDeadLetters, required).
 	MaxMessages int
 	// MessageIDs restricts the replay to these Pub/Sub message ids; the
 	// others pulled are released untouched.
@@ -147,7 +146,7 @@ func (o *Ops) ReplayDeadLetters(ctx context.Context, req DeadLetterRequest) (Dea
 		return DeadLetterResult{}, errors.New("admin: no Pub/Sub client configured")
 	}
 	res := DeadLetterResult{Outcomes: map[string]int{}}
-	dl, err := o.dl.Replay(ctx, deadletter.Request{MaxMessages: req.MaxMessages, MessageIDs: req.MessageIDs, DryRun: req.DryRun},
+	dl, err := o.dl.Replay(ctx, operator.DeadLetterRequest{MaxMessages: req.MaxMessages, MessageIDs: req.MessageIDs, DryRun: req.DryRun},
 		func(ctx context.Context, ms []*pubsub.Received) []error {
 			outcomes, errs := o.intake.Process(ctx, ms)
 			for i, oc := range outcomes {
@@ -158,7 +157,7 @@ func (o *Ops) ReplayDeadLetters(ctx context.Context, req DeadLetterRequest) (Dea
 			return errs
 		})
 	switch {
-	case errors.Is(err, deadletter.ErrInvalidRequest):
+	case errors.Is(err, operator.ErrInvalidRequest):
 		return DeadLetterResult{}, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
 	case err != nil:
 		// One transaction: nothing of the batch committed.
@@ -166,7 +165,7 @@ func (o *Ops) ReplayDeadLetters(ctx context.Context, req DeadLetterRequest) (Dea
 	}
 	res.MessageIDs, res.Failed, res.DryRun = dl.MessageIDs, dl.Failed, dl.DryRun
 	err = pgx.BeginFunc(ctx, o.db, func(tx pgx.Tx) error {
-		return operatoraudit.Write(ctx, tx, operatoraudit.Entry{Action: "intake.replay-dead-letters", Actor: req.Actor, Ticket: req.Ticket,
+		return operator.WriteAudit(ctx, tx, operator.AuditEntry{Action: "intake.replay-dead-letters", Actor: req.Actor, Ticket: req.Ticket,
 			DryRun: req.DryRun, Affected: len(res.MessageIDs), Params: map[string]any{
 				"subscription": o.cfg.DeadLetterSubscription, "message_ids": res.MessageIDs, "max_messages": req.MaxMessages,
 				"outcomes": res.Outcomes,
@@ -194,8 +193,9 @@ type ParkedReplayRequest struct {
 // ReplayParked consumes an open parked message through the intake
 // (intake.Replay: the row is marked replayed by the actor under the ticket
 // with the effect), and audits it in operator_audit (action
-// parked.replay) in the same transaction. A message still refused changes
-// nothing and is not audited; its error wraps intake.ErrStillRefused.
+// intake.replay-parked, as OperatorService does) in the same transaction. A
+// message still refused changes nothing and is not audited; its error wraps
+// intake.ErrStillRefused.
 func (o *Ops) ReplayParked(ctx context.Context, req ParkedReplayRequest) (outcome string, err error) {
 	if err := req.Validate(); err != nil {
 		return "", err
@@ -204,14 +204,14 @@ func (o *Ops) ReplayParked(ctx context.Context, req ParkedReplayRequest) (outcom
 		return "", fmt.Errorf("%w: a parked message id is required", ErrInvalidRequest)
 	}
 	err = pgx.BeginFunc(ctx, o.db, func(tx pgx.Tx) error {
-		err := operatoraudit.InSavepoint(ctx, tx, req.DryRun, func(sp pgx.Tx) (err error) {
+		err := operator.InSavepoint(ctx, tx, req.DryRun, func(sp pgx.Tx) (err error) {
 			outcome, err = o.intake.Replay(ctx, sp, req.ID, req.Ticket, req.Actor)
 			return err
 		})
 		if err != nil {
 			return err
 		}
-		return operatoraudit.Write(ctx, tx, operatoraudit.Entry{Action: "parked.replay", Actor: req.Actor, Ticket: req.Ticket,
+		return operator.WriteAudit(ctx, tx, operator.AuditEntry{Action: "intake.replay-parked", Actor: req.Actor, Ticket: req.Ticket,
 			DryRun: req.DryRun, Params: map[string]any{"parked_id": req.ID, "outcome": outcome}, Affected: 1})
 	})
 	if err != nil {
@@ -259,7 +259,7 @@ func (o *Ops) RetryJobs(ctx context.Context, req RetryJobsRequest) ([]int64, err
 		return nil, err
 	}
 	err = pgx.BeginFunc(ctx, o.db, func(tx pgx.Tx) error {
-		return operatoraudit.Write(ctx, tx, operatoraudit.Entry{Action: "jobs.retry", Actor: req.Actor, Ticket: req.Ticket,
+		return operator.WriteAudit(ctx, tx, operator.AuditEntry{Action: "jobs.retry", Actor: req.Actor, Ticket: req.Ticket,
 			DryRun: req.DryRun, Params: map[string]any{"requested": req.IDs, "requeued": ids}, Affected: len(ids)})
 	})
 	return ids, err

@@ -4,17 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
-	billingv1 "github.com/lossless-dev/lossless/gen/lossless/billing/v1"
-	"github.com/lossless-dev/lossless/internal/operatoraudit"
-	"github.com/lossless-dev/lossless/internal/pagetoken"
-	"github.com/lossless-dev/lossless/pkg/apierror"
+	"github.com/lossless-dev/lossless/pkg/operator"
 	"github.com/lossless-dev/lossless/pkg/outbox"
 )
 
@@ -56,7 +51,7 @@ func (o *Ops) RequeueOutbox(ctx context.Context, req OutboxRequeueRequest) (res 
 		for _, s := range res.Skipped {
 			skipped[s.EventID.String()] = string(s.State)
 		}
-		return operatoraudit.Write(ctx, tx, operatoraudit.Entry{Action: "outbox.requeue", Actor: req.Actor, Ticket: req.Ticket,
+		return operator.WriteAudit(ctx, tx, operator.AuditEntry{Action: "outbox.requeue", Actor: req.Actor, Ticket: req.Ticket,
 			DryRun: req.DryRun, Params: map[string]any{"requested": requested, "requeued": requeuedIDs(res), "skipped": skipped},
 			Affected: len(res.Requeued)})
 	})
@@ -89,65 +84,4 @@ func parseEventIDs(ss []string) ([]uuid.UUID, error) {
 		ids = append(ids, id)
 	}
 	return ids, nil
-}
-
-// RequeueOutboxEvents implements BillingAdminService.
-func (s *Service) RequeueOutboxEvents(ctx context.Context, req *billingv1.RequeueOutboxEventsRequest) (*billingv1.RequeueOutboxEventsResponse, error) {
-	if err := s.guard.Authorize(ctx); err != nil {
-		return nil, err
-	}
-	ids, err := parseEventIDs(req.GetEventIds())
-	if err != nil {
-		return nil, repairStatus(err)
-	}
-	res, err := s.ops.RequeueOutbox(ctx, OutboxRequeueRequest{Authorization: authorization(req.GetAuthorization()), EventIDs: ids, DryRun: req.GetDryRun()})
-	if err != nil {
-		return nil, repairStatus(err)
-	}
-	resp := &billingv1.RequeueOutboxEventsResponse{EventIds: requeuedIDs(res), DryRun: res.DryRun}
-	for _, sk := range res.Skipped {
-		resp.Skipped = append(resp.Skipped, &billingv1.SkippedOutboxEvent{EventId: sk.EventID.String(), State: string(sk.State)})
-	}
-	return resp, nil
-}
-
-// ListOutboxEvents implements BillingAdminService.
-func (s *Service) ListOutboxEvents(ctx context.Context, req *billingv1.ListOutboxEventsRequest) (*billingv1.ListOutboxEventsResponse, error) {
-	if err := s.guard.Authorize(ctx); err != nil {
-		return nil, err
-	}
-	// The token is bound to the set of states, whatever their order; a
-	// state never contains a comma (request validation allows three names).
-	states := slices.Clone(req.GetStates())
-	slices.Sort(states)
-	filter := []string{strings.Join(states, ","), req.GetAggregateId(), req.GetEventType()}
-	after, err := pagetoken.DecodeID(req.GetPageToken(), filter...)
-	if err != nil {
-		return nil, err
-	}
-	f := outbox.ListFilter{AggregateID: req.GetAggregateId(), Type: req.GetEventType(), AfterSeq: after, Limit: int(req.GetPageSize())}
-	for _, st := range states {
-		f.States = append(f.States, outbox.State(st))
-	}
-	recs, more, err := s.ops.outbox.List(ctx, f)
-	if errors.Is(err, outbox.ErrInvalidFilter) {
-		return nil, apierror.InvalidArgument(apierror.Violation{Field: "page_size", Description: err.Error()})
-	}
-	if err != nil {
-		return nil, err
-	}
-	resp := &billingv1.ListOutboxEventsResponse{Events: make([]*billingv1.OutboxEvent, 0, len(recs))}
-	for _, r := range recs {
-		resp.Events = append(resp.Events, &billingv1.OutboxEvent{
-			EventId: r.EventID.String(), Sequence: r.Seq, AggregateType: r.AggregateType, AggregateId: r.AggregateID,
-			EventType: r.Type, SchemaVersion: int32(r.SchemaVersion), State: string(r.State), Attempts: int32(r.Attempts),
-			LastError: r.LastError, NextAttemptTime: optTime(r.NextAttemptAt), LeaseOwner: r.LeaseOwner,
-			LeaseExpireTime: optTime(r.LeaseUntil), OccurTime: timestamppb.New(r.OccurredAt),
-			CreateTime: timestamppb.New(r.CreatedAt), PublishTime: optTime(r.PublishedAt),
-		})
-	}
-	if more {
-		resp.NextPageToken = pagetoken.Encode(recs[len(recs)-1].Seq, filter...)
-	}
-	return resp, nil
 }

@@ -14,8 +14,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	billingv1 "github.com/lossless-dev/lossless/gen/lossless/billing/v1"
 	eventsv1 "github.com/lossless-dev/lossless/gen/lossless/events/v1"
+	opsv1 "github.com/lossless-dev/lossless/gen/lossless/ops/v1"
 	"github.com/lossless-dev/lossless/pkg/outbox"
 	"github.com/lossless-dev/lossless/pkg/retry"
 	"github.com/lossless-dev/lossless/services/billing/internal/admin"
@@ -79,39 +79,39 @@ func TestRequeueOutboxEvents_OverGRPCAndCLI(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	cl, octx := r.service(t)
-	list, err := cl.ListOutboxEvents(octx, &billingv1.ListOutboxEventsRequest{States: []string{"FAILED"}})
+	cl, octx := r.operatorService(t, nil)
+	list, err := cl.ListOutboxEvents(octx, &opsv1.ListOutboxEventsRequest{States: []string{"FAILED"}})
 	if err != nil || len(list.GetEvents()) != 2 || list.GetEvents()[0].GetAggregateId() != orders[1] ||
 		list.GetEvents()[0].GetLastError() != "permanent: topic refuses the message" || list.GetEvents()[0].GetAttempts() != 1 {
 		t.Fatalf("FAILED events: %v %v", list, err)
 	}
 	failed, viaCLI := list.GetEvents()[0].GetEventId(), list.GetEvents()[1].GetEventId()
-	pub, err := cl.ListOutboxEvents(octx, &billingv1.ListOutboxEventsRequest{States: []string{"PUBLISHED"}, AggregateId: orders[0]})
+	pub, err := cl.ListOutboxEvents(octx, &opsv1.ListOutboxEventsRequest{States: []string{"PUBLISHED"}, AggregateId: orders[0]})
 	if err != nil || len(pub.GetEvents()) != 1 || pub.GetEvents()[0].GetPublishTime() == nil {
 		t.Fatalf("published events: %v %v", pub, err)
 	}
 	published := pub.GetEvents()[0].GetEventId()
-	if _, err := cl.ListOutboxEvents(context.Background(), &billingv1.ListOutboxEventsRequest{}); status.Code(err) != codes.Unauthenticated {
+	if _, err := cl.ListOutboxEvents(context.Background(), &opsv1.ListOutboxEventsRequest{}); status.Code(err) != codes.Unauthenticated {
 		t.Errorf("list without a token: %v, want UNAUTHENTICATED", err)
 	}
 
 	for _, c := range []struct {
 		name string
-		req  *billingv1.RequeueOutboxEventsRequest
+		req  *opsv1.RequeueOutboxEventsRequest
 		want string
 	}{
-		{"no authorization", &billingv1.RequeueOutboxEventsRequest{EventIds: []string{failed}}, "authorization"},
-		{"no actor", &billingv1.RequeueOutboxEventsRequest{EventIds: []string{failed},
-			Authorization: &billingv1.OperatorAuthorization{Ticket: "INC-9"}}, "authorization.actor"},
-		{"no ids", &billingv1.RequeueOutboxEventsRequest{Authorization: opsAuth}, "event_ids"},
-		{"not a uuid", &billingv1.RequeueOutboxEventsRequest{Authorization: opsAuth, EventIds: []string{"42"}}, "event_ids[0]"},
+		{"no authorization", &opsv1.RequeueOutboxEventsRequest{EventIds: []string{failed}}, "authorization"},
+		{"no actor", &opsv1.RequeueOutboxEventsRequest{EventIds: []string{failed},
+			Authorization: &opsv1.OperatorAuthorization{Ticket: "INC-9"}}, "authorization.actor"},
+		{"no ids", &opsv1.RequeueOutboxEventsRequest{Authorization: opsAuthz}, "event_ids"},
+		{"not a uuid", &opsv1.RequeueOutboxEventsRequest{Authorization: opsAuthz, EventIds: []string{"42"}}, "event_ids[0]"},
 	} {
 		_, err := cl.RequeueOutboxEvents(octx, c.req)
 		if got := fieldViolations(err); status.Code(err) != codes.InvalidArgument || !slices.Equal(got, []string{c.want}) {
 			t.Errorf("%s: %v, violations %v, want [%s]", c.name, err, got, c.want)
 		}
 	}
-	if _, err := cl.RequeueOutboxEvents(context.Background(), &billingv1.RequeueOutboxEventsRequest{Authorization: opsAuth,
+	if _, err := cl.RequeueOutboxEvents(context.Background(), &opsv1.RequeueOutboxEventsRequest{Authorization: opsAuthz,
 		EventIds: []string{failed}}); status.Code(err) != codes.Unauthenticated {
 		t.Errorf("requeue without a token: %v, want UNAUTHENTICATED", err)
 	}
@@ -120,7 +120,7 @@ func TestRequeueOutboxEvents_OverGRPCAndCLI(t *testing.T) {
 	}
 
 	_, _, failedWith := r.outboxRow(t, failed)
-	dry, err := cl.RequeueOutboxEvents(octx, &billingv1.RequeueOutboxEventsRequest{Authorization: opsAuth,
+	dry, err := cl.RequeueOutboxEvents(octx, &opsv1.RequeueOutboxEventsRequest{Authorization: opsAuthz,
 		EventIds: []string{failed, published}, DryRun: true})
 	if err != nil || !dry.GetDryRun() || !slices.Equal(dry.GetEventIds(), []string{failed}) ||
 		len(dry.GetSkipped()) != 1 || dry.GetSkipped()[0].GetEventId() != published || dry.GetSkipped()[0].GetState() != "PUBLISHED" {
@@ -129,14 +129,14 @@ func TestRequeueOutboxEvents_OverGRPCAndCLI(t *testing.T) {
 	if st, n, e := r.outboxRow(t, failed); st != "FAILED" || n != 1 || e != failedWith {
 		t.Fatalf("the dry run changed the event: %s, %d attempts, %q", st, n, e)
 	}
-	if _, err := cl.RequeueOutboxEvents(octx, &billingv1.RequeueOutboxEventsRequest{Authorization: opsAuth,
+	if _, err := cl.RequeueOutboxEvents(octx, &opsv1.RequeueOutboxEventsRequest{Authorization: opsAuthz,
 		EventIds: []string{failed, published}}); err != nil {
 		t.Fatal(err)
 	}
 	if st, n, e := r.outboxRow(t, failed); st != "PENDING" || n != 0 || e != "requeued by carol, ticket INC-9; was: "+failedWith {
 		t.Fatalf("requeued event: %s, %d attempts, %q", st, n, e)
 	}
-	again, err := cl.RequeueOutboxEvents(octx, &billingv1.RequeueOutboxEventsRequest{Authorization: opsAuth, EventIds: []string{failed}})
+	again, err := cl.RequeueOutboxEvents(octx, &opsv1.RequeueOutboxEventsRequest{Authorization: opsAuthz, EventIds: []string{failed}})
 	if err != nil || len(again.GetEventIds()) != 0 || again.GetSkipped()[0].GetState() != "PENDING" {
 		t.Fatalf("second requeue: %v %v, want nothing requeued", again, err)
 	}

@@ -212,9 +212,9 @@ func TestReplayParked_AfterCauseFixedEnqueuesOnce(t *testing.T) {
 	if n := fixed.count(t, `SELECT count(*) FROM parked_messages WHERE id = 1 AND replayed_by = 'bob' AND ticket = 'CHG-8' AND replayed_at IS NOT NULL`); n != 1 {
 		t.Fatal("the parked row does not record the replay")
 	}
-	if n := fixed.count(t, `SELECT count(*) FROM operator_audit WHERE action = 'parked.replay' AND ticket = 'CHG-8' AND actor = 'bob'
+	if n := fixed.count(t, `SELECT count(*) FROM operator_audit WHERE action = 'intake.replay-parked' AND ticket = 'CHG-8' AND actor = 'bob'
 		AND params->>'outcome' = 'enqueued'`); n != 2 {
-		t.Fatalf("parked.replay audit rows = %d, want 2 (dry run and replay)", n)
+		t.Fatalf("intake.replay-parked audit rows = %d, want 2 (dry run and replay)", n)
 	}
 	if out, _ := fixed.cli(t, "parked", "list"); out != "" {
 		t.Fatalf("replayed row still listed: %q", out)

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	billingv1 "github.com/lossless-dev/lossless/gen/lossless/billing/v1"
+	opsv1 "github.com/lossless-dev/lossless/gen/lossless/ops/v1"
 	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/pubsubtest"
@@ -103,7 +104,8 @@ func TestRetryInvoiceJobs_DryRunThenOnceAudited(t *testing.T) {
 		t.Fatalf("leasequeue_job_audit rows = %d, want 1", n)
 	}
 
-	audit, err := cl.ListOperatorAudit(octx, &billingv1.ListOperatorAuditRequest{Ticket: "INC-9"})
+	ocl, _ := r.operatorService(t, nil)
+	audit, err := ocl.ListOperatorAudit(octx, &opsv1.ListOperatorAuditRequest{Ticket: "INC-9"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,18 +114,18 @@ func TestRetryInvoiceJobs_DryRunThenOnceAudited(t *testing.T) {
 		!recs[2].GetDryRun() || recs[2].GetAffected() != 1 || recs[2].GetAction() != "jobs.retry" || recs[2].GetActor() != "carol" {
 		t.Fatalf("audit, newest first: %v", recs)
 	}
-	page, err := cl.ListOperatorAudit(octx, &billingv1.ListOperatorAuditRequest{PageSize: 2})
+	page, err := ocl.ListOperatorAudit(octx, &opsv1.ListOperatorAuditRequest{PageSize: 2})
 	if err != nil || len(page.GetRecords()) != 2 || page.GetNextPageToken() == "" {
 		t.Fatalf("audit page 1: %v %v", page, err)
 	}
-	last, err := cl.ListOperatorAudit(octx, &billingv1.ListOperatorAuditRequest{PageSize: 2, PageToken: page.GetNextPageToken()})
+	last, err := ocl.ListOperatorAudit(octx, &opsv1.ListOperatorAuditRequest{PageSize: 2, PageToken: page.GetNextPageToken()})
 	if err != nil || len(last.GetRecords()) != 1 || last.GetRecords()[0].GetId() != recs[2].GetId() || last.GetNextPageToken() != "" {
 		t.Fatalf("audit page 2: %v %v", last, err)
 	}
-	if other, err := cl.ListOperatorAudit(octx, &billingv1.ListOperatorAuditRequest{Actor: "mallory"}); err != nil || len(other.GetRecords()) != 0 {
+	if other, err := ocl.ListOperatorAudit(octx, &opsv1.ListOperatorAuditRequest{Actor: "mallory"}); err != nil || len(other.GetRecords()) != 0 {
 		t.Fatalf("audit of another actor: %v %v", other, err)
 	}
-	if _, err := cl.ListOperatorAudit(ctx, &billingv1.ListOperatorAuditRequest{}); status.Code(err) != codes.Unauthenticated {
+	if _, err := ocl.ListOperatorAudit(ctx, &opsv1.ListOperatorAuditRequest{}); status.Code(err) != codes.Unauthenticated {
 		t.Errorf("audit without a token: %v", err)
 	}
 }
@@ -141,25 +143,25 @@ func TestReplayParkedAndDeadLettersOverGRPC(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := newRepair(t, tight.pool, intake.Config{}, admin.WithPubSub(emu.Client)) // the cap raised
-	cl, octx := r.service(t)
+	cl, octx := r.operatorService(t, emu.Client)
 
-	if _, err := cl.ReplayParkedMessage(octx, &billingv1.ReplayParkedMessageRequest{Id: 1}); status.Code(err) != codes.InvalidArgument {
+	if _, err := cl.ReplayParkedMessage(octx, &opsv1.ReplayParkedMessageRequest{Id: 1}); status.Code(err) != codes.InvalidArgument {
 		t.Errorf("parked replay without authorization: %v", err)
 	}
-	if _, err := cl.ReplayParkedMessage(ctx, &billingv1.ReplayParkedMessageRequest{Authorization: opsAuth, Id: 1}); status.Code(err) != codes.Unauthenticated {
+	if _, err := cl.ReplayParkedMessage(ctx, &opsv1.ReplayParkedMessageRequest{Authorization: opsAuthz, Id: 1}); status.Code(err) != codes.Unauthenticated {
 		t.Errorf("parked replay without a token: %v", err)
 	}
-	dry, err := cl.ReplayParkedMessage(octx, &billingv1.ReplayParkedMessageRequest{Authorization: opsAuth, Id: 1, DryRun: true})
+	dry, err := cl.ReplayParkedMessage(octx, &opsv1.ReplayParkedMessageRequest{Authorization: opsAuthz, Id: 1, DryRun: true})
 	if err != nil || dry.GetOutcome() != intake.OutcomeEnqueued || !dry.GetDryRun() {
 		t.Fatalf("parked dry run: %v %v", dry, err)
 	}
 	if n := r.count(t, `SELECT count(*) FROM leasequeue_jobs`) + r.count(t, `SELECT count(*) FROM parked_messages WHERE replayed_at IS NOT NULL`); n != 0 {
 		t.Fatal("the parked dry run changed something")
 	}
-	if _, err := cl.ReplayParkedMessage(octx, &billingv1.ReplayParkedMessageRequest{Authorization: opsAuth, Id: 1}); err != nil {
+	if _, err := cl.ReplayParkedMessage(octx, &opsv1.ReplayParkedMessageRequest{Authorization: opsAuthz, Id: 1}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cl.ReplayParkedMessage(octx, &billingv1.ReplayParkedMessageRequest{Authorization: opsAuth, Id: 1}); status.Code(err) != codes.NotFound {
+	if _, err := cl.ReplayParkedMessage(octx, &opsv1.ReplayParkedMessageRequest{Authorization: opsAuthz, Id: 1}); status.Code(err) != codes.NotFound {
 		t.Fatalf("second parked replay: %v, want NOT_FOUND", err)
 	}
 	if n := r.count(t, `SELECT count(*) FROM leasequeue_jobs WHERE unique_key = $1`, parkedEv.GetWorkOrderId()); n != 1 {
@@ -175,12 +177,12 @@ func TestReplayParkedAndDeadLettersOverGRPC(t *testing.T) {
 	if _, err := pub.PublishRaw(ctx, lost.Data, lost.Attributes, ""); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cl.ReplayDeadLetters(octx, &billingv1.ReplayDeadLettersRequest{Authorization: &billingv1.OperatorAuthorization{Actor: "carol"}, MaxMessages: 5}); status.Code(err) != codes.InvalidArgument {
+	if _, err := cl.ReplayDeadLetters(octx, &opsv1.ReplayDeadLettersRequest{Authorization: &opsv1.OperatorAuthorization{Actor: "carol"}, MaxMessages: 5}); status.Code(err) != codes.InvalidArgument {
 		t.Errorf("dead-letter replay without a ticket: %v", err)
 	}
 	var seen []string
 	waitfor.Condition(t, 30*time.Second, "the dry run sees the dead letter", func() bool {
-		res, err := cl.ReplayDeadLetters(octx, &billingv1.ReplayDeadLettersRequest{Authorization: opsAuth, MaxMessages: 5, DryRun: true})
+		res, err := cl.ReplayDeadLetters(octx, &opsv1.ReplayDeadLettersRequest{Authorization: opsAuthz, MaxMessages: 5, DryRun: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -191,7 +193,7 @@ func TestReplayParkedAndDeadLettersOverGRPC(t *testing.T) {
 		t.Fatal("the dead-letter dry run enqueued a job")
 	}
 	waitfor.Condition(t, 30*time.Second, "the dead letter is replayed", func() bool {
-		res, err := cl.ReplayDeadLetters(octx, &billingv1.ReplayDeadLettersRequest{Authorization: opsAuth, MaxMessages: 5, MessageIds: seen})
+		res, err := cl.ReplayDeadLetters(octx, &opsv1.ReplayDeadLettersRequest{Authorization: opsAuthz, MaxMessages: 5, MessageIds: seen})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -201,7 +203,7 @@ func TestReplayParkedAndDeadLettersOverGRPC(t *testing.T) {
 		t.Fatalf("%d jobs after the dead-letter replay, want 2", n)
 	}
 	if n := r.count(t, `SELECT count(*) FROM operator_audit WHERE ticket = 'INC-9' AND actor = 'carol'
-		AND ((action = 'parked.replay' AND affected = 1) OR (action = 'intake.replay-dead-letters' AND dry_run AND affected = 1))`); n < 3 {
+		AND ((action = 'intake.replay-parked' AND affected = 1) OR (action = 'intake.replay-dead-letters' AND dry_run AND affected = 1))`); n < 3 {
 		t.Fatalf("audit rows = %d, want the parked dry run and replay and the dead-letter dry run", n)
 	}
 	if n := r.count(t, `SELECT count(*) FROM operator_audit WHERE action = 'intake.replay-dead-letters' AND NOT dry_run AND affected = 1`); n != 1 {

@@ -9,6 +9,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/jackc/pgx/v5"
+	opsv1 "github.com/lossless-dev/lossless/gen/lossless/ops/v1"
+	"github.com/lossless-dev/lossless/pkg/operator"
 	"log/slog"
 
 	gpubsub "cloud.google.com/go/pubsub/v2"
@@ -130,14 +133,14 @@ func (a *App) assemble(ctx context.Context, opts []server.Option) error {
 	if err != nil {
 		return err
 	}
-	adminSvc, err := a.adminService()
+	adminSvc, opsSvc, err := a.adminService()
 	if err != nil {
 		return err
 	}
 	// An API-only replica builds no loop at all: their gauges would export
 	// zeros that hide a stall (docs/adr/0013-api-and-worker-roles.md).
 	// The operator token is checked before request validation (admin only).
-	srvOpts := []server.Option{server.WithTelemetry(a.tel), server.WithAuthInterceptors(adminSvc.AuthInterceptor())}
+	srvOpts := []server.Option{server.WithTelemetry(a.tel), server.WithAuthInterceptors(adminSvc.AuthInterceptor(), opsSvc.AuthInterceptor())}
 	if a.cfg.Server.Role.RunsWorkers() {
 		loops, err := a.loops()
 		if err != nil {
@@ -156,6 +159,7 @@ func (a *App) assemble(ctx context.Context, opts []server.Option) error {
 		return nil
 	}
 	billingv1.RegisterBillingAdminServiceServer(a.srv.GRPC(), adminSvc)
+	opsv1.RegisterOperatorServiceServer(a.srv.GRPC(), opsSvc)
 	return api.Register(ctx, a.srv, svc)
 }
 
@@ -163,26 +167,48 @@ func (a *App) assemble(ctx context.Context, opts []server.Option) error {
 // so that they work while the API is flooded. Its queue handle and intake
 // take no meter (the gauges and counters are the worker's); the intake is
 // configured as the live consumer's, so a replay consumes as it would.
-func (a *App) adminService() (*admin.Service, error) {
+//
+// The one operator API (pkg/operator OperatorService) serves the outbox,
+// the intake's parked messages and dead letters and the operator_audit log
+// over the same stores.
+func (a *App) adminService() (*admin.Service, *operator.Service, error) {
 	logger := a.log.With("component", "admin")
 	queue, err := leasequeue.New(a.db.Workers, a.cfg.Queue, logger, nil)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	store, err := parked.New()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	in, err := intake.New(a.db.Workers, queue, intake.Config{JobMaxAttempts: a.cfg.JobMaxAttempts, MaxPayloadBytes: a.cfg.IntakeMaxPayloadBytes},
 		logger, nil)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	ops, err := admin.NewOps(a.db.Workers, in, store, admin.Config{}, logger, admin.WithQueue(queue), admin.WithPubSub(a.ps))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return admin.NewService(ops, a.cfg.OperatorToken, logger)
+	adminSvc, err := admin.NewService(ops, a.cfg.OperatorToken, logger)
+	if err != nil {
+		return nil, nil, err
+	}
+	opsSvc, err := operator.NewService(operator.Deps{DB: a.db.Workers, Token: a.cfg.OperatorToken, TokenEnv: admin.EnvOperatorToken,
+		Parked: store, PubSub: a.ps, Logger: logger, Consumers: []operator.Consumer{{
+			Name: "intake", DeadLetterSubscription: topology.SubWorkOrderEventsDeadLetter, Process: in.Process,
+			Replay: func(ctx context.Context, tx pgx.Tx, id int64, ticket, actor string) (string, error) {
+				outcome, err := in.Replay(ctx, tx, id, ticket, actor)
+				if errors.Is(err, intake.ErrStillRefused) {
+					return "", fmt.Errorf("%w: %w", operator.ErrStillRefused, err)
+				}
+				return outcome, err
+			},
+		}}})
+	if err != nil {
+		return nil, nil, err
+	}
+	return adminSvc, opsSvc, nil
 }
 
 // loops builds the background loops on the workers' pool. The

@@ -13,7 +13,7 @@ import (
 	"github.com/lossless-dev/lossless/internal/libenv"
 	"github.com/lossless-dev/lossless/pkg/consumer"
 	"github.com/lossless-dev/lossless/pkg/leasequeue"
-	"github.com/lossless-dev/lossless/pkg/operatorauth"
+	"github.com/lossless-dev/lossless/pkg/operator"
 	"github.com/lossless-dev/lossless/pkg/outbox"
 	"github.com/lossless-dev/lossless/pkg/pgdb"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
@@ -116,7 +116,7 @@ type Config struct {
 
 	// OperatorToken guards the admin gRPC service, BillingAdminService (env
 	// BILLING_OPERATOR_TOKEN, default "": the admin service refuses every
-	// call; when set, at least operatorauth.MinLength characters). Pass it
+	// call; when set, at least operator.MinTokenLength characters). Pass it
 	// as a secret, like WORKORDER_OPERATOR_TOKEN.
 	OperatorToken string
 
@@ -186,7 +186,7 @@ func (c Config) Validate() error {
 		envconfig.Check("BILLING_JOBS_LEASE / BILLING_JOBS_BACKOFF_*", c.Queue.Validate()),
 		envconfig.Check("BILLING_JOBS_* / INSTANCE_ID", c.Worker.ValidateFor(c.Queue)),
 		envconfig.Check("BILLING_PROCESSED_EVENTS_*", c.ProcessedEvents.Validate()),
-		operatorauth.Validate("BILLING_OPERATOR_TOKEN", c.OperatorToken),
+		operator.ValidateToken("BILLING_OPERATOR_TOKEN", c.OperatorToken),
 		c.Telemetry.Validate(),
 	)
 	if c.JobMaxAttempts < 1 || c.JobMaxAttempts > 1000 {

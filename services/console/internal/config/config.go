@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/lossless-dev/lossless/internal/envconfig"
-	"github.com/lossless-dev/lossless/pkg/operatorauth"
+	"github.com/lossless-dev/lossless/pkg/operator"
 )
 
 // ServiceName is the console's name in logs and metrics.
@@ -73,7 +73,7 @@ type Config struct {
 	// accepts exactly this token; the console forwards it as
 	// "authorization: Bearer" on the calls a logged-in operator makes, so the
 	// services still decide. Env CONSOLE_OPERATOR_TOKEN, default "": nobody
-	// can log in (fail closed). At least operatorauth.MinLength characters.
+	// can log in (fail closed). At least operator.MinTokenLength characters.
 	OperatorToken string
 	// ReadOpen lets anyone who reaches the console see the read-only pages
 	// without logging in. Env CONSOLE_READ_OPEN, default false: every page
@@ -200,7 +200,7 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("%s: want host:port", name))
 		}
 	}
-	errs = append(errs, operatorauth.Validate(EnvOperatorToken, c.OperatorToken))
+	errs = append(errs, operator.ValidateToken(EnvOperatorToken, c.OperatorToken))
 	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
 		errs = append(errs, fmt.Errorf("%s and %s: set both or neither", EnvTLSCertFile, EnvTLSKeyFile))
 	}

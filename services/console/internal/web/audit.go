@@ -8,8 +8,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	billingv1 "github.com/lossless-dev/lossless/gen/lossless/billing/v1"
-	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
+	opsv1 "github.com/lossless-dev/lossless/gen/lossless/ops/v1"
 )
 
 // auditPageSize is the rows of one Audit page.
@@ -44,8 +43,8 @@ func paramsJSON(p *structpb.Struct) string {
 }
 
 // auditPage lists one service's operator_audit (newest first, paged by the
-// service's token, filtered by action, actor and ticket). The admin APIs
-// need the token for reads, so it needs login even when reads are open.
+// service's token, filtered by action, actor and ticket), through its
+// OperatorService. It needs the token for reads, so it needs login even when reads are open.
 func (h *Handler) auditPage(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	d := auditData{Service: q.Get("service"), Action: strings.TrimSpace(q.Get("action")), Actor: strings.TrimSpace(q.Get("actor")),
@@ -61,26 +60,17 @@ func (h *Handler) auditPage(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := h.rpcContext(r)
 	defer cancel()
-	var err error
+	ops := h.src.WorkOrderOps
 	if d.Service == "billing" {
-		var resp *billingv1.ListOperatorAuditResponse
-		resp, err = h.src.BillingRepairs.ListOperatorAudit(ctx, &billingv1.ListOperatorAuditRequest{Action: d.Action, Actor: d.Actor,
-			Ticket: d.Ticket, PageSize: auditPageSize, PageToken: d.PageToken})
-		for _, a := range resp.GetRecords() {
-			d.Rows = append(d.Rows, auditRow{a.GetId(), a.GetAction(), a.GetActor(), a.GetTicket(), a.GetDryRun(), a.GetAffected(),
-				a.GetOccurTime(), paramsJSON(a.GetParams())})
-		}
-		d.Next = resp.GetNextPageToken()
-	} else {
-		var resp *workorderv1.ListOperatorAuditResponse
-		resp, err = h.src.Repairs.ListOperatorAudit(ctx, &workorderv1.ListOperatorAuditRequest{Action: d.Action, Actor: d.Actor,
-			Ticket: d.Ticket, PageSize: auditPageSize, PageToken: d.PageToken})
-		for _, a := range resp.GetRecords() {
-			d.Rows = append(d.Rows, auditRow{a.GetId(), a.GetAction(), a.GetActor(), a.GetTicket(), a.GetDryRun(), a.GetAffected(),
-				a.GetOccurTime(), paramsJSON(a.GetParams())})
-		}
-		d.Next = resp.GetNextPageToken()
+		ops = h.src.BillingOps
 	}
+	resp, err := ops.ListOperatorAudit(ctx, &opsv1.ListOperatorAuditRequest{Action: d.Action, Actor: d.Actor,
+		Ticket: d.Ticket, PageSize: auditPageSize, PageToken: d.PageToken})
+	for _, a := range resp.GetRecords() {
+		d.Rows = append(d.Rows, auditRow{a.GetId(), a.GetAction(), a.GetActor(), a.GetTicket(), a.GetDryRun(), a.GetAffected(),
+			a.GetOccurTime(), paramsJSON(a.GetParams())})
+	}
+	d.Next = resp.GetNextPageToken()
 	if err != nil {
 		w.WriteHeader(http.StatusBadGateway)
 		h.render(w, r, "audit", page{Title: "Audit", Error: describe(d.Service, err), Data: d})

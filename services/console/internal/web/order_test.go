@@ -19,9 +19,10 @@ import (
 
 	billingv1 "github.com/lossless-dev/lossless/gen/lossless/billing/v1"
 	moneyv1 "github.com/lossless-dev/lossless/gen/lossless/money/v1"
+	opsv1 "github.com/lossless-dev/lossless/gen/lossless/ops/v1"
 	providerv1 "github.com/lossless-dev/lossless/gen/lossless/provider/v1"
 	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
-	"github.com/lossless-dev/lossless/pkg/operatorauth"
+	"github.com/lossless-dev/lossless/pkg/operator"
 	"github.com/lossless-dev/lossless/services/console/internal/web"
 )
 
@@ -37,13 +38,18 @@ func at(n int) *timestamppb.Timestamp {
 }
 
 // orderBackend answers for one invoiced order as the three services would,
-// the operator reads behind the same operatorauth guard as theirs; billing's
+// the operator reads behind the same operator guard as theirs; billing's
 // admin API is down.
 type orderBackend struct {
 	workorderv1.UnimplementedWorkOrderServiceServer
 	workorderv1.UnimplementedWorkOrderAdminServiceServer
 	providerv1.UnimplementedProviderAdminServiceServer
 	billingv1.UnimplementedBillingServiceServer
+}
+
+// orderOps is the workorder service's OperatorService outbox read.
+type orderOps struct {
+	opsv1.UnimplementedOperatorServiceServer
 }
 
 // billingAdminDown is billing's admin API with its database unreachable.
@@ -69,11 +75,11 @@ func (orderBackend) ListWorkOrderHistory(context.Context, *workorderv1.ListWorkO
 	}}, nil
 }
 
-func (orderBackend) ListOutboxEvents(_ context.Context, req *workorderv1.ListOutboxEventsRequest) (*workorderv1.ListOutboxEventsResponse, error) {
+func (orderOps) ListOutboxEvents(_ context.Context, req *opsv1.ListOutboxEventsRequest) (*opsv1.ListOutboxEventsResponse, error) {
 	if req.GetAggregateId() != orderID || len(req.GetStates()) != 3 {
 		return nil, status.Error(codes.InvalidArgument, "want the order's events in every state")
 	}
-	return &workorderv1.ListOutboxEventsResponse{Events: []*workorderv1.OutboxEvent{{EventId: "ev-handoff",
+	return &opsv1.ListOutboxEventsResponse{Events: []*opsv1.OutboxEvent{{EventId: "ev-handoff",
 		AggregateId: orderID, EventType: "lossless.events.v1.WorkOrderHandOffRequested", State: "PUBLISHED", Attempts: 1,
 		CreateTime: at(0), PublishTime: at(2)}}}, nil
 }
@@ -118,17 +124,19 @@ func (orderBackend) GetInvoice(context.Context, *billingv1.GetInvoiceRequest) (*
 // web.Config.TraceURL.
 func orderConsole(t *testing.T, traceURL string) *httptest.Server {
 	t.Helper()
-	guard, err := operatorauth.New(token, "TEST_TOKEN", slog.New(slog.DiscardHandler))
+	guard, err := operator.NewGuard(token, "TEST_TOKEN", slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(
 		guard.ServiceInterceptor(workorderv1.WorkOrderAdminService_ServiceDesc.ServiceName),
+		guard.ServiceInterceptor(opsv1.OperatorService_ServiceDesc.ServiceName),
 		guard.ServiceInterceptor(billingv1.BillingAdminService_ServiceDesc.ServiceName),
 		guard.Interceptor(providerv1.ProviderAdminService_ListJobs_FullMethodName, providerv1.ProviderAdminService_GetJob_FullMethodName)))
 	var b orderBackend
 	workorderv1.RegisterWorkOrderServiceServer(srv, b)
 	workorderv1.RegisterWorkOrderAdminServiceServer(srv, b)
+	opsv1.RegisterOperatorServiceServer(srv, orderOps{})
 	providerv1.RegisterProviderAdminServiceServer(srv, b)
 	billingv1.RegisterBillingAdminServiceServer(srv, billingAdminDown{})
 	billingv1.RegisterBillingServiceServer(srv, b)
@@ -146,9 +154,10 @@ func orderConsole(t *testing.T, traceURL string) *httptest.Server {
 	h, err := web.New(web.Sources{
 		Orders: workorderv1.NewWorkOrderServiceClient(conn), Inbox: workorderv1.NewWorkOrderAdminServiceClient(conn),
 		Faults: providerv1.NewProviderAdminServiceClient(conn), Invoices: billingv1.NewBillingServiceClient(conn),
-		Figures: noFigures{}, Outbox: workorderv1.NewWorkOrderAdminServiceClient(conn),
+		Figures: noFigures{}, Outbox: opsv1.NewOperatorServiceClient(conn),
 		ProviderJobs: providerv1.NewProviderAdminServiceClient(conn), InvoiceJobs: billingv1.NewBillingAdminServiceClient(conn),
 		Repairs: workorderv1.NewWorkOrderAdminServiceClient(conn), BillingRepairs: billingv1.NewBillingAdminServiceClient(conn),
+		WorkOrderOps: opsv1.NewOperatorServiceClient(conn), BillingOps: opsv1.NewOperatorServiceClient(conn),
 	}, web.Config{OperatorToken: token, ReadOpen: true, RunbookBaseURL: "https://example.invalid/", TraceURL: traceURL}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)

@@ -14,8 +14,8 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	billingv1 "github.com/lossless-dev/lossless/gen/lossless/billing/v1"
-	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
-	"github.com/lossless-dev/lossless/pkg/operatorauth"
+	opsv1 "github.com/lossless-dev/lossless/gen/lossless/ops/v1"
+	"github.com/lossless-dev/lossless/pkg/operator"
 	"github.com/lossless-dev/lossless/services/console/internal/web"
 )
 
@@ -24,10 +24,10 @@ import (
 // operator token checked by the same guard as the real service.
 type billingAdmin struct {
 	billingv1.UnimplementedBillingAdminServiceServer
-	guard *operatorauth.Guard
+	guard *operator.Guard
 	mu    sync.Mutex
 	state map[int64]string
-	audit []*billingv1.OperatorAuditRecord
+	audit []*opsv1.OperatorAuditRecord
 	// outbox stands in for billing's outbox (InvoiceIssued).
 	outbox *fakeOutbox
 }
@@ -64,18 +64,25 @@ func (b *billingAdmin) RetryInvoiceJobs(ctx context.Context, req *billingv1.Retr
 		}
 	}
 	params, _ := structpb.NewStruct(map[string]any{"requested": len(req.GetIds())})
-	b.audit = append([]*billingv1.OperatorAuditRecord{{Id: int64(len(b.audit) + 1), Action: "jobs.retry", Ticket: req.GetAuthorization().GetTicket(),
+	b.audit = append([]*opsv1.OperatorAuditRecord{{Id: int64(len(b.audit) + 1), Action: "jobs.retry", Ticket: req.GetAuthorization().GetTicket(),
 		Actor: req.GetAuthorization().GetActor(), DryRun: req.GetDryRun(), Affected: int32(len(resp.Ids)), Params: params}}, b.audit...)
 	return resp, nil
 }
 
-func (b *billingAdmin) ListOperatorAudit(ctx context.Context, req *billingv1.ListOperatorAuditRequest) (*billingv1.ListOperatorAuditResponse, error) {
+// billingOps stands in for billing's OperatorService over the same state
+// as billingAdmin (its outbox, its operator_audit log).
+type billingOps struct {
+	opsv1.UnimplementedOperatorServiceServer
+	*billingAdmin
+}
+
+func (b billingOps) ListOperatorAudit(ctx context.Context, req *opsv1.ListOperatorAuditRequest) (*opsv1.ListOperatorAuditResponse, error) {
 	if err := b.guard.Authorize(ctx); err != nil {
 		return nil, err
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	resp := &billingv1.ListOperatorAuditResponse{}
+	resp := &opsv1.ListOperatorAuditResponse{}
 	for _, a := range b.audit {
 		if req.GetTicket() == "" || a.GetTicket() == req.GetTicket() {
 			resp.Records = append(resp.Records, a)
@@ -98,15 +105,18 @@ func maps(m map[int64]string) map[int64]string {
 	return out
 }
 
-func billingBackend(t *testing.T) (*billingAdmin, func(*grpc.Server)) {
+func billingBackend(t *testing.T) (*billingAdmin, func(wo, bi *grpc.Server)) {
 	t.Helper()
-	guard, err := operatorauth.New(token, "TEST_TOKEN", slog.New(slog.DiscardHandler))
+	guard, err := operator.NewGuard(token, "TEST_TOKEN", slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
 	b := &billingAdmin{guard: guard, state: map[int64]string{7: "dead", 8: "dead", 9: "done"},
 		outbox: newFakeOutbox(map[string]string{billingFailed: "FAILED"})}
-	return b, func(s *grpc.Server) { billingv1.RegisterBillingAdminServiceServer(s, b) }
+	return b, func(_, bi *grpc.Server) {
+		billingv1.RegisterBillingAdminServiceServer(bi, b)
+		opsv1.RegisterOperatorServiceServer(bi, billingOps{billingAdmin: b})
+	}
 }
 
 var confirmRE = strings.NewReplacer("\n", " ")
@@ -233,61 +243,61 @@ func (o *fakeOutbox) snapshot() (map[string]string, int) {
 	return out, o.audited
 }
 
-func (b *billingAdmin) ListOutboxEvents(ctx context.Context, _ *billingv1.ListOutboxEventsRequest) (*billingv1.ListOutboxEventsResponse, error) {
+func (b billingOps) ListOutboxEvents(ctx context.Context, _ *opsv1.ListOutboxEventsRequest) (*opsv1.ListOutboxEventsResponse, error) {
 	if err := b.guard.Authorize(ctx); err != nil {
 		return nil, err
 	}
-	resp := &billingv1.ListOutboxEventsResponse{}
+	resp := &opsv1.ListOutboxEventsResponse{}
 	for i, id := range b.outbox.failed() {
-		resp.Events = append(resp.Events, &billingv1.OutboxEvent{EventId: id, Sequence: int64(i + 1), State: "FAILED",
+		resp.Events = append(resp.Events, &opsv1.OutboxEvent{EventId: id, Sequence: int64(i + 1), State: "FAILED",
 			AggregateId: "8a3c4c8e-1f0b-4a8e-9d7e-2b8b7f0a1c11", LastError: "permanent: topic refuses the message"})
 	}
 	return resp, nil
 }
 
-func (b *billingAdmin) RequeueOutboxEvents(ctx context.Context, req *billingv1.RequeueOutboxEventsRequest) (*billingv1.RequeueOutboxEventsResponse, error) {
+func (b billingOps) RequeueOutboxEvents(ctx context.Context, req *opsv1.RequeueOutboxEventsRequest) (*opsv1.RequeueOutboxEventsResponse, error) {
 	if err := b.guard.Authorize(ctx); err != nil {
 		return nil, err
 	}
 	requeued, skipped := b.outbox.requeue(req.GetEventIds(), req.GetDryRun())
-	resp := &billingv1.RequeueOutboxEventsResponse{EventIds: requeued, DryRun: req.GetDryRun()}
+	resp := &opsv1.RequeueOutboxEventsResponse{EventIds: requeued, DryRun: req.GetDryRun()}
 	for _, id := range skipped {
-		resp.Skipped = append(resp.Skipped, &billingv1.SkippedOutboxEvent{EventId: id, State: "PENDING"})
+		resp.Skipped = append(resp.Skipped, &opsv1.SkippedOutboxEvent{EventId: id, State: "PENDING"})
 	}
 	return resp, nil
 }
 
 // workorderOutbox stands in for the workorder service's outbox read and
-// requeue (WorkOrderAdminService), behind the same operator guard.
+// requeue (its OperatorService), behind the same operator guard.
 type workorderOutbox struct {
-	workorderv1.UnimplementedWorkOrderAdminServiceServer
-	guard  *operatorauth.Guard
+	opsv1.UnimplementedOperatorServiceServer
+	guard  *operator.Guard
 	outbox *fakeOutbox
 }
 
-func (w *workorderOutbox) ListOutboxEvents(ctx context.Context, req *workorderv1.ListOutboxEventsRequest) (*workorderv1.ListOutboxEventsResponse, error) {
+func (w *workorderOutbox) ListOutboxEvents(ctx context.Context, req *opsv1.ListOutboxEventsRequest) (*opsv1.ListOutboxEventsResponse, error) {
 	if err := w.guard.Authorize(ctx); err != nil {
 		return nil, err
 	}
 	if !slices.Equal(req.GetStates(), []string{"FAILED"}) {
-		return &workorderv1.ListOutboxEventsResponse{}, nil
+		return &opsv1.ListOutboxEventsResponse{}, nil
 	}
-	resp := &workorderv1.ListOutboxEventsResponse{}
+	resp := &opsv1.ListOutboxEventsResponse{}
 	for i, id := range w.outbox.failed() {
-		resp.Events = append(resp.Events, &workorderv1.OutboxEvent{EventId: id, Sequence: int64(i + 1), State: "FAILED",
+		resp.Events = append(resp.Events, &opsv1.OutboxEvent{EventId: id, Sequence: int64(i + 1), State: "FAILED",
 			AggregateId: "5d0f3f4e-6c1a-4f6e-8a39-0d1c2b3a4f5e", LastError: "permanent: provider refused the order"})
 	}
 	return resp, nil
 }
 
-func (w *workorderOutbox) RequeueOutboxEvents(ctx context.Context, req *workorderv1.RequeueOutboxEventsRequest) (*workorderv1.RequeueOutboxEventsResponse, error) {
+func (w *workorderOutbox) RequeueOutboxEvents(ctx context.Context, req *opsv1.RequeueOutboxEventsRequest) (*opsv1.RequeueOutboxEventsResponse, error) {
 	if err := w.guard.Authorize(ctx); err != nil {
 		return nil, err
 	}
 	requeued, skipped := w.outbox.requeue(req.GetEventIds(), req.GetDryRun())
-	resp := &workorderv1.RequeueOutboxEventsResponse{EventIds: requeued, DryRun: req.GetDryRun()}
+	resp := &opsv1.RequeueOutboxEventsResponse{EventIds: requeued, DryRun: req.GetDryRun()}
 	for _, id := range skipped {
-		resp.Skipped = append(resp.Skipped, &workorderv1.SkippedOutboxEvent{EventId: id, State: "PENDING"})
+		resp.Skipped = append(resp.Skipped, &opsv1.SkippedOutboxEvent{EventId: id, State: "PENDING"})
 	}
 	return resp, nil
 }
@@ -306,13 +316,13 @@ const (
 // requeues exactly those, in the service the form names.
 func TestRepair_RequeueFailedOutboxEvents_DryRunThenExactlyWhatItListed(t *testing.T) {
 	bill, regBilling := billingBackend(t)
-	guard, err := operatorauth.New(token, "TEST_TOKEN", slog.New(slog.DiscardHandler))
+	guard, err := operator.NewGuard(token, "TEST_TOKEN", slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
 	wo := &workorderOutbox{guard: guard, outbox: newFakeOutbox(map[string]string{woFailed1: "FAILED", woFailed2: "FAILED", woPending: "PENDING"})}
 	_, ts := console(t, web.Config{OperatorToken: token, ReadOpen: true}, regBilling,
-		func(s *grpc.Server) { workorderv1.RegisterWorkOrderAdminServiceServer(s, wo) })
+		func(s, _ *grpc.Server) { opsv1.RegisterOperatorServiceServer(s, wo) })
 	br := newBrowser(t, ts.URL)
 	csrf := br.csrf("/faults")
 	form := func(csrf, service, ticket, mode string, ids ...string) url.Values {

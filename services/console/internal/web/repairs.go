@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	billingv1 "github.com/lossless-dev/lossless/gen/lossless/billing/v1"
+	opsv1 "github.com/lossless-dev/lossless/gen/lossless/ops/v1"
 	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
 )
 
@@ -75,20 +76,20 @@ func (h *Handler) repairSections(ctx context.Context, d *repairData) {
 	d.SectionErrors = map[string]string{}
 	inv := parkedSection{Service: "workorder", Title: "Parked billing events (workorder, InvoiceIssued)",
 		Help: "InvoiceIssued messages the work-order service could not apply."}
-	if r, err := h.src.Repairs.ListParkedBillingEvents(ctx, &workorderv1.ListParkedBillingEventsRequest{PageSize: repairPageSize}); err != nil {
+	if r, err := h.src.WorkOrderOps.ListParkedMessages(ctx, &opsv1.ListParkedMessagesRequest{PageSize: repairPageSize}); err != nil {
 		inv.Error = describe("workorder", err)
 	} else {
-		for _, m := range r.GetEvents() {
-			inv.Rows = append(inv.Rows, parkedRow{m.GetId(), m.GetReason(), m.GetEventType(), m.GetWorkOrderId(), m.GetParkTime()})
+		for _, m := range r.GetMessages() {
+			inv.Rows = append(inv.Rows, parkedRow{m.GetId(), m.GetReason(), m.GetEventType(), m.GetSubject(), m.GetParkTime()})
 		}
 	}
 	bil := parkedSection{Service: "billing", Title: "Parked intake messages (billing)",
 		Help: "Completions billing's intake could not take."}
-	if r, err := h.src.BillingRepairs.ListParkedMessages(ctx, &billingv1.ListParkedMessagesRequest{PageSize: repairPageSize}); err != nil {
+	if r, err := h.src.BillingOps.ListParkedMessages(ctx, &opsv1.ListParkedMessagesRequest{PageSize: repairPageSize}); err != nil {
 		bil.Error = describe("billing", err)
 	} else {
 		for _, m := range r.GetMessages() {
-			bil.Rows = append(bil.Rows, parkedRow{m.GetId(), m.GetReason(), m.GetEventType(), m.GetWorkOrderId(), m.GetParkTime()})
+			bil.Rows = append(bil.Rows, parkedRow{m.GetId(), m.GetReason(), m.GetEventType(), m.GetSubject(), m.GetParkTime()})
 		}
 	}
 	d.Parked = []parkedSection{inv, bil}
@@ -98,7 +99,7 @@ func (h *Handler) repairSections(ctx context.Context, d *repairData) {
 		d.DeadJobs = r.GetJobs()
 	}
 	wo := outboxSection{Service: "workorder", Title: "FAILED outbox events (workorder: hand-offs, completions for billing)"}
-	if r, err := h.src.Repairs.ListOutboxEvents(ctx, &workorderv1.ListOutboxEventsRequest{States: []string{"FAILED"}, PageSize: repairPageSize}); err != nil {
+	if r, err := h.src.WorkOrderOps.ListOutboxEvents(ctx, &opsv1.ListOutboxEventsRequest{States: []string{"FAILED"}, PageSize: repairPageSize}); err != nil {
 		wo.Error = describe("workorder", err)
 	} else {
 		for _, e := range r.GetEvents() {
@@ -106,7 +107,7 @@ func (h *Handler) repairSections(ctx context.Context, d *repairData) {
 		}
 	}
 	bo := outboxSection{Service: "billing", Title: "FAILED outbox events (billing: InvoiceIssued)"}
-	if r, err := h.src.BillingRepairs.ListOutboxEvents(ctx, &billingv1.ListOutboxEventsRequest{States: []string{"FAILED"}, PageSize: repairPageSize}); err != nil {
+	if r, err := h.src.BillingOps.ListOutboxEvents(ctx, &opsv1.ListOutboxEventsRequest{States: []string{"FAILED"}, PageSize: repairPageSize}); err != nil {
 		bo.Error = describe("billing", err)
 	} else {
 		for _, e := range r.GetEvents() {
@@ -250,14 +251,14 @@ func (h *Handler) replayDeadLetters(w http.ResponseWriter, r *http.Request) {
 		taken = resp.GetMessageIds()
 		detail = fmt.Sprintf("inserted %d, duplicates %d, poison %d, conflicts %d", resp.GetInserted(), resp.GetDuplicates(), resp.GetPoison(), resp.GetConflicts())
 	case "invoicing":
-		var resp *workorderv1.ReplayInvoicingDeadLettersResponse
-		resp, err = h.src.Repairs.ReplayInvoicingDeadLetters(ctx, &workorderv1.ReplayInvoicingDeadLettersRequest{
-			Authorization: &workorderv1.OperatorAuthorization{Ticket: f.ticket, Actor: f.actor}, MessageIds: ids, MaxMessages: max, DryRun: f.dry})
+		var resp *opsv1.ReplayDeadLettersResponse
+		resp, err = h.src.WorkOrderOps.ReplayDeadLetters(ctx, &opsv1.ReplayDeadLettersRequest{Consumer: "invoicing",
+			Authorization: &opsv1.OperatorAuthorization{Ticket: f.ticket, Actor: f.actor}, MessageIds: ids, MaxMessages: max, DryRun: f.dry})
 		taken, failed, detail = resp.GetMessageIds(), resp.GetFailedMessageIds(), outcomes(resp.GetOutcomes())
 	default:
-		var resp *billingv1.ReplayDeadLettersResponse
-		resp, err = h.src.BillingRepairs.ReplayDeadLetters(ctx, &billingv1.ReplayDeadLettersRequest{
-			Authorization: &billingv1.OperatorAuthorization{Ticket: f.ticket, Actor: f.actor}, MessageIds: ids, MaxMessages: max, DryRun: f.dry})
+		var resp *opsv1.ReplayDeadLettersResponse
+		resp, err = h.src.BillingOps.ReplayDeadLetters(ctx, &opsv1.ReplayDeadLettersRequest{Consumer: "intake",
+			Authorization: &opsv1.OperatorAuthorization{Ticket: f.ticket, Actor: f.actor}, MessageIds: ids, MaxMessages: max, DryRun: f.dry})
 		taken, failed, detail = resp.GetMessageIds(), resp.GetFailedMessageIds(), outcomes(resp.GetOutcomes())
 	}
 	res := &actionResult{Section: "dead-letters", DryRun: f.dry, Lines: taken}
@@ -306,18 +307,13 @@ func (h *Handler) replayParked(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := h.rpcContext(r)
 	defer cancel()
-	var outcome string
-	if service == "workorder" {
-		var resp *workorderv1.ReplayParkedBillingEventResponse
-		resp, err = h.src.Repairs.ReplayParkedBillingEvent(ctx, &workorderv1.ReplayParkedBillingEventRequest{
-			Authorization: &workorderv1.OperatorAuthorization{Ticket: f.ticket, Actor: f.actor}, Id: ids[0], DryRun: f.dry})
-		outcome = resp.GetOutcome()
-	} else {
-		var resp *billingv1.ReplayParkedMessageResponse
-		resp, err = h.src.BillingRepairs.ReplayParkedMessage(ctx, &billingv1.ReplayParkedMessageRequest{
-			Authorization: &billingv1.OperatorAuthorization{Ticket: f.ticket, Actor: f.actor}, Id: ids[0], DryRun: f.dry})
-		outcome = resp.GetOutcome()
+	ops, consumer := h.src.WorkOrderOps, "invoicing"
+	if service == "billing" {
+		ops, consumer = h.src.BillingOps, "intake"
 	}
+	resp, err := ops.ReplayParkedMessage(ctx, &opsv1.ReplayParkedMessageRequest{Consumer: consumer,
+		Authorization: &opsv1.OperatorAuthorization{Ticket: f.ticket, Actor: f.actor}, Id: ids[0], DryRun: f.dry})
+	outcome := resp.GetOutcome()
 	id := strconv.FormatInt(ids[0], 10)
 	res := &actionResult{Section: "parked", DryRun: f.dry, Lines: []string{id}}
 	if f.dry {
@@ -399,22 +395,13 @@ func (h *Handler) requeueOutbox(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := h.rpcContext(r)
 	defer cancel()
-	var (
-		requeued []string
-		skipped  int
-		err      error
-	)
-	if service == "workorder" {
-		var resp *workorderv1.RequeueOutboxEventsResponse
-		resp, err = h.src.Repairs.RequeueOutboxEvents(ctx, &workorderv1.RequeueOutboxEventsRequest{
-			Authorization: &workorderv1.OperatorAuthorization{Ticket: f.ticket, Actor: f.actor}, EventIds: ids, DryRun: f.dry})
-		requeued, skipped = resp.GetEventIds(), len(resp.GetSkipped())
-	} else {
-		var resp *billingv1.RequeueOutboxEventsResponse
-		resp, err = h.src.BillingRepairs.RequeueOutboxEvents(ctx, &billingv1.RequeueOutboxEventsRequest{
-			Authorization: &billingv1.OperatorAuthorization{Ticket: f.ticket, Actor: f.actor}, EventIds: ids, DryRun: f.dry})
-		requeued, skipped = resp.GetEventIds(), len(resp.GetSkipped())
+	ops := h.src.WorkOrderOps
+	if service == "billing" {
+		ops = h.src.BillingOps
 	}
+	resp, err := ops.RequeueOutboxEvents(ctx, &opsv1.RequeueOutboxEventsRequest{
+		Authorization: &opsv1.OperatorAuthorization{Ticket: f.ticket, Actor: f.actor}, EventIds: ids, DryRun: f.dry})
+	requeued, skipped := resp.GetEventIds(), len(resp.GetSkipped())
 	res := &actionResult{Section: "outbox", DryRun: f.dry, Lines: requeued}
 	if f.dry {
 		res.Title = fmt.Sprintf("Dry run: %d FAILED %s outbox events would be requeued", len(requeued), service)

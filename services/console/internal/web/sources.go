@@ -6,6 +6,7 @@ import (
 	"google.golang.org/grpc"
 
 	billingv1 "github.com/lossless-dev/lossless/gen/lossless/billing/v1"
+	opsv1 "github.com/lossless-dev/lossless/gen/lossless/ops/v1"
 	providerv1 "github.com/lossless-dev/lossless/gen/lossless/provider/v1"
 	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
 	"github.com/lossless-dev/lossless/services/console/internal/overview"
@@ -33,28 +34,28 @@ type Inbox interface {
 }
 
 // Repairs is the rest of the workorder service's WorkOrderAdminService the
-// Repair and Audit pages use (operator token on every call).
+// Repair page uses: the inbox's dead letters (operator token).
 type Repairs interface {
 	ReplayDeadLetters(ctx context.Context, in *workorderv1.ReplayDeadLettersRequest, opts ...grpc.CallOption) (*workorderv1.ReplayDeadLettersResponse, error)
-	ReplayInvoicingDeadLetters(ctx context.Context, in *workorderv1.ReplayInvoicingDeadLettersRequest, opts ...grpc.CallOption) (*workorderv1.ReplayInvoicingDeadLettersResponse, error)
-	ListParkedBillingEvents(ctx context.Context, in *workorderv1.ListParkedBillingEventsRequest, opts ...grpc.CallOption) (*workorderv1.ListParkedBillingEventsResponse, error)
-	ReplayParkedBillingEvent(ctx context.Context, in *workorderv1.ReplayParkedBillingEventRequest, opts ...grpc.CallOption) (*workorderv1.ReplayParkedBillingEventResponse, error)
-	ListOutboxEvents(ctx context.Context, in *workorderv1.ListOutboxEventsRequest, opts ...grpc.CallOption) (*workorderv1.ListOutboxEventsResponse, error)
-	RequeueOutboxEvents(ctx context.Context, in *workorderv1.RequeueOutboxEventsRequest, opts ...grpc.CallOption) (*workorderv1.RequeueOutboxEventsResponse, error)
-	ListOperatorAudit(ctx context.Context, in *workorderv1.ListOperatorAuditRequest, opts ...grpc.CallOption) (*workorderv1.ListOperatorAuditResponse, error)
 }
 
-// BillingRepairs is billing's BillingAdminService as the Repair and Audit
-// pages use it (operator token on every call).
+// BillingRepairs is billing's BillingAdminService as the Repair page uses
+// it: the invoice jobs (operator token on every call).
 type BillingRepairs interface {
 	ListInvoiceJobs(ctx context.Context, in *billingv1.ListInvoiceJobsRequest, opts ...grpc.CallOption) (*billingv1.ListInvoiceJobsResponse, error)
 	RetryInvoiceJobs(ctx context.Context, in *billingv1.RetryInvoiceJobsRequest, opts ...grpc.CallOption) (*billingv1.RetryInvoiceJobsResponse, error)
-	ListParkedMessages(ctx context.Context, in *billingv1.ListParkedMessagesRequest, opts ...grpc.CallOption) (*billingv1.ListParkedMessagesResponse, error)
-	ReplayParkedMessage(ctx context.Context, in *billingv1.ReplayParkedMessageRequest, opts ...grpc.CallOption) (*billingv1.ReplayParkedMessageResponse, error)
-	ReplayDeadLetters(ctx context.Context, in *billingv1.ReplayDeadLettersRequest, opts ...grpc.CallOption) (*billingv1.ReplayDeadLettersResponse, error)
-	ListOutboxEvents(ctx context.Context, in *billingv1.ListOutboxEventsRequest, opts ...grpc.CallOption) (*billingv1.ListOutboxEventsResponse, error)
-	RequeueOutboxEvents(ctx context.Context, in *billingv1.RequeueOutboxEventsRequest, opts ...grpc.CallOption) (*billingv1.RequeueOutboxEventsResponse, error)
-	ListOperatorAudit(ctx context.Context, in *billingv1.ListOperatorAuditRequest, opts ...grpc.CallOption) (*billingv1.ListOperatorAuditResponse, error)
+}
+
+// Operator is one service's OperatorService (pkg/operator), as the Repair
+// and Audit pages use it: outbox, parked messages, dead letters and the
+// operator_audit log (operator token on every call).
+type Operator interface {
+	ListOutboxEvents(ctx context.Context, in *opsv1.ListOutboxEventsRequest, opts ...grpc.CallOption) (*opsv1.ListOutboxEventsResponse, error)
+	RequeueOutboxEvents(ctx context.Context, in *opsv1.RequeueOutboxEventsRequest, opts ...grpc.CallOption) (*opsv1.RequeueOutboxEventsResponse, error)
+	ListParkedMessages(ctx context.Context, in *opsv1.ListParkedMessagesRequest, opts ...grpc.CallOption) (*opsv1.ListParkedMessagesResponse, error)
+	ReplayParkedMessage(ctx context.Context, in *opsv1.ReplayParkedMessageRequest, opts ...grpc.CallOption) (*opsv1.ReplayParkedMessageResponse, error)
+	ReplayDeadLetters(ctx context.Context, in *opsv1.ReplayDeadLettersRequest, opts ...grpc.CallOption) (*opsv1.ReplayDeadLettersResponse, error)
+	ListOperatorAudit(ctx context.Context, in *opsv1.ListOperatorAuditRequest, opts ...grpc.CallOption) (*opsv1.ListOperatorAuditResponse, error)
 }
 
 // Faults is provider-sim's ProviderAdminService (UpdateFaults needs the
@@ -69,10 +70,10 @@ type Invoices interface {
 	GetInvoice(ctx context.Context, in *billingv1.GetInvoiceRequest, opts ...grpc.CallOption) (*billingv1.GetInvoiceResponse, error)
 }
 
-// Outbox is the workorder service's WorkOrderAdminService outbox read, as
-// the Order page's timeline uses it (operator token).
+// Outbox is the workorder service's OperatorService outbox read, as the
+// Order page's timeline uses it (operator token).
 type Outbox interface {
-	ListOutboxEvents(ctx context.Context, in *workorderv1.ListOutboxEventsRequest, opts ...grpc.CallOption) (*workorderv1.ListOutboxEventsResponse, error)
+	ListOutboxEvents(ctx context.Context, in *opsv1.ListOutboxEventsRequest, opts ...grpc.CallOption) (*opsv1.ListOutboxEventsResponse, error)
 }
 
 // ProviderJobs is provider-sim's ProviderAdminService job reads (operator
@@ -97,9 +98,12 @@ type Figures interface {
 type Sources struct {
 	Orders Orders
 	Inbox  Inbox
-	// Repairs and BillingRepairs: the Repair and Audit pages.
+	// Repairs, BillingRepairs and the two services' OperatorService
+	// (WorkOrderOps, BillingOps): the Repair and Audit pages.
 	Repairs        Repairs
 	BillingRepairs BillingRepairs
+	WorkOrderOps   Operator
+	BillingOps     Operator
 	Faults         Faults
 	Invoices       Invoices
 	Figures        Figures

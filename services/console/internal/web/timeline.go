@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	billingv1 "github.com/lossless-dev/lossless/gen/lossless/billing/v1"
+	opsv1 "github.com/lossless-dev/lossless/gen/lossless/ops/v1"
 	providerv1 "github.com/lossless-dev/lossless/gen/lossless/provider/v1"
 	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
 )
@@ -161,7 +162,7 @@ func historyPart(hist []*workorderv1.StatusTransition, err error) collected {
 }
 
 func (h *Handler) outboxPart(ctx context.Context, id string, c *collected) {
-	req := &workorderv1.ListOutboxEventsRequest{AggregateId: id, States: []string{"PENDING", "FAILED", "PUBLISHED"},
+	req := &opsv1.ListOutboxEventsRequest{AggregateId: id, States: []string{"PENDING", "FAILED", "PUBLISHED"},
 		PageSize: timelineOutboxPage}
 	for range timelineOutboxPages {
 		resp, err := h.src.Outbox.ListOutboxEvents(ctx, req)

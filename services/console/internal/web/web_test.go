@@ -19,9 +19,10 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	billingv1 "github.com/lossless-dev/lossless/gen/lossless/billing/v1"
+	opsv1 "github.com/lossless-dev/lossless/gen/lossless/ops/v1"
 	providerv1 "github.com/lossless-dev/lossless/gen/lossless/provider/v1"
 	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
-	"github.com/lossless-dev/lossless/pkg/operatorauth"
+	"github.com/lossless-dev/lossless/pkg/operator"
 	"github.com/lossless-dev/lossless/services/console/internal/overview"
 	"github.com/lossless-dev/lossless/services/console/internal/web"
 )
@@ -29,7 +30,7 @@ import (
 const token = "0123456789abcdef0123456789abcdef-console-test"
 
 // backend is a gRPC server standing in for provider-sim's knobs and
-// workorder's create, guarded by the same operatorauth as the real ones: the
+// workorder's create, guarded by the same operator guard as the real ones: the
 // console's requests travel the real client, metadata and guard.
 type backend struct {
 	providerv1.UnimplementedProviderAdminServiceServer
@@ -70,11 +71,13 @@ type noFigures struct{}
 func (noFigures) Read(context.Context) (overview.Figures, error) { return overview.Figures{}, nil }
 
 // console starts the backend and the console in front of it; register
-// adds more services to the backend's server.
-func console(t *testing.T, cfg web.Config, register ...func(*grpc.Server)) (*backend, *httptest.Server) {
+// adds more services to the backend's servers: wo stands for the workorder
+// and provider-sim services, bi for billing (each service has its own
+// OperatorService).
+func console(t *testing.T, cfg web.Config, register ...func(wo, bi *grpc.Server)) (*backend, *httptest.Server) {
 	t.Helper()
 	b := &backend{faults: &providerv1.Faults{}}
-	guard, err := operatorauth.New(token, "TEST_TOKEN", slog.New(slog.DiscardHandler))
+	guard, err := operator.NewGuard(token, "TEST_TOKEN", slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,9 +86,39 @@ func console(t *testing.T, cfg web.Config, register ...func(*grpc.Server)) (*bac
 		workorderv1.WorkOrderService_CreateWorkOrder_FullMethodName)))
 	providerv1.RegisterProviderAdminServiceServer(srv, b)
 	workorderv1.RegisterWorkOrderServiceServer(srv, b)
+	biSrv := grpc.NewServer()
 	for _, reg := range register {
-		reg(srv)
+		reg(srv, biSrv)
 	}
+	conn, bi := serve(t, srv), serve(t, biSrv)
+	cfg.RunbookBaseURL = "https://example.invalid/docs/runbooks/"
+	h, err := web.New(web.Sources{
+		Orders:         workorderv1.NewWorkOrderServiceClient(conn),
+		Inbox:          workorderv1.NewWorkOrderAdminServiceClient(conn),
+		Repairs:        workorderv1.NewWorkOrderAdminServiceClient(conn),
+		BillingRepairs: billingv1.NewBillingAdminServiceClient(bi),
+		WorkOrderOps:   opsv1.NewOperatorServiceClient(conn),
+		BillingOps:     opsv1.NewOperatorServiceClient(bi),
+		Faults:         providerv1.NewProviderAdminServiceClient(conn),
+		Invoices:       billingv1.NewBillingServiceClient(bi),
+		Figures:        noFigures{},
+		// The Order page's timeline (order_test.go).
+		Outbox:       opsv1.NewOperatorServiceClient(conn),
+		ProviderJobs: providerv1.NewProviderAdminServiceClient(conn),
+		InvoiceJobs:  billingv1.NewBillingAdminServiceClient(bi),
+	}, cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(h)
+	t.Cleanup(ts.Close)
+	return b, ts
+}
+
+// serve serves srv on a local port until the test ends and returns a
+// client connection to it.
+func serve(t *testing.T, srv *grpc.Server) *grpc.ClientConn {
+	t.Helper()
 	ln, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -97,26 +130,7 @@ func console(t *testing.T, cfg web.Config, register ...func(*grpc.Server)) (*bac
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	cfg.RunbookBaseURL = "https://example.invalid/docs/runbooks/"
-	h, err := web.New(web.Sources{
-		Orders:         workorderv1.NewWorkOrderServiceClient(conn),
-		Inbox:          workorderv1.NewWorkOrderAdminServiceClient(conn),
-		Repairs:        workorderv1.NewWorkOrderAdminServiceClient(conn),
-		BillingRepairs: billingv1.NewBillingAdminServiceClient(conn),
-		Faults:         providerv1.NewProviderAdminServiceClient(conn),
-		Invoices:       billingv1.NewBillingServiceClient(conn),
-		Figures:        noFigures{},
-		// The Order page's timeline (order_test.go).
-		Outbox:       workorderv1.NewWorkOrderAdminServiceClient(conn),
-		ProviderJobs: providerv1.NewProviderAdminServiceClient(conn),
-		InvoiceJobs:  billingv1.NewBillingAdminServiceClient(conn),
-	}, cfg, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(h)
-	t.Cleanup(ts.Close)
-	return b, ts
+	return conn
 }
 
 // browser is a client with a cookie jar that records every response, so a

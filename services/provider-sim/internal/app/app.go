@@ -18,7 +18,7 @@ import (
 	"github.com/lossless-dev/lossless/internal/envconfig"
 	"github.com/lossless-dev/lossless/internal/libenv"
 	"github.com/lossless-dev/lossless/internal/topology"
-	"github.com/lossless-dev/lossless/pkg/operatorauth"
+	"github.com/lossless-dev/lossless/pkg/operator"
 	"github.com/lossless-dev/lossless/pkg/pgdb"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/server"
@@ -80,7 +80,7 @@ type Config struct {
 	// OperatorToken guards the operator endpoints (UpdateFaults, PUT
 	// /v1/faults; ListJobs and GetJob, GET /v1/jobs[/{job_id}]): callers send "authorization: Bearer <token>". Env
 	// PROVIDER_OPERATOR_TOKEN, default "": those endpoints refuse every call.
-	// At least operatorauth.MinLength (32) characters. The hand-off
+	// At least operator.MinTokenLength (32) characters. The hand-off
 	// (SubmitWorkOrder) and reading the knobs stay open.
 	OperatorToken string
 }
@@ -116,7 +116,7 @@ func (c Config) Validate() error {
 		errs = append(errs, envconfig.Check(libenv.ServerEnvNames, err))
 	}
 	errs = append(errs, c.PubSub.Validate(), c.Publisher.Validate(), c.Engine.Validate(), c.Faults.Validate(),
-		operatorauth.Validate(EnvOperatorToken, c.OperatorToken))
+		operator.ValidateToken(EnvOperatorToken, c.OperatorToken))
 	return errors.Join(errs...)
 }
 
@@ -200,7 +200,7 @@ func (a *App) assemble(cfg Config, stream faults.Stream, tel telemetry.Providers
 	if err != nil {
 		return err
 	}
-	guard, err := operatorauth.New(cfg.OperatorToken, EnvOperatorToken, a.logger)
+	guard, err := operator.NewGuard(cfg.OperatorToken, EnvOperatorToken, a.logger)
 	if err != nil {
 		return err
 	}

@@ -1,17 +1,16 @@
 // Package admin is the work-order service's privileged operator surface for
 // the inbox (I6): list, show, replay parked entries, replay dead letters,
-// cleanup, and the manual re-hand-off; and read-only listings of the outbox
-// and of the operator_audit log (reads.go). The inbox operations are
-// reachable as CLI commands (RunCLI, `workorder inbox ...`); all of them as
-// the gRPC service lossless.workorder.v1.WorkOrderAdminService (Service),
-// which requires the operator token. The InvoiceIssued consumer's repairs
-// (list and replay parked messages, replay dead letters; repairs.go) are
-// also CLI commands (RunInvoicingCLI, `workorder invoicing ...`), and so is
-// the requeue of FAILED outbox events (outbox.go; RunOutboxCLI, `workorder
-// outbox requeue`). Every
-// mutating operation needs a ticket and an actor and is audited
-// (operator_audit, dry runs included; a parked replay also on its
-// parked_messages row).
+// cleanup, and the manual re-hand-off. The inbox operations are reachable as
+// CLI commands (RunCLI, `workorder inbox ...`) and as the gRPC service
+// lossless.workorder.v1.WorkOrderAdminService (Service), which requires the
+// operator token. Over the network the outbox, the InvoiceIssued consumer's
+// parked messages and dead letters and the operator_audit log are the one
+// operator API, lossless.ops.v1.OperatorService (pkg/operator, mounted by
+// the app, consumer invoicing); the command line still reaches them here
+// (repairs.go, RunInvoicingCLI `workorder invoicing ...`; outbox.go,
+// RunOutboxCLI `workorder outbox requeue`). Every mutating operation needs a
+// ticket and an actor and is audited (operator_audit, dry runs included; a
+// parked replay also on its parked_messages row).
 package admin
 
 import (
@@ -26,10 +25,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/lossless-dev/lossless/internal/deadletter"
-	"github.com/lossless-dev/lossless/internal/operatoraudit"
 	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/pkg/inbox"
+	"github.com/lossless-dev/lossless/pkg/operator"
 	"github.com/lossless-dev/lossless/pkg/outbox"
 	"github.com/lossless-dev/lossless/pkg/parked"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
@@ -75,7 +73,7 @@ type Ops struct {
 	parkedStore *parked.Store
 	// Replayers of the dead-letter inspection subscriptions; nil without a
 	// Pub/Sub client.
-	inboxDL, invoicingDL *deadletter.Replayer
+	inboxDL, invoicingDL *operator.DeadLetterReplayer
 }
 
 // NewOps validates deps.
@@ -92,7 +90,7 @@ func NewOps(deps Deps) (*Ops, error) {
 	// The inbox's operator actions land in operator_audit next to the
 	// service's own, not in inbox_audit.
 	io, err := inbox.NewOps(deps.Pool, inbox.WithAudit(func(ctx context.Context, tx pgx.Tx, rec inbox.AuditRecord) error {
-		return operatoraudit.Write(ctx, tx, operatoraudit.Entry{Action: rec.Action, Actor: rec.Actor, Ticket: rec.Ticket,
+		return operator.WriteAudit(ctx, tx, operator.AuditEntry{Action: rec.Action, Actor: rec.Actor, Ticket: rec.Ticket,
 			DryRun: rec.DryRun, Params: rec.Params, Affected: rec.Affected})
 	}))
 	if err != nil {
@@ -124,10 +122,10 @@ func NewOps(deps Deps) (*Ops, error) {
 	}
 	o := &Ops{deps: deps, inbox: io, store: store, dec: dec, outbox: ob, requeue: rq, invoicing: inv, parkedStore: ps}
 	if deps.PubSub != nil {
-		if o.inboxDL, err = deadletter.New(deps.PubSub, deps.DeadLetterSubscription, deps.Logger); err != nil {
+		if o.inboxDL, err = operator.NewDeadLetterReplayer(deps.PubSub, deps.DeadLetterSubscription, deps.Logger); err != nil {
 			return nil, err
 		}
-		if o.invoicingDL, err = deadletter.New(deps.PubSub, deps.InvoicingDeadLetterSubscription, deps.Logger); err != nil {
+		if o.invoicingDL, err = operator.NewDeadLetterReplayer(deps.PubSub, deps.InvoicingDeadLetterSubscription, deps.Logger); err != nil {
 			return nil, err
 		}
 	}
@@ -147,7 +145,7 @@ type DeadLetterRequest struct {
 	// MessageIDs restricts the replay to these message ids; others pulled
 	// are released untouched (nacked) for a later look.
 	MessageIDs []string
-	// MaxMessages bounds the pull (1..deadletter.MaxMessagesLimit, required:
+	// MaxMessages bounds the pull (1..operator.MaxDeadLetters, required:
 	// no "replay everything").
 	MaxMessages int
 	// DryRun pulls, reports and releases; nothing is inserted or acked.
@@ -178,7 +176,7 @@ func (o *Ops) ReplayDeadLetters(ctx context.Context, req DeadLetterRequest) (Dea
 		return DeadLetterResult{}, errors.New("admin: no Pub/Sub client configured")
 	}
 	var ingested inbox.IngestResult
-	dl, err := o.inboxDL.Replay(ctx, deadletter.Request{MaxMessages: req.MaxMessages, MessageIDs: req.MessageIDs, DryRun: req.DryRun},
+	dl, err := o.inboxDL.Replay(ctx, operator.DeadLetterRequest{MaxMessages: req.MaxMessages, MessageIDs: req.MessageIDs, DryRun: req.DryRun},
 		func(ctx context.Context, ms []*pubsub.Received) []error {
 			msgs := make([]inbox.Message, len(ms))
 			for i, m := range ms {
@@ -189,14 +187,14 @@ func (o *Ops) ReplayDeadLetters(ctx context.Context, req DeadLetterRequest) (Dea
 			return slices.Repeat([]error{err}, len(ms)) // one transaction: all or none
 		})
 	switch {
-	case errors.Is(err, deadletter.ErrInvalidRequest):
+	case errors.Is(err, operator.ErrInvalidRequest):
 		return DeadLetterResult{}, fmt.Errorf("%w: %w", inbox.ErrInvalidRequest, err)
 	case err != nil:
 		return DeadLetterResult{}, fmt.Errorf("admin: re-enter dead letters: %w", err)
 	}
 	res := DeadLetterResult{MessageIDs: dl.MessageIDs, IngestResult: ingested, DryRun: dl.DryRun}
 	err = pgx.BeginFunc(ctx, o.deps.Pool, func(tx pgx.Tx) error {
-		return operatoraudit.Write(ctx, tx, operatoraudit.Entry{Action: "inbox.replay-dead-letters", Actor: req.Actor, Ticket: req.Ticket,
+		return operator.WriteAudit(ctx, tx, operator.AuditEntry{Action: "inbox.replay-dead-letters", Actor: req.Actor, Ticket: req.Ticket,
 			DryRun: req.DryRun, Affected: len(res.MessageIDs), Params: map[string]any{
 				"subscription": o.deps.DeadLetterSubscription, "message_ids": res.MessageIDs, "max_messages": req.MaxMessages,
 				"inserted": res.Inserted, "duplicates": res.Duplicates, "poison": res.Poison, "conflicts": res.Conflicts,
@@ -235,7 +233,7 @@ func (o *Ops) ReplayInvoicingDeadLetters(ctx context.Context, req DeadLetterRequ
 		return InvoicingDeadLetterResult{}, errors.New("admin: no Pub/Sub client configured")
 	}
 	res := InvoicingDeadLetterResult{Outcomes: map[string]int{}}
-	dl, replayErr := o.invoicingDL.Replay(ctx, deadletter.Request{MaxMessages: req.MaxMessages, MessageIDs: req.MessageIDs, DryRun: req.DryRun},
+	dl, replayErr := o.invoicingDL.Replay(ctx, operator.DeadLetterRequest{MaxMessages: req.MaxMessages, MessageIDs: req.MessageIDs, DryRun: req.DryRun},
 		func(ctx context.Context, ms []*pubsub.Received) []error {
 			outcomes, errs := o.invoicing.Process(ctx, ms)
 			for i, oc := range outcomes {
@@ -245,7 +243,7 @@ func (o *Ops) ReplayInvoicingDeadLetters(ctx context.Context, req DeadLetterRequ
 			}
 			return errs
 		})
-	if errors.Is(replayErr, deadletter.ErrInvalidRequest) {
+	if errors.Is(replayErr, operator.ErrInvalidRequest) {
 		return InvoicingDeadLetterResult{}, fmt.Errorf("%w: %w", inbox.ErrInvalidRequest, replayErr)
 	}
 	if replayErr != nil && len(dl.MessageIDs) == len(dl.Failed) {
@@ -253,7 +251,7 @@ func (o *Ops) ReplayInvoicingDeadLetters(ctx context.Context, req DeadLetterRequ
 	}
 	res.MessageIDs, res.Failed, res.DryRun = dl.MessageIDs, dl.Failed, dl.DryRun
 	err := pgx.BeginFunc(ctx, o.deps.Pool, func(tx pgx.Tx) error {
-		return operatoraudit.Write(ctx, tx, operatoraudit.Entry{Action: "invoicing.replay-dead-letters", Actor: req.Actor, Ticket: req.Ticket,
+		return operator.WriteAudit(ctx, tx, operator.AuditEntry{Action: "invoicing.replay-dead-letters", Actor: req.Actor, Ticket: req.Ticket,
 			DryRun: req.DryRun, Affected: len(res.MessageIDs) - len(res.Failed), Params: map[string]any{
 				"subscription": o.deps.InvoicingDeadLetterSubscription, "message_ids": res.MessageIDs, "max_messages": req.MaxMessages,
 				"outcomes": res.Outcomes, "failed": res.Failed,
@@ -293,7 +291,7 @@ func (o *Ops) RecordReHandOff(ctx context.Context, auth inbox.Authorization, ord
 		// The new waiting point has the highest id: it is the last open one.
 		points := wo.OpenWaitingPoints()
 		wpID, open = points[len(points)-1], len(points)
-		return operatoraudit.Write(ctx, tx, operatoraudit.Entry{Action: "workorder.re-hand-off", Actor: auth.Actor, Ticket: auth.Ticket,
+		return operator.WriteAudit(ctx, tx, operator.AuditEntry{Action: "workorder.re-hand-off", Actor: auth.Actor, Ticket: auth.Ticket,
 			Params: map[string]any{"work_order_id": orderID.String(), "waiting_point_id": wpID, "open_waiting_points": open}, Affected: 1})
 	})
 	return wpID, open, err

@@ -11,9 +11,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
-	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
-	"github.com/lossless-dev/lossless/internal/operatoraudit"
 	"github.com/lossless-dev/lossless/pkg/inbox"
+	"github.com/lossless-dev/lossless/pkg/operator"
 	"github.com/lossless-dev/lossless/pkg/outbox"
 )
 
@@ -47,7 +46,7 @@ func (o *Ops) RequeueOutbox(ctx context.Context, req OutboxRequeueRequest) (res 
 		if err != nil {
 			return err
 		}
-		return operatoraudit.Write(ctx, tx, operatoraudit.Entry{Action: "outbox.requeue", Actor: req.Actor, Ticket: req.Ticket,
+		return operator.WriteAudit(ctx, tx, operator.AuditEntry{Action: "outbox.requeue", Actor: req.Actor, Ticket: req.Ticket,
 			DryRun: req.DryRun, Params: requeueParams(req.EventIDs, res), Affected: len(res.Requeued)})
 	})
 	if errors.Is(err, outbox.ErrInvalidRequeue) {
@@ -78,26 +77,6 @@ func requeuedIDs(res outbox.RequeueResult) []string {
 		ids[i] = ev.EventID.String()
 	}
 	return ids
-}
-
-// RequeueOutboxEvents implements WorkOrderAdminService.
-func (s *Service) RequeueOutboxEvents(ctx context.Context, req *workorderv1.RequeueOutboxEventsRequest) (*workorderv1.RequeueOutboxEventsResponse, error) {
-	if err := s.authorize(ctx); err != nil {
-		return nil, err
-	}
-	ids, err := parseEventIDs(req.GetEventIds())
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	res, err := s.ops.RequeueOutbox(ctx, OutboxRequeueRequest{Authorization: auth(req.GetAuthorization()), EventIDs: ids, DryRun: req.GetDryRun()})
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	resp := &workorderv1.RequeueOutboxEventsResponse{EventIds: requeuedIDs(res), DryRun: res.DryRun}
-	for _, sk := range res.Skipped {
-		resp.Skipped = append(resp.Skipped, &workorderv1.SkippedOutboxEvent{EventId: sk.EventID.String(), State: string(sk.State)})
-	}
-	return resp, nil
 }
 
 // parseEventIDs parses outbox event ids (request validation has checked

@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
+	opsv1 "github.com/lossless-dev/lossless/gen/lossless/ops/v1"
 	"github.com/lossless-dev/lossless/pkg/outbox"
 	"github.com/lossless-dev/lossless/pkg/retry"
 	"github.com/lossless-dev/lossless/services/workorder/internal/admin"
@@ -60,15 +60,11 @@ func TestRequeueOutboxEvents_OverGRPCAndCLI(t *testing.T) {
 	if _, err := relay.ProcessBatch(ctx); err != nil {
 		t.Fatal(err)
 	}
-	svc, err := admin.NewService(b.ops, token, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl := served(t, svc)
+	cl := servedOps(t, b, nil)
 	octx := operator()
 	eventOf := map[string]string{}
 	for _, st := range []string{"FAILED", "PUBLISHED"} {
-		resp, err := cl.ListOutboxEvents(octx, &workorderv1.ListOutboxEventsRequest{States: []string{st}})
+		resp, err := cl.ListOutboxEvents(octx, &opsv1.ListOutboxEventsRequest{States: []string{st}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -81,16 +77,16 @@ func TestRequeueOutboxEvents_OverGRPCAndCLI(t *testing.T) {
 		t.Fatalf("events after the relay: %v", eventOf)
 	}
 
-	_, err = cl.RequeueOutboxEvents(octx, &workorderv1.RequeueOutboxEventsRequest{EventIds: []string{failed}})
+	_, err = cl.RequeueOutboxEvents(octx, &opsv1.RequeueOutboxEventsRequest{EventIds: []string{failed}})
 	wantViolation(t, "no authorization", err, "authorization")
-	_, err = cl.RequeueOutboxEvents(octx, &workorderv1.RequeueOutboxEventsRequest{EventIds: []string{failed},
-		Authorization: &workorderv1.OperatorAuthorization{Actor: "dana"}})
+	_, err = cl.RequeueOutboxEvents(octx, &opsv1.RequeueOutboxEventsRequest{EventIds: []string{failed},
+		Authorization: &opsv1.OperatorAuthorization{Actor: "dana"}})
 	wantViolation(t, "no ticket", err, "authorization.ticket")
-	_, err = cl.RequeueOutboxEvents(octx, &workorderv1.RequeueOutboxEventsRequest{Authorization: repairAuth})
+	_, err = cl.RequeueOutboxEvents(octx, &opsv1.RequeueOutboxEventsRequest{Authorization: opsAuth})
 	wantViolation(t, "no ids", err, "event_ids")
-	_, err = cl.RequeueOutboxEvents(octx, &workorderv1.RequeueOutboxEventsRequest{Authorization: repairAuth, EventIds: []string{"42"}})
+	_, err = cl.RequeueOutboxEvents(octx, &opsv1.RequeueOutboxEventsRequest{Authorization: opsAuth, EventIds: []string{"42"}})
 	wantViolation(t, "not a uuid", err, "event_ids[0]")
-	if _, err := cl.RequeueOutboxEvents(context.Background(), &workorderv1.RequeueOutboxEventsRequest{Authorization: repairAuth,
+	if _, err := cl.RequeueOutboxEvents(context.Background(), &opsv1.RequeueOutboxEventsRequest{Authorization: opsAuth,
 		EventIds: []string{failed}}); status.Code(err) != codes.Unauthenticated {
 		t.Errorf("requeue without a token: %v, want UNAUTHENTICATED", err)
 	}
@@ -99,7 +95,7 @@ func TestRequeueOutboxEvents_OverGRPCAndCLI(t *testing.T) {
 	}
 
 	_, _, failedWith := b.outboxRow(t, failed)
-	dry, err := cl.RequeueOutboxEvents(octx, &workorderv1.RequeueOutboxEventsRequest{Authorization: repairAuth,
+	dry, err := cl.RequeueOutboxEvents(octx, &opsv1.RequeueOutboxEventsRequest{Authorization: opsAuth,
 		EventIds: []string{failed, published}, DryRun: true})
 	if err != nil || !dry.GetDryRun() || len(dry.GetEventIds()) != 1 || dry.GetEventIds()[0] != failed ||
 		len(dry.GetSkipped()) != 1 || dry.GetSkipped()[0].GetEventId() != published || dry.GetSkipped()[0].GetState() != "PUBLISHED" {
@@ -108,14 +104,14 @@ func TestRequeueOutboxEvents_OverGRPCAndCLI(t *testing.T) {
 	if st, n, e := b.outboxRow(t, failed); st != "FAILED" || n != 1 || e != failedWith {
 		t.Fatalf("the dry run changed the event: %s, %d attempts, %q", st, n, e)
 	}
-	if _, err := cl.RequeueOutboxEvents(octx, &workorderv1.RequeueOutboxEventsRequest{Authorization: repairAuth,
+	if _, err := cl.RequeueOutboxEvents(octx, &opsv1.RequeueOutboxEventsRequest{Authorization: opsAuth,
 		EventIds: []string{failed, published}}); err != nil {
 		t.Fatal(err)
 	}
 	if st, n, e := b.outboxRow(t, failed); st != "PENDING" || n != 0 || e != "requeued by dana, ticket INC-12; was: "+failedWith {
 		t.Fatalf("requeued event: %s, %d attempts, %q", st, n, e)
 	}
-	again, err := cl.RequeueOutboxEvents(octx, &workorderv1.RequeueOutboxEventsRequest{Authorization: repairAuth, EventIds: []string{failed}})
+	again, err := cl.RequeueOutboxEvents(octx, &opsv1.RequeueOutboxEventsRequest{Authorization: opsAuth, EventIds: []string{failed}})
 	if err != nil || len(again.GetEventIds()) != 0 || again.GetSkipped()[0].GetState() != "PENDING" {
 		t.Fatalf("second requeue: %v %v, want nothing requeued", again, err)
 	}

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	opsv1 "github.com/lossless-dev/lossless/gen/lossless/ops/v1"
 	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
 	"github.com/lossless-dev/lossless/internal/pagetoken"
 	"github.com/lossless-dev/lossless/pkg/outbox"
@@ -29,13 +30,21 @@ import (
 // first, then request validation) and returns a client.
 func served(t *testing.T, svc *admin.Service) workorderv1.WorkOrderAdminServiceClient {
 	t.Helper()
+	conn := serveGRPC(t, svc.AuthInterceptor(), func(s *grpc.Server) { workorderv1.RegisterWorkOrderAdminServiceServer(s, svc) })
+	return workorderv1.NewWorkOrderAdminServiceClient(conn)
+}
+
+// serveGRPC serves what register registers as production does (pkg/server:
+// auth first, then request validation) and returns a connection to it.
+func serveGRPC(t *testing.T, auth grpc.UnaryServerInterceptor, register func(*grpc.Server)) *grpc.ClientConn {
+	t.Helper()
 	logger := slog.New(slog.DiscardHandler)
 	srv, err := server.New(server.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0"}, logger,
-		server.WithAuthInterceptors(svc.AuthInterceptor()))
+		server.WithAuthInterceptors(auth))
 	if err != nil {
 		t.Fatal(err)
 	}
-	workorderv1.RegisterWorkOrderAdminServiceServer(srv.GRPC(), svc)
+	register(srv.GRPC())
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(ctx) }()
@@ -50,7 +59,7 @@ func served(t *testing.T, svc *admin.Service) workorderv1.WorkOrderAdminServiceC
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	return workorderv1.NewWorkOrderAdminServiceClient(conn)
+	return conn
 }
 
 func operator() context.Context {
@@ -130,13 +139,9 @@ func TestListOutboxEvents(t *testing.T) {
 	}
 	untried := createOrders(t, b.pool, repo, 1)[0]
 
-	svc, err := admin.NewService(b.ops, token, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl := served(t, svc)
+	cl := servedOps(t, b, nil)
 	ctx := operator()
-	list := func(req *workorderv1.ListOutboxEventsRequest) *workorderv1.ListOutboxEventsResponse {
+	list := func(req *opsv1.ListOutboxEventsRequest) *opsv1.ListOutboxEventsResponse {
 		t.Helper()
 		resp, err := cl.ListOutboxEvents(ctx, req)
 		if err != nil {
@@ -144,7 +149,7 @@ func TestListOutboxEvents(t *testing.T) {
 		}
 		return resp
 	}
-	aggregates := func(evs []*workorderv1.OutboxEvent) []string {
+	aggregates := func(evs []*opsv1.OutboxEvent) []string {
 		var out []string
 		for _, e := range evs {
 			out = append(out, e.GetAggregateId()+"/"+e.GetState())
@@ -153,7 +158,7 @@ func TestListOutboxEvents(t *testing.T) {
 	}
 
 	// Default: the undelivered, in claim order.
-	resp := list(&workorderv1.ListOutboxEventsRequest{})
+	resp := list(&opsv1.ListOutboxEventsRequest{})
 	want := []string{ids[1] + "/FAILED", ids[2] + "/PENDING", untried + "/PENDING"}
 	if got := aggregates(resp.GetEvents()); len(got) != 3 || got[0] != want[0] || got[1] != want[1] || got[2] != want[2] || resp.GetNextPageToken() != "" {
 		t.Fatalf("undelivered: %v, want %v", got, want)
@@ -172,22 +177,22 @@ func TestListOutboxEvents(t *testing.T) {
 		t.Errorf("untried event: %v", fresh)
 	}
 
-	pub := list(&workorderv1.ListOutboxEventsRequest{States: []string{"PUBLISHED"}}).GetEvents()
+	pub := list(&opsv1.ListOutboxEventsRequest{States: []string{"PUBLISHED"}}).GetEvents()
 	if len(pub) != 1 || pub[0].GetAggregateId() != ids[0] || pub[0].GetPublishTime() == nil || pub[0].GetAttempts() != 1 {
 		t.Fatalf("published: %v", pub)
 	}
-	one := list(&workorderv1.ListOutboxEventsRequest{States: []string{"PUBLISHED", "FAILED", "PENDING"}, AggregateId: ids[2]}).GetEvents()
+	one := list(&opsv1.ListOutboxEventsRequest{States: []string{"PUBLISHED", "FAILED", "PENDING"}, AggregateId: ids[2]}).GetEvents()
 	if len(one) != 1 || one[0].GetAggregateId() != ids[2] {
 		t.Fatalf("by aggregate: %v", one)
 	}
-	if got := list(&workorderv1.ListOutboxEventsRequest{EventType: "lossless.events.v1.Other"}).GetEvents(); len(got) != 0 {
+	if got := list(&opsv1.ListOutboxEventsRequest{EventType: "lossless.events.v1.Other"}).GetEvents(); len(got) != 0 {
 		t.Fatalf("by another type: %v", got)
 	}
 
 	// Paging across pages: every state, two per page.
 	all := []string{"PENDING", "PUBLISHED", "FAILED"}
 	var seen []string
-	req := &workorderv1.ListOutboxEventsRequest{States: all, PageSize: 2}
+	req := &opsv1.ListOutboxEventsRequest{States: all, PageSize: 2}
 	for page := 0; ; page++ {
 		if page > 2 {
 			t.Fatal("paging does not end")
@@ -205,24 +210,24 @@ func TestListOutboxEvents(t *testing.T) {
 	}
 
 	// Invalid arguments: one field violation each.
-	token := list(&workorderv1.ListOutboxEventsRequest{States: all, PageSize: 1}).GetNextPageToken()
+	token := list(&opsv1.ListOutboxEventsRequest{States: all, PageSize: 1}).GetNextPageToken()
 	for name, c := range map[string]struct {
-		req   *workorderv1.ListOutboxEventsRequest
+		req   *opsv1.ListOutboxEventsRequest
 		field string
 	}{
-		"unknown state":    {&workorderv1.ListOutboxEventsRequest{States: []string{"PUBLISHING"}}, "states[0]"},
-		"repeated state":   {&workorderv1.ListOutboxEventsRequest{States: []string{"FAILED", "FAILED"}}, "states"},
-		"page too large":   {&workorderv1.ListOutboxEventsRequest{PageSize: 501}, "page_size"},
-		"negative page":    {&workorderv1.ListOutboxEventsRequest{PageSize: -1}, "page_size"},
-		"NUL in aggregate": {&workorderv1.ListOutboxEventsRequest{AggregateId: "a\x00"}, "aggregate_id"},
-		"malformed token":  {&workorderv1.ListOutboxEventsRequest{PageToken: "not-a-token"}, "page_token"},
-		"foreign token":    {&workorderv1.ListOutboxEventsRequest{States: []string{"FAILED"}, PageToken: token}, "page_token"},
+		"unknown state":    {&opsv1.ListOutboxEventsRequest{States: []string{"PUBLISHING"}}, "states[0]"},
+		"repeated state":   {&opsv1.ListOutboxEventsRequest{States: []string{"FAILED", "FAILED"}}, "states"},
+		"page too large":   {&opsv1.ListOutboxEventsRequest{PageSize: 501}, "page_size"},
+		"negative page":    {&opsv1.ListOutboxEventsRequest{PageSize: -1}, "page_size"},
+		"NUL in aggregate": {&opsv1.ListOutboxEventsRequest{AggregateId: "a\x00"}, "aggregate_id"},
+		"malformed token":  {&opsv1.ListOutboxEventsRequest{PageToken: "not-a-token"}, "page_token"},
+		"foreign token":    {&opsv1.ListOutboxEventsRequest{States: []string{"FAILED"}, PageToken: token}, "page_token"},
 	} {
 		_, err := cl.ListOutboxEvents(ctx, c.req)
 		wantViolation(t, name, err, c.field)
 	}
 
-	if _, err := cl.ListOutboxEvents(context.Background(), &workorderv1.ListOutboxEventsRequest{PageSize: -1}); status.Code(err) != codes.Unauthenticated {
+	if _, err := cl.ListOutboxEvents(context.Background(), &opsv1.ListOutboxEventsRequest{PageSize: -1}); status.Code(err) != codes.Unauthenticated {
 		t.Errorf("no token: %v, want UNAUTHENTICATED (before validation)", err)
 	}
 }
@@ -238,6 +243,7 @@ func TestListOperatorAudit(t *testing.T) {
 		t.Fatal(err)
 	}
 	cl := served(t, svc)
+	ocl := servedOps(t, b, nil)
 	ctx := operator()
 	as := func(ticket, actor string) *workorderv1.OperatorAuthorization {
 		return &workorderv1.OperatorAuthorization{Ticket: ticket, Actor: actor}
@@ -252,21 +258,21 @@ func TestListOperatorAudit(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	list := func(req *workorderv1.ListOperatorAuditRequest) *workorderv1.ListOperatorAuditResponse {
+	list := func(req *opsv1.ListOperatorAuditRequest) *opsv1.ListOperatorAuditResponse {
 		t.Helper()
-		resp, err := cl.ListOperatorAudit(ctx, req)
+		resp, err := ocl.ListOperatorAudit(ctx, req)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return resp
 	}
-	tickets := func(rs []*workorderv1.OperatorAuditRecord) (out []string) {
+	tickets := func(rs []*opsv1.OperatorAuditRecord) (out []string) {
 		for _, r := range rs {
 			out = append(out, r.GetTicket())
 		}
 		return out
 	}
-	all := list(&workorderv1.ListOperatorAuditRequest{}).GetRecords()
+	all := list(&opsv1.ListOperatorAuditRequest{}).GetRecords()
 	if got := tickets(all); len(got) != 3 || got[0] != "INC-3" || got[1] != "INC-2" || got[2] != "INC-1" {
 		t.Fatalf("newest first: %v", got)
 	}
@@ -277,19 +283,19 @@ func TestListOperatorAudit(t *testing.T) {
 	if r := all[2]; !r.GetDryRun() || r.GetActor() != "alice" {
 		t.Errorf("dry-run record: %v", r)
 	}
-	if got := tickets(list(&workorderv1.ListOperatorAuditRequest{Actor: "alice"}).GetRecords()); len(got) != 2 || got[0] != "INC-3" || got[1] != "INC-1" {
+	if got := tickets(list(&opsv1.ListOperatorAuditRequest{Actor: "alice"}).GetRecords()); len(got) != 2 || got[0] != "INC-3" || got[1] != "INC-1" {
 		t.Errorf("by actor: %v", got)
 	}
-	if got := tickets(list(&workorderv1.ListOperatorAuditRequest{Ticket: "INC-2"}).GetRecords()); len(got) != 1 || got[0] != "INC-2" {
+	if got := tickets(list(&opsv1.ListOperatorAuditRequest{Ticket: "INC-2"}).GetRecords()); len(got) != 1 || got[0] != "INC-2" {
 		t.Errorf("by ticket: %v", got)
 	}
-	if got := list(&workorderv1.ListOperatorAuditRequest{Action: all[1].GetAction()}).GetRecords(); len(got) != 1 || got[0].GetTicket() != "INC-2" {
+	if got := list(&opsv1.ListOperatorAuditRequest{Action: all[1].GetAction()}).GetRecords(); len(got) != 1 || got[0].GetTicket() != "INC-2" {
 		t.Errorf("by action %q: %v", all[1].GetAction(), tickets(got))
 	}
 
 	// Paging: one per page, the same three in the same order.
 	var seen []string
-	req := &workorderv1.ListOperatorAuditRequest{PageSize: 1}
+	req := &opsv1.ListOperatorAuditRequest{PageSize: 1}
 	for page := 0; ; page++ {
 		if page > 3 {
 			t.Fatal("paging does not end")
@@ -305,22 +311,22 @@ func TestListOperatorAudit(t *testing.T) {
 		t.Fatalf("paged: %v", seen)
 	}
 
-	token := list(&workorderv1.ListOperatorAuditRequest{PageSize: 1}).GetNextPageToken()
+	token := list(&opsv1.ListOperatorAuditRequest{PageSize: 1}).GetNextPageToken()
 	for name, c := range map[string]struct {
-		req   *workorderv1.ListOperatorAuditRequest
+		req   *opsv1.ListOperatorAuditRequest
 		field string
 	}{
-		"page too large":  {&workorderv1.ListOperatorAuditRequest{PageSize: 501}, "page_size"},
-		"NUL in actor":    {&workorderv1.ListOperatorAuditRequest{Actor: "\x00"}, "actor"},
-		"malformed token": {&workorderv1.ListOperatorAuditRequest{PageToken: "%%%"}, "page_token"},
-		"foreign token":   {&workorderv1.ListOperatorAuditRequest{Actor: "bob", PageToken: token}, "page_token"},
-		"token of no row": {&workorderv1.ListOperatorAuditRequest{PageToken: zeroToken(t)}, "page_token"},
-		"action too long": {&workorderv1.ListOperatorAuditRequest{Action: string(make([]byte, 201))}, "action"},
+		"page too large":  {&opsv1.ListOperatorAuditRequest{PageSize: 501}, "page_size"},
+		"NUL in actor":    {&opsv1.ListOperatorAuditRequest{Actor: "\x00"}, "actor"},
+		"malformed token": {&opsv1.ListOperatorAuditRequest{PageToken: "%%%"}, "page_token"},
+		"foreign token":   {&opsv1.ListOperatorAuditRequest{Actor: "bob", PageToken: token}, "page_token"},
+		"token of no row": {&opsv1.ListOperatorAuditRequest{PageToken: zeroToken(t)}, "page_token"},
+		"action too long": {&opsv1.ListOperatorAuditRequest{Action: string(make([]byte, 201))}, "action"},
 	} {
-		_, err := cl.ListOperatorAudit(ctx, c.req)
+		_, err := ocl.ListOperatorAudit(ctx, c.req)
 		wantViolation(t, name, err, c.field)
 	}
-	if _, err := cl.ListOperatorAudit(context.Background(), &workorderv1.ListOperatorAuditRequest{}); status.Code(err) != codes.Unauthenticated {
+	if _, err := ocl.ListOperatorAudit(context.Background(), &opsv1.ListOperatorAuditRequest{}); status.Code(err) != codes.Unauthenticated {
 		t.Errorf("no token: %v, want UNAUTHENTICATED", err)
 	}
 	// Reading audits nothing.

@@ -8,13 +8,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
-	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
-	"github.com/lossless-dev/lossless/internal/operatoraudit"
-	"github.com/lossless-dev/lossless/internal/pagetoken"
 	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/pkg/inbox"
+	"github.com/lossless-dev/lossless/pkg/operator"
 	"github.com/lossless-dev/lossless/pkg/parked"
 	"github.com/lossless-dev/lossless/services/workorder/internal/invoicing"
 )
@@ -22,7 +19,8 @@ import (
 // The InvoiceIssued consumer's repairs (subscription
 // workorder.billing-events): list and replay parked messages; replaying its
 // dead letters is ReplayInvoicingDeadLetters (ops.go). The CLI
-// (RunInvoicingCLI) and the gRPC service call the same methods.
+// (RunInvoicingCLI) calls them; over the network the same repairs are
+// OperatorService's (pkg/operator, consumer invoicing, mounted by the app).
 
 // invoicingSubscription is the subscription the consumer parks under.
 func (o *Ops) invoicingSubscription() string {
@@ -30,14 +28,6 @@ func (o *Ops) invoicingSubscription() string {
 		return s
 	}
 	return topology.SubBillingEvents
-}
-
-// ListParkedBillingEvents returns a page of the open parked InvoiceIssued
-// messages, oldest first: after the id afterID, about workOrderID when not
-// empty, at most limit (1..1000).
-func (o *Ops) ListParkedBillingEvents(ctx context.Context, workOrderID string, afterID int64, limit int) ([]parked.Parked, error) {
-	return o.parkedStore.List(ctx, o.deps.Pool, parked.ListFilter{Subscription: o.invoicingSubscription(), Subject: workOrderID,
-		AfterID: afterID, Limit: limit})
 }
 
 // ParkedReplayRequest names one parked InvoiceIssued to replay.
@@ -65,14 +55,14 @@ func (o *Ops) ReplayParkedBillingEvent(ctx context.Context, req ParkedReplayRequ
 		return "", fmt.Errorf("%w: a parked message id is required", inbox.ErrInvalidRequest)
 	}
 	err = pgx.BeginFunc(ctx, o.deps.Pool, func(tx pgx.Tx) error {
-		err := operatoraudit.InSavepoint(ctx, tx, req.DryRun, func(sp pgx.Tx) (err error) {
+		err := operator.InSavepoint(ctx, tx, req.DryRun, func(sp pgx.Tx) (err error) {
 			outcome, err = o.invoicing.Replay(ctx, sp, req.ID, req.Ticket, req.Actor)
 			return err
 		})
 		if err != nil {
 			return err
 		}
-		return operatoraudit.Write(ctx, tx, operatoraudit.Entry{Action: "invoicing.replay-parked", Actor: req.Actor, Ticket: req.Ticket,
+		return operator.WriteAudit(ctx, tx, operator.AuditEntry{Action: "invoicing.replay-parked", Actor: req.Actor, Ticket: req.Ticket,
 			DryRun: req.DryRun, Params: map[string]any{"parked_id": req.ID, "outcome": outcome}, Affected: 1})
 	})
 	if err != nil {
@@ -91,69 +81,4 @@ func repairStatus(err error) error {
 		return status.Error(codes.FailedPrecondition, err.Error())
 	}
 	return toStatus(err)
-}
-
-// ReplayInvoicingDeadLetters implements WorkOrderAdminService.
-func (s *Service) ReplayInvoicingDeadLetters(ctx context.Context, req *workorderv1.ReplayInvoicingDeadLettersRequest) (*workorderv1.ReplayInvoicingDeadLettersResponse, error) {
-	if err := s.authorize(ctx); err != nil {
-		return nil, err
-	}
-	res, err := s.ops.ReplayInvoicingDeadLetters(ctx, DeadLetterRequest{Authorization: auth(req.GetAuthorization()),
-		MessageIDs: req.GetMessageIds(), MaxMessages: int(req.GetMaxMessages()), DryRun: req.GetDryRun()})
-	if err != nil && len(res.MessageIDs) == 0 {
-		return nil, repairStatus(err)
-	}
-	// Some messages failed and were released: the others' effects are
-	// committed and audited, so the call answers with both.
-	resp := &workorderv1.ReplayInvoicingDeadLettersResponse{MessageIds: res.MessageIDs, FailedMessageIds: res.Failed,
-		DryRun: res.DryRun, Outcomes: map[string]int32{}}
-	for k, n := range res.Outcomes {
-		resp.Outcomes[k] = int32(n)
-	}
-	return resp, nil
-}
-
-// ListParkedBillingEvents implements WorkOrderAdminService.
-func (s *Service) ListParkedBillingEvents(ctx context.Context, req *workorderv1.ListParkedBillingEventsRequest) (*workorderv1.ListParkedBillingEventsResponse, error) {
-	if err := s.authorize(ctx); err != nil {
-		return nil, err
-	}
-	after, err := pagetoken.DecodeID(req.GetPageToken(), req.GetWorkOrderId())
-	if err != nil {
-		return nil, err
-	}
-	size := defaultPageSize
-	if n := int(req.GetPageSize()); n > 0 {
-		size = min(n, maxPageSize)
-	}
-	// One more than asked for tells whether another page follows.
-	ms, err := s.ops.ListParkedBillingEvents(ctx, req.GetWorkOrderId(), after, size+1)
-	if err != nil {
-		return nil, err
-	}
-	resp := &workorderv1.ListParkedBillingEventsResponse{}
-	if len(ms) > size {
-		ms = ms[:size]
-		resp.NextPageToken = pagetoken.Encode(ms[size-1].ID, req.GetWorkOrderId())
-	}
-	for _, m := range ms {
-		resp.Events = append(resp.Events, &workorderv1.ParkedBillingEvent{
-			Id: m.ID, Subscription: m.Subscription, MessageId: m.MessageID, EventId: m.EventID, EventType: m.EventType,
-			WorkOrderId: m.Subject, Attributes: m.Attributes, Reason: m.Reason, ParkTime: timestamppb.New(m.ParkedAt),
-		})
-	}
-	return resp, nil
-}
-
-// ReplayParkedBillingEvent implements WorkOrderAdminService.
-func (s *Service) ReplayParkedBillingEvent(ctx context.Context, req *workorderv1.ReplayParkedBillingEventRequest) (*workorderv1.ReplayParkedBillingEventResponse, error) {
-	if err := s.authorize(ctx); err != nil {
-		return nil, err
-	}
-	outcome, err := s.ops.ReplayParkedBillingEvent(ctx, ParkedReplayRequest{Authorization: auth(req.GetAuthorization()),
-		ID: req.GetId(), DryRun: req.GetDryRun()})
-	if err != nil {
-		return nil, repairStatus(err)
-	}
-	return &workorderv1.ReplayParkedBillingEventResponse{Outcome: outcome, DryRun: req.GetDryRun()}, nil
 }

@@ -2,7 +2,6 @@ package admin_test
 
 import (
 	"context"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -14,7 +13,7 @@ import (
 
 	eventsv1 "github.com/lossless-dev/lossless/gen/lossless/events/v1"
 	moneyv1 "github.com/lossless-dev/lossless/gen/lossless/money/v1"
-	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
+	opsv1 "github.com/lossless-dev/lossless/gen/lossless/ops/v1"
 	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/pubsubtest"
@@ -46,8 +45,6 @@ func (b bundle) orderStatus(t *testing.T, id uuid.UUID) string {
 	return s
 }
 
-var repairAuth = &workorderv1.OperatorAuthorization{Ticket: "INC-12", Actor: "dana"}
-
 // A parked InvoiceIssued (its order unknown when it arrived) is listed and,
 // once the order exists, replayed over gRPC through the consumer's path: a
 // dry run reports the outcome and changes nothing but the audit log, the
@@ -68,28 +65,24 @@ func TestReplayParkedBillingEvent_OverGRPC(t *testing.T) {
 	if err := b.ops.Invoicing().Handle(ctx, m); err != nil {
 		t.Fatal(err)
 	}
-	svc, err := admin.NewService(b.ops, token, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl := served(t, svc)
+	cl := servedOps(t, b, nil)
 	octx := operator()
 
-	list, err := cl.ListParkedBillingEvents(octx, &workorderv1.ListParkedBillingEventsRequest{})
-	if err != nil || len(list.GetEvents()) != 1 || list.GetEvents()[0].GetWorkOrderId() != order.String() ||
-		list.GetEvents()[0].GetReason() != "unknown work order "+order.String() || list.GetEvents()[0].GetSubscription() != topology.SubBillingEvents {
+	list, err := cl.ListParkedMessages(octx, &opsv1.ListParkedMessagesRequest{})
+	if err != nil || len(list.GetMessages()) != 1 || list.GetMessages()[0].GetSubject() != order.String() ||
+		list.GetMessages()[0].GetReason() != "unknown work order "+order.String() || list.GetMessages()[0].GetSubscription() != topology.SubBillingEvents {
 		t.Fatalf("parked billing events: %v %v", list, err)
 	}
-	id := list.GetEvents()[0].GetId()
-	_, err = cl.ReplayParkedBillingEvent(octx, &workorderv1.ReplayParkedBillingEventRequest{Id: id})
+	id := list.GetMessages()[0].GetId()
+	_, err = cl.ReplayParkedMessage(octx, &opsv1.ReplayParkedMessageRequest{Id: id})
 	wantViolation(t, "no authorization", err, "authorization")
-	_, err = cl.ReplayParkedBillingEvent(octx, &workorderv1.ReplayParkedBillingEventRequest{Id: id,
-		Authorization: &workorderv1.OperatorAuthorization{Ticket: "INC-12"}})
+	_, err = cl.ReplayParkedMessage(octx, &opsv1.ReplayParkedMessageRequest{Id: id,
+		Authorization: &opsv1.OperatorAuthorization{Ticket: "INC-12"}})
 	wantViolation(t, "no actor", err, "authorization.actor")
-	if _, err := cl.ReplayParkedBillingEvent(context.Background(), &workorderv1.ReplayParkedBillingEventRequest{Id: id, Authorization: repairAuth}); status.Code(err) != codes.Unauthenticated {
+	if _, err := cl.ReplayParkedMessage(context.Background(), &opsv1.ReplayParkedMessageRequest{Id: id, Authorization: opsAuth}); status.Code(err) != codes.Unauthenticated {
 		t.Errorf("replay without a token: %v, want UNAUTHENTICATED", err)
 	}
-	if _, err := cl.ReplayParkedBillingEvent(octx, &workorderv1.ReplayParkedBillingEventRequest{Id: id, Authorization: repairAuth}); status.Code(err) != codes.FailedPrecondition {
+	if _, err := cl.ReplayParkedMessage(octx, &opsv1.ReplayParkedMessageRequest{Id: id, Authorization: opsAuth}); status.Code(err) != codes.FailedPrecondition {
 		t.Errorf("replay while the order is unknown: %v, want FAILED_PRECONDITION", err)
 	}
 	if n := b.count(t, `SELECT count(*) FROM operator_audit`) + b.count(t, `SELECT count(*) FROM parked_messages WHERE replayed_at IS NOT NULL`); n != 0 {
@@ -97,17 +90,17 @@ func TestReplayParkedBillingEvent_OverGRPC(t *testing.T) {
 	}
 
 	b.completedOrder(t, order) // the cause fixed
-	dry, err := cl.ReplayParkedBillingEvent(octx, &workorderv1.ReplayParkedBillingEventRequest{Id: id, Authorization: repairAuth, DryRun: true})
+	dry, err := cl.ReplayParkedMessage(octx, &opsv1.ReplayParkedMessageRequest{Id: id, Authorization: opsAuth, DryRun: true})
 	if err != nil || dry.GetOutcome() != invoicing.OutcomeInvoiced || !dry.GetDryRun() {
 		t.Fatalf("dry run: %v %v", dry, err)
 	}
 	if s := b.orderStatus(t, order); s != "COMPLETED" || b.count(t, `SELECT count(*) FROM parked_messages WHERE replayed_at IS NULL`) != 1 {
 		t.Fatalf("the dry run changed something: order %s", s)
 	}
-	if _, err := cl.ReplayParkedBillingEvent(octx, &workorderv1.ReplayParkedBillingEventRequest{Id: id, Authorization: repairAuth}); err != nil {
+	if _, err := cl.ReplayParkedMessage(octx, &opsv1.ReplayParkedMessageRequest{Id: id, Authorization: opsAuth}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cl.ReplayParkedBillingEvent(octx, &workorderv1.ReplayParkedBillingEventRequest{Id: id, Authorization: repairAuth}); status.Code(err) != codes.NotFound {
+	if _, err := cl.ReplayParkedMessage(octx, &opsv1.ReplayParkedMessageRequest{Id: id, Authorization: opsAuth}); status.Code(err) != codes.NotFound {
 		t.Fatalf("second replay: %v, want NOT_FOUND", err)
 	}
 	if s := b.orderStatus(t, order); s != "INVOICED" {
@@ -119,7 +112,7 @@ func TestReplayParkedBillingEvent_OverGRPC(t *testing.T) {
 	if n := b.count(t, `SELECT count(*) FROM operator_audit WHERE action = 'invoicing.replay-parked' AND ticket = 'INC-12' AND actor = 'dana'`); n != 2 {
 		t.Fatalf("audit rows = %d, want 2 (dry run and replay)", n)
 	}
-	if left, err := cl.ListParkedBillingEvents(octx, &workorderv1.ListParkedBillingEventsRequest{}); err != nil || len(left.GetEvents()) != 0 {
+	if left, err := cl.ListParkedMessages(octx, &opsv1.ListParkedMessagesRequest{}); err != nil || len(left.GetMessages()) != 0 {
 		t.Fatalf("replayed event still listed: %v %v", left, err)
 	}
 }
@@ -143,22 +136,18 @@ func TestReplayInvoicingDeadLetters_OverGRPC(t *testing.T) {
 	if _, err := pub.Publish(ctx, pubsub.Message{EventID: ev.GetEventId(), Event: ev}); err != nil {
 		t.Fatal(err)
 	}
-	svc, err := admin.NewService(b.ops, token, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl := served(t, svc)
+	cl := servedOps(t, b, emu.Client)
 	octx := operator()
-	_, err = cl.ReplayInvoicingDeadLetters(octx, &workorderv1.ReplayInvoicingDeadLettersRequest{MaxMessages: 5,
-		Authorization: &workorderv1.OperatorAuthorization{Actor: "dana"}})
+	_, err = cl.ReplayDeadLetters(octx, &opsv1.ReplayDeadLettersRequest{MaxMessages: 5,
+		Authorization: &opsv1.OperatorAuthorization{Actor: "dana"}})
 	wantViolation(t, "no ticket", err, "authorization.ticket")
-	if _, err := cl.ReplayInvoicingDeadLetters(context.Background(), &workorderv1.ReplayInvoicingDeadLettersRequest{
-		MaxMessages: 5, Authorization: repairAuth}); status.Code(err) != codes.Unauthenticated {
+	if _, err := cl.ReplayDeadLetters(context.Background(), &opsv1.ReplayDeadLettersRequest{
+		MaxMessages: 5, Authorization: opsAuth}); status.Code(err) != codes.Unauthenticated {
 		t.Errorf("replay without a token: %v, want UNAUTHENTICATED", err)
 	}
 	var seen []string
 	waitfor.Condition(t, 30*time.Second, "the dry run sees the dead letter", func() bool {
-		res, err := cl.ReplayInvoicingDeadLetters(octx, &workorderv1.ReplayInvoicingDeadLettersRequest{MaxMessages: 5, Authorization: repairAuth, DryRun: true})
+		res, err := cl.ReplayDeadLetters(octx, &opsv1.ReplayDeadLettersRequest{MaxMessages: 5, Authorization: opsAuth, DryRun: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -169,8 +158,8 @@ func TestReplayInvoicingDeadLetters_OverGRPC(t *testing.T) {
 		t.Fatalf("order %s after the dry run, want COMPLETED", s)
 	}
 	waitfor.Condition(t, 30*time.Second, "the dead letter is applied", func() bool {
-		res, err := cl.ReplayInvoicingDeadLetters(octx, &workorderv1.ReplayInvoicingDeadLettersRequest{MaxMessages: 5,
-			Authorization: repairAuth, MessageIds: seen})
+		res, err := cl.ReplayDeadLetters(octx, &opsv1.ReplayDeadLettersRequest{MaxMessages: 5,
+			Authorization: opsAuth, MessageIds: seen})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -13,7 +13,7 @@ import (
 
 	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
 	"github.com/lossless-dev/lossless/pkg/inbox"
-	"github.com/lossless-dev/lossless/pkg/operatorauth"
+	"github.com/lossless-dev/lossless/pkg/operator"
 	"github.com/lossless-dev/lossless/services/workorder/internal/correlation"
 )
 
@@ -25,18 +25,18 @@ const EnvOperatorToken = "WORKORDER_OPERATOR_TOKEN"
 type Service struct {
 	workorderv1.UnimplementedWorkOrderAdminServiceServer
 	ops    *Ops
-	guard  *operatorauth.Guard
+	guard  *operator.Guard
 	logger *slog.Logger
 }
 
 // NewService returns the admin service. token is the operator token (from
 // EnvOperatorToken); when it is empty the service refuses every call, and a
-// token shorter than operatorauth.MinLength is an error.
+// token shorter than operator.MinTokenLength is an error.
 func NewService(ops *Ops, token string, logger *slog.Logger) (*Service, error) {
 	if ops == nil || logger == nil {
 		return nil, errors.New("admin: NewService needs ops and a logger")
 	}
-	guard, err := operatorauth.New(token, EnvOperatorToken, logger)
+	guard, err := operator.NewGuard(token, EnvOperatorToken, logger)
 	if err != nil {
 		return nil, err
 	}
@@ -51,7 +51,7 @@ func (s *Service) AuthInterceptor() grpc.UnaryServerInterceptor {
 	return s.guard.ServiceInterceptor(workorderv1.WorkOrderAdminService_ServiceDesc.ServiceName)
 }
 
-// authorize checks `authorization: Bearer <token>` (operatorauth.Guard).
+// authorize checks `authorization: Bearer <token>` (operator.Guard).
 func (s *Service) authorize(ctx context.Context) error { return s.guard.Authorize(ctx) }
 
 func toStatus(err error) error {

@@ -22,6 +22,7 @@ import (
 	gpubsub "cloud.google.com/go/pubsub/v2"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	opsv1 "github.com/lossless-dev/lossless/gen/lossless/ops/v1"
 	providerv1 "github.com/lossless-dev/lossless/gen/lossless/provider/v1"
 	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
 	"github.com/lossless-dev/lossless/internal/orderhop"
@@ -141,6 +142,10 @@ func (a *App) assemble(ctx context.Context, opts []server.Option) error {
 	if err != nil {
 		return err
 	}
+	opsSvc, err := a.operatorService(workerPool, ops.Invoicing())
+	if err != nil {
+		return err
+	}
 	// An API-only replica builds no loop at all: their gauges would export
 	// zeros that hide a stall (docs/adr/0013-api-and-worker-roles.md).
 	if a.cfg.Server.Role.RunsWorkers() {
@@ -149,7 +154,7 @@ func (a *App) assemble(ctx context.Context, opts []server.Option) error {
 		}
 	}
 	// The operator token is checked before request validation (admin only).
-	srvOpts := append([]server.Option{server.WithTelemetry(a.tel), server.WithAuthInterceptors(adminSvc.AuthInterceptor())}, a.loops...)
+	srvOpts := append([]server.Option{server.WithTelemetry(a.tel), server.WithAuthInterceptors(adminSvc.AuthInterceptor(), opsSvc.AuthInterceptor())}, a.loops...)
 	a.srv, err = server.New(a.cfg.Server, a.log, append(srvOpts, opts...)...)
 	if err != nil {
 		return err
@@ -162,6 +167,7 @@ func (a *App) assemble(ctx context.Context, opts []server.Option) error {
 		return nil
 	}
 	workorderv1.RegisterWorkOrderAdminServiceServer(a.srv.GRPC(), adminSvc)
+	opsv1.RegisterOperatorServiceServer(a.srv.GRPC(), opsSvc)
 	return api.Register(ctx, a.srv, svc)
 }
 

@@ -232,7 +232,7 @@ func TestNewFailsFastOnAnUnreachableDatabase(t *testing.T) {
 	}
 }
 
-// operatorToken is long enough for operatorauth.MinLength.
+// operatorToken is long enough for operator.MinTokenLength.
 const operatorToken = "s3cret-operator-token-of-32-chars"
 
 // The operator token is checked before request validation: a caller without

@@ -14,7 +14,7 @@ import (
 	"github.com/lossless-dev/lossless/internal/libenv"
 	"github.com/lossless-dev/lossless/pkg/idempotency"
 	"github.com/lossless-dev/lossless/pkg/inbox"
-	"github.com/lossless-dev/lossless/pkg/operatorauth"
+	"github.com/lossless-dev/lossless/pkg/operator"
 	"github.com/lossless-dev/lossless/pkg/outbox"
 	"github.com/lossless-dev/lossless/pkg/pgdb"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
@@ -100,7 +100,7 @@ type Config struct {
 	// OperatorToken guards the admin gRPC service (env
 	// WORKORDER_OPERATOR_TOKEN, default "": the admin service refuses every
 	// call). Callers send it as "authorization: Bearer <token>". When set it
-	// must be at least operatorauth.MinLength (32) characters, e.g. the
+	// must be at least operator.MinTokenLength (32) characters, e.g. the
 	// output of `openssl rand -hex 32`.
 	OperatorToken string
 
@@ -152,7 +152,7 @@ func FromEnv(r *envconfig.Reader) (Config, error) {
 // Validate reports settings that cannot work, naming the variable.
 func (c Config) Validate() error {
 	errs := []error{c.Database.Validate()}
-	errs = append(errs, operatorauth.Validate("WORKORDER_OPERATOR_TOKEN", c.OperatorToken))
+	errs = append(errs, operator.ValidateToken("WORKORDER_OPERATOR_TOKEN", c.OperatorToken))
 	if c.ProviderAddr == "" {
 		errs = append(errs, errors.New("PROVIDER_ADDR: must not be empty"))
 	}

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/lossless-dev/lossless/internal/envconfig"
-	"github.com/lossless-dev/lossless/pkg/operatorauth"
+	"github.com/lossless-dev/lossless/pkg/operator"
 	"github.com/lossless-dev/lossless/services/workorder/internal/config"
 )
 
@@ -46,7 +46,7 @@ func TestDatabaseSettingsFromEnv(t *testing.T) {
 
 func TestOperatorTokenOfAtLeast32CharactersIsAccepted(t *testing.T) {
 	t.Parallel()
-	token := strings.Repeat("k", operatorauth.MinLength)
+	token := strings.Repeat("k", operator.MinTokenLength)
 	c, err := config.FromEnv(envconfig.FromMap(map[string]string{"DATABASE_URL": "postgres://x", "WORKORDER_OPERATOR_TOKEN": token}))
 	if err != nil || c.OperatorToken != token {
 		t.Fatalf("token of %d characters: %v (%q)", len(token), err, c.OperatorToken)

@@ -1,4 +1,4 @@
-package operatoraudit_test
+package operator_test
 
 import (
 	"context"
@@ -11,8 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/lossless-dev/lossless/internal/operatoraudit"
 	"github.com/lossless-dev/lossless/migrations"
+	"github.com/lossless-dev/lossless/pkg/operator"
 	"github.com/lossless-dev/lossless/pkg/pgmigrate"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
 )
@@ -22,14 +22,14 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 // services are the databases that have an operator_audit table.
 var services = map[string]func() []pgmigrate.Set{"workorder": migrations.WorkOrder, "billing": migrations.Billing}
 
-func write(t *testing.T, db operatoraudit.DB, e operatoraudit.Entry) {
+func write(t *testing.T, db operator.AuditDB, e operator.AuditEntry) {
 	t.Helper()
-	if err := operatoraudit.Write(context.Background(), db, e); err != nil {
+	if err := operator.WriteAudit(context.Background(), db, e); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func tickets(rs []operatoraudit.Record) (out []string) {
+func tickets(rs []operator.AuditRecord) (out []string) {
 	for _, r := range rs {
 		out = append(out, r.Ticket)
 	}
@@ -45,12 +45,12 @@ func TestWriteAndList(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			pool := pgtest.NewPool(t, sets()...)
-			write(t, pool, operatoraudit.Entry{Action: "parked.replay", Actor: " alice ", Ticket: "\tINC-1 ", DryRun: true,
+			write(t, pool, operator.AuditEntry{Action: "parked.replay", Actor: " alice ", Ticket: "\tINC-1 ", DryRun: true,
 				Params: map[string]any{"parked_id": 7, "outcome": "enqueued"}, Affected: 1})
-			write(t, pool, operatoraudit.Entry{Action: "jobs.retry", Actor: "bob", Ticket: "INC-2", Affected: 3})
-			write(t, pool, operatoraudit.Entry{Action: "parked.replay", Actor: "alice", Ticket: "INC-3"})
+			write(t, pool, operator.AuditEntry{Action: "jobs.retry", Actor: "bob", Ticket: "INC-2", Affected: 3})
+			write(t, pool, operator.AuditEntry{Action: "parked.replay", Actor: "alice", Ticket: "INC-3"})
 
-			all, more, err := operatoraudit.List(ctx, pool, operatoraudit.Filter{})
+			all, more, err := operator.ListAudit(ctx, pool, operator.AuditFilter{})
 			if err != nil || more {
 				t.Fatalf("list: more %v, %v", more, err)
 			}
@@ -67,7 +67,7 @@ func TestWriteAndList(t *testing.T) {
 				t.Fatalf("second row: %+v", all[1])
 			}
 
-			for f, want := range map[operatoraudit.Filter]string{
+			for f, want := range map[operator.AuditFilter]string{
 				{Action: "parked.replay"}:                  "INC-3,INC-1",
 				{Actor: "alice"}:                           "INC-3,INC-1",
 				{Ticket: "INC-2"}:                          "INC-2",
@@ -76,7 +76,7 @@ func TestWriteAndList(t *testing.T) {
 				{BeforeID: all[0].ID}:                      "INC-2,INC-1",
 				{Actor: "alice", BeforeID: all[0].ID}:      "INC-1",
 			} {
-				got, more, err := operatoraudit.List(ctx, pool, f)
+				got, more, err := operator.ListAudit(ctx, pool, f)
 				if err != nil || more || strings.Join(tickets(got), ",") != want {
 					t.Errorf("%+v: %v (more %v), %v; want %s", f, tickets(got), more, err, want)
 				}
@@ -84,9 +84,9 @@ func TestWriteAndList(t *testing.T) {
 
 			// Paging: each page's last id is the next one's BeforeID.
 			var paged []string
-			f := operatoraudit.Filter{Limit: 2}
+			f := operator.AuditFilter{Limit: 2}
 			for page := 0; ; page++ {
-				got, more, err := operatoraudit.List(ctx, pool, f)
+				got, more, err := operator.ListAudit(ctx, pool, f)
 				if err != nil || page > 2 {
 					t.Fatalf("page %d: %v", page, err)
 				}
@@ -109,8 +109,8 @@ func TestListLimits(t *testing.T) {
 	ctx := context.Background()
 	pool := pgtest.NewPool(t, migrations.Billing()...)
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		for i := range operatoraudit.DefaultLimit + 1 {
-			if err := operatoraudit.Write(ctx, tx, operatoraudit.Entry{Action: "jobs.retry", Actor: "alice", Ticket: fmt.Sprint("INC-", i)}); err != nil {
+		for i := range operator.DefaultAuditLimit + 1 {
+			if err := operator.WriteAudit(ctx, tx, operator.AuditEntry{Action: "jobs.retry", Actor: "alice", Ticket: fmt.Sprint("INC-", i)}); err != nil {
 				return err
 			}
 		}
@@ -119,15 +119,15 @@ func TestListLimits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, more, err := operatoraudit.List(ctx, pool, operatoraudit.Filter{})
-	if err != nil || len(got) != operatoraudit.DefaultLimit || !more {
+	got, more, err := operator.ListAudit(ctx, pool, operator.AuditFilter{})
+	if err != nil || len(got) != operator.DefaultAuditLimit || !more {
 		t.Fatalf("default limit: %d rows, more %v, %v", len(got), more, err)
 	}
-	if got, more, err := operatoraudit.List(ctx, pool, operatoraudit.Filter{Limit: operatoraudit.MaxLimit}); err != nil || len(got) != operatoraudit.DefaultLimit+1 || more {
+	if got, more, err := operator.ListAudit(ctx, pool, operator.AuditFilter{Limit: operator.MaxAuditLimit}); err != nil || len(got) != operator.DefaultAuditLimit+1 || more {
 		t.Fatalf("max limit: %d rows, more %v, %v", len(got), more, err)
 	}
-	for _, f := range []operatoraudit.Filter{{Limit: -1}, {Limit: operatoraudit.MaxLimit + 1}, {BeforeID: -1}} {
-		if _, _, err := operatoraudit.List(ctx, pool, f); !errors.Is(err, operatoraudit.ErrInvalidFilter) {
+	for _, f := range []operator.AuditFilter{{Limit: -1}, {Limit: operator.MaxAuditLimit + 1}, {BeforeID: -1}} {
+		if _, _, err := operator.ListAudit(ctx, pool, f); !errors.Is(err, operator.ErrInvalidAuditFilter) {
 			t.Errorf("%+v: %v, want ErrInvalidFilter", f, err)
 		}
 	}
@@ -148,20 +148,20 @@ func TestWriteRefusesAnIncompleteEntry(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.NewPool(t, migrations.WorkOrder()...)
-	valid := operatoraudit.Entry{Action: "jobs.retry", Actor: "alice", Ticket: "INC-1"}
+	valid := operator.AuditEntry{Action: "jobs.retry", Actor: "alice", Ticket: "INC-1"}
 	for name, c := range map[string]struct {
-		mutate func(*operatoraudit.Entry)
+		mutate func(*operator.AuditEntry)
 		field  string
 	}{
-		"no ticket":        {func(e *operatoraudit.Entry) { e.Ticket = "" }, "ticket is required"},
-		"blank actor":      {func(e *operatoraudit.Entry) { e.Actor = " \t" }, "actor is required"},
-		"no action":        {func(e *operatoraudit.Entry) { e.Action = " " }, "action is required"},
-		"ticket too long":  {func(e *operatoraudit.Entry) { e.Ticket = strings.Repeat("é", operatoraudit.MaxLength+1) }, "ticket: at most"},
-		"NUL in the actor": {func(e *operatoraudit.Entry) { e.Actor = "al\x00ice" }, "actor"},
+		"no ticket":        {func(e *operator.AuditEntry) { e.Ticket = "" }, "ticket is required"},
+		"blank actor":      {func(e *operator.AuditEntry) { e.Actor = " \t" }, "actor is required"},
+		"no action":        {func(e *operator.AuditEntry) { e.Action = " " }, "action is required"},
+		"ticket too long":  {func(e *operator.AuditEntry) { e.Ticket = strings.Repeat("é", operator.MaxAuditLength+1) }, "ticket: at most"},
+		"NUL in the actor": {func(e *operator.AuditEntry) { e.Actor = "al\x00ice" }, "actor"},
 	} {
 		e := valid
 		c.mutate(&e)
-		if err := operatoraudit.Write(ctx, pool, e); !errors.Is(err, operatoraudit.ErrInvalidEntry) || !strings.Contains(err.Error(), c.field) {
+		if err := operator.WriteAudit(ctx, pool, e); !errors.Is(err, operator.ErrInvalidAuditEntry) || !strings.Contains(err.Error(), c.field) {
 			t.Errorf("%s: %v, want ErrInvalidEntry naming %q", name, err, c.field)
 		}
 	}
@@ -169,10 +169,10 @@ func TestWriteRefusesAnIncompleteEntry(t *testing.T) {
 		t.Fatalf("%d rows written by refused entries", n)
 	}
 	long := valid
-	long.Ticket = strings.Repeat("é", operatoraudit.MaxLength)
+	long.Ticket = strings.Repeat("é", operator.MaxAuditLength)
 	write(t, pool, long)
 	if n := count(t, pool, "operator_audit"); n != 1 {
-		t.Fatalf("a %d-character ticket: %d rows", operatoraudit.MaxLength, n)
+		t.Fatalf("a %d-character ticket: %d rows", operator.MaxAuditLength, n)
 	}
 }
 
@@ -180,10 +180,10 @@ func TestWriteRefusesAnIncompleteEntry(t *testing.T) {
 // savepoint, then the audit row in the outer transaction.
 func replay(ctx context.Context, pool *pgxpool.Pool, dryRun bool, effect func(pgx.Tx) error) error {
 	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if err := operatoraudit.InSavepoint(ctx, tx, dryRun, effect); err != nil {
+		if err := operator.InSavepoint(ctx, tx, dryRun, effect); err != nil {
 			return err
 		}
-		return operatoraudit.Write(ctx, tx, operatoraudit.Entry{Action: "parked.replay", Actor: "alice", Ticket: "INC-1", DryRun: dryRun, Affected: 1})
+		return operator.WriteAudit(ctx, tx, operator.AuditEntry{Action: "parked.replay", Actor: "alice", Ticket: "INC-1", DryRun: dryRun, Affected: 1})
 	})
 }
 
@@ -211,7 +211,7 @@ func TestInSavepoint(t *testing.T) {
 	if got := state(); got != "effect 0, audit 1" {
 		t.Fatalf("dry run: %s", got)
 	}
-	if recs, _, err := operatoraudit.List(ctx, pool, operatoraudit.Filter{}); err != nil || !recs[0].DryRun {
+	if recs, _, err := operator.ListAudit(ctx, pool, operator.AuditFilter{}); err != nil || !recs[0].DryRun {
 		t.Fatalf("dry run audited as such: %+v, %v", recs, err)
 	}
 

@@ -1,4 +1,4 @@
-package operatorauth_test
+package operator_test
 
 import (
 	"context"
@@ -12,12 +12,12 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/lossless-dev/lossless/pkg/operatorauth"
+	"github.com/lossless-dev/lossless/pkg/operator"
 )
 
 const token = "0123456789abcdef0123456789abcdef"
 
-func call(t *testing.T, g *operatorauth.Guard, method, auth string) codes.Code {
+func call(t *testing.T, g *operator.Guard, method, auth string) codes.Code {
 	t.Helper()
 	ctx := context.Background()
 	if auth != "" {
@@ -34,7 +34,7 @@ func call(t *testing.T, g *operatorauth.Guard, method, auth string) codes.Code {
 
 func TestGuardAdmitsOnlyTheTokenOnGuardedMethods(t *testing.T) {
 	t.Parallel()
-	g, err := operatorauth.New(token, "X_TOKEN", slog.New(slog.DiscardHandler))
+	g, err := operator.NewGuard(token, "X_TOKEN", slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +56,7 @@ func TestGuardAdmitsOnlyTheTokenOnGuardedMethods(t *testing.T) {
 
 func TestUnsetTokenRefusesEveryGuardedCall(t *testing.T) {
 	t.Parallel()
-	g, err := operatorauth.New("", "X_TOKEN", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	g, err := operator.NewGuard("", "X_TOKEN", slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,11 +72,11 @@ func TestUnsetTokenRefusesEveryGuardedCall(t *testing.T) {
 
 func TestShortTokenIsRefusedNamingTheVariable(t *testing.T) {
 	t.Parallel()
-	_, err := operatorauth.New("short", "X_TOKEN", slog.New(slog.DiscardHandler))
+	_, err := operator.NewGuard("short", "X_TOKEN", slog.New(slog.DiscardHandler))
 	if err == nil || !strings.Contains(err.Error(), "X_TOKEN") || !strings.Contains(err.Error(), "32") {
 		t.Fatalf("err = %v, want it to name X_TOKEN and the minimum", err)
 	}
-	if err := operatorauth.Validate("X_TOKEN", ""); err != nil {
+	if err := operator.ValidateToken("X_TOKEN", ""); err != nil {
 		t.Fatalf("empty token (disabled) must be valid: %v", err)
 	}
 }

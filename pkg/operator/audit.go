@@ -1,4 +1,5 @@
-// Package operatoraudit writes and reads the services' operator_audit log:
+// The operator audit (table operator_audit): the services'
+// log of privileged operator actions,
 // one row per privileged operator action (replay, requeue, retry,
 // re-hand-off), dry runs included, saying who acted under which ticket with
 // which parameters and how many rows it touched. The work-order and billing
@@ -7,10 +8,11 @@
 // migrations/billing/00002_operator_audit.sql); this package's tests fail
 // when the two differ.
 //
-// An action writes its row in the transaction of its effect (Write takes
+// An action writes its row in the transaction of its effect (WriteAudit takes
 // that transaction), so no action commits unaudited. InSavepoint runs an action's effect so that a dry run
 // rolls the effect back and still commits the audit row.
-package operatoraudit
+
+package operator
 
 import (
 	"context"
@@ -27,35 +29,35 @@ import (
 	"github.com/lossless-dev/lossless/pkg/pgtext"
 )
 
-// MaxLength is the CHECK limit of ticket and actor, in characters.
-const MaxLength = 200
+// MaxAuditLength is the CHECK limit of ticket and actor, in characters.
+const MaxAuditLength = 200
 
-// Bounds of Filter.Limit.
+// Bounds of AuditFilter.Limit.
 const (
-	DefaultLimit = 50
-	MaxLimit     = 500
+	DefaultAuditLimit = 50
+	MaxAuditLimit     = 500
 )
 
 var (
-	// ErrInvalidEntry refuses an Entry without an action, or with a
+	// ErrInvalidAuditEntry refuses an AuditEntry without an action, or with a
 	// missing, overlong or unstorable ticket or actor; nothing was written.
-	ErrInvalidEntry = errors.New("operatoraudit: invalid entry")
-	// ErrInvalidFilter refuses a Filter out of range.
-	ErrInvalidFilter = errors.New("operatoraudit: invalid filter")
+	ErrInvalidAuditEntry = errors.New("operator: invalid entry")
+	// ErrInvalidAuditFilter refuses a AuditFilter out of range.
+	ErrInvalidAuditFilter = errors.New("operator: invalid filter")
 )
 
-// DB is what Write and List need: a pool, a connection or a transaction.
-type DB interface {
+// AuditDB is what WriteAudit and List need: a pool, a connection or a transaction.
+type AuditDB interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
-// Entry is one privileged action to record.
-type Entry struct {
-	// Action names it, e.g. "parked.replay" (required).
+// AuditEntry is one privileged action to record.
+type AuditEntry struct {
+	// Action names it, e.g. "outbox.requeue" or "intake.replay-parked" (required).
 	Action string
 	// Actor is who acted and Ticket the change or incident it was done
-	// under (both required, at most MaxLength characters; trimmed).
+	// under (both required, at most MaxAuditLength characters; trimmed).
 	Actor, Ticket string
 	// DryRun: the action reported what it would do and changed nothing.
 	DryRun bool
@@ -74,8 +76,8 @@ func ValidateAuthorization(ticket, actor string) error {
 		switch v := strings.TrimSpace(f.v); {
 		case v == "":
 			errs = append(errs, fmt.Errorf("%s is required", f.name))
-		case utf8.RuneCountInString(v) > MaxLength:
-			errs = append(errs, fmt.Errorf("%s: at most %d characters", f.name, MaxLength))
+		case utf8.RuneCountInString(v) > MaxAuditLength:
+			errs = append(errs, fmt.Errorf("%s: at most %d characters", f.name, MaxAuditLength))
 		case pgtext.Problem(v) != "":
 			errs = append(errs, fmt.Errorf("%s %s", f.name, pgtext.Problem(v)))
 		}
@@ -88,24 +90,24 @@ const insertEntry = `
 INSERT INTO operator_audit (action, actor, ticket, dry_run, params, affected)
 VALUES ($1, $2, $3, $4, $5, $6)`
 
-// Write records e through tx, normally the transaction of the action, so
+// WriteAudit records e through tx, normally the transaction of the action, so
 // that the row exists if and only if the action committed. Ticket and actor
 // are stored trimmed.
-func Write(ctx context.Context, tx DB, e Entry) error {
+func WriteAudit(ctx context.Context, tx AuditDB, e AuditEntry) error {
 	err := ValidateAuthorization(e.Ticket, e.Actor)
 	if strings.TrimSpace(e.Action) == "" {
 		err = errors.Join(err, errors.New("action is required"))
 	}
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidEntry, err)
+		return fmt.Errorf("%w: %w", ErrInvalidAuditEntry, err)
 	}
 	p, err := json.Marshal(e.Params)
 	if err != nil {
-		return fmt.Errorf("operatoraudit: %s params: %w", e.Action, err)
+		return fmt.Errorf("operator: %s params: %w", e.Action, err)
 	}
 	_, err = tx.Exec(ctx, insertEntry, e.Action, strings.TrimSpace(e.Actor), strings.TrimSpace(e.Ticket), e.DryRun, p, e.Affected)
 	if err != nil {
-		return fmt.Errorf("operatoraudit: write %s: %w", e.Action, err)
+		return fmt.Errorf("operator: write %s: %w", e.Action, err)
 	}
 	return nil
 }
@@ -132,8 +134,8 @@ func InSavepoint(ctx context.Context, tx pgx.Tx, dryRun bool, fn func(pgx.Tx) er
 	return sp.Commit(ctx)
 }
 
-// Record is one operator_audit row.
-type Record struct {
+// AuditRecord is one operator_audit row.
+type AuditRecord struct {
 	ID         int64
 	Action     string
 	Actor      string
@@ -144,13 +146,13 @@ type Record struct {
 	OccurredAt time.Time
 }
 
-// Filter selects operator_audit rows; empty fields match all.
-type Filter struct {
+// AuditFilter selects operator_audit rows; empty fields match all.
+type AuditFilter struct {
 	Action, Actor, Ticket string
 	// BeforeID pages backwards: only rows with a smaller id (0: from the
 	// newest).
 	BeforeID int64
-	// Limit caps the result; 0 means DefaultLimit, at most MaxLimit.
+	// Limit caps the result; 0 means DefaultAuditLimit, at most MaxAuditLimit.
 	Limit int
 }
 
@@ -165,21 +167,21 @@ WHERE ($1 = '' OR action = $1) AND ($2 = '' OR actor = $2) AND ($3 = '' OR ticke
 ORDER BY id DESC
 LIMIT $5`
 
-// List returns the rows matching f, newest first, and whether more follow.
-func List(ctx context.Context, db DB, f Filter) (records []Record, more bool, err error) {
+// ListAudit returns the rows matching f, newest first, and whether more follow.
+func ListAudit(ctx context.Context, db AuditDB, f AuditFilter) (records []AuditRecord, more bool, err error) {
 	switch {
-	case f.Limit < 0 || f.Limit > MaxLimit || f.BeforeID < 0:
-		return nil, false, fmt.Errorf("%w: limit %d (0..%d), before id %d", ErrInvalidFilter, f.Limit, MaxLimit, f.BeforeID)
+	case f.Limit < 0 || f.Limit > MaxAuditLimit || f.BeforeID < 0:
+		return nil, false, fmt.Errorf("%w: limit %d (0..%d), before id %d", ErrInvalidAuditFilter, f.Limit, MaxAuditLimit, f.BeforeID)
 	case f.Limit == 0:
-		f.Limit = DefaultLimit
+		f.Limit = DefaultAuditLimit
 	}
 	// One more than asked for tells whether more follow.
 	rows, err := db.Query(ctx, listEntries, f.Action, f.Actor, f.Ticket, f.BeforeID, f.Limit+1)
 	if err != nil {
-		return nil, false, fmt.Errorf("operatoraudit: list: %w", err)
+		return nil, false, fmt.Errorf("operator: list: %w", err)
 	}
-	records, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Record, error) {
-		var a Record
+	records, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (AuditRecord, error) {
+		var a AuditRecord
 		var params []byte
 		if err := r.Scan(&a.ID, &a.Action, &a.Actor, &a.Ticket, &a.DryRun, &params, &a.Affected, &a.OccurredAt); err != nil {
 			return a, err
@@ -190,7 +192,7 @@ func List(ctx context.Context, db DB, f Filter) (records []Record, more bool, er
 		return a, nil
 	})
 	if err != nil {
-		return nil, false, fmt.Errorf("operatoraudit: list: %w", err)
+		return nil, false, fmt.Errorf("operator: list: %w", err)
 	}
 	if len(records) > f.Limit {
 		return records[:f.Limit], true, nil

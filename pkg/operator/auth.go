@@ -1,8 +1,9 @@
-// Package operatorauth guards operator-only gRPC methods with a bearer token
+// The operator token guards operator-only gRPC methods with a bearer token
 // (`authorization: Bearer <token>`; the REST gateway forwards the HTTP
 // Authorization header as that metadata). It fails closed: without a
 // configured token every guarded call is refused.
-package operatorauth
+
+package operator
 
 import (
 	"context"
@@ -19,16 +20,16 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// MinLength is the shortest token accepted: 32 characters, e.g. the output of
+// MinTokenLength is the shortest token accepted: 32 characters, e.g. the output of
 // `openssl rand -hex 16` or more; a short token can be guessed.
-const MinLength = 32
+const MinTokenLength = 32
 
-// Validate checks a configured token: empty (guarded methods refuse every
-// call) or at least MinLength characters. The error names envName.
-func Validate(envName, token string) error {
-	if token != "" && len(token) < MinLength {
+// ValidateToken checks a configured token: empty (guarded methods refuse every
+// call) or at least MinTokenLength characters. The error names envName.
+func ValidateToken(envName, token string) error {
+	if token != "" && len(token) < MinTokenLength {
 		return fmt.Errorf("%s: the operator token must be at least %d characters (e.g. openssl rand -hex 32), got %d",
-			envName, MinLength, len(token))
+			envName, MinTokenLength, len(token))
 	}
 	return nil
 }
@@ -41,21 +42,21 @@ type Guard struct {
 	logger  *slog.Logger
 }
 
-// New returns a guard for token, read from the environment variable envName
+// NewGuard returns a guard for token, read from the environment variable envName
 // (named in refusals and errors). An empty token disarms the guard: every
 // guarded call is refused with PERMISSION_DENIED.
-func New(token, envName string, logger *slog.Logger) (*Guard, error) {
+func NewGuard(token, envName string, logger *slog.Logger) (*Guard, error) {
 	if logger == nil || envName == "" {
-		return nil, errors.New("operatorauth: New needs a logger and the variable name")
+		return nil, errors.New("operator: NewGuard needs a logger and the variable name")
 	}
-	if err := Validate(envName, token); err != nil {
+	if err := ValidateToken(envName, token); err != nil {
 		return nil, err
 	}
 	g := &Guard{armed: token != "", envName: envName, logger: logger}
 	if g.armed {
 		g.digest = sha256.Sum256([]byte(token))
 	} else {
-		logger.Warn("operatorauth: " + envName + " is not set; operator endpoints refuse every call")
+		logger.Warn("operator: " + envName + " is not set; operator endpoints refuse every call")
 	}
 	return g, nil
 }
@@ -107,7 +108,7 @@ func (g *Guard) Authorize(ctx context.Context) error {
 	tok, ok := strings.CutPrefix(vals[0], "Bearer ")
 	got := sha256.Sum256([]byte(tok))
 	if !ok || subtle.ConstantTimeCompare(got[:], g.digest[:]) != 1 {
-		g.logger.WarnContext(ctx, "operatorauth: call with a wrong operator token refused")
+		g.logger.WarnContext(ctx, "operator: call with a wrong operator token refused")
 		return status.Error(codes.PermissionDenied, "operator token refused")
 	}
 	return nil

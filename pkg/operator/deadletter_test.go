@@ -1,4 +1,4 @@
-package deadletter_test
+package operator_test
 
 import (
 	"context"
@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lossless-dev/lossless/internal/deadletter"
 	"github.com/lossless-dev/lossless/internal/topology"
+	"github.com/lossless-dev/lossless/pkg/operator"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/pubsubtest"
 	"github.com/lossless-dev/lossless/pkg/waitfor"
@@ -33,30 +33,30 @@ func TestReplay_AcksHandledReleasesTheRest(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	r, err := deadletter.New(emu.Client, topology.SubWorkOrderCompletedDeadLetter, slog.New(slog.DiscardHandler))
+	r, err := operator.NewDeadLetterReplayer(emu.Client, topology.SubWorkOrderCompletedDeadLetter, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.Replay(ctx, deadletter.Request{MaxMessages: deadletter.MaxMessagesLimit + 1}, nil); !errors.Is(err, deadletter.ErrInvalidRequest) {
+	if _, err := r.Replay(ctx, operator.DeadLetterRequest{MaxMessages: operator.MaxDeadLetters + 1}, nil); !errors.Is(err, operator.ErrInvalidRequest) {
 		t.Fatalf("max above the limit: %v", err)
 	}
 	mustNotRun := func(context.Context, []*pubsub.Received) []error {
 		t.Error("handler called")
 		return nil
 	}
-	dry, err := r.Replay(ctx, deadletter.Request{MaxMessages: 10, DryRun: true}, mustNotRun)
+	dry, err := r.Replay(ctx, operator.DeadLetterRequest{MaxMessages: 10, DryRun: true}, mustNotRun)
 	if err != nil || !dry.DryRun {
 		t.Fatalf("dry run: %+v %v", dry, err)
 	}
 	// A listed id never pulled: everything pulled is released untouched.
-	if _, err := r.Replay(ctx, deadletter.Request{MaxMessages: 10, MessageIDs: []string{"no-such-id"}}, mustNotRun); err != nil {
+	if _, err := r.Replay(ctx, operator.DeadLetterRequest{MaxMessages: 10, MessageIDs: []string{"no-such-id"}}, mustNotRun); err != nil {
 		t.Fatal(err)
 	}
 	selected := []string{ids["ok-1"], ids["fails"], ids["ok-2"]}
 	handled := map[string]int{}
 	failedSeen := false
 	waitfor.Condition(t, 30*time.Second, "both good messages handled", func() bool {
-		res, err := r.Replay(ctx, deadletter.Request{MaxMessages: 10, MessageIDs: selected},
+		res, err := r.Replay(ctx, operator.DeadLetterRequest{MaxMessages: 10, MessageIDs: selected},
 			func(_ context.Context, ms []*pubsub.Received) []error {
 				errs := make([]error, len(ms))
 				for i, m := range ms {
@@ -83,7 +83,7 @@ func TestReplay_AcksHandledReleasesTheRest(t *testing.T) {
 	// ones were acked and never come back.
 	var rest []string
 	waitfor.Condition(t, 30*time.Second, "failed and unselected messages still on the subscription", func() bool {
-		_, err := r.Replay(ctx, deadletter.Request{MaxMessages: 10}, func(_ context.Context, ms []*pubsub.Received) []error {
+		_, err := r.Replay(ctx, operator.DeadLetterRequest{MaxMessages: 10}, func(_ context.Context, ms []*pubsub.Received) []error {
 			for _, m := range ms {
 				rest = append(rest, string(m.Data))
 			}
