@@ -2,6 +2,13 @@
 // (and the HTTP gateway) see one consistent shape: a status code plus
 // machine-readable details (google.rpc.BadRequest field violations,
 // google.rpc.ErrorInfo reasons).
+//
+// Lesson: an API error is a contract, not a log line: a client must be able
+// to tell "fix this field" from "retry later" from the code and details alone,
+// and never sees database text. Guards F15 (an outage answers UNAVAILABLE
+// "database unavailable; retry" with a retry delay, which the gateway turns
+// into 503 and Retry-After; Public hides the cause) and H7 (hostile request
+// text is a 400 whose field violations name the field).
 package apierror
 
 import (

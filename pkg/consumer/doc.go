@@ -21,6 +21,10 @@
 // recognised as a duplicate, or parked) and, with the service's own unique
 // keys, I3 (one invoice per work order).
 //
+// Next hop: pkg/leasequeue; billing's apply enqueues the invoice job in the
+// consumer's transaction. (Workorder's invoicing runs the same skeleton on
+// InvoiceIssued: the order becomes INVOICED, the end of its path.)
+//
 // # The path of a message
 //
 //	decode (Handler.Decode, pure) ─ refused ─────────────────────────────┐

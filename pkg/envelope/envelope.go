@@ -11,6 +11,14 @@
 // (pkg/pgtext) and event ids longer than the event_id columns hold, so that
 // such a message is parked with the rule it broke instead of failing a
 // statement, and with it its whole batch.
+//
+// Lesson: decide a message's fate from the message alone, before any
+// statement runs, so that one bad message is parked with a readable reason and
+// never takes its batch-mates down with it (ADR 0010). Guards H2 (bytes the
+// database refuses, over-long event ids), H3 (a payload over the cap, refused
+// unparsed) and H5 (an event type the consumer does not read), and so the
+// classification half of I5: a refused message is a business rejection to
+// park, never a technical failure to retry.
 package envelope
 
 import (

@@ -3,6 +3,16 @@
 // draft; gRPC metadata `idempotency-key`), and a retry with the same key gets
 // the original response instead of a second effect.
 //
+// Lesson: a client cannot know whether a call that timed out took effect, so
+// the server must make the retry harmless; recording the key in the business
+// transaction makes "this key's effect" and "the effect" commit or vanish
+// together. Guards F15's client side (a create that met an outage is retried
+// with the same key and creates exactly one order), F3 (a rolled-back create
+// leaves no key behind) and H7 (a malformed key is refused, ParseKey).
+//
+// Next hop: pkg/outbox, whose Append writes the order's hand-off event in the
+// same transaction as the key.
+//
 // # Guarantees
 //
 // The key is recorded in the SAME database transaction as the business write

@@ -5,6 +5,23 @@
 // nack + retry policy + dead-letter topic: docs/adr/0007; how errors are
 // classified and retried: docs/adr/0008.
 //
+// Lesson: a consumer that stores a message durably before it acks, and applies
+// it later from its own table, can lose nothing, apply nothing twice, keep
+// one key's messages in order and wait for a condition (a hand-off not yet
+// recorded) without holding the broker. Guards F4 and F10 (a copy or a
+// redelivery stores nothing new), F5 and F8 (Defer, MakeDue: deferred, then
+// parked at the deadline), F9 and H1 (poison and unstorable bytes parked
+// alone, batch-mates stored), F11 (two event types of one key keep their
+// order), F15 (an outage fails Ingest: nack, redelivered) and H9 (a panicking
+// handler parks its entry); and the invariants I2 (nothing lost on receipt),
+// I4 (per-key order), I5 (business rejections parked, technical failures
+// retried), I6 (audited replay through the same relay) and I7 (the
+// oldest-open-age and parked-count gauges).
+//
+// Next hop: pkg/outboxpubsub; the handler that applies a completion appends
+// the order's next event to pkg/outbox in the relay's transaction, and that
+// dispatcher publishes it.
+//
 // The package is generic: it knows nothing of the service's events. A
 // service supplies the decoding (into a Message) and the effect (a Handler).
 //

@@ -2,6 +2,18 @@
 // lease with a fencing token, so that each job has exactly one effect across
 // crashes, stalls, lease expiries and any number of worker replicas.
 //
+// Lesson: a lease alone cannot stop a worker that was paused past its lease
+// from writing after its successor; a fencing token checked by every write
+// can, and committing the effect in the fenced "done" transaction turns
+// "at least once" work into exactly one effect. Guards F12 (a dead worker's
+// jobs are redone after the lease), F13 (a stale worker's completion is
+// fenced off) and the invariants I3 (one invoice per work order, with the
+// unique keys), I6 (audited retry of dead jobs) and I7 (the dead and
+// expired-lease gauges).
+//
+// Next hop: pkg/outbox; the issuer's Complete closure appends InvoiceIssued,
+// which pkg/outboxpubsub publishes back to the work order's pkg/consumer.
+//
 // # Guarantees
 //
 // A job is claimed in batches with FOR UPDATE SKIP LOCKED. The claim writes an

@@ -5,6 +5,22 @@
 // Nothing is sent from inside the business transaction, so there is no dual
 // write to lose or invent a message.
 //
+// Lesson: a service cannot commit its database and call another system
+// atomically, so it commits the message with the change and sends it after
+// the commit, at least once, under an id that lets the receiver drop the
+// copies. Guards F1 (a crash before the dispatch: the event is sent after the
+// restart), F2 (a crash after it: sent again with the same id), F3 (a
+// rollback leaves no event), F15 and F16 (the database or the destination
+// down: backoff, or a circuit that charges no attempts), H9 (a dispatch that
+// kills its relay ends FAILED) and H10 (a slow-mode dispatch that outlives
+// its lease is redone and its stale outcome discarded); and the invariants I1
+// (outbox atomicity), I4 (per-aggregate order) and I7 (the oldest pending
+// age).
+//
+// Next hop: the hand-off's dispatcher calls the provider, whose completion
+// comes back through Pub/Sub into pkg/inbox; events for Pub/Sub leave
+// through pkg/outboxpubsub.
+//
 // # Guarantees
 //
 //   - Atomicity: an event exists if and only if the transaction that

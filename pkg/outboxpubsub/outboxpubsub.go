@@ -5,6 +5,13 @@
 // so a subscription with message ordering receives one aggregate's events in
 // the order the relay dispatched them.
 //
+// Lesson: a publish is a dispatch like any other once its errors are
+// classified (unreachable: outbox.Unavailable; refused: retry.Permanent).
+// Guards F2 (one event_id across re-publishes) and F16 (Pub/Sub down: no
+// attempt charged, the backlog goes once a probe succeeds).
+//
+// Next hop: pkg/consumer, which billing's intake runs on workorder-events.
+//
 // One Dispatcher publishes to one topic; register it for each event type
 // that goes there, and group those types into one circuit so that an outage
 // of the topic stops them all:

@@ -20,6 +20,17 @@
 // fixed, replay a row through the consumer's normal path (Replay), which
 // records who replayed it under which ticket in the same transaction.
 //
+// Lesson: a consumer that cannot process a message must neither drop it nor
+// retry it forever; it keeps it, raw and with its reason, where a person sees
+// it. Guards H2 (the row stores whatever bytes the message carries; the
+// offending message alone is isolated) and the storing of H3's and H5's
+// refusals, for the invariants I2 (parked is one of the three fates of a
+// received message), I5 (business rejections parked and counted by reason)
+// and I6 (replay through the consumer's path, with ticket and actor).
+//
+// Next hop: pkg/consumer; a parked message rejoins the order's path only when
+// Replay sends it back through its consumer.
+//
 // Schema: table parked_messages, created by Migrations in the PostgreSQL
 // schema given to WithSchema (default public). This package parks plain consumers' messages; the
 // transactional inbox (pkg/inbox) keeps its own poison entries in place.

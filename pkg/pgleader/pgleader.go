@@ -18,6 +18,13 @@
 //
 // Each leader holds one connection of its pool for as long as it leads, so
 // a service puts all its singleton loops under one Leader.
+//
+// Lesson: run once-per-system loops on one replica by letting PostgreSQL, not
+// the replicas, decide who leads, and know the limit of that answer: it
+// dedupes work, it does not fence it. Guards two unnumbered rows of
+// docs/failure-modes.md: a leader whose session is lost (another replica takes
+// over within RetryInterval; lossless_pgleader_leading shows where) and a
+// transaction-mode pooler (refused, because the session lock needs a session).
 package pgleader
 
 import (

@@ -11,6 +11,12 @@
 // migrate runs against one database are serialised by a session-level
 // advisory lock (goose's Postgres session locker), so two migrate Jobs of a
 // rolling deploy cannot race.
+//
+// Lesson: a pattern package owns its schema the way it owns its code, and
+// applies it by the same path everywhere (ADR 0011). It guards no numbered
+// failure mode of its own; every guard that relies on a table, a unique key
+// or an index relies on this package having created it, identically in
+// tests and production.
 package pgmigrate
 
 import (

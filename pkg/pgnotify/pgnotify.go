@@ -8,6 +8,13 @@
 // outbox.Append) and InTx sends after the commit, nothing after a rollback.
 // Defer and Flush are its parts, for a loop that manages its transaction
 // itself.
+//
+// Lesson: a notification is a hint, never the record: the rows are, so a
+// relay that listens still polls, and a lost NOTIFY costs latency, never a
+// row. It guards no numbered failure mode; it is the "Wake-ups" entry of
+// docs/failure-modes.md: a writer killed between its commit and the
+// notification, or a failed send, delays its rows by one poll (ADR 0002
+// revision 4).
 package pgnotify
 
 import (

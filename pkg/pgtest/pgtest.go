@@ -12,6 +12,12 @@
 // migration run. Use it from TestMain:
 //
 //	func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+//
+// Lesson: a test of a database pattern proves nothing against a fake; locks,
+// SKIP LOCKED, unique keys and SQLSTATEs only exist on the real server. It
+// guards no failure mode itself: it is where the tests of F1–F16, H1–H10 and
+// I1–I7 in pkg/ run (StartCluster also lets a test stop and restart its own
+// server, as F15's does).
 package pgtest
 
 import (

@@ -12,6 +12,12 @@
 //
 // Go's encoding/json does not help here: it silently replaces invalid UTF-8
 // with U+FFFD, so a bad attribute would be stored changed instead of refused.
+//
+// Lesson: know what the database will refuse before you send it, so that a
+// value's problem is one message's verdict and not its batch's failure.
+// Guards H1 (the inbox's unstorable ids and attributes, stored escaped as
+// \xHH with the rule in the reason) and H2 (the same for plain consumers'
+// parked rows).
 package pgtext
 
 import (

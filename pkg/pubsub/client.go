@@ -8,6 +8,12 @@
 // and the project id differ. What the emulators do not implement, and what
 // covers each gap, is in docs/adr/0004-pubsub-emulator.md; the message
 // contract is in docs/adr/0005-message-contract.md.
+//
+// Lesson: with at-least-once delivery the ack is the commit point of the
+// consumer, so only the handler's result may give it, and only after the
+// handler stored what it received. Guards H4 (a handler call is bounded by
+// MaxBatchBytes), the ack-after-store half of I2 (with F10: a lost ack is a
+// redelivery, never a loss), and I7's dead-letter depth (DeadLetterMonitor).
 package pubsub
 
 import (

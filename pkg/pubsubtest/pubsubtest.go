@@ -3,6 +3,11 @@
 // a topology provisioned. Tests talk to it through the same client
 // code as production (never an in-memory stub of the client), and can hand
 // Addr to a child process as PUBSUB_EMULATOR_HOST.
+//
+// Lesson: test messaging against a real gRPC endpoint, so acks, nacks,
+// redeliveries and ordering keys behave as the client sees them. It guards no
+// failure mode itself: the Pub/Sub side of F4, F10, F16 and H4's tests runs
+// on it.
 package pubsubtest
 
 import (

@@ -11,6 +11,14 @@
 //     drains (Shutdown);
 //  3. everything is awaited up to ShutdownTimeout; past it, gRPC is stopped
 //     hard and Run returns an error, so the exit code tells the truth.
+//
+// Lesson: every bound a service needs at its edge (body size, header, read,
+// idle and request deadlines) and on its way out (a shutdown that ends) is
+// set once here, so no service can forget one. Guards H6 (oversize and slow
+// HTTP requests: 413, 408, cut-offs, a deadline on every handler), the
+// deadline that ends H8's queued requests, and F15's HTTP answer (a
+// RetryInfo becomes Retry-After). A worker that returns an error stops the
+// process, so a relay never stops silently.
 package server
 
 import (

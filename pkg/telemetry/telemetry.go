@@ -16,6 +16,13 @@
 //
 // Nothing here is global: Setup returns providers that the service passes to
 // the components that need them.
+//
+// Lesson: a stall nobody can see is a loss waiting to happen; one wiring of
+// logs, metrics and traces in every service makes each stall a number with
+// an alert. It carries I7 (every gauge the pattern packages register, from
+// the oldest pending outbox event to dead jobs, is exported on /metrics) and
+// refuses the trace settings the SDK would ignore (the "misconfigured trace
+// export" row of docs/failure-modes.md).
 package telemetry
 
 import (

@@ -1,6 +1,10 @@
 // Package waitfor synchronises tests on conditions with a deadline instead of
 // sleeps: a sleep is either too short on a loaded CI machine or wastes time on
 // a fast one.
+//
+// Lesson: a test waits for the effect it asserts (a row's status, a counter),
+// never for a duration. It guards no failure mode itself; it keeps the
+// failure-mode tests of pkg/ deterministic on a loaded machine.
 package waitfor
 
 import (
