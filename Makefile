@@ -94,7 +94,9 @@ demo: ## Create orders against a running stack and print a summary, e.g. make de
 # bench/raw*.json and bench/data are the run's raw output (not committed); bench/report.md and bench/plots
 # are written from them. B2 and B6 run at their design length: B2's targets are defined over 5 min and
 # 60 s after the release (vacuum's catch-up), B6's against the drain of 10,000 orders, whose one-deadline
-# tail of timed-out calls outweighs a shorter run (docs/performance.md). The watermill and River comparisons are
+# tail of timed-out calls outweighs a shorter run (docs/performance.md). The pattern packages' benchmarks
+# (bench/outbox, bench/outboxpubsub, bench/leasequeue) are packages of the main module, which ./... reaches; the
+# fsync and pg_stat_statements knobs reach pkg/pgtest through internal/benchkit. The watermill and River comparisons are
 # modules of their own, which `./...` does not reach: each runs as bench-watermill / bench-river does, with
 # -json. The report is written even when a benchmark fails (its row says so); the target then exits non-zero.
 BENCH_DATA ?= bench/data

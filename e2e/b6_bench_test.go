@@ -21,9 +21,9 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/lossless-dev/lossless/internal/benchkit"
 	"github.com/lossless-dev/lossless/internal/localstack"
 	"github.com/lossless-dev/lossless/pkg/outbox"
-	"github.com/lossless-dev/lossless/pkg/pgtest"
 )
 
 // b6Sample is how often B6 samples the workorder database while it drains.
@@ -138,7 +138,7 @@ func b6Run(ctx context.Context, b *testing.B, binDir string, p b6Params) {
 	stack, err := localstack.Start(ctx, localstack.Config{
 		BinDir: binDir,
 		Ports:  ports,
-		Fsync:  os.Getenv(pgtest.EnvFsync) == "on",
+		Fsync:  os.Getenv(benchkit.EnvFsync) == "on",
 		Log:    logw,
 		ExtraEnv: map[string][]string{
 			"provider-sim": {

@@ -23,6 +23,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/lossless-dev/lossless/internal/benchkit"
 	"github.com/lossless-dev/lossless/internal/loadgen"
 	"github.com/lossless-dev/lossless/internal/localstack"
 	"github.com/lossless-dev/lossless/internal/orderhop"
@@ -209,7 +210,7 @@ func BenchmarkB5_EndToEndLatency(b *testing.B) {
 			fmt.Fprintf(&tbl, "\nPostgreSQL during the 50%% phase: the %d statements with the most execution time (pg_stat_statements):\n%s",
 				min(len(statements), b5TopStatements), b5StatementTable(statements[:min(len(statements), b5TopStatements)]))
 		} else {
-			fmt.Fprintf(&tbl, "\nPostgreSQL statements: not measured (start with %s=on; make bench does)\n", pgtest.EnvStatStatements)
+			fmt.Fprintf(&tbl, "\nPostgreSQL statements: not measured (start with %s=on; make bench does)\n", benchkit.EnvStatStatements)
 		}
 		fmt.Fprint(os.Stderr, tbl.String())
 
@@ -712,7 +713,7 @@ type b5Statement struct {
 
 // b5ResetStatements zeroes pg_stat_statements, creating its view in the
 // server's own database first; false if the module is not preloaded
-// (pgtest.EnvStatStatements).
+// (benchkit.EnvStatStatements).
 func b5ResetStatements(ctx context.Context, b *testing.B, serverDSN string) bool {
 	b.Helper()
 	conn, err := pgx.Connect(ctx, serverDSN)

@@ -20,13 +20,16 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/lossless-dev/lossless/internal/benchkit"
 	"github.com/lossless-dev/lossless/internal/loadgen"
 	"github.com/lossless-dev/lossless/internal/localstack"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
 	"github.com/lossless-dev/lossless/pkg/waitfor"
 )
 
-func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+// TestMain takes the test server from the environment (internal/benchkit):
+// make bench runs the benchmarks with fsync on.
+func TestMain(m *testing.M) { os.Exit(benchkit.Main(m)) }
 
 // Orders of the run: the issue asks for 200+.
 const orders = 240

@@ -19,9 +19,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/lossless-dev/lossless/internal/benchkit"
 	"github.com/lossless-dev/lossless/internal/loadgen"
 	"github.com/lossless-dev/lossless/internal/localstack"
-	"github.com/lossless-dev/lossless/pkg/pgtest"
 )
 
 // Definitions of benchmark M1.
@@ -170,7 +170,7 @@ func BenchmarkM1_Memory(b *testing.B) {
 		_ = tw.Flush()
 		b.Logf("M1 go=%s GOMAXPROCS=%d PostgreSQL %s fsync=%s: capacity %.1f orders/s (closed loop, %d orders); 50%% load %.1f orders/s for %v (%d orders); burst offered %.1f, created %.1f orders/s for %v (%d orders); all %d invoiced exactly once\n%s"+
 			"target: every service ≤ %d MB sampled RSS in the 50%% and burst+drain phases; bounded = burst+drain max ≤ %.1f × steady max and end (after a %v idle settle) ≤ %.1f × steady max",
-			runtime.Version(), runtime.GOMAXPROCS(0), m1ServerVersion(ctx, b, stack), os.Getenv(pgtest.EnvFsync), capacity.InvoicedPerSec, capacity.Created,
+			runtime.Version(), runtime.GOMAXPROCS(0), m1ServerVersion(ctx, b, stack), os.Getenv(benchkit.EnvFsync), capacity.InvoicedPerSec, capacity.Created,
 			rate, steadyFor, steady.Created, m1BurstFactor*rate, burst.AchievedRate, burstFor, burst.Created, created,
 			tbl.String(), m1LimitMB, m1BurstBound, settleFor, m1EndBound)
 	}

@@ -21,9 +21,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/lossless-dev/lossless/internal/benchkit"
 	"github.com/lossless-dev/lossless/internal/loadgen"
 	"github.com/lossless-dev/lossless/internal/localstack"
-	"github.com/lossless-dev/lossless/pkg/pgtest"
 )
 
 // Definitions of benchmark R1.
@@ -133,7 +133,7 @@ func r1Pass(ctx context.Context, b *testing.B, binDir string, cfg r1Config, ptc 
 	stack, err := localstack.Start(ctx, localstack.Config{
 		BinDir: binDir,
 		Ports:  ports,
-		Fsync:  os.Getenv(pgtest.EnvFsync) == "on",
+		Fsync:  os.Getenv(benchkit.EnvFsync) == "on",
 		Log:    logw,
 		ExtraEnv: map[string][]string{"provider-sim": {
 			"PROVIDER_FAULT_PUBLISH_THEN_CRASH=" + strconv.FormatFloat(ptc, 'f', -1, 64),

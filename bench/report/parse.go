@@ -216,7 +216,7 @@ func parseResult(m []string) (Result, bool) {
 }
 
 // Find returns the run of a benchmark function in a package given relative
-// to the module ("pkg/outbox"), or nil.
+// to the module ("bench/outbox"), or nil.
 func (r *Run) Find(pkg, fn string) *BenchRun {
 	for _, b := range r.Benchmarks {
 		if b.Func == fn && (b.Package == pkg || strings.HasSuffix(b.Package, "/"+pkg)) {

@@ -63,10 +63,10 @@ func (c Cmp) symbol() string {
 // whose function does not exist yet is still listed: the report shows it as
 // not run.
 var benchmarks = []Benchmark{
-	{"B1", "pkg/outbox", "BenchmarkB1_RelayDrain", "keyset claim (internal/benchkit), same database, A B A B"},
-	{"B1p", "pkg/outboxpubsub", "BenchmarkB1p_RelayToPubSub", "min(keyset claim, publish-only ceiling on the same emulator)"},
+	{"B1", "bench/outbox", "BenchmarkB1_RelayDrain", "keyset claim (internal/benchkit), same database, A B A B"},
+	{"B1p", "bench/outboxpubsub", "BenchmarkB1p_RelayToPubSub", "min(keyset claim, publish-only ceiling on the same emulator)"},
 	{"B1w", "bench/watermill-compare", "BenchmarkB1w_RelayVsWatermill", "watermill-sql's forwarder draining the same backlog on the same server"},
-	{"B2", "pkg/outbox", "BenchmarkB2_SustainedDrain", "itself: the rate of its first 30 s"},
+	{"B2", "bench/outbox", "BenchmarkB2_SustainedDrain", "itself: the rate of its first 30 s"},
 	{"B3", "bench/river-compare", "BenchmarkB3_LeaseQueueVsRiver", "River v0.51.2 with the same jobs, workers and server: a burn-down, then inserting while working"},
 	{"B4", "services/workorder/internal/receiver", "BenchmarkB4_ReceiverIngest", "inbox-style insert, 4 clients, same server, A B A B"},
 	{"B5", "e2e", "BenchmarkB5_EndToEndLatency", "measured capacity bound and latency floor, same run"},

@@ -41,7 +41,9 @@ import (
 	"github.com/lossless-dev/lossless/pkg/pgtest"
 )
 
-func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+// TestMain takes the test server from the environment (internal/benchkit):
+// make bench runs the benchmarks with fsync on.
+func TestMain(m *testing.M) { os.Exit(benchkit.Main(m)) }
 
 const (
 	// target is B3's target against River: ours jobs/s >= 1.0 x River's.
@@ -544,7 +546,7 @@ func BenchmarkB3_LeaseQueueVsRiver(b *testing.B) {
 			met = "NOT met"
 		}
 		b.Logf("B3 go=%s GOMAXPROCS=%d fsync=%s jobs=%d workers=%d rounds=%d: leasequeue %.0f jobs/s, River v0.51.2 %.0f jobs/s (medians); leasequeue/river median %.2f, target >= %.1f: %s",
-			runtime.Version(), runtime.GOMAXPROCS(0), os.Getenv(pgtest.EnvFsync), n, workers, rounds,
+			runtime.Version(), runtime.GOMAXPROCS(0), os.Getenv(benchkit.EnvFsync), n, workers, rounds,
 			benchkit.Median(ours), benchkit.Median(theirs), ratio, target, met)
 		var perRound [][]string
 		for i := range ratios {

@@ -44,7 +44,9 @@ import (
 	"github.com/lossless-dev/lossless/pkg/waitfor"
 )
 
-func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+// TestMain takes the test server from the environment (internal/benchkit):
+// make bench runs the benchmarks with fsync on.
+func TestMain(m *testing.M) { os.Exit(benchkit.Main(m)) }
 
 const (
 	eventType = "bench.v1.Happened"
@@ -370,7 +372,7 @@ func BenchmarkB1w_RelayVsWatermill(b *testing.B) {
 			met = "NOT met"
 		}
 		b.Logf("B1w go=%s GOMAXPROCS=%d fsync=%s events=%d rounds=%d replicas=%d watermill-batch=%d: relay %.0f rows/s, watermill-sql forwarder %.0f rows/s (medians); relay/watermill median %.2f, target >= %.1f: %s",
-			runtime.Version(), runtime.GOMAXPROCS(0), os.Getenv(pgtest.EnvFsync), n, rounds, replicas, batch,
+			runtime.Version(), runtime.GOMAXPROCS(0), os.Getenv(benchkit.EnvFsync), n, rounds, replicas, batch,
 			benchkit.Median(ours), benchkit.Median(theirs), ratio, target, met)
 		var perRound [][]string
 		for i := range ratios {

@@ -1,7 +1,9 @@
-// Package benchkit is what the outbox and queue benchmarks share (B1 and B2 in
-// pkg/outbox, B1p in pkg/outboxpubsub): the PostgreSQL claim anchors of
-// docs/performance.md, verbatim, and a backlog of outbox rows shaped like
-// production's. Like pgtest, its helpers take a testing.TB and stop the
+// Package benchkit is what the benchmarks share (B1 and B2 in bench/outbox,
+// B1p in bench/outboxpubsub, B1w and B3 in their own modules): the PostgreSQL
+// claim anchors of docs/performance.md, verbatim, a backlog of outbox rows
+// shaped like production's, and the environment knobs (sizes, durations, the
+// test server's fsync and pg_stat_statements), which the pattern packages of
+// pkg/ do not read. Like pgtest, its helpers take a testing.TB and stop the
 // benchmark on error. Fill and WaitDrained work on the outbox of the
 // session's search_path, the default schema of outbox.Migrations("") that
 // the benchmarks create.

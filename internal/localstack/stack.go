@@ -121,7 +121,7 @@ type Config struct {
 	// stacks can share a server. Default "".
 	DatabasePrefix string
 	// Fsync starts the ephemeral cluster with fsync=on (benchmarks; see
-	// pgtest.EnvFsync). Default false. Ignored with DatabaseURL.
+	// benchkit.EnvFsync). Default false. Ignored with DatabaseURL.
 	Fsync bool
 	// EmulatorHost of an existing Pub/Sub emulator. Default "": start ours.
 	EmulatorHost string

@@ -4,7 +4,8 @@ package pgtest
 // server binaries (initdb + pg_ctl): in a temporary folder, on a free loopback
 // port, as an unprivileged OS user when the caller is root (initdb refuses to
 // run as root). Tests, benchmarks and `make run` use it on machines without
-// Docker; anything that has a server passes DATABASE_URL instead.
+// Docker; anything that has a server passes its DSN instead (Options.ServerDSN
+// for tests).
 
 import (
 	"context"
@@ -24,8 +25,9 @@ import (
 // ErrNoBinaries is returned when no PostgreSQL server binaries can be found.
 var ErrNoBinaries = errors.New("PostgreSQL server binaries (initdb, pg_ctl) not found: " +
 	"install them with `sudo apt-get install -y postgresql` (Debian/Ubuntu) or " +
-	"`brew install postgresql` (macOS), or set DATABASE_URL to a running server, " +
-	"e.g. DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable")
+	"`brew install postgresql` (macOS), or use a running server " +
+	"(make run and the benchmarks read DATABASE_URL, " +
+	"e.g. DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable)")
 
 // ClusterOptions configure StartCluster. The zero value is valid.
 type ClusterOptions struct {

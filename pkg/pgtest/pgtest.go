@@ -1,11 +1,9 @@
 // Package pgtest gives each test its own migrated database on a real
-// PostgreSQL server:
+// PostgreSQL server, chosen by the Options its TestMain passes:
 //
-//   - with DATABASE_URL set, on that server;
-//   - in a child process of a test binary that started a cluster (a fuzz
-//     worker), on its parent's cluster;
-//   - otherwise on one ephemeral cluster per test binary, started lazily from
-//     the local PostgreSQL binaries (StartCluster) and stopped by Main.
+//   - by default, one ephemeral cluster per test binary, started lazily from
+//     the local PostgreSQL binaries (StartCluster) and stopped by Main;
+//   - with Options.ServerDSN, on that running server.
 //
 // Each database is cloned from a template that is migrated once per migration
 // set (peterldowns/pgtestdb), so a new database costs ~0.1–0.4 s, not a full
@@ -18,6 +16,17 @@
 // guards no failure mode itself: it is where the tests of F1–F16, H1–H10 and
 // I1–I7 in pkg/ run (StartCluster also lets a test stop and restart its own
 // server, as F15's does).
+//
+// pgtest reads no environment variable: a test binary that wants an external
+// server or the cluster's knobs (fsync, pg_stat_statements: the benchmarks)
+// reads them itself and calls MainWith (internal/benchkit.PGTestOptions does,
+// for the benchmarks). One variable crosses processes: once the ephemeral
+// cluster runs, pgtest sets EnvServer to its DSN, so that the test binary's
+// own child processes (the workers of `go test -fuzz`, a test that re-executes
+// the binary) inherit it. The environment is the only channel into such a
+// child; its TestMain reads EnvServer and passes it as ServerDSN, and then
+// uses its parent's server instead of starting, and when the parent stops it
+// orphaning, a cluster of its own.
 package pgtest
 
 import (
@@ -40,38 +49,45 @@ import (
 	"github.com/lossless-dev/lossless/pkg/pgmigrate"
 )
 
-// EnvFsync, set to "on", starts the ephemeral cluster with fsync=on. Benchmarks
-// that compare with pgbench anchors set it (make bench does).
-const EnvFsync = "LOSSLESS_PG_FSYNC"
+// EnvServer is the variable through which the ephemeral cluster is handed to
+// this test binary's child processes: Main's cluster sets it to its DSN; a
+// child's TestMain passes its value as Options.ServerDSN (package doc).
+const EnvServer = "LOSSLESS_PGTEST_SERVER"
 
-// EnvStatStatements, set to "on", starts the ephemeral cluster with
-// pg_stat_statements preloaded (ClusterOptions.StatStatements); make bench
-// sets it, and benchmark B5 reports the statements the server spent its time
-// on.
-const EnvStatStatements = "LOSSLESS_PG_STAT_STATEMENTS"
-
-// envServer hands the ephemeral cluster to this test binary's own child
-// processes: the workers of `go test -fuzz` run the same fuzz target, setup
-// included, and use the coordinator's server instead of each starting (and,
-// when the coordinator stops them, orphaning) a cluster of their own.
-const envServer = "LOSSLESS_PGTEST_SERVER"
+// Options configure the server a test binary's databases live on. The zero
+// value starts one ephemeral cluster with ClusterOptions' defaults.
+type Options struct {
+	// ServerDSN is a superuser postgres:// URL of a running server on which
+	// each test's database is created and dropped (a CI service, a parent
+	// test process's cluster via EnvServer). Default "": an ephemeral
+	// cluster, started when a test first asks for a database.
+	ServerDSN string
+	// Cluster configures that ephemeral cluster (Fsync, StatStatements for
+	// the benchmarks). Ignored with ServerDSN.
+	Cluster ClusterOptions
+}
 
 // shared is the per-test-binary server. Package state is deliberate here: a
 // test binary has exactly one lifetime, and Main bounds it.
 var shared struct {
 	mu      sync.Mutex
 	main    bool
+	opts    Options
 	cluster *Cluster
 	base    pgtestdb.Config
 	err     error
 	started bool
 }
 
-// Main runs the tests and stops the ephemeral cluster, if one was started.
-// Every package that uses pgtest calls it from TestMain.
-func Main(m *testing.M) int {
+// Main runs the tests on an ephemeral cluster with the default options
+// (MainWith with zero Options) and stops the cluster, if one was started.
+// Every package that uses pgtest calls Main or MainWith from TestMain.
+func Main(m *testing.M) int { return MainWith(m, Options{}) }
+
+// MainWith is Main with the server chosen by opts.
+func MainWith(m *testing.M, opts Options) int {
 	shared.mu.Lock()
-	shared.main = true
+	shared.main, shared.opts = true, opts
 	shared.mu.Unlock()
 	code := m.Run()
 	shared.mu.Lock()
@@ -178,22 +194,17 @@ func server() (pgtestdb.Config, error) {
 		return shared.base, shared.err
 	}
 	shared.started = true
-	for _, name := range []string{"DATABASE_URL", envServer} {
-		if dsn := os.Getenv(name); dsn != "" {
-			shared.base, shared.err = configFromURL(dsn)
-			return shared.base, shared.err
-		}
-	}
 	if !shared.main {
-		shared.err = fmt.Errorf("no DATABASE_URL and TestMain does not call pgtest.Main, which stops the ephemeral cluster: add `func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }`")
+		shared.err = fmt.Errorf("TestMain does not call pgtest.Main, which chooses the server and stops the ephemeral cluster: add `func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }`")
+		return shared.base, shared.err
+	}
+	if dsn := shared.opts.ServerDSN; dsn != "" {
+		shared.base, shared.err = configFromURL(dsn)
 		return shared.base, shared.err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	c, err := StartCluster(ctx, ClusterOptions{
-		Fsync:          os.Getenv(EnvFsync) == "on",
-		StatStatements: os.Getenv(EnvStatStatements) == "on",
-	})
+	c, err := StartCluster(ctx, shared.opts.Cluster)
 	if err != nil {
 		shared.err = fmt.Errorf("start an ephemeral PostgreSQL cluster: %w", err)
 		return shared.base, shared.err
@@ -201,7 +212,7 @@ func server() (pgtestdb.Config, error) {
 	shared.cluster = c
 	shared.base, shared.err = configFromURL(c.DSN("postgres"))
 	if shared.err == nil {
-		shared.err = os.Setenv(envServer, c.DSN("postgres"))
+		shared.err = os.Setenv(EnvServer, c.DSN("postgres"))
 	}
 	return shared.base, shared.err
 }
@@ -209,7 +220,7 @@ func server() (pgtestdb.Config, error) {
 func configFromURL(dsn string) (pgtestdb.Config, error) {
 	u, err := url.Parse(dsn)
 	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
-		return pgtestdb.Config{}, fmt.Errorf("DATABASE_URL must be a postgres:// URL, got %q", dsn)
+		return pgtestdb.Config{}, fmt.Errorf("the server DSN must be a postgres:// URL, got %q", dsn)
 	}
 	pw, _ := u.User.Password()
 	port := u.Port()

@@ -3,7 +3,11 @@ package pgtest_test
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"os"
+	"os/exec"
+	"strconv"
+	"strings"
 	"testing"
 	"testing/fstest"
 
@@ -17,7 +21,46 @@ var testSet = pgmigrate.Set{Name: "test", FS: fstest.MapFS{
 	"00001_t.sql": {Data: []byte("-- +goose Up\nCREATE TABLE t (id int);\n-- +goose Down\nDROP TABLE t;\n")},
 }}
 
-func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+// TestMain passes the parent's server to a child process of this binary
+// (TestChildProcessUsesTheParentsServer): the environment is the only channel
+// into a re-executed test binary, so this test file, not pgtest, reads it.
+func TestMain(m *testing.M) {
+	os.Exit(pgtest.MainWith(m, pgtest.Options{ServerDSN: os.Getenv(pgtest.EnvServer)}))
+}
+
+// envChildPort, set by TestChildProcessUsesTheParentsServer only, is the port
+// of the parent's server, which the child's database must be on.
+const envChildPort = "PGTEST_TEST_CHILD_PORT"
+
+// TestChildProcessUsesTheParentsServer re-executes the test binary, as the
+// workers of `go test -fuzz` are, and checks that the child's database is on
+// the parent's server (EnvServer), not on a cluster of the child's own.
+func TestChildProcessUsesTheParentsServer(t *testing.T) {
+	ctx := context.Background()
+	if want := os.Getenv(envChildPort); want != "" {
+		var port int
+		if err := pgtest.NewPool(t, testSet).QueryRow(ctx, `SELECT inet_server_port()`).Scan(&port); err != nil {
+			t.Fatal(err)
+		}
+		if strconv.Itoa(port) != want {
+			t.Fatalf("child database on port %d, want the parent's server on %s", port, want)
+		}
+		return
+	}
+	u, err := url.Parse(pgtest.ServerDSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if os.Getenv(pgtest.EnvServer) == "" {
+		t.Fatalf("%s not set once the server is known", pgtest.EnvServer)
+	}
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestChildProcessUsesTheParentsServer$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), envChildPort+"="+u.Port())
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "--- PASS: TestChildProcessUsesTheParentsServer") {
+		t.Fatalf("child: %v\n%s", err, out)
+	}
+}
 
 func TestDatabasesAreIsolated(t *testing.T) {
 	t.Parallel()

@@ -22,6 +22,7 @@ import (
 
 	eventsv1 "github.com/lossless-dev/lossless/gen/lossless/events/v1"
 	moneyv1 "github.com/lossless-dev/lossless/gen/lossless/money/v1"
+	"github.com/lossless-dev/lossless/internal/benchkit"
 	"github.com/lossless-dev/lossless/internal/orderhop"
 	"github.com/lossless-dev/lossless/internal/orderhop/orderhoptest"
 	"github.com/lossless-dev/lossless/internal/topology"
@@ -40,7 +41,9 @@ import (
 	"github.com/lossless-dev/lossless/services/billing/internal/reconcile"
 )
 
-func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+// TestMain takes the test server from the environment (internal/benchkit):
+// make bench runs the benchmarks with fsync on.
+func TestMain(m *testing.M) { os.Exit(benchkit.Main(m)) }
 
 type clock struct {
 	mu sync.Mutex

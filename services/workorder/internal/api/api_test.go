@@ -28,6 +28,7 @@ import (
 
 	eventsv1 "github.com/lossless-dev/lossless/gen/lossless/events/v1"
 	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
+	"github.com/lossless-dev/lossless/internal/benchkit"
 	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/apierror"
 	"github.com/lossless-dev/lossless/pkg/idempotency"
@@ -37,7 +38,9 @@ import (
 	"github.com/lossless-dev/lossless/services/workorder/internal/orders"
 )
 
-func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+// TestMain takes the test server from the environment (internal/benchkit):
+// make bench runs the benchmarks with fsync on.
+func TestMain(m *testing.M) { os.Exit(benchkit.Main(m)) }
 
 // testBundle is one test's service, served on loopback gRPC + HTTP (gateway)
 // exactly as in production, on its own database.

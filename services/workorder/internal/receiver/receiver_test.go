@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	eventsv1 "github.com/lossless-dev/lossless/gen/lossless/events/v1"
+	"github.com/lossless-dev/lossless/internal/benchkit"
 	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/inbox"
@@ -29,7 +30,9 @@ import (
 	"github.com/lossless-dev/lossless/services/workorder/internal/receiver"
 )
 
-func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+// TestMain takes the test server from the environment (internal/benchkit):
+// make bench runs the benchmarks with fsync on.
+func TestMain(m *testing.M) { os.Exit(benchkit.Main(m)) }
 
 var quiet = slog.New(slog.DiscardHandler)
 

@@ -122,7 +122,7 @@ func BenchmarkB1_RelayDrain(b *testing.B) {
 		b.ReportMetric(benchkit.Median(rN1), "relay1/naive")
 		b.ReportMetric(benchkit.Median(rK2), "relay2/keyset")
 		b.ReportMetric(benchkit.Median(rN2), "relay2/naive")
-		b.Logf("B1 go=%s GOMAXPROCS=%d fsync=%s", runtime.Version(), runtime.GOMAXPROCS(0), os.Getenv(pgtest.EnvFsync))
+		b.Logf("B1 go=%s GOMAXPROCS=%d fsync=%s", runtime.Version(), runtime.GOMAXPROCS(0), os.Getenv(benchkit.EnvFsync))
 	}
 }
 

@@ -5,27 +5,18 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/lossless-dev/lossless/internal/benchkit"
 	"github.com/lossless-dev/lossless/pkg/leasequeue"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
 )
 
-// Benchmark sizes: LEASEQUEUE_BENCH_JOBS (default 100000) and
-// LEASEQUEUE_BENCH_WORKERS (default 100, River's anchor figure).
-func benchEnv(b *testing.B, name string, def int) int {
-	if v := os.Getenv(name); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n <= 0 {
-			b.Fatalf("%s=%q: want a positive integer", name, v)
-		}
-		return n
-	}
-	return def
-}
+// TestMain runs the benchmark on the server benchkit reads from the
+// environment (fsync on with LOSSLESS_PG_FSYNC=on).
+func TestMain(m *testing.M) { os.Exit(benchkit.Main(m)) }
 
 // BenchmarkBurnDown is B3's no-op burn-down on its own: N jobs inserted, then
 // W handlers drain them; reports jobs/s. B3 itself, against River v0.51.2 on
@@ -33,8 +24,10 @@ func benchEnv(b *testing.B, name string, def int) int {
 // (`make bench-river`). With LOSSLESS_PG_FSYNC=on the ephemeral server keeps
 // fsync on.
 func BenchmarkBurnDown(b *testing.B) {
-	jobs := benchEnv(b, "LEASEQUEUE_BENCH_JOBS", 100_000)
-	workers := benchEnv(b, "LEASEQUEUE_BENCH_WORKERS", 100)
+	// Sizes: LEASEQUEUE_BENCH_JOBS (default 100000) and
+	// LEASEQUEUE_BENCH_WORKERS (default 100, River's anchor figure).
+	jobs := benchkit.EnvInt(b, "LEASEQUEUE_BENCH_JOBS", 100_000)
+	workers := benchkit.EnvInt(b, "LEASEQUEUE_BENCH_WORKERS", 100)
 	ctx := context.Background()
 	pool := pgtest.NewPool(b, leasequeue.Migrations(""))
 	q, err := leasequeue.New(pool, leasequeue.Config{Name: "bench"}, slog.New(slog.NewJSONHandler(io.Discard, nil)), nil)

@@ -3,7 +3,7 @@ package outboxpubsub_test
 // Benchmark B1p of docs/performance.md: the outbox relay (claim ->
 // publish to the Pub/Sub emulator -> mark) drains a backlog, against two
 // anchors measured in the same run, round by round (A B A B): the keyset
-// 100-row claim on the same database (as in B1, pkg/outbox) and the
+// 100-row claim on the same database (as in B1, bench/outbox) and the
 // publish-only ceiling of our Publisher on the same emulator, no database.
 // Target: relay >= 0.7 x min(keyset, ceiling), the median of the per-round
 // ratios. Run with `make bench` (fsync on).
@@ -32,8 +32,9 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	eventsv1 "github.com/lossless-dev/lossless/gen/lossless/events/v1"
+	moneyv1 "github.com/lossless-dev/lossless/gen/lossless/money/v1"
 	"github.com/lossless-dev/lossless/internal/benchkit"
-	"github.com/lossless-dev/lossless/pkg/internal/testpb"
 	"github.com/lossless-dev/lossless/pkg/outbox"
 	"github.com/lossless-dev/lossless/pkg/outboxpubsub"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
@@ -74,10 +75,10 @@ func BenchmarkB1p_RelayToPubSub(b *testing.B) {
 	n := benchkit.EnvInt(b, "OUTBOX_B1P_EVENTS", 20_000)
 	rounds := benchkit.EnvInt(b, "OUTBOX_B1P_ROUNDS", 2)
 	anchorFor := time.Duration(benchkit.EnvInt(b, "OUTBOX_BENCH_ANCHOR_SECONDS", 10)) * time.Second
-	ev := &testpb.OrderCompleted{
-		EventId: "0196f1b2-7c3d-7e4f-8a5b-6c7d8e9f0a1b", OrderId: "wo-000123", CustomerId: "cust-0042",
-		Description: "Replace the pump seal and pressure-test the line", Quantity: 3, CompletedItems: 3,
-		UnitPrice:   &testpb.Amount{CurrencyCode: "EUR", MinorUnits: 12345},
+	ev := &eventsv1.WorkOrderCompletionRecorded{
+		EventId: "0196f1b2-7c3d-7e4f-8a5b-6c7d8e9f0a1b", WorkOrderId: "wo-000123", CustomerId: "cust-0042",
+		Description: "Replace the pump seal and pressure-test the line", Positions: 3, CompletedItems: 3,
+		UnitPrice:   &moneyv1.Money{CurrencyCode: "EUR", MinorUnits: 12345},
 		CompletedAt: timestamppb.New(time.Date(2026, 5, 6, 7, 8, 9, 0, time.UTC)),
 	}
 	payload, err := proto.Marshal(ev)
@@ -117,7 +118,7 @@ func BenchmarkB1p_RelayToPubSub(b *testing.B) {
 		b.ReportMetric(benchkit.Median(rK), "relay/keyset")
 		b.ReportMetric(benchkit.Median(rC), "relay/ceiling")
 		b.Logf("B1p go=%s GOMAXPROCS=%d fsync=%s rounds=%d target: relay/min_anchor >= 0.7",
-			runtime.Version(), runtime.GOMAXPROCS(0), os.Getenv(pgtest.EnvFsync), rounds)
+			runtime.Version(), runtime.GOMAXPROCS(0), os.Getenv(benchkit.EnvFsync), rounds)
 	}
 }
 
