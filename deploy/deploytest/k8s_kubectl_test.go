@@ -31,7 +31,7 @@ func TestK8sKubectlRendersAsTheLibraryDoes(t *testing.T) {
 	}
 	for _, o := range k8sOverlays {
 		dir := repoPath(t, "deploy/k8s/overlays/"+o)
-		out, err := exec.Command(kubectl, "kustomize", dir).Output()
+		out, err := exec.CommandContext(t.Context(), kubectl, "kustomize", dir).Output()
 		if err != nil {
 			t.Fatalf("overlay %s: kubectl kustomize: %v", o, err)
 		}
@@ -70,7 +70,7 @@ func TestK8sGCPOverlayLeavesNoPlaceholder(t *testing.T) {
 		}
 		t.Skip("kubectl not on PATH")
 	}
-	out, err := exec.Command(kubectl, "kustomize", repoPath(t, "deploy/k8s/overlays/gcp")).Output()
+	out, err := exec.CommandContext(t.Context(), kubectl, "kustomize", repoPath(t, "deploy/k8s/overlays/gcp")).Output()
 	if err != nil {
 		t.Fatalf("kubectl kustomize: %v", err)
 	}

@@ -9,10 +9,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+
 	"github.com/jackc/pgx/v5"
+
 	opsv1 "github.com/lossless-dev/lossless/gen/lossless/ops/v1"
 	"github.com/lossless-dev/lossless/pkg/operator"
-	"log/slog"
 
 	gpubsub "cloud.google.com/go/pubsub/v2"
 	"github.com/jackc/pgx/v5/pgxpool"

@@ -2,18 +2,12 @@ package admin
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
-	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/pkg/inbox"
 	"github.com/lossless-dev/lossless/pkg/operator"
-	"github.com/lossless-dev/lossless/pkg/parked"
-	"github.com/lossless-dev/lossless/services/workorder/internal/invoicing"
 )
 
 // The InvoiceIssued consumer's repairs (subscription
@@ -21,14 +15,6 @@ import (
 // dead letters is ReplayInvoicingDeadLetters (ops.go). The CLI
 // (RunInvoicingCLI) calls them; over the network the same repairs are
 // OperatorService's (pkg/operator, consumer invoicing, mounted by the app).
-
-// invoicingSubscription is the subscription the consumer parks under.
-func (o *Ops) invoicingSubscription() string {
-	if s := o.deps.Invoicing.Subscription; s != "" {
-		return s
-	}
-	return topology.SubBillingEvents
-}
 
 // ParkedReplayRequest names one parked InvoiceIssued to replay.
 type ParkedReplayRequest struct {
@@ -69,16 +55,4 @@ func (o *Ops) ReplayParkedBillingEvent(ctx context.Context, req ParkedReplayRequ
 		return "", err
 	}
 	return outcome, nil
-}
-
-// repairStatus maps a repair's error: toStatus's, and the states that rule
-// the repair out.
-func repairStatus(err error) error {
-	switch {
-	case errors.Is(err, parked.ErrNotOpen):
-		return status.Error(codes.NotFound, err.Error())
-	case errors.Is(err, invoicing.ErrStillRefused):
-		return status.Error(codes.FailedPrecondition, err.Error())
-	}
-	return toStatus(err)
 }
