@@ -4,7 +4,8 @@
 // replica serves no API (no gRPC listener, REST 404, /healthz still 200)
 // and its loops do the waiting work. Run checks what every service shares;
 // the service's hooks send its work and assert its business effect (rows,
-// statuses, messages).
+// statuses, messages). OperatorServiceIsMounted is the check every service
+// that mounts the one operator API (pkg/operator) shares.
 package roletest
 
 import (
