@@ -44,9 +44,10 @@ lint: ## Run gofmt, go vet, buf lint and golangci-lint (main, deploy/ and bench/
 
 .PHONY: proto
 proto: ## Regenerate Go, gRPC, gateway and OpenAPI code from proto/, and pkg/'s test protos (offline).
-	rm -rf gen pkg/internal/testpb
+	rm -rf gen pkg/internal/testpb pkg/operator/opsv1
 	$(TOOL) buf generate
 	$(TOOL) buf generate --template pkg/internal/testproto/buf.gen.yaml
+	$(TOOL) buf generate --template pkg/operator/buf.gen.yaml
 
 .PHONY: new-service
 new-service: ## Scaffold a service with API, database, outbox, tests and deployment, e.g. make new-service NAME=shipping.
@@ -54,8 +55,8 @@ new-service: ## Scaffold a service with API, database, outbox, tests and deploym
 
 .PHONY: check-generated
 check-generated: proto ## Fail when committed generated code differs from its protos.
-	@git add -N gen pkg/internal/testpb >/dev/null 2>&1 || true
-	@git diff --exit-code --stat -- gen pkg/internal/testpb || { echo "generated code is out of sync with its protos: run 'make proto' and commit"; exit 1; }
+	@git add -N gen pkg/internal/testpb pkg/operator/opsv1 >/dev/null 2>&1 || true
+	@git diff --exit-code --stat -- gen pkg/internal/testpb pkg/operator/opsv1 || { echo "generated code is out of sync with its protos: run 'make proto' and commit"; exit 1; }
 
 # Built, then exec'd: `go run` exits 1 when it sees the Ctrl-C, whatever runlocal's status.
 .PHONY: run

@@ -8,21 +8,32 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/pkg/operator"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/pubsubtest"
 	"github.com/lossless-dev/lossless/pkg/waitfor"
 )
 
+// A dead-letter topic and the inspection subscription operators replay
+// from, as a service's topology declares them.
+const (
+	deadLetterTopic      = "orders-dead-letter"
+	deadLetterInspection = "orders-dead-letter.inspect"
+)
+
+var deadLetterTopology = pubsub.Topology{
+	Topics:        []pubsub.Topic{{ID: deadLetterTopic}},
+	Subscriptions: []pubsub.Subscription{{ID: deadLetterInspection, Topic: deadLetterTopic, AckDeadline: 10 * time.Second, MessageRetention: 24 * time.Hour}},
+}
+
 // One replay acks exactly the messages its handler reports handled and
 // releases the rest (unselected, failed, all of a dry run), which come back
 // on the inspection subscription.
 func TestReplay_AcksHandledReleasesTheRest(t *testing.T) {
 	t.Parallel()
-	emu := pubsubtest.New(t, topology.System())
+	emu := pubsubtest.New(t, deadLetterTopology)
 	ctx := context.Background()
-	pub, err := pubsub.NewPublisher(emu.Client, topology.TopicWorkOrderCompletedDeadLetter, pubsub.PublisherConfig{})
+	pub, err := pubsub.NewPublisher(emu.Client, deadLetterTopic, pubsub.PublisherConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +44,7 @@ func TestReplay_AcksHandledReleasesTheRest(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	r, err := operator.NewDeadLetterReplayer(emu.Client, topology.SubWorkOrderCompletedDeadLetter, slog.New(slog.DiscardHandler))
+	r, err := operator.NewDeadLetterReplayer(emu.Client, deadLetterInspection, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

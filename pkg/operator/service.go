@@ -18,9 +18,8 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	opsv1 "github.com/lossless-dev/lossless/gen/lossless/ops/v1"
-	"github.com/lossless-dev/lossless/internal/pagetoken"
 	"github.com/lossless-dev/lossless/pkg/apierror"
+	opsv1 "github.com/lossless-dev/lossless/pkg/operator/opsv1"
 	"github.com/lossless-dev/lossless/pkg/outbox"
 	"github.com/lossless-dev/lossless/pkg/parked"
 	"github.com/lossless-dev/lossless/pkg/pgdb"
@@ -191,7 +190,7 @@ func (s *Service) ListOutboxEvents(ctx context.Context, req *opsv1.ListOutboxEve
 	states := slices.Clone(req.GetStates())
 	slices.Sort(states)
 	filter := []string{strings.Join(states, ","), req.GetAggregateId(), req.GetEventType()}
-	after, err := pagetoken.DecodeID(req.GetPageToken(), filter...)
+	after, err := DecodePageTokenID(req.GetPageToken(), filter...)
 	if err != nil {
 		return nil, err
 	}
@@ -217,7 +216,7 @@ func (s *Service) ListOutboxEvents(ctx context.Context, req *opsv1.ListOutboxEve
 		})
 	}
 	if more {
-		resp.NextPageToken = pagetoken.Encode(recs[len(recs)-1].Seq, filter...)
+		resp.NextPageToken = EncodePageToken(recs[len(recs)-1].Seq, filter...)
 	}
 	return resp, nil
 }
@@ -295,7 +294,7 @@ func (s *Service) ListParkedMessages(ctx context.Context, req *opsv1.ListParkedM
 	if s.deps.Parked == nil {
 		return &opsv1.ListParkedMessagesResponse{}, nil
 	}
-	after, err := pagetoken.DecodeID(req.GetPageToken(), req.GetSubscription(), req.GetSubject())
+	after, err := DecodePageTokenID(req.GetPageToken(), req.GetSubscription(), req.GetSubject())
 	if err != nil {
 		return nil, err
 	}
@@ -309,7 +308,7 @@ func (s *Service) ListParkedMessages(ctx context.Context, req *opsv1.ListParkedM
 	resp := &opsv1.ListParkedMessagesResponse{}
 	if len(ms) > size {
 		ms = ms[:size]
-		resp.NextPageToken = pagetoken.Encode(ms[size-1].ID, req.GetSubscription(), req.GetSubject())
+		resp.NextPageToken = EncodePageToken(ms[size-1].ID, req.GetSubscription(), req.GetSubject())
 	}
 	for _, m := range ms {
 		resp.Messages = append(resp.Messages, &opsv1.ParkedMessage{
@@ -426,7 +425,7 @@ func (s *Service) ListOperatorAudit(ctx context.Context, req *opsv1.ListOperator
 		return nil, err
 	}
 	filter := []string{req.GetAction(), req.GetActor(), req.GetTicket()}
-	before, err := pagetoken.DecodeID(req.GetPageToken(), filter...)
+	before, err := DecodePageTokenID(req.GetPageToken(), filter...)
 	if err != nil {
 		return nil, err
 	}
@@ -448,7 +447,7 @@ func (s *Service) ListOperatorAudit(ctx context.Context, req *opsv1.ListOperator
 			Ticket: r.Ticket, DryRun: r.DryRun, Params: params, Affected: int32(r.Affected), OccurTime: timestamppb.New(r.OccurredAt)})
 	}
 	if more {
-		resp.NextPageToken = pagetoken.Encode(recs[len(recs)-1].ID, filter...)
+		resp.NextPageToken = EncodePageToken(recs[len(recs)-1].ID, filter...)
 	}
 	return resp, nil
 }

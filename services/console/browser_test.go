@@ -24,11 +24,11 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	moneyv1 "github.com/lossless-dev/lossless/gen/lossless/money/v1"
-	opsv1 "github.com/lossless-dev/lossless/gen/lossless/ops/v1"
 	providerv1 "github.com/lossless-dev/lossless/gen/lossless/provider/v1"
 	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
 	"github.com/lossless-dev/lossless/internal/localstack"
 	"github.com/lossless-dev/lossless/internal/tracestore"
+	opsv1 "github.com/lossless-dev/lossless/pkg/operator/opsv1"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
 	"github.com/lossless-dev/lossless/pkg/waitfor"
 )

@@ -27,10 +27,10 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	billingv1 "github.com/lossless-dev/lossless/gen/lossless/billing/v1"
-	opsv1 "github.com/lossless-dev/lossless/gen/lossless/ops/v1"
 	providerv1 "github.com/lossless-dev/lossless/gen/lossless/provider/v1"
 	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
 	"github.com/lossless-dev/lossless/internal/envconfig"
+	opsv1 "github.com/lossless-dev/lossless/pkg/operator/opsv1"
 	"github.com/lossless-dev/lossless/pkg/server"
 	"github.com/lossless-dev/lossless/pkg/telemetry"
 	"github.com/lossless-dev/lossless/services/console/internal/config"

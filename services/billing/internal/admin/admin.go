@@ -20,7 +20,6 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	billingv1 "github.com/lossless-dev/lossless/gen/lossless/billing/v1"
-	"github.com/lossless-dev/lossless/internal/pagetoken"
 	"github.com/lossless-dev/lossless/pkg/leasequeue"
 	"github.com/lossless-dev/lossless/pkg/operator"
 )
@@ -80,7 +79,7 @@ func (s *Service) ListInvoiceJobs(ctx context.Context, req *billingv1.ListInvoic
 		return nil, err
 	}
 	filter := []string{req.GetState(), req.GetWorkOrderId()}
-	before, err := pagetoken.DecodeID(req.GetPageToken(), filter...)
+	before, err := operator.DecodePageTokenID(req.GetPageToken(), filter...)
 	if err != nil {
 		return nil, err
 	}
@@ -95,7 +94,7 @@ func (s *Service) ListInvoiceJobs(ctx context.Context, req *billingv1.ListInvoic
 	resp := &billingv1.ListInvoiceJobsResponse{}
 	if len(jobs) > size {
 		jobs = jobs[:size]
-		resp.NextPageToken = pagetoken.Encode(jobs[size-1].ID, filter...)
+		resp.NextPageToken = operator.EncodePageToken(jobs[size-1].ID, filter...)
 	}
 	for _, j := range jobs {
 		resp.Jobs = append(resp.Jobs, &billingv1.InvoiceJob{

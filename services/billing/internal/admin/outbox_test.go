@@ -15,7 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	eventsv1 "github.com/lossless-dev/lossless/gen/lossless/events/v1"
-	opsv1 "github.com/lossless-dev/lossless/gen/lossless/ops/v1"
+	opsv1 "github.com/lossless-dev/lossless/pkg/operator/opsv1"
 	"github.com/lossless-dev/lossless/pkg/outbox"
 	"github.com/lossless-dev/lossless/pkg/retry"
 	"github.com/lossless-dev/lossless/services/billing/internal/admin"

@@ -15,8 +15,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	billingv1 "github.com/lossless-dev/lossless/gen/lossless/billing/v1"
-	opsv1 "github.com/lossless-dev/lossless/gen/lossless/ops/v1"
 	"github.com/lossless-dev/lossless/internal/topology"
+	opsv1 "github.com/lossless-dev/lossless/pkg/operator/opsv1"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/pubsubtest"
 	"github.com/lossless-dev/lossless/pkg/retry"

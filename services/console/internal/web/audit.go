@@ -8,7 +8,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	opsv1 "github.com/lossless-dev/lossless/gen/lossless/ops/v1"
+	opsv1 "github.com/lossless-dev/lossless/pkg/operator/opsv1"
 )
 
 // auditPageSize is the rows of one Audit page.

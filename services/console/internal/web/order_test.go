@@ -19,10 +19,10 @@ import (
 
 	billingv1 "github.com/lossless-dev/lossless/gen/lossless/billing/v1"
 	moneyv1 "github.com/lossless-dev/lossless/gen/lossless/money/v1"
-	opsv1 "github.com/lossless-dev/lossless/gen/lossless/ops/v1"
 	providerv1 "github.com/lossless-dev/lossless/gen/lossless/provider/v1"
 	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
 	"github.com/lossless-dev/lossless/pkg/operator"
+	opsv1 "github.com/lossless-dev/lossless/pkg/operator/opsv1"
 	"github.com/lossless-dev/lossless/services/console/internal/web"
 )
 

@@ -14,8 +14,8 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	billingv1 "github.com/lossless-dev/lossless/gen/lossless/billing/v1"
-	opsv1 "github.com/lossless-dev/lossless/gen/lossless/ops/v1"
 	"github.com/lossless-dev/lossless/pkg/operator"
+	opsv1 "github.com/lossless-dev/lossless/pkg/operator/opsv1"
 	"github.com/lossless-dev/lossless/services/console/internal/web"
 )
 

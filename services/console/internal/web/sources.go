@@ -6,9 +6,9 @@ import (
 	"google.golang.org/grpc"
 
 	billingv1 "github.com/lossless-dev/lossless/gen/lossless/billing/v1"
-	opsv1 "github.com/lossless-dev/lossless/gen/lossless/ops/v1"
 	providerv1 "github.com/lossless-dev/lossless/gen/lossless/provider/v1"
 	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
+	opsv1 "github.com/lossless-dev/lossless/pkg/operator/opsv1"
 	"github.com/lossless-dev/lossless/services/console/internal/overview"
 )
 

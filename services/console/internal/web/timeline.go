@@ -10,9 +10,9 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	billingv1 "github.com/lossless-dev/lossless/gen/lossless/billing/v1"
-	opsv1 "github.com/lossless-dev/lossless/gen/lossless/ops/v1"
 	providerv1 "github.com/lossless-dev/lossless/gen/lossless/provider/v1"
 	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
+	opsv1 "github.com/lossless-dev/lossless/pkg/operator/opsv1"
 )
 
 // The Order page's timeline: everything the three services recorded about

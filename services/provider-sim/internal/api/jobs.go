@@ -11,8 +11,8 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	providerv1 "github.com/lossless-dev/lossless/gen/lossless/provider/v1"
-	"github.com/lossless-dev/lossless/internal/pagetoken"
 	"github.com/lossless-dev/lossless/pkg/apierror"
+	"github.com/lossless-dev/lossless/pkg/operator"
 )
 
 // DB is what the job reads need: a pool, a connection or a transaction.
@@ -103,12 +103,12 @@ func optTime(t *time.Time) *timestamppb.Timestamp {
 func (a *Admin) ListJobs(ctx context.Context, req *providerv1.ListJobsRequest) (*providerv1.ListJobsResponse, error) {
 	filter := []string{req.GetWorkOrderId(), req.GetState()}
 	var last string
-	ok, err := pagetoken.Decode(req.GetPageToken(), &last, filter...)
+	ok, err := operator.DecodePageToken(req.GetPageToken(), &last, filter...)
 	var before *uuid.UUID
 	if err == nil && ok {
 		id, perr := uuid.Parse(last)
 		if perr != nil {
-			err = pagetoken.ErrMalformed
+			err = operator.ErrPageTokenMalformed
 		}
 		before = &id
 	}
@@ -140,7 +140,7 @@ func (a *Admin) ListJobs(ctx context.Context, req *providerv1.ListJobsRequest) (
 	resp := &providerv1.ListJobsResponse{Jobs: jobs}
 	if len(jobs) > size {
 		resp.Jobs = jobs[:size]
-		resp.NextPageToken = pagetoken.Encode(jobs[size-1].GetJobId(), filter...)
+		resp.NextPageToken = operator.EncodePageToken(jobs[size-1].GetJobId(), filter...)
 	}
 	return resp, nil
 }

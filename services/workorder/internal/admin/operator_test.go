@@ -11,9 +11,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"google.golang.org/grpc"
 
-	opsv1 "github.com/lossless-dev/lossless/gen/lossless/ops/v1"
 	"github.com/lossless-dev/lossless/internal/topology"
 	pkgoperator "github.com/lossless-dev/lossless/pkg/operator"
+	opsv1 "github.com/lossless-dev/lossless/pkg/operator/opsv1"
 	"github.com/lossless-dev/lossless/pkg/parked"
 	"github.com/lossless-dev/lossless/services/workorder/internal/admin"
 	"github.com/lossless-dev/lossless/services/workorder/internal/invoicing"

@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	opsv1 "github.com/lossless-dev/lossless/gen/lossless/ops/v1"
+	opsv1 "github.com/lossless-dev/lossless/pkg/operator/opsv1"
 	"github.com/lossless-dev/lossless/pkg/outbox"
 	"github.com/lossless-dev/lossless/pkg/retry"
 	"github.com/lossless-dev/lossless/services/workorder/internal/admin"
@@ -61,7 +61,7 @@ func TestRequeueOutboxEvents_OverGRPCAndCLI(t *testing.T) {
 		t.Fatal(err)
 	}
 	cl := servedOps(t, b, nil)
-	octx := operator()
+	octx := asOperator()
 	eventOf := map[string]string{}
 	for _, st := range []string{"FAILED", "PUBLISHED"} {
 		resp, err := cl.ListOutboxEvents(octx, &opsv1.ListOutboxEventsRequest{States: []string{st}})

@@ -15,9 +15,9 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	opsv1 "github.com/lossless-dev/lossless/gen/lossless/ops/v1"
 	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
-	"github.com/lossless-dev/lossless/internal/pagetoken"
+	"github.com/lossless-dev/lossless/pkg/operator"
+	opsv1 "github.com/lossless-dev/lossless/pkg/operator/opsv1"
 	"github.com/lossless-dev/lossless/pkg/outbox"
 	"github.com/lossless-dev/lossless/pkg/retry"
 	"github.com/lossless-dev/lossless/pkg/server"
@@ -62,7 +62,8 @@ func serveGRPC(t *testing.T, auth grpc.UnaryServerInterceptor, register func(*gr
 	return conn
 }
 
-func operator() context.Context {
+// asOperator is a context carrying the operator token.
+func asOperator() context.Context {
 	return metadata.NewOutgoingContext(context.Background(), metadata.Pairs("authorization", "Bearer "+token))
 }
 
@@ -140,7 +141,7 @@ func TestListOutboxEvents(t *testing.T) {
 	untried := createOrders(t, b.pool, repo, 1)[0]
 
 	cl := servedOps(t, b, nil)
-	ctx := operator()
+	ctx := asOperator()
 	list := func(req *opsv1.ListOutboxEventsRequest) *opsv1.ListOutboxEventsResponse {
 		t.Helper()
 		resp, err := cl.ListOutboxEvents(ctx, req)
@@ -244,7 +245,7 @@ func TestListOperatorAudit(t *testing.T) {
 	}
 	cl := served(t, svc)
 	ocl := servedOps(t, b, nil)
-	ctx := operator()
+	ctx := asOperator()
 	as := func(ticket, actor string) *workorderv1.OperatorAuthorization {
 		return &workorderv1.OperatorAuthorization{Ticket: ticket, Actor: actor}
 	}
@@ -339,5 +340,5 @@ func TestListOperatorAudit(t *testing.T) {
 // position no row has.
 func zeroToken(t *testing.T) string {
 	t.Helper()
-	return pagetoken.Encode(0, "", "", "")
+	return operator.EncodePageToken(0, "", "", "")
 }

@@ -13,8 +13,8 @@ import (
 
 	eventsv1 "github.com/lossless-dev/lossless/gen/lossless/events/v1"
 	moneyv1 "github.com/lossless-dev/lossless/gen/lossless/money/v1"
-	opsv1 "github.com/lossless-dev/lossless/gen/lossless/ops/v1"
 	"github.com/lossless-dev/lossless/internal/topology"
+	opsv1 "github.com/lossless-dev/lossless/pkg/operator/opsv1"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/pubsubtest"
 	"github.com/lossless-dev/lossless/pkg/waitfor"
@@ -66,7 +66,7 @@ func TestReplayParkedBillingEvent_OverGRPC(t *testing.T) {
 		t.Fatal(err)
 	}
 	cl := servedOps(t, b, nil)
-	octx := operator()
+	octx := asOperator()
 
 	list, err := cl.ListParkedMessages(octx, &opsv1.ListParkedMessagesRequest{})
 	if err != nil || len(list.GetMessages()) != 1 || list.GetMessages()[0].GetSubject() != order.String() ||
@@ -137,7 +137,7 @@ func TestReplayInvoicingDeadLetters_OverGRPC(t *testing.T) {
 		t.Fatal(err)
 	}
 	cl := servedOps(t, b, emu.Client)
-	octx := operator()
+	octx := asOperator()
 	_, err = cl.ReplayDeadLetters(octx, &opsv1.ReplayDeadLettersRequest{MaxMessages: 5,
 		Authorization: &opsv1.OperatorAuthorization{Actor: "dana"}})
 	wantViolation(t, "no ticket", err, "authorization.ticket")

@@ -1475,7 +1475,7 @@ const file_lossless_ops_v1_ops_proto_rawDesc = "" +
 	"\x12ListParkedMessages\x12*.lossless.ops.v1.ListParkedMessagesRequest\x1a+.lossless.ops.v1.ListParkedMessagesResponse\x12p\n" +
 	"\x13ReplayParkedMessage\x12+.lossless.ops.v1.ReplayParkedMessageRequest\x1a,.lossless.ops.v1.ReplayParkedMessageResponse\x12j\n" +
 	"\x11ReplayDeadLetters\x12).lossless.ops.v1.ReplayDeadLettersRequest\x1a*.lossless.ops.v1.ReplayDeadLettersResponse\x12j\n" +
-	"\x11ListOperatorAudit\x12).lossless.ops.v1.ListOperatorAuditRequest\x1a*.lossless.ops.v1.ListOperatorAuditResponseB<Z:github.com/lossless-dev/lossless/gen/lossless/ops/v1;opsv1b\x06proto3"
+	"\x11ListOperatorAudit\x12).lossless.ops.v1.ListOperatorAuditRequest\x1a*.lossless.ops.v1.ListOperatorAuditResponseB;Z9github.com/lossless-dev/lossless/pkg/operator/opsv1;opsv1b\x06proto3"
 
 var (
 	file_lossless_ops_v1_ops_proto_rawDescOnce sync.Once
