@@ -161,6 +161,9 @@ func (n Names) targets() map[string]string {
 		"app.go.tmpl":             svc + "internal/app/app.go",
 		"api.go.tmpl":             svc + "internal/api/api.go",
 		"api_test.go.tmpl":        svc + "internal/api/api_test.go",
+		"app_test.go.tmpl":        svc + "internal/app/app_test.go",
+		"consumer.go.tmpl":        svc + "internal/itemevents/itemevents.go",
+		"consumer_test.go.tmpl":   svc + "internal/itemevents/itemevents_test.go",
 		"migration.sql.tmpl":      "migrations/" + n.Ident + "/00001_" + n.Ident + ".sql",
 		"runbook.md.tmpl":         "docs/runbooks/" + n.Name + "-down.md",
 		"compose.yaml.tmpl":       "", // inserted into compose.yaml
