@@ -41,7 +41,7 @@ var CLIGroups = []string{"outbox", "parked", "dead-letters", "audit"}
 // (the API's message, proto field names); repairs print one line of text,
 // "dry run: would ..." on a dry run.
 const CLIUsage = `operator commands (every repair needs --ticket and --actor and is audited, dry runs too):
-  outbox list          [--states FAILED,PENDING,PUBLISHED] [--aggregate-id ID] [--event-type T] [--limit 50] [--page-token T]
+  outbox list          [--states PENDING,FAILED,PUBLISHED (default PENDING,FAILED)] [--aggregate-id ID] [--event-type T] [--limit 50] [--page-token T]
   outbox requeue       --ids <uuid,...> --ticket T --actor A [--dry-run]
                        move FAILED outbox events back to PENDING with a fresh attempt budget (at most 500);
                        events not FAILED are reported and left alone
@@ -84,7 +84,7 @@ func RunCLI(ctx context.Context, args []string, ops Operations, consumer string,
 	}
 	switch cmd {
 	case "outbox list":
-		fs.StringVar(&states, "states", "", "comma-separated states (PENDING, FAILED, PUBLISHED; default all)")
+		fs.StringVar(&states, "states", "", "comma-separated states (PENDING, FAILED, PUBLISHED; default the undelivered: PENDING,FAILED)")
 		fs.StringVar(&aggregate, "aggregate-id", "", "only this aggregate's events")
 		fs.StringVar(&eventType, "event-type", "", "only this event type")
 		fs.IntVar(&limit, "limit", defaultPageSize, "max events (<= 500)")
