@@ -19,7 +19,7 @@ import (
 func (f fixture) cli(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	var out bytes.Buffer
-	err := operator.RunCLI(context.Background(), args, f.service(t, opsToken).InProcess(), "demo", &out)
+	err := operator.RunCLI(context.Background(), args, f.inProcess(t), "demo", &out)
 	return out.String(), err
 }
 

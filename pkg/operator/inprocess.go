@@ -2,12 +2,13 @@ package operator
 
 import (
 	"context"
+	"errors"
 
 	opsv1 "github.com/lossless-dev/lossless/gen/lossless/ops/v1"
 )
 
 // inProcessKey marks a context of a call made in the service's own process
-// (InProcess); only this package can set it, so no remote call carries it.
+// (NewInProcess); only this package can set it, so no remote call carries it.
 type inProcessKey struct{}
 
 // authorize lets in-process calls through and checks the operator token of
@@ -19,12 +20,23 @@ func (s *Service) authorize(ctx context.Context) error {
 	return s.guard.Authorize(ctx)
 }
 
-// InProcess returns the service for callers inside the trust boundary: the
-// service's own command line (RunCLI), which holds DATABASE_URL and could
-// change the tables directly. Its calls skip the operator token (the
-// network's credential, which that caller does not need); everything else
-// (ticket and actor, dry run, audit row) is the same as over gRPC.
-func (s *Service) InProcess() Operations { return inProcess{s} }
+// NewInProcess returns the operations over deps for a caller inside the
+// trust boundary: the service's own command line (RunCLI), which holds
+// DATABASE_URL and could change the tables directly. Its calls need no
+// operator token (the network's credential; Deps.Token is ignored);
+// everything else (ticket and actor, dry run, audit row, partial failures)
+// is what OperatorService does over gRPC.
+func NewInProcess(deps Deps) (Operations, error) {
+	if deps.DB == nil || deps.Logger == nil {
+		return nil, errors.New("operator: NewInProcess needs a database and a logger")
+	}
+	// A guard that refuses every call: only the in-process marker passes.
+	s, err := newService(deps, &Guard{envName: "in-process", logger: deps.Logger})
+	if err != nil {
+		return nil, err
+	}
+	return inProcess{s}, nil
+}
 
 type inProcess struct{ s *Service }
 

@@ -103,7 +103,12 @@ func NewService(deps Deps) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
+	return newService(deps, guard)
+}
+
+func newService(deps Deps, guard *Guard) (*Service, error) {
 	s := &Service{deps: deps, guard: guard, dl: map[string]*DeadLetterReplayer{}}
+	var err error
 	if s.outbox, err = outbox.NewInspector(deps.DB, deps.Outbox...); err != nil {
 		return nil, err
 	}

@@ -129,11 +129,30 @@ func (f fixture) serve(t *testing.T, token string) opsv1.OperatorServiceClient {
 // service is OperatorService over f with token, consumer demo.
 func (f fixture) service(t *testing.T, token string) *operator.Service {
 	t.Helper()
+	svc, err := operator.NewService(f.deps(t, token))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return svc
+}
+
+// inProcess is the operations over f for the command line, consumer demo.
+func (f fixture) inProcess(t *testing.T) operator.Operations {
+	t.Helper()
+	ops, err := operator.NewInProcess(f.deps(t, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ops
+}
+
+func (f fixture) deps(t *testing.T, token string) operator.Deps {
+	t.Helper()
 	store, err := parked.New()
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := operator.NewService(operator.Deps{DB: f.pool, Token: token, TokenEnv: "DEMO_OPERATOR_TOKEN", Parked: store,
+	return operator.Deps{DB: f.pool, Token: token, TokenEnv: "DEMO_OPERATOR_TOKEN", Parked: store,
 		Logger: slog.New(slog.DiscardHandler), Consumers: []operator.Consumer{{Name: "demo",
 			Replay: func(ctx context.Context, tx pgx.Tx, id int64, ticket, actor string) (string, error) {
 				err := store.Replay(ctx, tx, id, ticket, actor, func(context.Context, pgx.Tx, parked.Parked) error {
@@ -143,11 +162,7 @@ func (f fixture) service(t *testing.T, token string) *operator.Service {
 					return nil
 				})
 				return "applied", err
-			}}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return svc
+			}}}}
 }
 
 func (f fixture) count(t *testing.T, q string, args ...any) (n int) {
