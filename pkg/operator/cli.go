@@ -176,13 +176,14 @@ func RunCLI(ctx context.Context, args []string, ops Operations, consumer string,
 		if err != nil {
 			return err
 		}
-		outcomes := make([]string, 0, len(res.GetOutcomes()))
+		counts := make([]string, 0, len(res.GetOutcomes())+1)
 		for k, n := range res.GetOutcomes() {
-			outcomes = append(outcomes, fmt.Sprintf("%s %d", k, n))
+			counts = append(counts, fmt.Sprintf("%s %d", k, n))
 		}
-		slices.Sort(outcomes)
-		_, err = fmt.Fprintf(out, "%s %d dead letters %v (%s; failed %d %v)\n", verb(res.GetDryRun(), "would replay", "replayed"),
-			len(res.GetMessageIds()), res.GetMessageIds(), strings.Join(outcomes, ", "), len(res.GetFailedMessageIds()), res.GetFailedMessageIds())
+		slices.Sort(counts)
+		counts = append(counts, fmt.Sprintf("failed %d", len(res.GetFailedMessageIds())))
+		_, err = fmt.Fprintf(out, "%s %d dead letters %v (%s)\n", verb(res.GetDryRun(), "would replay", "replayed"),
+			len(res.GetMessageIds()), res.GetMessageIds(), strings.Join(counts, ", "))
 		if err == nil && len(res.GetFailedMessageIds()) > 0 {
 			// The others are applied and audited; the failed ones are still
 			// dead letters: say so in the exit status.
