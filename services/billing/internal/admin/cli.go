@@ -70,4 +70,3 @@ func (l *jobIDList) Set(s string) error {
 	*l = append(*l, n)
 	return nil
 }
-
