@@ -63,9 +63,23 @@ func RunCLI(ctx context.Context, args []string, ops Operations, consumer string,
 	if ops == nil || out == nil {
 		return errors.New("operator: RunCLI needs the operations and an output")
 	}
+	// cmd is "<group> <command>", empty when unknown.
 	var cmd string
 	if len(args) > 1 {
-		cmd = args[0] + " " + args[1]
+		known := false
+		switch group, sub := args[0], args[1]; group {
+		case "outbox":
+			known = sub == "list" || sub == "requeue"
+		case "parked":
+			known = sub == "list" || sub == "replay"
+		case "dead-letters":
+			known = sub == "replay"
+		case "audit":
+			known = sub == "list"
+		}
+		if known {
+			cmd = args[0] + " " + args[1]
+		}
 		args = args[2:]
 	}
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
@@ -114,7 +128,7 @@ func RunCLI(ctx context.Context, args []string, ops Operations, consumer string,
 		fs.StringVar(&pageToken, "page-token", "", "next_page_token of the previous page")
 	default:
 		_, _ = io.WriteString(out, CLIUsage)
-		return fmt.Errorf("%w: unknown command %q", ErrUsage, strings.TrimSpace(strings.Join(append([]string{cmd}, args...), " ")))
+		return fmt.Errorf("%w: unknown command", ErrUsage)
 	}
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("%w: %w", ErrUsage, err)
