@@ -104,24 +104,7 @@ func newFixture(t *testing.T) fixture {
 // token first, then request validation), with token, and returns a client.
 func (f fixture) serve(t *testing.T, token string) opsv1.OperatorServiceClient {
 	t.Helper()
-	store, err := parked.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc, err := operator.NewService(operator.Deps{DB: f.pool, Token: token, TokenEnv: "DEMO_OPERATOR_TOKEN", Parked: store,
-		Logger: slog.New(slog.DiscardHandler), Consumers: []operator.Consumer{{Name: "demo",
-			Replay: func(ctx context.Context, tx pgx.Tx, id int64, ticket, actor string) (string, error) {
-				err := store.Replay(ctx, tx, id, ticket, actor, func(context.Context, pgx.Tx, parked.Parked) error {
-					if *f.refuse {
-						return fmt.Errorf("%w: the order is still unknown", operator.ErrStillRefused)
-					}
-					return nil
-				})
-				return "applied", err
-			}}}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	svc := f.service(t, token)
 	srv, err := server.New(server.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0"}, slog.New(slog.DiscardHandler),
 		server.WithAuthInterceptors(svc.AuthInterceptor()))
 	if err != nil {
@@ -143,6 +126,45 @@ func (f fixture) serve(t *testing.T, token string) opsv1.OperatorServiceClient {
 	}
 	t.Cleanup(func() { _ = conn.Close() })
 	return opsv1.NewOperatorServiceClient(conn)
+}
+
+// service is OperatorService over f with token, consumer demo.
+func (f fixture) service(t *testing.T, token string) *operator.Service {
+	t.Helper()
+	svc, err := operator.NewService(f.deps(t, token))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return svc
+}
+
+// inProcess is the operations over f for the command line, consumer demo.
+func (f fixture) inProcess(t *testing.T) operator.Operations {
+	t.Helper()
+	ops, err := operator.NewInProcess(f.deps(t, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ops
+}
+
+func (f fixture) deps(t *testing.T, token string) operator.Deps {
+	t.Helper()
+	store, err := parked.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return operator.Deps{DB: f.pool, Token: token, TokenEnv: "DEMO_OPERATOR_TOKEN", Parked: store,
+		Logger: slog.New(slog.DiscardHandler), Consumers: []operator.Consumer{{Name: "demo",
+			Replay: func(ctx context.Context, tx pgx.Tx, id int64, ticket, actor string) (string, error) {
+				err := store.Replay(ctx, tx, id, ticket, actor, func(context.Context, pgx.Tx, parked.Parked) error {
+					if *f.refuse {
+						return fmt.Errorf("%w: the order is still unknown", operator.ErrStillRefused)
+					}
+					return nil
+				})
+				return "applied", err
+			}}}}
 }
 
 func (f fixture) count(t *testing.T, q string, args ...any) (n int) {

@@ -102,7 +102,12 @@ func NewService(deps Deps) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
+	return newService(deps, guard)
+}
+
+func newService(deps Deps, guard *Guard) (*Service, error) {
 	s := &Service{deps: deps, guard: guard, dl: map[string]*DeadLetterReplayer{}}
+	var err error
 	if s.outbox, err = outbox.NewInspector(deps.DB, deps.Outbox...); err != nil {
 		return nil, err
 	}
@@ -182,7 +187,7 @@ func (s *Service) consumer(name string, ok func(Consumer) bool) (Consumer, error
 
 // ListOutboxEvents implements OperatorService.
 func (s *Service) ListOutboxEvents(ctx context.Context, req *opsv1.ListOutboxEventsRequest) (*opsv1.ListOutboxEventsResponse, error) {
-	if err := s.guard.Authorize(ctx); err != nil {
+	if err := s.authorize(ctx); err != nil {
 		return nil, err
 	}
 	// The token is bound to the set of states, whatever their order; a
@@ -227,7 +232,7 @@ func (s *Service) ListOutboxEvents(ctx context.Context, req *opsv1.ListOutboxEve
 // last_error), audited (action outbox.requeue), a dry run too, in the same
 // transaction.
 func (s *Service) RequeueOutboxEvents(ctx context.Context, req *opsv1.RequeueOutboxEventsRequest) (*opsv1.RequeueOutboxEventsResponse, error) {
-	if err := s.guard.Authorize(ctx); err != nil {
+	if err := s.authorize(ctx); err != nil {
 		return nil, err
 	}
 	res, err := s.requeueOutbox(ctx, req)
@@ -288,7 +293,7 @@ func requeuedIDs(res outbox.RequeueResult) []string {
 
 // ListParkedMessages implements OperatorService.
 func (s *Service) ListParkedMessages(ctx context.Context, req *opsv1.ListParkedMessagesRequest) (*opsv1.ListParkedMessagesResponse, error) {
-	if err := s.guard.Authorize(ctx); err != nil {
+	if err := s.authorize(ctx); err != nil {
 		return nil, err
 	}
 	if s.deps.Parked == nil {
@@ -324,7 +329,7 @@ func (s *Service) ListParkedMessages(ctx context.Context, req *opsv1.ListParkedM
 // <consumer>.replay-parked) in one transaction. A message still refused
 // changes nothing and is not audited.
 func (s *Service) ReplayParkedMessage(ctx context.Context, req *opsv1.ReplayParkedMessageRequest) (*opsv1.ReplayParkedMessageResponse, error) {
-	if err := s.guard.Authorize(ctx); err != nil {
+	if err := s.authorize(ctx); err != nil {
 		return nil, err
 	}
 	outcome, err := s.replayParked(ctx, req)
@@ -367,7 +372,7 @@ func (s *Service) replayParked(ctx context.Context, req *opsv1.ReplayParkedMessa
 // after the messages' own transactions, also when some failed: those are
 // released and listed, and the others' effects are answered.
 func (s *Service) ReplayDeadLetters(ctx context.Context, req *opsv1.ReplayDeadLettersRequest) (*opsv1.ReplayDeadLettersResponse, error) {
-	if err := s.guard.Authorize(ctx); err != nil {
+	if err := s.authorize(ctx); err != nil {
 		return nil, err
 	}
 	if err := validateAuth(req.GetAuthorization()); err != nil {
@@ -421,7 +426,7 @@ func (s *Service) ReplayDeadLetters(ctx context.Context, req *opsv1.ReplayDeadLe
 
 // ListOperatorAudit implements OperatorService.
 func (s *Service) ListOperatorAudit(ctx context.Context, req *opsv1.ListOperatorAuditRequest) (*opsv1.ListOperatorAuditResponse, error) {
-	if err := s.guard.Authorize(ctx); err != nil {
+	if err := s.authorize(ctx); err != nil {
 		return nil, err
 	}
 	filter := []string{req.GetAction(), req.GetActor(), req.GetTicket()}

@@ -16,17 +16,11 @@
 //	                       requeue parked (dead) invoice jobs; audited in leasequeue_job_audit
 //	billing reconcile [-tolerance 5m] [-workorder-addr host:9090 -grace 10m]
 //	                       print discrepancies as JSON lines; exit status 3 when any
-//	billing dead-letters replay -ticket T -actor A -max N [-message-ids a,b] [-dry-run]
-//	                       replay the dead letters of billing.workorder-events through the intake;
-//	                       audited in operator_audit (docs/runbooks/replay-dead-letter-events.md)
-//	billing parked list [-work-order UUID] [-after-id N] [-limit 100]
-//	                       print the open parked intake messages as JSON lines, oldest first
-//	billing parked replay -id N -ticket T -actor A [-dry-run]
-//	                       consume a parked message through the intake once its cause is fixed;
-//	                       audited in operator_audit and on the parked row
-//	billing outbox requeue -ids <uuid,...> -ticket T -actor A [-dry-run]
-//	                       requeue FAILED outbox events with a fresh attempt budget; audited in
-//	                       operator_audit and on the rows (docs/runbooks/outbox-relay-stalled.md)
+//	billing outbox|parked|dead-letters|audit ...
+//	                       the operator commands every service has (pkg/operator RunCLI: outbox
+//	                       list|requeue, parked list|replay, dead-letters replay, audit list) over the
+//	                       outbox and the intake; audited in operator_audit
+//	                       (docs/runbooks/replay-dead-letter-events.md, docs/runbooks/outbox-relay-stalled.md)
 //
 // Configuration comes from the environment; see internal/config. The operator
 // commands need only DATABASE_URL (and, for the cross-service check, the
@@ -43,6 +37,7 @@ import (
 	"os"
 	"time"
 
+	gpubsub "cloud.google.com/go/pubsub/v2"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -53,7 +48,7 @@ import (
 	"github.com/lossless-dev/lossless/internal/servicecmd"
 	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/leasequeue"
-	"github.com/lossless-dev/lossless/pkg/parked"
+	"github.com/lossless-dev/lossless/pkg/operator"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/server"
 	"github.com/lossless-dev/lossless/pkg/telemetry"
@@ -74,7 +69,7 @@ func main() { os.Exit(servicecmd.Main(service())) }
 func service() servicecmd.Service[config.Config, *app.App] {
 	return servicecmd.Service[config.Config, *app.App]{
 		Name:       config.ServiceName,
-		Usage:      `usage: billing [serve|migrate|provision|jobs list|jobs retry|reconcile|dead-letters replay|parked list|parked replay|outbox requeue] (see services/billing/main.go)`,
+		Usage:      `usage: billing [serve|migrate|provision|jobs list|jobs retry|reconcile|outbox list|outbox requeue|parked list|parked replay|dead-letters replay|audit list] (see services/billing/main.go)`,
 		Config:     config.FromEnv,
 		Sections:   func(c *config.Config) (*server.Config, telemetry.Config) { return &c.Server, c.Telemetry },
 		PubSub:     func(c *config.Config) *pubsub.ClientConfig { return &c.PubSub },
@@ -83,9 +78,10 @@ func service() servicecmd.Service[config.Config, *app.App] {
 		Commands: map[string]servicecmd.Command{
 			"jobs":         jobsCommand,
 			"reconcile":    reconcileCmd,
-			"dead-letters": repairCommand("dead-letters"),
-			"parked":       repairCommand("parked"),
-			"outbox":       repairCommand("outbox"),
+			"dead-letters": operatorCommand("dead-letters"),
+			"parked":       operatorCommand("parked"),
+			"outbox":       operatorCommand("outbox"),
+			"audit":        operatorCommand("audit"),
 		},
 	}
 }
@@ -96,7 +92,16 @@ func jobsCommand(ctx context.Context, env *envconfig.Reader, logger *slog.Logger
 		return errors.New("jobs: want list or retry")
 	}
 	if args[0] == "retry" {
-		return intakeRepair(ctx, env, logger, "jobs", args)
+		pool, q, err := openQueue(ctx, env, logger)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		ops, err := admin.NewOps(pool, q, logger)
+		if err != nil {
+			return err
+		}
+		return admin.RunCLI(ctx, args, ops, os.Stdout)
 	}
 	return jobs(ctx, env, logger, args[0], args[1:])
 }
@@ -194,49 +199,45 @@ func reconcileCmd(ctx context.Context, env *envconfig.Reader, _ *slog.Logger, ar
 	return nil
 }
 
-// repairCommand is the Command of `billing <group> ...` (intakeRepair).
-func repairCommand(group string) servicecmd.Command {
+// operatorCommand runs `billing <group> ...`, a command of the one operator
+// API (operator.RunCLI: outbox, parked, dead-letters, audit) over the
+// billing database, in process: holding DATABASE_URL is the privilege (the
+// binary could change these tables directly), so the calls skip the
+// operator token, the network's credential, exactly as this command line
+// always did; -ticket and -actor make each repair audited. The intake is
+// configured as the running consumer's (the same payload cap and job
+// attempt budget); only the dead-letter replay needs Pub/Sub.
+func operatorCommand(group string) servicecmd.Command {
 	return func(ctx context.Context, env *envconfig.Reader, logger *slog.Logger, args []string) error {
-		return intakeRepair(ctx, env, logger, group, args)
-	}
-}
-
-// intakeRepair runs `billing dead-letters ...`, `billing parked ...` and
-// `billing outbox requeue` through an intake configured as the running
-// consumer's (the same payload cap and job attempt budget). Only the
-// dead-letter replay needs Pub/Sub.
-func intakeRepair(ctx context.Context, env *envconfig.Reader, logger *slog.Logger, group string, args []string) error {
-	inCfg := intake.Config{
-		JobMaxAttempts:  env.Int("BILLING_JOBS_MAX_ATTEMPTS", leasequeue.DefaultMaxAttempts),
-		MaxPayloadBytes: env.Int("BILLING_INTAKE_MAX_PAYLOAD_BYTES", intake.DefaultMaxPayloadBytes),
-	}
-	psCfg := libenv.PubSub(env)
-	pool, q, err := openQueue(ctx, env, logger)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	in, err := intake.New(pool, q, inCfg, logger, nil)
-	if err != nil {
-		return err
-	}
-	store, err := parked.New()
-	if err != nil {
-		return err
-	}
-	var opts []admin.Option
-	if group == "dead-letters" {
-		ps, err := libenv.PubSubClient(ctx, psCfg)
+		inCfg := intake.Config{
+			JobMaxAttempts:  env.Int("BILLING_JOBS_MAX_ATTEMPTS", leasequeue.DefaultMaxAttempts),
+			MaxPayloadBytes: env.Int("BILLING_INTAKE_MAX_PAYLOAD_BYTES", intake.DefaultMaxPayloadBytes),
+		}
+		psCfg := libenv.PubSub(env)
+		pool, q, err := openQueue(ctx, env, logger)
 		if err != nil {
 			return err
 		}
-		defer func() { _ = ps.Close() }()
-		opts = append(opts, admin.WithPubSub(ps))
+		defer pool.Close()
+		in, err := intake.New(pool, q, inCfg, logger, nil)
+		if err != nil {
+			return err
+		}
+		var ps *gpubsub.Client
+		if group == "dead-letters" {
+			if ps, err = libenv.PubSubClient(ctx, psCfg); err != nil {
+				return err
+			}
+			defer func() { _ = ps.Close() }()
+		}
+		deps, err := admin.OperatorDeps(pool, in, ps, logger)
+		if err != nil {
+			return err
+		}
+		ops, err := operator.NewInProcess(deps)
+		if err != nil {
+			return err
+		}
+		return operator.RunCLI(ctx, append([]string{group}, args...), ops, admin.ConsumerIntake, os.Stdout)
 	}
-	opts = append(opts, admin.WithQueue(q))
-	ops, err := admin.NewOps(pool, in, store, admin.Config{}, logger, opts...)
-	if err != nil {
-		return err
-	}
-	return admin.RunCLI(ctx, group, args, ops, os.Stdout)
 }

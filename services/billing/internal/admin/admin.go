@@ -2,12 +2,13 @@
 // the invoice jobs (pkg/leasequeue: list, retry dead ones), are the gRPC
 // service lossless.billing.v1.BillingAdminService (Service, operator token
 // from env BILLING_OPERATOR_TOKEN via pkg/operator's Guard) and the command
-// line (RunCLI, `billing jobs ...`). Over the network the outbox, the
-// intake's parked messages and dead letters and the operator_audit log are
-// the one operator API, lossless.ops.v1.OperatorService (pkg/operator,
-// mounted by the app); the command line still reaches them through Ops
-// (`billing dead-letters|parked|outbox ...`). Every repair needs a ticket and
-// an actor and is audited in operator_audit, dry runs included.
+// line (RunCLI, `billing jobs retry`). The outbox, the intake's parked
+// messages and dead letters and the operator_audit log are the one operator
+// API, lossless.ops.v1.OperatorService (pkg/operator over OperatorDeps,
+// consumer intake): mounted by the app, and run in process by the CLI
+// (`billing outbox|parked|dead-letters|audit ...`, operator.RunCLI). Every
+// repair needs a ticket and an actor and is audited in operator_audit, dry
+// runs included.
 package admin
 
 import (
@@ -41,16 +42,12 @@ type Service struct {
 	guard *operator.Guard
 }
 
-// NewService returns the admin service over ops, which must have the
-// invoice queue (WithQueue). token is the operator token
+// NewService returns the admin service over ops. token is the operator token
 // (EnvOperatorToken): empty refuses every call, shorter than
 // operator.MinTokenLength is an error.
 func NewService(ops *Ops, token string, logger *slog.Logger) (*Service, error) {
 	if ops == nil || logger == nil {
 		return nil, errors.New("admin: NewService needs ops and a logger")
-	}
-	if ops.queue == nil {
-		return nil, errors.New("admin: NewService needs ops built WithQueue")
 	}
 	guard, err := operator.NewGuard(token, EnvOperatorToken, logger)
 	if err != nil {

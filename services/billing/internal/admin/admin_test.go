@@ -26,7 +26,6 @@ import (
 	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/leasequeue"
 	opsv1 "github.com/lossless-dev/lossless/pkg/operator/opsv1"
-	"github.com/lossless-dev/lossless/pkg/parked"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/retry"
@@ -110,11 +109,7 @@ func TestBillingAdmin_ListsJobsAndParkedMessages(t *testing.T) {
 		t.Fatalf("second claim: %v %v", running, err)
 	}
 
-	store, err := parked.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ops, err := admin.NewOps(pool, in, store, admin.Config{}, logger, admin.WithQueue(queue))
+	ops, err := admin.NewOps(pool, queue, logger)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,20 +3,23 @@ package admin_test
 import (
 	"bytes"
 	"context"
-	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
+	gpubsub "cloud.google.com/go/pubsub/v2"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	eventsv1 "github.com/lossless-dev/lossless/gen/lossless/events/v1"
 	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/leasequeue"
-	"github.com/lossless-dev/lossless/pkg/parked"
+	"github.com/lossless-dev/lossless/pkg/operator"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/pubsubtest"
@@ -28,13 +31,14 @@ import (
 type repair struct {
 	pool  *pgxpool.Pool
 	queue *leasequeue.Queue
-	in    *intake.Intake // the intake ops consume through
+	in    *intake.Intake // the intake the operator replays consume through
 	ops   *admin.Ops
+	ps    *gpubsub.Client // nil: no dead-letter replay
 }
 
 // newRepair builds the operations over a billing database, their intake
-// configured with inCfg.
-func newRepair(t *testing.T, pool *pgxpool.Pool, inCfg intake.Config, opts ...admin.Option) repair {
+// configured with inCfg; ps (nil: none) replays dead letters.
+func newRepair(t *testing.T, pool *pgxpool.Pool, inCfg intake.Config, ps *gpubsub.Client) repair {
 	t.Helper()
 	logger := slog.New(slog.DiscardHandler)
 	if pool == nil {
@@ -48,15 +52,11 @@ func newRepair(t *testing.T, pool *pgxpool.Pool, inCfg intake.Config, opts ...ad
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := parked.New()
+	ops, err := admin.NewOps(pool, queue, logger)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ops, err := admin.NewOps(pool, in, store, admin.Config{}, logger, append(opts, admin.WithQueue(queue))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return repair{pool: pool, queue: queue, in: in, ops: ops}
+	return repair{pool: pool, queue: queue, in: in, ops: ops, ps: ps}
 }
 
 func (r repair) count(t *testing.T, q string, args ...any) int {
@@ -71,7 +71,20 @@ func (r repair) count(t *testing.T, q string, args ...any) int {
 func (r repair) cli(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	var out bytes.Buffer
-	err := admin.RunCLI(context.Background(), args[0], args[1:], r.ops, &out)
+	if args[0] == "jobs" {
+		err := admin.RunCLI(context.Background(), args[1:], r.ops, &out)
+		return out.String(), err
+	}
+	// The generic commands, as main runs them: in process, no token.
+	deps, err := admin.OperatorDeps(r.pool, r.in, r.ps, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops, err := operator.NewInProcess(deps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = operator.RunCLI(context.Background(), args, ops, admin.ConsumerIntake, &out)
 	return out.String(), err
 }
 
@@ -83,7 +96,7 @@ func (r repair) cli(t *testing.T, args ...string) (string, error) {
 func TestReplayDeadLetters_EnqueuesOnceParksPoisonAudits(t *testing.T) {
 	t.Parallel()
 	emu := pubsubtest.New(t, topology.System())
-	r := newRepair(t, nil, intake.Config{}, admin.WithPubSub(emu.Client))
+	r := newRepair(t, nil, intake.Config{}, emu.Client)
 	ctx := context.Background()
 	pub, err := pubsub.NewPublisher(emu.Client, topology.TopicWorkOrderEventsDeadLetter, pubsub.PublisherConfig{})
 	if err != nil {
@@ -105,10 +118,10 @@ func TestReplayDeadLetters_EnqueuesOnceParksPoisonAudits(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if _, err := r.cli(t, "dead-letters", "replay", "-max", "10"); !errors.Is(err, admin.ErrInvalidRequest) {
+	if _, err := r.cli(t, "dead-letters", "replay", "-max", "10"); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("replay without ticket and actor: %v", err)
 	}
-	if _, err := r.cli(t, "dead-letters", "replay", "-ticket", "INC-5", "-actor", "alice"); !errors.Is(err, admin.ErrInvalidRequest) {
+	if _, err := r.cli(t, "dead-letters", "replay", "-ticket", "INC-5", "-actor", "alice"); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("replay without -max: %v", err)
 	}
 	out, err := r.cli(t, "dead-letters", "replay", "-ticket", "INC-5", "-actor", "alice", "-max", "10", "-dry-run")
@@ -122,14 +135,24 @@ func TestReplayDeadLetters_EnqueuesOnceParksPoisonAudits(t *testing.T) {
 	outcomes := map[string]int{}
 	taken := 0
 	waitfor.Condition(t, 30*time.Second, "all four dead letters replayed", func() bool {
-		res, err := r.ops.ReplayDeadLetters(ctx, admin.DeadLetterRequest{
-			Authorization: admin.Authorization{Ticket: "INC-5", Actor: "alice"}, MaxMessages: 10})
+		out, err := r.cli(t, "dead-letters", "replay", "-ticket", "INC-5", "-actor", "alice", "-max", "10")
 		if err != nil {
 			t.Fatal(err)
 		}
-		taken += len(res.MessageIDs)
-		for o, n := range res.Outcomes {
-			outcomes[o] += n
+		// "replayed N dead letters [ids] (outcome n, ..., failed 0)"
+		var n int
+		if _, err := fmt.Sscanf(out, "replayed %d dead letters", &n); err != nil {
+			t.Fatalf("output %q: %v", out, err)
+		}
+		taken += n
+		counts := out[strings.LastIndex(out, "(")+1 : strings.LastIndex(out, ")")]
+		for c := range strings.SplitSeq(counts, ", ") {
+			var o string
+			var k int
+			if _, err := fmt.Sscanf(c, "%s %d", &o, &k); err != nil {
+				t.Fatalf("count %q: %v", c, err)
+			}
+			outcomes[o] += k
 		}
 		return taken == 4 // the dry run released all of them
 	})
@@ -151,7 +174,7 @@ func TestReplayDeadLetters_EnqueuesOnceParksPoisonAudits(t *testing.T) {
 
 	// Everything was acked: another run finds nothing and changes nothing.
 	out, err = r.cli(t, "dead-letters", "replay", "-ticket", "INC-5", "-actor", "alice", "-max", "10")
-	if err != nil || out != "replayed 0 dead letters [] (enqueued 0, duplicate 0, order_already_queued 0, parked 0, unknown_type 0)\n" {
+	if err != nil || out != "replayed 0 dead letters [] (failed 0)\n" {
 		t.Fatalf("second run: %q %v", out, err)
 	}
 	if n := r.count(t, `SELECT count(*) FROM leasequeue_jobs`); n != 2 {
@@ -174,23 +197,24 @@ func TestReplayDeadLetters_EnqueuesOnceParksPoisonAudits(t *testing.T) {
 func TestReplayParked_AfterCauseFixedEnqueuesOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	tight := newRepair(t, nil, intake.Config{MaxPayloadBytes: 16})
+	tight := newRepair(t, nil, intake.Config{MaxPayloadBytes: 16}, nil)
 	ev := completion(uuid.NewString())
 	if err := tight.in.Handle(ctx, message(t, 1, ev)); err != nil {
 		t.Fatal(err)
 	}
 	out, err := tight.cli(t, "parked", "list") // parked unparsed: no work order known
-	if err != nil || strings.Count(out, "\n") != 1 || !strings.Contains(out, `"id":1,`) || !strings.Contains(out, `"subscription":"billing.workorder-events"`) {
+	if err != nil || strings.Count(out, "\n") != 1 || !strings.Contains(out, `"id":"1",`) || !strings.Contains(out, `"subscription":"billing.workorder-events"`) {
 		t.Fatalf("parked list: %q %v", out, err)
 	}
-	if _, err := tight.cli(t, "parked", "replay", "-id", "1"); !errors.Is(err, admin.ErrInvalidRequest) {
+	if _, err := tight.cli(t, "parked", "replay", "-id", "1"); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("replay without ticket and actor: %v", err)
 	}
 	// The cause is still there: refused, nothing changes.
-	if _, err := tight.cli(t, "parked", "replay", "-id", "1", "-ticket", "CHG-8", "-actor", "bob"); !errors.Is(err, intake.ErrStillRefused) {
+	if _, err := tight.cli(t, "parked", "replay", "-id", "1", "-ticket", "CHG-8", "-actor", "bob"); status.Code(err) != codes.FailedPrecondition ||
+		!strings.Contains(err.Error(), intake.ErrStillRefused.Error()) {
 		t.Fatalf("replay with the cap unchanged: %v", err)
 	}
-	fixed := newRepair(t, tight.pool, intake.Config{}) // the cap raised to its default
+	fixed := newRepair(t, tight.pool, intake.Config{}, nil) // the cap raised to its default
 	out, err = fixed.cli(t, "parked", "replay", "-id", "1", "-ticket", "CHG-8", "-actor", "bob", "-dry-run")
 	if err != nil || out != "dry run: would replay parked message 1: enqueued\n" {
 		t.Fatalf("dry run: %q %v", out, err)
@@ -203,7 +227,7 @@ func TestReplayParked_AfterCauseFixedEnqueuesOnce(t *testing.T) {
 	if err != nil || out != "replayed parked message 1: enqueued\n" {
 		t.Fatalf("replay: %q %v", out, err)
 	}
-	if _, err := fixed.cli(t, "parked", "replay", "-id", "1", "-ticket", "CHG-8", "-actor", "bob"); !errors.Is(err, parked.ErrNotOpen) {
+	if _, err := fixed.cli(t, "parked", "replay", "-id", "1", "-ticket", "CHG-8", "-actor", "bob"); status.Code(err) != codes.NotFound {
 		t.Fatalf("second replay: %v", err)
 	}
 	if n := fixed.count(t, `SELECT count(*) FROM leasequeue_jobs WHERE unique_key = $1`, ev.GetWorkOrderId()); n != 1 {

@@ -47,7 +47,7 @@ var opsAuth = &billingv1.OperatorAuthorization{Ticket: "INC-9", Actor: "carol"}
 func TestRetryInvoiceJobs_DryRunThenOnceAudited(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	r := newRepair(t, nil, intake.Config{JobMaxAttempts: 3})
+	r := newRepair(t, nil, intake.Config{JobMaxAttempts: 3}, nil)
 	if err := r.in.Handle(ctx, message(t, 1, completion(uuid.NewString()))); err != nil {
 		t.Fatal(err)
 	}
@@ -137,12 +137,12 @@ func TestReplayParkedAndDeadLettersOverGRPC(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	emu := pubsubtest.New(t, topology.System())
-	tight := newRepair(t, nil, intake.Config{MaxPayloadBytes: 16})
+	tight := newRepair(t, nil, intake.Config{MaxPayloadBytes: 16}, nil)
 	parkedEv := completion(uuid.NewString())
 	if err := tight.in.Handle(ctx, message(t, 1, parkedEv)); err != nil {
 		t.Fatal(err)
 	}
-	r := newRepair(t, tight.pool, intake.Config{}, admin.WithPubSub(emu.Client)) // the cap raised
+	r := newRepair(t, tight.pool, intake.Config{}, emu.Client) // the cap raised
 	cl, octx := r.operatorService(t, emu.Client)
 
 	if _, err := cl.ReplayParkedMessage(octx, &opsv1.ReplayParkedMessageRequest{Id: 1}); status.Code(err) != codes.InvalidArgument {
@@ -216,7 +216,7 @@ func TestReplayParkedAndDeadLettersOverGRPC(t *testing.T) {
 func TestJobsRetryCLI_DryRunThenOnceAudited(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	r := newRepair(t, nil, intake.Config{JobMaxAttempts: 3})
+	r := newRepair(t, nil, intake.Config{JobMaxAttempts: 3}, nil)
 	if err := r.in.Handle(ctx, message(t, 1, completion(uuid.NewString()))); err != nil {
 		t.Fatal(err)
 	}

@@ -11,8 +11,6 @@ import (
 	"fmt"
 	"log/slog"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/lossless-dev/lossless/pkg/operator"
 	opsv1 "github.com/lossless-dev/lossless/pkg/operator/opsv1"
 
@@ -26,7 +24,6 @@ import (
 	"github.com/lossless-dev/lossless/pkg/leasequeue"
 	"github.com/lossless-dev/lossless/pkg/outbox"
 	"github.com/lossless-dev/lossless/pkg/outboxpubsub"
-	"github.com/lossless-dev/lossless/pkg/parked"
 	"github.com/lossless-dev/lossless/pkg/pgdb"
 	"github.com/lossless-dev/lossless/pkg/pgleader"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
@@ -179,16 +176,12 @@ func (a *App) adminService() (*admin.Service, *operator.Service, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	store, err := parked.New()
-	if err != nil {
-		return nil, nil, err
-	}
 	in, err := intake.New(a.db.Workers, queue, intake.Config{JobMaxAttempts: a.cfg.JobMaxAttempts, MaxPayloadBytes: a.cfg.IntakeMaxPayloadBytes},
 		logger, nil)
 	if err != nil {
 		return nil, nil, err
 	}
-	ops, err := admin.NewOps(a.db.Workers, in, store, admin.Config{}, logger, admin.WithQueue(queue), admin.WithPubSub(a.ps))
+	ops, err := admin.NewOps(a.db.Workers, queue, logger)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -196,17 +189,12 @@ func (a *App) adminService() (*admin.Service, *operator.Service, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	opsSvc, err := operator.NewService(operator.Deps{DB: a.db.Workers, Token: a.cfg.OperatorToken, TokenEnv: admin.EnvOperatorToken,
-		Parked: store, PubSub: a.ps, Logger: logger, Consumers: []operator.Consumer{{
-			Name: "intake", DeadLetterSubscription: topology.SubWorkOrderEventsDeadLetter, Process: in.Process,
-			Replay: func(ctx context.Context, tx pgx.Tx, id int64, ticket, actor string) (string, error) {
-				outcome, err := in.Replay(ctx, tx, id, ticket, actor)
-				if errors.Is(err, intake.ErrStillRefused) {
-					return "", fmt.Errorf("%w: %w", operator.ErrStillRefused, err)
-				}
-				return outcome, err
-			},
-		}}})
+	deps, err := admin.OperatorDeps(a.db.Workers, in, a.ps, logger)
+	if err != nil {
+		return nil, nil, err
+	}
+	deps.Token = a.cfg.OperatorToken
+	opsSvc, err := operator.NewService(deps)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	gpubsub "cloud.google.com/go/pubsub/v2"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/grpc"
@@ -26,6 +27,7 @@ import (
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/pubsubtest"
 	"github.com/lossless-dev/lossless/services/workorder/internal/admin"
+	"github.com/lossless-dev/lossless/services/workorder/internal/invoicing"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
@@ -35,6 +37,10 @@ const token = "s3cret-operator-token-of-32-chars"
 type bundle struct {
 	pool *pgxpool.Pool
 	ops  *admin.Ops
+	// inv is the InvoiceIssued consumer the operator replays run through;
+	// ps the Pub/Sub client of deps (nil: none).
+	inv *invoicing.Invoicing
+	ps  *gpubsub.Client
 }
 
 func setup(t *testing.T, deps admin.Deps) bundle {
@@ -45,7 +51,11 @@ func setup(t *testing.T, deps admin.Deps) bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return bundle{pool: deps.Pool, ops: ops}
+	inv, err := invoicing.New(deps.Pool, invoicing.Config{}, deps.Logger, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bundle{pool: deps.Pool, ops: ops, inv: inv, ps: deps.PubSub}
 }
 
 // client serves svc on a loopback port and returns a client for it.

@@ -15,7 +15,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/lossless-dev/lossless/pkg/inbox"
-	"github.com/lossless-dev/lossless/services/workorder/internal/invoicing"
 )
 
 // CLIUsage documents `workorder inbox ...`. Running the binary with the
@@ -161,80 +160,6 @@ func RunCLI(ctx context.Context, args []string, ops *Ops, out io.Writer) error {
 		_, err = fmt.Fprintf(out, "recorded waiting point %d; work order %s now has %d open waiting points\n", wp, oid, open)
 		return err
 	}
-}
-
-// InvoicingCLIUsage documents `workorder invoicing ...`, the operator
-// commands of the InvoiceIssued consumer (subscription
-// workorder.billing-events).
-const InvoicingCLIUsage = `usage: workorder invoicing <command> [flags]
-
-commands:
-  replay              --id N --ticket T --actor A [--dry-run]  (re-apply a parked InvoiceIssued, parked_messages)
-  replay-dead-letters --ticket T --actor A --max N [--message-ids a,b] [--dry-run]
-`
-
-// RunInvoicingCLI runs one `workorder invoicing` command; args exclude
-// "invoicing".
-func RunInvoicingCLI(ctx context.Context, args []string, ops *Ops, out io.Writer) error {
-	if ops == nil || out == nil {
-		return errors.New("admin: RunInvoicingCLI needs ops and an output")
-	}
-	if len(args) == 0 {
-		_, _ = io.WriteString(out, InvoicingCLIUsage)
-		return ErrUsage
-	}
-	fs := flag.NewFlagSet("workorder invoicing "+args[0], flag.ContinueOnError)
-	fs.SetOutput(out)
-	var (
-		ticket, actor, msgIDs string
-		id                    int64
-		maxMessages           int
-		dryRun                bool
-	)
-	fs.StringVar(&ticket, "ticket", "", "change or incident reference (required)")
-	fs.StringVar(&actor, "actor", "", "who acts (required)")
-	switch args[0] {
-	case "replay":
-		fs.Int64Var(&id, "id", 0, "parked_messages id (required)")
-		fs.BoolVar(&dryRun, "dry-run", false, "apply and roll back: report the outcome, change nothing")
-	case "replay-dead-letters":
-		fs.IntVar(&maxMessages, "max", 0, "dead letters to take (1..1000, required)")
-		fs.StringVar(&msgIDs, "message-ids", "", "comma-separated Pub/Sub message ids")
-		fs.BoolVar(&dryRun, "dry-run", false, "report, change nothing")
-	default:
-		_, _ = io.WriteString(out, InvoicingCLIUsage)
-		return fmt.Errorf("%w: unknown command %q", ErrUsage, args[0])
-	}
-	if err := fs.Parse(args[1:]); err != nil {
-		return fmt.Errorf("%w: %w", ErrUsage, err)
-	}
-	if args[0] == "replay" {
-		if id <= 0 || strings.TrimSpace(ticket) == "" || strings.TrimSpace(actor) == "" {
-			return fmt.Errorf("%w: workorder invoicing replay: --id, --ticket and --actor are required", ErrUsage)
-		}
-		outcome, err := ops.ReplayParkedBillingEvent(ctx, ParkedReplayRequest{Authorization: inbox.Authorization{Ticket: ticket, Actor: actor},
-			ID: id, DryRun: dryRun})
-		if err != nil {
-			return err
-		}
-		if dryRun {
-			_, err = fmt.Fprintf(out, "dry run: parked billing event %d would be replayed: %s\n", id, outcome)
-		} else {
-			_, err = fmt.Fprintf(out, "parked billing event %d replayed: %s\n", id, outcome)
-		}
-		return err
-	}
-	req := DeadLetterRequest{Authorization: inbox.Authorization{Ticket: ticket, Actor: actor}, MaxMessages: maxMessages, DryRun: dryRun}
-	if msgIDs != "" {
-		req.MessageIDs = strings.Split(msgIDs, ",")
-	}
-	res, err := ops.ReplayInvoicingDeadLetters(ctx, req)
-	if len(res.MessageIDs) > 0 || err == nil {
-		_, _ = fmt.Fprintf(out, "%s %d dead letters %v (invoiced %d, duplicate %d, parked %d, unknown_type %d, failed %d)\n",
-			verb(res.DryRun, "would replay", "replayed"), len(res.MessageIDs), res.MessageIDs, res.Outcomes[invoicing.OutcomeInvoiced],
-			res.Outcomes[invoicing.OutcomeDuplicate], res.Outcomes[invoicing.OutcomeParked], res.Outcomes[invoicing.OutcomeUnknownType], len(res.Failed))
-	}
-	return err
 }
 
 func verb(dry bool, would, did string) string {

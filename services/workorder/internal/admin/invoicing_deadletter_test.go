@@ -1,7 +1,6 @@
 package admin_test
 
 import (
-	"bytes"
 	"context"
 	"strings"
 	"testing"
@@ -13,7 +12,7 @@ import (
 	eventsv1 "github.com/lossless-dev/lossless/gen/lossless/events/v1"
 	moneyv1 "github.com/lossless-dev/lossless/gen/lossless/money/v1"
 	"github.com/lossless-dev/lossless/internal/topology"
-	"github.com/lossless-dev/lossless/pkg/inbox"
+	opsv1 "github.com/lossless-dev/lossless/pkg/operator/opsv1"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/pubsubtest"
 	"github.com/lossless-dev/lossless/pkg/waitfor"
@@ -57,17 +56,15 @@ func TestReplayInvoicingDeadLetters_InvoicesOnceParksTheRest(t *testing.T) {
 		t.Fatal(err)
 	}
 	cli := func(args ...string) (string, error) {
-		var out bytes.Buffer
-		err := admin.RunInvoicingCLI(ctx, args, b.ops, &out)
-		return out.String(), err
+		return b.cli(t, append([]string{"dead-letters", "replay"}, args...)...)
 	}
-	if _, err := cli("replay-dead-letters", "--max", "10"); err == nil {
+	if _, err := cli("--max", "10"); err == nil {
 		t.Fatal("replay without ticket and actor must be refused")
 	}
-	if _, err := cli("replay-dead-letters", "--ticket", "INC-4", "--actor", "alice"); err == nil {
+	if _, err := cli("--ticket", "INC-4", "--actor", "alice"); err == nil {
 		t.Fatal("replay without --max must be refused")
 	}
-	out, err := cli("replay-dead-letters", "--ticket", "INC-4", "--actor", "alice", "--max", "10", "--dry-run")
+	out, err := cli("--ticket", "INC-4", "--actor", "alice", "--max", "10", "--dry-run")
 	if err != nil || !strings.HasPrefix(out, "dry run: would replay ") || strings.HasPrefix(out, "dry run: would replay 0 ") {
 		t.Fatalf("dry run: %q %v", out, err)
 	}
@@ -83,15 +80,16 @@ func TestReplayInvoicingDeadLetters_InvoicesOnceParksTheRest(t *testing.T) {
 
 	outcomes := map[string]int{}
 	taken := 0
-	auth := inbox.Authorization{Ticket: "INC-4", Actor: "alice"}
+	ops := inProcessOps(t, b)
 	waitfor.Condition(t, 30*time.Second, "all four dead letters replayed", func() bool {
-		res, err := b.ops.ReplayInvoicingDeadLetters(ctx, admin.DeadLetterRequest{Authorization: auth, MaxMessages: 10})
-		if err != nil {
-			t.Fatal(err)
+		res, err := ops.ReplayDeadLetters(ctx, &opsv1.ReplayDeadLettersRequest{Authorization: &opsv1.OperatorAuthorization{Ticket: "INC-4", Actor: "alice"},
+			MaxMessages: 10})
+		if err != nil || len(res.GetFailedMessageIds()) > 0 {
+			t.Fatal(res, err)
 		}
-		taken += len(res.MessageIDs)
-		for o, n := range res.Outcomes {
-			outcomes[o] += n
+		taken += len(res.GetMessageIds())
+		for o, n := range res.GetOutcomes() {
+			outcomes[o] += int(n)
 		}
 		return taken == 4 // the dry run released all of them
 	})
@@ -110,8 +108,8 @@ func TestReplayInvoicingDeadLetters_InvoicesOnceParksTheRest(t *testing.T) {
 	}
 
 	// Everything was acked: another run finds nothing and changes nothing.
-	out, err = cli("replay-dead-letters", "--ticket", "INC-4", "--actor", "alice", "--max", "10")
-	if err != nil || out != "replayed 0 dead letters [] (invoiced 0, duplicate 0, parked 0, unknown_type 0, failed 0)\n" {
+	out, err = cli("--ticket", "INC-4", "--actor", "alice", "--max", "10")
+	if err != nil || out != "replayed 0 dead letters [] (failed 0)\n" {
 		t.Fatalf("second run: %q %v", out, err)
 	}
 	if _, v := status(); v != 4 || b.count(t, `SELECT count(*) FROM parked_messages`) != 2 {

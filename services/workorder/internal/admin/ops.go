@@ -3,14 +3,13 @@
 // cleanup, and the manual re-hand-off. The inbox operations are reachable as
 // CLI commands (RunCLI, `workorder inbox ...`) and as the gRPC service
 // lossless.workorder.v1.WorkOrderAdminService (Service), which requires the
-// operator token. Over the network the outbox, the InvoiceIssued consumer's
-// parked messages and dead letters and the operator_audit log are the one
-// operator API, lossless.ops.v1.OperatorService (pkg/operator, mounted by
-// the app, consumer invoicing); the command line still reaches them here
-// (repairs.go, RunInvoicingCLI `workorder invoicing ...`; outbox.go,
-// RunOutboxCLI `workorder outbox requeue`). Every mutating operation needs a
-// ticket and an actor and is audited (operator_audit, dry runs included; a
-// parked replay also on its parked_messages row).
+// operator token. The outbox, the InvoiceIssued consumer's parked messages
+// and dead letters and the operator_audit log are the one operator API,
+// lossless.ops.v1.OperatorService (pkg/operator over OperatorDeps, consumer
+// invoicing): mounted by the app, and run in process by the CLI
+// (`workorder outbox|parked|dead-letters|audit ...`, operator.RunCLI).
+// Every mutating operation needs a ticket and an actor and is audited
+// (operator_audit, dry runs included).
 package admin
 
 import (
@@ -28,10 +27,7 @@ import (
 	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/pkg/inbox"
 	"github.com/lossless-dev/lossless/pkg/operator"
-	"github.com/lossless-dev/lossless/pkg/outbox"
-	"github.com/lossless-dev/lossless/pkg/parked"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
-	"github.com/lossless-dev/lossless/services/workorder/internal/invoicing"
 	"github.com/lossless-dev/lossless/services/workorder/internal/orders"
 	"github.com/lossless-dev/lossless/services/workorder/internal/receiver"
 )
@@ -45,35 +41,22 @@ type Deps struct {
 	// DeadLetterSubscription to replay inbox dead letters from. Default
 	// topology.SubWorkOrderCompletedDeadLetter.
 	DeadLetterSubscription string
-	// InvoicingDeadLetterSubscription to replay InvoiceIssued dead letters
-	// from. Default topology.SubBillingEventsDeadLetter.
-	InvoicingDeadLetterSubscription string
 	// Receiver configures how replayed dead letters are decoded; pass the
 	// receiver's own configuration (zero: the receiver's defaults).
 	Receiver receiver.Config
-	// Invoicing configures the InvoiceIssued consumer that replays run
-	// through; pass the live consumer's (zero: its defaults). Its
-	// Subscription is what parked messages are recorded under.
-	Invoicing invoicing.Config
 	// Logger (required).
 	Logger *slog.Logger
 }
 
 // Ops implements the operator operations shared by the CLI and gRPC.
 type Ops struct {
-	deps   Deps
-	inbox  *inbox.Ops
-	store  *inbox.Store
-	dec    *receiver.Decoder
-	outbox *outbox.Inspector
-	// requeue is the repair of FAILED outbox events (outbox.go).
-	requeue *outbox.Requeuer
-
-	invoicing   *invoicing.Invoicing
-	parkedStore *parked.Store
-	// Replayers of the dead-letter inspection subscriptions; nil without a
-	// Pub/Sub client.
-	inboxDL, invoicingDL *operator.DeadLetterReplayer
+	deps  Deps
+	inbox *inbox.Ops
+	store *inbox.Store
+	dec   *receiver.Decoder
+	// inboxDL replays the completions' dead letters; nil without a Pub/Sub
+	// client.
+	inboxDL *operator.DeadLetterReplayer
 }
 
 // NewOps validates deps.
@@ -83,9 +66,6 @@ func NewOps(deps Deps) (*Ops, error) {
 	}
 	if deps.DeadLetterSubscription == "" {
 		deps.DeadLetterSubscription = topology.SubWorkOrderCompletedDeadLetter
-	}
-	if deps.InvoicingDeadLetterSubscription == "" {
-		deps.InvoicingDeadLetterSubscription = topology.SubBillingEventsDeadLetter
 	}
 	// The inbox's operator actions land in operator_audit next to the
 	// service's own, not in inbox_audit.
@@ -104,37 +84,14 @@ func NewOps(deps Deps) (*Ops, error) {
 	if err != nil {
 		return nil, err
 	}
-	ob, err := outbox.NewInspector(deps.Pool)
-	if err != nil {
-		return nil, err
-	}
-	rq, err := outbox.NewRequeuer()
-	if err != nil {
-		return nil, err
-	}
-	inv, err := invoicing.New(deps.Pool, deps.Invoicing, deps.Logger, nil)
-	if err != nil {
-		return nil, err
-	}
-	ps, err := parked.New()
-	if err != nil {
-		return nil, err
-	}
-	o := &Ops{deps: deps, inbox: io, store: store, dec: dec, outbox: ob, requeue: rq, invoicing: inv, parkedStore: ps}
+	o := &Ops{deps: deps, inbox: io, store: store, dec: dec}
 	if deps.PubSub != nil {
 		if o.inboxDL, err = operator.NewDeadLetterReplayer(deps.PubSub, deps.DeadLetterSubscription, deps.Logger); err != nil {
-			return nil, err
-		}
-		if o.invoicingDL, err = operator.NewDeadLetterReplayer(deps.PubSub, deps.InvoicingDeadLetterSubscription, deps.Logger); err != nil {
 			return nil, err
 		}
 	}
 	return o, nil
 }
-
-// Invoicing returns the InvoiceIssued consumer the operator replays run
-// through (parked replay: Invoicing().Replay).
-func (o *Ops) Invoicing() *invoicing.Invoicing { return o.invoicing }
 
 // Inbox returns the generic inbox operations (list, get, replay, cleanup).
 func (o *Ops) Inbox() *inbox.Ops { return o.inbox }
@@ -200,66 +157,6 @@ func (o *Ops) ReplayDeadLetters(ctx context.Context, req DeadLetterRequest) (Dea
 				"inserted": res.Inserted, "duplicates": res.Duplicates, "poison": res.Poison, "conflicts": res.Conflicts,
 			}})
 	})
-	return res, err
-}
-
-// InvoicingDeadLetterResult reports a replay of InvoiceIssued dead letters.
-type InvoicingDeadLetterResult struct {
-	// MessageIDs are the messages taken (in a dry run: that would be).
-	MessageIDs []string
-	// Outcomes counts the applied messages by invoicing outcome (invoiced,
-	// duplicate, parked, unknown_type).
-	Outcomes map[string]int
-	// Failed are the messages that met an infrastructure error: released,
-	// still on the inspection subscription.
-	Failed []string
-	DryRun bool
-}
-
-// ReplayInvoicingDeadLetters pulls up to MaxMessages from the dead-letter
-// inspection subscription of workorder.billing-events and applies the
-// selected ones through the live consumer's path (invoicing.Process: dedup
-// marker, order lock, COMPLETED → INVOICED, or parked with its reason in
-// parked_messages), acking each after its own transaction committed. A
-// replayed InvoiceIssued already applied is a duplicate and changes nothing.
-// The run is audited in operator_audit (action
-// invoicing.replay-dead-letters) after the messages' own transactions, also
-// when some failed (they are released and the error returned).
-func (o *Ops) ReplayInvoicingDeadLetters(ctx context.Context, req DeadLetterRequest) (InvoicingDeadLetterResult, error) {
-	if err := req.Validate(); err != nil {
-		return InvoicingDeadLetterResult{}, fmt.Errorf("%w: %w", inbox.ErrInvalidRequest, err)
-	}
-	if o.invoicingDL == nil {
-		return InvoicingDeadLetterResult{}, errors.New("admin: no Pub/Sub client configured")
-	}
-	res := InvoicingDeadLetterResult{Outcomes: map[string]int{}}
-	dl, replayErr := o.invoicingDL.Replay(ctx, operator.DeadLetterRequest{MaxMessages: req.MaxMessages, MessageIDs: req.MessageIDs, DryRun: req.DryRun},
-		func(ctx context.Context, ms []*pubsub.Received) []error {
-			outcomes, errs := o.invoicing.Process(ctx, ms)
-			for i, oc := range outcomes {
-				if errs[i] == nil {
-					res.Outcomes[oc]++
-				}
-			}
-			return errs
-		})
-	if errors.Is(replayErr, operator.ErrInvalidRequest) {
-		return InvoicingDeadLetterResult{}, fmt.Errorf("%w: %w", inbox.ErrInvalidRequest, replayErr)
-	}
-	if replayErr != nil && len(dl.MessageIDs) == len(dl.Failed) {
-		return InvoicingDeadLetterResult{}, fmt.Errorf("admin: apply invoicing dead letters: %w", replayErr)
-	}
-	res.MessageIDs, res.Failed, res.DryRun = dl.MessageIDs, dl.Failed, dl.DryRun
-	err := pgx.BeginFunc(ctx, o.deps.Pool, func(tx pgx.Tx) error {
-		return operator.WriteAudit(ctx, tx, operator.AuditEntry{Action: "invoicing.replay-dead-letters", Actor: req.Actor, Ticket: req.Ticket,
-			DryRun: req.DryRun, Affected: len(res.MessageIDs) - len(res.Failed), Params: map[string]any{
-				"subscription": o.deps.InvoicingDeadLetterSubscription, "message_ids": res.MessageIDs, "max_messages": req.MaxMessages,
-				"outcomes": res.Outcomes, "failed": res.Failed,
-			}})
-	})
-	if replayErr != nil {
-		return res, errors.Join(fmt.Errorf("admin: apply invoicing dead letters: %w", replayErr), err)
-	}
 	return res, err
 }
 

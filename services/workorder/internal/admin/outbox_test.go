@@ -1,7 +1,6 @@
 package admin_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -124,16 +123,12 @@ func TestRequeueOutboxEvents_OverGRPCAndCLI(t *testing.T) {
 	}
 
 	// The CLI: refused without a ticket, then a dry run and the requeue.
-	run := func(args ...string) (string, error) {
-		var out bytes.Buffer
-		err := admin.RunOutboxCLI(ctx, args, b.ops, &out)
-		return out.String(), err
-	}
+	run := func(args ...string) (string, error) { return b.cli(t, append([]string{"outbox"}, args...)...) }
 	if _, err := run("requeue", "--actor", "erin", "--ids", viaCLI); err == nil {
 		t.Fatal("requeue without a ticket accepted")
 	}
-	if _, err := run("requeue", "--ticket", "INC-13", "--actor", "erin", "--ids", "nope"); !errors.Is(err, admin.ErrUsage) {
-		t.Fatalf("requeue of a malformed id: %v, want a usage error", err)
+	if _, err := run("requeue", "--ticket", "INC-13", "--actor", "erin", "--ids", "nope"); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("requeue of a malformed id: %v, want INVALID_ARGUMENT", err)
 	}
 	out, err := run("requeue", "--ticket", "INC-13", "--actor", "erin", "--ids", viaCLI+","+published, "--dry-run")
 	if err != nil || !strings.Contains(out, "dry run: would requeue 1 FAILED outbox events: ["+viaCLI+"]") ||

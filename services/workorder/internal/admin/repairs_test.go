@@ -62,7 +62,7 @@ func TestReplayParkedBillingEvent_OverGRPC(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := &pubsub.Received{ID: "m-1", Data: data, Attributes: pubsub.EventAttributes(ev.GetEventId(), invoicing.EventType, 1, time.Now())}
-	if err := b.ops.Invoicing().Handle(ctx, m); err != nil {
+	if err := b.inv.Handle(ctx, m); err != nil {
 		t.Fatal(err)
 	}
 	cl := servedOps(t, b, nil)

@@ -133,8 +133,7 @@ func (a *App) assemble(ctx context.Context, opts []server.Option) error {
 	if err != nil {
 		return err
 	}
-	ops, err := admin.NewOps(admin.Deps{Pool: workerPool, PubSub: a.ps, Receiver: a.cfg.Receiver,
-		Invoicing: a.cfg.Invoicing, Logger: a.log.With("component", "admin")})
+	ops, err := admin.NewOps(admin.Deps{Pool: workerPool, PubSub: a.ps, Receiver: a.cfg.Receiver, Logger: a.log.With("component", "admin")})
 	if err != nil {
 		return err
 	}
@@ -142,7 +141,13 @@ func (a *App) assemble(ctx context.Context, opts []server.Option) error {
 	if err != nil {
 		return err
 	}
-	opsSvc, err := a.operatorService(workerPool, ops.Invoicing())
+	// The InvoiceIssued consumer the operator replays run through,
+	// configured as the live one.
+	inv, err := invoicing.New(workerPool, a.cfg.Invoicing, a.log.With("component", "operator"), nil)
+	if err != nil {
+		return err
+	}
+	opsSvc, err := a.operatorService(workerPool, inv)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,69 @@
+package operator
+
+import (
+	"context"
+	"errors"
+
+	opsv1 "github.com/lossless-dev/lossless/pkg/operator/opsv1"
+)
+
+// inProcessKey marks a context of a call made in the service's own process
+// (NewInProcess); only this package can set it, so no remote call carries it.
+type inProcessKey struct{}
+
+// authorize lets in-process calls through and checks the operator token of
+// the others.
+func (s *Service) authorize(ctx context.Context) error {
+	if ctx.Value(inProcessKey{}) != nil {
+		return nil
+	}
+	return s.guard.Authorize(ctx)
+}
+
+// NewInProcess returns the operations over deps for a caller inside the
+// trust boundary: the service's own command line (RunCLI), which holds
+// DATABASE_URL and could change the tables directly. Its calls need no
+// operator token (the network's credential; Deps.Token is ignored);
+// everything else (ticket and actor, dry run, audit row, partial failures)
+// is what OperatorService does over gRPC.
+func NewInProcess(deps Deps) (Operations, error) {
+	if deps.DB == nil || deps.Logger == nil {
+		return nil, errors.New("operator: NewInProcess needs a database and a logger")
+	}
+	// A guard that refuses every call: only the in-process marker passes.
+	s, err := newService(deps, &Guard{envName: "in-process", logger: deps.Logger})
+	if err != nil {
+		return nil, err
+	}
+	return inProcess{s}, nil
+}
+
+type inProcess struct{ s *Service }
+
+func trusted(ctx context.Context) context.Context {
+	return context.WithValue(ctx, inProcessKey{}, true)
+}
+
+func (p inProcess) ListOutboxEvents(ctx context.Context, req *opsv1.ListOutboxEventsRequest) (*opsv1.ListOutboxEventsResponse, error) {
+	return p.s.ListOutboxEvents(trusted(ctx), req)
+}
+
+func (p inProcess) RequeueOutboxEvents(ctx context.Context, req *opsv1.RequeueOutboxEventsRequest) (*opsv1.RequeueOutboxEventsResponse, error) {
+	return p.s.RequeueOutboxEvents(trusted(ctx), req)
+}
+
+func (p inProcess) ListParkedMessages(ctx context.Context, req *opsv1.ListParkedMessagesRequest) (*opsv1.ListParkedMessagesResponse, error) {
+	return p.s.ListParkedMessages(trusted(ctx), req)
+}
+
+func (p inProcess) ReplayParkedMessage(ctx context.Context, req *opsv1.ReplayParkedMessageRequest) (*opsv1.ReplayParkedMessageResponse, error) {
+	return p.s.ReplayParkedMessage(trusted(ctx), req)
+}
+
+func (p inProcess) ReplayDeadLetters(ctx context.Context, req *opsv1.ReplayDeadLettersRequest) (*opsv1.ReplayDeadLettersResponse, error) {
+	return p.s.ReplayDeadLetters(trusted(ctx), req)
+}
+
+func (p inProcess) ListOperatorAudit(ctx context.Context, req *opsv1.ListOperatorAuditRequest) (*opsv1.ListOperatorAuditResponse, error) {
+	return p.s.ListOperatorAudit(trusted(ctx), req)
+}
