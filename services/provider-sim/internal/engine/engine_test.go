@@ -209,7 +209,7 @@ func TestF9_PoisonMessageFailsToParseOrFailsValidation(t *testing.T) {
 		key := acc.WorkOrderID.String()
 		var ms []msg
 		waitfor.Condition(t, 30*time.Second, "poison and completion published", func() bool {
-			ms = of(b.obs.all(t), typeCompleted, key)
+			ms = firstCopies(of(b.obs.all(t), typeCompleted, key))
 			return len(ms) == 2
 		})
 		var kind string

@@ -251,6 +251,21 @@ func of(ms []msg, eventType, key string) []msg {
 	return out
 }
 
+// firstCopies keeps the first copy of each event id, in publish order:
+// publishing is at-least-once (record, publish, mark), so under load an
+// event can be published again before it is marked, with the same id.
+func firstCopies(ms []msg) []msg {
+	seen := map[string]bool{}
+	var out []msg
+	for _, m := range ms {
+		if !seen[m.EventID] {
+			seen[m.EventID] = true
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
 var (
 	typeCompleted = string(proto.MessageName((*eventsv1.WorkOrderCompleted)(nil)))
 	typeStarted   = string(proto.MessageName((*eventsv1.WorkOrderExecutionStarted)(nil)))
