@@ -1,13 +1,10 @@
 package admin
 
 import (
-	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 
 	gpubsub "cloud.google.com/go/pubsub/v2"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/pkg/operator"
@@ -37,14 +34,7 @@ func OperatorDeps(db pgdb.DB, in *intake.Intake, ps *gpubsub.Client, logger *slo
 	if err != nil {
 		return operator.Deps{}, err
 	}
-	return operator.Deps{DB: db, TokenEnv: EnvOperatorToken, Parked: store, PubSub: ps, Logger: logger, Consumers: []operator.Consumer{{
-		Name: ConsumerIntake, DeadLetterSubscription: topology.SubWorkOrderEventsDeadLetter, Process: in.Process,
-		Replay: func(ctx context.Context, tx pgx.Tx, id int64, ticket, actor string) (string, error) {
-			outcome, err := in.Replay(ctx, tx, id, ticket, actor)
-			if errors.Is(err, intake.ErrStillRefused) {
-				return "", fmt.Errorf("%w: %w", operator.ErrStillRefused, err)
-			}
-			return outcome, err
-		},
-	}}}, nil
+	return operator.Deps{DB: db, TokenEnv: EnvOperatorToken, Parked: store, PubSub: ps, Logger: logger, Consumers: []operator.Consumer{
+		operator.ConsumerOf(ConsumerIntake, topology.SubWorkOrderEventsDeadLetter, in),
+	}}, nil
 }

@@ -1,13 +1,10 @@
 package admin
 
 import (
-	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 
 	gpubsub "cloud.google.com/go/pubsub/v2"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/pkg/operator"
@@ -35,14 +32,7 @@ func OperatorDeps(db pgdb.DB, inv *invoicing.Invoicing, ps *gpubsub.Client, logg
 	if err != nil {
 		return operator.Deps{}, err
 	}
-	return operator.Deps{DB: db, TokenEnv: EnvOperatorToken, Parked: store, PubSub: ps, Logger: logger, Consumers: []operator.Consumer{{
-		Name: ConsumerInvoicing, DeadLetterSubscription: topology.SubBillingEventsDeadLetter, Process: inv.Process,
-		Replay: func(ctx context.Context, tx pgx.Tx, id int64, ticket, actor string) (string, error) {
-			outcome, err := inv.Replay(ctx, tx, id, ticket, actor)
-			if errors.Is(err, invoicing.ErrStillRefused) {
-				return "", fmt.Errorf("%w: %w", operator.ErrStillRefused, err)
-			}
-			return outcome, err
-		},
-	}}}, nil
+	return operator.Deps{DB: db, TokenEnv: EnvOperatorToken, Parked: store, PubSub: ps, Logger: logger, Consumers: []operator.Consumer{
+		operator.ConsumerOf(ConsumerInvoicing, topology.SubBillingEventsDeadLetter, inv),
+	}}, nil
 }
