@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"testing"
 
+	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
 	"github.com/lossless-dev/lossless/internal/roletest"
 	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
@@ -27,4 +28,10 @@ func TestOperatorServiceIsMountedBehindTheToken(t *testing.T) {
 		return app.New(context.Background(), cfg, logger, telemetry.Providers{})
 	}, server.RoleAll)
 	roletest.OperatorServiceIsMounted(t, a.GRPCAddr(), operatorToken)
+	// Every other mounted service is an admin service: each of its
+	// methods, as the descriptors list them, refuses a call without the token.
+	roletest.AdminRPCsRefuseWithoutToken(t, roletest.Guarded{
+		Addr: a.GRPCAddr(), Mounted: a.GRPCServices(),
+		Public: []string{workorderv1.WorkOrderService_ServiceDesc.ServiceName},
+	})
 }
