@@ -326,12 +326,3 @@ func (a *App) Close() {
 	}
 	a.db.Close()
 }
-
-// GRPCServices is what the gRPC server mounts (empty in the worker role),
-// for tests that check every mounted method.
-func (a *App) GRPCServices() map[string]grpc.ServiceInfo {
-	if a.srv.GRPC() == nil {
-		return nil
-	}
-	return a.srv.GRPC().GetServiceInfo()
-}
