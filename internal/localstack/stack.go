@@ -178,7 +178,7 @@ type Stack struct {
 	// RuntimeDSN is the URL of each database as its runtime role, the one
 	// the servers connect as (runtime_role.go); DSN's owner runs migrate.
 	RuntimeDSN map[string]string
-	Emulator  string            // host:port
+	Emulator   string // host:port
 	// OperatorToken is the bearer token of every service's operator
 	// endpoints (Config.OperatorToken, or the one generated).
 	OperatorToken string
