@@ -3,12 +3,10 @@ package migrations_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/url"
 	"strings"
 	"testing"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -17,51 +15,6 @@ import (
 	"github.com/lossless-dev/lossless/pkg/pgmigrate"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
 )
-
-// runtimeRole creates a LOGIN role for the test (roles are per server),
-// dropped with its privileges when the test ends, and returns its name and
-// a DSN of dbDSN's database as that role.
-func runtimeRole(t *testing.T, dbDSN string) (string, string) {
-	t.Helper()
-	ctx := context.Background()
-	role := "rt_" + strings.ReplaceAll(uuid.NewString()[:13], "-", "")
-	super, err := pgx.Connect(ctx, pgtest.ServerDSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = super.Close(ctx) }()
-	if _, err := super.Exec(ctx, fmt.Sprintf(`CREATE ROLE %s LOGIN PASSWORD 'rt'`, role)); err != nil {
-		t.Fatal(err)
-	}
-	u, err := url.Parse(dbDSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := super.Exec(ctx, fmt.Sprintf(`GRANT CONNECT ON DATABASE %s TO %s`, pgx.Identifier{strings.TrimPrefix(u.Path, "/")}.Sanitize(), role)); err != nil {
-		t.Fatal(err)
-	}
-	su, _ := url.Parse(pgtest.ServerDSN(t))
-	su.Path = u.Path
-	inDB := su.String()
-	t.Cleanup(func() {
-		// Runs before pgtest drops the database (cleanups run last-in
-		// first-out): the role's privileges there go first.
-		c, err := pgx.Connect(ctx, inDB)
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		defer func() { _ = c.Close(ctx) }()
-		if _, err := c.Exec(ctx, fmt.Sprintf(`DROP OWNED BY %s`, role)); err != nil {
-			t.Error(err)
-		}
-		if _, err := c.Exec(ctx, fmt.Sprintf(`DROP ROLE %s`, role)); err != nil {
-			t.Error(err)
-		}
-	})
-	u.User = url.UserPassword(role, "rt")
-	return role, u.String()
-}
 
 func sqlstate(err error) string {
 	var pe *pgconn.PgError
@@ -85,11 +38,8 @@ func TestRuntimeRoleCannotRewriteTheAudit(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			owner := pgtest.NewDatabase(t, sets()...)
-			role, dsn := runtimeRole(t, owner)
-			if err := pgmigrate.GrantDSN(ctx, owner, role, sets()...); err != nil {
-				t.Fatal(err)
-			}
-			// Twice: migrate grants on every run.
+			role, dsn := pgtest.RuntimeRole(t, owner, sets()...)
+			// Again: migrate grants on every run.
 			if err := pgmigrate.GrantDSN(ctx, owner, role, sets()...); err != nil {
 				t.Fatal(err)
 			}
