@@ -56,7 +56,8 @@ func setup(t *testing.T, exec time.Duration) *bundle {
 
 func setupWithToken(t *testing.T, exec time.Duration, token string) *bundle {
 	t.Helper()
-	dsn := pgtest.NewDatabase(t, migrations.ProviderSim()...)
+	// As the runtime role, as deployed: the grants must suffice.
+	_, dsn := pgtest.RuntimeRole(t, pgtest.NewDatabase(t, migrations.ProviderSim()...), migrations.ProviderSim()...)
 	emu := pubsubtest.New(t, topology.System())
 	cfg := app.Config{
 		DatabaseURL: dsn,

@@ -19,7 +19,8 @@ import (
 // that owes).
 func TestOperatorServiceIsMountedBehindTheToken(t *testing.T) {
 	t.Parallel()
-	dsn := pgtest.NewDatabase(t, migrations.WorkOrder()...)
+	// As the runtime role, as deployed: the grants must suffice.
+	_, dsn := pgtest.RuntimeRole(t, pgtest.NewDatabase(t, migrations.WorkOrder()...), migrations.WorkOrder()...)
 	provider := startProvider(t, &blockingProvider{called: make(chan string, 1), release: make(chan struct{})})
 	a, _ := roletest.Start(t, func(r server.Role, logger *slog.Logger) (*app.App, error) {
 		cfg := testConfig(t, dsn, provider)
