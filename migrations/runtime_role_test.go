@@ -3,6 +3,7 @@ package migrations_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/url"
 	"strings"
 	"testing"
@@ -10,6 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/lossless-dev/lossless/internal/envconfig"
+	"github.com/lossless-dev/lossless/internal/libenv"
 	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/operator"
 	"github.com/lossless-dev/lossless/pkg/pgmigrate"
@@ -120,5 +123,39 @@ func TestGrantRefusesTheOwnerAndAMissingRole(t *testing.T) {
 	}
 	if err := pgmigrate.GrantDSN(ctx, owner, "no_such_role", migrations.ProviderSim()...); err == nil || !strings.Contains(err.Error(), "no_such_role") {
 		t.Fatalf("grant to a missing role: %v", err)
+	}
+}
+
+// `<service> migrate` (libenv.Migrate) grants the role DATABASE_RUNTIME_ROLE
+// names, after migrating as DATABASE_URL's owner.
+func TestMigrateGrantsTheRuntimeRoleFromTheEnvironment(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	owner := pgtest.NewDatabase(t, migrations.Billing()...)
+	role, dsn := pgtest.RuntimeRole(t, owner, migrations.Billing()...)
+	oc, err := pgx.Connect(ctx, owner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = oc.Close(ctx) })
+	if _, err := oc.Exec(ctx, `REVOKE ALL ON ALL TABLES IN SCHEMA public FROM `+role); err != nil {
+		t.Fatal(err)
+	}
+	rt, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rt.Close(ctx) })
+	entry := operator.AuditEntry{Action: "outbox.requeue", Actor: "hal", Ticket: "INC-2"}
+	if err := operator.WriteAudit(ctx, rt, entry); sqlstate(err) != "42501" {
+		t.Fatalf("audit write before migrate granted: %v, want 42501", err)
+	}
+	env := envconfig.FromMap(map[string]string{"DATABASE_URL": owner, libenv.EnvRuntimeRole: role})
+	if err := libenv.Migrate(ctx, env, slog.New(slog.DiscardHandler), migrations.Billing()...); err != nil {
+		t.Fatal(err)
+	}
+	write(t, rt, entry)
+	if _, err := rt.Exec(ctx, `DELETE FROM operator_audit`); sqlstate(err) != "42501" {
+		t.Fatalf("DELETE after migrate: %v, want 42501", err)
 	}
 }
