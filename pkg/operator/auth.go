@@ -75,7 +75,9 @@ func NewGuard(token, envName string, logger *slog.Logger, opts ...GuardOption) (
 // Interceptor refuses calls to the given full method names
 // ("/package.Service/Method") without the token, before anything else runs
 // (register it with server.WithAuthInterceptors, ahead of request
-// validation). Other methods pass through untouched.
+// validation). Other methods pass through untouched. Prefer
+// ServiceInterceptor for a service: a list of guarded methods leaves a
+// method added later open.
 func (g *Guard) Interceptor(fullMethods ...string) grpc.UnaryServerInterceptor {
 	guarded := make(map[string]bool, len(fullMethods))
 	for _, m := range fullMethods {
