@@ -125,9 +125,11 @@ func (g *Guard) Authorize(ctx context.Context) error {
 		g.logger.WarnContext(ctx, "operator: call refused: "+g.envName+" is not set", "peer", addr)
 		return status.Error(codes.PermissionDenied, "operator endpoint disabled: "+g.envName+" is not set")
 	}
-	if wait := g.limit.blocked(addr); wait > 0 {
-		g.logger.WarnContext(ctx, "operator: call refused: too many wrong operator tokens from this address",
-			"peer", addr, "retry_after", wait)
+	if wait, first := g.limit.blocked(addr); wait > 0 {
+		if first { // once per block: the refusals that follow are its echo
+			g.logger.WarnContext(ctx, "operator: address blocked: too many wrong operator tokens",
+				"peer", addr, "retry_after", wait)
+		}
 		return tooManyFailures(wait)
 	}
 	md, _ := metadata.FromIncomingContext(ctx)

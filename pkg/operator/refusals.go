@@ -72,31 +72,35 @@ type refusals struct {
 }
 
 type window struct {
-	start time.Time
-	n     int
+	start    time.Time
+	n        int
+	reported bool // the block was logged once: an attack must not flood the log
 }
 
 func newRefusals(o guardOptions) *refusals {
 	return &refusals{opts: o, by: make(map[string]*window)}
 }
 
-// blocked returns how long addr stays blocked, 0 when it is not.
-func (r *refusals) blocked(addr string) time.Duration {
+// blocked returns how long addr stays blocked, 0 when it is not, and
+// whether this is the first refusal of the block (the one to log).
+func (r *refusals) blocked(addr string) (time.Duration, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	w, ok := r.by[addr]
 	if !ok {
-		return 0
+		return 0, false
 	}
 	left := w.start.Add(r.opts.window).Sub(r.opts.now())
 	if left <= 0 {
 		delete(r.by, addr)
-		return 0
+		return 0, false
 	}
 	if w.n < r.opts.failures {
-		return 0
+		return 0, false
 	}
-	return left
+	first := !w.reported
+	w.reported = true
+	return left, first
 }
 
 // fail counts one wrong token from addr.

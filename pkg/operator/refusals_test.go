@@ -135,9 +135,12 @@ func TestWrongTokensFromOneAddressAreLimitedAndLogged(t *testing.T) {
 	}
 
 	out := logs.String()
+	if n := strings.Count(out, "address blocked"); n != 1 {
+		t.Errorf("the block was logged %d times, want once (3 refusals):\n%s", n, out)
+	}
 	for _, want := range []string{
 		`msg="operator: call with a wrong operator token refused" peer=198.51.100.7`,
-		`msg="operator: call refused: too many wrong operator tokens from this address" peer=198.51.100.7`,
+		`msg="operator: address blocked: too many wrong operator tokens" peer=198.51.100.7`,
 		`msg="operator: call without an operator token refused" peer=198.51.100.7`,
 	} {
 		if !strings.Contains(out, want) {
