@@ -29,7 +29,7 @@ func WorkOrder() []pgmigrate.Set {
 		consumer.Migrations(""),
 		idempotency.Migrations(""),
 		parked.Migrations(""),
-		own("workorder"),
+		own("workorder", "operator_audit"),
 	}
 }
 
@@ -41,7 +41,7 @@ func Billing() []pgmigrate.Set {
 		consumer.Migrations(""),
 		leasequeue.Migrations(""),
 		parked.Migrations(""),
-		own("billing"),
+		own("billing", "operator_audit"),
 	}
 }
 
@@ -50,12 +50,14 @@ func ProviderSim() []pgmigrate.Set {
 	return []pgmigrate.Set{own("providersim")}
 }
 
-// own is a service's folder, tracked in goose's default version table.
-func own(dir string) pgmigrate.Set {
+// own is a service's folder, tracked in goose's default version table;
+// appendOnly are its audit tables, which the runtime role may only append
+// to and read (pgmigrate.Grant).
+func own(dir string, appendOnly ...string) pgmigrate.Set {
 	f, err := fs.Sub(all, dir)
 	if err != nil {
 		// fs.Sub fails only on an invalid path, which is a constant above.
 		panic(err)
 	}
-	return pgmigrate.Set{Name: dir, FS: f}
+	return pgmigrate.Set{Name: dir, FS: f, AppendOnly: appendOnly}
 }

@@ -451,8 +451,20 @@ func TestComposeDatabasesAreCreated(t *testing.T) {
 		if !slices.Contains(created, db) {
 			t.Errorf("service %s uses database %q, which the init script does not create (%v)", s.Name, db, created)
 		}
-		if u.User.Username() != db {
-			t.Errorf("service %s connects to %q as %q, want the database's own role", s.Name, db, u.User.Username())
+		// migrate runs as the owner and grants the runtime role <db>_app,
+		// which the servers connect as (append-only audit tables).
+		owner, runtime := db, db+"_app"
+		want := runtime
+		if len(s.Command) > 0 && s.Command[0] != "serve" {
+			want = owner
+		}
+		if u.User.Username() != want {
+			t.Errorf("service %s connects to %q as %q, want %q (owner: migrate and provision; runtime role: serve)", s.Name, db, u.User.Username(), want)
+		}
+		if len(s.Command) > 0 && s.Command[0] == "migrate" {
+			if r := s.Environment["DATABASE_RUNTIME_ROLE"]; r == nil || *r != runtime {
+				t.Errorf("service %s: DATABASE_RUNTIME_ROLE must be %q, the role the server connects as", s.Name, runtime)
+			}
 		}
 		if _, ok := p.Services[u.Hostname()]; !ok {
 			t.Errorf("service %s: DATABASE_URL host %q is not a compose service", s.Name, u.Hostname())

@@ -78,9 +78,11 @@ func TestK8sLocalOverlayRunsItsInfrastructure(t *testing.T) {
 			t.Errorf("local: %s DATABASE_URL: %v", s.Name, err)
 			continue
 		}
-		if db := strings.TrimPrefix(u.Path, "/"); db != s.Database || u.User.Username() != s.Database {
-			t.Errorf("local: %s connects to %q as %q, want its declared database %q as its own role", s.Name, db, u.User.Username(), s.Database)
+		if db := strings.TrimPrefix(u.Path, "/"); db != s.Database || u.User.Username() != s.Database+"_app" {
+			t.Errorf("local: %s connects to %q as %q, want its declared database %q as its runtime role %s_app",
+				s.Name, db, u.User.Username(), s.Database, s.Database)
 		}
+		migrateAsOwner(t, r, secs, s.Name, s.Database)
 		checkAddress(t, r, s.Name+" DATABASE_URL", u.Host, pg.Spec.Template.Labels)
 	}
 	sort.Strings(created)
@@ -119,6 +121,39 @@ func checkAddress(t *testing.T, r rendered, what, addr string, podLabels map[str
 
 // databaseURL is the DATABASE_URL a service's serving pods get: the key of
 // the Secret their env names.
+// migrateAsOwner: the service's migrate Job connects as the database's owner
+// role (db) and grants the runtime role db_app (DATABASE_RUNTIME_ROLE), the
+// one the servers connect as.
+func migrateAsOwner(t *testing.T, r rendered, secs map[string]*corev1.Secret, svc, db string) {
+	t.Helper()
+	found := false
+	for _, w := range workloads(r) {
+		c := appContainer(w)
+		if c == nil || w.pod.Labels[labelName] != svc || w.pod.Labels[labelComponent] != "migrate" {
+			continue
+		}
+		found = true
+		env := map[string]string{}
+		for _, e := range c.Env {
+			if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+				if s := secs[e.ValueFrom.SecretKeyRef.Name]; s != nil {
+					env[e.Name], _ = secretValue(s, e.ValueFrom.SecretKeyRef.Key)
+				}
+			}
+		}
+		u, err := url.Parse(env["DATABASE_URL"])
+		if err != nil || u.User.Username() != db {
+			t.Errorf("%s: %s: migrates as %q (%v), want the owner role %q", r.overlay, w, u.User.Username(), err, db)
+		}
+		if env["DATABASE_RUNTIME_ROLE"] != db+"_app" {
+			t.Errorf("%s: %s: DATABASE_RUNTIME_ROLE %q, want %s_app", r.overlay, w, env["DATABASE_RUNTIME_ROLE"], db)
+		}
+	}
+	if !found {
+		t.Errorf("%s: no migrate Job of %s", r.overlay, svc)
+	}
+}
+
 func databaseURL(t *testing.T, r rendered, secs map[string]*corev1.Secret, svc string) string {
 	t.Helper()
 	for _, w := range workloads(r) {

@@ -12,6 +12,7 @@ import (
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -130,6 +131,7 @@ var k8sKinds = map[string]func() any{
 	"apps/v1/StatefulSet":                        func() any { return new(appsv1.StatefulSet) },
 	"batch/v1/Job":                               func() any { return new(batchv1.Job) },
 	"policy/v1/PodDisruptionBudget":              func() any { return new(policyv1.PodDisruptionBudget) },
+	"networking.k8s.io/v1/NetworkPolicy":         func() any { return new(networkingv1.NetworkPolicy) },
 	"autoscaling/v2/HorizontalPodAutoscaler":     func() any { return new(autoscalingv2.HorizontalPodAutoscaler) },
 	"monitoring.googleapis.com/v1/PodMonitoring": func() any { return new(podMonitoring) },
 	"monitoring.googleapis.com/v1/Rules":         func() any { return new(gmpRules) },

@@ -25,6 +25,10 @@ type declaredService struct {
 	GRPCPort   int      `json:"grpc_port"`
 	HTTPPort   int      `json:"http_port"`
 	StartAfter []string `json:"start_after"`
+	Public     bool     `json:"public"`
+	// LocalEnv's {grpc:<service>} and {http:<service>} name the services
+	// this one calls (k8s_netpol_test.go).
+	LocalEnv map[string]string `json:"local_env"`
 }
 
 // declaredServices reads every services/*/service.json, sorted by name.

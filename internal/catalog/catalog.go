@@ -44,6 +44,12 @@ type Service struct {
 	HTTPPort int `json:"http_port"`
 	// RESTPath is an example REST resource, printed by `make run`.
 	RESTPath string `json:"rest_path,omitempty"`
+	// Public: clients outside the cluster call the service's ports (the
+	// work-order API, the console). Otherwise only the services whose
+	// LocalEnv names its {grpc:...} or {http:...} reach them: the
+	// NetworkPolicies of deploy/k8s/base admit exactly those paths
+	// (deploy/deploytest checks them against this file).
+	Public bool `json:"public,omitempty"`
 	// StartAfter names the services that must be ready before this one
 	// starts (a dependency it calls, or whose events it consumes).
 	StartAfter []string `json:"start_after,omitempty"`

@@ -174,8 +174,11 @@ type Stack struct {
 	procs     map[string]*Process // by instance id; a service name names replica 1
 	order     []string            // instance ids in start order
 	instances []Instance
-	DSN       map[string]string // declared database name (e.g. providersim) -> URL
-	Emulator  string            // host:port
+	DSN       map[string]string // declared database name (e.g. providersim) -> URL of its owner
+	// RuntimeDSN is the URL of each database as its runtime role, the one
+	// the servers connect as (runtime_role.go); DSN's owner runs migrate.
+	RuntimeDSN map[string]string
+	Emulator   string // host:port
 	// OperatorToken is the bearer token of every service's operator
 	// endpoints (Config.OperatorToken, or the one generated).
 	OperatorToken string
@@ -259,7 +262,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	if cfg.Ports.Emulator == 0 {
 		cfg.Ports.Emulator = 8085
 	}
-	s := &Stack{cfg: cfg, procs: map[string]*Process{}, DSN: map[string]string{}, OperatorToken: cfg.OperatorToken}
+	s := &Stack{cfg: cfg, procs: map[string]*Process{}, DSN: map[string]string{}, RuntimeDSN: map[string]string{}, OperatorToken: cfg.OperatorToken}
 	defer func() {
 		if err != nil {
 			_ = s.Stop(10 * time.Second)
@@ -281,6 +284,9 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 			continue // a service without a database (the console)
 		}
 		if s.DSN[svc.Database], err = ensureDatabase(ctx, server, cfg.DatabasePrefix+svc.Database); err != nil {
+			return nil, err
+		}
+		if s.RuntimeDSN[svc.Database], err = s.ensureRuntimeRole(ctx, s.DSN[svc.Database]); err != nil {
 			return nil, err
 		}
 	}
@@ -519,7 +525,7 @@ func (s *Stack) add(name, binary string, args []string, env ...string) *Process 
 		"PUBSUB_PROJECT_ID=" + s.cfg.ProjectID,
 	}
 	if svc, ok := s.cfg.Services.Service(binary); ok && svc.Database != "" {
-		svcEnv = append(svcEnv, "DATABASE_URL="+s.DSN[svc.Database])
+		svcEnv = append(svcEnv, databaseEnv(s.DSN[svc.Database], s.RuntimeDSN[svc.Database], args)...)
 	}
 	// Later entries win: the caller's ExtraEnv overrides the stack's choices.
 	svcEnv = append(append(append(svcEnv, env...), s.cfg.ExtraEnv[binary]...), s.cfg.ExtraEnv[name]...)

@@ -17,5 +17,7 @@ var migrationFiles embed.FS
 // pgmigrate.Apply, created in schema ("" means DefaultSchema) and tracked in
 // inbox_schema_version: apply it before the service's own set.
 func Migrations(schema string) pgmigrate.Set {
-	return pgmigrate.PatternSet("inbox", migrationFiles, schema)
+	s := pgmigrate.PatternSet("inbox", migrationFiles, schema)
+	s.AppendOnly = []string{"inbox_audit"}
+	return s
 }

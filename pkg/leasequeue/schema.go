@@ -17,5 +17,7 @@ var migrationFiles embed.FS
 // pgmigrate.Apply, created in schema ("" means DefaultSchema) and tracked in
 // leasequeue_schema_version: apply it before the service's own set.
 func Migrations(schema string) pgmigrate.Set {
-	return pgmigrate.PatternSet("leasequeue", migrationFiles, schema)
+	s := pgmigrate.PatternSet("leasequeue", migrationFiles, schema)
+	s.AppendOnly = []string{"leasequeue_job_audit"}
+	return s
 }

@@ -51,6 +51,9 @@ type Set struct {
 	// VersionTable is the set's goose version table inside Schema. Default
 	// DefaultVersionTable; a pattern package uses "<name>_schema_version".
 	VersionTable string
+	// AppendOnly names the set's tables (in Schema) that the runtime role
+	// may only INSERT into and SELECT from: the audit trails (Grant).
+	AppendOnly []string
 }
 
 // PatternSet is the set a pattern package of pkg/ ships: the *.sql files

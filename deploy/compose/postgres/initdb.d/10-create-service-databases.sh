@@ -1,7 +1,10 @@
 #!/bin/sh
-# One role and one database per service (system.md: each service owns its own
-# database). Each role owns its database, so its migrations can create tables
-# in it, and PUBLIC loses CONNECT, so no service can open another's database.
+# Two roles and one database per service (system.md: each service owns its
+# own database). <db> owns the database and its tables: `<service> migrate`
+# runs as it. <db>_app is the runtime role the service connects as: it owns
+# nothing, and migrate grants it read-write on the tables but only INSERT and
+# SELECT on the audit tables (DATABASE_RUNTIME_ROLE, pkg/pgmigrate Grant).
+# PUBLIC loses CONNECT, so no service can open another's database.
 # Passwords equal the role names: this is a local development cluster bound to
 # 127.0.0.1 (compose.yaml); never reuse them elsewhere.
 #
@@ -11,9 +14,11 @@ set -eu
 
 for db in workorder billing providersim; do
 	# psql variables (:"db" identifier, :'db' literal) quote the names safely.
-	psql -v ON_ERROR_STOP=1 -v db="$db" --username "$POSTGRES_USER" --dbname "$POSTGRES_DB" <<'SQL'
+	psql -v ON_ERROR_STOP=1 -v db="$db" -v app="${db}_app" --username "$POSTGRES_USER" --dbname "$POSTGRES_DB" <<'SQL'
 CREATE ROLE :"db" LOGIN PASSWORD :'db';
+CREATE ROLE :"app" LOGIN PASSWORD :'app';
 CREATE DATABASE :"db" OWNER :"db";
 REVOKE ALL ON DATABASE :"db" FROM PUBLIC;
+GRANT CONNECT ON DATABASE :"db" TO :"app";
 SQL
 done

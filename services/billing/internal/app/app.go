@@ -16,6 +16,7 @@ import (
 
 	gpubsub "cloud.google.com/go/pubsub/v2"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"google.golang.org/grpc"
 
 	billingv1 "github.com/lossless-dev/lossless/gen/lossless/billing/v1"
 	eventsv1 "github.com/lossless-dev/lossless/gen/lossless/events/v1"
@@ -270,4 +271,13 @@ func (a *App) Close() {
 		_ = a.ps.Close()
 	}
 	a.db.Close()
+}
+
+// GRPCServices is what the gRPC server mounts (empty in the worker role),
+// for tests that check every mounted method.
+func (a *App) GRPCServices() map[string]grpc.ServiceInfo {
+	if a.srv.GRPC() == nil {
+		return nil
+	}
+	return a.srv.GRPC().GetServiceInfo()
 }

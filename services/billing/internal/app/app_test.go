@@ -114,7 +114,9 @@ func newWorker(b *testBundle, cfg leasequeue.WorkerConfig) (*leasequeue.Worker, 
 // service's (pool_max_conns=20) rather than pgxpool's default of 4.
 func newPool(t testing.TB) *pgxpool.Pool {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(pgtest.NewDatabase(t, migrations.Billing()...))
+	// As the runtime role, as deployed: the grants must suffice.
+	_, dsn := pgtest.RuntimeRole(t, pgtest.NewDatabase(t, migrations.Billing()...), migrations.Billing()...)
+	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		t.Fatal(err)
 	}

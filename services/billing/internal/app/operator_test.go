@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"testing"
 
+	billingv1 "github.com/lossless-dev/lossless/gen/lossless/billing/v1"
 	"github.com/lossless-dev/lossless/internal/roletest"
 	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/pkg/pubsubtest"
@@ -27,4 +28,10 @@ func TestOperatorServiceIsMountedBehindTheToken(t *testing.T) {
 		return app.New(context.Background(), cfg, logger, telemetry.Providers{})
 	}, server.RoleAll)
 	roletest.OperatorServiceIsMounted(t, a.GRPCAddr(), token)
+	// Every other mounted service is an admin service: each of its
+	// methods, as the descriptors list them, refuses a call without the token.
+	roletest.AdminRPCsRefuseWithoutToken(t, roletest.Guarded{
+		Addr: a.GRPCAddr(), Mounted: a.GRPCServices(),
+		Public: []string{billingv1.BillingService_ServiceDesc.ServiceName},
+	})
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/metric"
+	"google.golang.org/grpc"
 
 	providerv1 "github.com/lossless-dev/lossless/gen/lossless/provider/v1"
 	"github.com/lossless-dev/lossless/internal/envconfig"
@@ -77,8 +78,10 @@ type Config struct {
 	// OTEL_RESOURCE_ATTRIBUTES, OTEL_TRACES_SAMPLER, ...). See
 	// telemetry.Config and docs/production.md.
 	Telemetry telemetry.Config
-	// OperatorToken guards the operator endpoints (UpdateFaults, PUT
-	// /v1/faults; ListJobs and GetJob, GET /v1/jobs[/{job_id}]): callers send "authorization: Bearer <token>". Env
+	// OperatorToken guards every ProviderAdminService method but GetFaults
+	// (UpdateFaults, PUT /v1/faults; ListJobs and GetJob, GET
+	// /v1/jobs[/{job_id}]; any method added later): callers send
+	// "authorization: Bearer <token>". Env
 	// PROVIDER_OPERATOR_TOKEN, default "": those endpoints refuse every call.
 	// At least operator.MinTokenLength (32) characters. The hand-off
 	// (SubmitWorkOrder) and reading the knobs stay open.
@@ -204,7 +207,7 @@ func (a *App) assemble(cfg Config, stream faults.Stream, tel telemetry.Providers
 	if err != nil {
 		return err
 	}
-	auth := guard.Interceptor(api.OperatorMethods()...)
+	auth := guard.ServiceInterceptor(providerv1.ProviderAdminService_ServiceDesc.ServiceName, api.OpenAdminMethods()...)
 	srv, err := server.New(cfg.Server, a.logger, append(opts, server.WithWorker("engine", eng.Run), server.WithTelemetry(tel),
 		server.WithAuthInterceptors(auth))...)
 	if err != nil {
@@ -252,4 +255,13 @@ func (a *App) HTTPAddr() string { return a.srv.HTTPAddr() }
 func (a *App) Run(ctx context.Context) error {
 	defer a.close()
 	return a.srv.Run(ctx)
+}
+
+// GRPCServices is what the gRPC server mounts (empty in the worker role),
+// for tests that check every mounted method.
+func (a *App) GRPCServices() map[string]grpc.ServiceInfo {
+	if a.srv.GRPC() == nil {
+		return nil
+	}
+	return a.srv.GRPC().GetServiceInfo()
 }

@@ -23,6 +23,7 @@ import (
 
 	providerv1 "github.com/lossless-dev/lossless/gen/lossless/provider/v1"
 	"github.com/lossless-dev/lossless/internal/envconfig"
+	"github.com/lossless-dev/lossless/internal/roletest"
 	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
@@ -55,7 +56,8 @@ func setup(t *testing.T, exec time.Duration) *bundle {
 
 func setupWithToken(t *testing.T, exec time.Duration, token string) *bundle {
 	t.Helper()
-	dsn := pgtest.NewDatabase(t, migrations.ProviderSim()...)
+	// As the runtime role, as deployed: the grants must suffice.
+	_, dsn := pgtest.RuntimeRole(t, pgtest.NewDatabase(t, migrations.ProviderSim()...), migrations.ProviderSim()...)
 	emu := pubsubtest.New(t, topology.System())
 	cfg := app.Config{
 		DatabaseURL: dsn,
@@ -372,4 +374,18 @@ func TestConfigFromEnvNamesEachBadVariable(t *testing.T) {
 	if err != nil || cfg.Server.GRPCAddr != ":9091" || cfg.Server.HTTPAddr != ":8081" {
 		t.Fatalf("defaults: %+v %v", cfg.Server, err)
 	}
+}
+
+// Every ProviderAdminService method, as its descriptor lists them, refuses a
+// call without the token, except GetFaults (api.OpenAdminMethods): the
+// guard covers the service, so a method added later is guarded by default.
+func TestEveryAdminMethodButGetFaultsNeedsTheToken(t *testing.T) {
+	t.Parallel()
+	b := setup(t, time.Millisecond)
+	roletest.AdminRPCsRefuseWithoutToken(t, roletest.Guarded{
+		Addr:    b.app.GRPCAddr(),
+		Mounted: b.app.GRPCServices(),
+		Public:  []string{providerv1.ProviderService_ServiceDesc.ServiceName},
+		Open:    []string{providerv1.ProviderAdminService_GetFaults_FullMethodName},
+	})
 }

@@ -33,7 +33,8 @@ import (
 // job to DONE, publishing the completion (internal/roletest).
 func TestRoles_APIAcceptsAndRunsNoEngine_WorkerRunsTheEngineAndServesNoAPI(t *testing.T) {
 	t.Parallel()
-	dsn := pgtest.NewDatabase(t, migrations.ProviderSim()...)
+	// As the runtime role, as deployed: the grants must suffice.
+	_, dsn := pgtest.RuntimeRole(t, pgtest.NewDatabase(t, migrations.ProviderSim()...), migrations.ProviderSim()...)
 	emu := pubsubtest.New(t, topology.System())
 	pool, err := pgxpool.New(context.Background(), dsn)
 	if err != nil {

@@ -54,6 +54,11 @@ func (s *Service) AuthInterceptor() grpc.UnaryServerInterceptor {
 // authorize checks `authorization: Bearer <token>` (operator.Guard).
 func (s *Service) authorize(ctx context.Context) error { return s.guard.Authorize(ctx) }
 
+// toStatus maps the admin operations' domain errors to gRPC codes. Anything
+// else (a database outage, a bug) is returned as is, for pkg/server's
+// public error mapper (apierror.Public): an outage is UNAVAILABLE with a
+// retry hint, any other failure a bare INTERNAL with a reference, and the
+// driver's text (SQL, hosts, user names) is logged, never sent.
 func toStatus(err error) error {
 	switch {
 	case err == nil:
@@ -65,7 +70,7 @@ func toStatus(err error) error {
 	case errors.Is(err, ErrOrderNotHandedOff):
 		return status.Error(codes.FailedPrecondition, err.Error())
 	default:
-		return status.Error(codes.Internal, err.Error())
+		return err
 	}
 }
 

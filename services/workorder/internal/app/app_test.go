@@ -106,7 +106,8 @@ func get(t *testing.T, url string) (int, string) {
 // next process.
 func TestServeShutdown_InFlightHandOffFinishesAndNoNewWorkIsClaimed(t *testing.T) {
 	t.Parallel()
-	dsn := pgtest.NewDatabase(t, migrations.WorkOrder()...)
+	// As the runtime role, as deployed: the grants must suffice.
+	_, dsn := pgtest.RuntimeRole(t, pgtest.NewDatabase(t, migrations.WorkOrder()...), migrations.WorkOrder()...)
 	provider := &blockingProvider{called: make(chan string, 2), release: make(chan struct{})}
 	cfg := testConfig(t, dsn, startProvider(t, provider))
 
@@ -239,7 +240,8 @@ const operatorToken = "s3cret-operator-token-of-32-chars"
 // the token learns nothing about its request, even an invalid one.
 func TestAdminRefusesMissingTokenBeforeValidating(t *testing.T) {
 	t.Parallel()
-	dsn := pgtest.NewDatabase(t, migrations.WorkOrder()...)
+	// As the runtime role, as deployed: the grants must suffice.
+	_, dsn := pgtest.RuntimeRole(t, pgtest.NewDatabase(t, migrations.WorkOrder()...), migrations.WorkOrder()...)
 	cfg := testConfig(t, dsn, startProvider(t, &blockingProvider{called: make(chan string, 1), release: make(chan struct{})}))
 	cfg.OperatorToken = operatorToken
 	a, err := app.New(context.Background(), cfg, slog.New(slog.DiscardHandler), telemetry.Providers{})
@@ -284,7 +286,8 @@ const apiMaxConns = 3
 func TestAPIFloodDoesNotStarveTheOutboxRelay(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	dsn := pgtest.NewDatabase(t, migrations.WorkOrder()...)
+	// As the runtime role, as deployed: the grants must suffice.
+	_, dsn := pgtest.RuntimeRole(t, pgtest.NewDatabase(t, migrations.WorkOrder()...), migrations.WorkOrder()...)
 	provider := &blockingProvider{called: make(chan string, 64), release: make(chan struct{})}
 	close(provider.release)
 	cfg := testConfig(t, dsn, startProvider(t, provider))

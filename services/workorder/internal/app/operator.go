@@ -2,6 +2,7 @@ package app
 
 import (
 	"github.com/jackc/pgx/v5/pgxpool"
+	"google.golang.org/grpc"
 
 	"github.com/lossless-dev/lossless/pkg/operator"
 	"github.com/lossless-dev/lossless/services/workorder/internal/admin"
@@ -18,4 +19,13 @@ func (a *App) operatorService(pool *pgxpool.Pool, inv *invoicing.Invoicing) (*op
 	}
 	deps.Token = a.cfg.OperatorToken
 	return operator.NewService(deps)
+}
+
+// GRPCServices is what the gRPC server mounts (empty in the worker role),
+// for tests that check every mounted method.
+func (a *App) GRPCServices() map[string]grpc.ServiceInfo {
+	if a.srv.GRPC() == nil {
+		return nil
+	}
+	return a.srv.GRPC().GetServiceInfo()
 }

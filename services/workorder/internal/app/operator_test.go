@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"testing"
 
+	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
 	"github.com/lossless-dev/lossless/internal/roletest"
 	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
@@ -18,7 +19,8 @@ import (
 // that owes).
 func TestOperatorServiceIsMountedBehindTheToken(t *testing.T) {
 	t.Parallel()
-	dsn := pgtest.NewDatabase(t, migrations.WorkOrder()...)
+	// As the runtime role, as deployed: the grants must suffice.
+	_, dsn := pgtest.RuntimeRole(t, pgtest.NewDatabase(t, migrations.WorkOrder()...), migrations.WorkOrder()...)
 	provider := startProvider(t, &blockingProvider{called: make(chan string, 1), release: make(chan struct{})})
 	a, _ := roletest.Start(t, func(r server.Role, logger *slog.Logger) (*app.App, error) {
 		cfg := testConfig(t, dsn, provider)
@@ -27,4 +29,10 @@ func TestOperatorServiceIsMountedBehindTheToken(t *testing.T) {
 		return app.New(context.Background(), cfg, logger, telemetry.Providers{})
 	}, server.RoleAll)
 	roletest.OperatorServiceIsMounted(t, a.GRPCAddr(), operatorToken)
+	// Every other mounted service is an admin service: each of its
+	// methods, as the descriptors list them, refuses a call without the token.
+	roletest.AdminRPCsRefuseWithoutToken(t, roletest.Guarded{
+		Addr: a.GRPCAddr(), Mounted: a.GRPCServices(),
+		Public: []string{workorderv1.WorkOrderService_ServiceDesc.ServiceName},
+	})
 }

@@ -36,7 +36,8 @@ func outboxStatus(t *testing.T, pool *pgxpool.Pool, orderID string) string {
 // listener, REST 404) and its relay hands the order off (internal/roletest).
 func TestRoles_APIServesAndRunsNoLoop_WorkerRunsLoopsAndServesNoAPI(t *testing.T) {
 	t.Parallel()
-	dsn := pgtest.NewDatabase(t, migrations.WorkOrder()...)
+	// As the runtime role, as deployed: the grants must suffice.
+	_, dsn := pgtest.RuntimeRole(t, pgtest.NewDatabase(t, migrations.WorkOrder()...), migrations.WorkOrder()...)
 	pool, err := pgxpool.New(context.Background(), dsn)
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,101 @@
+package admin_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
+	"github.com/lossless-dev/lossless/pkg/apierror"
+	"github.com/lossless-dev/lossless/pkg/pgtest"
+	"github.com/lossless-dev/lossless/pkg/server"
+	"github.com/lossless-dev/lossless/services/workorder/internal/admin"
+)
+
+// With its database unreachable, the admin API answers as the public API
+// does (apierror.Public through pkg/server): UNAVAILABLE with a retry hint,
+// so a client or the console retries, and none of the driver's text (host,
+// port, user, SQL) in the message.
+func TestAdminDuringDatabaseOutageIsUnavailableWithoutDriverText(t *testing.T) {
+	t.Parallel()
+	port, err := pgtest.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := pgxpool.ParseConfig(fmt.Sprintf("postgres://workorder_app:pw@127.0.0.1:%d/workorder?sslmode=disable", port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.ConnectTimeout = time.Second
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg) // lazy: nothing listens on port
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	logger := slog.New(slog.DiscardHandler)
+	ops, err := admin.NewOps(admin.Deps{Pool: pool, Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := admin.NewService(ops, token, logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := server.New(server.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0"}, logger,
+		server.WithAuthInterceptors(svc.AuthInterceptor()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	workorderv1.RegisterWorkOrderAdminServiceServer(srv.GRPC(), svc)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	conn, err := grpc.NewClient(srv.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	cl := workorderv1.NewWorkOrderAdminServiceClient(conn)
+	authed := metadata.NewOutgoingContext(context.Background(), metadata.Pairs("authorization", "Bearer "+token))
+
+	calls := map[string]func() error{
+		"ListInboxEntries": func() error {
+			_, err := cl.ListInboxEntries(authed, &workorderv1.ListInboxEntriesRequest{})
+			return err
+		},
+		"GetInboxEntry": func() error {
+			_, err := cl.GetInboxEntry(authed, &workorderv1.GetInboxEntryRequest{Id: 1})
+			return err
+		},
+		"ReplayInboxEntries": func() error {
+			_, err := cl.ReplayInboxEntries(authed, &workorderv1.ReplayInboxEntriesRequest{Ids: []int64{1},
+				Authorization: &workorderv1.OperatorAuthorization{Ticket: "INC-1", Actor: "hal"}})
+			return err
+		},
+	}
+	for name, call := range calls {
+		err := call()
+		if status.Code(err) != codes.Unavailable || apierror.RetryAfter(err) <= 0 {
+			t.Errorf("%s with the database down: %v (retry after %v), want UNAVAILABLE with a retry hint",
+				name, err, apierror.RetryAfter(err))
+			continue
+		}
+		msg := status.Convert(err).Message()
+		for _, leak := range []string{"127.0.0.1", fmt.Sprint(port), "workorder_app", "dial", "connect", "SELECT", "SQLSTATE"} {
+			if strings.Contains(msg, leak) {
+				t.Errorf("%s: message leaks %q: %s", name, leak, msg)
+			}
+		}
+	}
+}
