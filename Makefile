@@ -12,7 +12,8 @@ GO_TOOLCHAIN := $(shell sed -n 's/^toolchain //p' go.mod)
 ifeq ($(GO_TOOLCHAIN),)
 $(error go.mod has no toolchain line: it names the Go release every target uses)
 endif
-export GOTOOLCHAIN := $(GO_TOOLCHAIN)
+GOTOOLCHAIN := $(GO_TOOLCHAIN)
+export GOTOOLCHAIN
 TOOL      := $(GO) tool -modfile=tools/go.mod
 BIN_DIR   ?= bin
 # One per services/<name>/service.json; cmd/newservice appends, deploy/deploytest checks.
