@@ -3,6 +3,17 @@ SHELL := /usr/bin/env bash
 .DEFAULT_GOAL := help
 
 GO        ?= go
+# The Go release every target builds, tests, lints and scans with: go.mod's toolchain line, the one source
+# of truth (every go.mod and both Dockerfiles carry the same release; deploy/deploytest checks them). The go
+# command ignores that line under GOTOOLCHAIN=local, which some installations' go.env and actions/setup-go
+# set, and would then build with whatever Go is installed; exported here, any Go >= 1.21 on PATH fetches this
+# release from the module proxy once and runs it. `make GOTOOLCHAIN=...` overrides it for one run.
+GO_TOOLCHAIN := $(shell sed -n 's/^toolchain //p' go.mod)
+ifeq ($(GO_TOOLCHAIN),)
+$(error go.mod has no toolchain line: it names the Go release every target uses)
+endif
+GOTOOLCHAIN := $(GO_TOOLCHAIN)
+export GOTOOLCHAIN
 TOOL      := $(GO) tool -modfile=tools/go.mod
 BIN_DIR   ?= bin
 # One per services/<name>/service.json; cmd/newservice appends, deploy/deploytest checks.
@@ -13,6 +24,10 @@ GO_TEST_FLAGS ?= -race -count=1 -timeout 20m
 .PHONY: help
 help: ## Show this help.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: go-version
+go-version: ## Print the Go release the targets use (go.mod's toolchain line; fetched from the module proxy on first use).
+	$(GO) version
 
 .PHONY: build
 build: ## Build every service and command into ./bin (static binaries).
@@ -144,10 +159,41 @@ fuzz: ## Fuzz every Fuzz target for FUZZTIME each (default 30s), e.g. make fuzz 
 	done
 
 .PHONY: ci
-ci: check-generated tidy-check proto-breaking lint test ## What .ci/run runs after installing prerequisites (make test runs every seed corpus).
+ci: check-generated tidy-check proto-breaking lint vulncheck test ## What .ci/run runs after installing prerequisites (make test runs every seed corpus).
 
 # Every module of the repository: the main one, tools/, deploy/, bench/*/.
-GO_MODULES = $(sort $(patsubst %/go.mod,%,$(shell find . -name go.mod -not -path './.git/*')))
+GO_MODULES = $(sort $(patsubst %/go.mod,%,$(shell find . -name go.mod -not -path './.git/*' -not -path './.cache/*')))
+
+# The Go vulnerability database govulncheck reads, built offline and reproducibly from the golang.org/x/vulndb
+# module at VULNDB_VERSION (a pseudo-version: bump it to take newer reports): its data/osv reports, indexed by
+# its own cmd/indexdb into the layout `govulncheck -db file://` reads, in .cache/vulndb/<version>, built once
+# per version. VULNDB=https://vuln.go.dev scans against the live database instead (the GitHub workflow does).
+VULNDB_VERSION ?= v0.0.0-20261105234957-e22db6528018
+VULNDB_DIR     := .cache/vulndb/$(VULNDB_VERSION)
+VULNDB         ?= file://$(abspath $(VULNDB_DIR))
+
+$(VULNDB_DIR)/index/db.json:
+	@echo "vulncheck: building the vulnerability database of golang.org/x/vulndb@$(VULNDB_VERSION) in $(VULNDB_DIR)"
+	@src=$$($(GO) mod download -json golang.org/x/vulndb@$(VULNDB_VERSION) | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$$/\1/p'); \
+		if [ ! -d "$$src/data/osv" ]; then echo "vulncheck: golang.org/x/vulndb@$(VULNDB_VERSION) has no data/osv"; exit 1; fi; \
+		rm -rf '$(VULNDB_DIR).tmp' && \
+		$(GO) run golang.org/x/vulndb/cmd/indexdb@$(VULNDB_VERSION) -vulns "$$src/data/osv" -out '$(VULNDB_DIR).tmp' && \
+		rm -rf '$(VULNDB_DIR)' && mv '$(VULNDB_DIR).tmp' '$(VULNDB_DIR)'
+
+# govulncheck (tools/go.mod) on every module, the standard library of GOTOOLCHAIN included: its packages
+# (./..., tests excluded: what ships) and the tools its go.mod declares (tools/: buf, golangci-lint, ...). It
+# exits non-zero, printing each finding with a call path, when code calls a vulnerable function; vulnerabilities
+# only in imported packages or required modules that nothing calls are counted in its summary and do not fail.
+.PHONY: vulncheck
+vulncheck: $(if $(filter file://$(abspath $(VULNDB_DIR)),$(VULNDB)),$(VULNDB_DIR)/index/db.json) ## Fail when code of any module calls a known vulnerability (govulncheck; offline database of golang.org/x/vulndb@VULNDB_VERSION, VULNDB=https://vuln.go.dev for the live one).
+	@fail=0; for dir in $(GO_MODULES); do \
+		pat=; if (cd $$dir && $(GO) list ./... 2>/dev/null | grep -q .); then pat=./...; fi; \
+		if grep -qE '^tool[[:space:]]' $$dir/go.mod; then pat="$$pat tool"; fi; \
+		echo "govulncheck -db $(VULNDB) $$pat (in $$dir, $$($(GO) env GOVERSION))"; \
+		(cd $$dir && $(GO) tool -modfile='$(abspath tools/go.mod)' govulncheck -db '$(VULNDB)' $$pat) || fail=1; \
+	done; \
+	if [ $$fail = 1 ]; then echo "vulncheck: a module calls a known vulnerability (above): bump the module or the toolchain line of every go.mod"; fi; \
+	exit $$fail
 
 .PHONY: tidy-check
 tidy-check: ## Fail, naming the file, when `go mod tidy` would change a go.mod or go.sum of any module.

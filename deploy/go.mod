@@ -2,6 +2,8 @@ module github.com/lossless-dev/lossless/deploy
 
 go 1.26.7
 
+toolchain go1.26.10
+
 require (
 	github.com/compose-spec/compose-go/v2 v2.16.2
 	github.com/hashicorp/hcl/v2 v2.25.0

@@ -2,6 +2,8 @@ module github.com/lossless-dev/lossless/bench/report
 
 go 1.26.0
 
+toolchain go1.26.10
+
 require gonum.org/v1/plot v0.17.0
 
 require (
@@ -11,6 +13,7 @@ require (
 	git.sr.ht/~sbinet/gg v0.7.0 // indirect
 	github.com/ajstarks/svgo v0.0.0-20211024235047-1546f124cd8b // indirect
 	github.com/golang/freetype v0.0.0-20170609003504-e2365dfdc4a0 // indirect
-	golang.org/x/image v0.30.0 // indirect
-	golang.org/x/text v0.28.0 // indirect
+	golang.org/x/image v0.48.0 // indirect
+	golang.org/x/sys v0.50.0 // indirect
+	golang.org/x/text v0.44.0 // indirect
 )

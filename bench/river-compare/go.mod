@@ -2,6 +2,8 @@ module github.com/lossless-dev/lossless/bench/river-compare
 
 go 1.26.7
 
+toolchain go1.26.10
+
 replace github.com/lossless-dev/lossless => ../..
 
 require (

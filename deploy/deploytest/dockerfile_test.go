@@ -1,7 +1,9 @@
 package deploytest
 
 import (
+	"io/fs"
 	"path"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
@@ -273,4 +275,61 @@ func TestDevcontainerMatchesTheBuilder(t *testing.T) {
 	if user == "" || user == "root" || strings.HasPrefix(user, "0") {
 		t.Errorf("%s: last USER %q, want a non-root user (initdb refuses root)", devcontainerDockerfile, user)
 	}
+}
+
+// TestBuilderUsesTheToolchainOfGoMod: one Go release everywhere. The main
+// go.mod's toolchain line names it (the Makefile exports it as GOTOOLCHAIN,
+// because the go command ignores the line under GOTOOLCHAIN=local); every
+// other go.mod of the repository carries the same line, and the release
+// builder's image is that release, so that a container build does not ship
+// binaries of an older, vulnerable standard library than `make vulncheck`
+// scanned.
+func TestBuilderUsesTheToolchainOfGoMod(t *testing.T) {
+	t.Parallel()
+	root := repoRoot(t)
+	want := toolchainLine(readRepoFile(t, "go.mod"))
+	if !regexp.MustCompile(`^go1\.\d+\.\d+$`).MatchString(want) {
+		t.Fatalf("go.mod: toolchain %q, want a line `toolchain go1.N.P` naming the release every module builds with", want)
+	}
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == ".git" || d.Name() == ".cache" || d.Name() == "node_modules" || d.Name() == "testdata") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || d.Name() != "go.mod" {
+			return nil
+		}
+		rel, _ := filepath.Rel(root, p)
+		if got := toolchainLine(readRepoFile(t, rel)); got != want {
+			t.Errorf("%s: toolchain %q, go.mod's is %q: one Go release for every module", rel, got, want)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var builder string
+	for _, st := range dockerStages(t) {
+		if st.Name == "builder" {
+			builder = st.Base
+		}
+	}
+	image, tag, _ := strings.Cut(builder, ":")
+	version, _, _ := strings.Cut(tag, "-")
+	if image != "golang" || "go"+version != want {
+		t.Errorf("%s: builder FROM %q, want golang:%s-<distribution> (go.mod's toolchain %s)", dockerfile, builder, strings.TrimPrefix(want, "go"), want)
+	}
+}
+
+// toolchainLine is the argument of a go.mod's toolchain directive ("" when
+// there is none).
+func toolchainLine(gomod []byte) string {
+	for _, line := range strings.Split(string(gomod), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "toolchain" {
+			return f[1]
+		}
+	}
+	return ""
 }
