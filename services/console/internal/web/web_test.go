@@ -187,7 +187,7 @@ func (b *browser) csrf(path string) string {
 
 func (b *browser) login(tok string) int {
 	b.t.Helper()
-	code, _, _ := b.do(http.MethodPost, "/login", url.Values{"csrf": {b.csrf("/login")}, "token": {tok}, "next": {"/faults"}})
+	code, _, _ := b.do(http.MethodPost, "/login", url.Values{"csrf": {b.csrf("/login")}, "operator": {"alice"}, "token": {tok}, "next": {"/faults"}})
 	return code
 }
 
@@ -213,8 +213,11 @@ func TestMutatingActions_RefusedWithoutCSRFOrLogin_ChangeNothing(t *testing.T) {
 	if code := br.login(token); code != http.StatusSeeOther {
 		t.Fatalf("login: %d, want 303", code)
 	}
-	// Logged in, CSRF missing, wrong, or from another session: 403.
-	for name, v := range map[string]string{"missing": "", "wrong": flip(csrf), "another session's": newBrowser(t, ts.URL).csrf("/faults")} {
+	// Logged in, CSRF missing, wrong, from before login, or from another
+	// session: 403.
+	before := csrf
+	csrf = br.csrf("/faults")
+	for name, v := range map[string]string{"missing": "", "wrong": flip(csrf), "pre-login": before, "another session's": newBrowser(t, ts.URL).csrf("/faults")} {
 		form := faultsForm(v)
 		if v == "" {
 			form.Del("csrf")
@@ -246,7 +249,11 @@ func TestMutatingActions_RefusedWithoutCSRFOrLogin_ChangeNothing(t *testing.T) {
 	if code, _, _ := br.do(http.MethodPost, "/logout", url.Values{"csrf": {csrf}}); code != http.StatusSeeOther {
 		t.Fatalf("logout: %d", code)
 	}
-	if code, _, _ := br.do(http.MethodPost, "/faults/demo", url.Values{"csrf": {csrf}, "orders": {"3"}}); code != http.StatusUnauthorized {
+	// The session's CSRF value ended with it; a fresh one is anonymous.
+	if code, _, _ := br.do(http.MethodPost, "/faults/demo", url.Values{"csrf": {csrf}, "orders": {"3"}}); code != http.StatusForbidden {
+		t.Errorf("demo after logout with the session's CSRF value: %d, want 403", code)
+	}
+	if code, _, _ := br.do(http.MethodPost, "/faults/demo", url.Values{"csrf": {br.csrf("/faults")}, "orders": {"3"}}); code != http.StatusUnauthorized {
 		t.Errorf("demo after logout: %d, want 401", code)
 	}
 	if _, created := b.state(); created != 3 {
@@ -262,7 +269,7 @@ func TestLogin_TokenNeverInABodyOrURLAndCookieIsLockedDown(t *testing.T) {
 	if code := br.login(wrong); code != http.StatusUnauthorized {
 		t.Fatalf("wrong token: %d, want 401", code)
 	}
-	code, _, hd := br.do(http.MethodPost, "/login", url.Values{"csrf": {br.csrf("/login")}, "token": {token}, "next": {"/faults"}})
+	code, _, hd := br.do(http.MethodPost, "/login", url.Values{"csrf": {br.csrf("/login")}, "operator": {"alice"}, "token": {token}, "next": {"/faults"}})
 	if code != http.StatusSeeOther || hd.Get("Location") != "/faults" {
 		t.Fatalf("login: %d to %q, want 303 to /faults", code, hd.Get("Location"))
 	}
