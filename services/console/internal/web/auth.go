@@ -8,11 +8,13 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 
 	"google.golang.org/grpc/metadata"
 
+	"github.com/lossless-dev/lossless/pkg/operator"
 	"github.com/lossless-dev/lossless/services/console/internal/login"
 	sessions "github.com/lossless-dev/lossless/services/console/internal/session"
 )
@@ -125,6 +127,9 @@ func (a *auth) check(r *http.Request, name, credential string) (principal, op st
 		id, err := a.identity.Verify(r)
 		if err != nil {
 			return "", "", digest, err
+		}
+		if id == "" || len(id) > operator.MaxAuditLength {
+			return "", "", digest, fmt.Errorf("identity-aware proxy: identity of %d bytes: want 1 to %d", len(id), operator.MaxAuditLength)
 		}
 		name, principal = id, id
 	}

@@ -69,6 +69,16 @@ func (b *billingAdmin) RetryInvoiceJobs(ctx context.Context, req *billingv1.Retr
 	return resp, nil
 }
 
+// actors are the audit rows' actors, oldest first.
+func (b *billingAdmin) actors() (out []string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for i := len(b.audit) - 1; i >= 0; i-- {
+		out = append(out, b.audit[i].GetActor())
+	}
+	return out
+}
+
 // billingOps stands in for billing's OperatorService over the same state
 // as billingAdmin (its outbox, its operator_audit log).
 type billingOps struct {

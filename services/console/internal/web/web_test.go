@@ -76,6 +76,12 @@ func (noFigures) Read(context.Context) (overview.Figures, error) { return overvi
 // OperatorService).
 func console(t *testing.T, cfg web.Config, register ...func(wo, bi *grpc.Server)) (*backend, *httptest.Server) {
 	t.Helper()
+	return consoleLogging(t, cfg, slog.New(slog.DiscardHandler), register...)
+}
+
+// consoleLogging is console with the console's log going to logger.
+func consoleLogging(t *testing.T, cfg web.Config, logger *slog.Logger, register ...func(wo, bi *grpc.Server)) (*backend, *httptest.Server) {
+	t.Helper()
 	b := &backend{faults: &providerv1.Faults{}}
 	guard, err := operator.NewGuard(token, "TEST_TOKEN", slog.New(slog.DiscardHandler))
 	if err != nil {
@@ -106,7 +112,7 @@ func console(t *testing.T, cfg web.Config, register ...func(wo, bi *grpc.Server)
 		Outbox:       opsv1.NewOperatorServiceClient(conn),
 		ProviderJobs: providerv1.NewProviderAdminServiceClient(conn),
 		InvoiceJobs:  billingv1.NewBillingAdminServiceClient(bi),
-	}, cfg, slog.New(slog.DiscardHandler))
+	}, cfg, logger)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +145,8 @@ type browser struct {
 	t      *testing.T
 	base   string
 	client *http.Client
-	seen   []string // bodies, Location headers, request URLs
+	seen   []string    // bodies, Location headers, request URLs
+	header http.Header // added to every request (an identity proxy's)
 }
 
 func newBrowser(t *testing.T, base string) *browser {
@@ -161,6 +168,9 @@ func (b *browser) do(method, path string, form url.Values) (int, string, http.He
 	}
 	if form != nil {
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	for k, v := range b.header {
+		req.Header[k] = v
 	}
 	resp, err := b.client.Do(req)
 	if err != nil {
@@ -282,6 +292,9 @@ func TestLogin_TokenNeverInABodyOrURLAndCookieIsLockedDown(t *testing.T) {
 	if session == nil || !session.HttpOnly || session.SameSite != http.SameSiteStrictMode || session.Secure {
 		t.Fatalf("session cookie %+v: want HttpOnly, SameSite=Strict, not Secure on plain HTTP without SecureCookies", session)
 	}
+	if strings.Contains(session.Value, token) || len(session.Value) < 43 {
+		t.Fatalf("session cookie %q: want an opaque random id, not the token", session.Value)
+	}
 	for _, p := range []string{"/", "/orders", "/faults", "/repair", "/api/overview", "/login"} {
 		br.do(http.MethodGet, p, nil)
 	}
@@ -327,7 +340,7 @@ func TestReadPages_NeedLoginUnlessReadOpen(t *testing.T) {
 	}
 }
 
-func TestCookiesAreSecureWhenConfigured(t *testing.T) {
+func TestCookiesAreSecureAndHostPrefixedWhenConfigured(t *testing.T) {
 	_, ts := console(t, web.Config{OperatorToken: token, SecureCookies: true})
 	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, ts.URL+"/login", nil)
 	if err != nil {
@@ -343,8 +356,8 @@ func TestCookiesAreSecureWhenConfigured(t *testing.T) {
 		t.Fatal("no CSRF cookie issued")
 	}
 	for _, c := range cs {
-		if !c.Secure || !c.HttpOnly || c.SameSite != http.SameSiteStrictMode {
-			t.Errorf("cookie %s: %+v, want Secure, HttpOnly, SameSite=Strict", c.Name, c)
+		if !strings.HasPrefix(c.Name, "__Host-") || !c.Secure || !c.HttpOnly || c.SameSite != http.SameSiteStrictMode || c.Path != "/" || c.Domain != "" {
+			t.Errorf("cookie %s: %+v, want __Host- named, Secure, HttpOnly, SameSite=Strict, Path=/, no Domain", c.Name, c)
 		}
 	}
 }
