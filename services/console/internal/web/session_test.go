@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -192,5 +193,43 @@ func TestIdentityProxy_PrincipalIsTheVerifiedIdentity(t *testing.T) {
 	br.header = nil
 	if code, _ := loginAs(br, "carol@example.com", token); code != http.StatusUnauthorized {
 		t.Fatalf("login without the proxy's assertion: %d, want 401", code)
+	}
+}
+
+// A change of the fault knobs needs a ticket and is audited with the
+// session's principal, the ticket and the knobs before and after.
+func TestFaults_ChangeAuditedWithThePrincipal(t *testing.T) {
+	logs := &syncBuffer{}
+	b, ts := consoleLogging(t, web.Config{OperatorToken: token}, slog.New(slog.NewJSONHandler(logs, nil)))
+	br := newBrowser(t, ts.URL)
+	if code, _ := loginAs(br, "alice", token); code != http.StatusSeeOther {
+		t.Fatalf("login: %d", code)
+	}
+	form := faultsForm(br.csrf("/faults"))
+	form.Set("actor", "someone-else")
+	form.Del("ticket")
+	if code, _, _ := br.do(http.MethodPost, "/faults", form); code != http.StatusBadRequest {
+		t.Fatalf("without a ticket: %d, want 400", code)
+	}
+	if dup, _ := b.state(); dup != 0 {
+		t.Fatalf("refused change applied: duplicate %v", dup)
+	}
+	form.Set("ticket", "CHG-7")
+	if code, _, _ := br.do(http.MethodPost, "/faults", form); code != http.StatusSeeOther {
+		t.Fatalf("with a ticket: %d, want 303", code)
+	}
+	var audit map[string]any
+	for _, l := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(l, `"msg":"console: audit"`) {
+			if err := json.Unmarshal([]byte(l), &audit); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	before, _ := audit["before"].(map[string]any)
+	after, _ := audit["after"].(map[string]any)
+	if audit["action"] != "faults.update" || audit["actor"] != "alice (shared token)" || audit["ticket"] != "CHG-7" ||
+		before["duplicate"] != "0" || after["duplicate"] != "0.5" || audit["peer"] != "127.0.0.1" {
+		t.Fatalf("audit record %v: want faults.update by alice (shared token) under CHG-7, duplicate 0 -> 0.5", audit)
 	}
 }

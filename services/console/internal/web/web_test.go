@@ -202,7 +202,7 @@ func (b *browser) login(tok string) int {
 }
 
 func faultsForm(csrf string) url.Values {
-	return url.Values{"csrf": {csrf}, "duplicate": {"0.5"}, "early_completion": {"0"}, "split_completion": {"0"},
+	return url.Values{"csrf": {csrf}, "ticket": {"CHG-1"}, "duplicate": {"0.5"}, "early_completion": {"0"}, "split_completion": {"0"},
 		"poison": {"0"}, "unknown_order": {"0"}, "publish_then_crash": {"0"}, "accept_timeout": {"0"},
 		"extra_delay": {"0s"}, "accept_latency_p50": {"0s"}, "accept_latency_p99": {"0s"}, "seed": {"7"}}
 }
