@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/lossless-dev/lossless/internal/envconfig"
@@ -46,6 +47,7 @@ const (
 	EnvSessionIdle       = "CONSOLE_SESSION_IDLE"
 	EnvLoginFailures     = "CONSOLE_LOGIN_FAILURES"
 	EnvLoginWindow       = "CONSOLE_LOGIN_WINDOW"
+	EnvIAPAudience       = "CONSOLE_IAP_AUDIENCE"
 	DefaultHTTPAddr      = ":8089"
 	DefaultRunbookBase   = "https://github.com/lossless-dev/lossless/blob/main/docs/runbooks/"
 	DefaultRPCTimeout    = 5 * time.Second
@@ -111,6 +113,14 @@ type Config struct {
 	// CONSOLE_LOGIN_WINDOW (default 15m).
 	LoginFailures int
 	LoginWindow   time.Duration
+	// IAPAudience, when set, puts the console behind Google Cloud
+	// Identity-Aware Proxy: every request must carry IAP's signed
+	// x-goog-iap-jwt-assertion for this audience (internal/iap), and its
+	// e-mail is the session's principal (with OperatorsFile, the operator
+	// name whose credential must match). The backend service's audience,
+	// "/projects/<project number>/global/backendServices/<id>". Env
+	// CONSOLE_IAP_AUDIENCE, default "": no proxy identity.
+	IAPAudience string
 	// ReadOpen lets anyone who reaches the console see the read-only pages
 	// without logging in. Env CONSOLE_READ_OPEN, default false: every page
 	// asks for the token first. `make run` sets it (a developer's machine).
@@ -182,6 +192,7 @@ func FromEnv(r *envconfig.Reader) (Config, error) {
 		SessionIdle:     r.Duration(EnvSessionIdle, 0),
 		LoginFailures:   r.Int(EnvLoginFailures, 0),
 		LoginWindow:     r.Duration(EnvLoginWindow, 0),
+		IAPAudience:     r.String(EnvIAPAudience, ""),
 	}
 	if lv := r.String(EnvLogLevel, ""); lv != "" {
 		if err := c.LogLevel.UnmarshalText([]byte(lv)); err != nil {
@@ -266,6 +277,9 @@ func (c Config) Validate() error {
 	}
 	if c.LoginFailures < 0 {
 		errs = append(errs, fmt.Errorf("%s=%d: must not be negative", EnvLoginFailures, c.LoginFailures))
+	}
+	if c.IAPAudience != "" && !strings.HasPrefix(c.IAPAudience, "/projects/") {
+		errs = append(errs, fmt.Errorf("%s=%q: want /projects/<project number>/global/backendServices/<id>", EnvIAPAudience, c.IAPAudience))
 	}
 	if c.OperatorsFile != "" && c.OperatorToken == "" {
 		errs = append(errs, fmt.Errorf("%s is set but %s is not: the console calls the services with the operator token", EnvOperatorsFile, EnvOperatorToken))

@@ -38,6 +38,7 @@ func TestFromEnv_ErrorsNameTheVariable(t *testing.T) {
 		config.EnvSessionIdle:     "soon",
 		config.EnvLoginFailures:   "-3",
 		config.EnvLoginWindow:     "ten",
+		config.EnvIAPAudience:     "console",
 	} {
 		_, err := config.FromEnv(envconfig.FromMap(map[string]string{env: want}))
 		if err == nil || !strings.Contains(err.Error(), env) {
