@@ -27,9 +27,10 @@ type noFigures struct{}
 func (noFigures) Read(context.Context) (overview.Figures, error) { return overview.Figures{}, nil }
 
 // Secure, __Host- named cookies over plain HTTP: Chromium keeps them for
-// http://localhost, so `kubectl port-forward` and compose's published port
-// log in although the console's cookies are Secure (ADR 0019); and the
-// plain cookies of a loopback console log in on http://127.0.0.1.
+// http://localhost and http://127.0.0.1, so `kubectl port-forward` and
+// compose's published port log in although the console's cookies are
+// Secure (ADR 0019); and the plain cookies of a loopback console (`make
+// run`) log in too.
 func TestCookiesLogInInChromium(t *testing.T) {
 	if testing.Short() {
 		t.Skip("browser")
@@ -50,6 +51,7 @@ func TestCookiesLogInInChromium(t *testing.T) {
 	}{
 		{"Secure __Host- cookies on localhost", true, "localhost"},
 		{"plain cookies on 127.0.0.1", false, "127.0.0.1"},
+		{"Secure __Host- cookies on 127.0.0.1", true, "127.0.0.1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h, err := web.New(web.Sources{
