@@ -140,7 +140,7 @@ func (f *File) reload() {
 		f.ops, f.err = Operators{}, fmt.Errorf("operators file: %w", err)
 		return
 	}
-	defer r.Close()
+	defer func() { _ = r.Close() }() // read only: nothing to lose
 	ops, err := ParseOperators(r)
 	if err != nil {
 		f.ops, f.err = Operators{}, fmt.Errorf("operators file %s: %w", f.path, err)
