@@ -5,6 +5,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 )
@@ -38,7 +39,8 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 		// As the client sent it: not trusted, useful to read behind a proxy.
 		log = log.With("forwarded_for", truncate(fwd, 200))
 	}
-	if ok, wait := h.auth.limit.Allow(peer); !ok {
+	key := limitKey(peer)
+	if ok, wait := h.auth.limit.Allow(key); !ok {
 		log.WarnContext(r.Context(), "console: login refused: too many failures from this address")
 		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(wait.Seconds()))))
 		w.WriteHeader(http.StatusTooManyRequests)
@@ -48,7 +50,7 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 	}
 	principal, op, digest, err := h.auth.check(r, strings.TrimSpace(r.PostFormValue("operator")), r.PostFormValue("token"))
 	if err != nil {
-		h.auth.limit.Fail(peer)
+		h.auth.limit.Fail(key)
 		msg := "That is not the operator's credential."
 		switch {
 		case !h.auth.armed():
@@ -102,6 +104,23 @@ func peerAddr(r *http.Request) string {
 		return r.RemoteAddr
 	}
 	return host
+}
+
+// limitKey is what the failed-login limit counts by: the IPv4 address, or
+// the /64 of an IPv6 one (one host commonly holds a whole /64).
+func limitKey(peer string) string {
+	ip, err := netip.ParseAddr(peer)
+	if err != nil {
+		return peer
+	}
+	if ip = ip.Unmap(); ip.Is4() {
+		return ip.String()
+	}
+	p, err := ip.Prefix(64)
+	if err != nil {
+		return peer
+	}
+	return p.String()
 }
 
 func truncate(s string, n int) string {

@@ -233,3 +233,17 @@ func TestFaults_ChangeAuditedWithThePrincipal(t *testing.T) {
 		t.Fatalf("audit record %v: want faults.update by alice (shared token) under CHG-7, duplicate 0 -> 0.5", audit)
 	}
 }
+
+func TestLoginLimit_CountsIPv6ByItsSlash64(t *testing.T) {
+	for peer, want := range map[string]string{
+		"192.0.2.7":                "192.0.2.7",
+		"::ffff:192.0.2.7":         "192.0.2.7",
+		"2001:db8:1:2:3:4:5:6":     "2001:db8:1:2::/64",
+		"2001:db8:1:2:ffff::1":     "2001:db8:1:2::/64",
+		"not an address (a proxy)": "not an address (a proxy)",
+	} {
+		if got := web.LimitKey(peer); got != want {
+			t.Errorf("LimitKey(%q) = %q, want %q", peer, got, want)
+		}
+	}
+}
