@@ -1,7 +1,8 @@
 // Package web is the console's HTTP surface: server-rendered pages
-// (html/template, embedded), a little JavaScript for the live parts, login
-// with the operator token and CSRF on every form. It reads and acts only
-// through the services' gRPC APIs (Sources) and their /metrics.
+// (html/template, embedded), a little JavaScript for the live parts,
+// login into server-side sessions and CSRF bound to them on every form
+// (ADR 0019). It reads and acts only through the services' gRPC APIs
+// (Sources) and their /metrics.
 package web
 
 import (
