@@ -209,7 +209,7 @@ func banner(stack *localstack.Stack, envFile string) string {
 	for _, in := range stack.Instances() {
 		if httpOnly[in.Service] {
 			// The console: a web page, no gRPC API.
-			fmt.Fprintf(&b, "  %-15s open %s%s\n", in.ID, in.URL, api[in.Service])
+			fmt.Fprintf(&b, "  %-15s open %s%s  (log in with your name and the operator token below)\n", in.ID, in.URL, api[in.Service])
 			continue
 		}
 		fmt.Fprintf(&b, "  %-15s REST %s%-16s gRPC %s   metrics %s/metrics\n", in.ID, in.URL, api[in.Service], in.GRPC, in.URL)

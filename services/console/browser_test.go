@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -240,12 +241,14 @@ func TestConsoleInABrowser(t *testing.T) {
 		run("log in",
 			chromedp.Navigate(site+"/login?next=/faults"),
 			chromedp.WaitVisible(chromedp.ID("token")),
+			chromedp.SendKeys(chromedp.ID("operator"), "browser-operator"),
 			chromedp.SendKeys(chromedp.ID("token"), stack.OperatorToken),
 			chromedp.Submit(chromedp.ID("token")),
 			chromedp.WaitVisible(chromedp.ID("k-duplicate")),
 		)
 		run("set duplicate to 0.25 and save",
 			chromedp.SetValue(chromedp.ID("k-duplicate"), "0.25"),
+			chromedp.SendKeys(chromedp.ID("faults-ticket"), "CHG-browser"),
 			chromedp.Submit(chromedp.ID("k-duplicate")),
 			chromedp.WaitVisible(chromedp.CSS("p.flash")),
 		)
@@ -586,15 +589,15 @@ func TestRepairAndAuditInABrowser(t *testing.T) {
 	ticket := "INC-" + uuid.NewString()[:8]
 	box := fmt.Sprintf("e-%d", entry)
 	run("log in and open the POISON entries",
-		chromedp.Navigate(site+"/login?next=/repair?reason=POISON"),
+		chromedp.Navigate(site+"/login?next="+url.QueryEscape("/repair?reason=POISON")),
 		chromedp.WaitVisible(chromedp.ID("token")),
+		chromedp.SendKeys(chromedp.ID("operator"), "browser-operator"),
 		chromedp.SendKeys(chromedp.ID("token"), stack.OperatorToken),
 		chromedp.Submit(chromedp.ID("token")),
 		chromedp.WaitVisible(chromedp.ID(box)),
 	)
 	run("dry run of the entry",
 		chromedp.SendKeys(chromedp.ID("ticket"), ticket),
-		chromedp.SendKeys(chromedp.ID("actor"), "browser-operator"),
 		chromedp.Click(chromedp.ID(box)),
 		chromedp.Submit(chromedp.ID("ticket")),
 		chromedp.WaitVisible(chromedp.ID("res-h")),
@@ -614,7 +617,7 @@ func TestRepairAndAuditInABrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	if rs := audit.GetRecords(); len(rs) != 2 || rs[0].GetDryRun() || !rs[1].GetDryRun() || rs[0].GetAction() != "inbox.replay" ||
-		rs[0].GetActor() != "browser-operator" || rs[0].GetAffected() != 1 {
+		rs[0].GetActor() != "browser-operator (shared token)" || rs[0].GetAffected() != 1 {
 		t.Fatalf("audit rows of %s: %v; want the replay over its dry run, one entry each", ticket, rs)
 	}
 	run("open the Audit page for the ticket",

@@ -34,7 +34,10 @@ import (
 	"github.com/lossless-dev/lossless/pkg/server"
 	"github.com/lossless-dev/lossless/pkg/telemetry"
 	"github.com/lossless-dev/lossless/services/console/internal/config"
+	"github.com/lossless-dev/lossless/services/console/internal/iap"
+	"github.com/lossless-dev/lossless/services/console/internal/login"
 	"github.com/lossless-dev/lossless/services/console/internal/overview"
+	sessions "github.com/lossless-dev/lossless/services/console/internal/session"
 	"github.com/lossless-dev/lossless/services/console/internal/web"
 )
 
@@ -95,6 +98,20 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	var operators *login.File
+	if cfg.OperatorsFile != "" {
+		// Checked for changes at most every 5 s: a removed operator's
+		// sessions end within that.
+		if operators, err = login.OpenFile(cfg.OperatorsFile, 5*time.Second, nil); err != nil {
+			return fmt.Errorf("%s: %w", config.EnvOperatorsFile, err)
+		}
+	}
+	var identity web.IdentityVerifier
+	if cfg.IAPAudience != "" {
+		if identity, err = iap.New(iap.Config{Audience: cfg.IAPAudience}); err != nil {
+			return fmt.Errorf("%s: %w", config.EnvIAPAudience, err)
+		}
+	}
 	console, err := web.New(web.Sources{
 		Orders:         workorderv1.NewWorkOrderServiceClient(wo),
 		Inbox:          workorderv1.NewWorkOrderAdminServiceClient(wo),
@@ -111,8 +128,12 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		InvoiceJobs:  billingv1.NewBillingAdminServiceClient(bi),
 	}, web.Config{
 		OperatorToken:  cfg.OperatorToken,
+		Operators:      operators,
+		Identity:       identity,
+		Sessions:       sessions.Config{TTL: cfg.SessionTTL, Idle: cfg.SessionIdle},
+		LoginLimit:     login.LimitConfig{Failures: cfg.LoginFailures, Window: cfg.LoginWindow},
 		ReadOpen:       cfg.ReadOpen,
-		SecureCookies:  cfg.TLS() || cfg.SecureCookies,
+		SecureCookies:  cfg.Secure(),
 		RunbookBaseURL: cfg.RunbookBaseURL,
 		RPCTimeout:     cfg.RPCTimeout,
 		TraceURL:       cfg.TraceURL,
@@ -161,7 +182,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		}
 	}()
 	logger.Info("console listening", "addr", ln.Addr().String(), "tls", cfg.TLS(), "read_open", cfg.ReadOpen,
-		"login", cfg.OperatorToken != "")
+		"login", cfg.OperatorToken != "", "operators_file", cfg.OperatorsFile != "", "iap", cfg.IAPAudience != "", "secure_cookies", cfg.Secure())
 	select {
 	case err := <-errc:
 		return err

@@ -8,7 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/netip"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/lossless-dev/lossless/internal/envconfig"
@@ -39,11 +42,21 @@ const (
 	EnvLogLevel          = "LOG_LEVEL"
 	EnvPprofEnabled      = "PPROF_ENABLED"
 	EnvTraceURL          = "CONSOLE_TRACE_URL"
+	EnvOperatorsFile     = "CONSOLE_OPERATORS_FILE"
+	EnvSessionTTL        = "CONSOLE_SESSION_TTL"
+	EnvSessionIdle       = "CONSOLE_SESSION_IDLE"
+	EnvLoginFailures     = "CONSOLE_LOGIN_FAILURES"
+	EnvLoginWindow       = "CONSOLE_LOGIN_WINDOW"
+	EnvIAPAudience       = "CONSOLE_IAP_AUDIENCE"
 	DefaultHTTPAddr      = ":8089"
 	DefaultRunbookBase   = "https://github.com/lossless-dev/lossless/blob/main/docs/runbooks/"
 	DefaultRPCTimeout    = 5 * time.Second
 	DefaultScrapeTimeout = 2 * time.Second
 	DefaultShutdown      = 10 * time.Second
+	DefaultSessionTTL    = 8 * time.Hour
+	DefaultSessionIdle   = 30 * time.Minute
+	DefaultLoginFailures = 10
+	DefaultLoginWindow   = 15 * time.Minute
 )
 
 // Endpoints of one service the console talks to.
@@ -69,12 +82,45 @@ type Config struct {
 	// finds them without settings.
 	Workorder, Provider, Billing Endpoints
 	// OperatorToken is the operator token of the services
-	// (WORKORDER_OPERATOR_TOKEN, PROVIDER_OPERATOR_TOKEN). The login form
-	// accepts exactly this token; the console forwards it as
-	// "authorization: Bearer" on the calls a logged-in operator makes, so the
-	// services still decide. Env CONSOLE_OPERATOR_TOKEN, default "": nobody
-	// can log in (fail closed). At least operator.MinTokenLength characters.
+	// (WORKORDER_OPERATOR_TOKEN, PROVIDER_OPERATOR_TOKEN). The console adds
+	// it as "authorization: Bearer" to the calls of a logged-in session, so
+	// the services still decide; it never reaches a browser. Without
+	// OperatorsFile the login form takes it as the one shared credential,
+	// with a name the operator types. Env CONSOLE_OPERATOR_TOKEN, default
+	// "": nobody can log in (fail closed). At least
+	// operator.MinTokenLength characters.
 	OperatorToken string
+	// OperatorsFile lists who may log in, each with their own credential:
+	// one line per operator, "name sha256-hex" (the SHA-256 of a random
+	// credential of at least operator.MinTokenLength characters; blank and
+	// # lines ignored). The audit rows' actor is then the operator's name,
+	// and the shared token is no login credential. Re-read when it changes:
+	// a removed operator or a changed credential ends the sessions made
+	// with the old one. Env CONSOLE_OPERATORS_FILE, default "": log in with
+	// a name and the shared OperatorToken (the name is then only as
+	// trustworthy as the token, and the actor says "(shared token)").
+	// Needs OperatorToken (the console still calls the services with it).
+	OperatorsFile string
+	// SessionTTL is a session's absolute lifetime. Env CONSOLE_SESSION_TTL,
+	// default 8h.
+	SessionTTL time.Duration
+	// SessionIdle ends a session unused for that long. Env
+	// CONSOLE_SESSION_IDLE, default 30m.
+	SessionIdle time.Duration
+	// LoginFailures failed logins from one address within LoginWindow
+	// lock that address out of the login form (429, Retry-After) until the
+	// window ends. Env CONSOLE_LOGIN_FAILURES (default 10) and
+	// CONSOLE_LOGIN_WINDOW (default 15m).
+	LoginFailures int
+	LoginWindow   time.Duration
+	// IAPAudience, when set, puts the console behind Google Cloud
+	// Identity-Aware Proxy: every request must carry IAP's signed
+	// x-goog-iap-jwt-assertion for this audience (internal/iap), and its
+	// e-mail is the session's principal (with OperatorsFile, the operator
+	// name whose credential must match). The backend service's audience,
+	// "/projects/<project number>/global/backendServices/<id>". Env
+	// CONSOLE_IAP_AUDIENCE, default "": no proxy identity.
+	IAPAudience string
 	// ReadOpen lets anyone who reaches the console see the read-only pages
 	// without logging in. Env CONSOLE_READ_OPEN, default false: every page
 	// asks for the token first. `make run` sets it (a developer's machine).
@@ -84,12 +130,13 @@ type Config struct {
 	// for loopback (`make run`) or behind a TLS-terminating proxy. Both or
 	// neither.
 	TLSCertFile, TLSKeyFile string
-	// SecureCookies marks the session and CSRF cookies Secure although the
-	// console itself serves plain HTTP (a TLS-terminating proxy in front).
-	// Env CONSOLE_SECURE_COOKIES, default false. With TLS the cookies are
-	// always Secure. Plain HTTP without it is the local exception: a
-	// browser does not send Secure cookies over http://, so `make run` could
-	// not log in.
+	// SecureCookies forces the session and CSRF cookies Secure (and
+	// __Host- named) on a loopback listener too, e.g. behind a TLS proxy
+	// in the same pod. Env CONSOLE_SECURE_COOKIES, default false. The
+	// cookies are Secure anyway with TLS or on any listener that is not
+	// loopback (see Config.Secure): plain-HTTP cookies are the exception
+	// for a console on 127.0.0.1 (`make run`), where nothing else is on the
+	// wire.
 	SecureCookies bool
 	// RunbookBaseURL is prefixed to a runbook's file name (e.g.
 	// "outbox-relay-stalled.md") for the Overview's links. Env
@@ -140,6 +187,12 @@ func FromEnv(r *envconfig.Reader) (Config, error) {
 		ShutdownTimeout: r.Duration(EnvShutdownTimeout, 0),
 		PprofEnabled:    r.Bool(EnvPprofEnabled, false),
 		TraceURL:        r.String(EnvTraceURL, ""),
+		OperatorsFile:   r.String(EnvOperatorsFile, ""),
+		SessionTTL:      r.Duration(EnvSessionTTL, 0),
+		SessionIdle:     r.Duration(EnvSessionIdle, 0),
+		LoginFailures:   r.Int(EnvLoginFailures, 0),
+		LoginWindow:     r.Duration(EnvLoginWindow, 0),
+		IAPAudience:     r.String(EnvIAPAudience, ""),
 	}
 	if lv := r.String(EnvLogLevel, ""); lv != "" {
 		if err := c.LogLevel.UnmarshalText([]byte(lv)); err != nil {
@@ -177,6 +230,18 @@ func (c *Config) setDefaults() {
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = DefaultShutdown
 	}
+	if c.SessionTTL == 0 {
+		c.SessionTTL = DefaultSessionTTL
+	}
+	if c.SessionIdle == 0 {
+		c.SessionIdle = DefaultSessionIdle
+	}
+	if c.LoginFailures == 0 {
+		c.LoginFailures = DefaultLoginFailures
+	}
+	if c.LoginWindow == 0 {
+		c.LoginWindow = DefaultLoginWindow
+	}
 }
 
 // Validate checks the settings; each error names its variable.
@@ -204,13 +269,44 @@ func (c Config) Validate() error {
 	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
 		errs = append(errs, fmt.Errorf("%s and %s: set both or neither", EnvTLSCertFile, EnvTLSKeyFile))
 	}
-	for name, d := range map[string]time.Duration{EnvRPCTimeout: c.RPCTimeout, EnvScrapeTimeout: c.ScrapeTimeout, EnvShutdownTimeout: c.ShutdownTimeout} {
+	for name, d := range map[string]time.Duration{EnvRPCTimeout: c.RPCTimeout, EnvScrapeTimeout: c.ScrapeTimeout, EnvShutdownTimeout: c.ShutdownTimeout,
+		EnvSessionTTL: c.SessionTTL, EnvSessionIdle: c.SessionIdle, EnvLoginWindow: c.LoginWindow} {
 		if d < 0 {
 			errs = append(errs, fmt.Errorf("%s=%s: must not be negative", name, d))
 		}
+	}
+	if c.LoginFailures < 0 {
+		errs = append(errs, fmt.Errorf("%s=%d: must not be negative", EnvLoginFailures, c.LoginFailures))
+	}
+	if c.IAPAudience != "" && !strings.HasPrefix(c.IAPAudience, "/projects/") {
+		errs = append(errs, fmt.Errorf("%s=%q: want /projects/<project number>/global/backendServices/<id>", EnvIAPAudience, c.IAPAudience))
+	}
+	if c.OperatorsFile != "" && c.OperatorToken == "" {
+		errs = append(errs, fmt.Errorf("%s is set but %s is not: the console calls the services with the operator token", EnvOperatorsFile, EnvOperatorToken))
 	}
 	return errors.Join(errs...)
 }
 
 // TLS reports whether the console serves HTTPS itself.
 func (c Config) TLS() bool { return c.TLSCertFile != "" }
+
+// Secure reports whether the cookies are Secure (and __Host- named): with
+// TLS, with SecureCookies, and whenever HTTPAddr is not a loopback address
+// (":8089" listens on every interface). Only a console reached on loopback
+// over plain HTTP keeps plain cookies, which a browser would otherwise drop
+// on http://127.0.0.1.
+func (c Config) Secure() bool {
+	return c.TLS() || c.SecureCookies || !loopback(c.HTTPAddr)
+}
+
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
+}

@@ -33,6 +33,12 @@ func TestFromEnv_ErrorsNameTheVariable(t *testing.T) {
 		config.EnvProviderHTTP:    "ftp://x",
 		config.EnvShutdownTimeout: "-1s",
 		config.EnvTraceURL:        "127.0.0.1:4318",
+		config.EnvOperatorsFile:   "/etc/console/operators",
+		config.EnvSessionTTL:      "-1h",
+		config.EnvSessionIdle:     "soon",
+		config.EnvLoginFailures:   "-3",
+		config.EnvLoginWindow:     "ten",
+		config.EnvIAPAudience:     "console",
 	} {
 		_, err := config.FromEnv(envconfig.FromMap(map[string]string{env: want}))
 		if err == nil || !strings.Contains(err.Error(), env) {
@@ -45,5 +51,41 @@ func TestFromEnv_TraceURL(t *testing.T) {
 	c, err := config.FromEnv(envconfig.FromMap(map[string]string{config.EnvTraceURL: "http://127.0.0.1:41234"}))
 	if err != nil || c.TraceURL != "http://127.0.0.1:41234" {
 		t.Fatalf("TraceURL %q, error %v", c.TraceURL, err)
+	}
+}
+
+// Cookies are Secure unless the console listens on loopback over plain
+// HTTP without CONSOLE_SECURE_COOKIES.
+func TestSecure_UnlessLoopbackPlainHTTP(t *testing.T) {
+	for _, tc := range []struct {
+		env  map[string]string
+		want bool
+	}{
+		{map[string]string{config.EnvHTTPAddr: "127.0.0.1:8089"}, false},
+		{map[string]string{config.EnvHTTPAddr: "[::1]:8089"}, false},
+		{map[string]string{config.EnvHTTPAddr: "localhost:8089"}, false},
+		{map[string]string{}, true}, // ":8089": every interface
+		{map[string]string{config.EnvHTTPAddr: "0.0.0.0:8089"}, true},
+		{map[string]string{config.EnvHTTPAddr: "10.0.0.7:8089"}, true},
+		{map[string]string{config.EnvHTTPAddr: "127.0.0.1:8089", config.EnvSecureCookies: "true"}, true},
+		{map[string]string{config.EnvHTTPAddr: "127.0.0.1:8089", config.EnvTLSCertFile: "c.pem", config.EnvTLSKeyFile: "k.pem"}, true},
+	} {
+		c, err := config.FromEnv(envconfig.FromMap(tc.env))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Secure() != tc.want {
+			t.Errorf("%v: Secure() = %v, want %v", tc.env, c.Secure(), tc.want)
+		}
+	}
+}
+
+func TestFromEnv_SessionAndLoginDefaults(t *testing.T) {
+	c, err := config.FromEnv(envconfig.FromMap(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.SessionTTL != 8*time.Hour || c.SessionIdle != 30*time.Minute || c.LoginFailures != 10 || c.LoginWindow != 15*time.Minute || c.OperatorsFile != "" {
+		t.Fatalf("defaults %+v", c)
 	}
 }

@@ -1,35 +1,131 @@
 package web
 
 import (
+	"errors"
+	"math"
+	"net"
 	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
 )
 
 func (h *Handler) loginPage(w http.ResponseWriter, r *http.Request) {
-	h.render(w, r, "login", page{Title: "Log in", Data: safeNext(r.URL.Query().Get("next"))})
+	h.render(w, r, "login", page{Title: "Log in", Data: h.loginData(safeNext(r.URL.Query().Get("next")))})
 }
 
-// login accepts exactly the configured operator token. The token travels in
-// the POST body only, is kept in the HttpOnly session cookie and is never
-// written to a page, a URL or a log line.
+// loginData is what the login page shows besides the error.
+type loginData struct {
+	Next string
+	// Operators: each operator has their own credential (operators file).
+	Operators bool
+	// Proxied: the identity-aware proxy names the operator.
+	Proxied bool
+}
+
+func (h *Handler) loginData(next string) loginData {
+	return loginData{Next: next, Operators: h.auth.operators != nil, Proxied: h.auth.identity != nil}
+}
+
+// login checks the form's operator and credential, per client address at
+// most LoginLimit.Failures failures a window, and starts a session. The
+// credential travels in the POST body only and is never written to a page,
+// a URL, a cookie or a log line.
 func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 	next := safeNext(r.PostFormValue("next"))
-	if !h.auth.valid(r.PostFormValue("token")) {
-		h.logger.WarnContext(r.Context(), "console: login refused")
-		w.WriteHeader(http.StatusUnauthorized)
-		msg := "That is not the operator token."
-		if !h.auth.armed {
-			msg = "Login is disabled: CONSOLE_OPERATOR_TOKEN is not set."
-		}
-		h.render(w, r, "login", page{Title: "Log in", Error: msg, Data: next})
+	peer := peerAddr(r)
+	log := h.logger.With("peer", peer)
+	if fwd := r.Header.Get("X-Forwarded-For"); fwd != "" {
+		// As the client sent it: not trusted, useful to read behind a proxy.
+		log = log.With("forwarded_for", truncate(fwd, 200))
+	}
+	key := limitKey(peer)
+	if ok, wait := h.auth.limit.Allow(key); !ok {
+		log.WarnContext(r.Context(), "console: login refused: too many failures from this address")
+		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(wait.Seconds()))))
+		w.WriteHeader(http.StatusTooManyRequests)
+		h.render(w, r, "login", page{Title: "Log in", Error: "Too many failed logins from your address: try again later.",
+			Data: h.loginData(next)})
 		return
 	}
-	// A browser session cookie (no Max-Age): closing the browser logs out.
-	http.SetCookie(w, h.auth.cookie(sessionCookie, r.PostFormValue("token"), 0))
-	h.logger.InfoContext(r.Context(), "console: operator logged in")
+	principal, op, digest, err := h.auth.check(r, strings.TrimSpace(r.PostFormValue("operator")), r.PostFormValue("token"))
+	if err != nil {
+		h.auth.limit.Fail(key)
+		msg := "That is not the operator's credential."
+		switch {
+		case !h.auth.armed():
+			msg = "Login is disabled: CONSOLE_OPERATOR_TOKEN is not set."
+		case errors.Is(err, errBadName):
+			msg = "Operator: a name such as alice or alice@example.com (letters, digits, . _ @ + -)."
+		case !errors.Is(err, errBadCredential):
+			msg = "Login is unavailable: " + err.Error()
+		}
+		log.WarnContext(r.Context(), "console: login refused", "reason", err.Error())
+		w.WriteHeader(http.StatusUnauthorized)
+		h.render(w, r, "login", page{Title: "Log in", Error: msg, Data: h.loginData(next)})
+		return
+	}
+	if c, err := r.Cookie(h.auth.name(sessionCookie)); err == nil {
+		h.auth.store.Delete(c.Value)
+	}
+	s, err := h.auth.store.Create(principal, op, digest)
+	if err != nil {
+		http.Error(w, "500 internal error", http.StatusInternalServerError)
+		return
+	}
+	// A new pre-login CSRF value too: nothing issued before login passes after it.
+	v, err := newCSRFCookieValue()
+	if err != nil {
+		http.Error(w, "500 internal error", http.StatusInternalServerError)
+		return
+	}
+	http.SetCookie(w, h.auth.cookie(csrfCookie, v, 0))
+	// A browser session cookie (no Max-Age): closing the browser logs out;
+	// the store ends it at its lifetime or idle timeout anyway.
+	http.SetCookie(w, h.auth.cookie(sessionCookie, s.ID, 0))
+	log.InfoContext(r.Context(), "console: operator logged in", "principal", principal)
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }
 
 func (h *Handler) logout(w http.ResponseWriter, r *http.Request) {
+	if s := sessionOf(r); s.LoggedIn {
+		h.auth.store.Delete(s.id)
+		h.logger.InfoContext(r.Context(), "console: operator logged out", "principal", s.Principal)
+	}
 	http.SetCookie(w, h.auth.cookie(sessionCookie, "", -1))
 	http.Redirect(w, r, "/login", http.StatusSeeOther)
+}
+
+// peerAddr is the address the connection comes from: behind a proxy or
+// load balancer, the proxy's.
+func peerAddr(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
+}
+
+// limitKey is what the failed-login limit counts by: the IPv4 address, or
+// the /64 of an IPv6 one (one host commonly holds a whole /64).
+func limitKey(peer string) string {
+	ip, err := netip.ParseAddr(peer)
+	if err != nil {
+		return peer
+	}
+	if ip = ip.Unmap(); ip.Is4() {
+		return ip.String()
+	}
+	p, err := ip.Prefix(64)
+	if err != nil {
+		return peer
+	}
+	return p.String()
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
 }

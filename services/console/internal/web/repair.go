@@ -46,7 +46,7 @@ type replayResult struct {
 }
 
 func (h *Handler) repairData(ctx context.Context, s session, reason string) (repairData, string) {
-	d := repairData{Reason: reason, DeadLetters: deadLetterSources, RunbookBase: h.cfg.RunbookBaseURL}
+	d := repairData{Reason: reason, Actor: s.Principal, DeadLetters: deadLetterSources, RunbookBase: h.cfg.RunbookBaseURL}
 	if f, err := h.src.Figures.Read(ctx); err == nil {
 		for r, n := range f.ParkedInbox {
 			d.Reasons = append(d.Reasons, reasonCount{r, n})
@@ -87,7 +87,8 @@ func (h *Handler) replay(w http.ResponseWriter, r *http.Request) {
 	s := sessionOf(r)
 	reason := r.PostForm.Get("reason")
 	d, errMsg := h.repairData(r.Context(), s, reason)
-	d.Ticket, d.Actor = strings.TrimSpace(r.PostForm.Get("ticket")), strings.TrimSpace(r.PostForm.Get("actor"))
+	// The actor is the session's principal, never a form field.
+	d.Ticket, d.Actor = strings.TrimSpace(r.PostForm.Get("ticket")), s.Principal
 	dry := r.PostForm.Get("mode") != "replay"
 	var ids []int64
 	for _, v := range r.PostForm["id"] {
@@ -101,7 +102,7 @@ func (h *Handler) replay(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case errMsg != "":
 	case d.Ticket == "" || d.Actor == "":
-		errMsg = "Ticket and actor are required: every replay, dry runs too, is audited with them."
+		errMsg = "A ticket is required: every replay, dry runs too, is audited with it and your name."
 	case !dry && len(ids) == 0:
 		errMsg = "A replay takes the entries a dry run listed: run the dry run first."
 	case len(ids) > repairPageSize:

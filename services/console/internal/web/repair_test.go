@@ -69,6 +69,16 @@ func (b *billingAdmin) RetryInvoiceJobs(ctx context.Context, req *billingv1.Retr
 	return resp, nil
 }
 
+// actors are the audit rows' actors, oldest first.
+func (b *billingAdmin) actors() (out []string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for i := len(b.audit) - 1; i >= 0; i-- {
+		out = append(out, b.audit[i].GetActor())
+	}
+	return out
+}
+
 // billingOps stands in for billing's OperatorService over the same state
 // as billingAdmin (its outbox, its operator_audit log).
 type billingOps struct {
@@ -142,6 +152,7 @@ func TestRepair_RetryDeadJobs_DryRunThenExactlyWhatItListed(t *testing.T) {
 		t.Errorf("retry without login: %d, want 401", code)
 	}
 	br.login(token)
+	csrf = br.csrf("/faults")
 	if code, _, _ := br.do(http.MethodPost, "/repair/jobs", form("", "INC-3", "real", "7")); code != http.StatusForbidden {
 		t.Errorf("retry without CSRF: %d, want 403", code)
 	}
@@ -186,6 +197,10 @@ func TestRepair_RetryDeadJobs_DryRunThenExactlyWhatItListed(t *testing.T) {
 	_, body, _ = br.do(http.MethodGet, "/audit?service=billing&ticket=INC-3", nil)
 	if strings.Count(body, "<td data-audit-ticket>INC-3</td>") != 2 || !strings.Contains(body, "jobs.retry") {
 		t.Fatalf("the Audit page does not show the two rows of INC-3: %s", body)
+	}
+	// The actor is who logged in, not the form's "actor" field.
+	if strings.Contains(body, "erin") || strings.Count(body, "<td>alice (shared token)</td>") != 2 {
+		t.Fatalf("audit actor: want the session's principal \"alice (shared token)\" on both rows, never the form's: %s", body)
 	}
 	assertNoToken(t, br)
 }
@@ -344,6 +359,7 @@ func TestRepair_RequeueFailedOutboxEvents_DryRunThenExactlyWhatItListed(t *testi
 		t.Errorf("requeue without login: %d, want 401", code)
 	}
 	br.login(token)
+	csrf = br.csrf("/faults")
 	if code, _, _ := br.do(http.MethodPost, "/repair/outbox", form("", "workorder", "INC-5", "real", woFailed1)); code != http.StatusForbidden {
 		t.Errorf("requeue without CSRF: %d, want 403", code)
 	}

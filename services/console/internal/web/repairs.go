@@ -20,7 +20,8 @@ import (
 // outbox events (both services). Every repair is two POSTs: a dry run (the
 // service reports what would change, and audits the dry run), then the real
 // action with exactly what the dry run listed, carried by the dry run's
-// confirmation form. Both need login, CSRF, a ticket and an actor.
+// confirmation form. Both need login, CSRF and a ticket; the actor is the
+// session's principal.
 
 // deadLetterSource is one dead-letter inspection subscription and the RPC
 // that replays it.
@@ -48,7 +49,7 @@ type actionResult struct {
 }
 
 // confirmForm repeats a dry run as the real action: the fields are hidden
-// inputs (ticket and actor included), so what runs is what was shown.
+// inputs (the ticket included), so what runs is what was shown.
 type confirmForm struct {
 	Action string
 	Label  string
@@ -148,14 +149,15 @@ func (h *Handler) repairAction(w http.ResponseWriter, r *http.Request) (repairDa
 		http.Error(w, "400 bad form", http.StatusBadRequest)
 		return repairData{}, repairForm{}, false
 	}
-	f := repairForm{ticket: strings.TrimSpace(r.PostForm.Get("ticket")), actor: strings.TrimSpace(r.PostForm.Get("actor")),
+	// The actor is the session's principal, never a form field.
+	f := repairForm{ticket: strings.TrimSpace(r.PostForm.Get("ticket")), actor: sessionOf(r).Principal,
 		dry: r.PostForm.Get("mode") != "real"}
 	// The inbox listing's error (the workorder service) does not stop a
 	// repair of another section; each section shows its own.
 	d, _ := h.repairData(r.Context(), sessionOf(r), "")
 	d.Ticket, d.Actor = f.ticket, f.actor
 	if f.ticket == "" || f.actor == "" {
-		errMsg := "Ticket and actor are required: every repair, dry runs too, is audited with them."
+		errMsg := "A ticket is required: every repair, dry runs too, is audited with it and your name."
 		w.WriteHeader(http.StatusBadRequest)
 		h.render(w, r, "repair", page{Title: "Repair", Error: errMsg, Data: d})
 		return d, f, false
@@ -198,7 +200,7 @@ func (h *Handler) finish(w http.ResponseWriter, r *http.Request, d repairData, f
 
 func confirm(action, label string, f repairForm, fields ...formField) *confirmForm {
 	return &confirmForm{Action: action, Label: fmt.Sprintf("%s (ticket %s, actor %s)", label, f.ticket, f.actor),
-		Fields: append([]formField{{"ticket", f.ticket}, {"actor", f.actor}, {"mode", "real"}}, fields...)}
+		Fields: append([]formField{{"ticket", f.ticket}, {"mode", "real"}}, fields...)}
 }
 
 func (h *Handler) rpcContext(r *http.Request) (context.Context, context.CancelFunc) {

@@ -1,7 +1,8 @@
 // Package web is the console's HTTP surface: server-rendered pages
-// (html/template, embedded), a little JavaScript for the live parts, login
-// with the operator token and CSRF on every form. It reads and acts only
-// through the services' gRPC APIs (Sources) and their /metrics.
+// (html/template, embedded), a little JavaScript for the live parts,
+// login into server-side sessions and CSRF bound to them on every form
+// (ADR 0019). It reads and acts only through the services' gRPC APIs
+// (Sources) and their /metrics.
 package web
 
 import (
@@ -12,12 +13,16 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/lossless-dev/lossless/services/console/internal/login"
+	sessions "github.com/lossless-dev/lossless/services/console/internal/session"
 )
 
 //go:embed templates/*.html
@@ -28,12 +33,27 @@ var staticFS embed.FS
 
 // Config of the pages.
 type Config struct {
-	// OperatorToken accepted by the login form (config.Config.OperatorToken).
-	// Empty: nobody can log in.
+	// OperatorToken is the services' operator token
+	// (config.Config.OperatorToken), which the console adds to the calls
+	// of a logged-in session. Without Operators the login form takes it as
+	// the shared credential. Empty: nobody can log in.
 	OperatorToken string
+	// Operators, when set, are the operators who may log in, each with their
+	// own credential (config.Config.OperatorsFile); the shared token is
+	// then not a login credential.
+	Operators *login.File
+	// Identity, when set, verifies the identity-aware proxy's assertion
+	// on every request: it is the session's principal, and a session whose
+	// request no longer carries it is void.
+	Identity IdentityVerifier
+	// Sessions bounds the sessions (lifetime, idle timeout, count).
+	Sessions sessions.Config
+	// LoginLimit bounds failed logins per client address.
+	LoginLimit login.LimitConfig
 	// ReadOpen shows the read-only pages without login.
 	ReadOpen bool
-	// SecureCookies marks the cookies Secure (TLS, here or at a proxy).
+	// SecureCookies marks the cookies Secure and names them with the
+	// __Host- prefix (TLS here or at a proxy; false only on loopback).
 	SecureCookies bool
 	// RunbookBaseURL prefixes the runbooks' file names. Required.
 	RunbookBaseURL string
@@ -84,7 +104,7 @@ func New(src Sources, cfg Config, logger *slog.Logger) (*Handler, error) {
 	if src.Outbox == nil || src.ProviderJobs == nil || src.InvoiceJobs == nil {
 		return nil, errors.New("web: New needs the Order page's sources (Outbox, ProviderJobs, InvoiceJobs)")
 	}
-	a, err := newAuth(cfg.OperatorToken, cfg.ReadOpen, cfg.SecureCookies)
+	a, err := newAuth(cfg, logger)
 	if err != nil {
 		return nil, err
 	}
@@ -141,7 +161,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) read(fn http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if !h.auth.canRead(r) {
-			http.Redirect(w, r, "/login?next="+safeNext(r.URL.RequestURI()), http.StatusSeeOther)
+			http.Redirect(w, r, "/login?next="+url.QueryEscape(safeNext(r.URL.RequestURI())), http.StatusSeeOther)
 			return
 		}
 		fn(w, r)
@@ -163,7 +183,7 @@ func (h *Handler) act(fn http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if !sessionOf(r).LoggedIn {
 			w.WriteHeader(http.StatusUnauthorized)
-			h.render(w, r, "login", page{Title: "Log in", Error: "This action needs the operator token: log in first."})
+			h.render(w, r, "login", page{Title: "Log in", Error: "This action needs a login first.", Data: h.loginData("/")})
 			return
 		}
 		fn(w, r)
@@ -208,12 +228,21 @@ func describe(service string, err error) string {
 	return service + ": " + st.Code().String() + ": " + st.Message()
 }
 
-// safeNext keeps a redirect target on this site.
+// safeNext returns s when it is a path on this site, else "/". Browsers
+// strip tabs and newlines from a URL and read a backslash as a slash, so
+// "/\t/evil.example" goes to another host: any control character,
+// backslash or non-ASCII byte is refused, and what remains must parse as a
+// path that does not start with "//".
 func safeNext(s string) string {
-	if !strings.HasPrefix(s, "/") || strings.HasPrefix(s, "//") || strings.HasPrefix(s, "/\\") {
+	if s == "" || len(s) > 2000 || strings.ContainsFunc(s, func(r rune) bool { return r <= 0x20 || r >= 0x7f || r == '\\' }) {
 		return "/"
 	}
-	return s
+	u, err := url.Parse(s)
+	if err != nil || u.Scheme != "" || u.Host != "" || u.User != nil || u.Opaque != "" ||
+		!strings.HasPrefix(s, "/") || strings.HasPrefix(s, "//") || strings.HasPrefix(u.Path, "//") {
+		return "/"
+	}
+	return (&url.URL{Path: u.Path, RawPath: u.RawPath, RawQuery: u.RawQuery}).RequestURI()
 }
 
 var funcs = template.FuncMap{

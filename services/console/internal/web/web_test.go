@@ -76,6 +76,12 @@ func (noFigures) Read(context.Context) (overview.Figures, error) { return overvi
 // OperatorService).
 func console(t *testing.T, cfg web.Config, register ...func(wo, bi *grpc.Server)) (*backend, *httptest.Server) {
 	t.Helper()
+	return consoleLogging(t, cfg, slog.New(slog.DiscardHandler), register...)
+}
+
+// consoleLogging is console with the console's log going to logger.
+func consoleLogging(t *testing.T, cfg web.Config, logger *slog.Logger, register ...func(wo, bi *grpc.Server)) (*backend, *httptest.Server) {
+	t.Helper()
 	b := &backend{faults: &providerv1.Faults{}}
 	guard, err := operator.NewGuard(token, "TEST_TOKEN", slog.New(slog.DiscardHandler))
 	if err != nil {
@@ -106,7 +112,7 @@ func console(t *testing.T, cfg web.Config, register ...func(wo, bi *grpc.Server)
 		Outbox:       opsv1.NewOperatorServiceClient(conn),
 		ProviderJobs: providerv1.NewProviderAdminServiceClient(conn),
 		InvoiceJobs:  billingv1.NewBillingAdminServiceClient(bi),
-	}, cfg, slog.New(slog.DiscardHandler))
+	}, cfg, logger)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +145,8 @@ type browser struct {
 	t      *testing.T
 	base   string
 	client *http.Client
-	seen   []string // bodies, Location headers, request URLs
+	seen   []string    // bodies, Location headers, request URLs
+	header http.Header // added to every request (an identity proxy's)
 }
 
 func newBrowser(t *testing.T, base string) *browser {
@@ -161,6 +168,9 @@ func (b *browser) do(method, path string, form url.Values) (int, string, http.He
 	}
 	if form != nil {
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	for k, v := range b.header {
+		req.Header[k] = v
 	}
 	resp, err := b.client.Do(req)
 	if err != nil {
@@ -187,12 +197,12 @@ func (b *browser) csrf(path string) string {
 
 func (b *browser) login(tok string) int {
 	b.t.Helper()
-	code, _, _ := b.do(http.MethodPost, "/login", url.Values{"csrf": {b.csrf("/login")}, "token": {tok}, "next": {"/faults"}})
+	code, _, _ := b.do(http.MethodPost, "/login", url.Values{"csrf": {b.csrf("/login")}, "operator": {"alice"}, "token": {tok}, "next": {"/faults"}})
 	return code
 }
 
 func faultsForm(csrf string) url.Values {
-	return url.Values{"csrf": {csrf}, "duplicate": {"0.5"}, "early_completion": {"0"}, "split_completion": {"0"},
+	return url.Values{"csrf": {csrf}, "ticket": {"CHG-1"}, "duplicate": {"0.5"}, "early_completion": {"0"}, "split_completion": {"0"},
 		"poison": {"0"}, "unknown_order": {"0"}, "publish_then_crash": {"0"}, "accept_timeout": {"0"},
 		"extra_delay": {"0s"}, "accept_latency_p50": {"0s"}, "accept_latency_p99": {"0s"}, "seed": {"7"}}
 }
@@ -213,8 +223,11 @@ func TestMutatingActions_RefusedWithoutCSRFOrLogin_ChangeNothing(t *testing.T) {
 	if code := br.login(token); code != http.StatusSeeOther {
 		t.Fatalf("login: %d, want 303", code)
 	}
-	// Logged in, CSRF missing, wrong, or from another session: 403.
-	for name, v := range map[string]string{"missing": "", "wrong": flip(csrf), "another session's": newBrowser(t, ts.URL).csrf("/faults")} {
+	// Logged in, CSRF missing, wrong, from before login, or from another
+	// session: 403.
+	before := csrf
+	csrf = br.csrf("/faults")
+	for name, v := range map[string]string{"missing": "", "wrong": flip(csrf), "pre-login": before, "another session's": newBrowser(t, ts.URL).csrf("/faults")} {
 		form := faultsForm(v)
 		if v == "" {
 			form.Del("csrf")
@@ -246,7 +259,11 @@ func TestMutatingActions_RefusedWithoutCSRFOrLogin_ChangeNothing(t *testing.T) {
 	if code, _, _ := br.do(http.MethodPost, "/logout", url.Values{"csrf": {csrf}}); code != http.StatusSeeOther {
 		t.Fatalf("logout: %d", code)
 	}
-	if code, _, _ := br.do(http.MethodPost, "/faults/demo", url.Values{"csrf": {csrf}, "orders": {"3"}}); code != http.StatusUnauthorized {
+	// The session's CSRF value ended with it; a fresh one is anonymous.
+	if code, _, _ := br.do(http.MethodPost, "/faults/demo", url.Values{"csrf": {csrf}, "orders": {"3"}}); code != http.StatusForbidden {
+		t.Errorf("demo after logout with the session's CSRF value: %d, want 403", code)
+	}
+	if code, _, _ := br.do(http.MethodPost, "/faults/demo", url.Values{"csrf": {br.csrf("/faults")}, "orders": {"3"}}); code != http.StatusUnauthorized {
 		t.Errorf("demo after logout: %d, want 401", code)
 	}
 	if _, created := b.state(); created != 3 {
@@ -262,7 +279,7 @@ func TestLogin_TokenNeverInABodyOrURLAndCookieIsLockedDown(t *testing.T) {
 	if code := br.login(wrong); code != http.StatusUnauthorized {
 		t.Fatalf("wrong token: %d, want 401", code)
 	}
-	code, _, hd := br.do(http.MethodPost, "/login", url.Values{"csrf": {br.csrf("/login")}, "token": {token}, "next": {"/faults"}})
+	code, _, hd := br.do(http.MethodPost, "/login", url.Values{"csrf": {br.csrf("/login")}, "operator": {"alice"}, "token": {token}, "next": {"/faults"}})
 	if code != http.StatusSeeOther || hd.Get("Location") != "/faults" {
 		t.Fatalf("login: %d to %q, want 303 to /faults", code, hd.Get("Location"))
 	}
@@ -274,6 +291,9 @@ func TestLogin_TokenNeverInABodyOrURLAndCookieIsLockedDown(t *testing.T) {
 	}
 	if session == nil || !session.HttpOnly || session.SameSite != http.SameSiteStrictMode || session.Secure {
 		t.Fatalf("session cookie %+v: want HttpOnly, SameSite=Strict, not Secure on plain HTTP without SecureCookies", session)
+	}
+	if strings.Contains(session.Value, token) || len(session.Value) < 43 {
+		t.Fatalf("session cookie %q: want an opaque random id, not the token", session.Value)
 	}
 	for _, p := range []string{"/", "/orders", "/faults", "/repair", "/api/overview", "/login"} {
 		br.do(http.MethodGet, p, nil)
@@ -320,7 +340,7 @@ func TestReadPages_NeedLoginUnlessReadOpen(t *testing.T) {
 	}
 }
 
-func TestCookiesAreSecureWhenConfigured(t *testing.T) {
+func TestCookiesAreSecureAndHostPrefixedWhenConfigured(t *testing.T) {
 	_, ts := console(t, web.Config{OperatorToken: token, SecureCookies: true})
 	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, ts.URL+"/login", nil)
 	if err != nil {
@@ -336,8 +356,8 @@ func TestCookiesAreSecureWhenConfigured(t *testing.T) {
 		t.Fatal("no CSRF cookie issued")
 	}
 	for _, c := range cs {
-		if !c.Secure || !c.HttpOnly || c.SameSite != http.SameSiteStrictMode {
-			t.Errorf("cookie %s: %+v, want Secure, HttpOnly, SameSite=Strict", c.Name, c)
+		if !strings.HasPrefix(c.Name, "__Host-") || !c.Secure || !c.HttpOnly || c.SameSite != http.SameSiteStrictMode || c.Path != "/" || c.Domain != "" {
+			t.Errorf("cookie %s: %+v, want __Host- named, Secure, HttpOnly, SameSite=Strict, Path=/, no Domain", c.Name, c)
 		}
 	}
 }

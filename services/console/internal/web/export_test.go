@@ -1,0 +1,4 @@
+package web
+
+// LimitKey exposes limitKey to the tests.
+var LimitKey = limitKey
