@@ -345,4 +345,3 @@ func (c *reloadingCreds) ClientHandshake(ctx context.Context, authority string, 
 func (c *reloadingCreds) Clone() credentials.TransportCredentials {
 	return &reloadingCreds{TransportCredentials: c.TransportCredentials.Clone(), t: c.t}
 }
-
