@@ -17,18 +17,25 @@ const pprofPrefix = "/debug/pprof/"
 // maxProfileSeconds bounds one CPU profile request.
 const maxProfileSeconds = 60
 
-// newPprofServer serves the runtime's profiles under pprofPrefix, and
-// nothing else, on Config.PprofAddr's listener, which Validate keeps on
-// loopback: the endpoints have no authentication, so only whoever is on the
-// host (or has a port-forward) reaches them. The write timeout bounds a
-// CPU profile, and a longer one is refused. It is written against
+// newPprofServer serves PprofHandler on Config.PprofAddr's listener, which
+// Validate keeps on loopback: the endpoints have no authentication, so only
+// whoever is on the host (or has a port-forward) reaches them.
+func newPprofServer(writeTimeout time.Duration) *http.Server {
+	return &http.Server{Handler: PprofHandler(writeTimeout), ReadHeaderTimeout: DefaultReadHeaderTimeout,
+		WriteTimeout: writeTimeout, IdleTimeout: DefaultIdleTimeout}
+}
+
+// PprofHandler serves the runtime's profiles under /debug/pprof/ and 404
+// elsewhere, for a listener of its own on a loopback address (see
+// ValidateLoopback): it has no authentication. writeTimeout, the server's,
+// bounds a CPU profile, and a longer one is refused. It is written against
 // runtime/pprof rather than by importing net/http/pprof, whose init
 // registers handlers on http.DefaultServeMux for the whole process.
 //
 //	GET /debug/pprof/profile?seconds=N   CPU profile of N seconds (default 30)
 //	GET /debug/pprof/<name>              a named profile: heap, allocs, goroutine, block, mutex, threadcreate
-func newPprofServer(writeTimeout time.Duration) *http.Server {
-	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+func PprofHandler(writeTimeout time.Duration) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		name, ok := strings.CutPrefix(r.URL.Path, pprofPrefix)
 		if !ok {
 			http.NotFound(w, r)
@@ -52,12 +59,11 @@ func newPprofServer(writeTimeout time.Duration) *http.Server {
 		w.Header().Set("Content-Disposition", `attachment; filename="`+name+`"`)
 		_ = p.WriteTo(w, 0)
 	})
-	return &http.Server{Handler: h, ReadHeaderTimeout: DefaultReadHeaderTimeout, WriteTimeout: writeTimeout, IdleTimeout: DefaultIdleTimeout}
 }
 
-// validateLoopback accepts host:port addresses whose host is a loopback IP
-// or "localhost".
-func validateLoopback(addr string) error {
+// ValidateLoopback accepts host:port addresses whose host is a loopback IP
+// or "localhost": where an unauthenticated listener (profiles) may bind.
+func ValidateLoopback(addr string) error {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return fmt.Errorf("%q: want host:port: %w", addr, err)

@@ -188,7 +188,7 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("SERVICE_ROLE (serve --role): %w", err))
 	}
 	if c.PprofAddr != "" {
-		if err := validateLoopback(c.PprofAddr); err != nil {
+		if err := ValidateLoopback(c.PprofAddr); err != nil {
 			errs = append(errs, fmt.Errorf("pprof address: %w", err))
 		}
 	}
@@ -433,7 +433,7 @@ func New(cfg Config, logger *slog.Logger, opts ...Option) (*Server, error) {
 		IdleTimeout:       cfg.IdleTimeout,
 	}
 	if s.tls != nil {
-		s.http.TLSConfig = s.tls.serverConfig(ClientAuthVerifyIfGiven, []string{"h2", "http/1.1"})
+		s.http.TLSConfig = s.tls.HTTPServerConfig()
 	}
 	if cfg.PprofAddr != "" {
 		if s.pprofLis, err = lc.Listen(context.Background(), "tcp", cfg.PprofAddr); err != nil {

@@ -267,6 +267,14 @@ func (t *TLS) serverConfig(maxAuth ClientAuth, nextProtos []string) *tls.Config 
 	}
 }
 
+// HTTPServerConfig is the *tls.Config of an HTTP listener served with
+// http.Server.ServeTLS(lis, "", ""): the current certificate at each
+// handshake; a client certificate is verified when given (ClientAuth
+// verify-if-given or require), never required.
+func (t *TLS) HTTPServerConfig() *tls.Config {
+	return t.serverConfig(ClientAuthVerifyIfGiven, []string{"h2", "http/1.1"})
+}
+
 // ClientConfig is a *tls.Config for dialing serverName (empty: taken from
 // the address dialed) with the current roots and certificate. It is a
 // snapshot: build one per connection (DialOption and HTTPClient do) so that

@@ -12,7 +12,9 @@ import (
 	"time"
 
 	"github.com/lossless-dev/lossless/internal/envconfig"
+	"github.com/lossless-dev/lossless/internal/libenv"
 	"github.com/lossless-dev/lossless/pkg/operator"
+	"github.com/lossless-dev/lossless/pkg/server"
 )
 
 // ServiceName is the console's name in logs and metrics.
@@ -37,7 +39,7 @@ const (
 	EnvScrapeTimeout     = "CONSOLE_SCRAPE_TIMEOUT"
 	EnvShutdownTimeout   = "SHUTDOWN_TIMEOUT"
 	EnvLogLevel          = "LOG_LEVEL"
-	EnvPprofEnabled      = "PPROF_ENABLED"
+	EnvPprofAddr         = "PPROF_ADDR"
 	EnvTraceURL          = "CONSOLE_TRACE_URL"
 	DefaultHTTPAddr      = ":8089"
 	DefaultRunbookBase   = "https://github.com/lossless-dev/lossless/blob/main/docs/runbooks/"
@@ -48,10 +50,11 @@ const (
 
 // Endpoints of one service the console talks to.
 type Endpoints struct {
-	// GRPC is the host:port of the service's gRPC API (plaintext, like
-	// every service-to-service call of the system).
+	// GRPC is the host:port of the service's gRPC API, dialled with
+	// ServiceTLS (TLS when TLS_CA_FILE or TLS_CERT_FILE is set).
 	GRPC string
-	// HTTP is the base URL of the service's HTTP listener; the console reads
+	// HTTP is the base URL of the service's HTTP listener (https:// when
+	// the services serve TLS, verified with ServiceTLS); the console reads
 	// <HTTP>/metrics (Prometheus text format) for the Overview's gauges and
 	// rates, nothing else.
 	HTTP string
@@ -115,10 +118,18 @@ type Config struct {
 	// because a deployment's tracing backend (Jaeger, Cloud Trace) has no
 	// per-order query. `make run` sets it to its trace store's address.
 	TraceURL string
-	// PprofEnabled serves /debug/pprof/ on the HTTP listener, as the other
-	// services do (the benchmarks profile every process). Env PPROF_ENABLED,
-	// default false: profiles show internals.
-	PprofEnabled bool
+	// PprofAddr serves /debug/pprof/ on a loopback listener of its own, as
+	// the other services do (the benchmarks profile every process). Env
+	// PPROF_ADDR, default "": off; profiles show internals and have no
+	// authentication, so only a loopback address is accepted.
+	PprofAddr string
+	// ServiceTLS is the console's side of the TLS between processes (env
+	// TLS_CERT_FILE, TLS_KEY_FILE, TLS_CA_FILE; libenv.TLS): the CA it
+	// verifies the services' gRPC and /metrics listeners with, and the
+	// certificate it presents to services that require one (mTLS). Default:
+	// plaintext. Separate from CONSOLE_TLS_CERT_FILE, the certificate
+	// browsers see.
+	ServiceTLS server.TLSConfig
 }
 
 // FromEnv reads the configuration from r, fills defaults and validates it;
@@ -138,7 +149,8 @@ func FromEnv(r *envconfig.Reader) (Config, error) {
 		RPCTimeout:      r.Duration(EnvRPCTimeout, 0),
 		ScrapeTimeout:   r.Duration(EnvScrapeTimeout, 0),
 		ShutdownTimeout: r.Duration(EnvShutdownTimeout, 0),
-		PprofEnabled:    r.Bool(EnvPprofEnabled, false),
+		PprofAddr:       r.String(EnvPprofAddr, ""),
+		ServiceTLS:      libenv.TLS(r),
 		TraceURL:        r.String(EnvTraceURL, ""),
 	}
 	if lv := r.String(EnvLogLevel, ""); lv != "" {
@@ -201,6 +213,14 @@ func (c Config) Validate() error {
 		}
 	}
 	errs = append(errs, operator.ValidateToken(EnvOperatorToken, c.OperatorToken))
+	if c.PprofAddr != "" {
+		if err := server.ValidateLoopback(c.PprofAddr); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", EnvPprofAddr, err))
+		}
+	}
+	if err := c.ServiceTLS.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("%s: %w", libenv.TLSEnvNames, err))
+	}
 	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
 		errs = append(errs, fmt.Errorf("%s and %s: set both or neither", EnvTLSCertFile, EnvTLSKeyFile))
 	}
