@@ -83,9 +83,10 @@ type Config struct {
 	// asks for the token first. `make run` sets it (a developer's machine).
 	ReadOpen bool
 	// TLSCertFile and TLSKeyFile make the console serve HTTPS. Env
-	// CONSOLE_TLS_CERT_FILE, CONSOLE_TLS_KEY_FILE, default "": plain HTTP,
-	// for loopback (`make run`) or behind a TLS-terminating proxy. Both or
-	// neither.
+	// CONSOLE_TLS_CERT_FILE, CONSOLE_TLS_KEY_FILE, default: TLS_CERT_FILE
+	// and TLS_KEY_FILE (ServiceTLS's, as every service serves), else "":
+	// plain HTTP, for loopback (`make run`) or behind a TLS-terminating
+	// proxy. Both or neither. Reloaded when the files change.
 	TLSCertFile, TLSKeyFile string
 	// SecureCookies marks the session and CSRF cookies Secure although the
 	// console itself serves plain HTTP (a TLS-terminating proxy in front).
@@ -152,6 +153,9 @@ func FromEnv(r *envconfig.Reader) (Config, error) {
 		PprofAddr:       r.String(EnvPprofAddr, ""),
 		ServiceTLS:      libenv.TLS(r),
 		TraceURL:        r.String(EnvTraceURL, ""),
+	}
+	if c.TLSCertFile == "" && c.TLSKeyFile == "" {
+		c.TLSCertFile, c.TLSKeyFile = c.ServiceTLS.CertFile, c.ServiceTLS.KeyFile
 	}
 	if lv := r.String(EnvLogLevel, ""); lv != "" {
 		if err := c.LogLevel.UnmarshalText([]byte(lv)); err != nil {
