@@ -28,7 +28,6 @@ import (
 	providerv1 "github.com/lossless-dev/lossless/gen/lossless/provider/v1"
 	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
 	"github.com/lossless-dev/lossless/internal/envconfig"
-	"github.com/lossless-dev/lossless/internal/libenv"
 	opsv1 "github.com/lossless-dev/lossless/pkg/operator/opsv1"
 	"github.com/lossless-dev/lossless/pkg/server"
 	"github.com/lossless-dev/lossless/pkg/telemetry"
@@ -72,7 +71,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	// The services' CA and the console's own certificate (nil: plaintext).
 	peers, err := server.NewTLS(cfg.ServiceTLS)
 	if err != nil {
-		return fmt.Errorf("%s: %w", libenv.TLSEnvNames, err)
+		return fmt.Errorf("%s: %w", config.ServiceTLSEnvNames, err)
 	}
 	dial := func(addr string) (*grpc.ClientConn, error) {
 		return grpc.NewClient(addr, peers.DialOption())

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/lossless-dev/lossless/internal/envconfig"
-	"github.com/lossless-dev/lossless/internal/libenv"
 	"github.com/lossless-dev/lossless/pkg/operator"
 	"github.com/lossless-dev/lossless/pkg/server"
 )
@@ -22,30 +21,38 @@ const ServiceName = "console"
 
 // Environment variables read by FromEnv.
 const (
-	EnvHTTPAddr          = "HTTP_ADDR"
-	EnvWorkorderGRPC     = "CONSOLE_WORKORDER_GRPC_ADDR"
-	EnvProviderGRPC      = "CONSOLE_PROVIDER_GRPC_ADDR"
-	EnvBillingGRPC       = "CONSOLE_BILLING_GRPC_ADDR"
-	EnvWorkorderHTTP     = "CONSOLE_WORKORDER_HTTP_URL"
-	EnvProviderHTTP      = "CONSOLE_PROVIDER_HTTP_URL"
-	EnvBillingHTTP       = "CONSOLE_BILLING_HTTP_URL"
-	EnvOperatorToken     = "CONSOLE_OPERATOR_TOKEN"
-	EnvReadOpen          = "CONSOLE_READ_OPEN"
-	EnvTLSCertFile       = "CONSOLE_TLS_CERT_FILE"
-	EnvTLSKeyFile        = "CONSOLE_TLS_KEY_FILE"
-	EnvSecureCookies     = "CONSOLE_SECURE_COOKIES"
-	EnvRunbookBaseURL    = "CONSOLE_RUNBOOK_BASE_URL"
-	EnvRPCTimeout        = "CONSOLE_RPC_TIMEOUT"
-	EnvScrapeTimeout     = "CONSOLE_SCRAPE_TIMEOUT"
-	EnvShutdownTimeout   = "SHUTDOWN_TIMEOUT"
-	EnvLogLevel          = "LOG_LEVEL"
-	EnvPprofAddr         = "PPROF_ADDR"
-	EnvTraceURL          = "CONSOLE_TRACE_URL"
-	DefaultHTTPAddr      = ":8089"
-	DefaultRunbookBase   = "https://github.com/lossless-dev/lossless/blob/main/docs/runbooks/"
-	DefaultRPCTimeout    = 5 * time.Second
-	DefaultScrapeTimeout = 2 * time.Second
-	DefaultShutdown      = 10 * time.Second
+	EnvHTTPAddr        = "HTTP_ADDR"
+	EnvWorkorderGRPC   = "CONSOLE_WORKORDER_GRPC_ADDR"
+	EnvProviderGRPC    = "CONSOLE_PROVIDER_GRPC_ADDR"
+	EnvBillingGRPC     = "CONSOLE_BILLING_GRPC_ADDR"
+	EnvWorkorderHTTP   = "CONSOLE_WORKORDER_HTTP_URL"
+	EnvProviderHTTP    = "CONSOLE_PROVIDER_HTTP_URL"
+	EnvBillingHTTP     = "CONSOLE_BILLING_HTTP_URL"
+	EnvOperatorToken   = "CONSOLE_OPERATOR_TOKEN"
+	EnvReadOpen        = "CONSOLE_READ_OPEN"
+	EnvTLSCertFile     = "CONSOLE_TLS_CERT_FILE"
+	EnvTLSKeyFile      = "CONSOLE_TLS_KEY_FILE"
+	EnvSecureCookies   = "CONSOLE_SECURE_COOKIES"
+	EnvRunbookBaseURL  = "CONSOLE_RUNBOOK_BASE_URL"
+	EnvRPCTimeout      = "CONSOLE_RPC_TIMEOUT"
+	EnvScrapeTimeout   = "CONSOLE_SCRAPE_TIMEOUT"
+	EnvShutdownTimeout = "SHUTDOWN_TIMEOUT"
+	EnvLogLevel        = "LOG_LEVEL"
+	EnvPprofAddr       = "PPROF_ADDR"
+	// The TLS between processes: the names every service reads
+	// (libenv.TLS), read here because the console takes nothing else from
+	// libenv (its other readers require a database).
+	EnvServiceTLSCertFile   = "TLS_CERT_FILE"
+	EnvServiceTLSKeyFile    = "TLS_KEY_FILE"
+	EnvServiceTLSCAFile     = "TLS_CA_FILE"
+	EnvServiceTLSClientAuth = "TLS_CLIENT_AUTH"
+	ServiceTLSEnvNames      = "TLS_CERT_FILE / TLS_KEY_FILE / TLS_CA_FILE / TLS_CLIENT_AUTH"
+	EnvTraceURL             = "CONSOLE_TRACE_URL"
+	DefaultHTTPAddr         = ":8089"
+	DefaultRunbookBase      = "https://github.com/lossless-dev/lossless/blob/main/docs/runbooks/"
+	DefaultRPCTimeout       = 5 * time.Second
+	DefaultScrapeTimeout    = 2 * time.Second
+	DefaultShutdown         = 10 * time.Second
 )
 
 // Endpoints of one service the console talks to.
@@ -125,7 +132,7 @@ type Config struct {
 	// authentication, so only a loopback address is accepted.
 	PprofAddr string
 	// ServiceTLS is the console's side of the TLS between processes (env
-	// TLS_CERT_FILE, TLS_KEY_FILE, TLS_CA_FILE; libenv.TLS): the CA it
+	// TLS_CERT_FILE, TLS_KEY_FILE, TLS_CA_FILE, TLS_CLIENT_AUTH): the CA it
 	// verifies the services' gRPC and /metrics listeners with, and the
 	// certificate it presents to services that require one (mTLS). Default:
 	// plaintext. Separate from CONSOLE_TLS_CERT_FILE, the certificate
@@ -151,8 +158,13 @@ func FromEnv(r *envconfig.Reader) (Config, error) {
 		ScrapeTimeout:   r.Duration(EnvScrapeTimeout, 0),
 		ShutdownTimeout: r.Duration(EnvShutdownTimeout, 0),
 		PprofAddr:       r.String(EnvPprofAddr, ""),
-		ServiceTLS:      libenv.TLS(r),
-		TraceURL:        r.String(EnvTraceURL, ""),
+		ServiceTLS: server.TLSConfig{
+			CertFile:   r.String(EnvServiceTLSCertFile, ""),
+			KeyFile:    r.String(EnvServiceTLSKeyFile, ""),
+			CAFile:     r.String(EnvServiceTLSCAFile, ""),
+			ClientAuth: server.ClientAuth(r.String(EnvServiceTLSClientAuth, "")),
+		},
+		TraceURL: r.String(EnvTraceURL, ""),
 	}
 	if c.TLSCertFile == "" && c.TLSKeyFile == "" {
 		c.TLSCertFile, c.TLSKeyFile = c.ServiceTLS.CertFile, c.ServiceTLS.KeyFile
@@ -223,7 +235,7 @@ func (c Config) Validate() error {
 		}
 	}
 	if err := c.ServiceTLS.Validate(); err != nil {
-		errs = append(errs, fmt.Errorf("%s: %w", libenv.TLSEnvNames, err))
+		errs = append(errs, fmt.Errorf("%s: %w", ServiceTLSEnvNames, err))
 	}
 	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
 		errs = append(errs, fmt.Errorf("%s and %s: set both or neither", EnvTLSCertFile, EnvTLSKeyFile))
