@@ -49,7 +49,7 @@ func TestEndToEnd_TLSBetweenEveryProcess(t *testing.T) {
 	var logs bytes.Buffer
 	logw := &lockedWriter{w: &logs}
 	// Its own PostgreSQL cluster: the stack starts it with ssl on.
-	stack, err := localstack.Start(ctx, localstack.Config{BinDir: binDir, Ports: ports, Log: logw, TLS: true,
+	stack, err := localstack.Start(ctx, localstack.Config{BinDir: binDir, Ports: ports, Log: logw, TLS: true, Pprof: true,
 		ExtraEnv: map[string][]string{"provider-sim": {"PROVIDER_EXEC_BASE=20ms", "PROVIDER_POLL_INTERVAL=50ms"}}})
 	if err != nil {
 		t.Fatalf("start stack: %v\n%s", err, logw.String())
@@ -115,6 +115,29 @@ func TestEndToEnd_TLSBetweenEveryProcess(t *testing.T) {
 			if resp.StatusCode != http.StatusBadRequest {
 				t.Errorf("%s: plaintext HTTP answered %d, want 400 (HTTP to an HTTPS port)", svc, resp.StatusCode)
 			}
+		}
+	}
+
+	// Profiles: on each replica's own loopback listener, not on the HTTP one.
+	for _, in := range stack.Instances() {
+		resp, err := http.Get(in.PprofURL + "/debug/pprof/heap") //nolint:noctx // test
+		if err != nil {
+			t.Fatalf("%s profiles: %v", in.ID, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("%s: GET %s/debug/pprof/heap: HTTP %d", in.ID, in.PprofURL, resp.StatusCode)
+		}
+		if in.Service == "console" {
+			continue // the console's pages answer any path with their own 404 or login
+		}
+		resp, err = hc.Get(in.URL + "/debug/pprof/heap") //nolint:noctx // test
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNotFound {
+			t.Errorf("%s: profiles on the HTTP listener: HTTP %d, want 404", in.ID, resp.StatusCode)
 		}
 	}
 

@@ -178,6 +178,10 @@ type Config struct {
 	// in-process trace store. Stack.ClientTLS is the side tests and tools
 	// dial with. Default false.
 	TLS bool
+	// Pprof serves every replica's Go profiles on a loopback port of its
+	// own (PPROF_ADDR; Instance.PprofURL), for the benchmarks that profile
+	// the services. Default false.
+	Pprof bool
 }
 
 // Stack is a running local system.
@@ -213,6 +217,9 @@ type Instance struct {
 	Replica int    // 1-based
 	GRPC    string // host:port
 	URL     string // REST base URL, also /healthz, /readyz, /metrics
+	// PprofURL is the base URL of the replica's profiles listener
+	// (<PprofURL>/debug/pprof/heap) with Config.Pprof, else "".
+	PprofURL string
 }
 
 // NewOperatorToken returns 32 random bytes, hex-encoded.
@@ -368,6 +375,15 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 				"HTTP_ADDR=" + in.httpAddr(),
 				"INSTANCE_ID=" + in.ID,
 				"OTEL_RESOURCE_ATTRIBUTES=service.instance.id=" + in.ID,
+			}
+			if cfg.Pprof {
+				port, err := pgtest.FreePort()
+				if err != nil {
+					return nil, err
+				}
+				addr := fmt.Sprintf("127.0.0.1:%d", port)
+				env = append(env, "PPROF_ADDR="+addr)
+				in.PprofURL = "http://" + addr
 			}
 			if s.CA != nil {
 				pair, err := s.CA.Issue(in.ID)
