@@ -3,6 +3,7 @@ package libenv_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/lossless-dev/lossless/internal/localca"
 	"github.com/lossless-dev/lossless/pkg/pgdb"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
+	"github.com/lossless-dev/lossless/pkg/server"
 	"github.com/lossless-dev/lossless/pkg/telemetry"
 )
 
@@ -74,5 +76,52 @@ func TestPostgresVerifyFullWithTheURLsRootCertificate(t *testing.T) {
 	if p, err := open(other.CAFile()); err == nil {
 		p.Close()
 		t.Fatal("verify-full with another CA connected")
+	}
+}
+
+// TestServerTLSAndPprofFromTheEnvironment: the TLS_* variables and
+// PPROF_ADDR fill server.Config; the retired PPROF_ENABLED and a bad TLS
+// setting stop the start with an error naming them.
+func TestServerTLSAndPprofFromTheEnvironment(t *testing.T) {
+	t.Parallel()
+	r := envconfig.FromMap(map[string]string{
+		"TLS_CERT_FILE": "/c.crt", "TLS_KEY_FILE": "/c.key", "TLS_CA_FILE": "/ca.crt", "TLS_CLIENT_AUTH": "verify-if-given",
+		"PPROF_ADDR": "127.0.0.1:6060",
+	})
+	c := libenv.Server(r, ":9090", ":8080")
+	if err := r.Err(); err != nil {
+		t.Fatal(err)
+	}
+	want := server.TLSConfig{CertFile: "/c.crt", KeyFile: "/c.key", CAFile: "/ca.crt", ClientAuth: server.ClientAuthVerifyIfGiven}
+	if c.TLS != want || c.PprofAddr != "127.0.0.1:6060" {
+		t.Fatalf("TLS %+v, PprofAddr %q", c.TLS, c.PprofAddr)
+	}
+
+	r = envconfig.FromMap(map[string]string{"PPROF_ENABLED": "true"})
+	_ = libenv.Server(r, ":9090", ":8080")
+	if err := r.Err(); err == nil || !strings.Contains(err.Error(), "PPROF_ADDR") {
+		t.Errorf("PPROF_ENABLED: %v, want an error pointing to PPROF_ADDR", err)
+	}
+
+	for env, wantErr := range map[string]string{"TLS_CERT_FILE": "set both or neither", "PPROF_ADDR": "loopback"} {
+		m := map[string]string{"TLS_CERT_FILE": "/c.crt", "TLS_KEY_FILE": "/c.key", "PPROF_ADDR": "127.0.0.1:6060"}
+		switch env {
+		case "TLS_CERT_FILE":
+			delete(m, "TLS_KEY_FILE")
+		case "PPROF_ADDR":
+			m["PPROF_ADDR"] = "0.0.0.0:6060"
+		}
+		r := envconfig.FromMap(m)
+		c := libenv.Server(r, ":9090", ":8080")
+		err := envconfig.Check(libenv.ServerEnvNames, c.Validate())
+		if err == nil || !strings.Contains(err.Error(), wantErr) || !strings.Contains(err.Error(), env) {
+			t.Errorf("bad %s: %v, want an error naming it and saying %q", env, err, wantErr)
+		}
+	}
+
+	// A client alone: TLS_CA_FILE only, read by libenv.NewTLS.
+	r = envconfig.FromMap(map[string]string{"TLS_CA_FILE": "/nonexistent/ca.crt"})
+	if _, err := libenv.NewTLS(r); err == nil || !strings.Contains(err.Error(), "TLS_CA_FILE") {
+		t.Errorf("missing CA file: %v, want an error naming TLS_CA_FILE", err)
 	}
 }
