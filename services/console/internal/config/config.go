@@ -166,6 +166,9 @@ func FromEnv(r *envconfig.Reader) (Config, error) {
 		},
 		TraceURL: r.String(EnvTraceURL, ""),
 	}
+	if _, ok := r.Lookup("PPROF_ENABLED"); ok {
+		r.Record(fmt.Errorf("PPROF_ENABLED is gone: set %s to a loopback address (e.g. 127.0.0.1:6069)", EnvPprofAddr))
+	}
 	if c.TLSCertFile == "" && c.TLSKeyFile == "" {
 		c.TLSCertFile, c.TLSKeyFile = c.ServiceTLS.CertFile, c.ServiceTLS.KeyFile
 	}
