@@ -231,14 +231,6 @@ func sameStamps(a, b []fileStamp) bool {
 	return true
 }
 
-func (t *TLS) getCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
-	cert, _ := t.current()
-	if cert == nil {
-		return nil, errors.New("TLS: no certificate configured")
-	}
-	return cert, nil
-}
-
 // serverConfig is the listener side: each handshake takes the current
 // certificate and client CAs. maxAuth caps ClientAuth (the HTTP listener
 // never requires a client certificate).
@@ -347,7 +339,8 @@ type reloadingCreds struct {
 }
 
 func (c *reloadingCreds) ClientHandshake(ctx context.Context, authority string, raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
-	return credentials.NewTLS(c.t.ClientConfig(c.TransportCredentials.Info().ServerName)).ClientHandshake(ctx, authority, raw)
+	// The server name is the authority's host (grpc.WithAuthority to set it).
+	return credentials.NewTLS(c.t.ClientConfig("")).ClientHandshake(ctx, authority, raw)
 }
 
 func (c *reloadingCreds) Clone() credentials.TransportCredentials {

@@ -198,7 +198,8 @@ func TestMutualTLSServesGRPCAndTheGatewayAndRefusesOthers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := otherCA.HTTPClient(5 * time.Second).Get(b.base + "/readyz"); err == nil { //nolint:noctx // test
+	if resp, err := otherCA.HTTPClient(5 * time.Second).Get(b.base + "/readyz"); err == nil { //nolint:noctx // test
+		resp.Body.Close()
 		t.Error("a client trusting another CA accepted the server's certificate")
 	}
 	if got := b.fake.calls.Load(); got != 2 {
@@ -220,11 +221,11 @@ func TestTLSServesARotatedCertificateWithoutRestart(t *testing.T) {
 	served := func() int64 {
 		pool := x509.NewCertPool()
 		pool.AddCert(ca.cert)
-		c, err := tls.Dial("tcp", b.srv.HTTPAddr(), &tls.Config{RootCAs: pool, ServerName: "localhost", MinVersion: tls.VersionTLS12})
+		c, err := tlsDial(b.srv.HTTPAddr(), pool)
 		if err != nil {
 			return -1
 		}
-		defer c.Close()
+		defer func() { _ = c.Close() }()
 		return c.ConnectionState().PeerCertificates[0].SerialNumber.Int64()
 	}
 	waitfor.Condition(t, 5*time.Second, "first certificate served", func() bool { return served() == 10 })
@@ -275,7 +276,7 @@ func TestTLSKeepsServingWhenARotationIsHalfWritten(t *testing.T) {
 	pool := x509.NewCertPool()
 	pool.AddCert(ca.cert)
 	for range 3 {
-		c, err := tls.Dial("tcp", b.srv.HTTPAddr(), &tls.Config{RootCAs: pool, ServerName: "localhost", MinVersion: tls.VersionTLS12})
+		c, err := tlsDial(b.srv.HTTPAddr(), pool)
 		if err != nil {
 			t.Fatalf("handshake after a broken rewrite: %v", err)
 		}
@@ -326,3 +327,15 @@ func (ca *testCA) keyFileOf(t *testing.T, dir string) string {
 }
 
 func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// tlsDial completes a TLS handshake with addr as "localhost", trusting pool.
+func tlsDial(addr string, pool *x509.CertPool) (*tls.Conn, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	d := &tls.Dialer{Config: &tls.Config{RootCAs: pool, ServerName: "localhost", MinVersion: tls.VersionTLS12}}
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	return c.(*tls.Conn), nil
+}

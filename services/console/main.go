@@ -145,7 +145,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		}
 		psrv := &http.Server{Handler: server.PprofHandler(pprofWriteTimeout), ReadHeaderTimeout: 10 * time.Second, WriteTimeout: pprofWriteTimeout}
 		go func() { _ = psrv.Serve(pln) }()
-		defer psrv.Close()
+		defer func() { _ = psrv.Close() }()
 	}
 
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.HTTPAddr)
