@@ -339,3 +339,56 @@ func tlsDial(addr string, pool *x509.CertPool) (*tls.Conn, error) {
 	}
 	return c.(*tls.Conn), nil
 }
+
+// TestTLSClientTrustsARotatedCAWithoutRestart: a client's CA file rewritten
+// to a new CA is used by the next connection: a server of the new CA,
+// refused before, is accepted.
+func TestTLSClientTrustsARotatedCAWithoutRestart(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	oldCA, newCA := newTestCA(t), newTestCA(t)
+	cert, key := newCA.leaf(t, dir, "server", 40)
+	b := startWith(t, server.Config{TLS: server.TLSConfig{CertFile: cert, KeyFile: key}})
+	caFile := oldCA.file(t, t.TempDir())
+	client, err := server.NewTLS(server.TLSConfig{CAFile: caFile, ReloadCheckInterval: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	readyz := func(hc *http.Client) error {
+		resp, err := hc.Get("https://" + b.srv.HTTPAddr() + "/readyz") //nolint:noctx // test
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		return nil
+	}
+	waitfor.Condition(t, 5*time.Second, "server listening", func() bool {
+		c, err := tlsDial(b.srv.HTTPAddr(), func() *x509.CertPool { p := x509.NewCertPool(); p.AddCert(newCA.cert); return p }())
+		if err == nil {
+			_ = c.Close()
+		}
+		return err == nil
+	})
+	if err := readyz(client.HTTPClient(5 * time.Second)); err == nil {
+		t.Fatal("a client trusting the old CA accepted the new CA's server")
+	}
+	writeFile(t, caFile, newCA.pem)
+	later := time.Now().Add(time.Minute)
+	if err := os.Chtimes(caFile, later, later); err != nil {
+		t.Fatal(err)
+	}
+	waitfor.Condition(t, 5*time.Second, "the rotated CA trusted", func() bool {
+		// A new client each time: no pooled connection is reused.
+		return readyz(client.HTTPClient(5*time.Second)) == nil
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	conn, err := grpc.NewClient(b.srv.GRPCAddr(), client.DialOption(), grpc.WithAuthority("localhost"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := testpb.NewOrderServiceClient(conn).PutOrder(ctx, validOrder()); err != nil {
+		t.Fatalf("gRPC with the rotated CA: %v", err)
+	}
+}
