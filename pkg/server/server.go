@@ -431,6 +431,9 @@ func New(cfg Config, logger *slog.Logger, opts ...Option) (*Server, error) {
 		ReadTimeout:       cfg.ReadTimeout,
 		WriteTimeout:      cfg.WriteTimeout,
 		IdleTimeout:       cfg.IdleTimeout,
+		// Failed TLS handshakes and the like, as log lines of the service
+		// rather than bare lines on stderr.
+		ErrorLog: slog.NewLogLogger(logger.With("component", "http").Handler(), slog.LevelWarn),
 	}
 	if s.tls != nil {
 		s.http.TLSConfig = s.tls.HTTPServerConfig()

@@ -205,6 +205,10 @@ func TestMutualTLSServesGRPCAndTheGatewayAndRefusesOthers(t *testing.T) {
 	if got := b.fake.calls.Load(); got != 2 {
 		t.Errorf("calls reaching the service = %d after refused callers, want 2", got)
 	}
+	// The refused HTTPS handshake is one of the service's log lines.
+	waitfor.Condition(t, 5*time.Second, "the refused handshake logged", func() bool {
+		return strings.Contains(b.logs.String(), "TLS handshake error") && strings.Contains(b.logs.String(), "component=http")
+	})
 }
 
 // TestTLSServesARotatedCertificateWithoutRestart: rewriting the

@@ -153,7 +153,8 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		return fmt.Errorf("%s: %w", config.EnvHTTPAddr, err)
 	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
-		WriteTimeout: 60 * time.Second, IdleTimeout: 2 * time.Minute}
+		WriteTimeout: 60 * time.Second, IdleTimeout: 2 * time.Minute,
+		ErrorLog: slog.NewLogLogger(logger.With("component", "http").Handler(), slog.LevelWarn)}
 	if cfg.TLS() {
 		// The browsers' certificate, reloaded when its files change.
 		front, err := server.NewTLS(server.TLSConfig{CertFile: cfg.TLSCertFile, KeyFile: cfg.TLSKeyFile})
