@@ -118,7 +118,6 @@ func (c TLSConfig) Validate() error {
 // whether TLS is on or off.
 type TLS struct {
 	cfg TLSConfig
-	now func() time.Time
 
 	mu      sync.Mutex
 	checked time.Time
@@ -142,7 +141,7 @@ func NewTLS(cfg TLSConfig) (*TLS, error) {
 	if !cfg.Dials() {
 		return nil, nil
 	}
-	t := &TLS{cfg: cfg, now: time.Now}
+	t := &TLS{cfg: cfg}
 	stamps, err := t.stat()
 	if err != nil {
 		return nil, err
@@ -150,7 +149,7 @@ func NewTLS(cfg TLSConfig) (*TLS, error) {
 	if err := t.load(stamps); err != nil {
 		return nil, err
 	}
-	t.checked = t.now()
+	t.checked = time.Now()
 	return t, nil
 }
 
@@ -210,7 +209,7 @@ func (t *TLS) load(stamps []fileStamp) error {
 func (t *TLS) current() (*tls.Certificate, *x509.CertPool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if now := t.now(); now.Sub(t.checked) >= t.cfg.ReloadCheckInterval {
+	if now := time.Now(); now.Sub(t.checked) >= t.cfg.ReloadCheckInterval {
 		t.checked = now
 		if stamps, err := t.stat(); err == nil && !sameStamps(stamps, t.stamps) {
 			_ = t.load(stamps)
@@ -299,13 +298,17 @@ func (t *TLS) DialOption() grpc.DialOption {
 	return grpc.WithTransportCredentials(t.TransportCredentials())
 }
 
-// HTTPTransport is an *http.Transport whose TLS connections use the current
-// files at each dial; a plain clone of http.DefaultTransport on a nil *TLS.
+// HTTPTransport is a clone of http.DefaultTransport whose TLS connections
+// use the current files at each dial (the server's name from the URL); the
+// plain clone on a nil *TLS.
 func (t *TLS) HTTPTransport() *http.Transport {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	if t == nil {
 		return tr
 	}
+	// Through an HTTP proxy (CONNECT) the transport runs the handshake
+	// itself with TLSClientConfig: the files as loaded now.
+	tr.TLSClientConfig = t.ClientConfig("")
 	dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
 	tr.DialTLSContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
 		host, _, err := net.SplitHostPort(addr)
