@@ -75,10 +75,10 @@ check-generated: proto ## Fail when committed generated code differs from its pr
 
 # Built, then exec'd: `go run` exits 1 when it sees the Ctrl-C, whatever runlocal's status.
 .PHONY: run
-run: ## Run the whole system locally without Docker (PostgreSQL, Pub/Sub emulator, services); Ctrl-C stops it.
+run: ## Run the whole system locally without Docker (PostgreSQL, Pub/Sub emulator, services); Ctrl-C stops it. TLS=1: TLS between every process.
 	@mkdir -p $(BIN_DIR)
 	$(GO) build -o $(BIN_DIR)/runlocal ./cmd/runlocal
-	exec $(BIN_DIR)/runlocal
+	TLS=$(TLS) exec $(BIN_DIR)/runlocal
 
 # The targets below work on the stack `make run` started in another terminal, found through the file
 # it writes (.run/env, or RUNLOCAL_ENV_FILE; internal/runenv); each fails, saying so, when none runs.

@@ -6,6 +6,9 @@
 //
 //	PROVIDER_OPERATOR_TOKEN=... go run ./cmd/demo -n 200 -faults duplicate=0.2,early_completion=0.2
 //	go run ./cmd/demo -rate 50 -duration 5m -json    # open-loop load (B5)
+//
+// Against services serving TLS, pass https:// URLs and TLS_CA_FILE (and
+// TLS_CERT_FILE/TLS_KEY_FILE where a client certificate is wanted).
 package main
 
 import (
@@ -24,6 +27,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lossless-dev/lossless/internal/envconfig"
+	"github.com/lossless-dev/lossless/internal/libenv"
 	"github.com/lossless-dev/lossless/internal/loadgen"
 )
 
@@ -53,7 +58,13 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	hc := &http.Client{Timeout: 10 * time.Second}
+	// https:// URLs are verified with TLS_CA_FILE, presenting
+	// TLS_CERT_FILE/TLS_KEY_FILE when set (`make run TLS=1` prints them).
+	clientTLS, err := libenv.NewTLS(envconfig.New())
+	if err != nil {
+		return err
+	}
+	hc := clientTLS.HTTPClient(10 * time.Second)
 
 	if *faults != "" {
 		knobs, err := parseFaults(*faults)

@@ -25,6 +25,7 @@ import (
 
 	"github.com/lossless-dev/lossless/internal/runenv"
 	"github.com/lossless-dev/lossless/internal/tracestore"
+	"github.com/lossless-dev/lossless/pkg/server"
 )
 
 // Command is a program to run (exec) with its whole environment.
@@ -146,10 +147,17 @@ func Metrics(ctx context.Context, env runenv.Env, w io.Writer) error {
 		head = append(head, c.header)
 	}
 	fmt.Fprintln(tw, strings.Join(head, "\t"))
+	// https:// with `make run TLS=1`: the stack's CA and client certificate.
+	clientTLS, err := server.NewTLS(server.TLSConfig{CAFile: env.Get(runenv.KeyTLSCAFile),
+		CertFile: env.Get(runenv.KeyTLSCertFile), KeyFile: env.Get(runenv.KeyTLSKeyFile)})
+	if err != nil {
+		return err
+	}
+	hc := clientTLS.HTTPClient(0)
 	var errs []error
 	for _, svc := range withDatabase(env) {
 		u := env.Get(runenv.Key(svc, runenv.SuffixURL)) + "/metrics"
-		fams, err := scrape(ctx, u)
+		fams, err := scrape(ctx, hc, u)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", svc, err))
 			fmt.Fprintf(tw, "%s\tcannot scrape %s\n", svc, u)
@@ -216,14 +224,14 @@ func labelsMatch(m *dto.Metric, want map[string]string) bool {
 	return true
 }
 
-func scrape(ctx context.Context, url string) (map[string]*dto.MetricFamily, error) {
+func scrape(ctx context.Context, hc *http.Client, url string) (map[string]*dto.MetricFamily, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		return nil, err
 	}

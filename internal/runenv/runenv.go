@@ -48,6 +48,13 @@ const (
 	KeyServices = "RUNLOCAL_SERVICES"
 	KeyBinDir   = "RUNLOCAL_BIN_DIR"
 	KeyTraceURL = "RUNLOCAL_TRACE_URL"
+	// With `make run TLS=1`: the stack's CA and a client certificate of
+	// it, the variables libenv.TLS reads, so the commands run against the
+	// stack (make ops, make metrics) verify the services and present a
+	// certificate. Absent without TLS.
+	KeyTLSCAFile   = "TLS_CA_FILE"
+	KeyTLSCertFile = "TLS_CERT_FILE"
+	KeyTLSKeyFile  = "TLS_KEY_FILE"
 )
 
 // Suffixes of the per-service keys (see Key).

@@ -24,7 +24,8 @@
 //
 // Configuration comes from the environment; see internal/config. The operator
 // commands need only DATABASE_URL (and, for the cross-service check, the
-// work-order gRPC address).
+// work-order gRPC address, dialled with TLS when TLS_CA_FILE is set,
+// presenting TLS_CERT_FILE/TLS_KEY_FILE when set).
 package main
 
 import (
@@ -40,7 +41,6 @@ import (
 	gpubsub "cloud.google.com/go/pubsub/v2"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
 	"github.com/lossless-dev/lossless/internal/envconfig"
@@ -176,7 +176,11 @@ func reconcileCmd(ctx context.Context, env *envconfig.Reader, _ *slog.Logger, ar
 		return err
 	}
 	if *woAddr != "" {
-		conn, err := grpc.NewClient(*woAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		clientTLS, err := libenv.NewTLS(env)
+		if err != nil {
+			return err
+		}
+		conn, err := grpc.NewClient(*woAddr, clientTLS.DialOption())
 		if err != nil {
 			return fmt.Errorf("-workorder-addr: %w", err)
 		}

@@ -16,7 +16,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/pprof"
 	"os"
 	"time"
 
@@ -24,7 +23,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	billingv1 "github.com/lossless-dev/lossless/gen/lossless/billing/v1"
 	providerv1 "github.com/lossless-dev/lossless/gen/lossless/provider/v1"
@@ -68,11 +66,18 @@ func run(ctx context.Context, args []string) error {
 	return serve(ctx, cfg, logger)
 }
 
+// pprofWriteTimeout bounds a profile request: a CPU profile of up to a
+// minute fits.
+const pprofWriteTimeout = 65 * time.Second
+
 func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
+	// The services' CA and the console's own certificate (nil: plaintext).
+	peers, err := server.NewTLS(cfg.ServiceTLS)
+	if err != nil {
+		return fmt.Errorf("%s: %w", config.ServiceTLSEnvNames, err)
+	}
 	dial := func(addr string) (*grpc.ClientConn, error) {
-		// Plaintext like every call between the services (docs/production.md
-		// puts TLS in the mesh).
-		return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		return grpc.NewClient(addr, peers.DialOption())
 	}
 	wo, err := dial(cfg.Workorder.GRPC)
 	if err != nil {
@@ -94,7 +99,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		{Service: "workorder", URL: cfg.Workorder.HTTP + "/metrics"},
 		{Service: "provider-sim", URL: cfg.Provider.HTTP + "/metrics"},
 		{Service: "billing", URL: cfg.Billing.HTTP + "/metrics"},
-	}, &http.Client{Timeout: cfg.ScrapeTimeout})
+	}, peers.HTTPClient(cfg.ScrapeTimeout))
 	if err != nil {
 		return err
 	}
@@ -152,19 +157,16 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	// and each page says which one is unreachable.
 	mux.HandleFunc("GET /readyz", ok)
 	mux.Handle("/", console)
-	if cfg.PprofEnabled {
-		// A CPU profile runs for ?seconds=, longer than the write timeout.
-		mux.HandleFunc("/debug/pprof/", func(w http.ResponseWriter, r *http.Request) {
-			_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
-			switch r.URL.Path {
-			case "/debug/pprof/profile":
-				pprof.Profile(w, r)
-			case "/debug/pprof/trace":
-				pprof.Trace(w, r)
-			default:
-				pprof.Index(w, r)
-			}
-		})
+	if cfg.PprofAddr != "" {
+		// On loopback only (config.Validate): the profiles have no
+		// authentication. Closed with the process.
+		pln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.PprofAddr)
+		if err != nil {
+			return fmt.Errorf("%s: %w", config.EnvPprofAddr, err)
+		}
+		psrv := &http.Server{Handler: server.PprofHandler(pprofWriteTimeout), ReadHeaderTimeout: 10 * time.Second, WriteTimeout: pprofWriteTimeout}
+		go func() { _ = psrv.Serve(pln) }()
+		defer func() { _ = psrv.Close() }()
 	}
 
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.HTTPAddr)
@@ -172,11 +174,21 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		return fmt.Errorf("%s: %w", config.EnvHTTPAddr, err)
 	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
-		WriteTimeout: 60 * time.Second, IdleTimeout: 2 * time.Minute}
+		WriteTimeout: 60 * time.Second, IdleTimeout: 2 * time.Minute,
+		ErrorLog: slog.NewLogLogger(logger.With("component", "http").Handler(), slog.LevelWarn)}
+	if cfg.TLS() {
+		// The browsers' certificate, reloaded when its files change.
+		front, err := server.NewTLS(server.TLSConfig{CertFile: cfg.TLSCertFile, KeyFile: cfg.TLSKeyFile})
+		if err != nil {
+			_ = ln.Close()
+			return fmt.Errorf("%s / %s: %w", config.EnvTLSCertFile, config.EnvTLSKeyFile, err)
+		}
+		srv.TLSConfig = front.HTTPServerConfig()
+	}
 	errc := make(chan error, 1)
 	go func() {
 		if cfg.TLS() {
-			errc <- srv.ServeTLS(ln, cfg.TLSCertFile, cfg.TLSKeyFile)
+			errc <- srv.ServeTLS(ln, "", "")
 		} else {
 			errc <- srv.Serve(ln)
 		}

@@ -17,13 +17,13 @@ import (
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	gpubsub "cloud.google.com/go/pubsub/v2"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	providerv1 "github.com/lossless-dev/lossless/gen/lossless/provider/v1"
 	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
+	"github.com/lossless-dev/lossless/internal/libenv"
 	"github.com/lossless-dev/lossless/internal/orderhop"
 	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/pkg/consumer"
@@ -90,7 +90,12 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger, tel teleme
 	// the trace context to the provider (otelgrpc client handler).
 	// Reconnects at least every second, so a restarted provider is seen
 	// as soon as the hand-off circuit probes it (handoff.ConnectParams).
-	if a.conn, err = grpc.NewClient(cfg.ProviderAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+	clientTLS, err := server.NewTLS(cfg.Server.TLS)
+	if err != nil {
+		a.Close()
+		return nil, fmt.Errorf("app: %s: %w", libenv.TLSEnvNames, err)
+	}
+	if a.conn, err = grpc.NewClient(cfg.ProviderAddr, clientTLS.DialOption(),
 		grpc.WithConnectParams(handoff.ConnectParams),
 		grpc.WithStatsHandler(otelgrpc.NewClientHandler(
 			otelgrpc.WithTracerProvider(tel.TracerProvider),

@@ -41,15 +41,19 @@ type Config struct {
 	// SHUTDOWN_TIMEOUT (default 20s) and the request bounds
 	// HTTP_MAX_BODY_BYTES (1 MiB), HTTP_READ_HEADER_TIMEOUT (5s),
 	// HTTP_READ_TIMEOUT (15s), HTTP_WRITE_TIMEOUT (REQUEST_TIMEOUT + 5s),
-	// HTTP_IDLE_TIMEOUT (60s) and REQUEST_TIMEOUT (10s), and PPROF_ENABLED
-	// (false: profiles under /debug/pprof/, never in production); see
-	// server.Config.
+	// HTTP_IDLE_TIMEOUT (60s) and REQUEST_TIMEOUT (10s), PPROF_ADDR ("":
+	// no profiles; a loopback address such as 127.0.0.1:6060), and TLS:
+	// TLS_CERT_FILE, TLS_KEY_FILE, TLS_CA_FILE, TLS_CLIENT_AUTH (unset:
+	// plaintext; the same TLS dials PROVIDER_ADDR); see server.Config and
+	// server.TLSConfig.
 	// The names are the same in every service: each process has its own
 	// environment.
 	Server server.Config
 
 	// ProviderAddr is the provider's gRPC address (env PROVIDER_ADDR, default
-	// "localhost:9091", the simulator's default port).
+	// "localhost:9091", the simulator's default port). Dialled with
+	// Server.TLS: TLS when TLS_CA_FILE or TLS_CERT_FILE is set, presenting
+	// TLS_CERT_FILE to a provider that requires a client certificate.
 	ProviderAddr string
 
 	// HandOff configures the hand-off dispatcher: WORKORDER_HANDOFF_DEADLINE
