@@ -50,10 +50,11 @@ need helm "install Helm 3 (https://helm.sh/docs/intro/install/): it installs Ext
 need openssl "install openssl: it generates the operator token and the one-off postgres password"
 
 mkdir -p "$BUILD"
+BUILD="$(cd "$BUILD" && pwd)"
 step "terraform outputs ($TF_DIR)"
 terraform -chdir="$TF_DIR" output -json >"$BUILD/outputs.json" ||
   die "terraform output failed: run terraform init and terraform apply in $TF_DIR first"
-(cd deploy && "$GO" build -o "../$BUILD/gcpdeploy" ./cmd/gcpdeploy)
+(cd deploy && "$GO" build -o "$BUILD/gcpdeploy" ./cmd/gcpdeploy)
 out() { "$BUILD/gcpdeploy" get -outputs "$BUILD/outputs.json" "$1"; }
 PROJECT="$(out project_id)"
 REGION="$(out region)"
@@ -70,7 +71,7 @@ step "operator tokens (Secret Manager)"
 missing=()
 present=0
 for id in $(out operator_token_secrets); do
-  if [ -n "$(gcloud secrets versions list "$id" --project "$PROJECT" --filter=state=enabled --limit=1 --format='value(name)')" ]; then
+  if [ -n "$(gcloud secrets versions list "$id" --project "$PROJECT" --filter='state:ENABLED' --limit=1 --format='value(name)')" ]; then
     present=$((present + 1))
   else
     missing+=("$id")
@@ -137,8 +138,9 @@ kubectl apply -f "$BUILD/manifests.yaml" -l pod-security.kubernetes.io/enforce
 step "database ownership (Job db-owner, as postgres through the Auth Proxy)"
 password="$(openssl rand -hex 24)"
 gcloud sql users set-password postgres --instance "$INSTANCE" --project "$PROJECT" --password "$password" --quiet >/dev/null
-kubectl -n "$NAMESPACE" create secret generic db-owner-postgres --from-literal=password="$password" \
-  --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+# Through stdin, not the command line (which other local users can list).
+printf '%s' "$password" | kubectl -n "$NAMESPACE" create secret generic db-owner-postgres \
+  --from-file=password=/dev/stdin --dry-run=client -o yaml | kubectl apply -f - >/dev/null
 unset password
 kubectl -n "$NAMESPACE" delete job db-owner --ignore-not-found >/dev/null
 kubectl apply -f "$BUILD/ownership-job.yaml"

@@ -31,7 +31,7 @@ func main() {
 
 func run(args []string, stdout io.Writer) error {
 	if len(args) == 0 {
-		return errors.New("usage: gcpdeploy render|get -outputs <terraform output -json file> ...")
+		return errors.New("usage: gcpdeploy render|get -outputs <file of terraform output -json> [flags]")
 	}
 	fs := flag.NewFlagSet("gcpdeploy "+args[0], flag.ContinueOnError)
 	outputs := fs.String("outputs", "", "file holding `terraform output -json` of deploy/terraform/gcp (- for stdin)")
