@@ -44,9 +44,19 @@ func renderFromOutputs(t *testing.T, tag string) (gcpoverlay.Outputs, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	overlay := copyK8s(t)
+	if err := gcpoverlay.Render(overlay, o, tag); err != nil {
+		t.Fatalf("render: %v", err)
+	}
+	return o, overlay
+}
+
+// copyK8s copies deploy/k8s to a temporary directory and returns its gcp overlay.
+func copyK8s(t *testing.T) string {
+	t.Helper()
 	dst := filepath.Join(t.TempDir(), "k8s")
 	src := repoPath(t, "deploy/k8s")
-	err = filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -63,11 +73,7 @@ func renderFromOutputs(t *testing.T, tag string) (gcpoverlay.Outputs, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	overlay := filepath.Join(dst, "overlays", "gcp")
-	if err := gcpoverlay.Render(overlay, o, tag); err != nil {
-		t.Fatalf("render: %v", err)
-	}
-	return o, overlay
+	return filepath.Join(dst, "overlays", "gcp")
 }
 
 // TestGCPDeployRendersTheOverlayFromTerraformOutputs: the overlay rendered
@@ -359,5 +365,18 @@ func TestGCPDeployRefusesIncompleteOutputs(t *testing.T) {
 	}
 	if _, err := gcpoverlay.ParseOutputs([]byte("{}")); err == nil || !strings.Contains(err.Error(), "terraform apply") {
 		t.Errorf("empty outputs: error %v, want one pointing at terraform apply", err)
+	}
+	// k8s_gcp_settings must have exactly the keys the overlay's settings.yaml has.
+	o, err := gcpoverlay.ParseOutputs(readRepoFile(t, recordedOutputs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	delete(o.Settings, "CLUSTER_NAME")
+	o.Settings["CLUSTER_ZONE"] = "us-central1-a"
+	err = gcpoverlay.Render(copyK8s(t), o, "v1")
+	for _, want := range []string{"has CLUSTER_NAME, Terraform's output k8s_gcp_settings does not", "k8s_gcp_settings has CLUSTER_ZONE"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("settings off the overlay's: error %v, want one saying %q", err, want)
+		}
 	}
 }

@@ -33,10 +33,6 @@ type Outputs struct {
 	DBOwnerServiceAccount string
 }
 
-// SettingsKeys are the keys settings.yaml must have, each replaced into the
-// overlay by kustomization.yaml.
-var SettingsKeys = []string{"PROJECT_ID", "INSTANCE_CONNECTION_NAME", "NAME_PREFIX", "CLUSTER_NAME", "CLUSTER_LOCATION"}
-
 // ParseOutputs reads `terraform output -json` (every output of the module:
 // {"<name>": {"value": ..., "type": ..., "sensitive": ...}}) and fails, naming
 // the output, when one the deploy needs is missing or empty: an apply that
@@ -95,18 +91,6 @@ func ParseOutputs(b []byte) (Outputs, error) {
 		Databases:             strMap("databases"),
 		OperatorTokenSecrets:  strMap("operator_token_secrets"),
 		DBOwnerServiceAccount: str("db_owner_service_account"),
-	}
-	if o.Settings != nil {
-		for _, k := range SettingsKeys {
-			if _, ok := o.Settings[k]; !ok {
-				problems = append(problems, fmt.Sprintf("k8s_gcp_settings: no %s", k))
-			}
-		}
-		for _, k := range slices.Sorted(maps.Keys(o.Settings)) {
-			if !slices.Contains(SettingsKeys, k) {
-				problems = append(problems, fmt.Sprintf("k8s_gcp_settings: %s is not a setting of the overlay (kustomization.yaml replaces %s)", k, strings.Join(SettingsKeys, ", ")))
-			}
-		}
 	}
 	for svc := range o.DatabaseUsers {
 		if _, ok := o.Databases[svc]; !ok {

@@ -2,9 +2,11 @@ package gcpoverlay
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"sigs.k8s.io/kustomize/kyaml/yaml"
@@ -17,13 +19,34 @@ const settingsHeader = `# Written by deploy/cmd/gcpdeploy from ` + "`terraform o
 `
 
 // Render writes the overlay in dir (a copy of deploy/k8s/overlays/gcp, next
-// to its base) for the outputs: settings.yaml from k8s_gcp_settings, and in
+// to its base) for the outputs: settings.yaml from k8s_gcp_settings, which
+// must have exactly the keys of the settings.yaml it replaces (each is a
+// replacement's source in kustomization.yaml), and in
 // kustomization.yaml the namespace (output namespace: Workload Identity binds
 // <namespace>/<service>) and every image under the output registry_url with
 // the tag. The kustomization's comments stay.
 func Render(dir string, o Outputs, tag string) error {
 	if tag == "" {
 		return fmt.Errorf("render: empty image tag")
+	}
+	sfile := filepath.Join(dir, "settings.yaml")
+	example, err := yaml.ReadFile(sfile)
+	if err != nil {
+		return fmt.Errorf("the overlay's settings: %w", err)
+	}
+	var problems []string
+	for _, k := range slices.Sorted(maps.Keys(example.GetDataMap())) {
+		if _, ok := o.Settings[k]; !ok {
+			problems = append(problems, fmt.Sprintf("%s has %s, Terraform's output k8s_gcp_settings does not", sfile, k))
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(o.Settings)) {
+		if _, ok := example.GetDataMap()[k]; !ok {
+			problems = append(problems, fmt.Sprintf("Terraform's output k8s_gcp_settings has %s, which %s does not use", k, sfile))
+		}
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("render: %s", strings.Join(problems, "; "))
 	}
 	settings := yaml.MustParse(`apiVersion: v1
 kind: ConfigMap
@@ -33,16 +56,12 @@ metadata:
     config.kubernetes.io/local-config: "true"
 data: {}
 `)
-	data := map[string]string{}
-	for _, k := range SettingsKeys {
-		data[k] = o.Settings[k]
-	}
-	settings.SetDataMap(data)
+	settings.SetDataMap(o.Settings)
 	s, err := settings.String()
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(dir, "settings.yaml"), []byte(settingsHeader+s), 0o644); err != nil {
+	if err := os.WriteFile(sfile, []byte(settingsHeader+s), 0o644); err != nil {
 		return err
 	}
 
