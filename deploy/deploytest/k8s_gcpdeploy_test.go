@@ -21,6 +21,8 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/kio"
 	sigsyaml "sigs.k8s.io/yaml"
 
+	ctyjson "github.com/zclconf/go-cty/cty/json"
+
 	"github.com/lossless-dev/lossless/deploy/cmd/gcpdeploy/gcpoverlay"
 )
 
@@ -377,6 +379,90 @@ func TestGCPDeployRefusesIncompleteOutputs(t *testing.T) {
 	for _, want := range []string{"has CLUSTER_NAME, Terraform's output k8s_gcp_settings does not", "k8s_gcp_settings has CLUSTER_ZONE"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("settings off the overlay's: error %v, want one saying %q", err, want)
+		}
+	}
+}
+
+// TestGCPDeployRecordedOutputsAreTheModules: the recorded outputs are what
+// deploy/terraform/gcp outputs for the recorded project. The module is
+// evaluated for the fixture's variables; every output it has is recorded,
+// nothing else is, and each one has the recorded value, except the private
+// IP that Google assigns (the evaluator stands in a fixed one).
+func TestGCPDeployRecordedOutputsAreTheModules(t *testing.T) {
+	t.Parallel()
+	var recorded map[string]struct {
+		Value json.RawMessage `json:"value"`
+	}
+	if err := json.Unmarshal(readRepoFile(t, recordedOutputs), &recorded); err != nil {
+		t.Fatal(err)
+	}
+	str := func(name string) string {
+		var s string
+		if err := json.Unmarshal(recorded[name].Value, &s); err != nil {
+			t.Fatalf("recorded %s: %v", name, err)
+		}
+		return s
+	}
+	src, dir := repoPath(t, terraformDir), t.TempDir()
+	entries, err := os.ReadDir(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if e.IsDir() || e.Name() == "terraform.tfvars.example" {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(src, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, e.Name()), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	vars := fmt.Sprintf("project_id = %q\nregion = %q\nname_prefix = %q\nnamespace = %q\n",
+		str("project_id"), str("region"), str("name_prefix"), str("namespace"))
+	if err := os.WriteFile(filepath.Join(dir, "terraform.tfvars.example"), []byte(vars), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m, problems := loadTerraform(dir)
+	if len(problems) > 0 {
+		t.Fatalf("the module for the recorded variables: %s", strings.Join(problems, "; "))
+	}
+	var outputs []string
+	for _, body := range m.bodies {
+		for _, blk := range body.Blocks {
+			if blk.Type == "output" {
+				outputs = append(outputs, blk.Labels[0])
+			}
+		}
+	}
+	slices.Sort(outputs)
+	if got := slices.Sorted(maps.Keys(recorded)); !slices.Equal(got, outputs) {
+		t.Fatalf("%s records %v, the module outputs %v: record it again (terraform output -json)", recordedOutputs, got, outputs)
+	}
+	for _, name := range outputs {
+		if name == "sql_private_ip" {
+			continue
+		}
+		v, err := m.output(name)
+		if err != nil {
+			t.Errorf("output %s: %v", name, err)
+			continue
+		}
+		b, err := ctyjson.Marshal(v, v.Type())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want, got any
+		if err := json.Unmarshal(recorded[name].Value, &want); err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(b, &got); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("output %s: the module gives %s, %s records %s", name, b, recordedOutputs, recorded[name].Value)
 		}
 	}
 }
