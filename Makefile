@@ -235,3 +235,30 @@ rename: ## Give a fork its module path everywhere (imports, go.mod files, protos
 .PHONY: bench-river
 bench-river: ## B3: pkg/leasequeue vs River v0.51.2 burning down the same jobs with the same workers on one server, fsync on.
 	cd bench/river-compare && $(if $(LOSSLESS_BENCH_DATA),LOSSLESS_BENCH_DATA='$(abspath $(LOSSLESS_BENCH_DATA))') LOSSLESS_PG_FSYNC=on $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m .
+
+# GKE, from a finished `terraform apply` of deploy/terraform/gcp (docs/deploy-gcp.md). Every value comes from
+# `terraform output -json`; the rendered overlay, the manifests and the outputs land in GCP_BUILD, the
+# committed overlay stays the example. TAG defaults to the commit (plus a timestamp when the tree is dirty).
+GCP_TF_DIR ?= deploy/terraform/gcp
+GCP_BUILD  ?= $(BIN_DIR)/gcp
+ESO_VERSION ?= 1.0.0
+
+.PHONY: deploy-gcp
+deploy-gcp: ## Build and push the images, render deploy/k8s/overlays/gcp from terraform output, hand the databases to their users, apply, wait (docs/deploy-gcp.md).
+	TF_DIR='$(GCP_TF_DIR)' BUILD='$(GCP_BUILD)' SERVICES='$(SERVICES)' ESO_VERSION='$(ESO_VERSION)' GO='$(GO)' \
+		$(if $(TAG),TAG='$(TAG)') bash deploy/cmd/gcpdeploy/deploy-gcp.sh
+
+# The namespace is Terraform's (output namespace). Port-forward through the API server: the services have no
+# external address. The forward ends with the demo, whatever its result.
+.PHONY: demo-gcp
+demo-gcp: ## Orders against the GKE deployment through a port-forward, until they are invoiced, e.g. make demo-gcp ARGS="-n 50".
+	@mkdir -p '$(GCP_BUILD)'; ns=$$(terraform -chdir='$(GCP_TF_DIR)' output -raw namespace) || { echo "demo-gcp: no terraform output in $(GCP_TF_DIR): run terraform apply and make deploy-gcp first"; exit 1; }; \
+		kubectl -n "$$ns" port-forward svc/workorder 18080:8080 >'$(GCP_BUILD)/port-forward.log' 2>&1 & pf=$$!; \
+		trap 'kill $$pf 2>/dev/null' EXIT; \
+		for i in $$(seq 1 60); do curl -fsS -o /dev/null http://127.0.0.1:18080/readyz 2>/dev/null && break; \
+			kill -0 $$pf 2>/dev/null || { cat '$(GCP_BUILD)/port-forward.log'; exit 1; }; sleep 0.5; done; \
+		$(GO) run ./cmd/demo -workorder-url http://127.0.0.1:18080 -n 20 $(ARGS)
+
+.PHONY: terraform-fmt
+terraform-fmt: ## Fail when `terraform fmt` would change a file of deploy/terraform (terraform on PATH; no provider needed).
+	terraform fmt -check -recursive -diff deploy/terraform
