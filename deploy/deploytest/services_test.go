@@ -136,7 +136,7 @@ func TestServicesComposeRunsTheDeclaredServices(t *testing.T) {
 	p := loadProject(t, rootComposeFile)
 	servers := map[string]bool{}
 	for _, s := range p.Services {
-		if s.Build != nil && slices.Equal([]string(s.Command), []string{"serve"}) {
+		if ourTarget(p, s) != "" && slices.Equal([]string(s.Command), []string{"serve"}) {
 			servers[s.Name] = true
 		}
 	}
@@ -148,7 +148,7 @@ func TestServicesComposeRunsTheDeclaredServices(t *testing.T) {
 		if !ok {
 			continue // reported above
 		}
-		if s.Build == nil || s.Build.Target != d.Name {
+		if ourTarget(p, s) != d.Name {
 			t.Errorf("compose %s: want build target %q", d.Name, d.Name)
 		}
 		for _, port := range []int{d.GRPCPort, d.HTTPPort} {
@@ -174,7 +174,7 @@ func TestServicesComposeRunsTheDeclaredServices(t *testing.T) {
 			if ok {
 				t.Errorf("compose: job %s-migrate, but %s declares no database", d.Name, d.Name)
 			}
-		} else if !ok || migrate.Build == nil || migrate.Build.Target != d.Name || !slices.Equal([]string(migrate.Command), []string{"migrate"}) {
+		} else if !ok || ourTarget(p, migrate) != d.Name || !slices.Equal([]string(migrate.Command), []string{"migrate"}) {
 			t.Errorf("compose: want a job %s-migrate running `migrate` from target %s", d.Name, d.Name)
 		} else if db := composeDatabase(t, migrate); db != d.Database {
 			t.Errorf("compose %s-migrate: database %q, want %q", d.Name, db, d.Database)
