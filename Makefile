@@ -189,3 +189,30 @@ rename: ## Give a fork its module path everywhere (imports, go.mod files, protos
 .PHONY: bench-river
 bench-river: ## B3: pkg/leasequeue vs River v0.51.2 burning down the same jobs with the same workers on one server, fsync on.
 	cd bench/river-compare && $(if $(LOSSLESS_BENCH_DATA),LOSSLESS_BENCH_DATA='$(abspath $(LOSSLESS_BENCH_DATA))') LOSSLESS_PG_FSYNC=on $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m .
+
+# ── images and workflows ─────────────────────────────────────────────────────
+# The version .github/workflows' linter runs at, in `make actionlint` and .ci/run.
+ACTIONLINT_VERSION ?= v1.7.12
+
+.PHONY: actionlint
+actionlint: ## Lint every GitHub workflow (.github/workflows) with actionlint (run through the Go module proxy).
+	$(GO) run github.com/rhysd/actionlint/cmd/actionlint@$(ACTIONLINT_VERSION)
+
+# The images .github/workflows/images.yml builds (one Dockerfile target per service), for this machine's
+# platform, tagged as compose runs them (lossless/<service>:local), so `docker compose up` without --build
+# uses them. PLATFORMS=linux/amd64,linux/arm64 builds both, as the workflow does (loading a multi-platform
+# image needs Docker's containerd image store). ko is not used: the images carry cmd/healthcheck beside the
+# service, which a ko image has no place for.
+IMAGE_PREFIX ?= lossless
+IMAGE_TAG    ?= local
+
+.PHONY: images
+images: ## Build every service's image (lossless/<service>:local) with Docker buildx, as the images workflow does; PLATFORMS=... for others.
+	@command -v docker >/dev/null 2>&1 || { echo "make images: needs Docker (with buildx) and its engine; none found on PATH. Without Docker, 'make run' runs the system from local binaries."; exit 1; }
+	@docker info >/dev/null 2>&1 || { echo "make images: docker is installed but its engine does not answer (docker info failed): start the Docker daemon, or check DOCKER_HOST."; exit 1; }
+	@docker buildx version >/dev/null 2>&1 || { echo "make images: needs the docker buildx plugin (docker-buildx-plugin)."; exit 1; }
+	@for s in $(SERVICES); do \
+		echo "image $(IMAGE_PREFIX)/$$s:$(IMAGE_TAG)"; \
+		docker buildx build --load -f deploy/docker/Dockerfile --target $$s $(if $(PLATFORMS),--platform $(PLATFORMS)) \
+			-t $(IMAGE_PREFIX)/$$s:$(IMAGE_TAG) . || exit 1; \
+	done

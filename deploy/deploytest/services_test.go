@@ -277,3 +277,54 @@ func TestServicesPrometheusScrapesAndAlertsOnTheDeclaredServices(t *testing.T) {
 		t.Errorf("ServiceDown watches jobs %v, services/*/service.json declares %v", watched, want)
 	}
 }
+
+// TestServicesImagesWorkflowBuildsTheDeclaredServices: the images workflow
+// builds and pushes exactly the declared services, each from its own target
+// of our Dockerfile, for both architectures, with provenance.
+func TestServicesImagesWorkflowBuildsTheDeclaredServices(t *testing.T) {
+	t.Parallel()
+	var wf struct {
+		Jobs map[string]struct {
+			Strategy struct {
+				Matrix struct {
+					Service []string `yaml:"service"`
+				} `yaml:"matrix"`
+			} `yaml:"strategy"`
+			Steps []struct {
+				Uses string            `yaml:"uses"`
+				With map[string]string `yaml:"with"`
+			} `yaml:"steps"`
+		} `yaml:"jobs"`
+	}
+	if err := yaml.Unmarshal(readRepoFile(t, imagesWorkflowFile), &wf); err != nil {
+		t.Fatalf("%s: %v", imagesWorkflowFile, err)
+	}
+	build, ok := wf.Jobs["build"]
+	if !ok {
+		t.Fatalf("%s: no job build", imagesWorkflowFile)
+	}
+	if got, want := sorted(build.Strategy.Matrix.Service), declaredNames(declaredServices(t)); !slices.Equal(got, want) {
+		t.Errorf("%s builds images of %v, services/*/service.json declares %v", imagesWorkflowFile, got, want)
+	}
+	pushes := 0
+	for _, st := range build.Steps {
+		if !strings.HasPrefix(st.Uses, "docker/build-push-action@") {
+			continue
+		}
+		pushes++
+		for key, want := range map[string]string{
+			"file":       dockerfile,
+			"target":     "${{ matrix.service }}",
+			"platforms":  "linux/amd64,linux/arm64",
+			"push":       "true",
+			"provenance": "mode=max",
+		} {
+			if got := st.With[key]; got != want {
+				t.Errorf("%s: build-push-action %s: %q, want %q", imagesWorkflowFile, key, got, want)
+			}
+		}
+	}
+	if pushes != 1 {
+		t.Errorf("%s: %d docker/build-push-action steps in job build, want 1", imagesWorkflowFile, pushes)
+	}
+}
