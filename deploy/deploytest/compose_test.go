@@ -168,7 +168,7 @@ func TestComposeChecksTheOperatorTokenLength(t *testing.T) {
 		t.Skip("no sh to run the check with")
 	}
 	run := func(token string) (string, error) {
-		cmd := exec.Command(sh, check.Command[1:]...)
+		cmd := exec.CommandContext(t.Context(), sh, check.Command[1:]...)
 		cmd.Env = []string{"OPERATOR_TOKEN=" + token}
 		out, err := cmd.CombinedOutput()
 		return string(out), err

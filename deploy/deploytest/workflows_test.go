@@ -61,7 +61,7 @@ func TestReleaseNotesAreTheUnreleasedSectionUnderTheTag(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "dist/images.txt"), []byte(image+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bash, "-c", script)
+	cmd := exec.CommandContext(t.Context(), bash, "-c", script)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "GITHUB_REF_NAME=v9.8.7")
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -156,7 +156,7 @@ func TestReleaseManifestsPinEveryImageByDigest(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cmd := exec.Command(bash, "-c", script)
+	cmd := exec.CommandContext(t.Context(), bash, "-c", script)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "PATH="+filepath.Join(dir, "bin")+string(os.PathListSeparator)+os.Getenv("PATH"))
 	if out, err := cmd.CombinedOutput(); err != nil {
