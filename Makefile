@@ -262,3 +262,30 @@ demo-gcp: ## Orders against the GKE deployment through a port-forward, until the
 .PHONY: terraform-fmt
 terraform-fmt: ## Fail when `terraform fmt` would change a file of deploy/terraform (terraform on PATH; no provider needed).
 	terraform fmt -check -recursive -diff deploy/terraform
+
+# ── images and workflows ─────────────────────────────────────────────────────
+# The version .github/workflows' linter runs at, in `make actionlint` and .ci/run.
+ACTIONLINT_VERSION ?= v1.7.12
+
+.PHONY: actionlint
+actionlint: ## Lint every GitHub workflow (.github/workflows) with actionlint (run through the Go module proxy).
+	$(GO) run github.com/rhysd/actionlint/cmd/actionlint@$(ACTIONLINT_VERSION)
+
+# The images .github/workflows/images.yml builds (one Dockerfile target per service), for this machine's
+# platform, tagged as compose runs them (lossless/<service>:local), so `docker compose up` without --build
+# uses them. PLATFORMS=linux/amd64,linux/arm64 builds both, as the workflow does (loading a multi-platform
+# image needs Docker's containerd image store). ko is not used: the images carry cmd/healthcheck beside the
+# service, which a ko image has no place for.
+IMAGE_PREFIX ?= lossless
+IMAGE_TAG    ?= local
+
+.PHONY: images
+images: ## Build every service's image (lossless/<service>:local) with Docker buildx, as the images workflow does; PLATFORMS=... for others.
+	@command -v docker >/dev/null 2>&1 || { echo "make images: needs Docker (with buildx) and its engine; none found on PATH. Without Docker, 'make run' runs the system from local binaries."; exit 1; }
+	@docker info >/dev/null 2>&1 || { echo "make images: docker is installed but its engine does not answer (docker info failed): start the Docker daemon, or check DOCKER_HOST."; exit 1; }
+	@docker buildx version >/dev/null 2>&1 || { echo "make images: needs the docker buildx plugin (docker-buildx-plugin)."; exit 1; }
+	@for s in $(SERVICES); do \
+		echo "image $(IMAGE_PREFIX)/$$s:$(IMAGE_TAG)"; \
+		docker buildx build --load -f deploy/docker/Dockerfile --target $$s $(if $(PLATFORMS),--platform $(PLATFORMS)) \
+			-t $(IMAGE_PREFIX)/$$s:$(IMAGE_TAG) . || exit 1; \
+	done
