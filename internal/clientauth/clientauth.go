@@ -40,6 +40,10 @@ const (
 
 // Config of one caller's tokens for one called service.
 type Config struct {
+	// Disabled sends no token (env AUTH_DISABLED=true, which also switches
+	// the process's own caller authentication off: a stack run without
+	// authentication, for benchmarks only). Default false.
+	Disabled bool
 	// TokenURL is the client-credentials endpoint (env AUTH_TOKEN_URL).
 	// Default "": Google ID tokens from the metadata server.
 	TokenURL string
@@ -57,6 +61,7 @@ type Config struct {
 // defaultAudience). Check r.Err() and Validate afterwards.
 func FromEnv(r *envconfig.Reader, audienceVar, defaultAudience string) Config {
 	return Config{
+		Disabled:     r.Bool("AUTH_DISABLED", false),
 		TokenURL:     r.String(EnvTokenURL, ""),
 		ClientID:     r.String(EnvClientID, ""),
 		ClientSecret: r.String(EnvClientSecret, ""),
@@ -67,6 +72,9 @@ func FromEnv(r *envconfig.Reader, audienceVar, defaultAudience string) Config {
 
 // Validate reports missing settings, naming the variables.
 func (c Config) Validate() error {
+	if c.Disabled {
+		return nil
+	}
 	var errs []error
 	if c.Audience == "" {
 		errs = append(errs, fmt.Errorf("%s: must not be empty: the called service's AUTH_AUDIENCE", c.AudienceVar))
@@ -88,7 +96,8 @@ func (c Config) Validate() error {
 }
 
 // TokenSource returns a cached source of ID tokens for c.Audience, in the
-// tokens' AccessToken. ctx bounds nothing but carries the HTTP client
+// tokens' AccessToken (an error when Disabled). ctx must outlive the
+// source: it carries the HTTP client
 // (oauth2.HTTPClient) for the token requests.
 func (c Config) TokenSource(ctx context.Context) (oauth2.TokenSource, error) {
 	if err := c.Validate(); err != nil {
@@ -127,6 +136,9 @@ func (s idTokens) Token() (*oauth2.Token, error) {
 // token is sent whatever the transport: protect it with TLS outside a
 // trusted network.
 func (c Config) DialOption(ctx context.Context) (grpc.DialOption, error) {
+	if c.Disabled {
+		return grpc.EmptyDialOption{}, nil
+	}
 	ts, err := c.TokenSource(ctx)
 	if err != nil {
 		return nil, err
@@ -137,6 +149,12 @@ func (c Config) DialOption(ctx context.Context) (grpc.DialOption, error) {
 // HTTPClient returns base (nil: http.DefaultClient's settings) sending the
 // tokens as Authorization: Bearer on every request.
 func (c Config) HTTPClient(ctx context.Context, base *http.Client) (*http.Client, error) {
+	if c.Disabled {
+		if base == nil {
+			base = &http.Client{}
+		}
+		return base, nil
+	}
 	ts, err := c.TokenSource(ctx)
 	if err != nil {
 		return nil, err

@@ -17,7 +17,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
 	"github.com/lossless-dev/lossless/pkg/apierror"
@@ -37,10 +39,16 @@ const ReplayedHeader = "idempotent-replayed"
 
 const (
 	defaultPageSize = 50
-	// createScope names CreateWorkOrder's idempotency keys. There is no
-	// authentication yet; with it, the scope must include the principal.
+	// createScope names CreateWorkOrder's idempotency keys; the caller's
+	// subject is their principal (orders.CreateHandler), so each caller has
+	// its own keys.
 	createScope = workorderv1.WorkOrderService_CreateWorkOrder_FullMethodName
 )
+
+// ReasonNotYourOrder is the ErrorInfo reason of a call on an order the
+// caller neither created nor may see as an operator.
+const ReasonNotYourOrder = "WORK_ORDER_OF_ANOTHER_CALLER"
+
 
 // Service implements workorderv1.WorkOrderServiceServer: it turns requests
 // into the orders package's commands and reads, and their outcomes into
@@ -48,15 +56,19 @@ const (
 type Service struct {
 	workorderv1.UnimplementedWorkOrderServiceServer
 
-	repo   *orders.Repository
-	create *orders.CreateHandler[*workorderv1.CreateWorkOrderResponse]
-	cancel *orders.CancelHandler
+	repo      *orders.Repository
+	create    *orders.CreateHandler[*workorderv1.CreateWorkOrderResponse]
+	cancel    *orders.CancelHandler
+	operators map[string]bool
 }
 
 // NewService returns the API: reads through repo, creates and cancels
 // through handlers writing on pool, with create's idempotency keys in keys.
-// A nil meter disables metrics.
-func NewService(pool *pgxpool.Pool, repo *orders.Repository, keys *idempotency.Store, logger *slog.Logger, meter metric.Meter) (*Service, error) {
+// operators are the caller subjects that may read, list and cancel every
+// order (WORKORDER_OPERATOR_SUBJECTS); any other caller only its own. The
+// caller is the one pkg/server's WithCallerAuth verified: a call that did
+// not pass through it is refused. A nil meter disables metrics.
+func NewService(pool *pgxpool.Pool, repo *orders.Repository, keys *idempotency.Store, operators []string, logger *slog.Logger, meter metric.Meter) (*Service, error) {
 	switch {
 	case pool == nil:
 		return nil, errors.New("api: pool is nil")
@@ -77,7 +89,41 @@ func NewService(pool *pgxpool.Pool, repo *orders.Repository, keys *idempotency.S
 	if err != nil {
 		return nil, fmt.Errorf("api: %w", err)
 	}
-	return &Service{repo: repo, create: create, cancel: cancel}, nil
+	ops := make(map[string]bool, len(operators))
+	for _, o := range operators {
+		ops[o] = true
+	}
+	return &Service{repo: repo, create: create, cancel: cancel, operators: ops}, nil
+}
+
+// caller is the verified caller of ctx's request, and whether it is an
+// operator. No caller: the server was built without WithCallerAuth, and
+// the API refuses rather than serve everyone as no one.
+func (s *Service) caller(ctx context.Context) (server.Caller, bool, error) {
+	c, ok := server.CallerFrom(ctx)
+	if !ok || c.Subject == "" {
+		return server.Caller{}, false, status.Error(codes.Unauthenticated, "no authenticated caller")
+	}
+	return c, s.operators[c.Subject], nil
+}
+
+// own loads the order id and checks that the caller may act on it: its
+// creator or an operator. Ids are random UUIDs, so PERMISSION_DENIED for
+// another's order tells nothing a caller could not learn from having the id.
+func (s *Service) own(ctx context.Context, id uuid.UUID, rawID string) (orders.Order, error) {
+	c, operator, err := s.caller(ctx)
+	if err != nil {
+		return orders.Order{}, err
+	}
+	o, err := s.repo.Get(ctx, id)
+	if err != nil {
+		return orders.Order{}, toStatus(err, rawID)
+	}
+	if !operator && o.CreatedBy != c.Subject {
+		return orders.Order{}, apierror.PermissionDenied(ReasonNotYourOrder,
+			"work order "+rawID+" was created by another caller: only its creator or an operator may use it")
+	}
+	return o, nil
 }
 
 // Register serves svc on srv: gRPC, and REST through srv's gateway, which
@@ -98,11 +144,16 @@ func (s *Service) CreateWorkOrder(ctx context.Context, req *workorderv1.CreateWo
 	if err != nil {
 		return nil, idempotency.StatusError(err)
 	}
+	c, _, err := s.caller(ctx)
+	if err != nil {
+		return nil, err
+	}
 	req = withoutOutputOnly(req)
 	order, err := fromCreateRequest(req)
 	if err != nil {
 		return nil, toStatus(err, "")
 	}
+	order.CreatedBy = c.Subject
 	cmd := orders.CreateOrder{Order: order}
 	if hasKey {
 		cmd.IdempotencyKey, cmd.Request = key, req
@@ -124,15 +175,24 @@ func (s *Service) GetWorkOrder(ctx context.Context, req *workorderv1.GetWorkOrde
 	if err != nil {
 		return nil, err
 	}
-	o, err := s.repo.Get(ctx, id)
+	o, err := s.own(ctx, id, req.GetId())
 	if err != nil {
-		return nil, toStatus(err, req.GetId())
+		return nil, err
 	}
 	return &workorderv1.GetWorkOrderResponse{WorkOrder: toProto(o)}, nil
 }
 
-// ListWorkOrders returns a page of orders, newest first.
+// ListWorkOrders returns a page of the caller's orders (an operator's:
+// every order), newest first.
 func (s *Service) ListWorkOrders(ctx context.Context, req *workorderv1.ListWorkOrdersRequest) (*workorderv1.ListWorkOrdersResponse, error) {
+	c, operator, err := s.caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	q := orders.ListQuery{}
+	if !operator {
+		q.CreatedBy = c.Subject
+	}
 	filter := fromProtoStatus(req.GetStatus())
 	after, err := decodePageToken(req.GetPageToken(), filter, time.Now())
 	if err != nil {
@@ -142,7 +202,8 @@ func (s *Service) ListWorkOrders(ctx context.Context, req *workorderv1.ListWorkO
 	if size == 0 {
 		size = defaultPageSize
 	}
-	list, next, err := s.repo.List(ctx, orders.ListQuery{Status: filter, After: after, Limit: size})
+	q.Status, q.After, q.Limit = filter, after, size
+	list, next, err := s.repo.List(ctx, q)
 	if err != nil {
 		return nil, toStatus(err, "")
 	}
@@ -159,10 +220,14 @@ func (s *Service) ListWorkOrders(ctx context.Context, req *workorderv1.ListWorkO
 // CancelWorkOrder cancels an order that has not been handed off
 // (orders.CancelHandler). A cancelled order is returned unchanged
 // (idempotent). Handed off or later: FAILED_PRECONDITION with reason
-// WORK_ORDER_NOT_CANCELLABLE.
+// WORK_ORDER_NOT_CANCELLABLE. Only its creator or an operator may cancel it
+// (the creator never changes, so the check needs no lock).
 func (s *Service) CancelWorkOrder(ctx context.Context, req *workorderv1.CancelWorkOrderRequest) (*workorderv1.CancelWorkOrderResponse, error) {
 	id, err := parseID(req.GetId())
 	if err != nil {
+		return nil, err
+	}
+	if _, err := s.own(ctx, id, req.GetId()); err != nil {
 		return nil, err
 	}
 	o, err := s.cancel.Handle(ctx, orders.CancelOrder{ID: id, Reason: req.GetReason()})
@@ -176,6 +241,9 @@ func (s *Service) CancelWorkOrder(ctx context.Context, req *workorderv1.CancelWo
 func (s *Service) ListWorkOrderHistory(ctx context.Context, req *workorderv1.ListWorkOrderHistoryRequest) (*workorderv1.ListWorkOrderHistoryResponse, error) {
 	id, err := parseID(req.GetId())
 	if err != nil {
+		return nil, err
+	}
+	if _, err := s.own(ctx, id, req.GetId()); err != nil {
 		return nil, err
 	}
 	history, err := s.repo.History(ctx, id)
