@@ -88,6 +88,10 @@ metrics: ## The stall gauges (outbox, inbox, dead letters, dead jobs) of every s
 trace: ## One order's spans across its linked traces, as a tree with durations, from the running `make run`, e.g. make trace ORDER=<id> (QUERIES=1: with database spans).
 	$(LOCALOPS) trace $(if $(QUERIES),-queries) '$(ORDER)'
 
+.PHONY: token
+token: ## Print an ID token of the demo client from the running `make run`'s local issuer, e.g. curl -H "authorization: Bearer $$(make -s token)"; AUDIENCE=billing for billing.
+	$(LOCALOPS) token '$(AUDIENCE)'
+
 .PHONY: demo
 demo: ## Create orders against a running stack and print a summary, e.g. make demo ARGS="-n 200 -faults duplicate=0.2".
 	$(GO) run ./cmd/demo $(ARGS)

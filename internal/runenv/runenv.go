@@ -14,7 +14,9 @@
 // Keys: RUNLOCAL_PID (the runlocal process; a file whose process is gone is
 // stale), RUNLOCAL_SERVICES (the services in start order), RUNLOCAL_BIN_DIR
 // (the binaries the stack runs), RUNLOCAL_TRACE_URL (the local trace store,
-// internal/tracestore), PUBSUB_EMULATOR_HOST, PUBSUB_PROJECT_ID, and per
+// internal/tracestore), PUBSUB_EMULATOR_HOST, PUBSUB_PROJECT_ID,
+// AUTH_TOKEN_URL, AUTH_CLIENT_ID and AUTH_CLIENT_SECRET (the local issuer
+// and the demo client, internal/localstack), and per
 // service, with the name upper-cased and "-" as "_" (Key):
 // <SERVICE>_DATABASE_URL (services with a database), <SERVICE>_URL (REST
 // base URL, /metrics too), <SERVICE>_GRPC_ADDR (services with gRPC), and
@@ -48,6 +50,12 @@ const (
 	KeyServices = "RUNLOCAL_SERVICES"
 	KeyBinDir   = "RUNLOCAL_BIN_DIR"
 	KeyTraceURL = "RUNLOCAL_TRACE_URL"
+	// The local OIDC issuer's token endpoint and the client that drives the
+	// stack from outside (make demo, make token, curl): the variables
+	// internal/clientauth reads, so a sourced file configures a caller.
+	KeyTokenURL     = "AUTH_TOKEN_URL"
+	KeyClientID     = "AUTH_CLIENT_ID"
+	KeyClientSecret = "AUTH_CLIENT_SECRET"
 )
 
 // Suffixes of the per-service keys (see Key).

@@ -318,7 +318,8 @@ func (v *OIDCVerifier) Authenticate(ctx context.Context, token string) (Caller, 
 
 // TokenCredentials is the client side of WithCallerAuth: gRPC per-RPC
 // credentials sending ts's token as "authorization: Bearer <token>" on
-// every call (grpc.WithPerRPCCredentials). The token is the AccessToken of
+// every call (grpc.WithPerRPCCredentials) that does not set its own
+// authorization metadata. The token is the AccessToken of
 // ts's tokens: give it a source of ID tokens (Google's idtoken package, or
 // a client-credentials source whose id_token is taken as the token).
 // requireTLS refuses to send the token over a connection without transport
@@ -332,7 +333,12 @@ type tokenCredentials struct {
 	requireTLS bool
 }
 
-func (c tokenCredentials) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+func (c tokenCredentials) GetRequestMetadata(ctx context.Context, _ ...string) (map[string]string, error) {
+	// A call that carries its own authorization (an operator token for an
+	// operator service on the same connection) is sent with it alone.
+	if md, ok := metadata.FromOutgoingContext(ctx); ok && len(md.Get("authorization")) > 0 {
+		return nil, nil
+	}
 	tok, err := c.ts.Token()
 	if err != nil {
 		// UNAVAILABLE: the call was not sent, retrying later may succeed.

@@ -66,12 +66,23 @@ func run(ctx context.Context, args []string) error {
 }
 
 func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
-	dial := func(addr string) (*grpc.ClientConn, error) {
+	dial := func(addr string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 		// Plaintext like every call between the services (docs/production.md
 		// puts TLS in the mesh).
-		return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		return grpc.NewClient(addr, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...)...)
 	}
-	wo, err := dial(cfg.Workorder.GRPC)
+	// The public APIs need the console's ID token on every call; a call
+	// with the operator token (the admin services) is sent with it alone
+	// (server.TokenCredentials).
+	woToken, err := cfg.WorkorderAuth.DialOption(ctx)
+	if err != nil {
+		return err
+	}
+	biToken, err := cfg.BillingAuth.DialOption(ctx)
+	if err != nil {
+		return err
+	}
+	wo, err := dial(cfg.Workorder.GRPC, woToken)
 	if err != nil {
 		return fmt.Errorf("%s: %w", config.EnvWorkorderGRPC, err)
 	}
@@ -81,7 +92,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		return fmt.Errorf("%s: %w", config.EnvProviderGRPC, err)
 	}
 	defer pr.Close()
-	bi, err := dial(cfg.Billing.GRPC)
+	bi, err := dial(cfg.Billing.GRPC, biToken)
 	if err != nil {
 		return fmt.Errorf("%s: %w", config.EnvBillingGRPC, err)
 	}

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/lossless-dev/lossless/internal/clientauth"
 	"github.com/lossless-dev/lossless/internal/envconfig"
 	"github.com/lossless-dev/lossless/pkg/operator"
 )
@@ -119,6 +120,15 @@ type Config struct {
 	// services do (the benchmarks profile every process). Env PPROF_ENABLED,
 	// default false: profiles show internals.
 	PprofEnabled bool
+	// WorkorderAuth and BillingAuth are the console's ID tokens for the
+	// public APIs it reads (orders, invoices): WORKORDER_AUDIENCE (default
+	// "workorder") and BILLING_AUDIENCE (default "billing"), with
+	// AUTH_TOKEN_URL, AUTH_CLIENT_ID, AUTH_CLIENT_SECRET (unset: Google ID
+	// tokens of the workload's service account) and AUTH_DISABLED; see
+	// internal/clientauth. The console lists every order: its subject must
+	// be one of the work-order service's WORKORDER_OPERATOR_SUBJECTS.
+	WorkorderAuth clientauth.Config
+	BillingAuth   clientauth.Config
 }
 
 // FromEnv reads the configuration from r, fills defaults and validates it;
@@ -140,6 +150,8 @@ func FromEnv(r *envconfig.Reader) (Config, error) {
 		ShutdownTimeout: r.Duration(EnvShutdownTimeout, 0),
 		PprofEnabled:    r.Bool(EnvPprofEnabled, false),
 		TraceURL:        r.String(EnvTraceURL, ""),
+		WorkorderAuth:   clientauth.FromEnv(r, "WORKORDER_AUDIENCE", "workorder"),
+		BillingAuth:     clientauth.FromEnv(r, "BILLING_AUDIENCE", "billing"),
 	}
 	if lv := r.String(EnvLogLevel, ""); lv != "" {
 		if err := c.LogLevel.UnmarshalText([]byte(lv)); err != nil {
@@ -181,7 +193,7 @@ func (c *Config) setDefaults() {
 
 // Validate checks the settings; each error names its variable.
 func (c Config) Validate() error {
-	var errs []error
+	errs := []error{c.WorkorderAuth.Validate(), c.BillingAuth.Validate()}
 	for name, u := range map[string]string{
 		EnvWorkorderHTTP: c.Workorder.HTTP, EnvProviderHTTP: c.Provider.HTTP, EnvBillingHTTP: c.Billing.HTTP,
 		EnvRunbookBaseURL: c.RunbookBaseURL,
