@@ -153,7 +153,7 @@ func BenchmarkB5_EndToEndLatency(b *testing.B) {
 			if load.name == "50pct" {
 				statsOn = b5ResetStatements(ctx, b, server)
 			}
-			res := b5Load(ctx, b, load.name, loadgen.Config{HTTP: callerHTTP(b, stack, 10*time.Second), 
+			res := b5Load(ctx, b, load.name, loadgen.Config{HTTP: callerHTTP(b, stack, 10*time.Second),
 				BaseURL: base, Rate: capacity * load.frac, Duration: duration, Concurrency: 64, MaxPositions: 10, Wait: 5 * time.Minute, Seed: 11,
 			})
 			wg.Wait()

@@ -91,7 +91,7 @@ func BenchmarkM1_Memory(b *testing.B) {
 		rate := 0.5 * capacity.InvoicedPerSec
 
 		s.setPhase(m1PhaseSteady)
-		steady := m1Load(ctx, b, "50% load", loadgen.Config{HTTP: callerHTTP(b, stack, 10*time.Second), 
+		steady := m1Load(ctx, b, "50% load", loadgen.Config{HTTP: callerHTTP(b, stack, 10*time.Second),
 			BaseURL: base, Rate: rate, Duration: steadyFor, Concurrency: 64, MaxPositions: 10, Wait: 5 * time.Minute, Seed: 11,
 		})
 
@@ -110,7 +110,7 @@ func BenchmarkM1_Memory(b *testing.B) {
 				}
 			}
 		})
-		burst := m1Load(ctx, b, "burst", loadgen.Config{HTTP: callerHTTP(b, stack, 10*time.Second), 
+		burst := m1Load(ctx, b, "burst", loadgen.Config{HTTP: callerHTTP(b, stack, 10*time.Second),
 			BaseURL: base, Rate: m1BurstFactor * rate, Duration: burstFor, Concurrency: 256, MaxPositions: 10,
 			Wait: 10 * time.Minute, Seed: 13, CreateRetry: 2 * time.Minute,
 		})

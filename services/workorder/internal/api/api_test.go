@@ -50,7 +50,7 @@ func TestMain(m *testing.M) { os.Exit(benchkit.Main(m)) }
 type testBundle struct {
 	pool *pgxpool.Pool
 	repo *orders.Repository
-	base string // http://127.0.0.1:port
+	base string                             // http://127.0.0.1:port
 	grpc workorderv1.WorkOrderServiceClient // calls as testCaller
 	conn *grpc.ClientConn                   // without credentials
 	// issuer mints the callers' tokens; the server verifies them over

@@ -49,7 +49,6 @@ const (
 // caller neither created nor may see as an operator.
 const ReasonNotYourOrder = "WORK_ORDER_OF_ANOTHER_CALLER"
 
-
 // Service implements workorderv1.WorkOrderServiceServer: it turns requests
 // into the orders package's commands and reads, and their outcomes into
 // responses and gRPC statuses.
