@@ -7,7 +7,7 @@ TOOL      := $(GO) tool -modfile=tools/go.mod
 BIN_DIR   ?= bin
 # One per services/<name>/service.json; cmd/newservice appends, deploy/deploytest checks.
 SERVICES  := workorder provider-sim console billing
-COMMANDS  := pubsub-emulator healthcheck
+COMMANDS  := pubsub-emulator healthcheck localissuer
 GO_TEST_FLAGS ?= -race -count=1 -timeout 20m
 
 .PHONY: help

@@ -21,13 +21,21 @@ import (
 )
 
 // Caller is the verified identity of a request's sender: the issuer and
-// subject of its bearer token (and the email claim, when the token has one,
-// for logs and people; decisions use Subject). Subjects are unique per
-// issuer, and a service trusts one issuer, so Subject alone names a caller.
+// subject of its bearer token, and its email when the issuer verified it
+// (Google's ID tokens of a service account carry the account's email; their
+// subject is its numeric unique id). Subjects are unique per issuer, and a
+// service trusts one issuer, so Subject alone names a caller: it is what a
+// service records.
 type Caller struct {
 	Issuer  string
 	Subject string
-	Email   string
+	Email   string // "" unless the token says email_verified
+}
+
+// Is reports whether id names the caller: its subject, or its verified
+// email (so an allow-list may name a Google service account by its email).
+func (c Caller) Is(id string) bool {
+	return id != "" && (id == c.Subject || id == c.Email)
 }
 
 type callerKey struct{}
@@ -307,9 +315,13 @@ func (v *OIDCVerifier) Authenticate(ctx context.Context, token string) (Caller, 
 		return Caller{}, fmt.Errorf("%s", strings.TrimPrefix(err.Error(), "oidc: "))
 	}
 	var claims struct {
-		Email string `json:"email"`
+		Email         string `json:"email"`
+		EmailVerified bool   `json:"email_verified"`
 	}
-	_ = idt.Claims(&claims) // optional claim
+	_ = idt.Claims(&claims) // optional claims
+	if !claims.EmailVerified {
+		claims.Email = ""
+	}
 	if idt.Subject == "" {
 		return Caller{}, errors.New("token has no subject")
 	}

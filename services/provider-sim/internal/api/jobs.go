@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -191,15 +192,11 @@ func (a *Admin) GetJob(ctx context.Context, req *providerv1.GetJobRequest) (*pro
 }
 
 // AllowedCallers refuses ProviderService calls (SubmitWorkOrder) from any
-// authenticated caller whose subject is not in subjects (the work-order
-// service's identity): a valid token proves who calls, not that it may
+// authenticated caller not named in subjects by its subject or verified
+// email (the work-order service's identity): a valid token proves who calls, not that it may
 // submit work. It runs after pkg/server's caller authentication (install
 // it only with authentication on).
 func AllowedCallers(subjects []string) grpc.UnaryServerInterceptor {
-	allowed := make(map[string]bool, len(subjects))
-	for _, s := range subjects {
-		allowed[s] = true
-	}
 	prefix := "/" + providerv1.ProviderService_ServiceDesc.ServiceName + "/"
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		if strings.HasPrefix(info.FullMethod, prefix) {
@@ -207,7 +204,7 @@ func AllowedCallers(subjects []string) grpc.UnaryServerInterceptor {
 			if !ok {
 				return nil, status.Error(codes.Unauthenticated, "no authenticated caller")
 			}
-			if !allowed[c.Subject] {
+			if !slices.ContainsFunc(subjects, c.Is) {
 				return nil, apierror.PermissionDenied(ReasonCallerNotAllowed,
 					"caller "+c.Subject+" may not submit work orders (PROVIDER_ALLOWED_CALLERS)")
 			}

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -58,12 +59,12 @@ type Service struct {
 	repo      *orders.Repository
 	create    *orders.CreateHandler[*workorderv1.CreateWorkOrderResponse]
 	cancel    *orders.CancelHandler
-	operators map[string]bool
+	operators []string
 }
 
 // NewService returns the API: reads through repo, creates and cancels
 // through handlers writing on pool, with create's idempotency keys in keys.
-// operators are the caller subjects that may read, list and cancel every
+// operators name (by subject or verified email) the callers that may read, list and cancel every
 // order (WORKORDER_OPERATOR_SUBJECTS); any other caller only its own. The
 // caller is the one pkg/server's WithCallerAuth verified: a call that did
 // not pass through it is refused. A nil meter disables metrics.
@@ -88,11 +89,7 @@ func NewService(pool *pgxpool.Pool, repo *orders.Repository, keys *idempotency.S
 	if err != nil {
 		return nil, fmt.Errorf("api: %w", err)
 	}
-	ops := make(map[string]bool, len(operators))
-	for _, o := range operators {
-		ops[o] = true
-	}
-	return &Service{repo: repo, create: create, cancel: cancel, operators: ops}, nil
+	return &Service{repo: repo, create: create, cancel: cancel, operators: slices.Clone(operators)}, nil
 }
 
 // caller is the verified caller of ctx's request, and whether it is an
@@ -103,7 +100,7 @@ func (s *Service) caller(ctx context.Context) (server.Caller, bool, error) {
 	if !ok || c.Subject == "" {
 		return server.Caller{}, false, status.Error(codes.Unauthenticated, "no authenticated caller")
 	}
-	return c, s.operators[c.Subject], nil
+	return c, slices.ContainsFunc(s.operators, c.Is), nil
 }
 
 // own loads the order id and checks that the caller may act on it: its
