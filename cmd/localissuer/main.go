@@ -59,7 +59,14 @@ func run(logger *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("LOCALISSUER_LISTEN: %w", err)
 	}
-	srv := &http.Server{Handler: is.Handler(), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second}
+	// /healthz and /readyz as every service (compose probes /readyz): ready
+	// once it listens, its key being made before.
+	mux := http.NewServeMux()
+	mux.Handle("/", is.Handler())
+	ok := func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) }
+	mux.HandleFunc("GET /healthz", ok)
+	mux.HandleFunc("GET /readyz", ok)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second}
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(lis) }()
 	logger.Info("local OIDC issuer serving", "issuer", is.URL(), "listen", lis.Addr().String(), "clients", len(clients))

@@ -24,7 +24,7 @@ import (
 // them), so the checks below set these; WithEnv wins over the shell and .env.
 func loadProject(t testing.TB, rel string) *types.Project {
 	t.Helper()
-	p, err := loadProjectWith(t, rel, cli.WithEnv(testOperatorTokens), cli.WithOsEnv, cli.WithDotEnv)
+	p, err := loadProjectWith(t, rel, cli.WithEnv(testSecrets()), cli.WithOsEnv, cli.WithDotEnv)
 	if err != nil {
 		t.Fatalf("load %s: %v", rel, err)
 	}
@@ -36,6 +36,16 @@ var testOperatorTokens = []string{
 	"BILLING_OPERATOR_TOKEN=billing-operator-token-0123456789abcdef01",
 	"PROVIDER_OPERATOR_TOKEN=provider-operator-token-0123456789abcdef",
 }
+
+// testClientSecrets are the local issuer's client secrets
+// (docs/adr/0017-caller-identity.md), required like the operator tokens.
+var testClientSecrets = []string{
+	"WORKORDER_CLIENT_SECRET=workorder-client-secret-0123456789abcdef",
+	"CONSOLE_CLIENT_SECRET=console-client-secret-0123456789abcdef01",
+	"DEMO_CLIENT_SECRET=demo-client-secret-0123456789abcdef0123",
+}
+
+func testSecrets() []string { return slices.Concat(testOperatorTokens, testClientSecrets) }
 
 func loadProjectWith(t testing.TB, rel string, env ...cli.ProjectOptionsFn) (*types.Project, error) {
 	t.Helper()
@@ -55,6 +65,7 @@ func TestComposeRefusesToLoadWithoutOperatorTokens(t *testing.T) {
 	for i, tok := range testOperatorTokens {
 		name, _, _ := strings.Cut(tok, "=")
 		others := slices.Delete(slices.Clone(testOperatorTokens), i, i+1)
+		others = append(others, testClientSecrets...)
 		_, err := loadProjectWith(t, rootComposeFile, cli.WithEnv(others))
 		if err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("without %s: load error %v, want one naming it", name, err)
@@ -66,7 +77,7 @@ func TestComposeRefusesToLoadWithoutOperatorTokens(t *testing.T) {
 // operator set, unchanged.
 func TestComposeOperatorTokensReachTheirServices(t *testing.T) {
 	t.Parallel()
-	p, err := loadProjectWith(t, rootComposeFile, cli.WithEnv(testOperatorTokens))
+	p, err := loadProjectWith(t, rootComposeFile, cli.WithEnv(testSecrets()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,6 +86,38 @@ func TestComposeOperatorTokensReachTheirServices(t *testing.T) {
 		svc := map[string]string{"WORKORDER": "workorder", "BILLING": "billing", "PROVIDER": "provider-sim", "CONSOLE": "console"}[strings.TrimSuffix(name, "_OPERATOR_TOKEN")]
 		if v := p.Services[svc].Environment[name]; v == nil || *v != want {
 			t.Errorf("service %s: %s = %v, want the operator's %q", svc, name, v, want)
+		}
+	}
+}
+
+// TestComposeClientSecretsAreRequiredAndReachTheIssuerAndTheirClients: the
+// local issuer knows each client by the secret the operator set, and the
+// client presents that same secret; without one compose stops, naming it.
+func TestComposeClientSecretsAreRequiredAndReachTheIssuerAndTheirClients(t *testing.T) {
+	t.Parallel()
+	for i, sec := range testClientSecrets {
+		name, _, _ := strings.Cut(sec, "=")
+		others := append(slices.Delete(slices.Clone(testClientSecrets), i, i+1), testOperatorTokens...)
+		if _, err := loadProjectWith(t, rootComposeFile, cli.WithEnv(others)); err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("without %s: load error %v, want one naming it", name, err)
+		}
+	}
+	p, err := loadProjectWith(t, rootComposeFile, cli.WithEnv(testSecrets()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clients := p.Services["localissuer"].Environment["LOCALISSUER_CLIENTS"]
+	for _, sec := range testClientSecrets {
+		name, want, _ := strings.Cut(sec, "=")
+		id := strings.ToLower(strings.TrimSuffix(name, "_CLIENT_SECRET"))
+		if clients == nil || !strings.Contains(*clients, id+":"+want) {
+			t.Errorf("LOCALISSUER_CLIENTS %v lacks %s:%s", clients, id, want)
+		}
+		if id == "demo" {
+			continue // the host's client (make demo, curl)
+		}
+		if v := p.Services[id].Environment["AUTH_CLIENT_SECRET"]; v == nil || *v != want {
+			t.Errorf("service %s: AUTH_CLIENT_SECRET = %v, want %q", id, v, want)
 		}
 	}
 }

@@ -96,7 +96,8 @@ func FreePortsFor(replicas int) (Ports, error) {
 }
 
 // AllPorts lists every port of p for the catalog's services with replicas
-// replicas, the emulator's first (for tests that check they are closed).
+// replicas replicas, the emulator's and the issuer's first (for tests that
+// check they are closed).
 func (p Ports) AllPorts(c catalog.Catalog, replicas int) []int {
 	out := []int{p.Emulator, p.Issuer}
 	for _, svc := range c {
