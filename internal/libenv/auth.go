@@ -79,11 +79,11 @@ func (c CallerAuth) Option(logger *slog.Logger, exempt ...string) (server.Option
 	return server.WithCallerAuth(v, exempt...), nil
 }
 
-// Subjects reads a comma-separated list of caller subjects from name
-// (e.g. WORKORDER_OPERATOR_SUBJECTS), blanks dropped.
-func Subjects(r *envconfig.Reader, name string) []string {
+// SplitSubjects splits a comma-separated list of callers (subjects or
+// verified emails, e.g. WORKORDER_OPERATOR_SUBJECTS), blanks dropped.
+func SplitSubjects(list string) []string {
 	var out []string
-	for _, s := range strings.Split(r.String(name, ""), ",") {
+	for _, s := range strings.Split(list, ",") {
 		if s = strings.TrimSpace(s); s != "" {
 			out = append(out, s)
 		}

@@ -109,7 +109,7 @@ func ConfigFromEnv(env *envconfig.Reader) (Config, error) {
 		Telemetry:      libenv.Telemetry(env, ServiceName),
 		OperatorToken:  env.String(EnvOperatorToken, ""),
 		Auth:           libenv.ReadCallerAuth(env),
-		AllowedCallers: libenv.Subjects(env, EnvAllowedCallers),
+		AllowedCallers: libenv.SplitSubjects(env.String(EnvAllowedCallers, "")),
 	}
 	cfg.Telemetry.ProjectID = cfg.PubSub.ProjectID
 	if err := env.Err(); err != nil {

@@ -144,7 +144,7 @@ func FromEnv(r *envconfig.Reader) (Config, error) {
 		Server:           libenv.Server(r, ":9090", ":8080"),
 		ProviderAddr:     r.String("PROVIDER_ADDR", "localhost:9091"),
 		Auth:             libenv.ReadCallerAuth(r),
-		OperatorSubjects: libenv.Subjects(r, "WORKORDER_OPERATOR_SUBJECTS"),
+		OperatorSubjects: libenv.SplitSubjects(r.String("WORKORDER_OPERATOR_SUBJECTS", "")),
 		ProviderAuth:     clientauth.FromEnv(r, "PROVIDER_AUDIENCE", "provider-sim"),
 		HandOff:          handoff.Config{Deadline: r.Duration("WORKORDER_HANDOFF_DEADLINE", handoff.DefaultDeadline)},
 		Outbox:           libenv.Outbox(r, "WORKORDER_OUTBOX_"),
