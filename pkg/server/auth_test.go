@@ -105,7 +105,7 @@ func authServer(t *testing.T, cfg server.OIDCConfig) (grpcAddr, httpBase string,
 	}
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	t.Cleanup(func() { cancel(); _ = <-done })
 	return srv.GRPCAddr(), "http://" + srv.HTTPAddr(), w.seen
 }
 
