@@ -14,6 +14,7 @@ import (
 
 	"github.com/go-jose/go-jose/v4"
 	"github.com/go-jose/go-jose/v4/jwt"
+	"golang.org/x/oauth2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -217,4 +218,46 @@ func mustRequest(t *testing.T, method, url, body string) *http.Request {
 		t.Fatal(err)
 	}
 	return req
+}
+
+// TokenCredentials sends its token on every call, except one that carries
+// its own authorization (an operator token on the same connection): that
+// call reaches the server with its own token alone.
+func TestTokenCredentialsYieldToACallsOwnAuthorization(t *testing.T) {
+	t.Parallel()
+	seen := make(chan []string, 2)
+	srv, err := server.New(server.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", ShutdownTimeout: 5 * time.Second},
+		slog.New(slog.DiscardHandler), server.WithAuthInterceptors(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			md, _ := metadata.FromIncomingContext(ctx)
+			seen <- md.Get("authorization")
+			return h(ctx, req)
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	testpb.RegisterOrderServiceServer(srv.GRPC(), &fakeOrders{})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	t.Cleanup(func() { cancel(); _ = <-done })
+	conn, err := grpc.NewClient(srv.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithPerRPCCredentials(server.TokenCredentials(oauth2.StaticTokenSource(&oauth2.Token{AccessToken: "id-token"}), false)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	client := testpb.NewOrderServiceClient(conn)
+	if _, err := client.PutOrder(context.Background(), validOrder()); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-seen; len(got) != 1 || got[0] != "Bearer id-token" {
+		t.Fatalf("plain call: authorization %q, want the ID token", got)
+	}
+	own := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer operator-token")
+	if _, err := client.PutOrder(own, validOrder()); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-seen; len(got) != 1 || got[0] != "Bearer operator-token" {
+		t.Fatalf("call with its own authorization: %q, want that alone", got)
+	}
 }
