@@ -273,8 +273,8 @@ func TestWithoutATokenTheFaultKnobsRefuseEveryCallButTheHandOffWorks(t *testing.
 	if body := b.faultsInForce(t); strings.Contains(body, `"poison":1`) {
 		t.Fatalf("knobs changed: %s", body)
 	}
-	// The hand-off is not an operator endpoint: the work-order relay calls it
-	// without credentials, over gRPC and REST alike.
+	// The hand-off is not an operator endpoint: no operator token, over gRPC
+	// and REST alike (its callers' ID tokens: TestSubmitWorkOrderOnlyFromAllowedCallers).
 	id := uuid.NewString()
 	if _, err := providerv1.NewProviderServiceClient(b.conn).SubmitWorkOrder(context.Background(), &providerv1.SubmitWorkOrderRequest{
 		WorkOrderId: id, CustomerId: "c-1", Positions: 1,
