@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,6 +26,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 
 	billingv1 "github.com/lossless-dev/lossless/gen/lossless/billing/v1"
 	providerv1 "github.com/lossless-dev/lossless/gen/lossless/provider/v1"
@@ -73,7 +75,8 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	}
 	// The public APIs need the console's ID token on every call; a call
 	// with the operator token (the admin services) is sent with it alone
-	// (server.TokenCredentials).
+	// (server.TokenCredentials). The web layer puts a logged-in operator's
+	// token on every call: publicCalls takes it off the public services'.
 	woToken, err := cfg.WorkorderAuth.DialOption(ctx)
 	if err != nil {
 		return err
@@ -82,7 +85,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	wo, err := dial(cfg.Workorder.GRPC, woToken)
+	wo, err := dial(cfg.Workorder.GRPC, woToken, publicCalls(workorderv1.WorkOrderService_ServiceDesc.ServiceName))
 	if err != nil {
 		return fmt.Errorf("%s: %w", config.EnvWorkorderGRPC, err)
 	}
@@ -92,7 +95,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		return fmt.Errorf("%s: %w", config.EnvProviderGRPC, err)
 	}
 	defer pr.Close()
-	bi, err := dial(cfg.Billing.GRPC, biToken)
+	bi, err := dial(cfg.Billing.GRPC, biToken, publicCalls(billingv1.BillingService_ServiceDesc.ServiceName))
 	if err != nil {
 		return fmt.Errorf("%s: %w", config.EnvBillingGRPC, err)
 	}
@@ -188,4 +191,24 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	}
 	logger.Info("console stopped")
 	return nil
+}
+
+// publicCalls removes the outgoing authorization (a logged-in operator's
+// token) from calls to the public services named, so they carry the
+// console's ID token instead: those services name their caller by it, and
+// the operator token is for the operator services alone.
+func publicCalls(services ...string) grpc.DialOption {
+	return grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		for _, svc := range services {
+			if strings.HasPrefix(method, "/"+svc+"/") {
+				if md, ok := metadata.FromOutgoingContext(ctx); ok {
+					md = md.Copy()
+					md.Delete("authorization")
+					ctx = metadata.NewOutgoingContext(ctx, md)
+				}
+				break
+			}
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	})
 }
