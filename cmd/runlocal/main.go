@@ -180,7 +180,8 @@ func envVars(stack *localstack.Stack, pid int, binDir, traceURL string) []runenv
 		if svc.Database != "" {
 			vars = append(vars, runenv.Var{Key: runenv.Key(svc.Name, runenv.SuffixDatabaseURL), Value: stack.DSN[svc.Database]})
 		}
-		vars = append(vars, runenv.Var{Key: runenv.Key(svc.Name, runenv.SuffixURL), Value: urls[svc.Name]})
+		vars = append(vars, runenv.Var{Key: runenv.Key(svc.Name, runenv.SuffixURL), Value: urls[svc.Name]},
+			runenv.Var{Key: runenv.Key(svc.Name, runenv.SuffixClientSecret), Value: stack.ClientSecret(svc.Name)})
 		if svc.GRPCPort != 0 {
 			vars = append(vars, runenv.Var{Key: runenv.Key(svc.Name, runenv.SuffixGRPCAddr), Value: addrs[svc.Name]})
 		}

@@ -106,6 +106,15 @@ func OpsCommand(env runenv.Env, svc string, args []string) (Command, error) {
 	if dsn != "" {
 		e = append(e, "DATABASE_URL="+dsn)
 	}
+	// Its calls to other services (billing reconcile -workorder-addr) carry
+	// the service's own ID token, not the demo client's: the service's
+	// client at the local issuer replaces the env file's.
+	if secret := env.Get(runenv.Key(svc, runenv.SuffixClientSecret)); secret != "" {
+		e = slices.DeleteFunc(e, func(kv string) bool {
+			return strings.HasPrefix(kv, runenv.KeyClientID+"=") || strings.HasPrefix(kv, runenv.KeyClientSecret+"=")
+		})
+		e = append(e, runenv.KeyClientID+"="+svc, runenv.KeyClientSecret+"="+secret)
+	}
 	return Command{Path: bin, Args: args, Env: e}, nil
 }
 

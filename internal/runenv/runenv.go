@@ -19,7 +19,8 @@
 // and the demo client, internal/localstack), and per
 // service, with the name upper-cased and "-" as "_" (Key):
 // <SERVICE>_DATABASE_URL (services with a database), <SERVICE>_URL (REST
-// base URL, /metrics too), <SERVICE>_GRPC_ADDR (services with gRPC), and
+// base URL, /metrics too), <SERVICE>_GRPC_ADDR (services with gRPC),
+// <SERVICE>_CLIENT_SECRET (its client at the local issuer), and
 // the operator token variables the service reads (WORKORDER_OPERATOR_TOKEN,
 // BILLING_OPERATOR_TOKEN, PROVIDER_OPERATOR_TOKEN, CONSOLE_OPERATOR_TOKEN).
 package runenv
@@ -63,6 +64,9 @@ const (
 	SuffixDatabaseURL = "_DATABASE_URL"
 	SuffixURL         = "_URL"
 	SuffixGRPCAddr    = "_GRPC_ADDR"
+	// The service's client secret at the stack's local issuer (its client
+	// id is its name): `make ops` runs its commands as the service.
+	SuffixClientSecret = "_CLIENT_SECRET"
 )
 
 // ErrNotRunning is returned by Load when no `make run` is running.
