@@ -104,7 +104,7 @@ func WithCallerAuth(a Authenticator, exempt ...string) Option {
 		for _, s := range exempt {
 			skip[s] = true
 		}
-		o.callerAuth = &callerAuth{auth: a, exempt: skip}
+		o.callerAuth = &callerAuth{auth: a, exempt: skip, refusals: newLogThrottle(outageLogInterval)}
 	}
 }
 
@@ -112,6 +112,9 @@ type callerAuth struct {
 	auth   Authenticator
 	exempt map[string]bool
 	log    *slog.Logger
+	// refusals spaces the log lines of refused tokens per method: a client
+	// with an expired token refused on every call is one line, not a flood.
+	refusals *logThrottle
 }
 
 // serviceOf returns "package.Service" of "/package.Service/Method".
@@ -147,7 +150,9 @@ func (c *callerAuth) authenticate(ctx context.Context, fullMethod string) (conte
 		if _, isStatus := status.FromError(err); isStatus {
 			return ctx, err
 		}
-		c.log.InfoContext(ctx, "bearer token refused", "method", fullMethod, "error", err)
+		if ok, skipped := c.refusals.allow(fullMethod, time.Now()); ok {
+			c.log.InfoContext(ctx, "bearer token refused", "method", fullMethod, "error", err, "similar_refusals_not_logged", skipped)
+		}
 		return ctx, status.Error(codes.Unauthenticated, "bearer token refused: "+err.Error())
 	}
 	return ContextWithCaller(ctx, caller), nil
