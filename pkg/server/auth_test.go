@@ -106,7 +106,12 @@ func authServer(t *testing.T, cfg server.OIDCConfig) (grpcAddr, httpBase string,
 	}
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(ctx) }()
-	t.Cleanup(func() { cancel(); _ = <-done })
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("server stopped with: %v", err)
+		}
+	})
 	return srv.GRPCAddr(), "http://" + srv.HTTPAddr(), w.seen
 }
 
@@ -239,7 +244,12 @@ func TestTokenCredentialsYieldToACallsOwnAuthorization(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(ctx) }()
-	t.Cleanup(func() { cancel(); _ = <-done })
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("server stopped with: %v", err)
+		}
+	})
 	conn, err := grpc.NewClient(srv.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithPerRPCCredentials(server.TokenCredentials(oauth2.StaticTokenSource(&oauth2.Token{AccessToken: "id-token"}), false)))
 	if err != nil {
