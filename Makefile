@@ -18,7 +18,7 @@ TOOL      := $(GO) tool -modfile=tools/go.mod
 BIN_DIR   ?= bin
 # One per services/<name>/service.json; cmd/newservice appends, deploy/deploytest checks.
 SERVICES  := workorder provider-sim console billing
-COMMANDS  := pubsub-emulator healthcheck
+COMMANDS  := pubsub-emulator healthcheck localissuer
 GO_TEST_FLAGS ?= -race -count=1 -timeout 20m
 
 .PHONY: help
@@ -102,6 +102,10 @@ metrics: ## The stall gauges (outbox, inbox, dead letters, dead jobs) of every s
 .PHONY: trace
 trace: ## One order's spans across its linked traces, as a tree with durations, from the running `make run`, e.g. make trace ORDER=<id> (QUERIES=1: with database spans).
 	$(LOCALOPS) trace $(if $(QUERIES),-queries) '$(ORDER)'
+
+.PHONY: token
+token: ## Print an ID token of the demo client from the running `make run`'s local issuer, e.g. curl -H "authorization: Bearer $$(make -s token)"; AUDIENCE=billing for billing.
+	$(LOCALOPS) token '$(AUDIENCE)'
 
 .PHONY: demo
 demo: ## Create orders against a running stack and print a summary, e.g. make demo ARGS="-n 200 -faults duplicate=0.2".

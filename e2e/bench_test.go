@@ -110,7 +110,7 @@ func BenchmarkB5_EndToEndLatency(b *testing.B) {
 		// The floor: one order at a time, nothing else in flight.
 		var floorIDs []string
 		for i := range floorN {
-			res := b5Load(ctx, b, "floor", loadgen.Config{BaseURL: base, Count: 1, Concurrency: 1, MaxPositions: 10, Wait: time.Minute, Seed: uint64(100 + i)})
+			res := b5Load(ctx, b, "floor", loadgen.Config{HTTP: callerHTTP(b, stack, 10*time.Second), BaseURL: base, Count: 1, Concurrency: 1, MaxPositions: 10, Wait: time.Minute, Seed: uint64(100 + i)})
 			floorIDs = append(floorIDs, res.OrderIDs...)
 		}
 		phases["floor"] = dbs.times(ctx, b, floorIDs)
@@ -125,7 +125,7 @@ func BenchmarkB5_EndToEndLatency(b *testing.B) {
 		anchorA := b5CommitRate(ctx, b, server, anchorFor)
 		commitsBefore := dbs.commits(ctx, b)
 		cpuBefore := b5CPUNow(ctx, b, stack, dbs.workorder)
-		capRes := b5Load(ctx, b, "capacity probe", loadgen.Config{BaseURL: base, Count: capN, Concurrency: 64, MaxPositions: 10, Wait: 5 * time.Minute, Seed: 7})
+		capRes := b5Load(ctx, b, "capacity probe", loadgen.Config{HTTP: callerHTTP(b, stack, 10*time.Second), BaseURL: base, Count: capN, Concurrency: 64, MaxPositions: 10, Wait: 5 * time.Minute, Seed: 7})
 		cpuAfter := b5CPUNow(ctx, b, stack, dbs.workorder)
 		cpu := b5CPUDelta(cpuBefore, cpuAfter)
 		b5Pause(b5StatsSettle)
@@ -153,7 +153,7 @@ func BenchmarkB5_EndToEndLatency(b *testing.B) {
 			if load.name == "50pct" {
 				statsOn = b5ResetStatements(ctx, b, server)
 			}
-			res := b5Load(ctx, b, load.name, loadgen.Config{
+			res := b5Load(ctx, b, load.name, loadgen.Config{HTTP: callerHTTP(b, stack, 10*time.Second),
 				BaseURL: base, Rate: capacity * load.frac, Duration: duration, Concurrency: 64, MaxPositions: 10, Wait: 5 * time.Minute, Seed: 11,
 			})
 			wg.Wait()

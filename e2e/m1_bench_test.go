@@ -83,11 +83,11 @@ func BenchmarkM1_Memory(b *testing.B) {
 		sampled := make(chan struct{})
 		go func() { defer close(sampled); s.run(sampleCtx) }()
 
-		capacity := m1Load(ctx, b, "capacity probe", loadgen.Config{BaseURL: base, Count: capN, Concurrency: 64, MaxPositions: 10, Wait: 5 * time.Minute, Seed: 7})
+		capacity := m1Load(ctx, b, "capacity probe", loadgen.Config{HTTP: callerHTTP(b, stack, 10*time.Second), BaseURL: base, Count: capN, Concurrency: 64, MaxPositions: 10, Wait: 5 * time.Minute, Seed: 7})
 		rate := 0.5 * capacity.InvoicedPerSec
 
 		s.setPhase(m1PhaseSteady)
-		steady := m1Load(ctx, b, "50% load", loadgen.Config{
+		steady := m1Load(ctx, b, "50% load", loadgen.Config{HTTP: callerHTTP(b, stack, 10*time.Second),
 			BaseURL: base, Rate: rate, Duration: steadyFor, Concurrency: 64, MaxPositions: 10, Wait: 5 * time.Minute, Seed: 11,
 		})
 
@@ -106,7 +106,7 @@ func BenchmarkM1_Memory(b *testing.B) {
 				}
 			}
 		})
-		burst := m1Load(ctx, b, "burst", loadgen.Config{
+		burst := m1Load(ctx, b, "burst", loadgen.Config{HTTP: callerHTTP(b, stack, 10*time.Second),
 			BaseURL: base, Rate: m1BurstFactor * rate, Duration: burstFor, Concurrency: 256, MaxPositions: 10,
 			Wait: 10 * time.Minute, Seed: 13, CreateRetry: 2 * time.Minute,
 		})

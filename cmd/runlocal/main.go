@@ -189,6 +189,9 @@ func envVars(stack *localstack.Stack, pid int, binDir, traceURL string) []runenv
 		{Key: runenv.KeyTraceURL, Value: traceURL},
 		{Key: "PUBSUB_EMULATOR_HOST", Value: stack.Emulator},
 		{Key: "PUBSUB_PROJECT_ID", Value: stack.ProjectID()},
+		{Key: runenv.KeyTokenURL, Value: stack.TokenURL()},
+		{Key: runenv.KeyClientID, Value: localstack.DemoClient},
+		{Key: runenv.KeyClientSecret, Value: stack.ClientSecret(localstack.DemoClient)},
 	}
 	if stack.CA != nil {
 		vars = append(vars,
@@ -202,7 +205,8 @@ func envVars(stack *localstack.Stack, pid int, binDir, traceURL string) []runenv
 		if svc.Database != "" {
 			vars = append(vars, runenv.Var{Key: runenv.Key(svc.Name, runenv.SuffixDatabaseURL), Value: stack.DSN[svc.Database]})
 		}
-		vars = append(vars, runenv.Var{Key: runenv.Key(svc.Name, runenv.SuffixURL), Value: urls[svc.Name]})
+		vars = append(vars, runenv.Var{Key: runenv.Key(svc.Name, runenv.SuffixURL), Value: urls[svc.Name]},
+			runenv.Var{Key: runenv.Key(svc.Name, runenv.SuffixClientSecret), Value: stack.ClientSecret(svc.Name)})
 		if svc.GRPCPort != 0 {
 			vars = append(vars, runenv.Var{Key: runenv.Key(svc.Name, runenv.SuffixGRPCAddr), Value: addrs[svc.Name]})
 		}
@@ -284,7 +288,9 @@ set -a; . %s; set +a). With the stack running, in another terminal:
 		b.WriteString("Each provider-sim replica has its own fault knobs (make demo sets provider-sim-1's);\nworkorder-k hands off to provider-sim-k.\n\n")
 	}
 	if wo, ok := urls["workorder"]; ok {
-		fmt.Fprintf(&b, "Try:  make demo        (or: curl -X POST %s/v1/work-orders -d '{\"customer_id\":\"acme\",\"description\":\"paint\",\"positions\":3,\"unit_price\":{\"currency_code\":\"EUR\",\"minor_units\":1250}}')\n\n", wo)
+		fmt.Fprintf(&b, "The APIs need an ID token from the local issuer (%s), as client %q:\n", stack.IssuerURL(), localstack.DemoClient)
+		fmt.Fprintf(&b, "  TOKEN=$(make -s token)     # for workorder; make -s token AUDIENCE=billing for billing\n\n")
+		fmt.Fprintf(&b, "Try:  make demo        (or: curl -H \"authorization: Bearer $TOKEN\" -X POST %s/v1/work-orders -d '{\"customer_id\":\"acme\",\"description\":\"paint\",\"positions\":3,\"unit_price\":{\"currency_code\":\"EUR\",\"minor_units\":1250}}')\n\n", wo)
 	}
 	return b.String()
 }

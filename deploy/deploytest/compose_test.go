@@ -25,7 +25,7 @@ import (
 // so the checks below set it; WithEnv wins over the shell and every .env.
 func loadProject(t testing.TB, rel string) *types.Project {
 	t.Helper()
-	p, err := loadProjectWith(t, repoPath(t, "."), rel, cli.WithEnv(testOperatorToken), cli.WithOsEnv)
+	p, err := loadProjectWith(t, repoPath(t, "."), rel, cli.WithEnv(testSecrets()), cli.WithOsEnv)
 	if err != nil {
 		t.Fatalf("load %s: %v", rel, err)
 	}
@@ -44,6 +44,16 @@ var operatorTokenVars = map[string]string{
 	"billing":      "BILLING_OPERATOR_TOKEN",
 	"console":      "CONSOLE_OPERATOR_TOKEN",
 }
+
+// testClientSecrets are the local issuer's client secrets
+// (docs/adr/0017-caller-identity.md), required like the operator tokens.
+var testClientSecrets = []string{
+	"WORKORDER_CLIENT_SECRET=workorder-client-secret-0123456789abcdef",
+	"CONSOLE_CLIENT_SECRET=console-client-secret-0123456789abcdef01",
+	"DEMO_CLIENT_SECRET=demo-client-secret-0123456789abcdef0123",
+}
+
+func testSecrets() []string { return slices.Concat(testOperatorToken, testClientSecrets) }
 
 // loadProjectWith loads rel under root as `docker compose -f rel` does, over
 // the given environment: the .env of the project directory (rel's folder) and
@@ -85,7 +95,7 @@ func TestComposeRefusesToLoadWithoutOperatorToken(t *testing.T) {
 	t.Parallel()
 	root := composeCopy(t)
 	for _, rel := range []string{rootComposeFile, composeFile} {
-		_, err := loadProjectWith(t, root, rel, cli.WithEnv(nil))
+		_, err := loadProjectWith(t, root, rel, cli.WithEnv(testClientSecrets))
 		if err == nil || !strings.Contains(err.Error(), "OPERATOR_TOKEN") {
 			t.Errorf("%s without OPERATOR_TOKEN: load error %v, want one naming it", rel, err)
 		}
@@ -103,7 +113,7 @@ func TestComposeReadsTheOperatorTokenFromDeployComposeEnv(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, rel := range []string{rootComposeFile, composeFile} {
-		p, err := loadProjectWith(t, root, rel, cli.WithEnv(nil))
+		p, err := loadProjectWith(t, root, rel, cli.WithEnv(testClientSecrets))
 		if err != nil {
 			t.Fatalf("%s with deploy/compose/.env: %v", rel, err)
 		}
@@ -256,6 +266,39 @@ func TestComposeBuildsEachImageOnce(t *testing.T) {
 	}
 	if len(builder) == 0 {
 		t.Error("compose builds no image")
+	}
+}
+
+// TestComposeClientSecretsAreRequiredAndReachTheIssuerAndTheirClients: the
+// local issuer knows each client by the secret the operator set, and the
+// client presents that same secret; without one compose stops, naming it.
+func TestComposeClientSecretsAreRequiredAndReachTheIssuerAndTheirClients(t *testing.T) {
+	t.Parallel()
+	root := composeCopy(t)
+	for i, sec := range testClientSecrets {
+		name, _, _ := strings.Cut(sec, "=")
+		others := append(slices.Delete(slices.Clone(testClientSecrets), i, i+1), testOperatorToken...)
+		if _, err := loadProjectWith(t, root, rootComposeFile, cli.WithEnv(others)); err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("without %s: load error %v, want one naming it", name, err)
+		}
+	}
+	p, err := loadProjectWith(t, root, rootComposeFile, cli.WithEnv(testSecrets()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clients := p.Services["localissuer"].Environment["LOCALISSUER_CLIENTS"]
+	for _, sec := range testClientSecrets {
+		name, want, _ := strings.Cut(sec, "=")
+		id := strings.ToLower(strings.TrimSuffix(name, "_CLIENT_SECRET"))
+		if clients == nil || !strings.Contains(*clients, id+":"+want) {
+			t.Errorf("LOCALISSUER_CLIENTS %v lacks %s:%s", clients, id, want)
+		}
+		if id == "demo" {
+			continue // the host's client (make demo, curl)
+		}
+		if v := p.Services[id].Environment["AUTH_CLIENT_SECRET"]; v == nil || *v != want {
+			t.Errorf("service %s: AUTH_CLIENT_SECRET = %v, want %q", id, v, want)
+		}
 	}
 }
 

@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/lossless-dev/lossless/internal/clientauth"
 	"github.com/lossless-dev/lossless/internal/runenv"
 	"github.com/lossless-dev/lossless/internal/tracestore"
 	"github.com/lossless-dev/lossless/pkg/server"
@@ -105,6 +106,15 @@ func OpsCommand(env runenv.Env, svc string, args []string) (Command, error) {
 	e := append(os.Environ(), env.Environ()...)
 	if dsn != "" {
 		e = append(e, "DATABASE_URL="+dsn)
+	}
+	// Its calls to other services (billing reconcile -workorder-addr) carry
+	// the service's own ID token, not the demo client's: the service's
+	// client at the local issuer replaces the env file's.
+	if secret := env.Get(runenv.Key(svc, runenv.SuffixClientSecret)); secret != "" {
+		e = slices.DeleteFunc(e, func(kv string) bool {
+			return strings.HasPrefix(kv, runenv.KeyClientID+"=") || strings.HasPrefix(kv, runenv.KeyClientSecret+"=")
+		})
+		e = append(e, runenv.KeyClientID+"="+svc, runenv.KeyClientSecret+"="+secret)
 	}
 	return Command{Path: bin, Args: args, Env: e}, nil
 }
@@ -258,4 +268,40 @@ func Trace(ctx context.Context, env runenv.Env, id string, queries bool, w io.Wr
 		return err
 	}
 	return tracestore.WriteTree(w, o, queries)
+}
+
+// Caller is the demo client's token configuration of the running stack
+// (its env file's AUTH_TOKEN_URL, AUTH_CLIENT_ID, AUTH_CLIENT_SECRET) for
+// the service named audience.
+func Caller(env runenv.Env, audience string) (clientauth.Config, error) {
+	c := clientauth.Config{
+		TokenURL: env.Get(runenv.KeyTokenURL), ClientID: env.Get(runenv.KeyClientID),
+		ClientSecret: env.Get(runenv.KeyClientSecret), Audience: audience, AudienceVar: "AUDIENCE",
+	}
+	if c.TokenURL == "" {
+		return c, errors.New("the running stack's env file has no " + runenv.KeyTokenURL + ": restart make run")
+	}
+	return c, c.Validate()
+}
+
+// Token writes an ID token of the demo client for audience (default
+// "workorder"), for curl and grpcurl.
+func Token(ctx context.Context, env runenv.Env, audience string, w io.Writer) error {
+	if audience == "" {
+		audience = "workorder"
+	}
+	c, err := Caller(env, audience)
+	if err != nil {
+		return err
+	}
+	ts, err := c.TokenSource(ctx)
+	if err != nil {
+		return err
+	}
+	tok, err := ts.Token()
+	if err != nil {
+		return fmt.Errorf("token from %s: %w", c.TokenURL, err)
+	}
+	_, err = fmt.Fprintln(w, tok.AccessToken)
+	return err
 }

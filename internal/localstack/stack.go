@@ -41,6 +41,7 @@ type ServicePorts struct{ GRPC, HTTP int }
 // Ports of one stack. Zero values take the defaults.
 type Ports struct {
 	Emulator int // default 8085
+	Issuer   int // the local OIDC issuer; default 8086
 	// Services holds, per service name, the ports of its replicas 1, 2, ...
 	// in order. A replica without an entry, or a zero port in it, listens on
 	// the port its declaration names plus ReplicaPortStep × (replica − 1):
@@ -82,12 +83,12 @@ func FreePortsFor(replicas int) (Ports, error) {
 	if err != nil {
 		return Ports{}, err
 	}
-	ps, err := pgtest.FreePorts(1 + 2*replicas*len(c))
+	ps, err := pgtest.FreePorts(2 + 2*replicas*len(c))
 	if err != nil {
 		return Ports{}, err
 	}
-	p := Ports{Emulator: ps[0], Services: map[string][]ServicePorts{}}
-	ps = ps[1:]
+	p := Ports{Emulator: ps[0], Issuer: ps[1], Services: map[string][]ServicePorts{}}
+	ps = ps[2:]
 	for _, svc := range c {
 		for range replicas {
 			p.Services[svc.Name] = append(p.Services[svc.Name], ServicePorts{GRPC: ps[0], HTTP: ps[1]})
@@ -98,9 +99,10 @@ func FreePortsFor(replicas int) (Ports, error) {
 }
 
 // AllPorts lists every port of p for the catalog's services with replicas
-// replicas, the emulator's first (for tests that check they are closed).
+// replicas replicas, the emulator's and the issuer's first (for tests that
+// check they are closed).
 func (p Ports) AllPorts(c catalog.Catalog, replicas int) []int {
-	out := []int{p.Emulator}
+	out := []int{p.Emulator, p.Issuer}
 	for _, svc := range c {
 		for k := 1; k <= replicas; k++ {
 			r := p.replica(svc, k)
@@ -211,6 +213,7 @@ type Stack struct {
 	// ClientCert is ClientTLS's certificate files, for tools run as
 	// separate processes (TLS_CERT_FILE, TLS_KEY_FILE). Empty without TLS.
 	ClientCert localca.Pair
+	issuer     *issuer
 }
 
 // Instance is one replica of a service.
@@ -294,6 +297,9 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	if cfg.Ports.Emulator == 0 {
 		cfg.Ports.Emulator = 8085
 	}
+	if cfg.Ports.Issuer == 0 {
+		cfg.Ports.Issuer = 8086
+	}
 	s := &Stack{cfg: cfg, procs: map[string]*Process{}, DSN: map[string]string{}, RuntimeDSN: map[string]string{}, OperatorToken: cfg.OperatorToken}
 	defer func() {
 		if err != nil {
@@ -306,6 +312,10 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 			return nil, err
 		}
 	}
+	if err := s.startIssuer(cfg.Ports.Issuer); err != nil {
+		return nil, err
+	}
+
 	dbServer := cfg.DatabaseURL
 	if dbServer == "" {
 		s.logf("postgres", "starting an ephemeral PostgreSQL cluster from the local binaries")
@@ -641,6 +651,9 @@ func (s *Stack) stop(timeout time.Duration, servicesOnly bool) error {
 			errs = append(errs, err)
 		}
 	}
+	if !servicesOnly {
+		s.stopIssuer()
+	}
 	return errors.Join(errs...)
 }
 
@@ -652,6 +665,9 @@ func (s *Stack) add(name, binary string, args []string, env ...string) *Process 
 	}
 	if svc, ok := s.cfg.Services.Service(binary); ok && svc.Database != "" {
 		svcEnv = append(svcEnv, databaseEnv(s.DSN[svc.Database], s.RuntimeDSN[svc.Database], args)...)
+	}
+	if _, ok := s.cfg.Services.Service(binary); ok {
+		svcEnv = append(svcEnv, s.authEnv(binary)...)
 	}
 	// Later entries win: the caller's ExtraEnv overrides the stack's choices.
 	svcEnv = append(append(append(svcEnv, env...), s.cfg.ExtraEnv[binary]...), s.cfg.ExtraEnv[name]...)

@@ -245,6 +245,7 @@ type Option func(*options)
 type options struct {
 	workers      []worker
 	auth         []grpc.UnaryServerInterceptor
+	callerAuth   *callerAuth
 	interceptors []grpc.UnaryServerInterceptor
 	grpcOpts     []grpc.ServerOption
 	handlers     []route
@@ -369,13 +370,20 @@ func New(cfg Config, logger *slog.Logger, opts ...Option) (*Server, error) {
 	// Outermost: every error, including a recovered panic's and an auth
 	// refusal, leaves as a public status.
 	chain := []grpc.UnaryServerInterceptor{publicErrorsUnary(logger), recoverUnary(logger), deadlineUnary(cfg.RequestTimeout)}
+	serverOpts := []grpc.ServerOption{}
+	if ca := s.opts.callerAuth; ca != nil {
+		ca.log = logger
+		chain = append(chain, ca.unary())
+		serverOpts = append(serverOpts, grpc.ChainStreamInterceptor(ca.stream()))
+	}
 	chain = append(chain, s.opts.auth...)
 	chain = append(chain, validateUnary(validator))
 	chain = append(chain, s.opts.interceptors...)
 	if !cfg.Role.RunsWorkers() {
 		s.opts.workers = nil
 	}
-	s.grpc = grpc.NewServer(append([]grpc.ServerOption{grpc.ChainUnaryInterceptor(chain...)}, s.opts.grpcOpts...)...)
+	serverOpts = append(serverOpts, grpc.ChainUnaryInterceptor(chain...))
+	s.grpc = grpc.NewServer(append(serverOpts, s.opts.grpcOpts...)...)
 	s.health = health.NewServer()
 	// Not serving until Run has started every listener and worker.
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)

@@ -43,6 +43,7 @@ import (
 	"google.golang.org/grpc"
 
 	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
+	"github.com/lossless-dev/lossless/internal/clientauth"
 	"github.com/lossless-dev/lossless/internal/envconfig"
 	"github.com/lossless-dev/lossless/internal/libenv"
 	"github.com/lossless-dev/lossless/internal/servicecmd"
@@ -176,11 +177,21 @@ func reconcileCmd(ctx context.Context, env *envconfig.Reader, _ *slog.Logger, ar
 		return err
 	}
 	if *woAddr != "" {
+		// The cross check lists every order: billing's subject must be one
+		// of the work-order service's WORKORDER_OPERATOR_SUBJECTS.
+		woAuth := clientauth.FromEnv(env, "WORKORDER_AUDIENCE", "workorder")
+		if err := errors.Join(env.Err(), woAuth.Validate()); err != nil {
+			return err
+		}
+		token, err := woAuth.DialOption(ctx)
+		if err != nil {
+			return err
+		}
 		clientTLS, err := libenv.NewTLS(env)
 		if err != nil {
 			return err
 		}
-		conn, err := grpc.NewClient(*woAddr, clientTLS.DialOption())
+		conn, err := grpc.NewClient(*woAddr, clientTLS.DialOption(), token)
 		if err != nil {
 			return fmt.Errorf("-workorder-addr: %w", err)
 		}

@@ -17,12 +17,14 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 
 	billingv1 "github.com/lossless-dev/lossless/gen/lossless/billing/v1"
 	providerv1 "github.com/lossless-dev/lossless/gen/lossless/provider/v1"
@@ -76,10 +78,22 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", config.ServiceTLSEnvNames, err)
 	}
-	dial := func(addr string) (*grpc.ClientConn, error) {
-		return grpc.NewClient(addr, peers.DialOption())
+	dial := func(addr string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
+		return grpc.NewClient(addr, append([]grpc.DialOption{peers.DialOption()}, opts...)...)
 	}
-	wo, err := dial(cfg.Workorder.GRPC)
+	// The public APIs need the console's ID token on every call; a call
+	// with the operator token (the admin services) is sent with it alone
+	// (server.TokenCredentials). The web layer puts a logged-in operator's
+	// token on every call: publicCalls takes it off the public services'.
+	woToken, err := cfg.WorkorderAuth.DialOption(ctx)
+	if err != nil {
+		return err
+	}
+	biToken, err := cfg.BillingAuth.DialOption(ctx)
+	if err != nil {
+		return err
+	}
+	wo, err := dial(cfg.Workorder.GRPC, woToken, publicCalls(workorderv1.WorkOrderService_ServiceDesc.ServiceName))
 	if err != nil {
 		return fmt.Errorf("%s: %w", config.EnvWorkorderGRPC, err)
 	}
@@ -89,7 +103,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		return fmt.Errorf("%s: %w", config.EnvProviderGRPC, err)
 	}
 	defer pr.Close()
-	bi, err := dial(cfg.Billing.GRPC)
+	bi, err := dial(cfg.Billing.GRPC, biToken, publicCalls(billingv1.BillingService_ServiceDesc.ServiceName))
 	if err != nil {
 		return fmt.Errorf("%s: %w", config.EnvBillingGRPC, err)
 	}
@@ -210,4 +224,24 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	}
 	logger.Info("console stopped")
 	return nil
+}
+
+// publicCalls removes the outgoing authorization (a logged-in operator's
+// token) from calls to the public services named, so they carry the
+// console's ID token instead: those services name their caller by it, and
+// the operator token is for the operator services alone.
+func publicCalls(services ...string) grpc.DialOption {
+	return grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		for _, svc := range services {
+			if strings.HasPrefix(method, "/"+svc+"/") {
+				if md, ok := metadata.FromOutgoingContext(ctx); ok {
+					md = md.Copy()
+					md.Delete("authorization")
+					ctx = metadata.NewOutgoingContext(ctx, md)
+				}
+				break
+			}
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	})
 }

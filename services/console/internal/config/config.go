@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lossless-dev/lossless/internal/clientauth"
 	"github.com/lossless-dev/lossless/internal/envconfig"
 	"github.com/lossless-dev/lossless/pkg/operator"
 	"github.com/lossless-dev/lossless/pkg/server"
@@ -185,6 +186,15 @@ type Config struct {
 	// plaintext. Separate from CONSOLE_TLS_CERT_FILE, the certificate
 	// browsers see.
 	ServiceTLS server.TLSConfig
+	// WorkorderAuth and BillingAuth are the console's ID tokens for the
+	// public APIs it reads (orders, invoices): WORKORDER_AUDIENCE (default
+	// "workorder") and BILLING_AUDIENCE (default "billing"), with
+	// AUTH_TOKEN_URL, AUTH_CLIENT_ID, AUTH_CLIENT_SECRET (unset: Google ID
+	// tokens of the workload's service account) and AUTH_DISABLED; see
+	// internal/clientauth. The console lists every order: its subject must
+	// be one of the work-order service's WORKORDER_OPERATOR_SUBJECTS.
+	WorkorderAuth clientauth.Config
+	BillingAuth   clientauth.Config
 }
 
 // FromEnv reads the configuration from r, fills defaults and validates it;
@@ -218,6 +228,8 @@ func FromEnv(r *envconfig.Reader) (Config, error) {
 		LoginFailures: r.Int(EnvLoginFailures, 0),
 		LoginWindow:   r.Duration(EnvLoginWindow, 0),
 		IAPAudience:   r.String(EnvIAPAudience, ""),
+		WorkorderAuth: clientauth.FromEnv(r, "WORKORDER_AUDIENCE", "workorder"),
+		BillingAuth:   clientauth.FromEnv(r, "BILLING_AUDIENCE", "billing"),
 	}
 	if _, ok := r.Lookup("PPROF_ENABLED"); ok {
 		r.Record(fmt.Errorf("PPROF_ENABLED is gone: set %s to a loopback address (e.g. 127.0.0.1:6069)", EnvPprofAddr))
@@ -277,7 +289,7 @@ func (c *Config) setDefaults() {
 
 // Validate checks the settings; each error names its variable.
 func (c Config) Validate() error {
-	var errs []error
+	errs := []error{c.WorkorderAuth.Validate(), c.BillingAuth.Validate()}
 	for name, u := range map[string]string{
 		EnvWorkorderHTTP: c.Workorder.HTTP, EnvProviderHTTP: c.Provider.HTTP, EnvBillingHTTP: c.Billing.HTTP,
 		EnvRunbookBaseURL: c.RunbookBaseURL,
