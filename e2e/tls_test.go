@@ -69,9 +69,15 @@ func TestEndToEnd_TLSBetweenEveryProcess(t *testing.T) {
 		}
 	}
 
+	// The orders are created as the stack's demo client: an ID token from
+	// the local issuer on a mutual-TLS connection.
 	hc := stack.HTTPClient(15 * time.Second)
+	caller, err := stack.CallerHTTPClient(hc)
+	if err != nil {
+		t.Fatal(err)
+	}
 	res, err := loadgen.Run(ctx, loadgen.Config{BaseURL: urls["workorder"], Count: 30, Concurrency: 4, MaxPositions: 5,
-		Wait: 3 * time.Minute, HTTP: hc})
+		Wait: 3 * time.Minute, HTTP: caller})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +86,11 @@ func TestEndToEnd_TLSBetweenEveryProcess(t *testing.T) {
 	}
 
 	// gRPC with the stack's client certificate is served ...
-	conn, err := grpc.NewClient(addrs["workorder"], stack.DialOption())
+	token, err := stack.Caller("workorder").DialOption(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(addrs["workorder"], stack.DialOption(), token)
 	if err != nil {
 		t.Fatal(err)
 	}
