@@ -194,7 +194,7 @@ func TestObservability_OneOrderTracedAcrossEveryHopAndEveryContractMetricExporte
 		spans.add(span{Service: "test-client", Name: s.Name, Kind: tracepb.Span_SPAN_KIND_CLIENT,
 			TraceID: s.SpanContext.TraceID().String(), SpanID: s.SpanContext.SpanID().String(), Attrs: map[string]string{}})
 	}
-	waitfor.Condition(t, 2*time.Minute, "order "+id+" INVOICED", func() bool { return orderStatus(t, base, id) == "WORK_ORDER_STATUS_INVOICED" })
+	waitfor.Condition(t, 2*time.Minute, "order "+id+" INVOICED", func() bool { return orderStatus(t, hc, base, id) == "WORK_ORDER_STATUS_INVOICED" })
 
 	t.Run("trace chain", func(t *testing.T) {
 		var chain []span
@@ -378,14 +378,19 @@ func createOrder(t *testing.T, ctx context.Context, hc *http.Client, base string
 	return out.WorkOrder.ID
 }
 
-func orderStatus(t *testing.T, base, id string) string {
+// orderStatus reads the order as its creator (hc carries its ID token): a
+// refusal fails the test at once rather than reading as "not yet".
+func orderStatus(t *testing.T, hc *http.Client, base, id string) string {
 	t.Helper()
 	req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, base+"/v1/work-orders/"+id, nil)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		return ""
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
+		t.Fatalf("GET order %s: HTTP %d", id, resp.StatusCode)
+	}
 	var out struct {
 		WorkOrder struct {
 			Status string `json:"status"`
