@@ -158,7 +158,7 @@ func TestWriteRefusesAnIncompleteEntry(t *testing.T) {
 		"no ticket":        {func(e *operator.AuditEntry) { e.Ticket = "" }, "ticket is required"},
 		"blank actor":      {func(e *operator.AuditEntry) { e.Actor = " \t" }, "actor is required"},
 		"no action":        {func(e *operator.AuditEntry) { e.Action = " " }, "action is required"},
-		"ticket too long":  {func(e *operator.AuditEntry) { e.Ticket = strings.Repeat("é", operator.MaxAuditLength+1) }, "ticket: at most"},
+		"ticket too long":  {func(e *operator.AuditEntry) { e.Ticket = strings.Repeat("é", operator.MaxAuditLength+1) }, "ticket must be at most"},
 		"NUL in the actor": {func(e *operator.AuditEntry) { e.Actor = "al\x00ice" }, "actor"},
 	} {
 		e := valid

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	providerv1 "github.com/lossless-dev/lossless/gen/lossless/provider/v1"
@@ -15,8 +16,11 @@ import (
 	"github.com/lossless-dev/lossless/pkg/operator"
 )
 
-// DB is what the job reads need: a pool, a connection or a transaction.
+// DB is what the admin service needs: the job reads, and the fault
+// changes' audit rows (operator.WriteAudit). A pool, a connection or a
+// transaction.
 type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
