@@ -18,7 +18,7 @@ TOOL      := $(GO) tool -modfile=tools/go.mod
 BIN_DIR   ?= bin
 # One per services/<name>/service.json; cmd/newservice appends, deploy/deploytest checks.
 SERVICES  := workorder provider-sim console billing
-COMMANDS  := pubsub-emulator healthcheck
+COMMANDS  := pubsub-emulator healthcheck localissuer
 GO_TEST_FLAGS ?= -race -count=1 -timeout 20m
 
 .PHONY: help
@@ -75,10 +75,10 @@ check-generated: proto ## Fail when committed generated code differs from its pr
 
 # Built, then exec'd: `go run` exits 1 when it sees the Ctrl-C, whatever runlocal's status.
 .PHONY: run
-run: ## Run the whole system locally without Docker (PostgreSQL, Pub/Sub emulator, services); Ctrl-C stops it.
+run: ## Run the whole system locally without Docker (PostgreSQL, Pub/Sub emulator, services); Ctrl-C stops it. TLS=1: TLS between every process.
 	@mkdir -p $(BIN_DIR)
 	$(GO) build -o $(BIN_DIR)/runlocal ./cmd/runlocal
-	exec $(BIN_DIR)/runlocal
+	TLS=$(TLS) exec $(BIN_DIR)/runlocal
 
 # The targets below work on the stack `make run` started in another terminal, found through the file
 # it writes (.run/env, or RUNLOCAL_ENV_FILE; internal/runenv); each fails, saying so, when none runs.
@@ -102,6 +102,10 @@ metrics: ## The stall gauges (outbox, inbox, dead letters, dead jobs) of every s
 .PHONY: trace
 trace: ## One order's spans across its linked traces, as a tree with durations, from the running `make run`, e.g. make trace ORDER=<id> (QUERIES=1: with database spans).
 	$(LOCALOPS) trace $(if $(QUERIES),-queries) '$(ORDER)'
+
+.PHONY: token
+token: ## Print an ID token of the demo client from the running `make run`'s local issuer, e.g. curl -H "authorization: Bearer $$(make -s token)"; AUDIENCE=billing for billing.
+	$(LOCALOPS) token '$(AUDIENCE)'
 
 .PHONY: demo
 demo: ## Create orders against a running stack and print a summary, e.g. make demo ARGS="-n 200 -faults duplicate=0.2".
@@ -235,3 +239,57 @@ rename: ## Give a fork its module path everywhere (imports, go.mod files, protos
 .PHONY: bench-river
 bench-river: ## B3: pkg/leasequeue vs River v0.51.2 burning down the same jobs with the same workers on one server, fsync on.
 	cd bench/river-compare && $(if $(LOSSLESS_BENCH_DATA),LOSSLESS_BENCH_DATA='$(abspath $(LOSSLESS_BENCH_DATA))') LOSSLESS_PG_FSYNC=on $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m .
+
+# GKE, from a finished `terraform apply` of deploy/terraform/gcp (docs/deploy-gcp.md). Every value comes from
+# `terraform output -json`; the rendered overlay, the manifests and the outputs land in GCP_BUILD, the
+# committed overlay stays the example. TAG defaults to the commit (plus a timestamp when the tree is dirty).
+GCP_TF_DIR ?= deploy/terraform/gcp
+GCP_BUILD  ?= $(BIN_DIR)/gcp
+ESO_VERSION ?= 1.0.0
+
+.PHONY: deploy-gcp
+deploy-gcp: ## Build and push the images, render deploy/k8s/overlays/gcp from terraform output, hand the databases to their users, apply, wait (docs/deploy-gcp.md).
+	TF_DIR='$(GCP_TF_DIR)' BUILD='$(GCP_BUILD)' SERVICES='$(SERVICES)' ESO_VERSION='$(ESO_VERSION)' GO='$(GO)' \
+		$(if $(TAG),TAG='$(TAG)') bash deploy/cmd/gcpdeploy/deploy-gcp.sh
+
+# The namespace is Terraform's (output namespace). Port-forward through the API server: the services have no
+# external address. The forward ends with the demo, whatever its result.
+.PHONY: demo-gcp
+demo-gcp: ## Orders against the GKE deployment through a port-forward, until they are invoiced, e.g. make demo-gcp ARGS="-n 50".
+	@mkdir -p '$(GCP_BUILD)'; ns=$$(terraform -chdir='$(GCP_TF_DIR)' output -raw namespace) || { echo "demo-gcp: no terraform output in $(GCP_TF_DIR): run terraform apply and make deploy-gcp first"; exit 1; }; \
+		kubectl -n "$$ns" port-forward svc/workorder 18080:8080 >'$(GCP_BUILD)/port-forward.log' 2>&1 & pf=$$!; \
+		trap 'kill $$pf 2>/dev/null' EXIT; \
+		for i in $$(seq 1 60); do curl -fsS -o /dev/null http://127.0.0.1:18080/readyz 2>/dev/null && break; \
+			kill -0 $$pf 2>/dev/null || { cat '$(GCP_BUILD)/port-forward.log'; exit 1; }; sleep 0.5; done; \
+		$(GO) run ./cmd/demo -workorder-url http://127.0.0.1:18080 -n 20 $(ARGS)
+
+.PHONY: terraform-fmt
+terraform-fmt: ## Fail when `terraform fmt` would change a file of deploy/terraform (terraform on PATH; no provider needed).
+	terraform fmt -check -recursive -diff deploy/terraform
+
+# ── images and workflows ─────────────────────────────────────────────────────
+# The version .github/workflows' linter runs at, in `make actionlint` and .ci/run.
+ACTIONLINT_VERSION ?= v1.7.12
+
+.PHONY: actionlint
+actionlint: ## Lint every GitHub workflow (.github/workflows) with actionlint (run through the Go module proxy).
+	$(GO) run github.com/rhysd/actionlint/cmd/actionlint@$(ACTIONLINT_VERSION)
+
+# The images .github/workflows/images.yml builds (one Dockerfile target per service), for this machine's
+# platform, tagged as compose runs them (lossless/<service>:local), so `docker compose up` without --build
+# uses them. PLATFORMS=linux/amd64,linux/arm64 builds both, as the workflow does (loading a multi-platform
+# image needs Docker's containerd image store). ko is not used: the images carry cmd/healthcheck beside the
+# service, which a ko image has no place for.
+IMAGE_PREFIX ?= lossless
+IMAGE_TAG    ?= local
+
+.PHONY: images
+images: ## Build every service's image (lossless/<service>:local) with Docker buildx, as the images workflow does; PLATFORMS=... for others.
+	@command -v docker >/dev/null 2>&1 || { echo "make images: needs Docker (with buildx) and its engine; none found on PATH. Without Docker, 'make run' runs the system from local binaries."; exit 1; }
+	@docker info >/dev/null 2>&1 || { echo "make images: docker is installed but its engine does not answer (docker info failed): start the Docker daemon, or check DOCKER_HOST."; exit 1; }
+	@docker buildx version >/dev/null 2>&1 || { echo "make images: needs the docker buildx plugin (docker-buildx-plugin)."; exit 1; }
+	@for s in $(SERVICES); do \
+		echo "image $(IMAGE_PREFIX)/$$s:$(IMAGE_TAG)"; \
+		docker buildx build --load -f deploy/docker/Dockerfile --target $$s $(if $(PLATFORMS),--platform $(PLATFORMS)) \
+			-t $(IMAGE_PREFIX)/$$s:$(IMAGE_TAG) . || exit 1; \
+	done

@@ -171,7 +171,7 @@ func b6Run(ctx context.Context, b *testing.B, binDir string, p b6Params) {
 	if err := provider.Stop(30 * time.Second); err != nil {
 		b.Fatal(err)
 	}
-	ids := b6CreateOrders(ctx, b, base, p.n)
+	ids := b6CreateOrders(ctx, b, callerHTTP(b, stack, 30*time.Second), base, p.n)
 
 	before := b6AcceptLatency(ctx, b, base)
 	if err := provider.Start(); err != nil {
@@ -257,9 +257,8 @@ func envIntOr0(b *testing.B, name string) int {
 
 // b6CreateOrders creates n orders through the REST API, 32 at a time, and
 // returns their ids.
-func b6CreateOrders(ctx context.Context, b *testing.B, base string, n int) []string {
+func b6CreateOrders(ctx context.Context, b *testing.B, hc *http.Client, base string, n int) []string {
 	b.Helper()
-	hc := &http.Client{Timeout: 30 * time.Second}
 	ids := make([]string, n)
 	var (
 		wg    sync.WaitGroup

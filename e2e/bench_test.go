@@ -70,7 +70,7 @@ const (
 //
 // Hop latencies come from the databases' own timestamps after each phase
 // (see b5Times). During the 50% phase a CPU profile of every service is
-// fetched from its /debug/pprof/ (PPROF_ENABLED) and its top 10 functions
+// fetched from its /debug/pprof/ (PPROF_ADDR, a loopback port of its own) and its top 10 functions
 // printed. Environment:
 //
 //	LOSSLESS_B5_DURATION   open-loop phase length (default 60s; the design's run is 5m)
@@ -98,7 +98,7 @@ func BenchmarkB5_EndToEndLatency(b *testing.B) {
 		profDir = filepath.Join(filepath.Dir(filepath.Dir(thisFile)), "bench", "profiles")
 	}
 
-	stack, base := startBenchStack(b, "b5_", envForAll(b, "PPROF_ENABLED=true"))
+	stack, base := startBenchStack(b, "b5_", true)
 	dbs := b5Open(ctx, b, stack)
 	server := pgtest.ServerDSN(b)
 
@@ -110,7 +110,7 @@ func BenchmarkB5_EndToEndLatency(b *testing.B) {
 		// The floor: one order at a time, nothing else in flight.
 		var floorIDs []string
 		for i := range floorN {
-			res := b5Load(ctx, b, "floor", loadgen.Config{BaseURL: base, Count: 1, Concurrency: 1, MaxPositions: 10, Wait: time.Minute, Seed: uint64(100 + i)})
+			res := b5Load(ctx, b, "floor", loadgen.Config{HTTP: callerHTTP(b, stack, 10*time.Second), BaseURL: base, Count: 1, Concurrency: 1, MaxPositions: 10, Wait: time.Minute, Seed: uint64(100 + i)})
 			floorIDs = append(floorIDs, res.OrderIDs...)
 		}
 		phases["floor"] = dbs.times(ctx, b, floorIDs)
@@ -125,7 +125,7 @@ func BenchmarkB5_EndToEndLatency(b *testing.B) {
 		anchorA := b5CommitRate(ctx, b, server, anchorFor)
 		commitsBefore := dbs.commits(ctx, b)
 		cpuBefore := b5CPUNow(ctx, b, stack, dbs.workorder)
-		capRes := b5Load(ctx, b, "capacity probe", loadgen.Config{BaseURL: base, Count: capN, Concurrency: 64, MaxPositions: 10, Wait: 5 * time.Minute, Seed: 7})
+		capRes := b5Load(ctx, b, "capacity probe", loadgen.Config{HTTP: callerHTTP(b, stack, 10*time.Second), BaseURL: base, Count: capN, Concurrency: 64, MaxPositions: 10, Wait: 5 * time.Minute, Seed: 7})
 		cpuAfter := b5CPUNow(ctx, b, stack, dbs.workorder)
 		cpu := b5CPUDelta(cpuBefore, cpuAfter)
 		b5Pause(b5StatsSettle)
@@ -153,7 +153,7 @@ func BenchmarkB5_EndToEndLatency(b *testing.B) {
 			if load.name == "50pct" {
 				statsOn = b5ResetStatements(ctx, b, server)
 			}
-			res := b5Load(ctx, b, load.name, loadgen.Config{
+			res := b5Load(ctx, b, load.name, loadgen.Config{HTTP: callerHTTP(b, stack, 10*time.Second),
 				BaseURL: base, Rate: capacity * load.frac, Duration: duration, Concurrency: 64, MaxPositions: 10, Wait: 5 * time.Minute, Seed: 11,
 			})
 			wg.Wait()
@@ -551,7 +551,7 @@ func b5Profiles(ctx context.Context, b *testing.B, stack *localstack.Stack, dir 
 		}
 		wg.Go(func() {
 			file := filepath.Join(dir, in.Service+".pprof")
-			if err := b5FetchProfile(ctx, hc, in.URL+"/debug/pprof/profile?seconds="+strconv.Itoa(int(d.Seconds())), file); err != nil {
+			if err := b5FetchProfile(ctx, hc, in.PprofURL+"/debug/pprof/profile?seconds="+strconv.Itoa(int(d.Seconds())), file); err != nil {
 				b.Errorf("CPU profile of %s: %v", in.Service, err)
 				return
 			}
@@ -590,7 +590,7 @@ func b5FetchProfile(ctx context.Context, hc *http.Client, u, file string) error 
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return fmt.Errorf("HTTP %d: %s (is PPROF_ENABLED set?)", resp.StatusCode, body)
+		return fmt.Errorf("HTTP %d: %s (is PPROF_ADDR set?)", resp.StatusCode, body)
 	}
 	f, err := os.Create(file)
 	if err != nil {

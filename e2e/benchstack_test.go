@@ -12,7 +12,6 @@ import (
 
 	"github.com/lossless-dev/lossless/internal/localstack"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
-	"github.com/lossless-dev/lossless/services"
 )
 
 // benchProviderEnv makes the provider's own execution time negligible: the
@@ -27,7 +26,7 @@ var benchProviderEnv = []string{"PROVIDER_EXEC_BASE=1ms", "PROVIDER_EXEC_PER_POS
 // (localstack.Config.ExtraEnv), after benchProviderEnv for provider-sim.
 // The stack stops when the benchmark ends. It returns the stack and the
 // work-order service's REST base URL.
-func startBenchStack(b *testing.B, prefix string, extra map[string][]string) (*localstack.Stack, string) {
+func startBenchStack(b *testing.B, prefix string, pprof bool) (*localstack.Stack, string) {
 	b.Helper()
 	ctx := context.Background()
 	binDir := b.TempDir()
@@ -40,9 +39,6 @@ func startBenchStack(b *testing.B, prefix string, extra map[string][]string) (*l
 		b.Fatal(err)
 	}
 	env := map[string][]string{"provider-sim": append([]string(nil), benchProviderEnv...)}
-	for svc, kv := range extra {
-		env[svc] = append(env[svc], kv...)
-	}
 	stack, err := localstack.Start(ctx, localstack.Config{
 		BinDir:         binDir,
 		DatabaseURL:    pgtest.ServerDSN(b),
@@ -50,25 +46,11 @@ func startBenchStack(b *testing.B, prefix string, extra map[string][]string) (*l
 		Ports:          ports,
 		Log:            discard{},
 		ExtraEnv:       env,
+		Pprof:          pprof,
 	})
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = stack.Stop(30 * time.Second) })
 	return stack, stack.URLs()["workorder"]
-}
-
-// envForAll gives every declared service the variables kv, for
-// startBenchStack's extra.
-func envForAll(b *testing.B, kv ...string) map[string][]string {
-	b.Helper()
-	c, err := services.Catalog()
-	if err != nil {
-		b.Fatal(err)
-	}
-	out := map[string][]string{}
-	for _, svc := range c {
-		out[svc.Name] = append([]string(nil), kv...)
-	}
-	return out
 }

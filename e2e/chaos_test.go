@@ -131,7 +131,7 @@ func TestChaos_TwoReplicasKillsBadMessagesAndAPostgresRestart(t *testing.T) {
 	done := make(chan outcome, len(wos))
 	for i, in := range wos {
 		go func() {
-			res, err := loadgen.Run(ctx, loadgen.Config{
+			res, err := loadgen.Run(ctx, loadgen.Config{HTTP: callerHTTP(t, stack, 10*time.Second),
 				BaseURL: in.URL, Rate: 3, Duration: 25 * time.Second, Concurrency: 8, MaxPositions: 20,
 				Wait: 4 * time.Minute, Seed: uint64(11 + i), CreateRetry: 2 * time.Minute,
 			})

@@ -111,7 +111,7 @@ func TestEndToEnd_EveryValidOrderInvoicedExactlyOnceUnderFaultsAndACrash(t *test
 	}
 	done := make(chan outcome, 1)
 	go func() {
-		res, err := loadgen.Run(ctx, loadgen.Config{
+		res, err := loadgen.Run(ctx, loadgen.Config{HTTP: callerHTTP(t, stack, 10*time.Second),
 			BaseURL: stack.URLs()["workorder"], Count: orders, Concurrency: 8, MaxPositions: 50, Wait: 4 * time.Minute,
 		})
 		done <- outcome{res, err}

@@ -61,7 +61,7 @@ const (
 //	LOSSLESS_M1_BURST       burst phase at 10 × the 50 % rate (default 10s)
 //	LOSSLESS_M1_SETTLE      idle phase after the drain; "RSS at the end" is its last sample (default 5s)
 //	LOSSLESS_M1_CAPACITY_N  orders of the closed-loop capacity probe (default 300)
-//	LOSSLESS_M1_PPROF       a directory: every service serves /debug/pprof (PPROF_ENABLED), and M1
+//	LOSSLESS_M1_PPROF       a directory: every service serves /debug/pprof (PPROF_ADDR), and M1
 //	                        saves each one's heap profile there at the end of the burst and after
 //	                        the settle (m1_heap_<service>_{burst,end}.pb.gz; go tool pprof -top)
 //	LOSSLESS_BENCH_DATA     a directory for m1_rss.csv (t_s,service,rss_mb,phase)
@@ -75,11 +75,7 @@ func BenchmarkM1_Memory(b *testing.B) {
 	defer cancel()
 
 	pprofDir := os.Getenv("LOSSLESS_M1_PPROF")
-	var extra map[string][]string
-	if pprofDir != "" {
-		extra = envForAll(b, "PPROF_ENABLED=true")
-	}
-	stack, base := startBenchStack(b, "m1_", extra)
+	stack, base := startBenchStack(b, "m1_", pprofDir != "")
 
 	for range b.N {
 		s := newRSSSampler(stack)
@@ -87,11 +83,11 @@ func BenchmarkM1_Memory(b *testing.B) {
 		sampled := make(chan struct{})
 		go func() { defer close(sampled); s.run(sampleCtx) }()
 
-		capacity := m1Load(ctx, b, "capacity probe", loadgen.Config{BaseURL: base, Count: capN, Concurrency: 64, MaxPositions: 10, Wait: 5 * time.Minute, Seed: 7})
+		capacity := m1Load(ctx, b, "capacity probe", loadgen.Config{HTTP: callerHTTP(b, stack, 10*time.Second), BaseURL: base, Count: capN, Concurrency: 64, MaxPositions: 10, Wait: 5 * time.Minute, Seed: 7})
 		rate := 0.5 * capacity.InvoicedPerSec
 
 		s.setPhase(m1PhaseSteady)
-		steady := m1Load(ctx, b, "50% load", loadgen.Config{
+		steady := m1Load(ctx, b, "50% load", loadgen.Config{HTTP: callerHTTP(b, stack, 10*time.Second),
 			BaseURL: base, Rate: rate, Duration: steadyFor, Concurrency: 64, MaxPositions: 10, Wait: 5 * time.Minute, Seed: 11,
 		})
 
@@ -110,7 +106,7 @@ func BenchmarkM1_Memory(b *testing.B) {
 				}
 			}
 		})
-		burst := m1Load(ctx, b, "burst", loadgen.Config{
+		burst := m1Load(ctx, b, "burst", loadgen.Config{HTTP: callerHTTP(b, stack, 10*time.Second),
 			BaseURL: base, Rate: m1BurstFactor * rate, Duration: burstFor, Concurrency: 256, MaxPositions: 10,
 			Wait: 10 * time.Minute, Seed: 13, CreateRetry: 2 * time.Minute,
 		})
@@ -233,8 +229,12 @@ func m1Heaps(ctx context.Context, stack *localstack.Stack, dir, when string) err
 		return err
 	}
 	hc := &http.Client{Timeout: 30 * time.Second}
-	for svc, u := range stack.URLs() {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u+"/debug/pprof/heap", nil)
+	for _, in := range stack.Instances() {
+		if in.Replica != 1 {
+			continue
+		}
+		svc := in.Service
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, in.PprofURL+"/debug/pprof/heap", nil)
 		if err != nil {
 			return err
 		}

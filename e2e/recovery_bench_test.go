@@ -161,7 +161,7 @@ func r1Pass(ctx context.Context, b *testing.B, binDir string, cfg r1Config, ptc 
 	// The capacity under the same faults. With publishThenCrash it is the
 	// provider's crash-restart cycle, not the database, that bounds it:
 	// every crash is a supervisor restart and a hand-off circuit probe.
-	capacity, err := loadgen.Run(ctx, loadgen.Config{
+	capacity, err := loadgen.Run(ctx, loadgen.Config{HTTP: callerHTTP(b, stack, 10*time.Second),
 		BaseURL: stack.URLs()["workorder"], Count: capN, Concurrency: 64, MaxPositions: 10, Wait: 10 * time.Minute, Seed: 7,
 	})
 	if err != nil {
@@ -192,7 +192,7 @@ func r1Pass(ctx context.Context, b *testing.B, binDir string, cfg r1Config, ptc 
 	loadStart := time.Now()
 	loadEnd := loadStart.Add(warmup + 4*period)
 	go func() {
-		res, err := loadgen.Run(ctx, loadgen.Config{
+		res, err := loadgen.Run(ctx, loadgen.Config{HTTP: callerHTTP(b, stack, 10*time.Second),
 			BaseURL: stack.URLs()["workorder"], Rate: rate, Duration: loadEnd.Sub(loadStart),
 			Concurrency: 64, MaxPositions: 10, Wait: 5 * time.Minute, Seed: 13, CreateRetry: 2 * time.Minute,
 		})

@@ -6,6 +6,15 @@
 //
 //	PROVIDER_OPERATOR_TOKEN=... go run ./cmd/demo -n 200 -faults duplicate=0.2,early_completion=0.2 -ticket INC-7
 //	go run ./cmd/demo -rate 50 -duration 5m -json    # open-loop load (B5)
+//
+// Against services serving TLS, pass https:// URLs and TLS_CA_FILE (and
+// TLS_CERT_FILE/TLS_KEY_FILE where a client certificate is wanted).
+// Its calls carry an ID token (docs/adr/0017-caller-identity.md): with
+// AUTH_TOKEN_URL, AUTH_CLIENT_ID and AUTH_CLIENT_SECRET set, from that
+// issuer (compose's local issuer); else from the running `make run`'s
+// local issuer, found through its env file (internal/runenv); else a
+// Google ID token of the ambient credentials. WORKORDER_AUDIENCE (default
+// "workorder") is the audience.
 package main
 
 import (
@@ -25,8 +34,36 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lossless-dev/lossless/internal/clientauth"
+	"github.com/lossless-dev/lossless/internal/envconfig"
+	"github.com/lossless-dev/lossless/internal/libenv"
 	"github.com/lossless-dev/lossless/internal/loadgen"
+	"github.com/lossless-dev/lossless/internal/localops"
+	"github.com/lossless-dev/lossless/internal/runenv"
 )
+
+// callerClient is base sending the demo's ID token for the work-order API:
+// from AUTH_TOKEN_URL's issuer when set, else from the running `make run`'s
+// (its env file), else Google's.
+func callerClient(ctx context.Context, base *http.Client) (*http.Client, error) {
+	r := envconfig.New()
+	c := clientauth.FromEnv(r, "WORKORDER_AUDIENCE", "workorder")
+	if err := r.Err(); err != nil {
+		return nil, err
+	}
+	if c.TokenURL == "" && !c.Disabled {
+		if env, err := runenv.Load(runenv.Path(os.Getenv)); err == nil {
+			if c, err = localops.Caller(env, c.Audience); err != nil {
+				return nil, err
+			}
+		}
+	}
+	hc, err := c.HTTPClient(context.WithoutCancel(ctx), base)
+	if err != nil {
+		return nil, fmt.Errorf("ID token for the work-order API (start make run, or set AUTH_TOKEN_URL, AUTH_CLIENT_ID, AUTH_CLIENT_SECRET): %w", err)
+	}
+	return hc, nil
+}
 
 func main() {
 	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
@@ -55,7 +92,19 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	hc := &http.Client{Timeout: 10 * time.Second}
+	// https:// URLs are verified with TLS_CA_FILE, presenting
+	// TLS_CERT_FILE/TLS_KEY_FILE when set (`make run TLS=1` prints them).
+	clientTLS, err := libenv.NewTLS(envconfig.New())
+	if err != nil {
+		return err
+	}
+	hc := clientTLS.HTTPClient(10 * time.Second)
+	// The work-order calls carry the demo's ID token; the provider's knobs
+	// take the operator token instead (hc).
+	caller, err := callerClient(ctx, hc)
+	if err != nil {
+		return err
+	}
 
 	if *faults != "" {
 		knobs, err := parseFaults(*faults)
@@ -76,7 +125,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	res, err := loadgen.Run(ctx, loadgen.Config{
 		BaseURL: *workorder, Count: *n, Rate: *rate, Duration: *duration,
-		Concurrency: *concurrency, Wait: *wait, Progress: progress, HTTP: hc,
+		Concurrency: *concurrency, Wait: *wait, Progress: progress, HTTP: caller,
 	})
 	if err != nil {
 		return err

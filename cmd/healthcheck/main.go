@@ -8,6 +8,9 @@
 //	healthcheck [-timeout 2s] URL
 //
 // Compose runs it as `["CMD", "/usr/local/bin/healthcheck", "http://127.0.0.1:8080/readyz"]`.
+// An https:// URL is verified with the service's own TLS_CA_FILE (else the
+// system roots), presenting TLS_CERT_FILE/TLS_KEY_FILE when set: the probe
+// runs in the service's container, with its environment.
 package main
 
 import (
@@ -20,6 +23,10 @@ import (
 	"net/url"
 	"os"
 	"time"
+
+	"github.com/lossless-dev/lossless/internal/envconfig"
+	"github.com/lossless-dev/lossless/internal/libenv"
+	"github.com/lossless-dev/lossless/pkg/server"
 )
 
 // defaultTimeout bounds the whole probe (connect, request, response). Below
@@ -28,12 +35,12 @@ import (
 const defaultTimeout = 2 * time.Second
 
 func main() {
-	os.Exit(run(context.Background(), os.Args[1:], os.Stderr))
+	os.Exit(run(context.Background(), os.Args[1:], os.Stderr, envconfig.New()))
 }
 
 // run probes the URL in args and returns the process exit code; failures are
 // explained on stderr, which Docker keeps in the container's health log.
-func run(ctx context.Context, args []string, stderr io.Writer) int {
+func run(ctx context.Context, args []string, stderr io.Writer, env *envconfig.Reader) int {
 	fs := flag.NewFlagSet("healthcheck", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	timeout := fs.Duration("timeout", defaultTimeout, "bound on the whole probe")
@@ -48,7 +55,12 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 		fs.Usage()
 		return 1
 	}
-	if err := probe(ctx, fs.Arg(0), *timeout); err != nil {
+	clientTLS, err := libenv.NewTLS(env)
+	if err != nil {
+		_, _ = fmt.Fprintf(stderr, "healthcheck: %v\n", err)
+		return 1
+	}
+	if err := probe(ctx, fs.Arg(0), *timeout, clientTLS); err != nil {
 		_, _ = fmt.Fprintf(stderr, "healthcheck: %v\n", err)
 		return 1
 	}
@@ -56,7 +68,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 }
 
 // probe GETs rawURL and reports any answer other than 2xx as an error.
-func probe(ctx context.Context, rawURL string, timeout time.Duration) error {
+func probe(ctx context.Context, rawURL string, timeout time.Duration, clientTLS *server.TLS) error {
 	u, err := url.Parse(rawURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return fmt.Errorf("%q is not an http(s) URL", rawURL)
@@ -72,7 +84,9 @@ func probe(ctx context.Context, rawURL string, timeout time.Duration) error {
 	}
 	// No proxy: the target is the container itself; an HTTP_PROXY inherited
 	// from the service's environment must not reroute the probe.
-	client := &http.Client{Transport: &http.Transport{Proxy: nil}}
+	tr := clientTLS.HTTPTransport()
+	tr.Proxy = nil
+	client := &http.Client{Transport: tr}
 	resp, err := client.Do(req)
 	if err != nil {
 		return err

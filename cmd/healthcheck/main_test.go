@@ -3,11 +3,15 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/lossless-dev/lossless/internal/envconfig"
+	"github.com/lossless-dev/lossless/internal/localca"
 )
 
 func TestRun(t *testing.T) {
@@ -44,12 +48,57 @@ func TestRun(t *testing.T) {
 			var stderr bytes.Buffer
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			if got := run(ctx, tc.args, &stderr); got != tc.wantCode {
+			if got := run(ctx, tc.args, &stderr, envconfig.FromMap(nil)); got != tc.wantCode {
 				t.Fatalf("exit code %d, want %d (stderr %q)", got, tc.wantCode, stderr.String())
 			}
 			if !strings.Contains(stderr.String(), tc.wantErr) {
 				t.Fatalf("stderr %q does not contain %q", stderr.String(), tc.wantErr)
 			}
 		})
+	}
+}
+
+// TestRunVerifiesHTTPSWithTheServicesCA: an https:// probe trusts the
+// service's TLS_CA_FILE, and fails against a server of another CA.
+func TestRunVerifiesHTTPSWithTheServicesCA(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ca, err := localca.New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pair, err := ca.Issue("svc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := tls.LoadX509KeyPair(pair.CertFile, pair.KeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) }))
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	other, err := localca.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, tc := range map[string]struct {
+		env      map[string]string
+		wantCode int
+		wantErr  string
+	}{
+		"the service's CA":          {map[string]string{"TLS_CA_FILE": ca.CAFile()}, 0, ""},
+		"with a client certificate": {map[string]string{"TLS_CA_FILE": ca.CAFile(), "TLS_CERT_FILE": pair.CertFile, "TLS_KEY_FILE": pair.KeyFile}, 0, ""},
+		"another CA":                {map[string]string{"TLS_CA_FILE": other.CAFile()}, 1, "certificate"},
+		"a missing CA file":         {map[string]string{"TLS_CA_FILE": dir + "/nope.crt"}, 1, "TLS_CA_FILE"},
+	} {
+		var stderr bytes.Buffer
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		got := run(ctx, []string{srv.URL + "/readyz"}, &stderr, envconfig.FromMap(tc.env))
+		cancel()
+		if got != tc.wantCode || !strings.Contains(stderr.String(), tc.wantErr) {
+			t.Errorf("%s: exit %d, stderr %q; want %d and %q", name, got, stderr.String(), tc.wantCode, tc.wantErr)
+		}
 	}
 }

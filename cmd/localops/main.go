@@ -11,6 +11,8 @@
 //	localops metrics                      the stall gauges of every service, one table
 //	localops trace [-queries] <order id>  the order's spans as a tree, across linked traces
 //	                                      (database spans counted, or with -queries shown)
+//	localops token [audience]             an ID token of the demo client from the local issuer,
+//	                                      for audience (default workorder): curl's bearer token
 package main
 
 import (
@@ -32,7 +34,7 @@ func main() {
 	}
 }
 
-const usage = "usage: localops psql <service> [args] | ops <service> [args] | metrics | trace [-queries] <order id>"
+const usage = "usage: localops psql <service> [args] | ops <service> [args] | metrics | trace [-queries] <order id> | token [audience]"
 
 func run(args []string) error {
 	if len(args) == 0 {
@@ -76,6 +78,8 @@ func run(args []string) error {
 			return localops.Trace(ctx, env, arg(2), true, os.Stdout)
 		}
 		return localops.Trace(ctx, env, arg(1), false, os.Stdout)
+	case "token":
+		return localops.Token(ctx, env, arg(1), os.Stdout)
 	default:
 		return fmt.Errorf("unknown command %q; %s", args[0], usage)
 	}

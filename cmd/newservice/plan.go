@@ -216,6 +216,7 @@ const (
 	prometheusYML = "deploy/compose/prometheus/prometheus.yml"
 	alertsYML     = "deploy/compose/prometheus/alerts.yml"
 	migrationsGo  = "migrations/migrations.go"
+	imagesYML     = ".github/workflows/images.yml"
 )
 
 // editShared computes the edits of the shared files; each fails, naming the
@@ -247,6 +248,7 @@ func (p *Plan) editShared() error {
 		{alertsYML, appendToLine(`(up\{job=~"[^"]*)("\} == 0)`, "|"+n.Name)},
 		{migrationsGo, appendToLine(`(?m)^(//go:embed [^\n]*?)\s*$`, " "+n.Ident+"/*.sql")},
 		{migrationsGo, appendText(snippet("migrations.go.tmpl"))},
+		{imagesYML, appendToLine(`(?m)^(\s+service: \[[a-z0-9, -]+)\]$`, ", "+n.Name)},
 	}
 	if err != nil {
 		return err

@@ -10,7 +10,9 @@
 // is ready, the stack's addresses, database URLs and tokens are written to
 // .run/env (RUNLOCAL_ENV_FILE overrides the path; internal/runenv), which
 // `make psql`, `make ops`, `make metrics` and `make trace` read. Ctrl-C stops
-// every process, removes that file and the ephemeral cluster.
+// every process, removes that file and the ephemeral cluster. TLS=1 (`make
+// run TLS=1`) runs TLS between every process, from a CA made for the run
+// (localstack.Config.TLS).
 package main
 
 import (
@@ -60,6 +62,10 @@ func run(ports localstack.Ports) error {
 	if err != nil {
 		return err
 	}
+	withTLS, err := tlsFromEnv(os.Getenv("TLS"))
+	if err != nil {
+		return err
+	}
 
 	// Run from the repository root, as make does.
 	svcs, err := catalog.Parse(os.DirFS("services"))
@@ -96,6 +102,7 @@ func run(ports localstack.Ports) error {
 		ExtraEnv:      extra,
 		TraceEndpoint: traces.OTLPEndpoint,
 		TraceURL:      traces.URL,
+		TLS:           withTLS,
 	})
 	if err != nil {
 		// Start has stopped whatever it had started.
@@ -140,6 +147,18 @@ func replicasFromEnv(v string) (int, error) {
 	return n, nil
 }
 
+// tlsFromEnv parses TLS (`make run TLS=1`): empty, 0 or false for
+// plaintext, 1 or true for TLS between every process.
+func tlsFromEnv(v string) (bool, error) {
+	switch v {
+	case "", "0", "false":
+		return false, nil
+	case "1", "true":
+		return true, nil
+	}
+	return false, fmt.Errorf("TLS: %q: want 1 (TLS between every process) or 0", v)
+}
+
 // operatorTokens returns the token every service gets and, when the user set
 // a different one for the provider, the environment that keeps it. A token
 // the user did not set is generated: the operator endpoints never run open.
@@ -170,6 +189,15 @@ func envVars(stack *localstack.Stack, pid int, binDir, traceURL string) []runenv
 		{Key: runenv.KeyTraceURL, Value: traceURL},
 		{Key: "PUBSUB_EMULATOR_HOST", Value: stack.Emulator},
 		{Key: "PUBSUB_PROJECT_ID", Value: stack.ProjectID()},
+		{Key: runenv.KeyTokenURL, Value: stack.TokenURL()},
+		{Key: runenv.KeyClientID, Value: localstack.DemoClient},
+		{Key: runenv.KeyClientSecret, Value: stack.ClientSecret(localstack.DemoClient)},
+	}
+	if stack.CA != nil {
+		vars = append(vars,
+			runenv.Var{Key: runenv.KeyTLSCAFile, Value: stack.CA.CAFile()},
+			runenv.Var{Key: runenv.KeyTLSCertFile, Value: stack.ClientCert.CertFile},
+			runenv.Var{Key: runenv.KeyTLSKeyFile, Value: stack.ClientCert.KeyFile})
 	}
 	urls, addrs := stack.URLs(), stack.GRPCAddrs()
 	var tokens []string
@@ -177,7 +205,8 @@ func envVars(stack *localstack.Stack, pid int, binDir, traceURL string) []runenv
 		if svc.Database != "" {
 			vars = append(vars, runenv.Var{Key: runenv.Key(svc.Name, runenv.SuffixDatabaseURL), Value: stack.DSN[svc.Database]})
 		}
-		vars = append(vars, runenv.Var{Key: runenv.Key(svc.Name, runenv.SuffixURL), Value: urls[svc.Name]})
+		vars = append(vars, runenv.Var{Key: runenv.Key(svc.Name, runenv.SuffixURL), Value: urls[svc.Name]},
+			runenv.Var{Key: runenv.Key(svc.Name, runenv.SuffixClientSecret), Value: stack.ClientSecret(svc.Name)})
 		if svc.GRPCPort != 0 {
 			vars = append(vars, runenv.Var{Key: runenv.Key(svc.Name, runenv.SuffixGRPCAddr), Value: addrs[svc.Name]})
 		}
@@ -215,6 +244,16 @@ func banner(stack *localstack.Stack, envFile string) string {
 		fmt.Fprintf(&b, "  %-15s REST %s%-16s gRPC %s   metrics %s/metrics\n", in.ID, in.URL, api[in.Service], in.GRPC, in.URL)
 	}
 	fmt.Fprintf(&b, "  Pub/Sub emulator  %s\n", stack.Emulator)
+	if stack.CA != nil {
+		fmt.Fprintf(&b, `
+TLS between every process (TLS=1): the services' gRPC requires a client
+certificate of this run's CA; PostgreSQL takes sslmode=verify-full. To call
+them from a shell (the env file below holds the same paths):
+
+  export TLS_CA_FILE=%s TLS_CERT_FILE=%s TLS_KEY_FILE=%s
+  curl --cacert "$TLS_CA_FILE" --cert "$TLS_CERT_FILE" --key "$TLS_KEY_FILE" %s/readyz
+`, stack.CA.CAFile(), stack.ClientCert.CertFile, stack.ClientCert.KeyFile, stack.URLs()["workorder"])
+	}
 	fmt.Fprintf(&b, `
 Operator token of this run (generated unless WORKORDER_OPERATOR_TOKEN or
 PROVIDER_OPERATOR_TOKEN is set); the operator endpoints refuse calls
@@ -229,7 +268,11 @@ without it:
 		fmt.Fprintf(&b, "  curl -H \"authorization: Bearer $PROVIDER_OPERATOR_TOKEN\" -X PUT '%s/v1/faults?authorization.ticket=demo&authorization.actor='\"${USER:-operator}\" -d '{\"duplicate\":0.2}'\n", u)
 	}
 	if a, ok := addrs["workorder"]; ok {
-		fmt.Fprintf(&b, "  grpcurl -plaintext -H \"authorization: Bearer $PROVIDER_OPERATOR_TOKEN\" %s list\n", a)
+		if stack.CA != nil {
+			fmt.Fprintf(&b, "  grpcurl -cacert \"$TLS_CA_FILE\" -cert \"$TLS_CERT_FILE\" -key \"$TLS_KEY_FILE\" -H \"authorization: Bearer $PROVIDER_OPERATOR_TOKEN\" %s list\n", a)
+		} else {
+			fmt.Fprintf(&b, "  grpcurl -plaintext -H \"authorization: Bearer $PROVIDER_OPERATOR_TOKEN\" %s list\n", a)
+		}
 	}
 	fmt.Fprintf(&b, `
 Database URLs, addresses and tokens of this run are in %s (sourceable:
@@ -245,7 +288,9 @@ set -a; . %s; set +a). With the stack running, in another terminal:
 		b.WriteString("Each provider-sim replica has its own fault knobs (make demo sets provider-sim-1's);\nworkorder-k hands off to provider-sim-k.\n\n")
 	}
 	if wo, ok := urls["workorder"]; ok {
-		fmt.Fprintf(&b, "Try:  make demo        (or: curl -X POST %s/v1/work-orders -d '{\"customer_id\":\"acme\",\"description\":\"paint\",\"positions\":3,\"unit_price\":{\"currency_code\":\"EUR\",\"minor_units\":1250}}')\n\n", wo)
+		fmt.Fprintf(&b, "The APIs need an ID token from the local issuer (%s), as client %q:\n", stack.IssuerURL(), localstack.DemoClient)
+		fmt.Fprintf(&b, "  TOKEN=$(make -s token)     # for workorder; make -s token AUDIENCE=billing for billing\n\n")
+		fmt.Fprintf(&b, "Try:  make demo        (or: curl -H \"authorization: Bearer $TOKEN\" -X POST %s/v1/work-orders -d '{\"customer_id\":\"acme\",\"description\":\"paint\",\"positions\":3,\"unit_price\":{\"currency_code\":\"EUR\",\"minor_units\":1250}}')\n\n", wo)
 	}
 	return b.String()
 }

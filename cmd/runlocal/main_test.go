@@ -38,3 +38,14 @@ func TestOperatorTokens_GeneratedUnlessSet(t *testing.T) {
 		t.Fatalf("both set: %q %v; each service keeps its own", tok, extra)
 	}
 }
+
+func TestTLSFromEnv(t *testing.T) {
+	for v, want := range map[string]bool{"": false, "0": false, "false": false, "1": true, "true": true} {
+		if got, err := tlsFromEnv(v); got != want || err != nil {
+			t.Errorf("TLS=%q: %v, %v; want %v", v, got, err, want)
+		}
+	}
+	if _, err := tlsFromEnv("yes please"); err == nil || !strings.Contains(err.Error(), "TLS") {
+		t.Errorf("TLS=yes please: %v, want an error naming TLS", err)
+	}
+}

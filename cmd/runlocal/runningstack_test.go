@@ -51,15 +51,24 @@ func checkRunningStack(t *testing.T, envFile string) {
 		t.Fatalf("env file %v %v: want mode 0600 (it holds the operator tokens)", st, err)
 	}
 	for _, k := range []string{"WORKORDER_DATABASE_URL", "BILLING_DATABASE_URL", "PROVIDER_SIM_DATABASE_URL", "WORKORDER_OPERATOR_TOKEN",
-		"BILLING_OPERATOR_TOKEN", "PROVIDER_OPERATOR_TOKEN", "PUBSUB_EMULATOR_HOST", "PUBSUB_PROJECT_ID", "WORKORDER_URL", runenv.KeyTraceURL} {
+		"BILLING_OPERATOR_TOKEN", "PROVIDER_OPERATOR_TOKEN", "PUBSUB_EMULATOR_HOST", "PUBSUB_PROJECT_ID", "WORKORDER_URL", runenv.KeyTraceURL, runenv.KeyTokenURL, runenv.KeyClientID, runenv.KeyClientSecret} {
 		if env.Get(k) == "" {
 			t.Errorf("env file has no %s", k)
 		}
 	}
 
-	id := createOrder(t, ctx, env.Get("WORKORDER_URL"))
+	// The API refuses a call without a token, and takes make token's.
+	if code := status(t, ctx, env.Get("WORKORDER_URL")+"/v1/work-orders", ""); code != http.StatusUnauthorized {
+		t.Fatalf("list without a token: HTTP %d, want 401", code)
+	}
+	var tok bytes.Buffer
+	if err := localops.Token(ctx, env, "", &tok); err != nil {
+		t.Fatalf("make token: %v", err)
+	}
+	bearer := "Bearer " + strings.TrimSpace(tok.String())
+	id := createOrder(t, ctx, env.Get("WORKORDER_URL"), bearer)
 	waitfor.Condition(t, 2*time.Minute, "order "+id+" INVOICED", func() bool {
-		return orderStatus(ctx, env.Get("WORKORDER_URL"), id) == "WORK_ORDER_STATUS_INVOICED"
+		return orderStatus(ctx, env.Get("WORKORDER_URL"), id, bearer) == "WORK_ORDER_STATUS_INVOICED"
 	})
 
 	t.Run("database URLs", func(t *testing.T) {
@@ -166,9 +175,9 @@ func checkRunningStack(t *testing.T, envFile string) {
 		})
 		t.Logf("make trace ORDER=%s:\n%s", id, tree)
 		// A second order's spans stay out of this one's tree.
-		other := createOrder(t, ctx, env.Get("WORKORDER_URL"))
+		other := createOrder(t, ctx, env.Get("WORKORDER_URL"), bearer)
 		waitfor.Condition(t, 2*time.Minute, "order "+other+" INVOICED", func() bool {
-			return orderStatus(ctx, env.Get("WORKORDER_URL"), other) == "WORK_ORDER_STATUS_INVOICED"
+			return orderStatus(ctx, env.Get("WORKORDER_URL"), other, bearer) == "WORK_ORDER_STATUS_INVOICED"
 		})
 		var b bytes.Buffer
 		if err := localops.Trace(ctx, env, id, false, &b); err != nil {
@@ -204,11 +213,12 @@ func runCommand(t *testing.T, ctx context.Context, c localops.Command) string {
 	return string(out)
 }
 
-func createOrder(t *testing.T, ctx context.Context, base string) string {
+func createOrder(t *testing.T, ctx context.Context, base, bearer string) string {
 	t.Helper()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/work-orders",
 		strings.NewReader(`{"customer_id":"acme","description":"paint the fence","positions":3,"unit_price":{"currency_code":"EUR","minor_units":1250}}`))
 	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", bearer)
 	req.Header.Set("Idempotency-Key", uuid.NewString())
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -227,8 +237,24 @@ func createOrder(t *testing.T, ctx context.Context, base string) string {
 	return out.WorkOrder.ID
 }
 
-func orderStatus(ctx context.Context, base, id string) string {
+// status is the HTTP status of a GET of url with bearer ("": none).
+func status(t *testing.T, ctx context.Context, url, bearer string) int {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if bearer != "" {
+		req.Header.Set("Authorization", bearer)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func orderStatus(ctx context.Context, base, id, bearer string) string {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/work-orders/"+id, nil)
+	req.Header.Set("Authorization", bearer)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return ""

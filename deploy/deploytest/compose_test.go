@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -20,61 +21,283 @@ import (
 
 // loadProject loads a compose file the way `docker compose` does (schema
 // validation, interpolation, include resolution, path resolution).
-// The operator tokens have no default (the file refuses to load without
-// them), so the checks below set these; WithEnv wins over the shell and .env.
+// The operator token has no default (the file refuses to load without it),
+// so the checks below set it; WithEnv wins over the shell and every .env.
 func loadProject(t testing.TB, rel string) *types.Project {
 	t.Helper()
-	p, err := loadProjectWith(t, rel, cli.WithEnv(testOperatorTokens), cli.WithOsEnv, cli.WithDotEnv)
+	p, err := loadProjectWith(t, repoPath(t, "."), rel, cli.WithEnv(testSecrets()), cli.WithOsEnv)
 	if err != nil {
 		t.Fatalf("load %s: %v", rel, err)
 	}
 	return p
 }
 
-var testOperatorTokens = []string{
-	"WORKORDER_OPERATOR_TOKEN=workorder-operator-token-0123456789abcdef",
-	"BILLING_OPERATOR_TOKEN=billing-operator-token-0123456789abcdef01",
-	"PROVIDER_OPERATOR_TOKEN=provider-operator-token-0123456789abcdef",
+const testToken = "operator-token-0123456789abcdef0123456789"
+
+var testOperatorToken = []string{"OPERATOR_TOKEN=" + testToken}
+
+// operatorTokenVars are the settings of the services that take the operator
+// token: each must carry the one OPERATOR_TOKEN.
+var operatorTokenVars = map[string]string{
+	"workorder":    "WORKORDER_OPERATOR_TOKEN",
+	"provider-sim": "PROVIDER_OPERATOR_TOKEN",
+	"billing":      "BILLING_OPERATOR_TOKEN",
+	"console":      "CONSOLE_OPERATOR_TOKEN",
 }
 
-func loadProjectWith(t testing.TB, rel string, env ...cli.ProjectOptionsFn) (*types.Project, error) {
+// testClientSecrets are the local issuer's client secrets
+// (docs/adr/0017-caller-identity.md), required like the operator tokens.
+var testClientSecrets = []string{
+	"WORKORDER_CLIENT_SECRET=workorder-client-secret-0123456789abcdef",
+	"CONSOLE_CLIENT_SECRET=console-client-secret-0123456789abcdef01",
+	"DEMO_CLIENT_SECRET=demo-client-secret-0123456789abcdef0123",
+}
+
+func testSecrets() []string { return slices.Concat(testOperatorToken, testClientSecrets) }
+
+// loadProjectWith loads rel under root as `docker compose -f rel` does, over
+// the given environment: the .env of the project directory (rel's folder) and
+// an included file's own .env are read as Compose reads them, each filling
+// only what is still unset.
+func loadProjectWith(t testing.TB, root, rel string, env ...cli.ProjectOptionsFn) (*types.Project, error) {
 	t.Helper()
-	opts, err := cli.NewProjectOptions([]string{repoPath(t, rel)}, append(env, cli.WithName("lossless"))...)
+	opts, err := cli.NewProjectOptions([]string{filepath.Join(root, rel)},
+		append(env, cli.WithEnvFiles(), cli.WithDotEnv, cli.WithName("lossless"))...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return opts.LoadProject(context.Background())
 }
 
-// TestComposeRefusesToLoadWithoutOperatorTokens: a token with a public
+// composeCopy copies the two compose files to a fresh directory, in the
+// repository's layout and without any .env: a test of what Compose reads
+// from .env must not see the developer's own.
+func composeCopy(t *testing.T) string {
+	t.Helper()
+	root := t.TempDir()
+	for _, rel := range []string{rootComposeFile, composeFile} {
+		dst := filepath.Join(root, rel)
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(dst, readRepoFile(t, rel), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return root
+}
+
+// TestComposeRefusesToLoadWithoutOperatorToken: a token with a public
 // default protects nothing, so compose stops, naming the variable, until the
-// operator sets each one (shell or .env). Only the given environment counts
-// here: neither the shell's nor a .env file's.
-func TestComposeRefusesToLoadWithoutOperatorTokens(t *testing.T) {
+// operator sets it. Both entry points, with the .env files Compose reads (a
+// copy of the files holds none, whatever the developer's checkout has).
+func TestComposeRefusesToLoadWithoutOperatorToken(t *testing.T) {
 	t.Parallel()
-	for i, tok := range testOperatorTokens {
-		name, _, _ := strings.Cut(tok, "=")
-		others := slices.Delete(slices.Clone(testOperatorTokens), i, i+1)
-		_, err := loadProjectWith(t, rootComposeFile, cli.WithEnv(others))
-		if err == nil || !strings.Contains(err.Error(), name) {
-			t.Errorf("without %s: load error %v, want one naming it", name, err)
+	root := composeCopy(t)
+	for _, rel := range []string{rootComposeFile, composeFile} {
+		_, err := loadProjectWith(t, root, rel, cli.WithEnv(testClientSecrets))
+		if err == nil || !strings.Contains(err.Error(), "OPERATOR_TOKEN") {
+			t.Errorf("%s without OPERATOR_TOKEN: load error %v, want one naming it", rel, err)
 		}
 	}
 }
 
-// TestComposeOperatorTokensReachTheirServices: each service gets the token the
-// operator set, unchanged.
-func TestComposeOperatorTokensReachTheirServices(t *testing.T) {
+// TestComposeReadsTheOperatorTokenFromDeployComposeEnv: deploy/compose/.env
+// is the one documented place, and both entry points read it; every service
+// taking an operator token gets that one value, so the console's token is
+// accepted by each service it acts on.
+func TestComposeReadsTheOperatorTokenFromDeployComposeEnv(t *testing.T) {
 	t.Parallel()
-	p, err := loadProjectWith(t, rootComposeFile, cli.WithEnv(testOperatorTokens))
+	root := composeCopy(t)
+	if err := os.WriteFile(filepath.Join(root, "deploy/compose/.env"), []byte("OPERATOR_TOKEN="+testToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, rel := range []string{rootComposeFile, composeFile} {
+		p, err := loadProjectWith(t, root, rel, cli.WithEnv(testClientSecrets))
+		if err != nil {
+			t.Fatalf("%s with deploy/compose/.env: %v", rel, err)
+		}
+		for svc, name := range operatorTokenVars {
+			if v := p.Services[svc].Environment[name]; v == nil || *v != testToken {
+				t.Errorf("%s: service %s: %s = %v, want deploy/compose/.env's OPERATOR_TOKEN", rel, svc, name, v)
+			}
+		}
+	}
+}
+
+// TestComposeEveryOperatorTokenIsTheOne: no service takes a token of its own
+// (three tokens left the console's Faults page refused by provider-sim), and
+// every setting ending in _OPERATOR_TOKEN is known above.
+func TestComposeEveryOperatorTokenIsTheOne(t *testing.T) {
+	t.Parallel()
+	p := loadProject(t, rootComposeFile)
+	for _, s := range sortedServices(p) {
+		for name, v := range s.Environment {
+			if !strings.HasSuffix(name, "OPERATOR_TOKEN") {
+				continue
+			}
+			if name != "OPERATOR_TOKEN" && operatorTokenVars[s.Name] != name {
+				t.Errorf("service %s: %s is not a known operator token setting", s.Name, name)
+			}
+			if v == nil || *v != testToken {
+				t.Errorf("service %s: %s = %v, want OPERATOR_TOKEN's value", s.Name, name, v)
+			}
+		}
+	}
+	for svc, name := range operatorTokenVars {
+		if p.Services[svc].Environment[name] == nil {
+			t.Errorf("service %s: no %s", svc, name)
+		}
+	}
+}
+
+// TestComposeChecksTheOperatorTokenLength: every service taking the token
+// waits for check-operator-token to complete, and that job's command, run
+// here by sh as its container runs it, fails naming OPERATOR_TOKEN when the
+// token is short (${VAR:?} lets one through) and passes a 32-character one.
+func TestComposeChecksTheOperatorTokenLength(t *testing.T) {
+	t.Parallel()
+	p := loadProject(t, rootComposeFile)
+	check, ok := p.Services["check-operator-token"]
+	if !ok {
+		t.Fatal("no service check-operator-token")
+	}
+	if v := check.Environment["OPERATOR_TOKEN"]; v == nil || *v != testToken {
+		t.Errorf("check-operator-token: OPERATOR_TOKEN = %v, want the operator's", v)
+	}
+	for svc := range operatorTokenVars {
+		if d, ok := p.Services[svc].DependsOn["check-operator-token"]; !ok || d.Condition != types.ServiceConditionCompletedSuccessfully {
+			t.Errorf("service %s must depend on check-operator-token with condition service_completed_successfully", svc)
+		}
+	}
+	if len(check.Command) < 3 || check.Command[0] != "sh" || check.Command[1] != "-c" {
+		t.Fatalf("check-operator-token: command %q, want sh -c <script>", check.Command)
+	}
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Skip("no sh to run the check with")
+	}
+	run := func(token string) (string, error) {
+		cmd := exec.CommandContext(t.Context(), sh, check.Command[1:]...)
+		cmd.Env = []string{"OPERATOR_TOKEN=" + token}
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	for _, short := range []string{"x", strings.Repeat("a", 31)} {
+		out, err := run(short)
+		if err == nil || !strings.Contains(out, "OPERATOR_TOKEN") {
+			t.Errorf("token of %d characters: err %v, output %q; want a failure naming OPERATOR_TOKEN", len(short), err, out)
+		}
+	}
+	if out, err := run(strings.Repeat("a", 32)); err != nil {
+		t.Errorf("token of 32 characters: %v: %s", err, out)
+	}
+}
+
+// ourTarget returns the Dockerfile target of the image s runs when that image
+// is ours (built by s or by another service of p), and "" otherwise.
+func ourTarget(p *types.Project, s types.ServiceConfig) string {
+	if s.Build != nil {
+		return s.Build.Target
+	}
+	for _, b := range p.Services {
+		if b.Build != nil && b.Image == s.Image {
+			return b.Build.Target
+		}
+	}
+	return ""
+}
+
+// dependsOnTransitively reports whether from reaches to through depends_on.
+func dependsOnTransitively(p *types.Project, from, to string) bool {
+	seen := map[string]bool{}
+	var walk func(string) bool
+	walk = func(name string) bool {
+		if seen[name] {
+			return false
+		}
+		seen[name] = true
+		for dep := range p.Services[name].DependsOn {
+			if dep == to || walk(dep) {
+				return true
+			}
+		}
+		return false
+	}
+	return walk(from)
+}
+
+// TestComposeBuildsEachImageOnce: one service builds each of our images.
+// Compose hands builds to buildx bake with one target per service and no
+// de-duplication, so two services building one tag race (`image ... already
+// exists` with the containerd image store). Every other service running it
+// names the image with pull_policy never (there is no registry to pull a
+// :local tag from) and depends on the builder, so `docker compose up` of it
+// alone builds it first.
+func TestComposeBuildsEachImageOnce(t *testing.T) {
+	t.Parallel()
+	p := loadProject(t, rootComposeFile)
+	builder := map[string]string{}
+	for _, s := range sortedServices(p) {
+		if s.Build == nil {
+			continue
+		}
+		if s.Image == "" {
+			t.Errorf("service %s builds an image without naming it", s.Name)
+			continue
+		}
+		if other, ok := builder[s.Image]; ok {
+			t.Errorf("image %s is built by both %s and %s", s.Image, other, s.Name)
+			continue
+		}
+		builder[s.Image] = s.Name
+	}
+	for _, s := range sortedServices(p) {
+		b, ok := builder[s.Image]
+		if !ok || b == s.Name {
+			continue
+		}
+		if s.PullPolicy != types.PullPolicyNever {
+			t.Errorf("service %s runs %s (built by %s) with pull_policy %q, want never", s.Name, s.Image, b, s.PullPolicy)
+		}
+		if !dependsOnTransitively(p, s.Name, b) {
+			t.Errorf("service %s runs %s but does not depend on %s, which builds it", s.Name, s.Image, b)
+		}
+	}
+	if len(builder) == 0 {
+		t.Error("compose builds no image")
+	}
+}
+
+// TestComposeClientSecretsAreRequiredAndReachTheIssuerAndTheirClients: the
+// local issuer knows each client by the secret the operator set, and the
+// client presents that same secret; without one compose stops, naming it.
+func TestComposeClientSecretsAreRequiredAndReachTheIssuerAndTheirClients(t *testing.T) {
+	t.Parallel()
+	root := composeCopy(t)
+	for i, sec := range testClientSecrets {
+		name, _, _ := strings.Cut(sec, "=")
+		others := append(slices.Delete(slices.Clone(testClientSecrets), i, i+1), testOperatorToken...)
+		if _, err := loadProjectWith(t, root, rootComposeFile, cli.WithEnv(others)); err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("without %s: load error %v, want one naming it", name, err)
+		}
+	}
+	p, err := loadProjectWith(t, root, rootComposeFile, cli.WithEnv(testSecrets()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, tok := range testOperatorTokens {
-		name, want, _ := strings.Cut(tok, "=")
-		svc := map[string]string{"WORKORDER": "workorder", "BILLING": "billing", "PROVIDER": "provider-sim", "CONSOLE": "console"}[strings.TrimSuffix(name, "_OPERATOR_TOKEN")]
-		if v := p.Services[svc].Environment[name]; v == nil || *v != want {
-			t.Errorf("service %s: %s = %v, want the operator's %q", svc, name, v, want)
+	clients := p.Services["localissuer"].Environment["LOCALISSUER_CLIENTS"]
+	for _, sec := range testClientSecrets {
+		name, want, _ := strings.Cut(sec, "=")
+		id := strings.ToLower(strings.TrimSuffix(name, "_CLIENT_SECRET"))
+		if clients == nil || !strings.Contains(*clients, id+":"+want) {
+			t.Errorf("LOCALISSUER_CLIENTS %v lacks %s:%s", clients, id, want)
+		}
+		if id == "demo" {
+			continue // the host's client (make demo, curl)
+		}
+		if v := p.Services[id].Environment["AUTH_CLIENT_SECRET"]; v == nil || *v != want {
+			t.Errorf("service %s: AUTH_CLIENT_SECRET = %v, want %q", id, v, want)
 		}
 	}
 }
@@ -124,8 +347,9 @@ func sorted(s []string) []string {
 // (TestDockerfileBaseImagesArePinned).
 func TestComposeImagesArePinned(t *testing.T) {
 	t.Parallel()
-	for _, s := range sortedServices(loadProject(t, rootComposeFile)) {
-		if s.Build != nil {
+	p := loadProject(t, rootComposeFile)
+	for _, s := range sortedServices(p) {
+		if ourTarget(p, s) != "" {
 			continue
 		}
 		if err := checkPinned(s.Image); err != nil {
@@ -239,7 +463,7 @@ func TestComposeServicesStartAfterMigrationAndProvisioning(t *testing.T) {
 	jobOf := func(cmd string, target string) []string {
 		var names []string
 		for _, s := range p.Services {
-			if s.Build != nil && slices.Equal([]string(s.Command), []string{cmd}) && (target == "" || s.Build.Target == target) {
+			if ourTarget(p, s) != "" && slices.Equal([]string(s.Command), []string{cmd}) && (target == "" || ourTarget(p, s) == target) {
 				names = append(names, s.Name)
 			}
 		}
@@ -255,16 +479,16 @@ func TestComposeServicesStartAfterMigrationAndProvisioning(t *testing.T) {
 	}
 	servers := 0
 	for _, s := range sortedServices(p) {
-		if s.Build == nil || !slices.Equal([]string(s.Command), []string{"serve"}) {
+		if ourTarget(p, s) == "" || !slices.Equal([]string(s.Command), []string{"serve"}) {
 			continue
 		}
 		servers++
 		if noDatabase[s.Name] {
 			continue // nothing to migrate; a service without a database (the console) uses no Pub/Sub either
 		}
-		migrate := jobOf("migrate", s.Build.Target)
+		migrate := jobOf("migrate", ourTarget(p, s))
 		if len(migrate) != 1 {
-			t.Errorf("service %s: want one migrate job for target %s, have %v", s.Name, s.Build.Target, migrate)
+			t.Errorf("service %s: want one migrate job for target %s, have %v", s.Name, ourTarget(p, s), migrate)
 			continue
 		}
 		for _, job := range []string{migrate[0], provision} {
@@ -283,8 +507,9 @@ func TestComposeServicesStartAfterMigrationAndProvisioning(t *testing.T) {
 // CMD-SHELL: there is no shell) against the port the service publishes for HTTP.
 func TestComposeOurImagesProbeWithTheHealthcheckBinary(t *testing.T) {
 	t.Parallel()
-	for _, s := range sortedServices(loadProject(t, rootComposeFile)) {
-		if s.Build == nil || s.HealthCheck == nil {
+	p := loadProject(t, rootComposeFile)
+	for _, s := range sortedServices(p) {
+		if ourTarget(p, s) == "" || s.HealthCheck == nil {
 			continue
 		}
 		test := []string(s.HealthCheck.Test)
@@ -627,7 +852,7 @@ func TestComposePrometheusScrapesEveryService(t *testing.T) {
 		}
 	}
 	for _, s := range sortedServices(p) {
-		if s.Build == nil || !slices.Equal([]string(s.Command), []string{"serve"}) || s.HealthCheck == nil {
+		if ourTarget(p, s) == "" || !slices.Equal([]string(s.Command), []string{"serve"}) || s.HealthCheck == nil {
 			continue
 		}
 		u, err := url.Parse(s.HealthCheck.Test[len(s.HealthCheck.Test)-1])

@@ -2,6 +2,7 @@ package deploytest
 
 import (
 	"io/fs"
+	"os"
 	"path"
 	"path/filepath"
 	"regexp"
@@ -221,25 +222,93 @@ func TestDockerfileTargets(t *testing.T) {
 // needs; excluding one of these would break the image build, not a test.
 func TestDockerignoreKeepsTheSources(t *testing.T) {
 	t.Parallel()
+	patterns := dockerignorePatterns(t)
+	needed := []string{"go.mod", "go.sum", "services/workorder/service.json", "migrations/workorder",
+		"pkg/outbox/migrations", "gen", "internal", "services/console/internal/web/static/console.css"}
+	for _, p := range dockerBuildPackages(t) {
+		needed = append(needed, strings.TrimPrefix(p, "./")+"/main.go")
+	}
+	for _, n := range needed {
+		if dockerignored(patterns, n) {
+			t.Errorf(".dockerignore excludes %s", n)
+		}
+	}
+}
+
+// dockerignorePatterns reads .dockerignore's patterns in order.
+func dockerignorePatterns(t testing.TB) []string {
+	t.Helper()
 	var patterns []string
 	for _, line := range strings.Split(string(readRepoFile(t, dockerignoreFile)), "\n") {
 		line = strings.TrimSpace(line)
 		if line != "" && !strings.HasPrefix(line, "#") {
-			patterns = append(patterns, strings.TrimPrefix(line, "/"))
+			patterns = append(patterns, line)
 		}
 	}
-	needed := []string{"go.mod", "go.sum", "services", "cmd", "pkg", "gen", "migrations"}
-	for _, p := range dockerBuildPackages(t) {
-		needed = append(needed, strings.TrimPrefix(p, "./"))
+	return patterns
+}
+
+// dockerignored reports whether the builder leaves name (slash-separated,
+// relative to the context) out: the last matching pattern decides, a "!"
+// one keeps; a pattern matching a folder leaves out everything in it; a
+// leading "**/" matches at any depth.
+func dockerignored(patterns []string, name string) bool {
+	matches := func(pat string) bool {
+		pat = strings.Trim(pat, "/")
+		for p := name; p != "." && p != ""; p = path.Dir(p) {
+			if ok, _ := path.Match(pat, p); ok {
+				return true
+			}
+			if rest, ok := strings.CutPrefix(pat, "**/"); ok {
+				if ok, _ := path.Match(rest, path.Base(p)); ok {
+					return true
+				}
+			}
+		}
+		return false
 	}
-	for _, n := range needed {
-		for _, pat := range patterns {
-			if strings.HasPrefix(pat, "!") {
-				continue
+	ignored := false
+	for _, pat := range patterns {
+		if keep, ok := strings.CutPrefix(pat, "!"); ok {
+			if matches(keep) {
+				ignored = false
 			}
-			if ok, _ := path.Match(pat, n); ok || strings.HasPrefix(n, strings.TrimSuffix(pat, "/")+"/") {
-				t.Errorf(".dockerignore pattern %q excludes %s", pat, n)
+		} else if matches(pat) {
+			ignored = true
+		}
+	}
+	return ignored
+}
+
+// TestDockerignoreLeavesOutSecretsAndBinaries: the build context is sent to
+// the builder (and may be cached or pushed with it), so it must not carry
+// make run's tokens (.run/), a compose .env anywhere, or binaries built in
+// the checkout (bin/, and `go build ./services/<name>` or ./cmd/<name> run
+// at the root, which writes ./<name>).
+func TestDockerignoreLeavesOutSecretsAndBinaries(t *testing.T) {
+	t.Parallel()
+	patterns := dockerignorePatterns(t)
+	secret := []string{".run/env", ".run", ".env", "deploy/compose/.env", "services/workorder/.env", "bin/workorder"}
+	for _, dir := range []string{"services", "cmd"} {
+		entries, err := os.ReadDir(repoPath(t, dir))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range entries {
+			if e.IsDir() {
+				secret = append(secret, e.Name())
 			}
+		}
+	}
+	for _, n := range secret {
+		if !dockerignored(patterns, n) {
+			t.Errorf(".dockerignore lets %s into the build context", n)
+		}
+	}
+	// and still keeps the sources named like those binaries
+	for _, n := range []string{"services/workorder/main.go", "cmd/demo/main.go"} {
+		if dockerignored(patterns, n) {
+			t.Errorf(".dockerignore leaves out %s, which the build needs", n)
 		}
 	}
 }

@@ -39,8 +39,12 @@ type podMonitoring struct {
 		Selector  metav1.LabelSelector `json:"selector"`
 		Endpoints []struct {
 			Port     intstr.IntOrString `json:"port"`
+			Scheme   string             `json:"scheme"`
 			Path     string             `json:"path"`
 			Interval string             `json:"interval"`
+			TLS      *struct {
+				InsecureSkipVerify bool `json:"insecureSkipVerify"`
+			} `json:"tls"`
 		} `json:"endpoints"`
 	} `json:"spec"`
 }
@@ -119,6 +123,44 @@ type externalSecret struct {
 	} `json:"spec"`
 }
 
+// certIssuer is a cert-manager Issuer: self-signed, or a CA whose key pair
+// is a Secret.
+type certIssuer struct {
+	metav1.TypeMeta `json:",inline"`
+	Metadata        metav1.ObjectMeta `json:"metadata"`
+	Spec            struct {
+		SelfSigned *struct{} `json:"selfSigned"`
+		CA         *struct {
+			SecretName string `json:"secretName"`
+		} `json:"ca"`
+	} `json:"spec"`
+}
+
+// certificate is a cert-manager Certificate.
+type certificate struct {
+	metav1.TypeMeta `json:",inline"`
+	Metadata        metav1.ObjectMeta `json:"metadata"`
+	Spec            struct {
+		IsCA        bool     `json:"isCA"`
+		CommonName  string   `json:"commonName"`
+		SecretName  string   `json:"secretName"`
+		Duration    string   `json:"duration"`
+		RenewBefore string   `json:"renewBefore"`
+		Usages      []string `json:"usages"`
+		DNSNames    []string `json:"dnsNames"`
+		IPAddresses []string `json:"ipAddresses"`
+		PrivateKey  struct {
+			Algorithm      string `json:"algorithm"`
+			Size           int    `json:"size"`
+			RotationPolicy string `json:"rotationPolicy"`
+		} `json:"privateKey"`
+		IssuerRef struct {
+			Name string `json:"name"`
+			Kind string `json:"kind"`
+		} `json:"issuerRef"`
+	} `json:"spec"`
+}
+
 // k8sKinds maps apiVersion/kind to the type an object must decode into,
 // unknown fields refused. A kind not listed fails the render.
 var k8sKinds = map[string]func() any{
@@ -137,6 +179,8 @@ var k8sKinds = map[string]func() any{
 	"monitoring.googleapis.com/v1/Rules":         func() any { return new(gmpRules) },
 	"external-secrets.io/v1/SecretStore":         func() any { return new(secretStore) },
 	"external-secrets.io/v1/ExternalSecret":      func() any { return new(externalSecret) },
+	"cert-manager.io/v1/Issuer":                  func() any { return new(certIssuer) },
+	"cert-manager.io/v1/Certificate":             func() any { return new(certificate) },
 }
 
 // rendered is an overlay's output, decoded.

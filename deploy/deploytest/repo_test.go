@@ -19,6 +19,7 @@ const (
 	dockerfile             = "deploy/docker/Dockerfile"
 	devcontainerDockerfile = ".devcontainer/Dockerfile"
 	dockerignoreFile       = ".dockerignore"
+	imagesWorkflowFile     = ".github/workflows/images.yml"
 	makefile               = "Makefile"
 	metricsFile            = "deploy/compose/metrics.txt"
 	alertsFile             = "deploy/compose/prometheus/alerts.yml"

@@ -140,7 +140,7 @@ func TestServicesComposeRunsTheDeclaredServices(t *testing.T) {
 	p := loadProject(t, rootComposeFile)
 	servers := map[string]bool{}
 	for _, s := range p.Services {
-		if s.Build != nil && slices.Equal([]string(s.Command), []string{"serve"}) {
+		if ourTarget(p, s) != "" && slices.Equal([]string(s.Command), []string{"serve"}) {
 			servers[s.Name] = true
 		}
 	}
@@ -152,7 +152,7 @@ func TestServicesComposeRunsTheDeclaredServices(t *testing.T) {
 		if !ok {
 			continue // reported above
 		}
-		if s.Build == nil || s.Build.Target != d.Name {
+		if ourTarget(p, s) != d.Name {
 			t.Errorf("compose %s: want build target %q", d.Name, d.Name)
 		}
 		for _, port := range []int{d.GRPCPort, d.HTTPPort} {
@@ -178,7 +178,7 @@ func TestServicesComposeRunsTheDeclaredServices(t *testing.T) {
 			if ok {
 				t.Errorf("compose: job %s-migrate, but %s declares no database", d.Name, d.Name)
 			}
-		} else if !ok || migrate.Build == nil || migrate.Build.Target != d.Name || !slices.Equal([]string(migrate.Command), []string{"migrate"}) {
+		} else if !ok || ourTarget(p, migrate) != d.Name || !slices.Equal([]string(migrate.Command), []string{"migrate"}) {
 			t.Errorf("compose: want a job %s-migrate running `migrate` from target %s", d.Name, d.Name)
 		} else if db := composeDatabase(t, migrate); db != d.Database {
 			t.Errorf("compose %s-migrate: database %q, want %q", d.Name, db, d.Database)
@@ -279,5 +279,56 @@ func TestServicesPrometheusScrapesAndAlertsOnTheDeclaredServices(t *testing.T) {
 	sort.Strings(watched)
 	if want := declaredNames(svcs); !slices.Equal(watched, want) {
 		t.Errorf("ServiceDown watches jobs %v, services/*/service.json declares %v", watched, want)
+	}
+}
+
+// TestServicesImagesWorkflowBuildsTheDeclaredServices: the images workflow
+// builds and pushes exactly the declared services, each from its own target
+// of our Dockerfile, for both architectures, with provenance.
+func TestServicesImagesWorkflowBuildsTheDeclaredServices(t *testing.T) {
+	t.Parallel()
+	var wf struct {
+		Jobs map[string]struct {
+			Strategy struct {
+				Matrix struct {
+					Service []string `yaml:"service"`
+				} `yaml:"matrix"`
+			} `yaml:"strategy"`
+			Steps []struct {
+				Uses string            `yaml:"uses"`
+				With map[string]string `yaml:"with"`
+			} `yaml:"steps"`
+		} `yaml:"jobs"`
+	}
+	if err := yaml.Unmarshal(readRepoFile(t, imagesWorkflowFile), &wf); err != nil {
+		t.Fatalf("%s: %v", imagesWorkflowFile, err)
+	}
+	build, ok := wf.Jobs["build"]
+	if !ok {
+		t.Fatalf("%s: no job build", imagesWorkflowFile)
+	}
+	if got, want := sorted(build.Strategy.Matrix.Service), declaredNames(declaredServices(t)); !slices.Equal(got, want) {
+		t.Errorf("%s builds images of %v, services/*/service.json declares %v", imagesWorkflowFile, got, want)
+	}
+	pushes := 0
+	for _, st := range build.Steps {
+		if !strings.HasPrefix(st.Uses, "docker/build-push-action@") {
+			continue
+		}
+		pushes++
+		for key, want := range map[string]string{
+			"file":       dockerfile,
+			"target":     "${{ matrix.service }}",
+			"platforms":  "linux/amd64,linux/arm64",
+			"push":       "true",
+			"provenance": "mode=max",
+		} {
+			if got := st.With[key]; got != want {
+				t.Errorf("%s: build-push-action %s: %q, want %q", imagesWorkflowFile, key, got, want)
+			}
+		}
+	}
+	if pushes != 1 {
+		t.Errorf("%s: %d docker/build-push-action steps in job build, want 1", imagesWorkflowFile, pushes)
 	}
 }

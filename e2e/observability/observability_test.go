@@ -184,7 +184,11 @@ func TestObservability_OneOrderTracedAcrossEveryHopAndEveryContractMetricExporte
 	clientSpans := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(clientSpans))
 	cctx, root := tp.Tracer("test-client").Start(ctx, "client create work order", trace.WithSpanKind(trace.SpanKindClient))
-	id := createOrder(t, cctx, base)
+	hc, err := stack.CallerHTTPClient(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := createOrder(t, cctx, hc, base)
 	root.End()
 	for _, s := range clientSpans.GetSpans() {
 		spans.add(span{Service: "test-client", Name: s.Name, Kind: tracepb.Span_SPAN_KIND_CLIENT,
@@ -347,14 +351,14 @@ func assertNoOrphans(t *testing.T, all []span, later func() []span) {
 	}
 }
 
-func createOrder(t *testing.T, ctx context.Context, base string) string {
+func createOrder(t *testing.T, ctx context.Context, hc *http.Client, base string) string {
 	t.Helper()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/work-orders",
 		strings.NewReader(`{"customer_id":"acme","description":"paint the fence","positions":3,"unit_price":{"currency_code":"EUR","minor_units":1250}}`))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", uuid.NewString())
 	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(req.Header))
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := hc.Do(req) // with the stack's demo ID token
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package libenv
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	gpubsub "cloud.google.com/go/pubsub/v2"
@@ -43,8 +44,12 @@ func Postgres(r *envconfig.Reader, def pgdb.Config) pgdb.Config {
 // SHUTDOWN_TIMEOUT, HTTP_MAX_BODY_BYTES, HTTP_READ_HEADER_TIMEOUT,
 // HTTP_READ_TIMEOUT, HTTP_WRITE_TIMEOUT, HTTP_IDLE_TIMEOUT and
 // REQUEST_TIMEOUT (defaults: the server.Default constants; 0 means the
-// default), PPROF_ENABLED (default false) and SERVICE_ROLE (default "all").
+// default), PPROF_ADDR (default "": no profiles; a loopback address),
+// SERVICE_ROLE (default "all") and the TLS_* variables of TLS.
 func Server(r *envconfig.Reader, grpcAddr, httpAddr string) server.Config {
+	if _, ok := r.Lookup("PPROF_ENABLED"); ok {
+		r.Record(errors.New("PPROF_ENABLED is gone: set PPROF_ADDR to a loopback address (e.g. 127.0.0.1:6060) to serve profiles on a listener of their own"))
+	}
 	return server.Config{
 		GRPCAddr:          r.String("GRPC_ADDR", grpcAddr),
 		HTTPAddr:          r.String("HTTP_ADDR", httpAddr),
@@ -55,13 +60,52 @@ func Server(r *envconfig.Reader, grpcAddr, httpAddr string) server.Config {
 		RequestTimeout:    r.Duration("REQUEST_TIMEOUT", server.DefaultRequestTimeout),
 		WriteTimeout:      r.Duration("HTTP_WRITE_TIMEOUT", 0),
 		IdleTimeout:       r.Duration("HTTP_IDLE_TIMEOUT", server.DefaultIdleTimeout),
-		Pprof:             r.Bool("PPROF_ENABLED", false),
+		PprofAddr:         r.String("PPROF_ADDR", ""),
 		Role:              server.Role(r.String("SERVICE_ROLE", string(server.RoleAll))),
+		TLS:               TLS(r),
 	}
 }
 
 // ServerEnvNames lists the variables Server reads, for errors that name them.
-const ServerEnvNames = "GRPC_ADDR / HTTP_ADDR / SHUTDOWN_TIMEOUT / HTTP_MAX_BODY_BYTES / HTTP_READ_HEADER_TIMEOUT / HTTP_READ_TIMEOUT / HTTP_WRITE_TIMEOUT / HTTP_IDLE_TIMEOUT / REQUEST_TIMEOUT / PPROF_ENABLED / SERVICE_ROLE"
+const ServerEnvNames = "GRPC_ADDR / HTTP_ADDR / SHUTDOWN_TIMEOUT / HTTP_MAX_BODY_BYTES / HTTP_READ_HEADER_TIMEOUT / HTTP_READ_TIMEOUT / HTTP_WRITE_TIMEOUT / HTTP_IDLE_TIMEOUT / REQUEST_TIMEOUT / PPROF_ADDR / SERVICE_ROLE / " + TLSEnvNames
+
+// Environment variables read by TLS.
+const (
+	EnvTLSCertFile   = "TLS_CERT_FILE"
+	EnvTLSKeyFile    = "TLS_KEY_FILE"
+	EnvTLSCAFile     = "TLS_CA_FILE"
+	EnvTLSClientAuth = "TLS_CLIENT_AUTH"
+	TLSEnvNames      = "TLS_CERT_FILE / TLS_KEY_FILE / TLS_CA_FILE / TLS_CLIENT_AUTH"
+)
+
+// TLS reads the process's TLS settings (server.TLSConfig): TLS_CERT_FILE and
+// TLS_KEY_FILE (its certificate, served and presented to servers that ask),
+// TLS_CA_FILE (the roots it trusts, for the servers it dials and its
+// callers' certificates) and TLS_CLIENT_AUTH (none, verify-if-given or
+// require; default require with a certificate and a CA). All unset:
+// plaintext. A client alone (a CLI, the load generator) sets TLS_CA_FILE.
+// Check the result with server.NewTLS, which reads the files.
+func TLS(r *envconfig.Reader) server.TLSConfig {
+	return server.TLSConfig{
+		CertFile:   r.String(EnvTLSCertFile, ""),
+		KeyFile:    r.String(EnvTLSKeyFile, ""),
+		CAFile:     r.String(EnvTLSCAFile, ""),
+		ClientAuth: server.ClientAuth(r.String(EnvTLSClientAuth, "")),
+	}
+}
+
+// NewTLS is server.NewTLS(TLS(r)), its error naming the variables: the
+// client side of the process's TLS (nil: plaintext).
+func NewTLS(r *envconfig.Reader) (*server.TLS, error) {
+	if err := r.Err(); err != nil {
+		return nil, err
+	}
+	t, err := server.NewTLS(TLS(r))
+	if err != nil {
+		return nil, envconfig.Check(TLSEnvNames, err)
+	}
+	return t, nil
+}
 
 // Outbox reads the relay settings from environment variables with the
 // given prefix (e.g. "WORKORDER_OUTBOX_"): BATCH_SIZE, DISPATCH_CONCURRENCY,

@@ -23,8 +23,10 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/lossless-dev/lossless/internal/clientauth"
 	"github.com/lossless-dev/lossless/internal/runenv"
 	"github.com/lossless-dev/lossless/internal/tracestore"
+	"github.com/lossless-dev/lossless/pkg/server"
 )
 
 // Command is a program to run (exec) with its whole environment.
@@ -105,6 +107,15 @@ func OpsCommand(env runenv.Env, svc string, args []string) (Command, error) {
 	if dsn != "" {
 		e = append(e, "DATABASE_URL="+dsn)
 	}
+	// Its calls to other services (billing reconcile -workorder-addr) carry
+	// the service's own ID token, not the demo client's: the service's
+	// client at the local issuer replaces the env file's.
+	if secret := env.Get(runenv.Key(svc, runenv.SuffixClientSecret)); secret != "" {
+		e = slices.DeleteFunc(e, func(kv string) bool {
+			return strings.HasPrefix(kv, runenv.KeyClientID+"=") || strings.HasPrefix(kv, runenv.KeyClientSecret+"=")
+		})
+		e = append(e, runenv.KeyClientID+"="+svc, runenv.KeyClientSecret+"="+secret)
+	}
 	return Command{Path: bin, Args: args, Env: e}, nil
 }
 
@@ -146,10 +157,17 @@ func Metrics(ctx context.Context, env runenv.Env, w io.Writer) error {
 		head = append(head, c.header)
 	}
 	fmt.Fprintln(tw, strings.Join(head, "\t"))
+	// https:// with `make run TLS=1`: the stack's CA and client certificate.
+	clientTLS, err := server.NewTLS(server.TLSConfig{CAFile: env.Get(runenv.KeyTLSCAFile),
+		CertFile: env.Get(runenv.KeyTLSCertFile), KeyFile: env.Get(runenv.KeyTLSKeyFile)})
+	if err != nil {
+		return err
+	}
+	hc := clientTLS.HTTPClient(0)
 	var errs []error
 	for _, svc := range withDatabase(env) {
 		u := env.Get(runenv.Key(svc, runenv.SuffixURL)) + "/metrics"
-		fams, err := scrape(ctx, u)
+		fams, err := scrape(ctx, hc, u)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", svc, err))
 			fmt.Fprintf(tw, "%s\tcannot scrape %s\n", svc, u)
@@ -216,14 +234,14 @@ func labelsMatch(m *dto.Metric, want map[string]string) bool {
 	return true
 }
 
-func scrape(ctx context.Context, url string) (map[string]*dto.MetricFamily, error) {
+func scrape(ctx context.Context, hc *http.Client, url string) (map[string]*dto.MetricFamily, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		return nil, err
 	}
@@ -250,4 +268,40 @@ func Trace(ctx context.Context, env runenv.Env, id string, queries bool, w io.Wr
 		return err
 	}
 	return tracestore.WriteTree(w, o, queries)
+}
+
+// Caller is the demo client's token configuration of the running stack
+// (its env file's AUTH_TOKEN_URL, AUTH_CLIENT_ID, AUTH_CLIENT_SECRET) for
+// the service named audience.
+func Caller(env runenv.Env, audience string) (clientauth.Config, error) {
+	c := clientauth.Config{
+		TokenURL: env.Get(runenv.KeyTokenURL), ClientID: env.Get(runenv.KeyClientID),
+		ClientSecret: env.Get(runenv.KeyClientSecret), Audience: audience, AudienceVar: "AUDIENCE",
+	}
+	if c.TokenURL == "" {
+		return c, errors.New("the running stack's env file has no " + runenv.KeyTokenURL + ": restart make run")
+	}
+	return c, c.Validate()
+}
+
+// Token writes an ID token of the demo client for audience (default
+// "workorder"), for curl and grpcurl.
+func Token(ctx context.Context, env runenv.Env, audience string, w io.Writer) error {
+	if audience == "" {
+		audience = "workorder"
+	}
+	c, err := Caller(env, audience)
+	if err != nil {
+		return err
+	}
+	ts, err := c.TokenSource(ctx)
+	if err != nil {
+		return err
+	}
+	tok, err := ts.Token()
+	if err != nil {
+		return fmt.Errorf("token from %s: %w", c.TokenURL, err)
+	}
+	_, err = fmt.Fprintln(w, tok.AccessToken)
+	return err
 }

@@ -26,9 +26,12 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"google.golang.org/grpc"
 
 	"github.com/lossless-dev/lossless/internal/catalog"
+	"github.com/lossless-dev/lossless/internal/localca"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
+	"github.com/lossless-dev/lossless/pkg/server"
 	"github.com/lossless-dev/lossless/services"
 )
 
@@ -38,6 +41,7 @@ type ServicePorts struct{ GRPC, HTTP int }
 // Ports of one stack. Zero values take the defaults.
 type Ports struct {
 	Emulator int // default 8085
+	Issuer   int // the local OIDC issuer; default 8086
 	// Services holds, per service name, the ports of its replicas 1, 2, ...
 	// in order. A replica without an entry, or a zero port in it, listens on
 	// the port its declaration names plus ReplicaPortStep × (replica − 1):
@@ -79,12 +83,12 @@ func FreePortsFor(replicas int) (Ports, error) {
 	if err != nil {
 		return Ports{}, err
 	}
-	ps, err := pgtest.FreePorts(1 + 2*replicas*len(c))
+	ps, err := pgtest.FreePorts(2 + 2*replicas*len(c))
 	if err != nil {
 		return Ports{}, err
 	}
-	p := Ports{Emulator: ps[0], Services: map[string][]ServicePorts{}}
-	ps = ps[1:]
+	p := Ports{Emulator: ps[0], Issuer: ps[1], Services: map[string][]ServicePorts{}}
+	ps = ps[2:]
 	for _, svc := range c {
 		for range replicas {
 			p.Services[svc.Name] = append(p.Services[svc.Name], ServicePorts{GRPC: ps[0], HTTP: ps[1]})
@@ -95,9 +99,10 @@ func FreePortsFor(replicas int) (Ports, error) {
 }
 
 // AllPorts lists every port of p for the catalog's services with replicas
-// replicas, the emulator's first (for tests that check they are closed).
+// replicas replicas, the emulator's and the issuer's first (for tests that
+// check they are closed).
 func (p Ports) AllPorts(c catalog.Catalog, replicas int) []int {
-	out := []int{p.Emulator}
+	out := []int{p.Emulator, p.Issuer}
 	for _, svc := range c {
 		for k := 1; k <= replicas; k++ {
 			r := p.replica(svc, k)
@@ -164,6 +169,21 @@ type Config struct {
 	// API of the trace store TraceEndpoint feeds (internal/tracestore's
 	// Server.URL), read by the console. Default "".
 	TraceURL string
+	// TLS turns on TLS between every process (docs/adr/0018): a CA made for
+	// this stack (internal/localca) issues each replica a certificate,
+	// passed as TLS_CERT_FILE, TLS_KEY_FILE and TLS_CA_FILE, so every gRPC
+	// and HTTP listener serves TLS and requires a client certificate of the
+	// CA on gRPC (mTLS); Instance.URL becomes https://. The ephemeral
+	// PostgreSQL serves TLS too and the services connect with
+	// sslmode=verify-full. Not covered: the Pub/Sub emulator (plaintext
+	// gRPC only; Google's endpoints carry TLS in production) and the
+	// in-process trace store. Stack.ClientTLS is the side tests and tools
+	// dial with. Default false.
+	TLS bool
+	// Pprof serves every replica's Go profiles on a loopback port of its
+	// own (PPROF_ADDR; Instance.PprofURL), for the benchmarks that profile
+	// the services. Default false.
+	Pprof bool
 }
 
 // Stack is a running local system.
@@ -182,6 +202,18 @@ type Stack struct {
 	// OperatorToken is the bearer token of every service's operator
 	// endpoints (Config.OperatorToken, or the one generated).
 	OperatorToken string
+	// CA is the stack's certificate authority with Config.TLS, else nil;
+	// its files live in a folder Stop removes.
+	CA    *localca.CA
+	caDir string
+	// ClientTLS is the client side of the stack's TLS (the CA and a client
+	// certificate of its own) with Config.TLS; nil (plaintext) without.
+	// Its DialOption and HTTPClient reach every service.
+	ClientTLS *server.TLS
+	// ClientCert is ClientTLS's certificate files, for tools run as
+	// separate processes (TLS_CERT_FILE, TLS_KEY_FILE). Empty without TLS.
+	ClientCert localca.Pair
+	issuer     *issuer
 }
 
 // Instance is one replica of a service.
@@ -191,6 +223,9 @@ type Instance struct {
 	Replica int    // 1-based
 	GRPC    string // host:port
 	URL     string // REST base URL, also /healthz, /readyz, /metrics
+	// PprofURL is the base URL of the replica's profiles listener
+	// (<PprofURL>/debug/pprof/heap) with Config.Pprof, else "".
+	PprofURL string
 }
 
 // NewOperatorToken returns 32 random bytes, hex-encoded.
@@ -262,6 +297,9 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	if cfg.Ports.Emulator == 0 {
 		cfg.Ports.Emulator = 8085
 	}
+	if cfg.Ports.Issuer == 0 {
+		cfg.Ports.Issuer = 8086
+	}
 	s := &Stack{cfg: cfg, procs: map[string]*Process{}, DSN: map[string]string{}, RuntimeDSN: map[string]string{}, OperatorToken: cfg.OperatorToken}
 	defer func() {
 		if err != nil {
@@ -269,21 +307,41 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		}
 	}()
 
-	server := cfg.DatabaseURL
-	if server == "" {
+	if cfg.TLS {
+		if err := s.startCA(); err != nil {
+			return nil, err
+		}
+	}
+	if err := s.startIssuer(cfg.Ports.Issuer); err != nil {
+		return nil, err
+	}
+
+	dbServer := cfg.DatabaseURL
+	if dbServer == "" {
 		s.logf("postgres", "starting an ephemeral PostgreSQL cluster from the local binaries")
-		s.cluster, err = pgtest.StartCluster(ctx, pgtest.ClusterOptions{Fsync: cfg.Fsync})
+		opts := pgtest.ClusterOptions{Fsync: cfg.Fsync}
+		if s.CA != nil {
+			pg, err := s.CA.Issue("postgres")
+			if err != nil {
+				return nil, err
+			}
+			opts.TLSCertFile, opts.TLSKeyFile = pg.CertFile, pg.KeyFile
+		}
+		s.cluster, err = pgtest.StartCluster(ctx, opts)
 		if err != nil {
 			return nil, err
 		}
-		server = s.cluster.DSN("postgres")
-		s.logf("postgres", "listening on 127.0.0.1:%d", s.cluster.Port())
+		dbServer = s.cluster.DSN("postgres")
+		if s.CA != nil {
+			dbServer = verifyFull(dbServer, s.CA.CAFile())
+		}
+		s.logf("postgres", "listening on 127.0.0.1:%d (TLS %v)", s.cluster.Port(), s.CA != nil)
 	}
 	for _, svc := range cfg.Services {
 		if svc.Database == "" {
 			continue // a service without a database (the console)
 		}
-		if s.DSN[svc.Database], err = ensureDatabase(ctx, server, cfg.DatabasePrefix+svc.Database); err != nil {
+		if s.DSN[svc.Database], err = ensureDatabase(ctx, dbServer, cfg.DatabasePrefix+svc.Database); err != nil {
 			return nil, err
 		}
 		if s.RuntimeDSN[svc.Database], err = s.ensureRuntimeRole(ctx, s.DSN[svc.Database]); err != nil {
@@ -330,9 +388,25 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 			in := s.instance(svc, k)
 			env := []string{
 				"GRPC_ADDR=" + in.GRPC,
-				"HTTP_ADDR=" + strings.TrimPrefix(in.URL, "http://"),
+				"HTTP_ADDR=" + in.httpAddr(),
 				"INSTANCE_ID=" + in.ID,
 				"OTEL_RESOURCE_ATTRIBUTES=service.instance.id=" + in.ID,
+			}
+			if cfg.Pprof {
+				port, err := pgtest.FreePort()
+				if err != nil {
+					return nil, err
+				}
+				addr := fmt.Sprintf("127.0.0.1:%d", port)
+				env = append(env, "PPROF_ADDR="+addr)
+				in.PprofURL = "http://" + addr
+			}
+			if s.CA != nil {
+				pair, err := s.CA.Issue(in.ID)
+				if err != nil {
+					return nil, err
+				}
+				env = append(env, "TLS_CERT_FILE="+pair.CertFile, "TLS_KEY_FILE="+pair.KeyFile, "TLS_CA_FILE="+s.CA.CAFile())
 			}
 			if cfg.TraceEndpoint != "" {
 				env = append(env, "OTEL_EXPORTER_OTLP_ENDPOINT="+cfg.TraceEndpoint, "OTEL_BSP_SCHEDULE_DELAY=200")
@@ -379,14 +453,71 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 // instance describes replica k of svc.
 func (s *Stack) instance(svc catalog.Service, k int) Instance {
 	r := s.cfg.Ports.replica(svc, k)
+	scheme := "http"
+	if s.cfg.TLS {
+		scheme = "https"
+	}
 	return Instance{
 		ID:      fmt.Sprintf("%s-%d", svc.Name, k),
 		Service: svc.Name,
 		Replica: k,
 		GRPC:    fmt.Sprintf("127.0.0.1:%d", r.GRPC),
-		URL:     fmt.Sprintf("http://127.0.0.1:%d", r.HTTP),
+		URL:     fmt.Sprintf("%s://127.0.0.1:%d", scheme, r.HTTP),
 	}
 }
+
+// httpAddr is the host:port of the instance's HTTP listener.
+func (in Instance) httpAddr() string {
+	_, addr, _ := strings.Cut(in.URL, "://")
+	return addr
+}
+
+// startCA makes the stack's CA in a folder of its own and the client side
+// the stack and its tests dial with.
+func (s *Stack) startCA() error {
+	dir, err := os.MkdirTemp("", "lossless-tls-")
+	if err != nil {
+		return fmt.Errorf("localstack: TLS folder: %w", err)
+	}
+	s.caDir = dir
+	if s.CA, err = localca.New(dir); err != nil {
+		return err
+	}
+	if s.ClientCert, err = s.CA.Issue("client"); err != nil {
+		return err
+	}
+	s.ClientTLS, err = server.NewTLS(server.TLSConfig{CertFile: s.ClientCert.CertFile, KeyFile: s.ClientCert.KeyFile, CAFile: s.CA.CAFile()})
+	if err != nil {
+		return err
+	}
+	s.logf("tls", "local CA in %s: every process serves TLS, gRPC requires client certificates", dir)
+	return nil
+}
+
+// verifyFull makes a cluster's DSN (sslmode=disable) verify the server's
+// certificate against caFile.
+func verifyFull(dsn, caFile string) string {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return dsn
+	}
+	q := u.Query()
+	q.Set("sslmode", "verify-full")
+	q.Set("sslrootcert", caFile)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// HTTPClient reaches the services' HTTP listeners: over TLS with ClientTLS
+// when the stack runs TLS.
+func (s *Stack) HTTPClient(timeout time.Duration) *http.Client {
+	return s.ClientTLS.HTTPClient(timeout)
+}
+
+// DialOption is the transport of a gRPC client of the services: TLS with
+// ClientTLS (mTLS) when the stack runs TLS, else plaintext. Add per-RPC
+// credentials and other options beside it.
+func (s *Stack) DialOption() grpc.DialOption { return s.ClientTLS.DialOption() }
 
 // Services are the services the stack runs, in start order.
 func (s *Stack) Services() catalog.Catalog { return slices.Clone(s.cfg.Services) }
@@ -468,12 +599,14 @@ func (s *Stack) WaitReady(ctx context.Context, name string) error {
 			u = in.URL + "/readyz"
 		}
 	}
+	hc := s.HTTPClient(5 * time.Second)
+	defer hc.CloseIdleConnections()
 	for {
 		if exited, err := p.Exited(); exited {
 			return fmt.Errorf("%s exited during start-up: %w", name, err)
 		}
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-		if resp, err := http.DefaultClient.Do(req); err == nil {
+		if resp, err := hc.Do(req); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
 				return nil
@@ -497,6 +630,9 @@ func (s *Stack) Stop(timeout time.Duration) error {
 		s.cluster.Remove()
 		s.logf("postgres", "stopped and removed")
 	}
+	if s.caDir != "" {
+		_ = os.RemoveAll(s.caDir)
+	}
 	return err
 }
 
@@ -515,6 +651,9 @@ func (s *Stack) stop(timeout time.Duration, servicesOnly bool) error {
 			errs = append(errs, err)
 		}
 	}
+	if !servicesOnly {
+		s.stopIssuer()
+	}
 	return errors.Join(errs...)
 }
 
@@ -526,6 +665,9 @@ func (s *Stack) add(name, binary string, args []string, env ...string) *Process 
 	}
 	if svc, ok := s.cfg.Services.Service(binary); ok && svc.Database != "" {
 		svcEnv = append(svcEnv, databaseEnv(s.DSN[svc.Database], s.RuntimeDSN[svc.Database], args)...)
+	}
+	if _, ok := s.cfg.Services.Service(binary); ok {
+		svcEnv = append(svcEnv, s.authEnv(binary)...)
 	}
 	// Later entries win: the caller's ExtraEnv overrides the stack's choices.
 	svcEnv = append(append(append(svcEnv, env...), s.cfg.ExtraEnv[binary]...), s.cfg.ExtraEnv[name]...)

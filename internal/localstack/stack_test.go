@@ -41,7 +41,7 @@ func TestFreePortsFor_EveryPortOfEveryReplicaOfEveryDeclaredServiceDistinct(t *t
 	}
 	c := declared(t)
 	all := p.AllPorts(c, 3)
-	if len(all) != 1+2*3*len(c) {
+	if len(all) != 2+2*3*len(c) { // the emulator, the issuer, the services
 		t.Fatalf("%d ports for %d services × 3 replicas", len(all), len(c))
 	}
 	seen := map[int]bool{}

@@ -20,10 +20,15 @@ import (
 // OperatorService (pkg/operator) over its own database owes, on the gRPC
 // listener at grpcAddr: a call without the token is refused
 // (UNAUTHENTICATED), and with it a requeue dry run is answered and lands in
-// the service's operator_audit, which the same API lists.
-func OperatorServiceIsMounted(t *testing.T, grpcAddr, token string) {
+// the service's operator_audit, which the same API lists. dial are the
+// transport options (e.g. a server.TLS's DialOption for a listener serving
+// TLS); default plaintext.
+func OperatorServiceIsMounted(t *testing.T, grpcAddr, token string, dial ...grpc.DialOption) {
 	t.Helper()
-	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if len(dial) == 0 {
+		dial = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	}
+	conn, err := grpc.NewClient(grpcAddr, dial...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,10 +14,13 @@
 // Keys: RUNLOCAL_PID (the runlocal process; a file whose process is gone is
 // stale), RUNLOCAL_SERVICES (the services in start order), RUNLOCAL_BIN_DIR
 // (the binaries the stack runs), RUNLOCAL_TRACE_URL (the local trace store,
-// internal/tracestore), PUBSUB_EMULATOR_HOST, PUBSUB_PROJECT_ID, and per
+// internal/tracestore), PUBSUB_EMULATOR_HOST, PUBSUB_PROJECT_ID,
+// AUTH_TOKEN_URL, AUTH_CLIENT_ID and AUTH_CLIENT_SECRET (the local issuer
+// and the demo client, internal/localstack), and per
 // service, with the name upper-cased and "-" as "_" (Key):
 // <SERVICE>_DATABASE_URL (services with a database), <SERVICE>_URL (REST
-// base URL, /metrics too), <SERVICE>_GRPC_ADDR (services with gRPC), and
+// base URL, /metrics too), <SERVICE>_GRPC_ADDR (services with gRPC),
+// <SERVICE>_CLIENT_SECRET (its client at the local issuer), and
 // the operator token variables the service reads (WORKORDER_OPERATOR_TOKEN,
 // BILLING_OPERATOR_TOKEN, PROVIDER_OPERATOR_TOKEN, CONSOLE_OPERATOR_TOKEN).
 package runenv
@@ -48,6 +51,19 @@ const (
 	KeyServices = "RUNLOCAL_SERVICES"
 	KeyBinDir   = "RUNLOCAL_BIN_DIR"
 	KeyTraceURL = "RUNLOCAL_TRACE_URL"
+	// With `make run TLS=1`: the stack's CA and a client certificate of
+	// it, the variables libenv.TLS reads, so the commands run against the
+	// stack (make ops, make metrics) verify the services and present a
+	// certificate. Absent without TLS.
+	KeyTLSCAFile   = "TLS_CA_FILE"
+	KeyTLSCertFile = "TLS_CERT_FILE"
+	KeyTLSKeyFile  = "TLS_KEY_FILE"
+	// The local OIDC issuer's token endpoint and the client that drives the
+	// stack from outside (make demo, make token, curl): the variables
+	// internal/clientauth reads, so a sourced file configures a caller.
+	KeyTokenURL     = "AUTH_TOKEN_URL"
+	KeyClientID     = "AUTH_CLIENT_ID"
+	KeyClientSecret = "AUTH_CLIENT_SECRET"
 )
 
 // Suffixes of the per-service keys (see Key).
@@ -55,6 +71,9 @@ const (
 	SuffixDatabaseURL = "_DATABASE_URL"
 	SuffixURL         = "_URL"
 	SuffixGRPCAddr    = "_GRPC_ADDR"
+	// The service's client secret at the stack's local issuer (its client
+	// id is its name): `make ops` runs its commands as the service.
+	SuffixClientSecret = "_CLIENT_SECRET"
 )
 
 // ErrNotRunning is returned by Load when no `make run` is running.

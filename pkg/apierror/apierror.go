@@ -100,6 +100,12 @@ func FailedPrecondition(reason, msg string) error {
 	return withDetails(codes.FailedPrecondition, msg, &errdetails.ErrorInfo{Reason: reason, Domain: Domain})
 }
 
+// PermissionDenied is PERMISSION_DENIED (HTTP 403) with an ErrorInfo of
+// reason: the caller is known but may not do this.
+func PermissionDenied(reason, msg string) error {
+	return withDetails(codes.PermissionDenied, msg, &errdetails.ErrorInfo{Reason: reason, Domain: Domain})
+}
+
 // Aborted returns ABORTED with an ErrorInfo reason (HTTP 409): retry later.
 func Aborted(reason, msg string) error {
 	return withDetails(codes.Aborted, msg, &errdetails.ErrorInfo{Reason: reason, Domain: Domain})

@@ -19,7 +19,7 @@
 // it protects: Do takes the caller's pgx.Tx, never a pool. A crash can
 // therefore never leave a key without its effect, nor an effect without its
 // key; a request that fails rolls its key back and may simply be retried.
-// Rules, per (scope, key):
+// Rules, per (scope, principal, key):
 //
 //   - first request: fn runs, its response is stored with the request hash;
 //   - same key, same request (hash): the stored response is returned, fn does
@@ -30,8 +30,10 @@
 //   - after Config.Retention the key is forgotten and a reuse is a new request.
 //
 // The request hash is SHA-256 of the request message's deterministic protobuf
-// encoding (RequestHash); the scope names the operation, and the principal
-// when there is authentication, so two clients never share a key space.
+// encoding (RequestHash); the scope names the operation and the principal
+// the authenticated caller (Request.Principal), so two callers never share
+// a key space: neither can replay, probe (a 422 would tell the key exists)
+// or take the other's key.
 // StatusError maps the errors to gRPC statuses (INVALID_ARGUMENT,
 // FAILED_PRECONDITION IDEMPOTENCY_KEY_MISMATCH, ABORTED
 // IDEMPOTENCY_KEY_IN_FLIGHT); KeyFromIncomingContext and ParseKey read and
@@ -43,7 +45,7 @@
 //
 // # Table
 //
-// {schema}.idempotency_keys: one row per (scope, key) with the request hash,
+// {schema}.idempotency_keys: one row per (scope, principal, key) with the request hash,
 // the encoded response (NULL only inside the claiming transaction), and the
 // expiry. Expired rows are deleted in small batches by Store.Cleanup, which
 // Store.RunCleanup runs every Config.CleanupInterval (run it in one or more

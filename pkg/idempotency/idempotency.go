@@ -148,10 +148,13 @@ func (s *Store) Config() Config { return s.cfg }
 
 // Request identifies one idempotent call.
 type Request struct {
-	// Scope is the operation, e.g. the gRPC full method name. With
-	// authentication it must also name the principal, so two clients cannot
-	// collide on (or probe) each other's keys.
+	// Scope is the operation, e.g. the gRPC full method name.
 	Scope string
+	// Principal is the authenticated caller (e.g. its token's subject), so
+	// two callers using the same key get two effects and never see, probe
+	// or take each other's key. "" only where there is no authentication:
+	// then every caller shares one key space. At most 255 bytes.
+	Principal string
 	// Key is the client's idempotency key (see ParseKey).
 	Key string
 	// Hash is the request's fingerprint (see RequestHash).
@@ -170,6 +173,9 @@ func NewRequest(scope, key string, msg proto.Message) (Request, error) {
 func (r Request) validate() error {
 	if r.Scope == "" {
 		return errors.New("idempotency: empty scope")
+	}
+	if len(r.Principal) > maxPrincipalBytes {
+		return fmt.Errorf("idempotency: principal has %d bytes, at most %d", len(r.Principal), maxPrincipalBytes)
 	}
 	if err := ValidateKey(r.Key); err != nil {
 		return err
@@ -193,6 +199,9 @@ func RequestHash(msg proto.Message) ([]byte, error) {
 	return sum[:], nil
 }
 
+// maxPrincipalBytes bounds Request.Principal (the column's CHECK).
+const maxPrincipalBytes = 255
+
 // lockNamespace is the first key of the two-key advisory lock form, so our
 // locks cannot collide with single-bigint advisory locks taken elsewhere in
 // the same database. The value is arbitrary ("1de7" reads "idem").
@@ -211,9 +220,9 @@ const (
 	// false, RETURNING yields nothing); an expired row not yet cleaned up is
 	// taken over, because after the retention the key is forgotten.
 	claimSQL = `
-INSERT INTO {schema}.idempotency_keys AS k (scope, key, request_hash, expires_at)
-VALUES ($1, $2, $3, now() + $4::bigint * interval '1 microsecond')
-ON CONFLICT (scope, key) DO UPDATE
+INSERT INTO {schema}.idempotency_keys AS k (scope, principal, key, request_hash, expires_at)
+VALUES ($1, $5, $2, $3, now() + $4::bigint * interval '1 microsecond')
+ON CONFLICT (scope, principal, key) DO UPDATE
     SET request_hash = EXCLUDED.request_hash,
         response     = NULL,
         created_at   = now(),
@@ -221,9 +230,9 @@ ON CONFLICT (scope, key) DO UPDATE
     WHERE k.expires_at <= now()
 RETURNING true`
 
-	loadSQL = `SELECT request_hash, response FROM {schema}.idempotency_keys WHERE scope = $1 AND key = $2`
+	loadSQL = `SELECT request_hash, response FROM {schema}.idempotency_keys WHERE scope = $1 AND key = $2 AND principal = $3`
 
-	completeSQL = `UPDATE {schema}.idempotency_keys SET response = $3 WHERE scope = $1 AND key = $2`
+	completeSQL = `UPDATE {schema}.idempotency_keys SET response = $3 WHERE scope = $1 AND key = $2 AND principal = $4`
 )
 
 // queries are the statements rendered for one schema.
@@ -238,7 +247,7 @@ func renderQueries(schema string) queries {
 	}
 }
 
-// Do runs fn at most once per (req.Scope, req.Key) within tx, the caller's
+// Do runs fn at most once per (req.Scope, req.Principal, req.Key) within tx, the caller's
 // business transaction, and returns fn's response, or the stored response of
 // the first request with replayed = true. fn must do its writes in tx. When
 // Do or fn returns an error the caller must roll tx back (which also forgets
@@ -253,7 +262,7 @@ func Do[R proto.Message](ctx context.Context, s *Store, tx pgx.Tx, req Request, 
 	attrs := metric.WithAttributes(attribute.String("scope", req.Scope))
 
 	var locked bool
-	if err := tx.QueryRow(ctx, tryLockSQL, lockNamespace, lockKey(s.schema, req.Scope, req.Key)).Scan(&locked); err != nil {
+	if err := tx.QueryRow(ctx, tryLockSQL, lockNamespace, lockKey(s.schema, req.Scope, req.Principal, req.Key)).Scan(&locked); err != nil {
 		return zero, false, fmt.Errorf("idempotency: lock key: %w", err)
 	}
 	if !locked {
@@ -262,7 +271,7 @@ func Do[R proto.Message](ctx context.Context, s *Store, tx pgx.Tx, req Request, 
 	}
 
 	var claimed bool
-	err = tx.QueryRow(ctx, s.sql.claim, req.Scope, req.Key, req.Hash, s.cfg.Retention.Microseconds()).Scan(&claimed)
+	err = tx.QueryRow(ctx, s.sql.claim, req.Scope, req.Key, req.Hash, s.cfg.Retention.Microseconds(), req.Principal).Scan(&claimed)
 	switch {
 	case err == nil:
 		resp, err := fn(ctx)
@@ -273,7 +282,7 @@ func Do[R proto.Message](ctx context.Context, s *Store, tx pgx.Tx, req Request, 
 		if err != nil {
 			return zero, false, fmt.Errorf("idempotency: encode response: %w", err)
 		}
-		if _, err := tx.Exec(ctx, s.sql.complete, req.Scope, req.Key, b); err != nil {
+		if _, err := tx.Exec(ctx, s.sql.complete, req.Scope, req.Key, b, req.Principal); err != nil {
 			return zero, false, fmt.Errorf("idempotency: store response: %w", err)
 		}
 		return resp, false, nil
@@ -284,7 +293,7 @@ func Do[R proto.Message](ctx context.Context, s *Store, tx pgx.Tx, req Request, 
 	}
 
 	var hash, stored []byte
-	if err := tx.QueryRow(ctx, s.sql.load, req.Scope, req.Key).Scan(&hash, &stored); err != nil {
+	if err := tx.QueryRow(ctx, s.sql.load, req.Scope, req.Key, req.Principal).Scan(&hash, &stored); err != nil {
 		return zero, false, fmt.Errorf("idempotency: load key: %w", err)
 	}
 	if !bytes.Equal(hash, req.Hash) {
@@ -303,16 +312,18 @@ func Do[R proto.Message](ctx context.Context, s *Store, tx pgx.Tx, req Request, 
 	return resp, true, nil
 }
 
-// lockKey folds (schema, scope, key) into the advisory lock's 32-bit second
+// lockKey folds (schema, scope, principal, key) into the advisory lock's 32-bit second
 // key: advisory locks are per database, so two stores in different schemas
 // must not share them. Two different keys that collide only make one of them
 // see a spurious 409 while the other is in flight; correctness rests on the
 // primary key, not the lock.
-func lockKey(schema, scope, key string) int32 {
+func lockKey(schema, scope, principal, key string) int32 {
 	h := sha256.New()
 	h.Write([]byte(schema))
 	h.Write([]byte{0})
 	h.Write([]byte(scope))
+	h.Write([]byte{0})
+	h.Write([]byte(principal))
 	h.Write([]byte{0})
 	h.Write([]byte(key))
 	return int32(binary.BigEndian.Uint32(h.Sum(nil)))
@@ -323,8 +334,8 @@ func lockKey(schema, scope, key string) int32 {
 // instead of queueing, and never touches a key a live request is claiming.
 const cleanupSQL = `
 DELETE FROM {schema}.idempotency_keys
-WHERE (scope, key) IN (
-    SELECT scope, key FROM {schema}.idempotency_keys
+WHERE (scope, principal, key) IN (
+    SELECT scope, principal, key FROM {schema}.idempotency_keys
     WHERE expires_at <= now()
     ORDER BY expires_at
     LIMIT $1

@@ -159,6 +159,47 @@ func TestKeysAreScoped(t *testing.T) {
 	}
 }
 
+// Two callers with the same key and request get two effects, and neither
+// sees the other's response: a different body from the second caller is a
+// new request, not a mismatch that would tell it the key exists.
+func TestKeysAreScopedByPrincipal(t *testing.T) {
+	t.Parallel()
+	b := setup(t, idempotency.Config{})
+	ctx := context.Background()
+	run := func(principal, body string) (string, bool, error) {
+		req, err := idempotency.NewRequest("test.Create", "same-key", wrapperspb.String(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Principal = principal
+		var got string
+		var replayed bool
+		err = pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+			resp, r, err := idempotency.Do(ctx, b.store, tx, req, func(context.Context) (*wrapperspb.StringValue, error) {
+				return wrapperspb.String(principal + ":" + body), nil
+			})
+			got, replayed = resp.GetValue(), r
+			return err
+		})
+		return got, replayed, err
+	}
+	if got, replayed, err := run("alice", "x"); err != nil || replayed || got != "alice:x" {
+		t.Fatalf("alice: %q replayed=%v err=%v", got, replayed, err)
+	}
+	if got, replayed, err := run("bob", "y"); err != nil || replayed || got != "bob:y" {
+		t.Fatalf("bob, same key, other body: %q replayed=%v err=%v; want a new effect", got, replayed, err)
+	}
+	if got, replayed, err := run("bob", "y"); err != nil || !replayed || got != "bob:y" {
+		t.Fatalf("bob's retry: %q replayed=%v err=%v; want bob's own response", got, replayed, err)
+	}
+	if _, _, err := run("alice", "y"); !errors.Is(err, idempotency.ErrMismatch) {
+		t.Fatalf("alice, other body: %v, want ErrMismatch", err)
+	}
+	if n := b.count(t, "idempotency_keys"); n != 2 {
+		t.Fatalf("keys = %d, want 2", n)
+	}
+}
+
 func TestRolledBackRequestLeavesNoKey(t *testing.T) {
 	t.Parallel()
 	b := setup(t, idempotency.Config{})

@@ -51,6 +51,12 @@ type ClusterOptions struct {
 	// BinDir is where initdb and pg_ctl live. Default: $PATH, then the newest
 	// /usr/lib/postgresql/*/bin.
 	BinDir string
+	// TLSCertFile and TLSKeyFile, when set, turn ssl on with this
+	// certificate and key (PEM), copied into the data folder with the owner
+	// and mode the server insists on. Clients may then connect with
+	// sslmode=verify-full and sslrootcert=<the CA>; DSN keeps
+	// sslmode=disable. Default "": no TLS.
+	TLSCertFile, TLSKeyFile string
 }
 
 // Cluster is a running (or stopped) local PostgreSQL cluster.
@@ -105,6 +111,24 @@ func StartCluster(ctx context.Context, opts ClusterOptions) (*Cluster, error) {
 		c.Remove()
 		return nil, fmt.Errorf("initdb: %w: %s", err, out)
 	}
+	if opts.TLSCertFile != "" {
+		for src, dst := range map[string]string{opts.TLSCertFile: "server.crt", opts.TLSKeyFile: "server.key"} {
+			b, err := os.ReadFile(src)
+			if err != nil {
+				c.Remove()
+				return nil, fmt.Errorf("cluster TLS: %w", err)
+			}
+			path := filepath.Join(c.dataDir, dst)
+			if err := os.WriteFile(path, b, 0o600); err != nil {
+				c.Remove()
+				return nil, err
+			}
+			if err := c.chown(path); err != nil {
+				c.Remove()
+				return nil, err
+			}
+		}
+	}
 	// A free port can be taken between probing and binding; try a few times.
 	for attempt := 0; ; attempt++ {
 		if c.opts.Port == 0 || attempt > 0 {
@@ -146,6 +170,11 @@ func (c *Cluster) Restart(ctx context.Context) error {
 	}, " ")
 	if c.opts.StatStatements {
 		o += " -c shared_preload_libraries=pg_stat_statements"
+	}
+	if c.opts.TLSCertFile != "" {
+		// server.crt and server.key in the data folder, where StartCluster
+		// copied them.
+		o += " -c ssl=on"
 	}
 	logFile := filepath.Join(c.sockDir, "server.log")
 	if out, err := c.run(ctx, "pg_ctl", "-D", c.dataDir, "-l", logFile, "-o", o, "-w", "-t", "30", "start"); err != nil {

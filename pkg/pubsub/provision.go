@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"time"
 
 	gpubsub "cloud.google.com/go/pubsub/v2"
@@ -19,7 +20,15 @@ import (
 // Provision makes the project match t: it creates what is missing and
 // updates mutable settings that drifted (ack deadline, retention, retry
 // policy, dead-letter policy, expiration). It returns one line per change; a
-// second run returns none. Settings Pub/Sub cannot change in place (a
+// second run returns none.
+//
+// A server that does not implement an update (codes.Unimplemented: Google's
+// Cloud SDK emulator has no UpdateTopic, and does not echo every field it is
+// given, so a setting it was created with can read back as drifted) is not an
+// error: the resource exists, its drift is reported in a line starting
+// "left as is: " and provisioning goes on, so that running it again against a
+// running emulator (a second `docker compose up`) succeeds. Real Pub/Sub
+// implements every update, so there the line never appears. Settings Pub/Sub cannot change in place (a
 // subscription's topic, message ordering) are reported as an error and left
 // alone: fixing them means deleting the subscription, which drops its
 // unacked messages, so that is an operator's decision (runbook), never
@@ -72,6 +81,10 @@ func ProvisionCommand(ctx context.Context, cfg ClientConfig, topo Topology, logg
 	defer func() { _ = c.Close() }() // nothing left to flush: provisioning is synchronous
 	changes, err := Provision(ctx, c, topo)
 	for _, ch := range changes {
+		if kept, ok := strings.CutPrefix(ch, keptPrefix); ok {
+			logger.WarnContext(ctx, "pubsub topology drift left as is: the server cannot update it", "drift", kept, "project", c.Project())
+			continue
+		}
 		logger.InfoContext(ctx, "pubsub topology changed", "change", ch, "project", c.Project())
 	}
 	if err != nil {
@@ -89,6 +102,9 @@ func TopicName(project, id string) string { return "projects/" + project + "/top
 func SubscriptionName(project, id string) string {
 	return "projects/" + project + "/subscriptions/" + id
 }
+
+// keptPrefix starts the line of a drift the server cannot update (Provision).
+const keptPrefix = "left as is: "
 
 func provisionTopic(ctx context.Context, c *gpubsub.Client, project string, tp Topic) (string, error) {
 	want := &pubsubpb.Topic{Name: TopicName(project, tp.ID)}
@@ -108,15 +124,19 @@ func provisionTopic(ctx context.Context, c *gpubsub.Client, project string, tp T
 	if durationOf(got.GetMessageRetentionDuration()) == tp.MessageRetention {
 		return "", nil
 	}
+	drift := fmt.Sprintf("topic %s: message_retention_duration %v -> %v", tp.ID,
+		durationOf(got.GetMessageRetentionDuration()), tp.MessageRetention)
 	_, err = c.TopicAdminClient.UpdateTopic(ctx, &pubsubpb.UpdateTopicRequest{
 		Topic:      want,
 		UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"message_retention_duration"}},
 	})
+	if status.Code(err) == codes.Unimplemented {
+		return keptPrefix + drift + " (UpdateTopic unimplemented)", nil
+	}
 	if err != nil {
 		return "", err
 	}
-	return fmt.Sprintf("updated topic %s: message_retention_duration %v -> %v", tp.ID,
-		durationOf(got.GetMessageRetentionDuration()), tp.MessageRetention), nil
+	return "updated " + drift, nil
 }
 
 func (s Subscription) proto(project string) *pubsubpb.Subscription {
@@ -173,6 +193,9 @@ func provisionSubscription(ctx context.Context, c *gpubsub.Client, project strin
 		Subscription: want,
 		UpdateMask:   &fieldmaskpb.FieldMask{Paths: paths},
 	})
+	if status.Code(err) == codes.Unimplemented {
+		return fmt.Sprintf("%ssubscription %s: %v (UpdateSubscription unimplemented)", keptPrefix, s.ID, paths), nil
+	}
 	if err != nil {
 		return "", err
 	}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -160,6 +161,64 @@ func TestProvisionCreatesTopologyAndSecondRunChangesNothing(t *testing.T) {
 	changes, err = pubsub.Provision(ctx, emu.Client, want)
 	if err != nil || len(changes) != 0 {
 		t.Fatalf("second run: changes %q, err %v; want none", changes, err)
+	}
+}
+
+// TestProvisionLeavesWhatTheServerCannotUpdate: Google's Cloud SDK emulator
+// (compose's) implements no UpdateTopic and does not echo every field, so a
+// topic it holds can read back as drifted. Provisioning must report that
+// drift and go on, not abort: a second `docker compose up` against a running
+// emulator provisions again. The same holds for UpdateSubscription.
+func TestProvisionLeavesWhatTheServerCannotUpdate(t *testing.T) {
+	t.Parallel()
+	emu := pubsubtest.New(t, pubsub.Topology{},
+		pstest.WithErrorInjection("UpdateTopic", codes.Unimplemented, "UpdateTopic is not implemented"),
+		pstest.WithErrorInjection("UpdateSubscription", codes.Unimplemented, "UpdateSubscription is not implemented"))
+	ctx := context.Background()
+	topo := testTopology()
+	// As the emulator reads them back: a dead-letter topic without its
+	// retention, a subscription with another ack deadline.
+	if _, err := emu.Client.TopicAdminClient.CreateTopic(ctx, &pubsubpb.Topic{Name: pubsub.TopicName(emu.ProjectID, topicADeadLetter)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := emu.Client.TopicAdminClient.CreateTopic(ctx, &pubsubpb.Topic{Name: pubsub.TopicName(emu.ProjectID, topicB)}); err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(topo.Subscriptions, func(s pubsub.Subscription) bool { return s.ID == subB })
+	if _, err := emu.Client.SubscriptionAdminClient.CreateSubscription(ctx, &pubsubpb.Subscription{
+		Name: pubsub.SubscriptionName(emu.ProjectID, subB), Topic: pubsub.TopicName(emu.ProjectID, topicB),
+		EnableMessageOrdering: topo.Subscriptions[i].EnableOrdering, AckDeadlineSeconds: 10,
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	wantKept := []string{
+		"left as is: topic " + topicADeadLetter + ": message_retention_duration 0s -> " + pubsub.MaxTopicMessageRetention.String() + " (UpdateTopic unimplemented)",
+		"left as is: subscription " + subB + ": [ack_deadline_seconds dead_letter_policy expiration_policy retry_policy] (UpdateSubscription unimplemented)",
+	}
+	for run := 1; run <= 2; run++ {
+		changes, err := pubsub.Provision(ctx, emu.Client, topo)
+		if err != nil {
+			t.Fatalf("run %d: %v", run, err)
+		}
+		var kept []string
+		for _, ch := range changes {
+			if strings.HasPrefix(ch, "left as is: ") {
+				kept = append(kept, ch)
+			}
+		}
+		if !slices.Equal(kept, wantKept) {
+			t.Errorf("run %d: drift reported %q, want %q", run, kept, wantKept)
+		}
+		if run == 2 && len(changes) != len(wantKept) {
+			t.Errorf("run 2: changes %q, want only the drift left as is", changes)
+		}
+	}
+	// Everything missing was created all the same.
+	for _, s := range topo.Subscriptions {
+		if _, err := emu.Client.SubscriptionAdminClient.GetSubscription(ctx, &pubsubpb.GetSubscriptionRequest{Subscription: pubsub.SubscriptionName(emu.ProjectID, s.ID)}); err != nil {
+			t.Errorf("subscription %s: %v", s.ID, err)
+		}
 	}
 }
 

@@ -2,33 +2,43 @@ package server
 
 import (
 	"fmt"
+	"net"
 	"net/http"
+	"net/netip"
 	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
 )
 
-// pprofPrefix is where Config.Pprof serves the runtime's profiles.
+// pprofPrefix is where Config.PprofAddr serves the runtime's profiles.
 const pprofPrefix = "/debug/pprof/"
 
 // maxProfileSeconds bounds one CPU profile request.
 const maxProfileSeconds = 60
 
-// withPprof serves the runtime's profiles under pprofPrefix and everything
-// else with next. The profiles bypass next's request deadline (a CPU profile
-// lasts its seconds parameter); the server's WriteTimeout still bounds them,
-// and a longer profile is refused. It is written against runtime/pprof
-// rather than by importing net/http/pprof, whose init registers handlers on
-// http.DefaultServeMux for the whole process.
+// newPprofServer serves PprofHandler on Config.PprofAddr's listener, which
+// Validate keeps on loopback: the endpoints have no authentication, so only
+// whoever is on the host (or has a port-forward) reaches them.
+func newPprofServer(writeTimeout time.Duration) *http.Server {
+	return &http.Server{Handler: PprofHandler(writeTimeout), ReadHeaderTimeout: DefaultReadHeaderTimeout,
+		WriteTimeout: writeTimeout, IdleTimeout: DefaultIdleTimeout}
+}
+
+// PprofHandler serves the runtime's profiles under /debug/pprof/ and 404
+// elsewhere, for a listener of its own on a loopback address (see
+// ValidateLoopback): it has no authentication. writeTimeout, the server's,
+// bounds a CPU profile, and a longer one is refused. It is written against
+// runtime/pprof rather than by importing net/http/pprof, whose init
+// registers handlers on http.DefaultServeMux for the whole process.
 //
 //	GET /debug/pprof/profile?seconds=N   CPU profile of N seconds (default 30)
 //	GET /debug/pprof/<name>              a named profile: heap, allocs, goroutine, block, mutex, threadcreate
-func withPprof(next http.Handler, writeTimeout time.Duration) http.Handler {
+func PprofHandler(writeTimeout time.Duration) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		name, ok := strings.CutPrefix(r.URL.Path, pprofPrefix)
 		if !ok {
-			next.ServeHTTP(w, r)
+			http.NotFound(w, r)
 			return
 		}
 		if r.Method != http.MethodGet {
@@ -49,6 +59,22 @@ func withPprof(next http.Handler, writeTimeout time.Duration) http.Handler {
 		w.Header().Set("Content-Disposition", `attachment; filename="`+name+`"`)
 		_ = p.WriteTo(w, 0)
 	})
+}
+
+// ValidateLoopback accepts host:port addresses whose host is a loopback IP
+// or "localhost": where an unauthenticated listener (profiles) may bind.
+func ValidateLoopback(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%q: want host:port: %w", addr, err)
+	}
+	if host == "localhost" {
+		return nil
+	}
+	if ip, err := netip.ParseAddr(host); err == nil && ip.IsLoopback() {
+		return nil
+	}
+	return fmt.Errorf("%q: want a loopback address (127.0.0.1:port, [::1]:port or localhost:port): the profiles have no authentication", addr)
 }
 
 func serveCPUProfile(w http.ResponseWriter, r *http.Request, writeTimeout time.Duration) {

@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"io"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/lossless-dev/lossless/pkg/server"
@@ -12,7 +13,12 @@ import (
 
 func get(t *testing.T, url string) (int, []byte) {
 	t.Helper()
-	resp, err := http.Get(url) //nolint:noctx // test
+	return getWith(t, http.DefaultClient, url)
+}
+
+func getWith(t *testing.T, hc *http.Client, url string) (int, []byte) {
+	t.Helper()
+	resp, err := hc.Get(url) //nolint:noctx // test
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -24,10 +30,14 @@ func get(t *testing.T, url string) (int, []byte) {
 	return resp.StatusCode, body
 }
 
-// TestPprofIsOffByDefault: without Config.Pprof no profile is served.
+// TestPprofIsOffByDefault: without Config.PprofAddr no profile is served
+// and no pprof listener is bound.
 func TestPprofIsOffByDefault(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
+	if a := b.srv.PprofAddr(); a != "" {
+		t.Fatalf("PprofAddr() = %q with pprof off", a)
+	}
 	for _, path := range []string{"/debug/pprof/profile?seconds=1", "/debug/pprof/heap"} {
 		if code, _ := get(t, b.base+path); code != http.StatusNotFound {
 			t.Errorf("GET %s with pprof off: HTTP %d, want 404", path, code)
@@ -35,14 +45,15 @@ func TestPprofIsOffByDefault(t *testing.T) {
 	}
 }
 
-// TestPprofServesProfilesWhenEnabled: with Config.Pprof a CPU profile and
-// the heap profile are served as gzipped pprof protobufs, and the API still
-// answers beside them.
-func TestPprofServesProfilesWhenEnabled(t *testing.T) {
+// TestPprofServesProfilesOnItsOwnLoopbackListener: with Config.PprofAddr a
+// CPU profile and the heap profile are served as gzipped pprof protobufs on
+// that listener, and never on the HTTP listener, which the API shares.
+func TestPprofServesProfilesOnItsOwnLoopbackListener(t *testing.T) {
 	t.Parallel()
-	b := setupWith(t, server.Config{Pprof: true})
+	b := setupWith(t, server.Config{PprofAddr: "127.0.0.1:0"})
+	pp := "http://" + b.srv.PprofAddr()
 	for _, path := range []string{"/debug/pprof/profile?seconds=1", "/debug/pprof/heap"} {
-		code, body := get(t, b.base+path)
+		code, body := get(t, pp+path)
 		if code != http.StatusOK {
 			t.Fatalf("GET %s: HTTP %d: %s", path, code, body)
 		}
@@ -54,14 +65,39 @@ func TestPprofServesProfilesWhenEnabled(t *testing.T) {
 		if err != nil || len(raw) == 0 {
 			t.Fatalf("GET %s: profile body unreadable (%d bytes): %v", path, len(raw), err)
 		}
+		if code, _ := get(t, b.base+path); code != http.StatusNotFound {
+			t.Errorf("GET %s on the HTTP listener: HTTP %d, want 404", path, code)
+		}
 	}
-	if code, _ := get(t, b.base+"/debug/pprof/nosuchprofile"); code != http.StatusNotFound {
+	if code, _ := get(t, pp+"/debug/pprof/nosuchprofile"); code != http.StatusNotFound {
 		t.Errorf("unknown profile: HTTP %d, want 404", code)
 	}
-	if code, _ := get(t, b.base+"/debug/pprof/profile?seconds=600"); code != http.StatusBadRequest {
+	if code, _ := get(t, pp+"/debug/pprof/profile?seconds=600"); code != http.StatusBadRequest {
 		t.Errorf("profile longer than the write timeout: HTTP %d, want 400", code)
+	}
+	if code, _ := get(t, pp+"/readyz"); code != http.StatusNotFound {
+		t.Errorf("/readyz on the pprof listener: HTTP %d, want 404", code)
 	}
 	if code, _ := get(t, b.base+"/readyz"); code != http.StatusOK {
 		t.Errorf("/readyz beside pprof: HTTP %d", code)
+	}
+}
+
+// TestPprofRefusesANonLoopbackAddress: the profiles have no
+// authentication, so a listener reachable from the network is a
+// configuration error, not a start.
+func TestPprofRefusesANonLoopbackAddress(t *testing.T) {
+	t.Parallel()
+	for _, addr := range []string{":6060", "0.0.0.0:6060", "10.1.2.3:6060", "[::]:6060", "example.com:6060", "6060"} {
+		cfg := server.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", PprofAddr: addr}
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "pprof address") {
+			t.Errorf("PprofAddr %q: Validate() = %v, want a pprof address error", addr, err)
+		}
+	}
+	for _, addr := range []string{"127.0.0.1:6060", "[::1]:6060", "localhost:0"} {
+		cfg := server.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", PprofAddr: addr}
+		if err := cfg.Validate(); err != nil {
+			t.Errorf("PprofAddr %q: Validate() = %v, want nil", addr, err)
+		}
 	}
 }

@@ -42,7 +42,7 @@ import (
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc/filters"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
@@ -88,13 +88,19 @@ type Config struct {
 	WriteTimeout time.Duration
 	// IdleTimeout closes keep-alive connections idle this long. Default 60s.
 	IdleTimeout time.Duration
-	// Pprof serves the Go runtime's profiles (CPU, heap, goroutines...) on
-	// the HTTP listener under /debug/pprof/ (env PPROF_ENABLED). Default
-	// false. A profile exposes code paths and memory contents and costs CPU
-	// while it runs; the endpoints have no authentication of their own, so
-	// keep it off in production, or on only where the HTTP port is reachable
-	// by operators alone (benchmarks turn it on to profile every service).
-	Pprof bool
+	// PprofAddr, when set, serves the Go runtime's profiles (CPU, heap,
+	// goroutines...) under /debug/pprof/ on a listener of its own (env
+	// PPROF_ADDR), never on the HTTP listener. Default "": off. A profile
+	// exposes code paths and memory contents and costs CPU while it runs,
+	// and the endpoints have no authentication, so the address must be a
+	// loopback one (127.0.0.1:6060, [::1]:6060, localhost:6060; Validate
+	// refuses any other): reach it with `kubectl port-forward` or from the
+	// host the process runs on (benchmarks profile every service this way).
+	PprofAddr string
+	// TLS of the gRPC and HTTP listeners and of the gateway's loopback
+	// connection (env TLS_CERT_FILE, TLS_KEY_FILE, TLS_CA_FILE,
+	// TLS_CLIENT_AUTH). Default: plaintext. See TLSConfig.
+	TLS TLSConfig
 	// Role is what this replica runs (env SERVICE_ROLE, flag serve --role):
 	// RoleAll (default, "" too) the API and the workers; RoleAPI the gRPC and
 	// REST API only, WithWorker loops are not started; RoleWorker the
@@ -181,6 +187,14 @@ func (c Config) Validate() error {
 	if err := c.Role.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("SERVICE_ROLE (serve --role): %w", err))
 	}
+	if c.PprofAddr != "" {
+		if err := ValidateLoopback(c.PprofAddr); err != nil {
+			errs = append(errs, fmt.Errorf("pprof address: %w", err))
+		}
+	}
+	if err := c.TLS.Validate(); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 
@@ -231,6 +245,7 @@ type Option func(*options)
 type options struct {
 	workers      []worker
 	auth         []grpc.UnaryServerInterceptor
+	callerAuth   *callerAuth
 	interceptors []grpc.UnaryServerInterceptor
 	grpcOpts     []grpc.ServerOption
 	handlers     []route
@@ -316,7 +331,11 @@ type Server struct {
 	mu      sync.Mutex
 	checks  map[string]func(context.Context) error
 	gwConn  *grpc.ClientConn
-	started atomic.Bool
+	tls     *TLS // nil: plaintext
+	// pprof serves the profiles on pprofLis (Config.PprofAddr); nil when off.
+	pprof    *http.Server
+	pprofLis net.Listener
+	started  atomic.Bool
 	// readyLog spaces the log lines of a failing readiness check.
 	readyLog *logThrottle
 }
@@ -333,6 +352,14 @@ func New(cfg Config, logger *slog.Logger, opts ...Option) (*Server, error) {
 		return nil, fmt.Errorf("server: %w", err)
 	}
 	s := &Server{cfg: cfg, log: logger, checks: map[string]func(context.Context) error{}, readyLog: newLogThrottle(readyLogInterval)}
+	if cfg.TLS.Serves() {
+		t, err := NewTLS(cfg.TLS)
+		if err != nil {
+			return nil, fmt.Errorf("server: %w", err)
+		}
+		s.tls = t
+		s.opts.grpcOpts = append(s.opts.grpcOpts, grpc.Creds(credentials.NewTLS(t.serverConfig(ClientAuthRequire, nil))))
+	}
 	for _, o := range opts {
 		o(&s.opts)
 	}
@@ -343,13 +370,20 @@ func New(cfg Config, logger *slog.Logger, opts ...Option) (*Server, error) {
 	// Outermost: every error, including a recovered panic's and an auth
 	// refusal, leaves as a public status.
 	chain := []grpc.UnaryServerInterceptor{publicErrorsUnary(logger), recoverUnary(logger), deadlineUnary(cfg.RequestTimeout)}
+	serverOpts := []grpc.ServerOption{}
+	if ca := s.opts.callerAuth; ca != nil {
+		ca.log = logger
+		chain = append(chain, ca.unary())
+		serverOpts = append(serverOpts, grpc.ChainStreamInterceptor(ca.stream()))
+	}
 	chain = append(chain, s.opts.auth...)
 	chain = append(chain, validateUnary(validator))
 	chain = append(chain, s.opts.interceptors...)
 	if !cfg.Role.RunsWorkers() {
 		s.opts.workers = nil
 	}
-	s.grpc = grpc.NewServer(append([]grpc.ServerOption{grpc.ChainUnaryInterceptor(chain...)}, s.opts.grpcOpts...)...)
+	serverOpts = append(serverOpts, grpc.ChainUnaryInterceptor(chain...))
+	s.grpc = grpc.NewServer(append(serverOpts, s.opts.grpcOpts...)...)
 	s.health = health.NewServer()
 	// Not serving until Run has started every listener and worker.
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
@@ -370,7 +404,13 @@ func New(cfg Config, logger *slog.Logger, opts ...Option) (*Server, error) {
 		// requests pass through exactly the same interceptors (validation,
 		// auth, tracing) as gRPC requests. RegisterXHandlerServer would
 		// bypass them.
-		s.gwConn, err = grpc.NewClient(dialTarget(s.grpcLis.Addr()), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		// With TLS it presents the process's own certificate, and verifies
+		// the listener's as "localhost".
+		gwOpts := []grpc.DialOption{s.tls.DialOption()}
+		if s.tls != nil {
+			gwOpts = append(gwOpts, grpc.WithAuthority("localhost"))
+		}
+		s.gwConn, err = grpc.NewClient(dialTarget(s.grpcLis.Addr()), gwOpts...)
 		if err != nil {
 			s.closeListeners()
 			return nil, fmt.Errorf("server: gateway connection: %w", err)
@@ -393,16 +433,28 @@ func New(cfg Config, logger *slog.Logger, opts ...Option) (*Server, error) {
 	if cfg.Role.ServesAPI() {
 		httpMux.Handle("/", s.mux)
 	}
-	handler := s.boundHTTP(httpMux)
-	if cfg.Pprof {
-		handler = withPprof(handler, cfg.WriteTimeout)
-	}
 	s.http = &http.Server{
-		Handler:           handler,
+		Handler:           s.boundHTTP(httpMux),
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
 		ReadTimeout:       cfg.ReadTimeout,
 		WriteTimeout:      cfg.WriteTimeout,
 		IdleTimeout:       cfg.IdleTimeout,
+		// Failed TLS handshakes and the like, as log lines of the service
+		// rather than bare lines on stderr.
+		ErrorLog: slog.NewLogLogger(logger.With("component", "http").Handler(), slog.LevelWarn),
+	}
+	if s.tls != nil {
+		s.http.TLSConfig = s.tls.HTTPServerConfig()
+	}
+	if cfg.PprofAddr != "" {
+		if s.pprofLis, err = lc.Listen(context.Background(), "tcp", cfg.PprofAddr); err != nil {
+			s.closeListeners()
+			if s.gwConn != nil {
+				_ = s.gwConn.Close()
+			}
+			return nil, fmt.Errorf("server: listen pprof on %s: %w", cfg.PprofAddr, err)
+		}
+		s.pprof = newPprofServer(cfg.WriteTimeout)
 	}
 	return s, nil
 }
@@ -430,6 +482,14 @@ func (s *Server) GRPCAddr() string {
 // HTTPAddr is the bound HTTP address (useful with ":0").
 func (s *Server) HTTPAddr() string { return s.httpLis.Addr().String() }
 
+// PprofAddr is the bound pprof address; "" when Config.PprofAddr is unset.
+func (s *Server) PprofAddr() string {
+	if s.pprofLis == nil {
+		return ""
+	}
+	return s.pprofLis.Addr().String()
+}
+
 // AddReadinessCheck adds a check run by /readyz (e.g. a database ping).
 func (s *Server) AddReadinessCheck(name string, check func(ctx context.Context) error) {
 	s.mu.Lock()
@@ -448,7 +508,7 @@ func (s *Server) Run(ctx context.Context) error {
 	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelWork()
 
-	failed := make(chan error, 2+len(s.opts.workers))
+	failed := make(chan error, 3+len(s.opts.workers))
 	var serving, working sync.WaitGroup
 	if s.grpcLis != nil {
 		serving.Add(1)
@@ -462,10 +522,26 @@ func (s *Server) Run(ctx context.Context) error {
 	serving.Add(1)
 	go func() {
 		defer serving.Done()
-		if err := s.http.Serve(s.httpLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		var err error
+		if s.tls != nil {
+			// The certificate comes from TLSConfig.GetConfigForClient.
+			err = s.http.ServeTLS(s.httpLis, "", "")
+		} else {
+			err = s.http.Serve(s.httpLis)
+		}
+		if err != nil && !errors.Is(err, http.ErrServerClosed) {
 			failed <- fmt.Errorf("HTTP server: %w", err)
 		}
 	}()
+	if s.pprof != nil {
+		serving.Add(1)
+		go func() {
+			defer serving.Done()
+			if err := s.pprof.Serve(s.pprofLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				failed <- fmt.Errorf("pprof server: %w", err)
+			}
+		}()
+	}
 	for _, w := range s.opts.workers {
 		working.Add(1)
 		go func() {
@@ -504,6 +580,11 @@ func (s *Server) Run(ctx context.Context) error {
 	go func() {
 		var drain sync.WaitGroup
 		drain.Add(2)
+		if s.pprof != nil {
+			// A CPU profile in progress is cut short: it is a diagnosis,
+			// not work to finish.
+			_ = s.pprof.Close()
+		}
 		go func() { defer drain.Done(); s.grpc.GracefulStop() }()
 		go func() {
 			defer drain.Done()
@@ -565,6 +646,9 @@ func (s *Server) closeListeners() {
 	}
 	if s.httpLis != nil {
 		_ = s.httpLis.Close()
+	}
+	if s.pprofLis != nil {
+		_ = s.pprofLis.Close()
 	}
 }
 

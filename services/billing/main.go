@@ -24,7 +24,8 @@
 //
 // Configuration comes from the environment; see internal/config. The operator
 // commands need only DATABASE_URL (and, for the cross-service check, the
-// work-order gRPC address).
+// work-order gRPC address, dialled with TLS when TLS_CA_FILE is set,
+// presenting TLS_CERT_FILE/TLS_KEY_FILE when set).
 package main
 
 import (
@@ -40,9 +41,9 @@ import (
 	gpubsub "cloud.google.com/go/pubsub/v2"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
+	"github.com/lossless-dev/lossless/internal/clientauth"
 	"github.com/lossless-dev/lossless/internal/envconfig"
 	"github.com/lossless-dev/lossless/internal/libenv"
 	"github.com/lossless-dev/lossless/internal/servicecmd"
@@ -176,7 +177,21 @@ func reconcileCmd(ctx context.Context, env *envconfig.Reader, _ *slog.Logger, ar
 		return err
 	}
 	if *woAddr != "" {
-		conn, err := grpc.NewClient(*woAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		// The cross check lists every order: billing's subject must be one
+		// of the work-order service's WORKORDER_OPERATOR_SUBJECTS.
+		woAuth := clientauth.FromEnv(env, "WORKORDER_AUDIENCE", "workorder")
+		if err := errors.Join(env.Err(), woAuth.Validate()); err != nil {
+			return err
+		}
+		token, err := woAuth.DialOption(ctx)
+		if err != nil {
+			return err
+		}
+		clientTLS, err := libenv.NewTLS(env)
+		if err != nil {
+			return err
+		}
+		conn, err := grpc.NewClient(*woAddr, clientTLS.DialOption(), token)
 		if err != nil {
 			return fmt.Errorf("-workorder-addr: %w", err)
 		}

@@ -149,7 +149,12 @@ func TestConsoleInABrowser(t *testing.T) {
 	})
 	site := stack.URLs()["console"]
 	grpcs := stack.GRPCAddrs()
-	wconn, err := grpc.NewClient(grpcs["workorder"], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	// The test creates orders as the stack's demo caller (docs/adr/0017).
+	demo, err := stack.Caller("workorder").DialOption(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	wconn, err := grpc.NewClient(grpcs["workorder"], grpc.WithTransportCredentials(insecure.NewCredentials()), demo)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -545,7 +550,12 @@ func TestRepairAndAuditInABrowser(t *testing.T) {
 	site := stack.URLs()["console"]
 	grpcs := stack.GRPCAddrs()
 	op := metadata.NewOutgoingContext(ctx, metadata.Pairs("authorization", "Bearer "+stack.OperatorToken))
-	wconn, err := grpc.NewClient(grpcs["workorder"], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	// The test creates orders as the stack's demo caller (docs/adr/0017).
+	demo, err := stack.Caller("workorder").DialOption(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	wconn, err := grpc.NewClient(grpcs["workorder"], grpc.WithTransportCredentials(insecure.NewCredentials()), demo)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,15 +16,15 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/pprof"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 
 	billingv1 "github.com/lossless-dev/lossless/gen/lossless/billing/v1"
 	providerv1 "github.com/lossless-dev/lossless/gen/lossless/provider/v1"
@@ -68,13 +68,32 @@ func run(ctx context.Context, args []string) error {
 	return serve(ctx, cfg, logger)
 }
 
+// pprofWriteTimeout bounds a profile request: a CPU profile of up to a
+// minute fits.
+const pprofWriteTimeout = 65 * time.Second
+
 func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
-	dial := func(addr string) (*grpc.ClientConn, error) {
-		// Plaintext like every call between the services (docs/production.md
-		// puts TLS in the mesh).
-		return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	// The services' CA and the console's own certificate (nil: plaintext).
+	peers, err := server.NewTLS(cfg.ServiceTLS)
+	if err != nil {
+		return fmt.Errorf("%s: %w", config.ServiceTLSEnvNames, err)
 	}
-	wo, err := dial(cfg.Workorder.GRPC)
+	dial := func(addr string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
+		return grpc.NewClient(addr, append([]grpc.DialOption{peers.DialOption()}, opts...)...)
+	}
+	// The public APIs need the console's ID token on every call; a call
+	// with the operator token (the admin services) is sent with it alone
+	// (server.TokenCredentials). The web layer puts a logged-in operator's
+	// token on every call: publicCalls takes it off the public services'.
+	woToken, err := cfg.WorkorderAuth.DialOption(ctx)
+	if err != nil {
+		return err
+	}
+	biToken, err := cfg.BillingAuth.DialOption(ctx)
+	if err != nil {
+		return err
+	}
+	wo, err := dial(cfg.Workorder.GRPC, woToken, publicCalls(workorderv1.WorkOrderService_ServiceDesc.ServiceName))
 	if err != nil {
 		return fmt.Errorf("%s: %w", config.EnvWorkorderGRPC, err)
 	}
@@ -84,7 +103,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		return fmt.Errorf("%s: %w", config.EnvProviderGRPC, err)
 	}
 	defer pr.Close()
-	bi, err := dial(cfg.Billing.GRPC)
+	bi, err := dial(cfg.Billing.GRPC, biToken, publicCalls(billingv1.BillingService_ServiceDesc.ServiceName))
 	if err != nil {
 		return fmt.Errorf("%s: %w", config.EnvBillingGRPC, err)
 	}
@@ -94,7 +113,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		{Service: "workorder", URL: cfg.Workorder.HTTP + "/metrics"},
 		{Service: "provider-sim", URL: cfg.Provider.HTTP + "/metrics"},
 		{Service: "billing", URL: cfg.Billing.HTTP + "/metrics"},
-	}, &http.Client{Timeout: cfg.ScrapeTimeout})
+	}, peers.HTTPClient(cfg.ScrapeTimeout))
 	if err != nil {
 		return err
 	}
@@ -153,19 +172,16 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	// and each page says which one is unreachable.
 	mux.HandleFunc("GET /readyz", ok)
 	mux.Handle("/", console)
-	if cfg.PprofEnabled {
-		// A CPU profile runs for ?seconds=, longer than the write timeout.
-		mux.HandleFunc("/debug/pprof/", func(w http.ResponseWriter, r *http.Request) {
-			_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
-			switch r.URL.Path {
-			case "/debug/pprof/profile":
-				pprof.Profile(w, r)
-			case "/debug/pprof/trace":
-				pprof.Trace(w, r)
-			default:
-				pprof.Index(w, r)
-			}
-		})
+	if cfg.PprofAddr != "" {
+		// On loopback only (config.Validate): the profiles have no
+		// authentication. Closed with the process.
+		pln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.PprofAddr)
+		if err != nil {
+			return fmt.Errorf("%s: %w", config.EnvPprofAddr, err)
+		}
+		psrv := &http.Server{Handler: server.PprofHandler(pprofWriteTimeout), ReadHeaderTimeout: 10 * time.Second, WriteTimeout: pprofWriteTimeout}
+		go func() { _ = psrv.Serve(pln) }()
+		defer func() { _ = psrv.Close() }()
 	}
 
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.HTTPAddr)
@@ -173,11 +189,21 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		return fmt.Errorf("%s: %w", config.EnvHTTPAddr, err)
 	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
-		WriteTimeout: 60 * time.Second, IdleTimeout: 2 * time.Minute}
+		WriteTimeout: 60 * time.Second, IdleTimeout: 2 * time.Minute,
+		ErrorLog: slog.NewLogLogger(logger.With("component", "http").Handler(), slog.LevelWarn)}
+	if cfg.TLS() {
+		// The browsers' certificate, reloaded when its files change.
+		front, err := server.NewTLS(server.TLSConfig{CertFile: cfg.TLSCertFile, KeyFile: cfg.TLSKeyFile})
+		if err != nil {
+			_ = ln.Close()
+			return fmt.Errorf("%s / %s: %w", config.EnvTLSCertFile, config.EnvTLSKeyFile, err)
+		}
+		srv.TLSConfig = front.HTTPServerConfig()
+	}
 	errc := make(chan error, 1)
 	go func() {
 		if cfg.TLS() {
-			errc <- srv.ServeTLS(ln, cfg.TLSCertFile, cfg.TLSKeyFile)
+			errc <- srv.ServeTLS(ln, "", "")
 		} else {
 			errc <- srv.Serve(ln)
 		}
@@ -199,4 +225,24 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	}
 	logger.Info("console stopped")
 	return nil
+}
+
+// publicCalls removes the outgoing authorization (a logged-in operator's
+// token) from calls to the public services named, so they carry the
+// console's ID token instead: those services name their caller by it, and
+// the operator token is for the operator services alone.
+func publicCalls(services ...string) grpc.DialOption {
+	return grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		for _, svc := range services {
+			if strings.HasPrefix(method, "/"+svc+"/") {
+				if md, ok := metadata.FromOutgoingContext(ctx); ok {
+					md = md.Copy()
+					md.Delete("authorization")
+					ctx = metadata.NewOutgoingContext(ctx, md)
+				}
+				break
+			}
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	})
 }

@@ -54,6 +54,8 @@ resource "google_container_cluster" "main" {
 resource "google_service_account" "nodes" {
   account_id   = "${var.name_prefix}-nodes"
   display_name = "GKE nodes of ${var.name_prefix}"
+
+  depends_on = [google_project_service.api]
 }
 
 resource "google_project_iam_member" "nodes" {

@@ -23,12 +23,18 @@ resource "google_service_account" "service" {
 
   account_id   = each.key
   display_name = "${each.key} service"
+
+  # The IAM API of a fresh project is enabled in the same apply: without
+  # this the account can be created before it is on, and the apply fails.
+  depends_on = [google_project_service.api]
 }
 
 locals {
   sql_instance_condition = "resource.type == \"sqladmin.googleapis.com/Instance\" && resource.name == \"projects/${var.project_id}/instances/${google_sql_database_instance.main.name}\""
 }
 
+# Project IAM members go through the Cloud Resource Manager API, enabled in
+# the same apply: they wait for it through their account's depends_on.
 resource "google_project_iam_member" "cloudsql_client" {
   for_each = local.databases
 
@@ -96,6 +102,37 @@ resource "google_service_account_iam_member" "workload_identity" {
   service_account_id = google_service_account.service[each.key].name
   role               = "roles/iam.workloadIdentityUser"
   member             = "serviceAccount:${var.project_id}.svc.id.goog[${var.namespace}/${each.key}]"
+
+  depends_on = [google_container_cluster.main]
+}
+
+# The database-ownership Job (deploy/cmd/gcpdeploy, `make deploy-gcp`): its
+# Cloud SQL Auth Proxy connects as this account, which may only connect to
+# the instance; in the database it logs in as the built-in postgres user
+# (password set for the Job and discarded after it), not as an IAM user, so
+# the account holds no instanceUser role and no database privilege.
+resource "google_service_account" "db_owner" {
+  account_id   = "${var.name_prefix}-db-owner"
+  display_name = "Database-ownership Job of ${var.name_prefix}"
+
+  depends_on = [google_project_service.api]
+}
+
+resource "google_project_iam_member" "db_owner_cloudsql_client" {
+  project = var.project_id
+  role    = "roles/cloudsql.client"
+  member  = google_service_account.db_owner.member
+
+  condition {
+    title      = "${var.name_prefix}-pg only"
+    expression = local.sql_instance_condition
+  }
+}
+
+resource "google_service_account_iam_member" "db_owner_workload_identity" {
+  service_account_id = google_service_account.db_owner.name
+  role               = "roles/iam.workloadIdentityUser"
+  member             = "serviceAccount:${var.project_id}.svc.id.goog[${var.namespace}/db-owner]"
 
   depends_on = [google_container_cluster.main]
 }

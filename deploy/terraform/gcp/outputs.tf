@@ -67,3 +67,8 @@ output "operator_token_secrets" {
   description = "Secret Manager secret id per environment variable (add a version with gcloud, README.md)."
   value       = { for env, s in google_secret_manager_secret.operator_token : env => s.secret_id }
 }
+
+output "db_owner_service_account" {
+  description = "Google service account of the database-ownership Job's Cloud SQL Auth Proxy (Kubernetes ServiceAccount <namespace>/db-owner; make deploy-gcp)."
+  value       = google_service_account.db_owner.email
+}

@@ -50,6 +50,9 @@ resource "google_pubsub_subscription" "this" {
 # messages are redelivered for ever instead of dead-lettered.
 data "google_project" "this" {
   project_id = var.project_id
+
+  # Read through the Cloud Resource Manager API, enabled in the same apply.
+  depends_on = [google_project_service.api]
 }
 
 locals {

@@ -60,16 +60,26 @@ resource "google_sql_database" "service" {
 
   name     = each.value.database
   instance = google_sql_database_instance.main.name
+
+  # A database owned by a service's user cannot be dropped through the API
+  # (Cloud SQL drops only databases of cloudsqlsuperuser): leave it to the
+  # instance's deletion, so `terraform destroy` finishes.
+  deletion_policy = "ABANDON"
 }
 
 # The IAM user of a service account is its email without
 # ".gserviceaccount.com". It starts with no privilege on the service's
 # database: README.md ("Database ownership") hands each database to its user
-# once, so the service's `migrate` can create its schema.
+# once (`make deploy-gcp` runs it as a Job), so the service's `migrate` can
+# create its schema.
 resource "google_sql_user" "service" {
   for_each = local.databases
 
   name     = trimsuffix(google_service_account.service[each.key].email, ".gserviceaccount.com")
   instance = google_sql_database_instance.main.name
   type     = "CLOUD_IAM_SERVICE_ACCOUNT"
+
+  # A user that owns a database (or any object) cannot be dropped; it goes
+  # with the instance. Without this, `terraform destroy` stops on it.
+  deletion_policy = "ABANDON"
 }

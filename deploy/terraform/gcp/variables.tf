@@ -50,13 +50,29 @@ variable "services_cidr" {
   default     = "10.20.0.0/20"
 }
 
+# Empty by default: the endpoint then accepts any address, and every request
+# still needs a Google identity with rights on the cluster. Set your own
+# address (terraform.tfvars.example says how) to narrow it. The documentation
+# ranges of RFC 5737 are refused: an example value copied as is would lock
+# kubectl out of the cluster with no error until the first kubectl call.
 variable "master_authorized_networks" {
-  description = "CIDR blocks allowed to reach the cluster's public control-plane endpoint (kubectl, CI). Empty: no restriction beyond authentication."
+  description = "CIDR blocks allowed to reach the cluster's public control-plane endpoint (kubectl, CI, make deploy-gcp). Empty: no restriction beyond authentication."
   type = list(object({
     cidr_block   = string
     display_name = string
   }))
   default = []
+
+  validation {
+    condition     = alltrue([for n in var.master_authorized_networks : can(cidrhost(n.cidr_block, 0))])
+    error_message = "master_authorized_networks: each cidr_block must be an IPv4 CIDR, e.g. \"198.18.7.4/32\" for one address."
+  }
+  validation {
+    condition = alltrue([for n in var.master_authorized_networks :
+      !contains(["192.0.2.0", "198.51.100.0", "203.0.113.0"], try(cidrhost("${split("/", n.cidr_block)[0]}/24", 0), ""))
+    ])
+    error_message = "master_authorized_networks: 192.0.2.0/24, 198.51.100.0/24 and 203.0.113.0/24 are documentation ranges (RFC 5737) that no real client comes from: set your own address (curl -s https://checkip.amazonaws.com)/32, or leave the list empty."
+  }
 }
 
 variable "sql_tier" {

@@ -110,7 +110,10 @@ type WorkOrder struct {
 	CreateTime *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
 	UpdateTime *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
 	// Incremented on every change; usable for optimistic concurrency by clients.
-	Version       int64 `protobuf:"varint,11,opt,name=version,proto3" json:"version,omitempty"`
+	Version int64 `protobuf:"varint,11,opt,name=version,proto3" json:"version,omitempty"`
+	// The caller that created the order: the subject of its verified token.
+	// Only the creator or an operator may read, list or cancel the order.
+	Creator       string `protobuf:"bytes,12,opt,name=creator,proto3" json:"creator,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -220,6 +223,13 @@ func (x *WorkOrder) GetVersion() int64 {
 		return x.Version
 	}
 	return 0
+}
+
+func (x *WorkOrder) GetCreator() string {
+	if x != nil {
+		return x.Creator
+	}
+	return ""
 }
 
 // StatusTransition is one entry of a work order's history.
@@ -773,7 +783,7 @@ var File_lossless_workorder_v1_workorder_proto protoreflect.FileDescriptor
 
 const file_lossless_workorder_v1_workorder_proto_rawDesc = "" +
 	"\n" +
-	"%lossless/workorder/v1/workorder.proto\x12\x15lossless.workorder.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dlossless/money/v1/money.proto\"\xa2\x05\n" +
+	"%lossless/workorder/v1/workorder.proto\x12\x15lossless.workorder.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dlossless/money/v1/money.proto\"\xc1\x05\n" +
 	"\tWorkOrder\x12\x13\n" +
 	"\x02id\x18\x01 \x01(\tB\x03\xe0A\x03R\x02id\x12K\n" +
 	"\vcustomer_id\x18\x02 \x01(\tB*\xe0A\x02\xbaH$r\"\x10\x01\x18@2\x1c^[A-Za-z0-9][A-Za-z0-9._-]*$R\n" +
@@ -792,7 +802,8 @@ const file_lossless_workorder_v1_workorder_proto_rawDesc = "" +
 	"\vupdate_time\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampB\x03\xe0A\x03R\n" +
 	"updateTime\x12\x1d\n" +
-	"\aversion\x18\v \x01(\x03B\x03\xe0A\x03R\aversion\"\xe6\x01\n" +
+	"\aversion\x18\v \x01(\x03B\x03\xe0A\x03R\aversion\x12\x1d\n" +
+	"\acreator\x18\f \x01(\tB\x03\xe0A\x03R\acreator\"\xe6\x01\n" +
 	"\x10StatusTransition\x12G\n" +
 	"\vfrom_status\x18\x01 \x01(\x0e2&.lossless.workorder.v1.WorkOrderStatusR\n" +
 	"fromStatus\x12C\n" +

@@ -35,7 +35,16 @@ const (
 // CreateWorkOrder honours an `idempotency-key` (gRPC metadata, or the
 // `Idempotency-Key` HTTP header through the gateway): the same key with the
 // same request returns the original response; the same key with a different
-// request is refused (HTTP 422). See docs/adr/0003-api-idempotency-keys.md.
+// request is refused (HTTP 422). Keys are the caller's own: two callers
+// using the same key create two orders. See
+// docs/adr/0003-api-idempotency-keys.md.
+//
+// Every method needs an OIDC ID token (`authorization: Bearer <token>`, the
+// HTTP Authorization header): without a valid one, UNAUTHENTICATED (HTTP
+// 401). A caller reads, lists and cancels the orders it created; an
+// operator (a subject in WORKORDER_OPERATOR_SUBJECTS) all of them; another
+// caller's order is PERMISSION_DENIED (HTTP 403). See
+// docs/adr/0017-caller-identity.md.
 type WorkOrderServiceClient interface {
 	// Creates a work order and, in the same transaction, its hand-off event.
 	//
@@ -47,9 +56,11 @@ type WorkOrderServiceClient interface {
 	CreateWorkOrder(ctx context.Context, in *CreateWorkOrderRequest, opts ...grpc.CallOption) (*CreateWorkOrderResponse, error)
 	// Returns one work order. Unknown id: NOT_FOUND.
 	GetWorkOrder(ctx context.Context, in *GetWorkOrderRequest, opts ...grpc.CallOption) (*GetWorkOrderResponse, error)
-	// Lists work orders, newest first, optionally filtered by status.
+	// Lists the caller's work orders (an operator's: every order), newest
+	// first, optionally filtered by status.
 	ListWorkOrders(ctx context.Context, in *ListWorkOrdersRequest, opts ...grpc.CallOption) (*ListWorkOrdersResponse, error)
-	// Cancels a work order that has not been handed off yet. After hand-off: FAILED_PRECONDITION.
+	// Cancels a work order that has not been handed off yet. After hand-off:
+	// FAILED_PRECONDITION. Only its creator or an operator may cancel it.
 	CancelWorkOrder(ctx context.Context, in *CancelWorkOrderRequest, opts ...grpc.CallOption) (*CancelWorkOrderResponse, error)
 	// Returns every status transition of a work order, oldest first.
 	ListWorkOrderHistory(ctx context.Context, in *ListWorkOrderHistoryRequest, opts ...grpc.CallOption) (*ListWorkOrderHistoryResponse, error)
@@ -122,7 +133,16 @@ func (c *workOrderServiceClient) ListWorkOrderHistory(ctx context.Context, in *L
 // CreateWorkOrder honours an `idempotency-key` (gRPC metadata, or the
 // `Idempotency-Key` HTTP header through the gateway): the same key with the
 // same request returns the original response; the same key with a different
-// request is refused (HTTP 422). See docs/adr/0003-api-idempotency-keys.md.
+// request is refused (HTTP 422). Keys are the caller's own: two callers
+// using the same key create two orders. See
+// docs/adr/0003-api-idempotency-keys.md.
+//
+// Every method needs an OIDC ID token (`authorization: Bearer <token>`, the
+// HTTP Authorization header): without a valid one, UNAUTHENTICATED (HTTP
+// 401). A caller reads, lists and cancels the orders it created; an
+// operator (a subject in WORKORDER_OPERATOR_SUBJECTS) all of them; another
+// caller's order is PERMISSION_DENIED (HTTP 403). See
+// docs/adr/0017-caller-identity.md.
 type WorkOrderServiceServer interface {
 	// Creates a work order and, in the same transaction, its hand-off event.
 	//
@@ -134,9 +154,11 @@ type WorkOrderServiceServer interface {
 	CreateWorkOrder(context.Context, *CreateWorkOrderRequest) (*CreateWorkOrderResponse, error)
 	// Returns one work order. Unknown id: NOT_FOUND.
 	GetWorkOrder(context.Context, *GetWorkOrderRequest) (*GetWorkOrderResponse, error)
-	// Lists work orders, newest first, optionally filtered by status.
+	// Lists the caller's work orders (an operator's: every order), newest
+	// first, optionally filtered by status.
 	ListWorkOrders(context.Context, *ListWorkOrdersRequest) (*ListWorkOrdersResponse, error)
-	// Cancels a work order that has not been handed off yet. After hand-off: FAILED_PRECONDITION.
+	// Cancels a work order that has not been handed off yet. After hand-off:
+	// FAILED_PRECONDITION. Only its creator or an operator may cancel it.
 	CancelWorkOrder(context.Context, *CancelWorkOrderRequest) (*CancelWorkOrderResponse, error)
 	// Returns every status transition of a work order, oldest first.
 	ListWorkOrderHistory(context.Context, *ListWorkOrderHistoryRequest) (*ListWorkOrderHistoryResponse, error)

@@ -139,8 +139,16 @@ func (a *App) assemble(ctx context.Context, opts []server.Option) error {
 	}
 	// An API-only replica builds no loop at all: their gauges would export
 	// zeros that hide a stall (docs/adr/0013-api-and-worker-roles.md).
-	// The operator token is checked before request validation (admin only).
-	srvOpts := []server.Option{server.WithTelemetry(a.tel), server.WithAuthInterceptors(adminSvc.AuthInterceptor(), opsSvc.AuthInterceptor())}
+	// Callers of the public API are authenticated, the operator services
+	// exempt (the operator token guards them); both before request
+	// validation.
+	callerAuth, err := a.cfg.Auth.Option(a.log,
+		billingv1.BillingAdminService_ServiceDesc.ServiceName, opsv1.OperatorService_ServiceDesc.ServiceName)
+	if err != nil {
+		return err
+	}
+	srvOpts := []server.Option{server.WithTelemetry(a.tel), callerAuth,
+		server.WithAuthInterceptors(adminSvc.AuthInterceptor(), opsSvc.AuthInterceptor())}
 	if a.cfg.Server.Role.RunsWorkers() {
 		loops, err := a.loops()
 		if err != nil {

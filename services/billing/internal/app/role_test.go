@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/lossless-dev/lossless/internal/libenv"
 	"github.com/lossless-dev/lossless/internal/roletest"
 	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/pkg/leasequeue"
@@ -28,6 +29,7 @@ import (
 // roleConfig is a billing process on dsn and emu, with fast polls.
 func roleConfig(dsn string, emu *pubsubtest.Emulator) config.Config {
 	cfg := config.Config{
+		Auth:     libenv.CallerAuth{Disabled: true}, // caller authentication: tested apart
 		Database: pgdb.Config{URL: dsn},
 		Server:   server.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", ShutdownTimeout: 10 * time.Second},
 		PubSub:   pubsub.ClientConfig{ProjectID: emu.ProjectID, EmulatorHost: emu.Addr},

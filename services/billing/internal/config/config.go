@@ -120,6 +120,12 @@ type Config struct {
 	// as a secret, like WORKORDER_OPERATOR_TOKEN.
 	OperatorToken string
 
+	// Auth authenticates the callers of the public BillingService:
+	// AUTH_ISSUER and AUTH_AUDIENCE (required), AUTH_JWKS_URL, AUTH_DISABLED;
+	// see libenv.CallerAuth and docs/adr/0017-caller-identity.md. Every
+	// authenticated caller may read invoices.
+	Auth libenv.CallerAuth
+
 	// Telemetry: LOG_LEVEL (default info), LOG_FORMAT (default json; text;
 	// gcp: Cloud Logging's fields, the trace field in the Pub/Sub project),
 	// and the OpenTelemetry variables (OTEL_EXPORTER_OTLP_ENDPOINT, default
@@ -163,6 +169,7 @@ func FromEnv(r *envconfig.Reader) (Config, error) {
 		},
 		IntakeMaxPayloadBytes: r.Int("BILLING_INTAKE_MAX_PAYLOAD_BYTES", intake.DefaultMaxPayloadBytes),
 		OperatorToken:         r.String("BILLING_OPERATOR_TOKEN", ""),
+		Auth:                  libenv.ReadCallerAuth(r),
 		Telemetry:             libenv.Telemetry(r, ServiceName),
 	}
 	c.Telemetry.ProjectID = c.PubSub.ProjectID
@@ -187,6 +194,7 @@ func (c Config) Validate() error {
 		envconfig.Check("BILLING_JOBS_* / INSTANCE_ID", c.Worker.ValidateFor(c.Queue)),
 		envconfig.Check("BILLING_PROCESSED_EVENTS_*", c.ProcessedEvents.Validate()),
 		operator.ValidateToken("BILLING_OPERATOR_TOKEN", c.OperatorToken),
+		c.Auth.Validate(),
 		c.Telemetry.Validate(),
 	)
 	if c.JobMaxAttempts < 1 || c.JobMaxAttempts > 1000 {

@@ -14,8 +14,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lossless-dev/lossless/internal/clientauth"
 	"github.com/lossless-dev/lossless/internal/envconfig"
 	"github.com/lossless-dev/lossless/pkg/operator"
+	"github.com/lossless-dev/lossless/pkg/server"
 )
 
 // ServiceName is the console's name in logs and metrics.
@@ -23,48 +25,57 @@ const ServiceName = "console"
 
 // Environment variables read by FromEnv.
 const (
-	EnvHTTPAddr          = "HTTP_ADDR"
-	EnvWorkorderGRPC     = "CONSOLE_WORKORDER_GRPC_ADDR"
-	EnvProviderGRPC      = "CONSOLE_PROVIDER_GRPC_ADDR"
-	EnvBillingGRPC       = "CONSOLE_BILLING_GRPC_ADDR"
-	EnvWorkorderHTTP     = "CONSOLE_WORKORDER_HTTP_URL"
-	EnvProviderHTTP      = "CONSOLE_PROVIDER_HTTP_URL"
-	EnvBillingHTTP       = "CONSOLE_BILLING_HTTP_URL"
-	EnvOperatorToken     = "CONSOLE_OPERATOR_TOKEN"
-	EnvReadOpen          = "CONSOLE_READ_OPEN"
-	EnvTLSCertFile       = "CONSOLE_TLS_CERT_FILE"
-	EnvTLSKeyFile        = "CONSOLE_TLS_KEY_FILE"
-	EnvSecureCookies     = "CONSOLE_SECURE_COOKIES"
-	EnvRunbookBaseURL    = "CONSOLE_RUNBOOK_BASE_URL"
-	EnvRPCTimeout        = "CONSOLE_RPC_TIMEOUT"
-	EnvScrapeTimeout     = "CONSOLE_SCRAPE_TIMEOUT"
-	EnvShutdownTimeout   = "SHUTDOWN_TIMEOUT"
-	EnvLogLevel          = "LOG_LEVEL"
-	EnvPprofEnabled      = "PPROF_ENABLED"
-	EnvTraceURL          = "CONSOLE_TRACE_URL"
-	EnvOperatorsFile     = "CONSOLE_OPERATORS_FILE"
-	EnvSessionTTL        = "CONSOLE_SESSION_TTL"
-	EnvSessionIdle       = "CONSOLE_SESSION_IDLE"
-	EnvLoginFailures     = "CONSOLE_LOGIN_FAILURES"
-	EnvLoginWindow       = "CONSOLE_LOGIN_WINDOW"
-	EnvIAPAudience       = "CONSOLE_IAP_AUDIENCE"
-	DefaultHTTPAddr      = ":8089"
-	DefaultRunbookBase   = "https://github.com/lossless-dev/lossless/blob/main/docs/runbooks/"
-	DefaultRPCTimeout    = 5 * time.Second
-	DefaultScrapeTimeout = 2 * time.Second
-	DefaultShutdown      = 10 * time.Second
-	DefaultSessionTTL    = 8 * time.Hour
-	DefaultSessionIdle   = 30 * time.Minute
-	DefaultLoginFailures = 10
-	DefaultLoginWindow   = 15 * time.Minute
+	EnvHTTPAddr        = "HTTP_ADDR"
+	EnvWorkorderGRPC   = "CONSOLE_WORKORDER_GRPC_ADDR"
+	EnvProviderGRPC    = "CONSOLE_PROVIDER_GRPC_ADDR"
+	EnvBillingGRPC     = "CONSOLE_BILLING_GRPC_ADDR"
+	EnvWorkorderHTTP   = "CONSOLE_WORKORDER_HTTP_URL"
+	EnvProviderHTTP    = "CONSOLE_PROVIDER_HTTP_URL"
+	EnvBillingHTTP     = "CONSOLE_BILLING_HTTP_URL"
+	EnvOperatorToken   = "CONSOLE_OPERATOR_TOKEN"
+	EnvReadOpen        = "CONSOLE_READ_OPEN"
+	EnvTLSCertFile     = "CONSOLE_TLS_CERT_FILE"
+	EnvTLSKeyFile      = "CONSOLE_TLS_KEY_FILE"
+	EnvSecureCookies   = "CONSOLE_SECURE_COOKIES"
+	EnvRunbookBaseURL  = "CONSOLE_RUNBOOK_BASE_URL"
+	EnvRPCTimeout      = "CONSOLE_RPC_TIMEOUT"
+	EnvScrapeTimeout   = "CONSOLE_SCRAPE_TIMEOUT"
+	EnvShutdownTimeout = "SHUTDOWN_TIMEOUT"
+	EnvLogLevel        = "LOG_LEVEL"
+	EnvPprofAddr       = "PPROF_ADDR"
+	// The TLS between processes: the names every service reads
+	// (libenv.TLS), read here because the console takes nothing else from
+	// libenv (its other readers require a database).
+	EnvServiceTLSCertFile   = "TLS_CERT_FILE"
+	EnvServiceTLSKeyFile    = "TLS_KEY_FILE"
+	EnvServiceTLSCAFile     = "TLS_CA_FILE"
+	EnvServiceTLSClientAuth = "TLS_CLIENT_AUTH"
+	ServiceTLSEnvNames      = "TLS_CERT_FILE / TLS_KEY_FILE / TLS_CA_FILE / TLS_CLIENT_AUTH"
+	EnvTraceURL             = "CONSOLE_TRACE_URL"
+	EnvOperatorsFile        = "CONSOLE_OPERATORS_FILE"
+	EnvSessionTTL           = "CONSOLE_SESSION_TTL"
+	EnvSessionIdle          = "CONSOLE_SESSION_IDLE"
+	EnvLoginFailures        = "CONSOLE_LOGIN_FAILURES"
+	EnvLoginWindow          = "CONSOLE_LOGIN_WINDOW"
+	EnvIAPAudience          = "CONSOLE_IAP_AUDIENCE"
+	DefaultHTTPAddr         = ":8089"
+	DefaultRunbookBase      = "https://github.com/lossless-dev/lossless/blob/main/docs/runbooks/"
+	DefaultRPCTimeout       = 5 * time.Second
+	DefaultScrapeTimeout    = 2 * time.Second
+	DefaultShutdown         = 10 * time.Second
+	DefaultSessionTTL       = 8 * time.Hour
+	DefaultSessionIdle      = 30 * time.Minute
+	DefaultLoginFailures    = 10
+	DefaultLoginWindow      = 15 * time.Minute
 )
 
 // Endpoints of one service the console talks to.
 type Endpoints struct {
-	// GRPC is the host:port of the service's gRPC API (plaintext, like
-	// every service-to-service call of the system).
+	// GRPC is the host:port of the service's gRPC API, dialled with
+	// ServiceTLS (TLS when TLS_CA_FILE or TLS_CERT_FILE is set).
 	GRPC string
-	// HTTP is the base URL of the service's HTTP listener; the console reads
+	// HTTP is the base URL of the service's HTTP listener (https:// when
+	// the services serve TLS, verified with ServiceTLS); the console reads
 	// <HTTP>/metrics (Prometheus text format) for the Overview's gauges and
 	// rates, nothing else.
 	HTTP string
@@ -126,9 +137,10 @@ type Config struct {
 	// asks for the token first. `make run` sets it (a developer's machine).
 	ReadOpen bool
 	// TLSCertFile and TLSKeyFile make the console serve HTTPS. Env
-	// CONSOLE_TLS_CERT_FILE, CONSOLE_TLS_KEY_FILE, default "": plain HTTP,
-	// for loopback (`make run`) or behind a TLS-terminating proxy. Both or
-	// neither.
+	// CONSOLE_TLS_CERT_FILE, CONSOLE_TLS_KEY_FILE, default: TLS_CERT_FILE
+	// and TLS_KEY_FILE (ServiceTLS's, as every service serves), else "":
+	// plain HTTP, for loopback (`make run`) or behind a TLS-terminating
+	// proxy. Both or neither. Reloaded when the files change.
 	TLSCertFile, TLSKeyFile string
 	// SecureCookies forces the session and CSRF cookies Secure (and
 	// __Host- named) on a loopback listener too, e.g. behind a TLS proxy
@@ -162,10 +174,27 @@ type Config struct {
 	// because a deployment's tracing backend (Jaeger, Cloud Trace) has no
 	// per-order query. `make run` sets it to its trace store's address.
 	TraceURL string
-	// PprofEnabled serves /debug/pprof/ on the HTTP listener, as the other
-	// services do (the benchmarks profile every process). Env PPROF_ENABLED,
-	// default false: profiles show internals.
-	PprofEnabled bool
+	// PprofAddr serves /debug/pprof/ on a loopback listener of its own, as
+	// the other services do (the benchmarks profile every process). Env
+	// PPROF_ADDR, default "": off; profiles show internals and have no
+	// authentication, so only a loopback address is accepted.
+	PprofAddr string
+	// ServiceTLS is the console's side of the TLS between processes (env
+	// TLS_CERT_FILE, TLS_KEY_FILE, TLS_CA_FILE, TLS_CLIENT_AUTH): the CA it
+	// verifies the services' gRPC and /metrics listeners with, and the
+	// certificate it presents to services that require one (mTLS). Default:
+	// plaintext. Separate from CONSOLE_TLS_CERT_FILE, the certificate
+	// browsers see.
+	ServiceTLS server.TLSConfig
+	// WorkorderAuth and BillingAuth are the console's ID tokens for the
+	// public APIs it reads (orders, invoices): WORKORDER_AUDIENCE (default
+	// "workorder") and BILLING_AUDIENCE (default "billing"), with
+	// AUTH_TOKEN_URL, AUTH_CLIENT_ID, AUTH_CLIENT_SECRET (unset: Google ID
+	// tokens of the workload's service account) and AUTH_DISABLED; see
+	// internal/clientauth. The console lists every order: its subject must
+	// be one of the work-order service's WORKORDER_OPERATOR_SUBJECTS.
+	WorkorderAuth clientauth.Config
+	BillingAuth   clientauth.Config
 }
 
 // FromEnv reads the configuration from r, fills defaults and validates it;
@@ -185,14 +214,28 @@ func FromEnv(r *envconfig.Reader) (Config, error) {
 		RPCTimeout:      r.Duration(EnvRPCTimeout, 0),
 		ScrapeTimeout:   r.Duration(EnvScrapeTimeout, 0),
 		ShutdownTimeout: r.Duration(EnvShutdownTimeout, 0),
-		PprofEnabled:    r.Bool(EnvPprofEnabled, false),
-		TraceURL:        r.String(EnvTraceURL, ""),
-		OperatorsFile:   r.String(EnvOperatorsFile, ""),
-		SessionTTL:      r.Duration(EnvSessionTTL, 0),
-		SessionIdle:     r.Duration(EnvSessionIdle, 0),
-		LoginFailures:   r.Int(EnvLoginFailures, 0),
-		LoginWindow:     r.Duration(EnvLoginWindow, 0),
-		IAPAudience:     r.String(EnvIAPAudience, ""),
+		PprofAddr:       r.String(EnvPprofAddr, ""),
+		ServiceTLS: server.TLSConfig{
+			CertFile:   r.String(EnvServiceTLSCertFile, ""),
+			KeyFile:    r.String(EnvServiceTLSKeyFile, ""),
+			CAFile:     r.String(EnvServiceTLSCAFile, ""),
+			ClientAuth: server.ClientAuth(r.String(EnvServiceTLSClientAuth, "")),
+		},
+		TraceURL:      r.String(EnvTraceURL, ""),
+		OperatorsFile: r.String(EnvOperatorsFile, ""),
+		SessionTTL:    r.Duration(EnvSessionTTL, 0),
+		SessionIdle:   r.Duration(EnvSessionIdle, 0),
+		LoginFailures: r.Int(EnvLoginFailures, 0),
+		LoginWindow:   r.Duration(EnvLoginWindow, 0),
+		IAPAudience:   r.String(EnvIAPAudience, ""),
+		WorkorderAuth: clientauth.FromEnv(r, "WORKORDER_AUDIENCE", "workorder"),
+		BillingAuth:   clientauth.FromEnv(r, "BILLING_AUDIENCE", "billing"),
+	}
+	if _, ok := r.Lookup("PPROF_ENABLED"); ok {
+		r.Record(fmt.Errorf("PPROF_ENABLED is gone: set %s to a loopback address (e.g. 127.0.0.1:6069)", EnvPprofAddr))
+	}
+	if c.TLSCertFile == "" && c.TLSKeyFile == "" {
+		c.TLSCertFile, c.TLSKeyFile = c.ServiceTLS.CertFile, c.ServiceTLS.KeyFile
 	}
 	if lv := r.String(EnvLogLevel, ""); lv != "" {
 		if err := c.LogLevel.UnmarshalText([]byte(lv)); err != nil {
@@ -246,7 +289,7 @@ func (c *Config) setDefaults() {
 
 // Validate checks the settings; each error names its variable.
 func (c Config) Validate() error {
-	var errs []error
+	errs := []error{c.WorkorderAuth.Validate(), c.BillingAuth.Validate()}
 	for name, u := range map[string]string{
 		EnvWorkorderHTTP: c.Workorder.HTTP, EnvProviderHTTP: c.Provider.HTTP, EnvBillingHTTP: c.Billing.HTTP,
 		EnvRunbookBaseURL: c.RunbookBaseURL,
@@ -266,6 +309,14 @@ func (c Config) Validate() error {
 		}
 	}
 	errs = append(errs, operator.ValidateToken(EnvOperatorToken, c.OperatorToken))
+	if c.PprofAddr != "" {
+		if err := server.ValidateLoopback(c.PprofAddr); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", EnvPprofAddr, err))
+		}
+	}
+	if err := c.ServiceTLS.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("%s: %w", ServiceTLSEnvNames, err))
+	}
 	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
 		errs = append(errs, fmt.Errorf("%s and %s: set both or neither", EnvTLSCertFile, EnvTLSKeyFile))
 	}

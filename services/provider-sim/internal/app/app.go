@@ -37,8 +37,9 @@ const ServiceName = "provider-sim"
 // Environment variables read by ConfigFromEnv (besides those of the engine,
 // faults, pubsub and telemetry packages).
 const (
-	EnvDatabaseURL   = "DATABASE_URL"
-	EnvOperatorToken = "PROVIDER_OPERATOR_TOKEN"
+	EnvDatabaseURL    = "DATABASE_URL"
+	EnvOperatorToken  = "PROVIDER_OPERATOR_TOKEN"
+	EnvAllowedCallers = "PROVIDER_ALLOWED_CALLERS"
 )
 
 // Config of the whole process.
@@ -88,19 +89,31 @@ type Config struct {
 	// At least operator.MinTokenLength (32) characters. The hand-off
 	// (SubmitWorkOrder) and reading the knobs stay open.
 	OperatorToken string
+	// Auth authenticates the callers of SubmitWorkOrder (ProviderService):
+	// AUTH_ISSUER and AUTH_AUDIENCE (required), AUTH_JWKS_URL, AUTH_DISABLED;
+	// see libenv.CallerAuth. ProviderAdminService is exempt: its operator
+	// methods have the operator token, and reading the knobs stays open.
+	Auth libenv.CallerAuth
+	// AllowedCallers are the caller subjects that may submit work (env
+	// PROVIDER_ALLOWED_CALLERS, comma-separated; required unless
+	// AUTH_DISABLED): the work-order service's identity. Another
+	// authenticated caller is refused with PERMISSION_DENIED.
+	AllowedCallers []string
 }
 
 // ConfigFromEnv reads every setting; the error names each bad variable.
 func ConfigFromEnv(env *envconfig.Reader) (Config, error) {
 	cfg := Config{
-		DatabaseURL:   env.Required(EnvDatabaseURL),
-		Server:        libenv.Server(env, ":9091", ":8081"),
-		PubSub:        libenv.PubSub(env),
-		Publisher:     pubsub.DefaultPublisherConfig(),
-		Engine:        engine.ConfigFromEnv(env),
-		Faults:        faults.FromEnv(env),
-		Telemetry:     libenv.Telemetry(env, ServiceName),
-		OperatorToken: env.String(EnvOperatorToken, ""),
+		DatabaseURL:    env.Required(EnvDatabaseURL),
+		Server:         libenv.Server(env, ":9091", ":8081"),
+		PubSub:         libenv.PubSub(env),
+		Publisher:      pubsub.DefaultPublisherConfig(),
+		Engine:         engine.ConfigFromEnv(env),
+		Faults:         faults.FromEnv(env),
+		Telemetry:      libenv.Telemetry(env, ServiceName),
+		OperatorToken:  env.String(EnvOperatorToken, ""),
+		Auth:           libenv.ReadCallerAuth(env),
+		AllowedCallers: libenv.SplitSubjects(env.String(EnvAllowedCallers, "")),
 	}
 	cfg.Telemetry.ProjectID = cfg.PubSub.ProjectID
 	if err := env.Err(); err != nil {
@@ -121,7 +134,11 @@ func (c Config) Validate() error {
 		errs = append(errs, envconfig.Check(libenv.ServerEnvNames, err))
 	}
 	errs = append(errs, c.PubSub.Validate(), c.Publisher.Validate(), c.Engine.Validate(), c.Faults.Validate(),
-		operator.ValidateToken(EnvOperatorToken, c.OperatorToken))
+		operator.ValidateToken(EnvOperatorToken, c.OperatorToken), c.Auth.Validate())
+	if !c.Auth.Disabled && len(c.AllowedCallers) == 0 {
+		errs = append(errs, envconfig.Check(EnvAllowedCallers,
+			errors.New("required: the subjects that may submit work (the work-order service's), or AUTH_DISABLED=true")))
+	}
 	return errors.Join(errs...)
 }
 
@@ -213,9 +230,18 @@ func (a *App) assemble(cfg Config, stream faults.Stream, tel telemetry.Providers
 	if err != nil {
 		return err
 	}
-	auth := guard.ServiceInterceptor(providerv1.ProviderAdminService_ServiceDesc.ServiceName, api.OpenAdminMethods()...)
+	auth := []grpc.UnaryServerInterceptor{guard.ServiceInterceptor(providerv1.ProviderAdminService_ServiceDesc.ServiceName, api.OpenAdminMethods()...),
+		guard.ServiceInterceptor(opsv1.OperatorService_ServiceDesc.ServiceName)}
+	callerAuth, err := cfg.Auth.Option(a.logger, providerv1.ProviderAdminService_ServiceDesc.ServiceName,
+		opsv1.OperatorService_ServiceDesc.ServiceName)
+	if err != nil {
+		return err
+	}
+	if !cfg.Auth.Disabled {
+		auth = append(auth, api.AllowedCallers(cfg.AllowedCallers))
+	}
 	srv, err := server.New(cfg.Server, a.logger, append(opts, server.WithWorker("engine", eng.Run), server.WithTelemetry(tel),
-		server.WithAuthInterceptors(auth, guard.ServiceInterceptor(opsv1.OperatorService_ServiceDesc.ServiceName)))...)
+		callerAuth, server.WithAuthInterceptors(auth...))...)
 	if err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
@@ -23,6 +24,8 @@ import (
 
 	providerv1 "github.com/lossless-dev/lossless/gen/lossless/provider/v1"
 	"github.com/lossless-dev/lossless/internal/envconfig"
+	"github.com/lossless-dev/lossless/internal/libenv"
+	"github.com/lossless-dev/lossless/internal/localissuer"
 	"github.com/lossless-dev/lossless/internal/roletest"
 	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/migrations"
@@ -57,10 +60,17 @@ func setup(t *testing.T, exec time.Duration) *bundle {
 
 func setupWithToken(t *testing.T, exec time.Duration, token string) *bundle {
 	t.Helper()
+	return setupWith(t, exec, token, nil)
+}
+
+// setupWith is setupWithToken with cfg changed by edit (nil: unchanged).
+func setupWith(t *testing.T, exec time.Duration, token string, edit func(*app.Config)) *bundle {
+	t.Helper()
 	// As the runtime role, as deployed: the grants must suffice.
 	_, dsn := pgtest.RuntimeRole(t, pgtest.NewDatabase(t, migrations.ProviderSim()...), migrations.ProviderSim()...)
 	emu := pubsubtest.New(t, topology.System())
 	cfg := app.Config{
+		Auth:        libenv.CallerAuth{Disabled: true}, // caller authentication: tested apart
 		DatabaseURL: dsn,
 		Server:      server.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", ShutdownTimeout: 5 * time.Second},
 		PubSub:      pubsub.ClientConfig{ProjectID: emu.ProjectID, EmulatorHost: emu.Addr},
@@ -69,6 +79,9 @@ func setupWithToken(t *testing.T, exec time.Duration, token string) *bundle {
 			ExecBase: exec, ExecPerPosition: time.Microsecond, NoJitter: true,
 		},
 		OperatorToken: token,
+	}
+	if edit != nil {
+		edit(&cfg)
 	}
 	a, err := app.New(context.Background(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), telemetry.Providers{})
 	if err != nil {
@@ -269,8 +282,8 @@ func TestWithoutATokenTheFaultKnobsRefuseEveryCallButTheHandOffWorks(t *testing.
 	if body := b.faultsInForce(t); strings.Contains(body, `"poison":1`) {
 		t.Fatalf("knobs changed: %s", body)
 	}
-	// The hand-off is not an operator endpoint: the work-order relay calls it
-	// without credentials, over gRPC and REST alike.
+	// The hand-off is not an operator endpoint: no operator token, over gRPC
+	// and REST alike (its callers' ID tokens: TestSubmitWorkOrderOnlyFromAllowedCallers).
 	id := uuid.NewString()
 	if _, err := providerv1.NewProviderServiceClient(b.conn).SubmitWorkOrder(context.Background(), &providerv1.SubmitWorkOrderRequest{
 		WorkOrderId: id, CustomerId: "c-1", Positions: 1,
@@ -377,9 +390,67 @@ func TestConfigFromEnvNamesEachBadVariable(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "PROVIDER_OPERATOR_TOKEN") {
 		t.Errorf("short operator token: error %v does not name PROVIDER_OPERATOR_TOKEN", err)
 	}
-	cfg, err := app.ConfigFromEnv(envconfig.FromMap(map[string]string{"DATABASE_URL": "postgres://u@127.0.0.1:5432/providersim"}))
-	if err != nil || cfg.Server.GRPCAddr != ":9091" || cfg.Server.HTTPAddr != ":8081" {
-		t.Fatalf("defaults: %+v %v", cfg.Server, err)
+	// Caller authentication is on by default: issuer, audience and the
+	// allow-list are required.
+	_, err = app.ConfigFromEnv(envconfig.FromMap(map[string]string{"DATABASE_URL": "postgres://u@127.0.0.1:5432/providersim"}))
+	for _, name := range []string{"AUTH_ISSUER", "AUTH_AUDIENCE", "PROVIDER_ALLOWED_CALLERS"} {
+		if err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("no auth settings: error %v does not name %s", err, name)
+		}
+	}
+	cfg, err := app.ConfigFromEnv(envconfig.FromMap(map[string]string{"DATABASE_URL": "postgres://u@127.0.0.1:5432/providersim",
+		"AUTH_ISSUER": "https://accounts.google.com", "AUTH_AUDIENCE": "provider-sim", "PROVIDER_ALLOWED_CALLERS": "workorder"}))
+	if err != nil || cfg.Server.GRPCAddr != ":9091" || cfg.Server.HTTPAddr != ":8081" || len(cfg.AllowedCallers) != 1 {
+		t.Fatalf("defaults: %+v %+v %v", cfg.Server, cfg.AllowedCallers, err)
+	}
+}
+
+// SubmitWorkOrder needs a token (UNAUTHENTICATED without), and one whose
+// subject is allowed (PERMISSION_DENIED otherwise): a pod with a valid token
+// of its own cannot submit work. The fault knobs stay behind the operator
+// token alone.
+func TestSubmitWorkOrderOnlyFromAllowedCallers(t *testing.T) {
+	t.Parallel()
+	issuerSrv := httptest.NewUnstartedServer(nil)
+	issuer, err := localissuer.New("http://"+issuerSrv.Listener.Addr().String(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	issuerSrv.Config.Handler = issuer.Handler()
+	issuerSrv.Start()
+	t.Cleanup(issuerSrv.Close)
+	b := setupWith(t, time.Hour, operatorToken, func(c *app.Config) {
+		c.Auth = libenv.CallerAuth{OIDC: server.OIDCConfig{Issuer: issuer.URL(), Audience: "provider-sim"}}
+		c.AllowedCallers = []string{"workorder"}
+	})
+	client := providerv1.NewProviderServiceClient(b.conn)
+	as := func(subject string) context.Context {
+		tok, err := issuer.Mint(localissuer.Claims{Subject: subject, Audience: "provider-sim"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+tok)
+	}
+	req := &providerv1.SubmitWorkOrderRequest{WorkOrderId: uuid.NewString(), CustomerId: "c1", Positions: 1}
+	for _, c := range []struct {
+		name string
+		ctx  context.Context
+		want codes.Code
+	}{
+		{"no token", context.Background(), codes.Unauthenticated},
+		{"another pod", as("intruder"), codes.PermissionDenied},
+		{"the work-order service", as("workorder"), codes.OK},
+	} {
+		if _, err := client.SubmitWorkOrder(c.ctx, req); status.Code(err) != c.want {
+			t.Errorf("%s: %v, want %v", c.name, err, c.want)
+		}
+	}
+	var jobs int
+	if err := b.pool.QueryRow(context.Background(), `SELECT count(*) FROM jobs`).Scan(&jobs); err != nil || jobs != 1 {
+		t.Fatalf("jobs = %d (%v), want 1: only the allowed caller's", jobs, err)
+	}
+	if r := b.httpAuth(t, http.MethodGet, "/v1/faults", "", ""); r.status != http.StatusOK {
+		t.Fatalf("reading the knobs: HTTP %d %s, want 200 (open)", r.status, r.body)
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 
 	providerv1 "github.com/lossless-dev/lossless/gen/lossless/provider/v1"
 	"github.com/lossless-dev/lossless/internal/envconfig"
+	"github.com/lossless-dev/lossless/internal/libenv"
 	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
@@ -44,6 +45,7 @@ type plan struct {
 func firstPlan(t *testing.T, dsn string, emu *pubsubtest.Emulator, incarnation string) plan {
 	t.Helper()
 	cfg := app.Config{
+		Auth:        libenv.CallerAuth{Disabled: true}, // caller authentication: tested apart
 		DatabaseURL: dsn,
 		Server:      server.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", ShutdownTimeout: 5 * time.Second},
 		PubSub:      pubsub.ClientConfig{ProjectID: emu.ProjectID, EmulatorHost: emu.Addr},
@@ -129,12 +131,12 @@ func TestARestartWithAFixedSeedDoesNotReplayTheFirstDraws(t *testing.T) {
 func TestInstanceIDIsReadAndABadOneIsNamed(t *testing.T) {
 	t.Parallel()
 	const dsn = "postgres://u@127.0.0.1:5432/providersim"
-	cfg, err := app.ConfigFromEnv(envconfig.FromMap(map[string]string{"DATABASE_URL": dsn, "INSTANCE_ID": "provider-sim-1"}))
+	cfg, err := app.ConfigFromEnv(envconfig.FromMap(map[string]string{"AUTH_DISABLED": "true", "DATABASE_URL": dsn, "INSTANCE_ID": "provider-sim-1"}))
 	if err != nil || cfg.Engine.Instance != "provider-sim-1" {
 		t.Fatalf("instance = %q (err %v), want provider-sim-1", cfg.Engine.Instance, err)
 	}
 	// '/' separates the instance from the incarnation in a lease owner.
-	_, err = app.ConfigFromEnv(envconfig.FromMap(map[string]string{"DATABASE_URL": dsn, "INSTANCE_ID": "provider/1"}))
+	_, err = app.ConfigFromEnv(envconfig.FromMap(map[string]string{"AUTH_DISABLED": "true", "DATABASE_URL": dsn, "INSTANCE_ID": "provider/1"}))
 	if err == nil || !strings.Contains(err.Error(), "INSTANCE_ID") {
 		t.Fatalf("error %v does not name INSTANCE_ID", err)
 	}

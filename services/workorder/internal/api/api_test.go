@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"slices"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/oauth2"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
@@ -29,6 +31,7 @@ import (
 	eventsv1 "github.com/lossless-dev/lossless/gen/lossless/events/v1"
 	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
 	"github.com/lossless-dev/lossless/internal/benchkit"
+	"github.com/lossless-dev/lossless/internal/localissuer"
 	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/apierror"
 	"github.com/lossless-dev/lossless/pkg/idempotency"
@@ -47,8 +50,43 @@ func TestMain(m *testing.M) { os.Exit(benchkit.Main(m)) }
 type testBundle struct {
 	pool *pgxpool.Pool
 	repo *orders.Repository
-	base string // http://127.0.0.1:port
-	grpc workorderv1.WorkOrderServiceClient
+	base string                             // http://127.0.0.1:port
+	grpc workorderv1.WorkOrderServiceClient // calls as testCaller
+	conn *grpc.ClientConn                   // without credentials
+	// issuer mints the callers' tokens; the server verifies them over
+	// HTTP (discovery, JWKS) as in production.
+	issuer *localissuer.Issuer
+}
+
+// The callers of the tests: testCaller by default, operatorCaller in
+// WORKORDER_OPERATOR_SUBJECTS.
+const (
+	testCaller     = "alice"
+	otherCaller    = "bob"
+	operatorCaller = "ops-console"
+	testAudience   = "workorder"
+)
+
+// token is a valid ID token of subject for the service.
+func (b testBundle) token(t testing.TB, subject string) string {
+	t.Helper()
+	tok, err := b.issuer.Mint(localissuer.Claims{Subject: subject, Audience: testAudience})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// as returns ctx whose gRPC calls carry subject's token.
+func (b testBundle) as(t testing.TB, ctx context.Context, subject string) context.Context {
+	t.Helper()
+	return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+b.token(t, subject))
+}
+
+// bearer is the Authorization header of subject.
+func (b testBundle) bearer(t testing.TB, subject string) map[string]string {
+	t.Helper()
+	return map[string]string{"Authorization": "Bearer " + b.token(t, subject)}
 }
 
 func setup(t testing.TB) testBundle {
@@ -68,11 +106,23 @@ func setupOn(t testing.TB, pool *pgxpool.Pool) testBundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := api.NewService(pool, repo, keys, logger, nil)
+	svc, err := api.NewService(pool, repo, keys, []string{operatorCaller}, logger, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := server.New(server.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0"}, logger)
+	issuerSrv := httptest.NewUnstartedServer(nil)
+	issuer, err := localissuer.New("http://"+issuerSrv.Listener.Addr().String(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	issuerSrv.Config.Handler = issuer.Handler()
+	issuerSrv.Start()
+	t.Cleanup(issuerSrv.Close)
+	verifier, err := server.NewOIDCVerifier(server.OIDCConfig{Issuer: issuer.URL(), Audience: testAudience}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := server.New(server.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0"}, logger, server.WithCallerAuth(verifier))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +143,15 @@ func setupOn(t testing.TB, pool *pgxpool.Pool) testBundle {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	return testBundle{pool: pool, repo: repo, base: "http://" + srv.HTTPAddr(), grpc: workorderv1.NewWorkOrderServiceClient(conn)}
+	b := testBundle{pool: pool, repo: repo, base: "http://" + srv.HTTPAddr(), conn: conn, issuer: issuer}
+	authed, err := grpc.NewClient(srv.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithPerRPCCredentials(server.TokenCredentials(oauth2.StaticTokenSource(&oauth2.Token{AccessToken: b.token(t, testCaller)}), false)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = authed.Close() })
+	b.grpc = workorderv1.NewWorkOrderServiceClient(authed)
+	return b
 }
 
 type response struct {
@@ -109,7 +167,15 @@ func (b testBundle) do(t testing.TB, method, path, body string, header map[strin
 		t.Fatal(err)
 	}
 	req.Header.Set("Content-Type", "application/json")
+	// testCaller's token unless the test sets Authorization ("" sends none).
+	if _, ok := header["Authorization"]; !ok {
+		req.Header.Set("Authorization", "Bearer "+b.token(t, testCaller))
+	}
 	for k, v := range header {
+		if v == "" {
+			req.Header.Del(k)
+			continue
+		}
 		req.Header.Set(k, v)
 	}
 	resp, err := http.DefaultClient.Do(req)

@@ -13,6 +13,7 @@ import (
 	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/idempotency"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
+	"github.com/lossless-dev/lossless/pkg/server"
 	"github.com/lossless-dev/lossless/services/workorder/internal/api"
 	"github.com/lossless-dev/lossless/services/workorder/internal/orders"
 )
@@ -22,6 +23,9 @@ import (
 // idempotency key, to show what the key costs. Compare the two ns/op in the
 // same run; absolute figures follow the machine's commit latency.
 func BenchmarkCreateWorkOrder(b *testing.B) {
+	// Called in-process: the caller pkg/server's authentication would have
+	// verified.
+	benchCaller := server.ContextWithCaller(context.Background(), server.Caller{Subject: "bench"})
 	pool := pgtest.NewPool(b, migrations.WorkOrder()...)
 	logger := slog.New(slog.DiscardHandler)
 	repo, err := orders.NewRepository(pool)
@@ -32,7 +36,7 @@ func BenchmarkCreateWorkOrder(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	svc, err := api.NewService(pool, repo, keys, logger, nil)
+	svc, err := api.NewService(pool, repo, keys, nil, logger, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -44,21 +48,21 @@ func BenchmarkCreateWorkOrder(b *testing.B) {
 
 	b.Run("without-key", func(b *testing.B) {
 		for b.Loop() {
-			if _, err := svc.CreateWorkOrder(context.Background(), req); err != nil {
+			if _, err := svc.CreateWorkOrder(benchCaller, req); err != nil {
 				b.Fatal(err)
 			}
 		}
 	})
 	b.Run("with-key", func(b *testing.B) {
 		for b.Loop() {
-			ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs(idempotency.MetadataKey, uuid.NewString()))
+			ctx := metadata.NewIncomingContext(benchCaller, metadata.Pairs(idempotency.MetadataKey, uuid.NewString()))
 			if _, err := svc.CreateWorkOrder(ctx, req); err != nil {
 				b.Fatal(err)
 			}
 		}
 	})
 	b.Run("replay", func(b *testing.B) {
-		ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs(idempotency.MetadataKey, uuid.NewString()))
+		ctx := metadata.NewIncomingContext(benchCaller, metadata.Pairs(idempotency.MetadataKey, uuid.NewString()))
 		for b.Loop() {
 			if _, err := svc.CreateWorkOrder(ctx, req); err != nil {
 				b.Fatal(err)

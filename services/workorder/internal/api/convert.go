@@ -49,6 +49,7 @@ func toProto(o orders.Order) *workorderv1.WorkOrder {
 		CreateTime:     timestamppb.New(o.CreatedAt),
 		UpdateTime:     timestamppb.New(o.UpdatedAt),
 		Version:        o.Version,
+		Creator:        o.CreatedBy,
 	}
 }
 
@@ -76,6 +77,7 @@ func withoutOutputOnly(req *workorderv1.CreateWorkOrderRequest) *workorderv1.Cre
 	wo.CreateTime = nil
 	wo.UpdateTime = nil
 	wo.Version = 0
+	wo.Creator = ""
 	return c
 }
 

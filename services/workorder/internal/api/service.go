@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -37,8 +38,9 @@ const ReplayedHeader = "idempotent-replayed"
 
 const (
 	defaultPageSize = 50
-	// createScope names CreateWorkOrder's idempotency keys. There is no
-	// authentication yet; with it, the scope must include the principal.
+	// createScope names CreateWorkOrder's idempotency keys; the caller's
+	// subject is their principal (orders.CreateHandler), so each caller has
+	// its own keys.
 	createScope = workorderv1.WorkOrderService_CreateWorkOrder_FullMethodName
 )
 
@@ -48,15 +50,19 @@ const (
 type Service struct {
 	workorderv1.UnimplementedWorkOrderServiceServer
 
-	repo   *orders.Repository
-	create *orders.CreateHandler[*workorderv1.CreateWorkOrderResponse]
-	cancel *orders.CancelHandler
+	repo      *orders.Repository
+	create    *orders.CreateHandler[*workorderv1.CreateWorkOrderResponse]
+	cancel    *orders.CancelHandler
+	operators []string
 }
 
 // NewService returns the API: reads through repo, creates and cancels
 // through handlers writing on pool, with create's idempotency keys in keys.
-// A nil meter disables metrics.
-func NewService(pool *pgxpool.Pool, repo *orders.Repository, keys *idempotency.Store, logger *slog.Logger, meter metric.Meter) (*Service, error) {
+// operators name (by subject or verified email) the callers that may read, list and cancel every
+// order (WORKORDER_OPERATOR_SUBJECTS); any other caller only its own. The
+// caller is the one pkg/server's WithCallerAuth verified: a call that did
+// not pass through it is refused. A nil meter disables metrics.
+func NewService(pool *pgxpool.Pool, repo *orders.Repository, keys *idempotency.Store, operators []string, logger *slog.Logger, meter metric.Meter) (*Service, error) {
 	switch {
 	case pool == nil:
 		return nil, errors.New("api: pool is nil")
@@ -77,7 +83,7 @@ func NewService(pool *pgxpool.Pool, repo *orders.Repository, keys *idempotency.S
 	if err != nil {
 		return nil, fmt.Errorf("api: %w", err)
 	}
-	return &Service{repo: repo, create: create, cancel: cancel}, nil
+	return &Service{repo: repo, create: create, cancel: cancel, operators: slices.Clone(operators)}, nil
 }
 
 // Register serves svc on srv: gRPC, and REST through srv's gateway, which
@@ -98,11 +104,16 @@ func (s *Service) CreateWorkOrder(ctx context.Context, req *workorderv1.CreateWo
 	if err != nil {
 		return nil, idempotency.StatusError(err)
 	}
+	c, _, err := s.caller(ctx)
+	if err != nil {
+		return nil, err
+	}
 	req = withoutOutputOnly(req)
 	order, err := fromCreateRequest(req)
 	if err != nil {
 		return nil, toStatus(err, "")
 	}
+	order.CreatedBy = c.Subject
 	cmd := orders.CreateOrder{Order: order}
 	if hasKey {
 		cmd.IdempotencyKey, cmd.Request = key, req
@@ -124,15 +135,24 @@ func (s *Service) GetWorkOrder(ctx context.Context, req *workorderv1.GetWorkOrde
 	if err != nil {
 		return nil, err
 	}
-	o, err := s.repo.Get(ctx, id)
+	o, err := s.own(ctx, id, req.GetId())
 	if err != nil {
-		return nil, toStatus(err, req.GetId())
+		return nil, err
 	}
 	return &workorderv1.GetWorkOrderResponse{WorkOrder: toProto(o)}, nil
 }
 
-// ListWorkOrders returns a page of orders, newest first.
+// ListWorkOrders returns a page of the caller's orders (an operator's:
+// every order), newest first.
 func (s *Service) ListWorkOrders(ctx context.Context, req *workorderv1.ListWorkOrdersRequest) (*workorderv1.ListWorkOrdersResponse, error) {
+	c, operator, err := s.caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	q := orders.ListQuery{}
+	if !operator {
+		q.CreatedBy = c.Subject
+	}
 	filter := fromProtoStatus(req.GetStatus())
 	after, err := decodePageToken(req.GetPageToken(), filter, time.Now())
 	if err != nil {
@@ -142,7 +162,8 @@ func (s *Service) ListWorkOrders(ctx context.Context, req *workorderv1.ListWorkO
 	if size == 0 {
 		size = defaultPageSize
 	}
-	list, next, err := s.repo.List(ctx, orders.ListQuery{Status: filter, After: after, Limit: size})
+	q.Status, q.After, q.Limit = filter, after, size
+	list, next, err := s.repo.List(ctx, q)
 	if err != nil {
 		return nil, toStatus(err, "")
 	}
@@ -159,10 +180,14 @@ func (s *Service) ListWorkOrders(ctx context.Context, req *workorderv1.ListWorkO
 // CancelWorkOrder cancels an order that has not been handed off
 // (orders.CancelHandler). A cancelled order is returned unchanged
 // (idempotent). Handed off or later: FAILED_PRECONDITION with reason
-// WORK_ORDER_NOT_CANCELLABLE.
+// WORK_ORDER_NOT_CANCELLABLE. Only its creator or an operator may cancel it
+// (the creator never changes, so the check needs no lock).
 func (s *Service) CancelWorkOrder(ctx context.Context, req *workorderv1.CancelWorkOrderRequest) (*workorderv1.CancelWorkOrderResponse, error) {
 	id, err := parseID(req.GetId())
 	if err != nil {
+		return nil, err
+	}
+	if _, err := s.own(ctx, id, req.GetId()); err != nil {
 		return nil, err
 	}
 	o, err := s.cancel.Handle(ctx, orders.CancelOrder{ID: id, Reason: req.GetReason()})
@@ -176,6 +201,9 @@ func (s *Service) CancelWorkOrder(ctx context.Context, req *workorderv1.CancelWo
 func (s *Service) ListWorkOrderHistory(ctx context.Context, req *workorderv1.ListWorkOrderHistoryRequest) (*workorderv1.ListWorkOrderHistoryResponse, error) {
 	id, err := parseID(req.GetId())
 	if err != nil {
+		return nil, err
+	}
+	if _, err := s.own(ctx, id, req.GetId()); err != nil {
 		return nil, err
 	}
 	history, err := s.repo.History(ctx, id)

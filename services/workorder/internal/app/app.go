@@ -17,13 +17,13 @@ import (
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	gpubsub "cloud.google.com/go/pubsub/v2"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	providerv1 "github.com/lossless-dev/lossless/gen/lossless/provider/v1"
 	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
+	"github.com/lossless-dev/lossless/internal/libenv"
 	"github.com/lossless-dev/lossless/internal/orderhop"
 	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/pkg/consumer"
@@ -90,7 +90,19 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger, tel teleme
 	// the trace context to the provider (otelgrpc client handler).
 	// Reconnects at least every second, so a restarted provider is seen
 	// as soon as the hand-off circuit probes it (handoff.ConnectParams).
-	if a.conn, err = grpc.NewClient(cfg.ProviderAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+	clientTLS, err := server.NewTLS(cfg.Server.TLS)
+	if err != nil {
+		a.Close()
+		return nil, fmt.Errorf("app: %s: %w", libenv.TLSEnvNames, err)
+	}
+	// Every call carries this service's ID token for the provider.
+	providerToken, err := cfg.ProviderAuth.DialOption(context.WithoutCancel(ctx))
+	if err != nil {
+		a.Close()
+		return nil, fmt.Errorf("app: provider token (PROVIDER_AUDIENCE / AUTH_TOKEN_URL): %w", err)
+	}
+	if a.conn, err = grpc.NewClient(cfg.ProviderAddr, clientTLS.DialOption(),
+		providerToken,
 		grpc.WithConnectParams(handoff.ConnectParams),
 		grpc.WithStatsHandler(otelgrpc.NewClientHandler(
 			otelgrpc.WithTracerProvider(tel.TracerProvider),
@@ -129,7 +141,7 @@ func (a *App) assemble(ctx context.Context, opts []server.Option) error {
 	if err != nil {
 		return err
 	}
-	svc, err := api.NewService(a.db.API, apiRepo, keys, a.log.With("component", "api"), a.meter)
+	svc, err := api.NewService(a.db.API, apiRepo, keys, a.cfg.OperatorSubjects, a.log.With("component", "api"), a.meter)
 	if err != nil {
 		return err
 	}
@@ -158,8 +170,16 @@ func (a *App) assemble(ctx context.Context, opts []server.Option) error {
 			return err
 		}
 	}
-	// The operator token is checked before request validation (admin only).
-	srvOpts := append([]server.Option{server.WithTelemetry(a.tel), server.WithAuthInterceptors(adminSvc.AuthInterceptor(), opsSvc.AuthInterceptor())}, a.loops...)
+	// Callers of the public API are authenticated, the operator services
+	// exempt (the operator token guards them); both before request
+	// validation.
+	callerAuth, err := a.cfg.Auth.Option(a.log,
+		workorderv1.WorkOrderAdminService_ServiceDesc.ServiceName, opsv1.OperatorService_ServiceDesc.ServiceName)
+	if err != nil {
+		return err
+	}
+	srvOpts := append([]server.Option{server.WithTelemetry(a.tel), callerAuth,
+		server.WithAuthInterceptors(adminSvc.AuthInterceptor(), opsSvc.AuthInterceptor())}, a.loops...)
 	a.srv, err = server.New(a.cfg.Server, a.log, append(srvOpts, opts...)...)
 	if err != nil {
 		return err

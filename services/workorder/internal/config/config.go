@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/lossless-dev/lossless/internal/clientauth"
 	"github.com/lossless-dev/lossless/internal/envconfig"
 	"github.com/lossless-dev/lossless/internal/libenv"
 	"github.com/lossless-dev/lossless/pkg/idempotency"
@@ -41,16 +42,39 @@ type Config struct {
 	// SHUTDOWN_TIMEOUT (default 20s) and the request bounds
 	// HTTP_MAX_BODY_BYTES (1 MiB), HTTP_READ_HEADER_TIMEOUT (5s),
 	// HTTP_READ_TIMEOUT (15s), HTTP_WRITE_TIMEOUT (REQUEST_TIMEOUT + 5s),
-	// HTTP_IDLE_TIMEOUT (60s) and REQUEST_TIMEOUT (10s), and PPROF_ENABLED
-	// (false: profiles under /debug/pprof/, never in production); see
-	// server.Config.
+	// HTTP_IDLE_TIMEOUT (60s) and REQUEST_TIMEOUT (10s), PPROF_ADDR ("":
+	// no profiles; a loopback address such as 127.0.0.1:6060), and TLS:
+	// TLS_CERT_FILE, TLS_KEY_FILE, TLS_CA_FILE, TLS_CLIENT_AUTH (unset:
+	// plaintext; the same TLS dials PROVIDER_ADDR); see server.Config and
+	// server.TLSConfig.
 	// The names are the same in every service: each process has its own
 	// environment.
 	Server server.Config
 
 	// ProviderAddr is the provider's gRPC address (env PROVIDER_ADDR, default
-	// "localhost:9091", the simulator's default port).
+	// "localhost:9091", the simulator's default port). Dialled with
+	// Server.TLS: TLS when TLS_CA_FILE or TLS_CERT_FILE is set, presenting
+	// TLS_CERT_FILE to a provider that requires a client certificate.
 	ProviderAddr string
+
+	// Auth authenticates the public API's callers: AUTH_ISSUER and
+	// AUTH_AUDIENCE (required), AUTH_JWKS_URL (default: discovery),
+	// AUTH_DISABLED (default false). See libenv.CallerAuth and
+	// docs/adr/0017-caller-identity.md.
+	Auth libenv.CallerAuth
+
+	// OperatorSubjects are the caller subjects that may read, list and
+	// cancel every order (env WORKORDER_OPERATOR_SUBJECTS, comma-separated,
+	// default none: every caller sees only its own orders), e.g. the
+	// console's.
+	OperatorSubjects []string
+
+	// ProviderAuth is this service's ID token for the provider's
+	// SubmitWorkOrder: PROVIDER_AUDIENCE (default "provider-sim", the
+	// provider's AUTH_AUDIENCE), and AUTH_TOKEN_URL, AUTH_CLIENT_ID,
+	// AUTH_CLIENT_SECRET (unset: Google ID tokens of the workload's service
+	// account). See internal/clientauth.
+	ProviderAuth clientauth.Config
 
 	// HandOff configures the hand-off dispatcher: WORKORDER_HANDOFF_DEADLINE
 	// (default 10s) bounds one SubmitWorkOrder call.
@@ -120,11 +144,14 @@ const ServiceName = "workorder"
 // every bad variable at once.
 func FromEnv(r *envconfig.Reader) (Config, error) {
 	c := Config{
-		Database:     libenv.Postgres(r, pgdb.Config{}),
-		Server:       libenv.Server(r, ":9090", ":8080"),
-		ProviderAddr: r.String("PROVIDER_ADDR", "localhost:9091"),
-		HandOff:      handoff.Config{Deadline: r.Duration("WORKORDER_HANDOFF_DEADLINE", handoff.DefaultDeadline)},
-		Outbox:       libenv.Outbox(r, "WORKORDER_OUTBOX_"),
+		Database:         libenv.Postgres(r, pgdb.Config{}),
+		Server:           libenv.Server(r, ":9090", ":8080"),
+		ProviderAddr:     r.String("PROVIDER_ADDR", "localhost:9091"),
+		Auth:             libenv.ReadCallerAuth(r),
+		OperatorSubjects: libenv.SplitSubjects(r.String("WORKORDER_OPERATOR_SUBJECTS", "")),
+		ProviderAuth:     clientauth.FromEnv(r, "PROVIDER_AUDIENCE", "provider-sim"),
+		HandOff:          handoff.Config{Deadline: r.Duration("WORKORDER_HANDOFF_DEADLINE", handoff.DefaultDeadline)},
+		Outbox:           libenv.Outbox(r, "WORKORDER_OUTBOX_"),
 		Idempotency: idempotency.Config{
 			Retention:       r.Duration("WORKORDER_IDEMPOTENCY_RETENTION", 24*time.Hour),
 			CleanupInterval: r.Duration("WORKORDER_IDEMPOTENCY_CLEANUP_INTERVAL", 5*time.Minute),
@@ -157,6 +184,8 @@ func (c Config) Validate() error {
 		errs = append(errs, errors.New("PROVIDER_ADDR: must not be empty"))
 	}
 	errs = append(errs,
+		c.Auth.Validate(),
+		c.ProviderAuth.Validate(),
 		envconfig.Check(libenv.ServerEnvNames, c.Server.Validate()),
 		envconfig.Check("WORKORDER_RECEIVER_*", c.Receiver.Validate()),
 		envconfig.Check("WORKORDER_INVOICING_*", c.Invoicing.Validate()),

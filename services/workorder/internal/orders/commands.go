@@ -27,7 +27,8 @@ type CreateOrder struct {
 	// Order is the new order, fresh from New.
 	Order Order
 	// IdempotencyKey, when not empty, makes the create happen at most once
-	// per key within the key store's retention (pkg/idempotency): a retry
+	// per key and Order.CreatedBy (the caller) within the key store's
+	// retention (pkg/idempotency): a retry
 	// gets the first create's response back, replayed.
 	IdempotencyKey string
 	// Request is what the key is bound to, hashed (idempotency.RequestHash):
@@ -51,7 +52,7 @@ type CreateHandler[R proto.Message] struct {
 
 // NewCreateHandler returns a CreateHandler writing through db (the pool) and
 // recording keys in keys under scope (the operation's name, e.g. the gRPC
-// method; with authentication it must name the principal too). respond
+// method; the order's creator is the key's principal). respond
 // builds the response stored with a key. A nil meter disables metrics.
 func NewCreateHandler[R proto.Message](db pgdb.DB, keys *idempotency.Store, scope string, respond func(Order) R, logger *slog.Logger, meter metric.Meter) (*CreateHandler[R], error) {
 	switch {
@@ -92,6 +93,9 @@ func (h *CreateHandler[R]) Handle(ctx context.Context, cmd CreateOrder) (resp R,
 		if ireq, err = idempotency.NewRequest(h.scope, cmd.IdempotencyKey, cmd.Request); err != nil {
 			return zero, false, err
 		}
+		// The creator's keys are its own: another caller's same key is
+		// another order.
+		ireq.Principal = cmd.Order.CreatedBy
 	}
 	var id uuid.UUID
 	err = pgnotify.InTx(ctx, h.db, h.log, func(ctx context.Context, tx pgx.Tx) error {

@@ -44,6 +44,10 @@ type Order struct {
 	CompletedItems int32
 	ProviderJobID  string
 	InvoiceID      string
+	// CreatedBy is the authenticated caller that created the order (its
+	// token's subject; "" for orders from before authentication). Set by
+	// the caller of New, never changed.
+	CreatedBy string
 	// Version is incremented by every saved change of the row.
 	Version   int64
 	CreatedAt time.Time

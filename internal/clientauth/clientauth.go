@@ -1,0 +1,168 @@
+// Package clientauth gives a process that calls a lossless API the ID
+// tokens the API's caller authentication (pkg/server WithCallerAuth)
+// verifies, read from the environment:
+//
+//   - AUTH_TOKEN_URL set: the OAuth 2.0 client-credentials grant against
+//     that token endpoint with AUTH_CLIENT_ID and AUTH_CLIENT_SECRET (the
+//     local issuer of `make run`, compose and the tests,
+//     internal/localissuer); the caller's subject is its client id.
+//   - AUTH_TOKEN_URL unset: Google-signed ID tokens of the workload's
+//     service account, from the GKE / GCE metadata server (Workload
+//     Identity); the caller's subject is the service account's unique id.
+//
+// Either way the token is minted for one audience, the called service's
+// (its AUTH_AUDIENCE), named by a variable of the caller (PROVIDER_AUDIENCE,
+// WORKORDER_AUDIENCE), and cached until shortly before it expires.
+package clientauth
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+
+	"golang.org/x/oauth2"
+	"golang.org/x/oauth2/clientcredentials"
+	"google.golang.org/api/idtoken"
+	"google.golang.org/grpc"
+
+	"github.com/lossless-dev/lossless/internal/envconfig"
+	"github.com/lossless-dev/lossless/pkg/server"
+)
+
+// Environment variables read by FromEnv.
+const (
+	EnvTokenURL     = "AUTH_TOKEN_URL"
+	EnvClientID     = "AUTH_CLIENT_ID"
+	EnvClientSecret = "AUTH_CLIENT_SECRET"
+)
+
+// Config of one caller's tokens for one called service.
+type Config struct {
+	// Disabled sends no token (env AUTH_DISABLED=true, which also switches
+	// the process's own caller authentication off: a stack run without
+	// authentication, for benchmarks only). Default false.
+	Disabled bool
+	// TokenURL is the client-credentials endpoint (env AUTH_TOKEN_URL).
+	// Default "": Google ID tokens from the metadata server.
+	TokenURL string
+	// ClientID and ClientSecret authenticate the caller to TokenURL (env
+	// AUTH_CLIENT_ID, AUTH_CLIENT_SECRET; required with TokenURL).
+	ClientID     string
+	ClientSecret string
+	// Audience is the called service's AUTH_AUDIENCE, read from
+	// AudienceVar. Required.
+	Audience    string
+	AudienceVar string
+}
+
+// FromEnv reads the token settings, the audience from audienceVar (default
+// defaultAudience). Check r.Err() and Validate afterwards.
+func FromEnv(r *envconfig.Reader, audienceVar, defaultAudience string) Config {
+	return Config{
+		Disabled:     r.Bool("AUTH_DISABLED", false),
+		TokenURL:     r.String(EnvTokenURL, ""),
+		ClientID:     r.String(EnvClientID, ""),
+		ClientSecret: r.String(EnvClientSecret, ""),
+		Audience:     r.String(audienceVar, defaultAudience),
+		AudienceVar:  audienceVar,
+	}
+}
+
+// Validate reports missing settings, naming the variables.
+func (c Config) Validate() error {
+	if c.Disabled {
+		return nil
+	}
+	var errs []error
+	if c.Audience == "" {
+		errs = append(errs, fmt.Errorf("%s: must not be empty: the called service's AUTH_AUDIENCE", c.AudienceVar))
+	}
+	if c.TokenURL == "" {
+		if c.ClientID != "" || c.ClientSecret != "" {
+			errs = append(errs, fmt.Errorf("%s / %s are set without %s: set the token endpoint, or unset them to use Google ID tokens",
+				EnvClientID, EnvClientSecret, EnvTokenURL))
+		}
+		return errors.Join(errs...)
+	}
+	if u, err := url.Parse(c.TokenURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		errs = append(errs, fmt.Errorf("%s: %q is not an http(s) URL", EnvTokenURL, c.TokenURL))
+	}
+	if c.ClientID == "" || c.ClientSecret == "" {
+		errs = append(errs, fmt.Errorf("%s and %s are required with %s", EnvClientID, EnvClientSecret, EnvTokenURL))
+	}
+	return errors.Join(errs...)
+}
+
+// TokenSource returns a cached source of ID tokens for c.Audience, in the
+// tokens' AccessToken (an error when Disabled). ctx must outlive the
+// source: it carries the HTTP client
+// (oauth2.HTTPClient) for the token requests.
+func (c Config) TokenSource(ctx context.Context) (oauth2.TokenSource, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	if c.TokenURL == "" {
+		ts, err := idtoken.NewTokenSource(ctx, c.Audience)
+		if err != nil {
+			return nil, fmt.Errorf("clientauth: Google ID tokens for %s (%s unset): %w", c.Audience, EnvTokenURL, err)
+		}
+		return ts, nil
+	}
+	cc := clientcredentials.Config{
+		ClientID: c.ClientID, ClientSecret: c.ClientSecret, TokenURL: c.TokenURL,
+		EndpointParams: url.Values{"audience": {c.Audience}},
+	}
+	return oauth2.ReuseTokenSource(nil, idTokens{cc.TokenSource(ctx)}), nil
+}
+
+// idTokens takes the id_token of a token response as the bearer token.
+type idTokens struct{ src oauth2.TokenSource }
+
+func (s idTokens) Token() (*oauth2.Token, error) {
+	t, err := s.src.Token()
+	if err != nil {
+		return nil, err
+	}
+	id, _ := t.Extra("id_token").(string)
+	if id == "" {
+		return nil, errors.New("clientauth: the token response has no id_token")
+	}
+	return &oauth2.Token{AccessToken: id, TokenType: "Bearer", Expiry: t.Expiry}, nil
+}
+
+// DialOption sends the tokens on every call of a gRPC connection. The
+// token is sent whatever the transport: protect it with TLS outside a
+// trusted network.
+func (c Config) DialOption(ctx context.Context) (grpc.DialOption, error) {
+	if c.Disabled {
+		return grpc.EmptyDialOption{}, nil
+	}
+	ts, err := c.TokenSource(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return grpc.WithPerRPCCredentials(server.TokenCredentials(ts, false)), nil
+}
+
+// HTTPClient returns base (nil: http.DefaultClient's settings) sending the
+// tokens as Authorization: Bearer on every request.
+func (c Config) HTTPClient(ctx context.Context, base *http.Client) (*http.Client, error) {
+	if c.Disabled {
+		if base == nil {
+			base = &http.Client{}
+		}
+		return base, nil
+	}
+	ts, err := c.TokenSource(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if base == nil {
+		base = &http.Client{}
+	}
+	out := *base
+	out.Transport = &oauth2.Transport{Source: ts, Base: base.Transport}
+	return &out, nil
+}

@@ -1,0 +1,92 @@
+package libenv
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/lossless-dev/lossless/internal/envconfig"
+	"github.com/lossless-dev/lossless/pkg/server"
+)
+
+// Environment variables of caller authentication (CallerAuth).
+const (
+	EnvAuthDisabled = "AUTH_DISABLED"
+	EnvAuthIssuer   = "AUTH_ISSUER"
+	EnvAuthAudience = "AUTH_AUDIENCE"
+	EnvAuthJWKSURL  = "AUTH_JWKS_URL"
+)
+
+// CallerAuth is how a service authenticates the callers of its public API
+// (pkg/server WithCallerAuth, docs/adr/0017-caller-identity.md).
+type CallerAuth struct {
+	// Disabled accepts every call as server.AnonymousCaller (env
+	// AUTH_DISABLED, default false). Only for benchmarks of the data path:
+	// every caller is then the same one. The default is on wherever the
+	// service runs, so a forgotten variable fails the start, not open.
+	Disabled bool
+	// OIDC names the accepted ID tokens: AUTH_ISSUER (e.g.
+	// https://accounts.google.com) and AUTH_AUDIENCE (this service's
+	// audience), both required unless AUTH_DISABLED; AUTH_JWKS_URL
+	// (default "": from the issuer's discovery document).
+	OIDC server.OIDCConfig
+}
+
+// ReadCallerAuth reads AUTH_DISABLED, AUTH_ISSUER, AUTH_AUDIENCE and
+// AUTH_JWKS_URL. Check r.Err() and Validate afterwards.
+func ReadCallerAuth(r *envconfig.Reader) CallerAuth {
+	return CallerAuth{
+		Disabled: r.Bool(EnvAuthDisabled, false),
+		OIDC: server.OIDCConfig{
+			Issuer:   r.String(EnvAuthIssuer, ""),
+			Audience: r.String(EnvAuthAudience, ""),
+			JWKSURL:  r.String(EnvAuthJWKSURL, ""),
+		},
+	}
+}
+
+// Validate reports missing or bad settings, naming the variables.
+func (c CallerAuth) Validate() error {
+	if c.Disabled {
+		return nil
+	}
+	var errs []error
+	if c.OIDC.Issuer == "" {
+		errs = append(errs, fmt.Errorf("%s: required (the issuer of the callers' ID tokens, e.g. https://accounts.google.com), or %s=true", EnvAuthIssuer, EnvAuthDisabled))
+	}
+	if c.OIDC.Audience == "" {
+		errs = append(errs, fmt.Errorf("%s: required (this service's audience: tokens minted for another service are refused)", EnvAuthAudience))
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	return envconfig.Check(EnvAuthIssuer+" / "+EnvAuthAudience+" / "+EnvAuthJWKSURL, c.OIDC.Validate())
+}
+
+// Option is the server option that authenticates the public API's callers,
+// every gRPC service but the exempt ones (full names: the operator
+// services, which the operator token guards).
+func (c CallerAuth) Option(logger *slog.Logger, exempt ...string) (server.Option, error) {
+	if c.Disabled {
+		logger.Warn("caller authentication is off (" + EnvAuthDisabled + "=true): every call is accepted as one anonymous caller")
+		return server.WithCallerAuth(server.AnonymousAuthenticator{}, exempt...), nil
+	}
+	v, err := server.NewOIDCVerifier(c.OIDC, nil)
+	if err != nil {
+		return nil, fmt.Errorf("%s / %s: %w", EnvAuthIssuer, EnvAuthAudience, err)
+	}
+	return server.WithCallerAuth(v, exempt...), nil
+}
+
+// SplitSubjects splits a comma-separated list of callers (subjects or
+// verified emails, e.g. WORKORDER_OPERATOR_SUBJECTS), blanks dropped.
+func SplitSubjects(list string) []string {
+	var out []string
+	for _, s := range strings.Split(list, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}

@@ -1,0 +1,93 @@
+package localissuer_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/lossless-dev/lossless/internal/clientauth"
+	"github.com/lossless-dev/lossless/internal/localissuer"
+	"github.com/lossless-dev/lossless/pkg/server"
+)
+
+// start serves an issuer with one client on loopback.
+func start(t *testing.T) *localissuer.Issuer {
+	t.Helper()
+	srv := httptest.NewUnstartedServer(nil)
+	is, err := localissuer.New("http://"+srv.Listener.Addr().String(), map[string]string{"workorder": "s3cret"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Config.Handler = is.Handler()
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return is
+}
+
+// A client's token, fetched by the client-credentials grant as the services
+// fetch theirs, is accepted by pkg/server's verifier (discovery and JWKS
+// over HTTP) for its audience only, with the client id as subject.
+func TestClientCredentialsTokenVerifiesForItsAudience(t *testing.T) {
+	t.Parallel()
+	is := start(t)
+	ts, err := clientauth.Config{TokenURL: is.TokenURL(), ClientID: "workorder", ClientSecret: "s3cret",
+		Audience: "provider-sim", AudienceVar: "PROVIDER_AUDIENCE"}.TokenSource(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := ts.Token()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for aud, wantOK := range map[string]bool{"provider-sim": true, "workorder": false} {
+		v, err := server.NewOIDCVerifier(server.OIDCConfig{Issuer: is.URL(), Audience: aud}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := v.Authenticate(context.Background(), tok.AccessToken)
+		if (err == nil) != wantOK || (wantOK && c.Subject != "workorder") {
+			t.Errorf("audience %s: caller %+v, error %v; want accepted=%v as workorder", aud, c, err, wantOK)
+		}
+	}
+}
+
+func TestTokenEndpointRefusesBadClientsAndRequests(t *testing.T) {
+	t.Parallel()
+	is := start(t)
+	for name, c := range map[string]struct {
+		form url.Values
+		want int
+	}{
+		"wrong secret":     {url.Values{"grant_type": {"client_credentials"}, "client_id": {"workorder"}, "client_secret": {"guess"}, "audience": {"x"}}, http.StatusUnauthorized},
+		"unknown client":   {url.Values{"grant_type": {"client_credentials"}, "client_id": {"intruder"}, "client_secret": {"s3cret"}, "audience": {"x"}}, http.StatusUnauthorized},
+		"no audience":      {url.Values{"grant_type": {"client_credentials"}, "client_id": {"workorder"}, "client_secret": {"s3cret"}}, http.StatusBadRequest},
+		"other grant type": {url.Values{"grant_type": {"password"}, "client_id": {"workorder"}, "client_secret": {"s3cret"}, "audience": {"x"}}, http.StatusBadRequest},
+	} {
+		req, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, is.TokenURL(), strings.NewReader(c.form.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != c.want {
+			t.Errorf("%s: HTTP %d, want %d", name, resp.StatusCode, c.want)
+		}
+	}
+}
+
+func TestParseClients(t *testing.T) {
+	t.Parallel()
+	c, err := localissuer.ParseClients(" a:1, b:2 ,")
+	if err != nil || len(c) != 2 || c["a"] != "1" || c["b"] != "2" || localissuer.FormatClients(c) != "a:1,b:2" {
+		t.Fatalf("ParseClients = %v, %v", c, err)
+	}
+	for _, bad := range []string{"", "a", "a:", ":1"} {
+		if _, err := localissuer.ParseClients(bad); err == nil {
+			t.Errorf("ParseClients(%q) accepted", bad)
+		}
+	}
+}

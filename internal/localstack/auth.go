@@ -1,0 +1,108 @@
+package localstack
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/lossless-dev/lossless/internal/clientauth"
+	"github.com/lossless-dev/lossless/internal/localissuer"
+)
+
+// DemoClient is the client id (and so the caller subject) of the stack's
+// local issuer for whoever drives the stack from outside: make demo, the
+// load generator, the end-to-end tests, curl (Stack.ClientSecret).
+const DemoClient = "demo"
+
+// issuer is the stack's OpenID Connect issuer (internal/localissuer),
+// served in this process on loopback: every service verifies its callers'
+// tokens against it (discovery and JWKS over HTTP) and gets its own tokens
+// from it (client credentials, its name as client id and subject).
+type issuer struct {
+	*localissuer.Issuer
+	srv     *http.Server
+	secrets map[string]string // client id -> secret
+}
+
+// startIssuer serves the issuer on 127.0.0.1:port with a client per
+// service and DemoClient, each with a random secret.
+func (s *Stack) startIssuer(port int) error {
+	secrets := map[string]string{DemoClient: ""}
+	for _, svc := range s.cfg.Services {
+		secrets[svc.Name] = ""
+	}
+	for id := range secrets {
+		b := make([]byte, 16)
+		if _, err := rand.Read(b); err != nil {
+			return err
+		}
+		secrets[id] = hex.EncodeToString(b)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	lis, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", addr)
+	if err != nil {
+		return fmt.Errorf("localstack: issuer: %w", err)
+	}
+	is, err := localissuer.New("http://"+addr, secrets)
+	if err != nil {
+		_ = lis.Close()
+		return err
+	}
+	srv := &http.Server{Handler: is.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(lis) }()
+	s.issuer = &issuer{Issuer: is, srv: srv, secrets: secrets}
+	s.logf("issuer", "OIDC issuer on %s", is.URL())
+	return nil
+}
+
+func (s *Stack) stopIssuer() {
+	if s.issuer != nil {
+		_ = s.issuer.srv.Close()
+	}
+}
+
+// authEnv is a service's caller authentication: its audience is its name,
+// its identity the client of that name (docs/adr/0017-caller-identity.md).
+func (s *Stack) authEnv(service string) []string {
+	return []string{
+		"AUTH_ISSUER=" + s.issuer.URL(),
+		"AUTH_AUDIENCE=" + service,
+		"AUTH_TOKEN_URL=" + s.issuer.TokenURL(),
+		"AUTH_CLIENT_ID=" + service,
+		"AUTH_CLIENT_SECRET=" + s.issuer.secrets[service],
+	}
+}
+
+// IssuerURL is the URL of the stack's OIDC issuer (the tokens' iss).
+func (s *Stack) IssuerURL() string { return s.issuer.URL() }
+
+// TokenURL is the issuer's client-credentials endpoint.
+func (s *Stack) TokenURL() string { return s.issuer.TokenURL() }
+
+// ClientSecret is the secret of client id (DemoClient, or a service name).
+func (s *Stack) ClientSecret(id string) string { return s.issuer.secrets[id] }
+
+// Caller is DemoClient's token configuration for the service named
+// audience (e.g. "workorder").
+func (s *Stack) Caller(audience string) clientauth.Config {
+	return clientauth.Config{TokenURL: s.issuer.TokenURL(), ClientID: DemoClient,
+		ClientSecret: s.issuer.secrets[DemoClient], Audience: audience, AudienceVar: "audience"}
+}
+
+// CallerHTTPClient is base (nil: HTTPClient's, TLS when the stack runs it)
+// calling the work-order API as DemoClient: every request carries its ID
+// token.
+func (s *Stack) CallerHTTPClient(base *http.Client) (*http.Client, error) {
+	if s.issuer == nil {
+		return nil, errors.New("localstack: the stack has no issuer")
+	}
+	if base == nil {
+		base = s.HTTPClient(0)
+	}
+	return s.Caller("workorder").HTTPClient(context.Background(), base)
+}

@@ -1,0 +1,367 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coreos/go-oidc/v3/oidc"
+	"golang.org/x/oauth2"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// Caller is the verified identity of a request's sender: the issuer and
+// subject of its bearer token, and its email when the issuer verified it
+// (Google's ID tokens of a service account carry the account's email; their
+// subject is its numeric unique id). Subjects are unique per issuer, and a
+// service trusts one issuer, so Subject alone names a caller: it is what a
+// service records.
+type Caller struct {
+	Issuer  string
+	Subject string
+	Email   string // "" unless the token says email_verified
+}
+
+// Is reports whether id names the caller: its subject, or its verified
+// email (so an allow-list may name a Google service account by its email).
+func (c Caller) Is(id string) bool {
+	return id != "" && (id == c.Subject || id == c.Email)
+}
+
+type callerKey struct{}
+
+// CallerFrom returns the caller WithCallerAuth verified for ctx's request;
+// false when the request did not pass through it (a handler reached without
+// authentication must refuse, not guess).
+func CallerFrom(ctx context.Context) (Caller, bool) {
+	c, ok := ctx.Value(callerKey{}).(Caller)
+	return c, ok
+}
+
+// ContextWithCaller returns ctx carrying c, as WithCallerAuth does after
+// verifying a token. For code that runs a handler in-process on a caller's
+// behalf.
+func ContextWithCaller(ctx context.Context, c Caller) context.Context {
+	return context.WithValue(ctx, callerKey{}, c)
+}
+
+// Authenticator verifies a bearer token and names its caller. An error is
+// the token's fault (refused with UNAUTHENTICATED) unless it is a gRPC
+// status, which is returned as is (e.g. UNAVAILABLE while the issuer's keys
+// cannot be fetched).
+type Authenticator interface {
+	Authenticate(ctx context.Context, bearerToken string) (Caller, error)
+}
+
+// AnonymousCaller is the caller every request is when authentication is
+// switched off (AnonymousAuthenticator).
+var AnonymousCaller = Caller{Subject: "anonymous"}
+
+// AnonymousAuthenticator accepts every request, with or without a token, as
+// AnonymousCaller: one caller with one idempotency scope and one owner for
+// every order. For benchmarks of the data path only; never where anyone
+// else can reach the API.
+type AnonymousAuthenticator struct{}
+
+// Authenticate implements Authenticator.
+func (AnonymousAuthenticator) Authenticate(context.Context, string) (Caller, error) {
+	return AnonymousCaller, nil
+}
+
+// Services WithCallerAuth never authenticates: gRPC health checks (probes
+// and load balancers carry no token) and server reflection.
+const (
+	healthService        = "grpc.health.v1.Health"
+	reflectionServiceV1  = "grpc.reflection.v1.ServerReflection"
+	reflectionServiceV1a = "grpc.reflection.v1alpha.ServerReflection"
+)
+
+// WithCallerAuth requires a bearer token (`authorization: Bearer <token>`;
+// the REST gateway forwards the HTTP Authorization header as that metadata)
+// on every gRPC and REST call, verified by a, before request validation: a
+// call without one, or with one a refuses, is answered UNAUTHENTICATED (HTTP
+// 401 with WWW-Authenticate: Bearer) and learns nothing about its request.
+// The verified Caller is in the handler's context (CallerFrom).
+//
+// It fails closed: every method is authenticated except those of the gRPC
+// health and reflection services and of the services named in exempt (full
+// names, "package.Service"), which must guard themselves (the operator
+// services do, with the operator token of pkg/operator). A method added to
+// a public service later is authenticated without anyone remembering to.
+func WithCallerAuth(a Authenticator, exempt ...string) Option {
+	return func(o *options) {
+		skip := map[string]bool{healthService: true, reflectionServiceV1: true, reflectionServiceV1a: true}
+		for _, s := range exempt {
+			skip[s] = true
+		}
+		o.callerAuth = &callerAuth{auth: a, exempt: skip, refusals: newLogThrottle(outageLogInterval)}
+	}
+}
+
+type callerAuth struct {
+	auth   Authenticator
+	exempt map[string]bool
+	log    *slog.Logger
+	// refusals spaces the log lines of refused tokens per method: a client
+	// with an expired token refused on every call is one line, not a flood.
+	refusals *logThrottle
+}
+
+// serviceOf returns "package.Service" of "/package.Service/Method".
+func serviceOf(fullMethod string) string {
+	s := strings.TrimPrefix(fullMethod, "/")
+	if i := strings.LastIndexByte(s, '/'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}
+
+// authenticate returns ctx with the caller of its request, or the error to
+// answer with.
+func (c *callerAuth) authenticate(ctx context.Context, fullMethod string) (context.Context, error) {
+	if c.exempt[serviceOf(fullMethod)] {
+		return ctx, nil
+	}
+	if _, ok := c.auth.(AnonymousAuthenticator); ok {
+		return ContextWithCaller(ctx, AnonymousCaller), nil
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	vals := md.Get("authorization")
+	if len(vals) == 0 || vals[0] == "" {
+		return ctx, status.Error(codes.Unauthenticated,
+			"missing credentials: send an OIDC ID token as authorization: Bearer <token> (HTTP: Authorization header)")
+	}
+	tok, ok := cutBearer(vals[0])
+	if !ok {
+		return ctx, status.Error(codes.Unauthenticated, "malformed authorization: want Bearer <token>")
+	}
+	caller, err := c.auth.Authenticate(ctx, tok)
+	if err != nil {
+		if _, isStatus := status.FromError(err); isStatus {
+			return ctx, err
+		}
+		if ok, skipped := c.refusals.allow(fullMethod, time.Now()); ok {
+			c.log.InfoContext(ctx, "bearer token refused", "method", fullMethod, "error", err, "similar_refusals_not_logged", skipped)
+		}
+		return ctx, status.Error(codes.Unauthenticated, "bearer token refused: "+err.Error())
+	}
+	return ContextWithCaller(ctx, caller), nil
+}
+
+// cutBearer returns the token of "Bearer <token>" (the scheme is
+// case-insensitive, RFC 7235).
+func cutBearer(v string) (string, bool) {
+	scheme, tok, ok := strings.Cut(v, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	tok = strings.TrimSpace(tok)
+	return tok, tok != ""
+}
+
+func (c *callerAuth) unary() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		ctx, err := c.authenticate(ctx, info.FullMethod)
+		if err != nil {
+			return nil, err
+		}
+		return handler(ctx, req)
+	}
+}
+
+// stream guards streaming methods the same way, so a public streaming RPC
+// is not an unauthenticated way in.
+func (c *callerAuth) stream() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		ctx, err := c.authenticate(ss.Context(), info.FullMethod)
+		if err != nil {
+			return err
+		}
+		return handler(srv, &callerStream{ServerStream: ss, ctx: ctx})
+	}
+}
+
+type callerStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *callerStream) Context() context.Context { return s.ctx }
+
+// OIDCConfig names the tokens an OIDCVerifier accepts.
+type OIDCConfig struct {
+	// Issuer is the token issuer (its "iss" claim and the base of its
+	// discovery document), e.g. https://accounts.google.com. Required.
+	Issuer string
+	// Audience is the "aud" the tokens must carry: this service's own name
+	// for itself (on GCP, the URL its callers mint Google ID tokens for).
+	// Required: a token minted for another service must not be accepted here.
+	Audience string
+	// JWKSURL is where the issuer's signing keys are published. Default "":
+	// read from the issuer's discovery document
+	// (Issuer/.well-known/openid-configuration) at the first request.
+	JWKSURL string
+}
+
+// Validate reports missing or malformed settings.
+func (c OIDCConfig) Validate() error {
+	var errs []error
+	if c.Issuer == "" {
+		errs = append(errs, errors.New("issuer is empty"))
+	} else if err := checkURL(c.Issuer); err != nil {
+		errs = append(errs, fmt.Errorf("issuer: %w", err))
+	}
+	if c.Audience == "" {
+		errs = append(errs, errors.New("audience is empty: a service must only accept tokens minted for it"))
+	}
+	if c.JWKSURL != "" {
+		if err := checkURL(c.JWKSURL); err != nil {
+			errs = append(errs, fmt.Errorf("JWKS URL: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func checkURL(s string) error {
+	u, err := url.Parse(s)
+	if err != nil {
+		return err
+	}
+	if (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+		return fmt.Errorf("%q is not an http(s) URL", s)
+	}
+	return nil
+}
+
+// OIDCVerifier verifies OIDC ID tokens (signed JWTs) with the issuer's
+// published keys (JWKS), fetched over HTTP and cached; a token signed by an
+// unknown key makes it fetch the keys again, so the issuer's key rotation
+// needs no restart.
+type OIDCVerifier struct {
+	cfg    OIDCConfig
+	client *http.Client
+	// keysCtx outlives requests: the key set fetches with it.
+	keysCtx context.Context
+
+	mu       sync.Mutex
+	verifier *oidc.IDTokenVerifier
+}
+
+// NewOIDCVerifier returns a verifier for cfg. It does not reach the issuer:
+// the keys (and, without JWKSURL, the discovery document) are fetched at
+// the first request, so a service may start before its issuer. client
+// makes those requests (nil: a client with a 10 s timeout).
+func NewOIDCVerifier(cfg OIDCConfig, client *http.Client) (*OIDCVerifier, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("server: OIDC: %w", err)
+	}
+	if client == nil {
+		client = &http.Client{Timeout: 10 * time.Second}
+	}
+	v := &OIDCVerifier{cfg: cfg, client: client, keysCtx: oidc.ClientContext(context.Background(), client)}
+	if cfg.JWKSURL != "" {
+		v.verifier = v.newVerifier(oidc.NewRemoteKeySet(v.keysCtx, cfg.JWKSURL))
+	}
+	return v, nil
+}
+
+func (v *OIDCVerifier) newVerifier(keys oidc.KeySet) *oidc.IDTokenVerifier {
+	return oidc.NewVerifier(v.cfg.Issuer, keys, &oidc.Config{ClientID: v.cfg.Audience})
+}
+
+// idTokenVerifier returns the verifier, discovering the issuer's keys on
+// first use. A failed discovery is retried by the next request.
+func (v *OIDCVerifier) idTokenVerifier(ctx context.Context) (*oidc.IDTokenVerifier, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.verifier != nil {
+		return v.verifier, nil
+	}
+	p, err := oidc.NewProvider(oidc.ClientContext(ctx, v.client), v.cfg.Issuer)
+	if err != nil {
+		return nil, err
+	}
+	var meta struct {
+		JWKSURL string `json:"jwks_uri"`
+	}
+	if err := p.Claims(&meta); err != nil || meta.JWKSURL == "" {
+		return nil, fmt.Errorf("discovery document of %s has no jwks_uri", v.cfg.Issuer)
+	}
+	v.verifier = v.newVerifier(oidc.NewRemoteKeySet(v.keysCtx, meta.JWKSURL))
+	return v.verifier, nil
+}
+
+// Authenticate implements Authenticator: signature, issuer, audience and
+// expiry are checked; the caller is the token's subject.
+func (v *OIDCVerifier) Authenticate(ctx context.Context, token string) (Caller, error) {
+	verifier, err := v.idTokenVerifier(ctx)
+	if err != nil {
+		return Caller{}, status.Error(codes.Unavailable, "cannot verify tokens now: the issuer's keys are unreachable")
+	}
+	idt, err := verifier.Verify(ctx, token)
+	if err != nil {
+		var expired *oidc.TokenExpiredError
+		if strings.Contains(err.Error(), "fetching keys") {
+			return Caller{}, status.Error(codes.Unavailable, "cannot verify tokens now: the issuer's keys are unreachable")
+		}
+		if errors.As(err, &expired) {
+			return Caller{}, errors.New("token expired")
+		}
+		return Caller{}, fmt.Errorf("%s", strings.TrimPrefix(err.Error(), "oidc: "))
+	}
+	var claims struct {
+		Email         string `json:"email"`
+		EmailVerified bool   `json:"email_verified"`
+	}
+	_ = idt.Claims(&claims) // optional claims
+	if !claims.EmailVerified {
+		claims.Email = ""
+	}
+	if idt.Subject == "" {
+		return Caller{}, errors.New("token has no subject")
+	}
+	return Caller{Issuer: idt.Issuer, Subject: idt.Subject, Email: claims.Email}, nil
+}
+
+// TokenCredentials is the client side of WithCallerAuth: gRPC per-RPC
+// credentials sending ts's token as "authorization: Bearer <token>" on
+// every call (grpc.WithPerRPCCredentials) that does not set its own
+// authorization metadata. The token is the AccessToken of
+// ts's tokens: give it a source of ID tokens (Google's idtoken package, or
+// a client-credentials source whose id_token is taken as the token).
+// requireTLS refuses to send the token over a connection without transport
+// security; false only on loopback or inside a trusted network (local runs).
+func TokenCredentials(ts oauth2.TokenSource, requireTLS bool) credentials.PerRPCCredentials {
+	return tokenCredentials{ts: ts, requireTLS: requireTLS}
+}
+
+type tokenCredentials struct {
+	ts         oauth2.TokenSource
+	requireTLS bool
+}
+
+func (c tokenCredentials) GetRequestMetadata(ctx context.Context, _ ...string) (map[string]string, error) {
+	// A call that carries its own authorization (an operator token for an
+	// operator service on the same connection) is sent with it alone.
+	if md, ok := metadata.FromOutgoingContext(ctx); ok && len(md.Get("authorization")) > 0 {
+		return nil, nil
+	}
+	tok, err := c.ts.Token()
+	if err != nil {
+		// UNAVAILABLE: the call was not sent, retrying later may succeed.
+		return nil, status.Errorf(codes.Unavailable, "get a token for the call: %v", err)
+	}
+	return map[string]string{"authorization": "Bearer " + tok.AccessToken}, nil
+}
+
+func (c tokenCredentials) RequireTransportSecurity() bool { return c.requireTLS }
