@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	providerv1 "github.com/lossless-dev/lossless/gen/lossless/provider/v1"
+	"github.com/lossless-dev/lossless/internal/libenv"
 	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/pkg/apierror"
 	"github.com/lossless-dev/lossless/pkg/operator"
@@ -188,6 +189,7 @@ func TestAFaultChangeIsNotMadeWhenItCannotBeRecorded(t *testing.T) {
 		PubSub:        pubsub.ClientConfig{ProjectID: emu.ProjectID, EmulatorHost: emu.Addr},
 		Engine:        engine.Config{Workers: 1},
 		OperatorToken: operatorToken,
+		Auth:          libenv.CallerAuth{Disabled: true}, // caller authentication: tested apart
 	}
 	a, err := app.New(context.Background(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), telemetry.Providers{})
 	if err != nil {
