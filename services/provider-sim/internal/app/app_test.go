@@ -407,8 +407,8 @@ func TestConfigFromEnvNamesEachBadVariable(t *testing.T) {
 
 // SubmitWorkOrder needs a token (UNAUTHENTICATED without), and one whose
 // subject is allowed (PERMISSION_DENIED otherwise): a pod with a valid token
-// of its own cannot submit work. The fault knobs stay behind the operator
-// token alone.
+// of its own cannot submit work. The fault knobs and their audit stay
+// behind the operator token alone.
 func TestSubmitWorkOrderOnlyFromAllowedCallers(t *testing.T) {
 	t.Parallel()
 	issuerSrv := httptest.NewUnstartedServer(nil)
@@ -451,6 +451,14 @@ func TestSubmitWorkOrderOnlyFromAllowedCallers(t *testing.T) {
 	}
 	if r := b.httpAuth(t, http.MethodGet, "/v1/faults", "", ""); r.status != http.StatusOK {
 		t.Fatalf("reading the knobs: HTTP %d %s, want 200 (open)", r.status, r.body)
+	}
+	// The operator token alone changes the knobs and reads their audit.
+	if r := b.httpAuth(t, http.MethodPut, "/v1/faults"+authQuery, `{"duplicate": 0.5}`, "Bearer "+operatorToken); r.status != http.StatusOK {
+		t.Fatalf("changing the knobs with the operator token: HTTP %d %s", r.status, r.body)
+	}
+	if resp, err := opsv1.NewOperatorServiceClient(b.conn).ListOperatorAudit(operatorContext(operatorToken),
+		&opsv1.ListOperatorAuditRequest{}); err != nil || len(resp.GetRecords()) != 1 {
+		t.Fatalf("the knobs' audit with the operator token: %v %v", resp, err)
 	}
 }
 
