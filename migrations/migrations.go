@@ -47,7 +47,7 @@ func Billing() []pgmigrate.Set {
 
 // ProviderSim returns the sets of the provider simulator's database.
 func ProviderSim() []pgmigrate.Set {
-	return []pgmigrate.Set{own("providersim")}
+	return []pgmigrate.Set{own("providersim", "operator_audit")}
 }
 
 // own is a service's folder, tracked in goose's default version table;

@@ -20,7 +20,9 @@ import (
 )
 
 // services are the databases that have an operator_audit table.
-var services = map[string]func() []pgmigrate.Set{"workorder": migrations.WorkOrder, "billing": migrations.Billing}
+var services = map[string]func() []pgmigrate.Set{
+	"workorder": migrations.WorkOrder, "billing": migrations.Billing, "providersim": migrations.ProviderSim,
+}
 
 func write(t *testing.T, db operator.AuditDB, e operator.AuditEntry) {
 	t.Helper()
@@ -36,7 +38,7 @@ func tickets(rs []operator.AuditRecord) (out []string) {
 	return out
 }
 
-// Both services' tables take a write and answer every filter, newest
+// Every service's table takes a write and answer every filter, newest
 // first, in pages.
 func TestWriteAndList(t *testing.T) {
 	t.Parallel()
@@ -156,7 +158,7 @@ func TestWriteRefusesAnIncompleteEntry(t *testing.T) {
 		"no ticket":        {func(e *operator.AuditEntry) { e.Ticket = "" }, "ticket is required"},
 		"blank actor":      {func(e *operator.AuditEntry) { e.Actor = " \t" }, "actor is required"},
 		"no action":        {func(e *operator.AuditEntry) { e.Action = " " }, "action is required"},
-		"ticket too long":  {func(e *operator.AuditEntry) { e.Ticket = strings.Repeat("é", operator.MaxAuditLength+1) }, "ticket: at most"},
+		"ticket too long":  {func(e *operator.AuditEntry) { e.Ticket = strings.Repeat("é", operator.MaxAuditLength+1) }, "ticket must be at most"},
 		"NUL in the actor": {func(e *operator.AuditEntry) { e.Actor = "al\x00ice" }, "actor"},
 	} {
 		e := valid
@@ -293,19 +295,24 @@ ORDER BY 1`)
 	return cols, constraints
 }
 
-// The package assumes one operator_audit shape: the work-order and billing
-// migrations must create the same table.
+// The package assumes one operator_audit shape: every service's
+// migrations must create the same table as the work-order service's.
 func TestServicesHaveOneOperatorAuditShape(t *testing.T) {
 	t.Parallel()
 	woCols, woCons := shape(t, migrations.WorkOrder())
-	biCols, biCons := shape(t, migrations.Billing())
 	if len(woCols) == 0 || len(woCons) == 0 {
 		t.Fatalf("workorder: operator_audit has columns %v, constraints %v", woCols, woCons)
 	}
-	if fmt.Sprint(woCols) != fmt.Sprint(biCols) {
-		t.Errorf("columns differ:\nworkorder %v\nbilling   %v", woCols, biCols)
-	}
-	if strings.Join(woCons, "\n") != strings.Join(biCons, "\n") {
-		t.Errorf("constraints differ:\nworkorder %q\nbilling   %q", woCons, biCons)
+	for name, sets := range services {
+		if name == "workorder" {
+			continue
+		}
+		cols, cons := shape(t, sets())
+		if fmt.Sprint(woCols) != fmt.Sprint(cols) {
+			t.Errorf("columns differ:\nworkorder %v\n%-9s %v", woCols, name, cols)
+		}
+		if strings.Join(woCons, "\n") != strings.Join(cons, "\n") {
+			t.Errorf("constraints differ:\nworkorder %q\n%-9s %q", woCons, name, cons)
+		}
 	}
 }

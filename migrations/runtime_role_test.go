@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 
@@ -55,14 +56,16 @@ func TestRuntimeRoleCannotRewriteTheAudit(t *testing.T) {
 			for _, s := range sets() {
 				appendOnly = append(appendOnly, s.AppendOnly...)
 			}
-			if name != "providersim" {
-				write(t, rt, operator.AuditEntry{Action: "outbox.requeue", Actor: "hal", Ticket: "INC-1"})
-				if rs, _, err := operator.ListAudit(ctx, rt, operator.AuditFilter{}); err != nil || len(rs) != 1 {
-					t.Fatalf("runtime role reads the audit: %v %v", rs, err)
-				}
-				if len(appendOnly) < 2 {
-					t.Fatalf("append-only tables %v: want operator_audit and the pattern packages' audit", appendOnly)
-				}
+			write(t, rt, operator.AuditEntry{Action: "outbox.requeue", Actor: "hal", Ticket: "INC-1"})
+			if rs, _, err := operator.ListAudit(ctx, rt, operator.AuditFilter{}); err != nil || len(rs) != 1 {
+				t.Fatalf("runtime role reads the audit: %v %v", rs, err)
+			}
+			if !slices.Contains(appendOnly, "operator_audit") {
+				t.Fatalf("append-only tables %v: want operator_audit", appendOnly)
+			}
+			// The provider simulator has no pattern package (outbox, inbox, ...).
+			if name != "providersim" && len(appendOnly) < 2 {
+				t.Fatalf("append-only tables %v: want operator_audit and the pattern packages' audit", appendOnly)
 			}
 			for _, table := range appendOnly {
 				if _, err := rt.Exec(ctx, `SELECT count(*) FROM `+table); err != nil {

@@ -4,7 +4,7 @@
 // ends), and prints a summary. It talks only to public APIs, so it works
 // against `make run` and `docker compose up` alike.
 //
-//	PROVIDER_OPERATOR_TOKEN=... go run ./cmd/demo -n 200 -faults duplicate=0.2,early_completion=0.2
+//	PROVIDER_OPERATOR_TOKEN=... go run ./cmd/demo -n 200 -faults duplicate=0.2,early_completion=0.2 -ticket INC-7
 //	go run ./cmd/demo -rate 50 -duration 5m -json    # open-loop load (B5)
 //
 // Against services serving TLS, pass https:// URLs and TLS_CA_FILE (and
@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"sort"
@@ -83,6 +84,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		wait        = fs.Duration("wait", 2*time.Minute, "how long to wait for orders to be invoiced")
 		faults      = fs.String("faults", "", "provider fault knobs, e.g. duplicate=0.2,early_completion=0.2,split_completion=0.1,poison=0.05,unknown_order=0.05")
 		token       = fs.String("provider-token", os.Getenv("PROVIDER_OPERATOR_TOKEN"), "provider-sim operator token, needed by -faults (default $PROVIDER_OPERATOR_TOKEN)")
+		ticket      = fs.String("ticket", "demo", "ticket the -faults change is recorded under in provider-sim's audit (actor "+demoActor+")")
 		asJSON      = fs.Bool("json", false, "print the result as JSON")
 	)
 	if err := fs.Parse(args); err != nil {
@@ -112,7 +114,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		if *token == "" {
 			return errors.New("-faults needs the provider's operator token: set PROVIDER_OPERATOR_TOKEN or -provider-token")
 		}
-		if err := putFaults(ctx, hc, *provider, *token, knobs); err != nil {
+		if err := putFaults(ctx, hc, *provider, *token, *ticket, knobs); err != nil {
 			return fmt.Errorf("set provider faults: %w", err)
 		}
 		fmt.Fprintf(stderr, "provider faults on: %s\n", *faults)
@@ -186,9 +188,15 @@ func parseFaults(s string) (map[string]any, error) {
 	return knobs, nil
 }
 
-func putFaults(ctx context.Context, hc *http.Client, base, token string, knobs map[string]any) error {
+// demoActor is who provider-sim's audit says changed the knobs.
+const demoActor = "demo"
+
+// putFaults replaces the provider's knobs (PUT /v1/faults): the knobs are
+// the body, the audit's ticket and actor query parameters.
+func putFaults(ctx context.Context, hc *http.Client, base, token, ticket string, knobs map[string]any) error {
 	body, _ := json.Marshal(knobs)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, base+"/v1/faults", bytes.NewReader(body))
+	auth := url.Values{"authorization.ticket": {ticket}, "authorization.actor": {demoActor}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, base+"/v1/faults?"+auth.Encode(), bytes.NewReader(body))
 	if err != nil {
 		return err
 	}

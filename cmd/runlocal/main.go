@@ -265,7 +265,7 @@ without it:
 	// gets the list above only.
 	urls, addrs := stack.URLs(), stack.GRPCAddrs()
 	if u, ok := urls["provider-sim"]; ok {
-		fmt.Fprintf(&b, "  curl -H \"authorization: Bearer $PROVIDER_OPERATOR_TOKEN\" -X PUT %s/v1/faults -d '{\"duplicate\":0.2}'\n", u)
+		fmt.Fprintf(&b, "  curl -H \"authorization: Bearer $PROVIDER_OPERATOR_TOKEN\" -X PUT '%s/v1/faults?authorization.ticket=demo&authorization.actor='\"${USER:-operator}\" -d '{\"duplicate\":0.2}'\n", u)
 	}
 	if a, ok := addrs["workorder"]; ok {
 		if stack.CA != nil {

@@ -26,6 +26,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/lossless-dev/lossless/pkg/apierror"
 	"github.com/lossless-dev/lossless/pkg/pgtext"
 )
 
@@ -72,17 +73,33 @@ type AuditEntry struct {
 // refuse a request before doing anything.
 func ValidateAuthorization(ticket, actor string) error {
 	var errs []error
-	for _, f := range [...]struct{ name, v string }{{"ticket", ticket}, {"actor", actor}} {
-		switch v := strings.TrimSpace(f.v); {
-		case v == "":
-			errs = append(errs, fmt.Errorf("%s is required", f.name))
-		case utf8.RuneCountInString(v) > MaxAuditLength:
-			errs = append(errs, fmt.Errorf("%s: at most %d characters", f.name, MaxAuditLength))
-		case pgtext.Problem(v) != "":
-			errs = append(errs, fmt.Errorf("%s %s", f.name, pgtext.Problem(v)))
-		}
+	for _, v := range AuthorizationViolations("", ticket, actor) {
+		errs = append(errs, fmt.Errorf("%s %s", v.Field, v.Description))
 	}
 	return errors.Join(errs...)
+}
+
+// AuthorizationViolations is ValidateAuthorization's check as one field
+// violation per bad field, named prefix+"ticket" and prefix+"actor" (prefix
+// e.g. "authorization."), for an INVALID_ARGUMENT answer
+// (apierror.InvalidArgument). Empty when both are valid.
+func AuthorizationViolations(prefix, ticket, actor string) []apierror.Violation {
+	var vs []apierror.Violation
+	for _, f := range [...]struct{ name, v string }{{"ticket", ticket}, {"actor", actor}} {
+		var problem string
+		switch v := strings.TrimSpace(f.v); {
+		case v == "":
+			problem = "is required"
+		case utf8.RuneCountInString(v) > MaxAuditLength:
+			problem = fmt.Sprintf("must be at most %d characters", MaxAuditLength)
+		default:
+			problem = pgtext.Problem(v)
+		}
+		if problem != "" {
+			vs = append(vs, apierror.Violation{Field: prefix + f.name, Description: problem})
+		}
+	}
+	return vs
 }
 
 // insertEntry writes one row; id and occurred_at are the table's.

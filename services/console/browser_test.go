@@ -84,6 +84,9 @@ func browser(t *testing.T, ctx context.Context) context.Context {
 	return bctx
 }
 
+// testChange authorizes the tests' own changes of the fault knobs.
+var testChange = &opsv1.OperatorAuthorization{Ticket: "TEST-console", Actor: "console browser test"}
+
 type lockedWriter struct {
 	mu sync.Mutex
 	b  bytes.Buffer
@@ -264,6 +267,23 @@ func TestConsoleInABrowser(t *testing.T) {
 		if got := resp.GetFaults().GetDuplicate(); got != 0.25 {
 			t.Fatalf("provider's duplicate knob %v after the form, want 0.25", got)
 		}
+		// provider-sim recorded the change with the session's principal.
+		octx := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+stack.OperatorToken)
+		audit, err := opsv1.NewOperatorServiceClient(pconn).ListOperatorAudit(octx, &opsv1.ListOperatorAuditRequest{Ticket: "CHG-browser"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rs := audit.GetRecords(); len(rs) != 1 || rs[0].GetAction() != "faults.update" || rs[0].GetActor() != "browser-operator (shared token)" ||
+			rs[0].GetParams().GetFields()["after"].GetStructValue().GetFields()["duplicate"].GetNumberValue() != 0.25 {
+			t.Fatalf("provider-sim's audit rows of CHG-browser: %v; want the change by browser-operator (shared token)", rs)
+		}
+		run("open provider-sim's audit",
+			chromedp.Navigate(site+"/audit?service=provider-sim&ticket=CHG-browser"),
+			chromedp.WaitVisible(chromedp.ID("audit")),
+		)
+		if got := text("#audit tbody tr td[data-audit-ticket]"); got != "CHG-browser" {
+			t.Fatalf("Audit page of provider-sim: first row's ticket %q, want CHG-browser", got)
+		}
 		if url := eval(`location.href`); strings.Contains(url, stack.OperatorToken) || strings.Contains(text("body"), stack.OperatorToken) {
 			t.Fatal("the operator token is in the page or its URL")
 		}
@@ -282,7 +302,7 @@ func TestConsoleInABrowser(t *testing.T) {
 		dup := proto.Clone(before.GetFaults()).(*providerv1.Faults)
 		dup.Duplicate = 1
 		// The plan is drawn at acceptance: this order's job gets the duplicate.
-		if _, err := faults.UpdateFaults(octx, &providerv1.UpdateFaultsRequest{Faults: dup}); err != nil {
+		if _, err := faults.UpdateFaults(octx, &providerv1.UpdateFaultsRequest{Faults: dup, Authorization: testChange}); err != nil {
 			t.Fatal(err)
 		}
 		id := create("timeline-" + uuid.NewString()[:8])
@@ -291,7 +311,7 @@ func TestConsoleInABrowser(t *testing.T) {
 			r, err := faults.ListJobs(octx, &providerv1.ListJobsRequest{WorkOrderId: id})
 			return err == nil && len(r.GetJobs()) == 1
 		})
-		if _, err := faults.UpdateFaults(octx, &providerv1.UpdateFaultsRequest{Faults: before.GetFaults()}); err != nil {
+		if _, err := faults.UpdateFaults(octx, &providerv1.UpdateFaultsRequest{Faults: before.GetFaults(), Authorization: testChange}); err != nil {
 			t.Fatal(err)
 		}
 		waitfor.Condition(t, 2*time.Minute, "the order is INVOICED", func() bool {
@@ -555,7 +575,7 @@ func TestRepairAndAuditInABrowser(t *testing.T) {
 		}
 		f := cur.GetFaults()
 		f.Poison = p
-		if _, err := faults.UpdateFaults(op, &providerv1.UpdateFaultsRequest{Faults: f}); err != nil {
+		if _, err := faults.UpdateFaults(op, &providerv1.UpdateFaultsRequest{Faults: f, Authorization: testChange}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -138,6 +138,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		BillingRepairs: billingv1.NewBillingAdminServiceClient(bi),
 		WorkOrderOps:   opsv1.NewOperatorServiceClient(wo),
 		BillingOps:     opsv1.NewOperatorServiceClient(bi),
+		ProviderAudit:  opsv1.NewOperatorServiceClient(pr),
 		Faults:         providerv1.NewProviderAdminServiceClient(pr),
 		Invoices:       billingv1.NewBillingServiceClient(bi),
 		Figures:        figures,

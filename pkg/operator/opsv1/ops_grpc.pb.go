@@ -41,7 +41,9 @@ const (
 // leave an operator_audit row, dry runs included. The same operations are
 // the `<service> outbox|parked|dead-letters|audit ...` CLI commands
 // (pkg/operator RunCLI; docs/runbooks/). A service's own repairs stay on its
-// admin service (WorkOrderAdminService, BillingAdminService).
+// admin service (WorkOrderAdminService, BillingAdminService). provider-sim,
+// which has neither outbox nor consumer, mounts only ListOperatorAudit (its
+// fault-knob changes); the other methods answer UNIMPLEMENTED there.
 type OperatorServiceClient interface {
 	// Lists outbox events in claim order, oldest first: by default the
 	// undelivered ones (PENDING, FAILED). Read only.
@@ -146,7 +148,9 @@ func (c *operatorServiceClient) ListOperatorAudit(ctx context.Context, in *ListO
 // leave an operator_audit row, dry runs included. The same operations are
 // the `<service> outbox|parked|dead-letters|audit ...` CLI commands
 // (pkg/operator RunCLI; docs/runbooks/). A service's own repairs stay on its
-// admin service (WorkOrderAdminService, BillingAdminService).
+// admin service (WorkOrderAdminService, BillingAdminService). provider-sim,
+// which has neither outbox nor consumer, mounts only ListOperatorAudit (its
+// fault-knob changes); the other methods answer UNIMPLEMENTED there.
 type OperatorServiceServer interface {
 	// Lists outbox events in claim order, oldest first: by default the
 	// undelivered ones (PENDING, FAILED). Read only.

@@ -8,6 +8,7 @@ package providerv1
 
 import (
 	_ "buf.build/gen/go/bufbuild/protovalidate/protocolbuffers/go/buf/validate"
+	opsv1 "github.com/lossless-dev/lossless/pkg/operator/opsv1"
 	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
@@ -434,8 +435,12 @@ func (x *GetFaultsResponse) GetFaults() *Faults {
 }
 
 type UpdateFaultsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Faults        *Faults                `protobuf:"bytes,1,opt,name=faults,proto3" json:"faults,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Faults *Faults                `protobuf:"bytes,1,opt,name=faults,proto3" json:"faults,omitempty"`
+	// Who changes the knobs under which ticket: stored in operator_audit.
+	// Over REST: the query parameters authorization.ticket and
+	// authorization.actor.
+	Authorization *opsv1.OperatorAuthorization `protobuf:"bytes,2,opt,name=authorization,proto3" json:"authorization,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -473,6 +478,13 @@ func (*UpdateFaultsRequest) Descriptor() ([]byte, []int) {
 func (x *UpdateFaultsRequest) GetFaults() *Faults {
 	if x != nil {
 		return x.Faults
+	}
+	return nil
+}
+
+func (x *UpdateFaultsRequest) GetAuthorization() *opsv1.OperatorAuthorization {
+	if x != nil {
+		return x.Authorization
 	}
 	return nil
 }
@@ -1126,7 +1138,7 @@ var File_lossless_provider_v1_provider_proto protoreflect.FileDescriptor
 
 const file_lossless_provider_v1_provider_proto_rawDesc = "" +
 	"\n" +
-	"#lossless/provider/v1/provider.proto\x12\x14lossless.provider.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf9\x02\n" +
+	"#lossless/provider/v1/provider.proto\x12\x14lossless.provider.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19lossless/ops/v1/ops.proto\"\xf9\x02\n" +
 	"\x16SubmitWorkOrderRequest\x12,\n" +
 	"\rwork_order_id\x18\x01 \x01(\tB\b\xbaH\x05r\x03\xb0\x01\x01R\vworkOrderId\x12\x81\x01\n" +
 	"\vcustomer_id\x18\x02 \x01(\tB`\xbaH]\xba\x01T\n" +
@@ -1163,9 +1175,10 @@ const file_lossless_provider_v1_provider_proto_rawDesc = "" +
 	"\x0eaccept_timeout\x18\v \x01(\x01B\x17\xbaH\x14\x12\x12\x19\x00\x00\x00\x00\x00\x00\xf0?)\x00\x00\x00\x00\x00\x00\x00\x00R\racceptTimeout\"\x12\n" +
 	"\x10GetFaultsRequest\"I\n" +
 	"\x11GetFaultsResponse\x124\n" +
-	"\x06faults\x18\x01 \x01(\v2\x1c.lossless.provider.v1.FaultsR\x06faults\"S\n" +
+	"\x06faults\x18\x01 \x01(\v2\x1c.lossless.provider.v1.FaultsR\x06faults\"\xa9\x01\n" +
 	"\x13UpdateFaultsRequest\x12<\n" +
-	"\x06faults\x18\x01 \x01(\v2\x1c.lossless.provider.v1.FaultsB\x06\xbaH\x03\xc8\x01\x01R\x06faults\"L\n" +
+	"\x06faults\x18\x01 \x01(\v2\x1c.lossless.provider.v1.FaultsB\x06\xbaH\x03\xc8\x01\x01R\x06faults\x12T\n" +
+	"\rauthorization\x18\x02 \x01(\v2&.lossless.ops.v1.OperatorAuthorizationB\x06\xbaH\x03\xc8\x01\x01R\rauthorization\"L\n" +
 	"\x14UpdateFaultsResponse\x124\n" +
 	"\x06faults\x18\x01 \x01(\v2\x1c.lossless.provider.v1.FaultsR\x06faults\"\xfa\x01\n" +
 	"\tJobFaults\x12)\n" +
@@ -1251,23 +1264,24 @@ func file_lossless_provider_v1_provider_proto_rawDescGZIP() []byte {
 
 var file_lossless_provider_v1_provider_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_lossless_provider_v1_provider_proto_goTypes = []any{
-	(*SubmitWorkOrderRequest)(nil),  // 0: lossless.provider.v1.SubmitWorkOrderRequest
-	(*Acceptance)(nil),              // 1: lossless.provider.v1.Acceptance
-	(*SubmitWorkOrderResponse)(nil), // 2: lossless.provider.v1.SubmitWorkOrderResponse
-	(*Faults)(nil),                  // 3: lossless.provider.v1.Faults
-	(*GetFaultsRequest)(nil),        // 4: lossless.provider.v1.GetFaultsRequest
-	(*GetFaultsResponse)(nil),       // 5: lossless.provider.v1.GetFaultsResponse
-	(*UpdateFaultsRequest)(nil),     // 6: lossless.provider.v1.UpdateFaultsRequest
-	(*UpdateFaultsResponse)(nil),    // 7: lossless.provider.v1.UpdateFaultsResponse
-	(*JobFaults)(nil),               // 8: lossless.provider.v1.JobFaults
-	(*Job)(nil),                     // 9: lossless.provider.v1.Job
-	(*JobMessage)(nil),              // 10: lossless.provider.v1.JobMessage
-	(*ListJobsRequest)(nil),         // 11: lossless.provider.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),        // 12: lossless.provider.v1.ListJobsResponse
-	(*GetJobRequest)(nil),           // 13: lossless.provider.v1.GetJobRequest
-	(*GetJobResponse)(nil),          // 14: lossless.provider.v1.GetJobResponse
-	(*timestamppb.Timestamp)(nil),   // 15: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),     // 16: google.protobuf.Duration
+	(*SubmitWorkOrderRequest)(nil),      // 0: lossless.provider.v1.SubmitWorkOrderRequest
+	(*Acceptance)(nil),                  // 1: lossless.provider.v1.Acceptance
+	(*SubmitWorkOrderResponse)(nil),     // 2: lossless.provider.v1.SubmitWorkOrderResponse
+	(*Faults)(nil),                      // 3: lossless.provider.v1.Faults
+	(*GetFaultsRequest)(nil),            // 4: lossless.provider.v1.GetFaultsRequest
+	(*GetFaultsResponse)(nil),           // 5: lossless.provider.v1.GetFaultsResponse
+	(*UpdateFaultsRequest)(nil),         // 6: lossless.provider.v1.UpdateFaultsRequest
+	(*UpdateFaultsResponse)(nil),        // 7: lossless.provider.v1.UpdateFaultsResponse
+	(*JobFaults)(nil),                   // 8: lossless.provider.v1.JobFaults
+	(*Job)(nil),                         // 9: lossless.provider.v1.Job
+	(*JobMessage)(nil),                  // 10: lossless.provider.v1.JobMessage
+	(*ListJobsRequest)(nil),             // 11: lossless.provider.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),            // 12: lossless.provider.v1.ListJobsResponse
+	(*GetJobRequest)(nil),               // 13: lossless.provider.v1.GetJobRequest
+	(*GetJobResponse)(nil),              // 14: lossless.provider.v1.GetJobResponse
+	(*timestamppb.Timestamp)(nil),       // 15: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),         // 16: google.protobuf.Duration
+	(*opsv1.OperatorAuthorization)(nil), // 17: lossless.ops.v1.OperatorAuthorization
 }
 var file_lossless_provider_v1_provider_proto_depIdxs = []int32{
 	15, // 0: lossless.provider.v1.Acceptance.accept_time:type_name -> google.protobuf.Timestamp
@@ -1277,33 +1291,34 @@ var file_lossless_provider_v1_provider_proto_depIdxs = []int32{
 	16, // 4: lossless.provider.v1.Faults.accept_latency_p99:type_name -> google.protobuf.Duration
 	3,  // 5: lossless.provider.v1.GetFaultsResponse.faults:type_name -> lossless.provider.v1.Faults
 	3,  // 6: lossless.provider.v1.UpdateFaultsRequest.faults:type_name -> lossless.provider.v1.Faults
-	3,  // 7: lossless.provider.v1.UpdateFaultsResponse.faults:type_name -> lossless.provider.v1.Faults
-	15, // 8: lossless.provider.v1.Job.lease_expire_time:type_name -> google.protobuf.Timestamp
-	15, // 9: lossless.provider.v1.Job.next_attempt_time:type_name -> google.protobuf.Timestamp
-	8,  // 10: lossless.provider.v1.Job.faults:type_name -> lossless.provider.v1.JobFaults
-	15, // 11: lossless.provider.v1.Job.accept_time:type_name -> google.protobuf.Timestamp
-	15, // 12: lossless.provider.v1.Job.start_time:type_name -> google.protobuf.Timestamp
-	15, // 13: lossless.provider.v1.Job.complete_time:type_name -> google.protobuf.Timestamp
-	15, // 14: lossless.provider.v1.JobMessage.occur_time:type_name -> google.protobuf.Timestamp
-	15, // 15: lossless.provider.v1.JobMessage.publish_time:type_name -> google.protobuf.Timestamp
-	9,  // 16: lossless.provider.v1.ListJobsResponse.jobs:type_name -> lossless.provider.v1.Job
-	9,  // 17: lossless.provider.v1.GetJobResponse.job:type_name -> lossless.provider.v1.Job
-	10, // 18: lossless.provider.v1.GetJobResponse.messages:type_name -> lossless.provider.v1.JobMessage
-	0,  // 19: lossless.provider.v1.ProviderService.SubmitWorkOrder:input_type -> lossless.provider.v1.SubmitWorkOrderRequest
-	4,  // 20: lossless.provider.v1.ProviderAdminService.GetFaults:input_type -> lossless.provider.v1.GetFaultsRequest
-	6,  // 21: lossless.provider.v1.ProviderAdminService.UpdateFaults:input_type -> lossless.provider.v1.UpdateFaultsRequest
-	11, // 22: lossless.provider.v1.ProviderAdminService.ListJobs:input_type -> lossless.provider.v1.ListJobsRequest
-	13, // 23: lossless.provider.v1.ProviderAdminService.GetJob:input_type -> lossless.provider.v1.GetJobRequest
-	2,  // 24: lossless.provider.v1.ProviderService.SubmitWorkOrder:output_type -> lossless.provider.v1.SubmitWorkOrderResponse
-	5,  // 25: lossless.provider.v1.ProviderAdminService.GetFaults:output_type -> lossless.provider.v1.GetFaultsResponse
-	7,  // 26: lossless.provider.v1.ProviderAdminService.UpdateFaults:output_type -> lossless.provider.v1.UpdateFaultsResponse
-	12, // 27: lossless.provider.v1.ProviderAdminService.ListJobs:output_type -> lossless.provider.v1.ListJobsResponse
-	14, // 28: lossless.provider.v1.ProviderAdminService.GetJob:output_type -> lossless.provider.v1.GetJobResponse
-	24, // [24:29] is the sub-list for method output_type
-	19, // [19:24] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	17, // 7: lossless.provider.v1.UpdateFaultsRequest.authorization:type_name -> lossless.ops.v1.OperatorAuthorization
+	3,  // 8: lossless.provider.v1.UpdateFaultsResponse.faults:type_name -> lossless.provider.v1.Faults
+	15, // 9: lossless.provider.v1.Job.lease_expire_time:type_name -> google.protobuf.Timestamp
+	15, // 10: lossless.provider.v1.Job.next_attempt_time:type_name -> google.protobuf.Timestamp
+	8,  // 11: lossless.provider.v1.Job.faults:type_name -> lossless.provider.v1.JobFaults
+	15, // 12: lossless.provider.v1.Job.accept_time:type_name -> google.protobuf.Timestamp
+	15, // 13: lossless.provider.v1.Job.start_time:type_name -> google.protobuf.Timestamp
+	15, // 14: lossless.provider.v1.Job.complete_time:type_name -> google.protobuf.Timestamp
+	15, // 15: lossless.provider.v1.JobMessage.occur_time:type_name -> google.protobuf.Timestamp
+	15, // 16: lossless.provider.v1.JobMessage.publish_time:type_name -> google.protobuf.Timestamp
+	9,  // 17: lossless.provider.v1.ListJobsResponse.jobs:type_name -> lossless.provider.v1.Job
+	9,  // 18: lossless.provider.v1.GetJobResponse.job:type_name -> lossless.provider.v1.Job
+	10, // 19: lossless.provider.v1.GetJobResponse.messages:type_name -> lossless.provider.v1.JobMessage
+	0,  // 20: lossless.provider.v1.ProviderService.SubmitWorkOrder:input_type -> lossless.provider.v1.SubmitWorkOrderRequest
+	4,  // 21: lossless.provider.v1.ProviderAdminService.GetFaults:input_type -> lossless.provider.v1.GetFaultsRequest
+	6,  // 22: lossless.provider.v1.ProviderAdminService.UpdateFaults:input_type -> lossless.provider.v1.UpdateFaultsRequest
+	11, // 23: lossless.provider.v1.ProviderAdminService.ListJobs:input_type -> lossless.provider.v1.ListJobsRequest
+	13, // 24: lossless.provider.v1.ProviderAdminService.GetJob:input_type -> lossless.provider.v1.GetJobRequest
+	2,  // 25: lossless.provider.v1.ProviderService.SubmitWorkOrder:output_type -> lossless.provider.v1.SubmitWorkOrderResponse
+	5,  // 26: lossless.provider.v1.ProviderAdminService.GetFaults:output_type -> lossless.provider.v1.GetFaultsResponse
+	7,  // 27: lossless.provider.v1.ProviderAdminService.UpdateFaults:output_type -> lossless.provider.v1.UpdateFaultsResponse
+	12, // 28: lossless.provider.v1.ProviderAdminService.ListJobs:output_type -> lossless.provider.v1.ListJobsResponse
+	14, // 29: lossless.provider.v1.ProviderAdminService.GetJob:output_type -> lossless.provider.v1.GetJobResponse
+	25, // [25:30] is the sub-list for method output_type
+	20, // [20:25] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_lossless_provider_v1_provider_proto_init() }

@@ -83,12 +83,20 @@ func local_request_ProviderAdminService_GetFaults_0(ctx context.Context, marshal
 	return msg, metadata, err
 }
 
+var filter_ProviderAdminService_UpdateFaults_0 = &utilities.DoubleArray{Encoding: map[string]int{"faults": 0}, Base: []int{1, 1, 0}, Check: []int{0, 1, 2}}
+
 func request_ProviderAdminService_UpdateFaults_0(ctx context.Context, marshaler runtime.Marshaler, client ProviderAdminServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
 		protoReq UpdateFaultsRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq.Faults); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if err := req.ParseForm(); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if err := runtime.PopulateQueryParameters(&protoReq, req.Form, filter_ProviderAdminService_UpdateFaults_0); err != nil {
 		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
 	}
 	if req.Body != nil {
@@ -104,6 +112,12 @@ func local_request_ProviderAdminService_UpdateFaults_0(ctx context.Context, mars
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq.Faults); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if err := req.ParseForm(); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if err := runtime.PopulateQueryParameters(&protoReq, req.Form, filter_ProviderAdminService_UpdateFaults_0); err != nil {
 		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
 	}
 	msg, err := server.UpdateFaults(ctx, &protoReq)

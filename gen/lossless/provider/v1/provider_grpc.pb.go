@@ -147,7 +147,14 @@ const (
 type ProviderAdminServiceClient interface {
 	// Returns the fault knobs in force.
 	GetFaults(ctx context.Context, in *GetFaultsRequest, opts ...grpc.CallOption) (*GetFaultsResponse, error)
-	// Replaces the fault knobs. Every rate must be within [0, 1].
+	// Replaces the fault knobs. Every rate must be within [0, 1]. Needs the
+	// operator token and an authorization (ticket and actor); the change is
+	// recorded as an operator_audit row (action faults.update, the knobs
+	// before and after) in the transaction that decides it, so no change is
+	// in force unrecorded. The rows are read through OperatorService's
+	// ListOperatorAudit on the same server. Over REST the body is the Faults
+	// message and the authorization arrives as query parameters:
+	// PUT /v1/faults?authorization.ticket=INC-7&authorization.actor=alice.
 	UpdateFaults(ctx context.Context, in *UpdateFaultsRequest, opts ...grpc.CallOption) (*UpdateFaultsResponse, error)
 	// Lists the simulator's jobs, newest accepted first. Needs the operator
 	// token (like UpdateFaults).
@@ -213,7 +220,14 @@ func (c *providerAdminServiceClient) GetJob(ctx context.Context, in *GetJobReque
 type ProviderAdminServiceServer interface {
 	// Returns the fault knobs in force.
 	GetFaults(context.Context, *GetFaultsRequest) (*GetFaultsResponse, error)
-	// Replaces the fault knobs. Every rate must be within [0, 1].
+	// Replaces the fault knobs. Every rate must be within [0, 1]. Needs the
+	// operator token and an authorization (ticket and actor); the change is
+	// recorded as an operator_audit row (action faults.update, the knobs
+	// before and after) in the transaction that decides it, so no change is
+	// in force unrecorded. The rows are read through OperatorService's
+	// ListOperatorAudit on the same server. Over REST the body is the Faults
+	// message and the authorization arrives as query parameters:
+	// PUT /v1/faults?authorization.ticket=INC-7&authorization.actor=alice.
 	UpdateFaults(context.Context, *UpdateFaultsRequest) (*UpdateFaultsResponse, error)
 	// Lists the simulator's jobs, newest accepted first. Needs the operator
 	// token (like UpdateFaults).

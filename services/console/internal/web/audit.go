@@ -14,7 +14,7 @@ import (
 // auditPageSize is the rows of one Audit page.
 const auditPageSize = 50
 
-// auditRow is one operator_audit row of either service.
+// auditRow is one operator_audit row of a service.
 type auditRow struct {
 	ID       int64
 	Action   string
@@ -44,13 +44,21 @@ func paramsJSON(p *structpb.Struct) string {
 
 // auditPage lists one service's operator_audit (newest first, paged by the
 // service's token, filtered by action, actor and ticket), through its
-// OperatorService. It needs the token for reads, so it needs login even when reads are open.
+// OperatorService: workorder's and billing's repairs, provider-sim's
+// fault changes. It needs the token for reads, so it needs login even
+// when reads are open.
 func (h *Handler) auditPage(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	d := auditData{Service: q.Get("service"), Action: strings.TrimSpace(q.Get("action")), Actor: strings.TrimSpace(q.Get("actor")),
 		Ticket: strings.TrimSpace(q.Get("ticket")), PageToken: q.Get("page")}
-	if d.Service != "billing" {
-		d.Service = "workorder"
+	var ops AuditLog
+	switch d.Service {
+	case "billing":
+		ops = h.src.BillingOps
+	case "provider-sim":
+		ops = h.src.ProviderAudit
+	default:
+		d.Service, ops = "workorder", h.src.WorkOrderOps
 	}
 	s := sessionOf(r)
 	if !s.LoggedIn {
@@ -60,10 +68,6 @@ func (h *Handler) auditPage(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := h.rpcContext(r)
 	defer cancel()
-	ops := h.src.WorkOrderOps
-	if d.Service == "billing" {
-		ops = h.src.BillingOps
-	}
 	resp, err := ops.ListOperatorAudit(ctx, &opsv1.ListOperatorAuditRequest{Action: d.Action, Actor: d.Actor,
 		Ticket: d.Ticket, PageSize: auditPageSize, PageToken: d.PageToken})
 	for _, a := range resp.GetRecords() {

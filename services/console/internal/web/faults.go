@@ -14,6 +14,7 @@ import (
 	providerv1 "github.com/lossless-dev/lossless/gen/lossless/provider/v1"
 	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
 	"github.com/lossless-dev/lossless/pkg/operator"
+	opsv1 "github.com/lossless-dev/lossless/pkg/operator/opsv1"
 )
 
 // knob describes one provider-sim fault knob (services/provider-sim/internal/faults,
@@ -134,17 +135,18 @@ func (h *Handler) faultsView(f *providerv1.Faults, form map[string]string) fault
 }
 
 // updateFaults replaces every knob, as UpdateFaults does. Like a repair it
-// needs a ticket, and it is audited with the session's principal: provider-
-// sim keeps no audit table (ADR 0019), so the console writes the audit
-// record, action faults.update with the knobs before and after, to its log
-// after the call succeeded. A refused or failed call changes nothing and is
-// logged as such.
+// needs a ticket: provider-sim records the change in its operator_audit
+// (action faults.update, the knobs before and after) with the ticket and
+// the session's principal as actor, before the change is in force, and
+// refuses the change when it cannot record it. The Audit page lists those
+// rows (service provider-sim). The log line adds what the row does not
+// have: the operator's address.
 func (h *Handler) updateFaults(w http.ResponseWriter, r *http.Request) {
 	f := &providerv1.Faults{}
 	form := map[string]string{}
 	var problems []string
-	ticket := strings.TrimSpace(r.PostFormValue("ticket"))
-	if err := operator.ValidateAuthorization(ticket, sessionOf(r).Principal); err != nil {
+	ticket, actor := strings.TrimSpace(r.PostFormValue("ticket")), sessionOf(r).Principal
+	if err := operator.ValidateAuthorization(ticket, actor); err != nil {
 		problems = append(problems, "Ticket: "+err.Error()+"; every change of the knobs is audited with it and your name.")
 	}
 	for _, k := range knobs {
@@ -153,40 +155,22 @@ func (h *Handler) updateFaults(w http.ResponseWriter, r *http.Request) {
 			problems = append(problems, err.Error())
 		}
 	}
-	var before, after *providerv1.Faults
 	if len(problems) == 0 {
 		ctx, cancel := context.WithTimeout(outgoing(r.Context(), sessionOf(r)), h.cfg.RPCTimeout)
 		defer cancel()
-		if resp, err := h.src.Faults.GetFaults(ctx, &providerv1.GetFaultsRequest{}); err == nil {
-			before = resp.GetFaults()
-		}
-		resp, err := h.src.Faults.UpdateFaults(ctx, &providerv1.UpdateFaultsRequest{Faults: f})
-		if err != nil {
+		if _, err := h.src.Faults.UpdateFaults(ctx, &providerv1.UpdateFaultsRequest{Faults: f,
+			Authorization: &opsv1.OperatorAuthorization{Ticket: ticket, Actor: actor}}); err != nil {
 			problems = append(problems, describe("provider-sim", err))
 		}
-		after = resp.GetFaults()
 	}
 	if len(problems) > 0 {
 		w.WriteHeader(http.StatusBadRequest)
 		h.render(w, r, "faults", page{Title: "Faults", Error: strings.Join(problems, " "), Data: h.faultsViewTicket(f, form, ticket)})
 		return
 	}
-	h.logger.InfoContext(r.Context(), "console: audit", "action", "faults.update", "actor", sessionOf(r).Principal,
-		"ticket", ticket, "before", knobValues(before), "after", knobValues(after), "peer", peerAddr(r))
+	h.logger.InfoContext(r.Context(), "console: fault knobs changed", "action", "faults.update", "actor", actor,
+		"ticket", ticket, "peer", peerAddr(r))
 	http.Redirect(w, r, "/faults?done=updated", http.StatusSeeOther)
-}
-
-// knobValues is the knobs as field=value pairs for the audit record; nil
-// when the value is unknown (the read before the change failed).
-func knobValues(f *providerv1.Faults) map[string]string {
-	if f == nil {
-		return nil
-	}
-	m := make(map[string]string, len(knobs))
-	for _, k := range knobs {
-		m[k.Field] = k.get(f)
-	}
-	return m
 }
 
 func (h *Handler) faultsViewTicket(f *providerv1.Faults, form map[string]string, ticket string) faultsData {

@@ -158,6 +158,7 @@ func orderConsole(t *testing.T, traceURL string) *httptest.Server {
 		ProviderJobs: providerv1.NewProviderAdminServiceClient(conn), InvoiceJobs: billingv1.NewBillingAdminServiceClient(conn),
 		Repairs: workorderv1.NewWorkOrderAdminServiceClient(conn), BillingRepairs: billingv1.NewBillingAdminServiceClient(conn),
 		WorkOrderOps: opsv1.NewOperatorServiceClient(conn), BillingOps: opsv1.NewOperatorServiceClient(conn),
+		ProviderAudit: opsv1.NewOperatorServiceClient(conn),
 	}, web.Config{OperatorToken: token, ReadOpen: true, RunbookBaseURL: "https://example.invalid/", TraceURL: traceURL}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)

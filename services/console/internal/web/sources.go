@@ -58,6 +58,12 @@ type Operator interface {
 	ListOperatorAudit(ctx context.Context, in *opsv1.ListOperatorAuditRequest, opts ...grpc.CallOption) (*opsv1.ListOperatorAuditResponse, error)
 }
 
+// AuditLog is a service's OperatorService as the Audit page reads it:
+// provider-sim mounts only this method (its fault changes' rows).
+type AuditLog interface {
+	ListOperatorAudit(ctx context.Context, in *opsv1.ListOperatorAuditRequest, opts ...grpc.CallOption) (*opsv1.ListOperatorAuditResponse, error)
+}
+
 // Faults is provider-sim's ProviderAdminService (UpdateFaults needs the
 // operator token, GetFaults is open).
 type Faults interface {
@@ -104,9 +110,12 @@ type Sources struct {
 	BillingRepairs BillingRepairs
 	WorkOrderOps   Operator
 	BillingOps     Operator
-	Faults         Faults
-	Invoices       Invoices
-	Figures        Figures
+	// ProviderAudit is provider-sim's OperatorService: the Audit page's
+	// fault changes (UpdateFaults records them).
+	ProviderAudit AuditLog
+	Faults        Faults
+	Invoices      Invoices
+	Figures       Figures
 	// Outbox, ProviderJobs and InvoiceJobs: the Order page's timeline.
 	Outbox       Outbox
 	ProviderJobs ProviderJobs

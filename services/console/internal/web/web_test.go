@@ -17,10 +17,12 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	billingv1 "github.com/lossless-dev/lossless/gen/lossless/billing/v1"
 	providerv1 "github.com/lossless-dev/lossless/gen/lossless/provider/v1"
 	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
+	"github.com/lossless-dev/lossless/pkg/apierror"
 	"github.com/lossless-dev/lossless/pkg/operator"
 	opsv1 "github.com/lossless-dev/lossless/pkg/operator/opsv1"
 	"github.com/lossless-dev/lossless/services/console/internal/overview"
@@ -31,13 +33,17 @@ const token = "0123456789abcdef0123456789abcdef-console-test"
 
 // backend is a gRPC server standing in for provider-sim's knobs and
 // workorder's create, guarded by the same operator guard as the real ones: the
-// console's requests travel the real client, metadata and guard.
+// console's requests travel the real client, metadata and guard. Like
+// provider-sim, it refuses a change of the knobs without an authorization
+// and records each change as an operator_audit row (providerAudit lists
+// them).
 type backend struct {
 	providerv1.UnimplementedProviderAdminServiceServer
 	workorderv1.UnimplementedWorkOrderServiceServer
 	mu      sync.Mutex
 	faults  *providerv1.Faults
 	created int
+	audit   []*opsv1.OperatorAuditRecord
 }
 
 func (b *backend) GetFaults(context.Context, *providerv1.GetFaultsRequest) (*providerv1.GetFaultsResponse, error) {
@@ -47,10 +53,34 @@ func (b *backend) GetFaults(context.Context, *providerv1.GetFaultsRequest) (*pro
 }
 
 func (b *backend) UpdateFaults(_ context.Context, req *providerv1.UpdateFaultsRequest) (*providerv1.UpdateFaultsResponse, error) {
+	a := req.GetAuthorization()
+	if vs := operator.AuthorizationViolations("authorization.", a.GetTicket(), a.GetActor()); len(vs) > 0 {
+		return nil, apierror.InvalidArgument(vs...)
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	params, err := structpb.NewStruct(map[string]any{"before": map[string]any{"duplicate": b.faults.GetDuplicate()},
+		"after": map[string]any{"duplicate": req.GetFaults().GetDuplicate()}})
+	if err != nil {
+		return nil, err
+	}
+	b.audit = append([]*opsv1.OperatorAuditRecord{{Id: int64(len(b.audit) + 1), Action: "faults.update", Actor: a.GetActor(),
+		Ticket: a.GetTicket(), Affected: 1, Params: params}}, b.audit...)
 	b.faults = req.GetFaults()
 	return &providerv1.UpdateFaultsResponse{Faults: b.faults}, nil
+}
+
+// providerAudit is the backend's OperatorService: provider-sim mounts only
+// ListOperatorAudit.
+type providerAudit struct {
+	opsv1.UnimplementedOperatorServiceServer
+	b *backend
+}
+
+func (p providerAudit) ListOperatorAudit(context.Context, *opsv1.ListOperatorAuditRequest) (*opsv1.ListOperatorAuditResponse, error) {
+	p.b.mu.Lock()
+	defer p.b.mu.Unlock()
+	return &opsv1.ListOperatorAuditResponse{Records: p.b.audit}, nil
 }
 
 func (b *backend) CreateWorkOrder(_ context.Context, req *workorderv1.CreateWorkOrderRequest) (*workorderv1.CreateWorkOrderResponse, error) {
@@ -72,8 +102,8 @@ func (noFigures) Read(context.Context) (overview.Figures, error) { return overvi
 
 // console starts the backend and the console in front of it; register
 // adds more services to the backend's servers: wo stands for the workorder
-// and provider-sim services, bi for billing (each service has its own
-// OperatorService).
+// service, bi for billing (each service has its own OperatorService);
+// provider-sim's (the backend's knobs and audit) has a server of its own.
 func console(t *testing.T, cfg web.Config, register ...func(wo, bi *grpc.Server)) (*backend, *httptest.Server) {
 	t.Helper()
 	return consoleLogging(t, cfg, slog.New(slog.DiscardHandler), register...)
@@ -87,16 +117,18 @@ func consoleLogging(t *testing.T, cfg web.Config, logger *slog.Logger, register 
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer(grpc.UnaryInterceptor(guard.Interceptor(
-		providerv1.ProviderAdminService_UpdateFaults_FullMethodName,
-		workorderv1.WorkOrderService_CreateWorkOrder_FullMethodName)))
-	providerv1.RegisterProviderAdminServiceServer(srv, b)
+	srv := grpc.NewServer(grpc.UnaryInterceptor(guard.Interceptor(workorderv1.WorkOrderService_CreateWorkOrder_FullMethodName)))
 	workorderv1.RegisterWorkOrderServiceServer(srv, b)
+	prSrv := grpc.NewServer(grpc.ChainUnaryInterceptor(
+		guard.Interceptor(providerv1.ProviderAdminService_UpdateFaults_FullMethodName),
+		guard.ServiceInterceptor(opsv1.OperatorService_ServiceDesc.ServiceName)))
+	providerv1.RegisterProviderAdminServiceServer(prSrv, b)
+	opsv1.RegisterOperatorServiceServer(prSrv, providerAudit{b: b})
 	biSrv := grpc.NewServer()
 	for _, reg := range register {
 		reg(srv, biSrv)
 	}
-	conn, bi := serve(t, srv), serve(t, biSrv)
+	conn, pr, bi := serve(t, srv), serve(t, prSrv), serve(t, biSrv)
 	cfg.RunbookBaseURL = "https://example.invalid/docs/runbooks/"
 	h, err := web.New(web.Sources{
 		Orders:         workorderv1.NewWorkOrderServiceClient(conn),
@@ -105,12 +137,13 @@ func consoleLogging(t *testing.T, cfg web.Config, logger *slog.Logger, register 
 		BillingRepairs: billingv1.NewBillingAdminServiceClient(bi),
 		WorkOrderOps:   opsv1.NewOperatorServiceClient(conn),
 		BillingOps:     opsv1.NewOperatorServiceClient(bi),
-		Faults:         providerv1.NewProviderAdminServiceClient(conn),
+		ProviderAudit:  opsv1.NewOperatorServiceClient(pr),
+		Faults:         providerv1.NewProviderAdminServiceClient(pr),
 		Invoices:       billingv1.NewBillingServiceClient(bi),
 		Figures:        noFigures{},
 		// The Order page's timeline (order_test.go).
 		Outbox:       opsv1.NewOperatorServiceClient(conn),
-		ProviderJobs: providerv1.NewProviderAdminServiceClient(conn),
+		ProviderJobs: providerv1.NewProviderAdminServiceClient(pr),
 		InvoiceJobs:  billingv1.NewBillingAdminServiceClient(bi),
 	}, cfg, logger)
 	if err != nil {

@@ -6,10 +6,12 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -18,11 +20,13 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	providerv1 "github.com/lossless-dev/lossless/gen/lossless/provider/v1"
 	"github.com/lossless-dev/lossless/pkg/apierror"
+	"github.com/lossless-dev/lossless/pkg/operator"
 	"github.com/lossless-dev/lossless/pkg/pgdb"
 	"github.com/lossless-dev/lossless/services/provider-sim/internal/engine"
 	"github.com/lossless-dev/lossless/services/provider-sim/internal/faults"
@@ -154,15 +158,22 @@ type Admin struct {
 	db     DB
 	dice   *faults.Dice
 	logger *slog.Logger
+	// update serialises UpdateFaults: each audit row's "before" is the
+	// knobs the change replaced, and rows follow the order of the changes.
+	update sync.Mutex
 }
 
-// NewAdmin returns the admin service; db is the engine's store, read only.
+// NewAdmin returns the admin service; db is the engine's store: the jobs
+// are read from it, and the fault changes recorded in its operator_audit.
 func NewAdmin(db DB, d *faults.Dice, logger *slog.Logger) (*Admin, error) {
 	if db == nil || d == nil || logger == nil {
 		return nil, errors.New("api: NewAdmin: nil database, dice or logger")
 	}
 	return &Admin{db: db, dice: d, logger: logger}, nil
 }
+
+// ActionUpdateFaults is the operator_audit action of a change of the knobs.
+const ActionUpdateFaults = "faults.update"
 
 // Response metadata naming the fault stream in force (faults.Stream): the
 // knobs' seed alone does not say which plans a start draws. Over REST they
@@ -190,22 +201,53 @@ func (a *Admin) sendStream(ctx context.Context) {
 // UpdateFaults replaces every knob (a PUT: unset fields become 0) and
 // reseeds the generator, within this start's stream. The change lives in
 // memory until the next restart.
+//
+// The change is recorded before it is applied: the operator_audit row
+// (ActionUpdateFaults; params before, after, instance, incarnation) commits
+// first, and only then do the knobs change, so no job ever draws from knobs
+// that are not recorded. When the row cannot be written (the database is
+// down) the knobs stay as they were and the error goes to the server's
+// public error mapper (UNAVAILABLE for an outage). A seed of 0 is drawn from
+// the clock before the row is written, so the row holds the seed in force.
 func (a *Admin) UpdateFaults(ctx context.Context, req *providerv1.UpdateFaultsRequest) (*providerv1.UpdateFaultsResponse, error) {
 	r := fromProto(req.GetFaults())
-	// The interceptor's protovalidate rules say the same; checking here too
-	// keeps the service correct on a server without that interceptor.
-	if vs := r.Violations(); len(vs) > 0 {
-		out := make([]apierror.Violation, 0, len(vs))
-		for _, v := range vs {
-			out = append(out, apierror.Violation{Field: "faults." + v.Field, Description: v.Description})
-		}
+	auth := req.GetAuthorization()
+	// The interceptor's protovalidate rules say the same (but for blank
+	// values, which pass them); checking here too keeps the service correct
+	// on a server without that interceptor.
+	var out []apierror.Violation
+	for _, v := range r.Violations() {
+		out = append(out, apierror.Violation{Field: "faults." + v.Field, Description: v.Description})
+	}
+	if auth == nil {
+		out = append(out, apierror.Violation{Field: "authorization", Description: "is required: the ticket and actor the change is audited under"})
+	} else {
+		out = append(out, operator.AuthorizationViolations("authorization.", auth.GetTicket(), auth.GetActor())...)
+	}
+	if len(out) > 0 {
 		return nil, apierror.InvalidArgument(out...)
 	}
-	if err := a.dice.Set(r); err != nil {
+
+	a.update.Lock()
+	defer a.update.Unlock()
+	before, after, stream := a.dice.Rates(), r.Seeded(), a.dice.Stream()
+	params, err := auditParams(before, after, stream)
+	if err != nil {
+		return nil, err
+	}
+	if err := operator.WriteAudit(ctx, a.db, operator.AuditEntry{Action: ActionUpdateFaults, Actor: auth.GetActor(),
+		Ticket: auth.GetTicket(), Params: params, Affected: 1}); err != nil {
+		return nil, fmt.Errorf("record the fault change: %w", err)
+	}
+	if err := a.dice.Set(after); err != nil {
+		// Cannot happen: after passed Violations above. The row records a
+		// change that is not in force; say so rather than hide it.
+		a.logger.ErrorContext(ctx, "fault change recorded but not applied", "ticket", auth.GetTicket(), "err", err)
 		return nil, status.Error(codes.Internal, err.Error())
 	}
-	now, stream := a.dice.Rates(), a.dice.Stream()
-	a.logger.InfoContext(ctx, "fault knobs updated", "duplicate", now.Duplicate, "early_completion", now.EarlyCompletion,
+	now := a.dice.Rates()
+	a.logger.InfoContext(ctx, "fault knobs updated", "actor", auth.GetActor(), "ticket", auth.GetTicket(),
+		"duplicate", now.Duplicate, "early_completion", now.EarlyCompletion,
 		"split_completion", now.SplitCompletion, "poison", now.Poison, "unknown_order", now.UnknownOrder,
 		"publish_then_crash", now.PublishThenCrash, "extra_delay", now.ExtraDelay,
 		"accept_latency_p50", now.AcceptLatencyP50, "accept_latency_p99", now.AcceptLatencyP99,
@@ -213,6 +255,26 @@ func (a *Admin) UpdateFaults(ctx context.Context, req *providerv1.UpdateFaultsRe
 		"instance", stream.Instance, "incarnation", stream.Incarnation)
 	a.sendStream(ctx)
 	return &providerv1.UpdateFaultsResponse{Faults: toProto(now)}, nil
+}
+
+// auditParams are a change's operator_audit params: the knobs before and
+// after in the API's JSON form with proto field names (int64 seeds as
+// strings, exact; durations as "1.500s"), and the process whose knobs
+// changed (each replica has its own).
+func auditParams(before, after faults.Rates, s faults.Stream) (map[string]any, error) {
+	p := map[string]any{"instance": s.Instance, "incarnation": strconv.FormatInt(s.Incarnation, 10)}
+	for name, r := range map[string]faults.Rates{"before": before, "after": after} {
+		b, err := protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}.Marshal(toProto(r))
+		if err != nil {
+			return nil, fmt.Errorf("audit params: %w", err)
+		}
+		var m map[string]any
+		if err := json.Unmarshal(b, &m); err != nil {
+			return nil, fmt.Errorf("audit params: %w", err)
+		}
+		p[name] = m
+	}
+	return p, nil
 }
 
 func toProto(r faults.Rates) *providerv1.Faults {

@@ -5,12 +5,14 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -193,5 +195,42 @@ func TestSubmitTimeoutRecordsTheJobAndTheRetryFindsIt(t *testing.T) {
 	}
 	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM jobs WHERE work_order_id = $1`, id).Scan(&n); err != nil || n != 1 {
 		t.Fatalf("jobs after the retry = %d (%v), want 1", n, err)
+	}
+}
+
+// Called without the validating interceptor (as on a server that lacks
+// it), UpdateFaults still refuses a change without an authorization, or
+// with a bad knob, naming every field, and changes nothing: no knob, no
+// operator_audit row.
+func TestUpdateFaultsChecksItsRequestWithoutTheInterceptor(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t, migrations.ProviderSim()...)
+	dice, err := faults.NewDice(faults.Rates{Seed: 1}, faults.Stream{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, err := api.NewAdmin(pool, dice, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = admin.UpdateFaults(ctx, &providerv1.UpdateFaultsRequest{Faults: &providerv1.Faults{Duplicate: 2}})
+	var fields []string
+	for _, d := range status.Convert(err).Details() {
+		if br, ok := d.(*errdetails.BadRequest); ok {
+			for _, v := range br.GetFieldViolations() {
+				fields = append(fields, v.GetField())
+			}
+		}
+	}
+	if status.Code(err) != codes.InvalidArgument || strings.Join(fields, ",") != "faults.duplicate,authorization" {
+		t.Fatalf("%v (fields %v), want INVALID_ARGUMENT naming faults.duplicate and authorization", err, fields)
+	}
+	var rows int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM operator_audit`).Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if r := dice.Rates(); r.Duplicate != 0 || r.Seed != 1 || rows != 0 {
+		t.Fatalf("after a refused change: knobs %+v, %d audit rows", r, rows)
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -21,8 +22,11 @@ import (
 	"github.com/lossless-dev/lossless/pkg/server"
 )
 
-// DB is what the job reads need: a pool, a connection or a transaction.
+// DB is what the admin service needs: the job reads, and the fault
+// changes' audit rows (operator.WriteAudit). A pool, a connection or a
+// transaction.
 type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/lossless-dev/lossless/internal/libenv"
 	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/pkg/operator"
+	opsv1 "github.com/lossless-dev/lossless/pkg/operator/opsv1"
 	"github.com/lossless-dev/lossless/pkg/pgdb"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/server"
@@ -81,7 +82,8 @@ type Config struct {
 	Telemetry telemetry.Config
 	// OperatorToken guards every ProviderAdminService method but GetFaults
 	// (UpdateFaults, PUT /v1/faults; ListJobs and GetJob, GET
-	// /v1/jobs[/{job_id}]; any method added later): callers send
+	// /v1/jobs[/{job_id}]; any method added later) and OperatorService's
+	// ListOperatorAudit (the fault changes' audit, gRPC): callers send
 	// "authorization: Bearer <token>". Env
 	// PROVIDER_OPERATOR_TOKEN, default "": those endpoints refuse every call.
 	// At least operator.MinTokenLength (32) characters. The hand-off
@@ -220,12 +222,18 @@ func (a *App) assemble(cfg Config, stream faults.Stream, tel telemetry.Providers
 	if err != nil {
 		return err
 	}
+	audit, err := api.NewAuditLog(a.pool, cfg.OperatorToken, EnvOperatorToken, a.logger.With("component", "operator"))
+	if err != nil {
+		return err
+	}
 	guard, err := operator.NewGuard(cfg.OperatorToken, EnvOperatorToken, a.logger)
 	if err != nil {
 		return err
 	}
-	auth := []grpc.UnaryServerInterceptor{guard.ServiceInterceptor(providerv1.ProviderAdminService_ServiceDesc.ServiceName, api.OpenAdminMethods()...)}
-	callerAuth, err := cfg.Auth.Option(a.logger, providerv1.ProviderAdminService_ServiceDesc.ServiceName)
+	auth := []grpc.UnaryServerInterceptor{guard.ServiceInterceptor(providerv1.ProviderAdminService_ServiceDesc.ServiceName, api.OpenAdminMethods()...),
+		guard.ServiceInterceptor(opsv1.OperatorService_ServiceDesc.ServiceName)}
+	callerAuth, err := cfg.Auth.Option(a.logger, providerv1.ProviderAdminService_ServiceDesc.ServiceName,
+		opsv1.OperatorService_ServiceDesc.ServiceName)
 	if err != nil {
 		return err
 	}
@@ -243,7 +251,7 @@ func (a *App) assemble(cfg Config, stream faults.Stream, tel telemetry.Providers
 	// The engine (the only loop) is started by the server unless the role
 	// is api; the API is served unless it is worker (docs/adr/0013).
 	if cfg.Server.Role.ServesAPI() {
-		if err := a.registerAPI(provider, admin); err != nil {
+		if err := a.registerAPI(provider, admin, audit); err != nil {
 			return err
 		}
 	}
@@ -257,9 +265,11 @@ func (a *App) assemble(cfg Config, stream faults.Stream, tel telemetry.Providers
 	return nil
 }
 
-func (a *App) registerAPI(provider providerv1.ProviderServiceServer, admin providerv1.ProviderAdminServiceServer) error {
+func (a *App) registerAPI(provider providerv1.ProviderServiceServer, admin providerv1.ProviderAdminServiceServer, audit opsv1.OperatorServiceServer) error {
 	providerv1.RegisterProviderServiceServer(a.srv.GRPC(), provider)
 	providerv1.RegisterProviderAdminServiceServer(a.srv.GRPC(), admin)
+	// gRPC only, as every service's OperatorService: the fault changes' audit.
+	opsv1.RegisterOperatorServiceServer(a.srv.GRPC(), audit)
 	// The gateway calls our own gRPC listener, so REST requests pass through
 	// the same validation interceptor. Registration only builds handlers.
 	if err := providerv1.RegisterProviderServiceHandler(context.Background(), a.srv.Gateway(), a.srv.GatewayConn()); err != nil {

@@ -29,6 +29,7 @@ import (
 	"github.com/lossless-dev/lossless/internal/roletest"
 	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/migrations"
+	opsv1 "github.com/lossless-dev/lossless/pkg/operator/opsv1"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/pubsubtest"
@@ -149,7 +150,7 @@ func TestAdminRejectsARateOutsideTheUnitIntervalNamingTheField(t *testing.T) {
 	admin := providerv1.NewProviderAdminServiceClient(b.conn)
 	ctx := operatorContext(operatorToken)
 
-	_, err := admin.UpdateFaults(ctx, &providerv1.UpdateFaultsRequest{Faults: &providerv1.Faults{Duplicate: 1.5}})
+	_, err := admin.UpdateFaults(ctx, &providerv1.UpdateFaultsRequest{Faults: &providerv1.Faults{Duplicate: 1.5}, Authorization: opAuth})
 	st := status.Convert(err)
 	var fields []string
 	for _, d := range st.Details() {
@@ -162,14 +163,14 @@ func TestAdminRejectsARateOutsideTheUnitIntervalNamingTheField(t *testing.T) {
 	if st.Code() != codes.InvalidArgument || len(fields) != 1 || fields[0] != "faults.duplicate" {
 		t.Fatalf("gRPC: %v %v, want INVALID_ARGUMENT naming faults.duplicate", st.Code(), fields)
 	}
-	if r := b.httpAuth(t, http.MethodPut, "/v1/faults", `{"duplicate": 1.5}`, "Bearer "+operatorToken); r.status != http.StatusBadRequest || !strings.Contains(r.body, "faults.duplicate") {
+	if r := b.httpAuth(t, http.MethodPut, "/v1/faults"+authQuery, `{"duplicate": 1.5}`, "Bearer "+operatorToken); r.status != http.StatusBadRequest || !strings.Contains(r.body, "faults.duplicate") {
 		t.Fatalf("HTTP %d %s, want 400 naming faults.duplicate", r.status, r.body)
 	}
 
 	// A valid update is in force at once, with its seed.
 	upd, err := admin.UpdateFaults(ctx, &providerv1.UpdateFaultsRequest{Faults: &providerv1.Faults{
 		SplitCompletion: 0.5, ExtraDelay: durationpb.New(10 * time.Millisecond), Seed: 9,
-	}})
+	}, Authorization: opAuth})
 	if err != nil || upd.GetFaults().GetSplitCompletion() != 0.5 || upd.GetFaults().GetSeed() != 9 {
 		t.Fatalf("update: %v %v", upd, err)
 	}
@@ -185,15 +186,15 @@ func TestAcceptLatencyKnobsOverRESTAreValidatedAndInForce(t *testing.T) {
 	t.Parallel()
 	b := setup(t, time.Millisecond)
 	auth := "Bearer " + operatorToken
-	r := b.httpAuth(t, http.MethodPut, "/v1/faults", `{"acceptLatencyP50":"1s","acceptLatencyP99":"0.1s"}`, auth)
+	r := b.httpAuth(t, http.MethodPut, "/v1/faults"+authQuery, `{"acceptLatencyP50":"1s","acceptLatencyP99":"0.1s"}`, auth)
 	if r.status != http.StatusBadRequest || !strings.Contains(r.body, "faults.accept_latency_p99") {
 		t.Fatalf("p99 below p50: HTTP %d %s, want 400 naming faults.accept_latency_p99", r.status, r.body)
 	}
-	r = b.httpAuth(t, http.MethodPut, "/v1/faults", `{"acceptTimeout":1.5}`, auth)
+	r = b.httpAuth(t, http.MethodPut, "/v1/faults"+authQuery, `{"acceptTimeout":1.5}`, auth)
 	if r.status != http.StatusBadRequest || !strings.Contains(r.body, "accept_timeout") {
 		t.Fatalf("timeout rate 1.5: HTTP %d %s, want 400 naming accept_timeout", r.status, r.body)
 	}
-	r = b.httpAuth(t, http.MethodPut, "/v1/faults", `{"acceptLatencyP50":"0.100s","acceptLatencyP99":"1s","acceptTimeout":0.02}`, auth)
+	r = b.httpAuth(t, http.MethodPut, "/v1/faults"+authQuery, `{"acceptLatencyP50":"0.100s","acceptLatencyP99":"1s","acceptTimeout":0.02}`, auth)
 	if r.status != http.StatusOK {
 		t.Fatalf("valid accept knobs: HTTP %d %s", r.status, r.body)
 	}
@@ -204,6 +205,12 @@ func TestAcceptLatencyKnobsOverRESTAreValidatedAndInForce(t *testing.T) {
 		}
 	}
 }
+
+// opAuth is the ticket and actor of the tests' fault changes; authQuery
+// the same as the query parameters of PUT /v1/faults.
+var opAuth = &opsv1.OperatorAuthorization{Ticket: "INC-7", Actor: "alice"}
+
+const authQuery = "?authorization.ticket=INC-7&authorization.actor=alice"
 
 func operatorContext(token string) context.Context {
 	return metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+token)
@@ -223,7 +230,7 @@ func TestFaultKnobsChangeOnlyWithTheOperatorToken(t *testing.T) {
 	t.Parallel()
 	b := setup(t, time.Millisecond)
 	admin := providerv1.NewProviderAdminServiceClient(b.conn)
-	crashLoop := &providerv1.UpdateFaultsRequest{Faults: &providerv1.Faults{PublishThenCrash: 1}}
+	crashLoop := &providerv1.UpdateFaultsRequest{Faults: &providerv1.Faults{PublishThenCrash: 1}, Authorization: opAuth}
 
 	for _, c := range []struct {
 		name string
@@ -245,7 +252,7 @@ func TestFaultKnobsChangeOnlyWithTheOperatorToken(t *testing.T) {
 		{"wrong token", "Bearer not-the-operator-token-0123456789", http.StatusForbidden},
 		{"token without scheme", operatorToken, http.StatusForbidden},
 	} {
-		if r := b.httpAuth(t, http.MethodPut, "/v1/faults", `{"publishThenCrash": 1}`, c.auth); r.status != c.want {
+		if r := b.httpAuth(t, http.MethodPut, "/v1/faults"+authQuery, `{"publishThenCrash": 1}`, c.auth); r.status != c.want {
 			t.Errorf("PUT /v1/faults with %s: HTTP %d %s, want %d", c.name, r.status, r.body, c.want)
 		}
 	}
@@ -253,7 +260,7 @@ func TestFaultKnobsChangeOnlyWithTheOperatorToken(t *testing.T) {
 		t.Fatalf("knobs changed by an unauthenticated caller: %s", body)
 	}
 
-	if r := b.httpAuth(t, http.MethodPut, "/v1/faults", `{"duplicate": 0.25}`, "Bearer "+operatorToken); r.status != http.StatusOK {
+	if r := b.httpAuth(t, http.MethodPut, "/v1/faults"+authQuery, `{"duplicate": 0.25}`, "Bearer "+operatorToken); r.status != http.StatusOK {
 		t.Fatalf("PUT /v1/faults with the token: HTTP %d %s", r.status, r.body)
 	}
 	if body := b.faultsInForce(t); !strings.Contains(body, `"duplicate":0.25`) {
@@ -265,11 +272,11 @@ func TestWithoutATokenTheFaultKnobsRefuseEveryCallButTheHandOffWorks(t *testing.
 	t.Parallel()
 	b := setupWithToken(t, time.Millisecond, "")
 	admin := providerv1.NewProviderAdminServiceClient(b.conn)
-	_, err := admin.UpdateFaults(operatorContext(operatorToken), &providerv1.UpdateFaultsRequest{Faults: &providerv1.Faults{Poison: 1}})
+	_, err := admin.UpdateFaults(operatorContext(operatorToken), &providerv1.UpdateFaultsRequest{Faults: &providerv1.Faults{Poison: 1}, Authorization: opAuth})
 	if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), app.EnvOperatorToken) {
 		t.Fatalf("UpdateFaults on a server without %s: %v, want PERMISSION_DENIED naming it", app.EnvOperatorToken, err)
 	}
-	if r := b.httpAuth(t, http.MethodPut, "/v1/faults", `{"poison": 1}`, "Bearer "+operatorToken); r.status != http.StatusForbidden {
+	if r := b.httpAuth(t, http.MethodPut, "/v1/faults"+authQuery, `{"poison": 1}`, "Bearer "+operatorToken); r.status != http.StatusForbidden {
 		t.Fatalf("PUT /v1/faults: HTTP %d %s, want 403", r.status, r.body)
 	}
 	if body := b.faultsInForce(t); strings.Contains(body, `"poison":1`) {
@@ -400,8 +407,8 @@ func TestConfigFromEnvNamesEachBadVariable(t *testing.T) {
 
 // SubmitWorkOrder needs a token (UNAUTHENTICATED without), and one whose
 // subject is allowed (PERMISSION_DENIED otherwise): a pod with a valid token
-// of its own cannot submit work. The fault knobs stay behind the operator
-// token alone.
+// of its own cannot submit work. The fault knobs and their audit stay
+// behind the operator token alone.
 func TestSubmitWorkOrderOnlyFromAllowedCallers(t *testing.T) {
 	t.Parallel()
 	issuerSrv := httptest.NewUnstartedServer(nil)
@@ -444,6 +451,14 @@ func TestSubmitWorkOrderOnlyFromAllowedCallers(t *testing.T) {
 	}
 	if r := b.httpAuth(t, http.MethodGet, "/v1/faults", "", ""); r.status != http.StatusOK {
 		t.Fatalf("reading the knobs: HTTP %d %s, want 200 (open)", r.status, r.body)
+	}
+	// The operator token alone changes the knobs and reads their audit.
+	if r := b.httpAuth(t, http.MethodPut, "/v1/faults"+authQuery, `{"duplicate": 0.5}`, "Bearer "+operatorToken); r.status != http.StatusOK {
+		t.Fatalf("changing the knobs with the operator token: HTTP %d %s", r.status, r.body)
+	}
+	if resp, err := opsv1.NewOperatorServiceClient(b.conn).ListOperatorAudit(operatorContext(operatorToken),
+		&opsv1.ListOperatorAuditRequest{}); err != nil || len(resp.GetRecords()) != 1 {
+		t.Fatalf("the knobs' audit with the operator token: %v %v", resp, err)
 	}
 }
 

@@ -31,7 +31,7 @@ func TestJobsAreListedAndFetchedWithTheirMessages(t *testing.T) {
 		t.Helper()
 		// The plan is drawn at acceptance: the knobs in force now are this
 		// job's.
-		if _, err := admin.UpdateFaults(ctx, &providerv1.UpdateFaultsRequest{Faults: f}); err != nil {
+		if _, err := admin.UpdateFaults(ctx, &providerv1.UpdateFaultsRequest{Faults: f, Authorization: opAuth}); err != nil {
 			t.Fatal(err)
 		}
 		id := uuid.NewString()

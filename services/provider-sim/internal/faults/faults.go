@@ -88,6 +88,16 @@ type Rates struct {
 	Seed int64
 }
 
+// Seeded returns r with the seed Dice.Set uses: r.Seed, or one drawn from
+// the clock when it is 0. Setting the result sets exactly these knobs, so a
+// caller can record the seed before the change is in force.
+func (r Rates) Seeded() Rates {
+	if r.Seed == 0 {
+		r.Seed = time.Now().UnixNano()
+	}
+	return r
+}
+
 // Violation names one invalid knob by its proto field name ("duplicate").
 type Violation struct {
 	Field       string
@@ -256,9 +266,7 @@ func (d *Dice) Set(r Rates) error {
 	if err := r.Validate(); err != nil {
 		return err
 	}
-	if r.Seed == 0 {
-		r.Seed = time.Now().UnixNano()
-	}
+	r = r.Seeded()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.rates = r
