@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -56,6 +58,7 @@ func connectionEdits(n Names) []edit {
 	limit := 0 // variables.tf's new default, for the example tfvars after it
 	return []edit{
 		{productionDoc, productionDocEdit(n)},
+		{recordedOutputs, recordedOutputsEdit(n)},
 		{tfVariables, func(s string) (string, error) {
 			var total, oldLimit int
 			s, err := renumber(s, `#   total (\d+), \+ 3 reserved for superusers = (\d+), rounded up to (\d+)\.`, func(v []int) []int {
@@ -170,4 +173,72 @@ func renumber(s, pattern string, f func([]int) []int) (string, error) {
 	}
 	b.WriteString(s[prev:])
 	return b.String(), nil
+}
+
+// recordedOutputs is a recorded `terraform output -json` of
+// deploy/terraform/gcp that deploy/cmd/gcpdeploy's tests render the gcp
+// overlay from, and check against the module's outputs.
+const recordedOutputs = "deploy/deploytest/testdata/terraform-output.json"
+
+// recordedOutputsEdit adds what the module now outputs for the new service:
+// its Google account, its database and IAM database user, and its
+// operator token's secret. Terraform writes the file with sorted keys and
+// two-space indents, as json.MarshalIndent does.
+func recordedOutputsEdit(n Names) func(string) (string, error) {
+	return func(s string) (string, error) {
+		type output struct {
+			Sensitive bool `json:"sensitive"`
+			Type      any  `json:"type"`
+			Value     any  `json:"value"`
+		}
+		var outs map[string]*output
+		if err := json.Unmarshal([]byte(s), &outs); err != nil {
+			return "", err
+		}
+		str := func(name string) (string, error) {
+			if o, ok := outs[name]; ok {
+				if v, ok := o.Value.(string); ok {
+					return v, nil
+				}
+			}
+			return "", fmt.Errorf("no string output %q", name)
+		}
+		project, err := str("project_id")
+		if err != nil {
+			return "", err
+		}
+		prefix, err := str("name_prefix")
+		if err != nil {
+			return "", err
+		}
+		for name, v := range map[string][2]string{
+			"service_accounts":       {n.Name, n.Name + "@" + project + ".iam.gserviceaccount.com"},
+			"databases":              {n.Name, n.Ident},
+			"database_users":         {n.Name, n.Name + "@" + project + ".iam"},
+			"operator_token_secrets": {n.EnvPrefix + "OPERATOR_TOKEN", prefix + "-" + n.Name + "-operator-token"},
+		} {
+			o, ok := outs[name]
+			if !ok {
+				return "", fmt.Errorf("no output %q", name)
+			}
+			value, ok1 := o.Value.(map[string]any)
+			typ, ok2 := o.Type.([]any)
+			if !ok1 || !ok2 || len(typ) != 2 {
+				return "", fmt.Errorf("output %q is not an object", name)
+			}
+			attrs, ok := typ[1].(map[string]any)
+			if !ok {
+				return "", fmt.Errorf("output %q is not an object", name)
+			}
+			value[v[0]], attrs[v[0]] = v[1], "string"
+		}
+		var b bytes.Buffer
+		enc := json.NewEncoder(&b)
+		enc.SetEscapeHTML(false)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(outs); err != nil {
+			return "", err
+		}
+		return b.String(), nil
+	}
 }

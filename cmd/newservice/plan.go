@@ -227,6 +227,7 @@ const (
 	k8sGCPDatabases       = "deploy/k8s/overlays/gcp/database-secrets.yaml"
 	k8sGCPCertificates    = "deploy/k8s/overlays/gcp/tls/certificates.yaml"
 	k8sGCPPodMonitoring   = "deploy/k8s/overlays/gcp/monitoring/pod-monitoring.yaml"
+	k8sGCPOperatorTokens  = "deploy/k8s/overlays/gcp/operator-tokens.yaml"
 	k8sLocalKustomization = "deploy/k8s/overlays/local/kustomization.yaml"
 	k8sLocalInitdb        = "deploy/k8s/overlays/local/postgres/10-create-service-databases.sh"
 )
@@ -277,6 +278,10 @@ func (p *Plan) editShared() error {
 		{k8sGCPDatabases, appendLines(snippet("gcp-database-secret"))},
 		{k8sGCPCertificates, appendLines(snippet("gcp-certificate"))},
 		{k8sGCPPodMonitoring, appendLines(snippet("gcp-pod-monitoring"))},
+		{k8sGCPOperatorTokens, insertBefore("apiVersion: external-secrets.io/v1\nkind: ExternalSecret\n", snippet("gcp-secret-store"))},
+		{k8sGCPOperatorTokens, appendLines(snippet("gcp-operator-token"))},
+		{k8sReadme, appendToLine(`(?m)^(for s in [a-z0-9 -]+)(; do kind load)`, " "+n.Name)},
+		{k8sReadme, appendToLine(`(?m)^(  --from-literal=[a-z0-9-]+=\$\(openssl rand -hex 32\))$`, " \\\n  --from-literal="+n.Name+"=$(openssl rand -hex 32)")},
 		{k8sLocalKustomization, insertBefore("  # cmd/newservice inserts a new service's database Secret above this line.", snippet("local-database-secret"))},
 		{k8sLocalInitdb, appendToLine(`(?m)^(for db in [a-z0-9_ ]+)(; do)$`, " "+n.Ident)},
 	}
