@@ -5,9 +5,14 @@
 // real PostgreSQL, README), its declaration services/<name>/service.json
 // (which `make run` and the provisioning read), its migrations and
 // migrations.<Name>(), a runbook stub, and its entries in the Makefile, the
-// Dockerfile, compose, the postgres init script, Prometheus and the
-// ServiceDown alert (which deploy/deploytest checks against the
-// declarations).
+// Dockerfile, compose, the postgres init scripts, Prometheus, the
+// ServiceDown alert and the image workflow; its Kubernetes manifests
+// (deploy/k8s/base/<name>.yaml) and its entries in both overlays (the gcp
+// overlay's ServiceAccount, database Secret, certificate, TLS patch and
+// PodMonitoring; the local overlay's database Secret); Terraform's
+// topology.json (regenerated); and the connection budget the new
+// Deployments change (docs/production.md, sql_max_connections). deploy/deploytest
+// checks all of it against the declarations.
 //
 // Usage (from the repository root):
 //
@@ -57,7 +62,23 @@ func run(args []string) error {
 			return err
 		}
 	}
+	if err := terraformTopology(*root); err != nil {
+		return err
+	}
 	fmt.Print(plan.Summary())
+	return nil
+}
+
+// terraformTopology regenerates deploy/terraform/gcp/topology.json from
+// the declarations, the new one included (`make terraform-topology`):
+// Terraform creates the service's account, Workload Identity binding,
+// database, IAM database user, topic and subscriptions from it.
+func terraformTopology(root string) error {
+	cmd := exec.Command("go", "test", "-count=1", "-run", "^TestTerraformTopology$", "./internal/topology", "-update") //nolint:noctx // a one-shot CLI step
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("make terraform-topology: %w\n%s", err, out)
+	}
 	return nil
 }
 

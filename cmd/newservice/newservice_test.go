@@ -3,10 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -61,13 +64,81 @@ func TestNewPlan_NamesAndPorts(t *testing.T) {
 	if got := string(p.edits[imagesYML]); !strings.Contains(got, "service: [billing, console, provider-sim, workorder, order-tracking]") {
 		t.Errorf("images.yml edit does not add the service to the matrix:\n%s", got)
 	}
+	for _, f := range []string{"deploy/k8s/base/order-tracking.yaml", "deploy/k8s/overlays/gcp/tls/pods-order-tracking.yaml"} {
+		if _, ok := p.files[f]; !ok {
+			t.Errorf("plan lacks %s", f)
+		}
+	}
+	for file, want := range map[string]string{
+		k8sBaseKustomization:  "  - order-tracking.yaml\n  - network-policies.yaml\n",
+		k8sGCPAccounts:        "iam.gke.io/gcp-service-account: order-tracking@PROJECT_ID",
+		k8sGCPDatabases:       "dbname=ordertracking sslmode=disable user=order-tracking@PROJECT_ID",
+		k8sGCPOperatorTokens:  "key: PREFIX-order-tracking-operator-token",
+		k8sLocalKustomization: "url=postgres://ordertracking_app:ordertracking_app@postgres:5432/ordertracking?sslmode=disable",
+		k8sLocalInitdb:        " ordertracking; do",
+		recordedOutputs:       `"ORDER_TRACKING_OPERATOR_TOKEN": "acme-order-tracking-operator-token"`,
+	} {
+		if got := string(p.edits[file]); !strings.Contains(got, want) {
+			t.Errorf("%s edit lacks %q", file, want)
+		}
+	}
+}
+
+// TestNewPlan_RecomputesTheConnectionBudget: the new Deployments' connections
+// at their highest are added to the worked example, and Terraform's
+// sql_max_connections rises to cover them in every file that states it.
+func TestNewPlan_RecomputesTheConnectionBudget(t *testing.T) {
+	p, err := NewPlan(repoRoot, "order-tracking")
+	if err != nil {
+		t.Fatal(err)
+	}
+	totalRE := regexp.MustCompile(`\| \*\*total\*\* \| \| \| \*\*(\d+)\*\* \| \*\*(\d+)\*\* \|`)
+	defaultRE := regexp.MustCompile(`(?s)variable "sql_max_connections" \{.*?default\s*=\s*(\d+)`)
+	number := func(re *regexp.Regexp, s string, group int) int {
+		t.Helper()
+		m := re.FindStringSubmatch(s)
+		if m == nil {
+			t.Fatalf("no match for %s", re)
+		}
+		n, _ := strconv.Atoi(m[group])
+		return n
+	}
+	read := func(rel string) string {
+		b, err := os.ReadFile(filepath.Join(repoRoot, rel))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	oldTotal, newTotal := number(totalRE, read(productionDoc), 2), number(totalRE, string(p.edits[productionDoc]), 2)
+	if newTotal != oldTotal+addedHighest || addedHighest != 7*9+3*11+2 {
+		t.Errorf("worked example's highest total %d -> %d, want +%d (7 × 9 + 3 × 11 + a migrate Job's 2)", oldTotal, newTotal, addedHighest)
+	}
+	limit := number(defaultRE, string(p.edits[tfVariables]), 1)
+	if limit < newTotal+superuserSlots || limit%10 != 0 {
+		t.Errorf("sql_max_connections default %d, want a multiple of ten covering %d + %d", limit, newTotal, superuserSlots)
+	}
+	for file, want := range map[string]string{
+		productionDoc: fmt.Sprintf("`max_connections` ≥ %d", newTotal+superuserSlots),
+		tfVarsExample: fmt.Sprintf("sql_max_connections   = %d", limit),
+		tfReadme:      fmt.Sprintf("| `sql_max_connections` | `%d` |", limit),
+		k8sReadme:     fmt.Sprintf("can hold %d connections", newTotal),
+	} {
+		if got := string(p.edits[file]); !strings.Contains(got, want) {
+			t.Errorf("%s edit lacks %q", file, want)
+		}
+	}
+	if got := string(p.edits[productionDoc]); !strings.Contains(got, "| order-tracking `worker` |") || !strings.Contains(got, "| order-tracking-api | API 5, workers 4 | 9 |") {
+		t.Errorf("docs/production.md lacks the new service's rows")
+	}
 }
 
 // TestScaffold_TheNewServiceBuildsPassesItsTestsAndTheDeployChecks copies
 // the repository, scaffolds "shipping" in the copy and runs there what a
 // team would: the build, vet, buf lint, the new service's tests (real
-// PostgreSQL) and the deploy checks against the declarations. A second run
-// must refuse and change nothing.
+// PostgreSQL), every deploy check (deploy/deploytest: compose, both
+// Kubernetes overlays, Terraform) and, when kubectl is installed, the
+// overlays' rendering. A second run must refuse and change nothing.
 func TestScaffold_TheNewServiceBuildsPassesItsTestsAndTheDeployChecks(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and tests a scaffolded copy of the repository")
@@ -82,7 +153,9 @@ func TestScaffold_TheNewServiceBuildsPassesItsTestsAndTheDeployChecks(t *testing
 	if _, err := os.Stat(filepath.Join(root, ".git")); err != nil {
 		t.Skip("not a git checkout: the test copies the files `git ls-files` lists")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	// Generous, within make test's -timeout 20m: on a loaded machine the
+	// copy's first builds take minutes.
+	ctx, cancel := context.WithTimeout(context.Background(), 18*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
 	copyRepository(ctx, t, root, dir)
@@ -109,7 +182,18 @@ func TestScaffold_TheNewServiceBuildsPassesItsTestsAndTheDeployChecks(t *testing
 		{dir, []string{"go", "vet", "./services/shipping/...", "./migrations/..."}},
 		{dir, []string{"go", "tool", "-modfile=tools/go.mod", "buf", "lint"}},
 		{dir, []string{"go", "test", "-count=1", "./services/shipping/...", "./migrations/..."}},
-		{filepath.Join(dir, "deploy"), []string{"go", "test", "-count=1", "-run", "^TestServices", "./deploytest/"}},
+		// Every deploy check: compose, Kubernetes (both overlays, network
+		// policies, TLS), Terraform (topology, identities, connections) and
+		// the recorded outputs deploy/cmd/gcpdeploy renders from.
+		{filepath.Join(dir, "deploy"), []string{"go", "test", "-count=1", "./deploytest/"}},
+	}
+	if _, err := exec.LookPath("kubectl"); err == nil {
+		for _, overlay := range []string{"local", "gcp"} {
+			steps = append(steps, struct {
+				dir  string
+				args []string
+			}{dir, []string{"kubectl", "kustomize", "deploy/k8s/overlays/" + overlay}})
+		}
 	}
 	for _, s := range steps {
 		cmd := exec.CommandContext(ctx, s.args[0], s.args[1:]...)
@@ -119,6 +203,9 @@ func TestScaffold_TheNewServiceBuildsPassesItsTestsAndTheDeployChecks(t *testing
 		t.Logf("%s: %v", strings.Join(s.args, " "), time.Since(start).Round(time.Second))
 		if err != nil {
 			t.Fatalf("%s in the scaffolded copy: %v\n%s", strings.Join(s.args, " "), err, out)
+		}
+		if s.args[0] == "kubectl" && !bytes.Contains(out, []byte("name: shipping-worker")) {
+			t.Fatalf("%s renders no shipping-worker", strings.Join(s.args, " "))
 		}
 	}
 

@@ -166,6 +166,9 @@ func (n Names) targets() map[string]string {
 		"consumer_test.go.tmpl":   svc + "internal/itemevents/itemevents_test.go",
 		"migration.sql.tmpl":      "migrations/" + n.Ident + "/00001_" + n.Ident + ".sql",
 		"runbook.md.tmpl":         "docs/runbooks/" + n.Name + "-down.md",
+		"k8s.yaml.tmpl":           "deploy/k8s/base/" + n.Name + ".yaml",
+		"k8s_tls_pods.yaml.tmpl":  "deploy/k8s/overlays/gcp/tls/pods-" + n.Name + ".yaml",
+		"k8s_snippets.yaml.tmpl":  "", // its defines are inserted into the overlays
 		"compose.yaml.tmpl":       "", // inserted into compose.yaml
 		"dockerfile.tmpl":         "", // inserted into the Dockerfile
 		"migrations.go.tmpl":      "", // appended to migrations.go
@@ -217,7 +220,24 @@ const (
 	alertsYML     = "deploy/compose/prometheus/alerts.yml"
 	migrationsGo  = "migrations/migrations.go"
 	imagesYML     = ".github/workflows/images.yml"
+
+	k8sBaseKustomization  = "deploy/k8s/base/kustomization.yaml"
+	k8sGCPKustomization   = "deploy/k8s/overlays/gcp/kustomization.yaml"
+	k8sGCPAccounts        = "deploy/k8s/overlays/gcp/service-accounts.yaml"
+	k8sGCPDatabases       = "deploy/k8s/overlays/gcp/database-secrets.yaml"
+	k8sGCPCertificates    = "deploy/k8s/overlays/gcp/tls/certificates.yaml"
+	k8sGCPPodMonitoring   = "deploy/k8s/overlays/gcp/monitoring/pod-monitoring.yaml"
+	k8sGCPOperatorTokens  = "deploy/k8s/overlays/gcp/operator-tokens.yaml"
+	k8sLocalKustomization = "deploy/k8s/overlays/local/kustomization.yaml"
+	k8sLocalInitdb        = "deploy/k8s/overlays/local/postgres/10-create-service-databases.sh"
 )
+
+// edit changes one shared file; fn fails when the file lacks what it
+// looks for.
+type edit struct {
+	file string
+	fn   func(string) (string, error)
+}
 
 // editShared computes the edits of the shared files; each fails, naming the
 // file and the line it looked for, when the file no longer has the shape
@@ -235,10 +255,7 @@ func (p *Plan) editShared() error {
 		return string(b)
 	}
 	n := p.names
-	edits := []struct {
-		file string
-		fn   func(string) (string, error)
-	}{
+	edits := []edit{
 		{makefile, appendToLine(`(?m)^(SERVICES\s*:=.*?)\s*$`, " "+n.Name)},
 		{dockerfile, appendToLine(`(?m)^(\s+\./services/[a-z0-9-]+ \\\n)(?:\s+\./(?:cmd)/)`, "        ./services/"+n.Name+" \\\n")},
 		{dockerfile, insertBefore("# cmd/newservice inserts a new service's target above this line.", snippet("dockerfile.tmpl"))},
@@ -249,7 +266,28 @@ func (p *Plan) editShared() error {
 		{migrationsGo, appendToLine(`(?m)^(//go:embed [^\n]*?)\s*$`, " "+n.Ident+"/*.sql")},
 		{migrationsGo, appendText(snippet("migrations.go.tmpl"))},
 		{imagesYML, appendToLine(`(?m)^(\s+service: \[[a-z0-9, -]+)\]$`, ", "+n.Name)},
+		// Kubernetes: the base's manifest is a new file (k8s.yaml.tmpl);
+		// these add it to the base and give it what each overlay gives
+		// every service.
+		{k8sBaseKustomization, insertBefore("  - network-policies.yaml\n", snippet("base-resource"))},
+		{k8sBaseKustomization, appendLines(snippet("base-image"))},
+		{k8sGCPKustomization, insertBefore("\npatches:\n", snippet("gcp-image"))},
+		{k8sGCPKustomization, insertBefore("  # cmd/newservice inserts a new service's TLS patch above this line.", snippet("gcp-tls-patch"))},
+		{k8sGCPKustomization, insertBefore("  # cmd/newservice inserts a new service's ServiceAccount patch above this line.", snippet("gcp-sa-patch"))},
+		{k8sGCPAccounts, appendLines(snippet("gcp-service-account"))},
+		{k8sGCPDatabases, appendLines(snippet("gcp-database-secret"))},
+		{k8sGCPCertificates, appendLines(snippet("gcp-certificate"))},
+		{k8sGCPPodMonitoring, appendLines(snippet("gcp-pod-monitoring"))},
+		{k8sGCPOperatorTokens, insertBefore("apiVersion: external-secrets.io/v1\nkind: ExternalSecret\n", snippet("gcp-secret-store"))},
+		{k8sGCPOperatorTokens, appendLines(snippet("gcp-operator-token"))},
+		{k8sReadme, appendToLine(`(?m)^(for s in [a-z0-9 -]+)(; do\n  docker build)`, " "+n.Name)},
+		{k8sReadme, appendToLine(`(?m)^(for s in [a-z0-9 -]+)(; do kind load)`, " "+n.Name)},
+		{k8sReadme, appendToLine("(Secret `lossless-operator-tokens` \\(keys (?:`[a-z0-9-]+`, )*`[a-z0-9-]+`)(; gcp adds)", ", `"+n.Name+"`")},
+		{k8sReadme, appendToLine(`(?m)^(  --from-literal=[a-z0-9-]+=\$\(openssl rand -hex 32\))$`, " \\\n  --from-literal="+n.Name+"=$(openssl rand -hex 32)")},
+		{k8sLocalKustomization, insertBefore("  # cmd/newservice inserts a new service's database Secret above this line.", snippet("local-database-secret"))},
+		{k8sLocalInitdb, appendToLine(`(?m)^(for db in [a-z0-9_ ]+)(; do)$`, " "+n.Ident)},
 	}
+	edits = append(edits, connectionEdits(n)...)
 	if err != nil {
 		return err
 	}
@@ -297,6 +335,11 @@ func insertBefore(marker, text string) func(string) (string, error) {
 		}
 		return s[:i] + text + s[i:], nil
 	}
+}
+
+// appendLines appends text after the last line.
+func appendLines(text string) func(string) (string, error) {
+	return func(s string) (string, error) { return strings.TrimRight(s, "\n") + "\n" + text, nil }
 }
 
 func appendText(text string) func(string) (string, error) {
@@ -374,6 +417,9 @@ func (p *Plan) Summary() string {
 	for _, f := range edited {
 		fmt.Fprintf(&b, "  edited  %s\n", f)
 	}
-	fmt.Fprintf(&b, "\nNext: go test ./services/%s/... && (cd deploy && go test ./deploytest), then docs/adding-a-service.md.\n", n.Name)
+	fmt.Fprintf(&b, "  regenerated deploy/terraform/gcp/topology.json (make terraform-topology)\n")
+	fmt.Fprintf(&b, "\nConnections at the highest grow by %d (docs/production.md, \"Database connections\"; sql_max_connections follows).\n", addedHighest)
+	fmt.Fprintf(&b, "Next: go test ./services/%s/... && (cd deploy && go test ./deploytest), which checks compose, Kubernetes and Terraform;\n"+
+		"then docs/adding-a-service.md, \"What is left to the team\" (the operator token, callers and network policies, the domain).\n", n.Name)
 	return b.String()
 }

@@ -691,6 +691,13 @@ func TestK8sTerraformChecksCatchBreakage(t *testing.T) {
 	t.Parallel()
 	base := loadK8sTF(t)
 	deployment := func(f *k8sTF, name string) *appsv1.Deployment { return deployments(f.r)[name] }
+	// The cases hold for any number of services (cmd/newservice adds one
+	// and raises the default): they read the current default, not a number.
+	def, ok := base.m.variableDefault("sql_max_connections")
+	if !ok || def.IsNull() || def.Type() != cty.Number {
+		t.Fatal("variables.tf: sql_max_connections has no number default")
+	}
+	limit, _ := def.AsBigFloat().Int64()
 	cases := []struct {
 		name string
 		// tfFile, tfOld, tfNew: a replacement in a copy of the module.
@@ -757,14 +764,14 @@ func TestK8sTerraformChecksCatchBreakage(t *testing.T) {
 			mutate: func(f *k8sTF) {
 				deployment(f, "billing-api").Spec.Template.Spec.Containers[0].Image = "docker.io/lossless/billing:0.1.0"
 			}},
-		{name: "HPA raised", check: checkK8sTFConnections, want: "leaves 327",
+		{name: "HPA raised", check: checkK8sTFConnections, want: fmt.Sprintf("connections, Terraform's sql_max_connections %d leaves %d", limit, limit-superuserReserved),
 			mutate: func(f *k8sTF) {
 				for _, h := range all[*autoscalingv2.HorizontalPodAutoscaler](f.r) {
 					h.Spec.MaxReplicas = 10
 				}
 			}},
 		{name: "max_connections default lowered", check: checkK8sTFConnections, want: "leaves 297",
-			tfFile: "variables.tf", tfOld: `default     = 330`, tfNew: `default     = 300`},
+			tfFile: "variables.tf", tfOld: fmt.Sprintf("default     = %d", limit), tfNew: `default     = 300`},
 		{name: "pool cap left to the default", check: checkK8sTFConnections, want: "Deployment/workorder-worker: sets no DATABASE_WORKER_MAX_CONNS",
 			mutate: func(f *k8sTF) {
 				c := &deployment(f, "workorder-worker").Spec.Template.Spec.Containers[0]
