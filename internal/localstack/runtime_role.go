@@ -47,7 +47,7 @@ func (s *Stack) ensureRuntimeRole(ctx context.Context, ownerDSN string) (string,
 				u.User.Username(), db)
 			return ownerDSN, nil
 		}
-		if err != nil && !(errors.As(err, &pe) && pe.Code == "42710") { // created concurrently
+		if err != nil && (!errors.As(err, &pe) || pe.Code != "42710") { // 42710: created concurrently
 			return "", fmt.Errorf("create role %s: %w", role, err)
 		}
 	}
