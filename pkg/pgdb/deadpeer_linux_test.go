@@ -47,6 +47,17 @@ func TestPooledSocketsCarryUserTimeoutAndKeepalive(t *testing.T) {
 			if got != want {
 				t.Errorf("TCP_USER_TIMEOUT, SO_KEEPALIVE, TCP_KEEPIDLE, TCP_KEEPINTVL, TCP_KEEPCNT = %v, want %v", got, want)
 			}
+			// The server's end of the socket: a session whose client
+			// vanished is dropped within the same bounds.
+			var server [4]int
+			if err := conn.QueryRow(ctx, `SELECT current_setting('tcp_user_timeout')::int,
+    current_setting('tcp_keepalives_idle')::int, current_setting('tcp_keepalives_interval')::int,
+    current_setting('tcp_keepalives_count')::int`).Scan(&server[0], &server[1], &server[2], &server[3]); err != nil {
+				t.Fatal(err)
+			}
+			if wantServer := [4]int{tc.userMS, tc.idle, tc.intvl, tc.count}; server != wantServer {
+				t.Errorf("server's tcp_user_timeout, tcp_keepalives_idle, _interval, _count = %v, want %v", server, wantServer)
+			}
 		})
 	}
 }

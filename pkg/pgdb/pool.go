@@ -242,6 +242,14 @@ func newPool(ctx context.Context, c Config, maxConns int, tel telemetry.Provider
 	cc := cfg.ConnConfig
 	setTimeout(cc.RuntimeParams, "statement_timeout", c.StatementTimeout)
 	setTimeout(cc.RuntimeParams, "lock_timeout", c.LockTimeout)
+	// The same bounds on the server's end of the socket, so the server
+	// drops a session whose client vanished within them: its locks (a
+	// leader's advisory lock, a claim transaction's row locks) are freed
+	// for another replica instead of after the server's ~2 h default.
+	setParam(cc.RuntimeParams, "tcp_user_timeout", strconv.FormatInt(c.TCPUserTimeout.Milliseconds(), 10))
+	setParam(cc.RuntimeParams, "tcp_keepalives_idle", strconv.FormatInt(int64(c.KeepAliveIdle/time.Second), 10))
+	setParam(cc.RuntimeParams, "tcp_keepalives_interval", strconv.FormatInt(int64(c.KeepAliveInterval/time.Second), 10))
+	setParam(cc.RuntimeParams, "tcp_keepalives_count", strconv.Itoa(c.KeepAliveCount))
 	// pgconn leaves ConnectTimeout 0 unless connect_timeout (or
 	// PGCONNECT_TIMEOUT) was given; it then bounds the whole connect.
 	if cc.ConnectTimeout == 0 {
@@ -278,8 +286,13 @@ func dialer(c Config, connectTimeout time.Duration) *net.Dialer {
 // setTimeout sends name=d (milliseconds) as a startup parameter, unless the
 // URL already set it, directly or as "-c name=..." in options (PGOPTIONS).
 func setTimeout(params map[string]string, name string, d time.Duration) {
+	setParam(params, name, strconv.FormatInt(d.Milliseconds(), 10))
+}
+
+// setParam sends name=v as a startup parameter unless the URL set it.
+func setParam(params map[string]string, name, v string) {
 	if _, ok := params[name]; ok || strings.Contains(params["options"], name) {
 		return
 	}
-	params[name] = strconv.FormatInt(d.Milliseconds(), 10)
+	params[name] = v
 }
