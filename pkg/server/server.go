@@ -370,7 +370,7 @@ func New(cfg Config, logger *slog.Logger, opts ...Option) (*Server, error) {
 	// Outermost: every error, including a recovered panic's and an auth
 	// refusal, leaves as a public status.
 	chain := []grpc.UnaryServerInterceptor{publicErrorsUnary(logger), recoverUnary(logger), deadlineUnary(cfg.RequestTimeout)}
-	serverOpts := []grpc.ServerOption{}
+	serverOpts := serverKeepalive()
 	if ca := s.opts.callerAuth; ca != nil {
 		ca.log = logger
 		chain = append(chain, ca.unary())
@@ -406,7 +406,7 @@ func New(cfg Config, logger *slog.Logger, opts ...Option) (*Server, error) {
 		// bypass them.
 		// With TLS it presents the process's own certificate, and verifies
 		// the listener's as "localhost".
-		gwOpts := []grpc.DialOption{s.tls.DialOption()}
+		gwOpts := []grpc.DialOption{s.tls.DialOption(), ClientKeepalive()}
 		if s.tls != nil {
 			gwOpts = append(gwOpts, grpc.WithAuthority("localhost"))
 		}
