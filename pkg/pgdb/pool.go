@@ -73,7 +73,10 @@ type Config struct {
 	// a blackholing firewall, a dead host: the connection is half-open, no
 	// RST ever comes) fails within it however long the caller's context.
 	// Without it Linux retransmits for about 15 minutes. Must exceed the
-	// worst round trip; it also caps keepalive detection (below).
+	// worst round trip; it also caps keepalive detection (below). Linux
+	// counts a closed window too: a caller that stops reading a result
+	// for longer (slow work per row inside rows.Next) is cut off by the
+	// server, whose end gets the same value.
 	TCPUserTimeout time.Duration
 
 	// KeepAliveIdle, KeepAliveInterval and KeepAliveCount (env
