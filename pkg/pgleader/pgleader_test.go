@@ -223,7 +223,12 @@ func TestStalledLeaderConnection_LeadershipEndsWithinBound_TriesAgainOnFreshConn
 	go func() {
 		done <- l.Run(runCtx, pgleader.Task{Name: "idle", Run: func(ctx context.Context) error { <-ctx.Done(); return nil }})
 	}()
-	t.Cleanup(func() { stop(); <-done })
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
 	waitfor.Condition(t, 10*time.Second, "leading", l.Leading)
 
 	proxy.Stall()

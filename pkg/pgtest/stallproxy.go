@@ -1,10 +1,12 @@
 package pgtest
 
 import (
+	"context"
 	"net"
 	"net/url"
 	"sync"
 	"testing"
+	"time"
 )
 
 // StallProxy is a loopback TCP proxy that can stop forwarding bytes while
@@ -34,7 +36,7 @@ type StallProxy struct {
 // to target; t's cleanup closes it.
 func NewStallProxy(t testing.TB, target string) *StallProxy {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	lis, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("pgtest: stall proxy: %v", err)
 	}
@@ -108,7 +110,10 @@ func (p *StallProxy) accept() {
 		if err != nil {
 			return
 		}
-		server, err := net.Dial("tcp", p.target)
+		// Bounded, so a target that does not answer cannot stall accept.
+		dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		server, err := (&net.Dialer{}).DialContext(dctx, "tcp", p.target)
+		cancel()
 		if err != nil {
 			_ = client.Close()
 			continue
