@@ -70,11 +70,25 @@ func requestRef(ctx context.Context) string {
 	return hex.EncodeToString(b[:])
 }
 
-// deadlineUnary runs handlers under at most d: a client deadline that is
-// shorter stays (context.WithTimeout keeps the earlier one).
+// maxReplyMargin: see deadlineUnary.
+const maxReplyMargin = 500 * time.Millisecond
+
+// deadlineUnary runs handlers under at most d. A client deadline that is
+// sooner wins, less a reply margin (a tenth of the time left, at most
+// maxReplyMargin): a handler that runs out of time on a dead database
+// answers UNAVAILABLE while the client still waits for it, instead of both
+// giving up at the same instant and the client seeing only its own
+// DEADLINE_EXCEEDED. The REST gateway calls with the HTTP request's
+// deadline (RequestTimeout), so a REST request answers 503 within it.
 func deadlineUnary(d time.Duration) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		ctx, cancel := context.WithTimeout(ctx, d)
+		dl := time.Now().Add(d)
+		if cd, ok := ctx.Deadline(); ok {
+			if c := cd.Add(-min(maxReplyMargin, time.Until(cd)/10)); c.Before(dl) {
+				dl = c
+			}
+		}
+		ctx, cancel := context.WithDeadline(ctx, dl)
 		defer cancel()
 		return handler(ctx, req)
 	}
