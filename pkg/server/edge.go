@@ -70,25 +70,11 @@ func requestRef(ctx context.Context) string {
 	return hex.EncodeToString(b[:])
 }
 
-// maxReplyMargin: see deadlineUnary.
-const maxReplyMargin = 500 * time.Millisecond
-
-// deadlineUnary runs handlers under at most d. A client deadline that is
-// sooner wins, less a reply margin (a tenth of the time left, at most
-// maxReplyMargin): a handler that runs out of time on a dead database
-// answers UNAVAILABLE while the client still waits for it, instead of both
-// giving up at the same instant and the client seeing only its own
-// DEADLINE_EXCEEDED. The REST gateway calls with the HTTP request's
-// deadline (RequestTimeout), so a REST request answers 503 within it.
+// deadlineUnary runs handlers under at most d: a client deadline that is
+// shorter stays (context.WithTimeout keeps the earlier one).
 func deadlineUnary(d time.Duration) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		dl := time.Now().Add(d)
-		if cd, ok := ctx.Deadline(); ok {
-			if c := cd.Add(-min(maxReplyMargin, time.Until(cd)/10)); c.Before(dl) {
-				dl = c
-			}
-		}
-		ctx, cancel := context.WithDeadline(ctx, dl)
+		ctx, cancel := context.WithTimeout(ctx, d)
 		defer cancel()
 		return handler(ctx, req)
 	}
@@ -145,9 +131,12 @@ func bodyTooLarge(limit int64) error {
 	return &runtime.HTTPStatusError{HTTPStatus: http.StatusRequestEntityTooLarge, Err: st.Err()}
 }
 
+// gatewayReplyMargin: see boundHTTP.
+const gatewayReplyMargin = 500 * time.Millisecond
+
 // boundHTTP caps every HTTP request's body at the configured size and its
 // handling at the request timeout (the gateway passes that deadline on to
-// the gRPC handler). A body declared too large is refused before any of it
+// the gRPC handler, with a reply margin). A body declared too large is refused before any of it
 // is read.
 func (s *Server) boundHTTP(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -156,7 +145,12 @@ func (s *Server) boundHTTP(next http.Handler) http.Handler {
 			GatewayErrorHandler(r.Context(), s.mux, out, w, r, bodyTooLarge(s.cfg.MaxBodyBytes))
 			return
 		}
-		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
+		// The gateway passes this deadline on to the gRPC call, where
+		// deadlineUnary caps the handler at RequestTimeout. The margin lets
+		// the handler's own answer (503 from a statement that ran out of
+		// time on a dead database) reach the gateway before the gateway
+		// gives up itself and answers 504 at the same instant.
+		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout+gatewayReplyMargin)
 		defer cancel()
 		r = r.WithContext(ctx)
 		r.Body = &boundedBody{ReadCloser: http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes), limit: s.cfg.MaxBodyBytes}
