@@ -132,7 +132,7 @@ func bodyTooLarge(limit int64) error {
 }
 
 // gatewayReplyMargin: see boundHTTP.
-const gatewayReplyMargin = 500 * time.Millisecond
+const gatewayReplyMargin = time.Second
 
 // boundHTTP caps every HTTP request's body at the configured size and its
 // handling at the request timeout (the gateway passes that deadline on to

@@ -84,7 +84,7 @@ type Config struct {
 	RequestTimeout time.Duration
 	// WriteTimeout bounds an HTTP exchange from the end of its headers to the
 	// end of the response. Must exceed RequestTimeout by more than the
-	// gateway's 0.5s reply margin, or a handler that uses its whole
+	// gateway's 1s reply margin, or a handler that uses its whole
 	// deadline loses its response. Default RequestTimeout + 5s.
 	WriteTimeout time.Duration
 	// IdleTimeout closes keep-alive connections idle this long. Default 60s.

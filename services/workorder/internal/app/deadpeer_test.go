@@ -70,6 +70,7 @@ func TestStalledDatabase_CreateAnswers503WithinTheRequestTimeout(t *testing.T) {
 		start := time.Now()
 		code, body := create()
 		elapsed := time.Since(start)
+		t.Logf("create %d on a dead database: HTTP %d after %v", i, code, elapsed)
 		if code != http.StatusServiceUnavailable {
 			t.Errorf("create %d on a dead database: HTTP %d: %s, want 503", i, code, body)
 		}
