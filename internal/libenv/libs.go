@@ -29,12 +29,16 @@ import (
 func Postgres(r *envconfig.Reader, def pgdb.Config) pgdb.Config {
 	def = def.WithDefaults()
 	return pgdb.Config{
-		URL:              r.Required("DATABASE_URL"),
-		StatementTimeout: r.Duration("DATABASE_STATEMENT_TIMEOUT", def.StatementTimeout),
-		LockTimeout:      r.Duration("DATABASE_LOCK_TIMEOUT", def.LockTimeout),
-		ConnectTimeout:   r.Duration("DATABASE_CONNECT_TIMEOUT", def.ConnectTimeout),
-		APIMaxConns:      r.Int("DATABASE_API_MAX_CONNS", def.APIMaxConns),
-		WorkerMaxConns:   r.Int("DATABASE_WORKER_MAX_CONNS", def.WorkerMaxConns),
+		URL:               r.Required("DATABASE_URL"),
+		StatementTimeout:  r.Duration("DATABASE_STATEMENT_TIMEOUT", def.StatementTimeout),
+		LockTimeout:       r.Duration("DATABASE_LOCK_TIMEOUT", def.LockTimeout),
+		ConnectTimeout:    r.Duration("DATABASE_CONNECT_TIMEOUT", def.ConnectTimeout),
+		TCPUserTimeout:    r.Duration("DATABASE_TCP_USER_TIMEOUT", def.TCPUserTimeout),
+		KeepAliveIdle:     r.Duration("DATABASE_TCP_KEEPALIVE_IDLE", def.KeepAliveIdle),
+		KeepAliveInterval: r.Duration("DATABASE_TCP_KEEPALIVE_INTERVAL", def.KeepAliveInterval),
+		KeepAliveCount:    r.Int("DATABASE_TCP_KEEPALIVE_COUNT", def.KeepAliveCount),
+		APIMaxConns:       r.Int("DATABASE_API_MAX_CONNS", def.APIMaxConns),
+		WorkerMaxConns:    r.Int("DATABASE_WORKER_MAX_CONNS", def.WorkerMaxConns),
 	}
 }
 

@@ -15,8 +15,17 @@ func TestPostgres(t *testing.T) {
 	t.Parallel()
 	c := libenv.Postgres(envconfig.FromMap(map[string]string{"DATABASE_URL": "postgres://x"}), pgdb.Config{})
 	if c.URL != "postgres://x" || c.StatementTimeout != 30*time.Second || c.LockTimeout != 10*time.Second ||
-		c.ConnectTimeout != 5*time.Second || c.APIMaxConns != 10 || c.WorkerMaxConns != 12 {
+		c.ConnectTimeout != 5*time.Second || c.APIMaxConns != 10 || c.WorkerMaxConns != 12 ||
+		c.TCPUserTimeout != 10*time.Second || c.KeepAliveIdle != 5*time.Second || c.KeepAliveInterval != time.Second ||
+		c.KeepAliveCount != 5 {
 		t.Fatalf("defaults: %+v", c)
+	}
+	c = libenv.Postgres(envconfig.FromMap(map[string]string{"DATABASE_URL": "postgres://x",
+		"DATABASE_TCP_USER_TIMEOUT": "20s", "DATABASE_TCP_KEEPALIVE_IDLE": "8s",
+		"DATABASE_TCP_KEEPALIVE_INTERVAL": "3s", "DATABASE_TCP_KEEPALIVE_COUNT": "4"}), pgdb.Config{})
+	if c.TCPUserTimeout != 20*time.Second || c.KeepAliveIdle != 8*time.Second || c.KeepAliveInterval != 3*time.Second ||
+		c.KeepAliveCount != 4 {
+		t.Fatalf("TCP settings not read: %+v", c)
 	}
 	c = libenv.Postgres(envconfig.FromMap(map[string]string{}), pgdb.Config{APIMaxConns: 5, WorkerMaxConns: 16})
 	if c.APIMaxConns != 5 || c.WorkerMaxConns != 16 {
@@ -35,6 +44,11 @@ func TestPostgres(t *testing.T) {
 		{map[string]string{"DATABASE_API_MAX_CONNS": "-1"}, "DATABASE_API_MAX_CONNS"},
 		{map[string]string{"DATABASE_API_MAX_CONNS": "many"}, "DATABASE_API_MAX_CONNS"},
 		{map[string]string{"DATABASE_WORKER_MAX_CONNS": "2"}, "DATABASE_WORKER_MAX_CONNS"},
+		{map[string]string{"DATABASE_TCP_USER_TIMEOUT": "500ms"}, "DATABASE_TCP_USER_TIMEOUT"},
+		{map[string]string{"DATABASE_TCP_USER_TIMEOUT": "never"}, "DATABASE_TCP_USER_TIMEOUT"},
+		{map[string]string{"DATABASE_TCP_KEEPALIVE_IDLE": "-1s"}, "DATABASE_TCP_KEEPALIVE_IDLE"},
+		{map[string]string{"DATABASE_TCP_KEEPALIVE_INTERVAL": "10ms"}, "DATABASE_TCP_KEEPALIVE_INTERVAL"},
+		{map[string]string{"DATABASE_TCP_KEEPALIVE_COUNT": "200"}, "DATABASE_TCP_KEEPALIVE_COUNT"},
 	} {
 		tc.env["DATABASE_URL"] = "postgres://x"
 		r := envconfig.FromMap(tc.env)

@@ -420,7 +420,11 @@ func (q *Queue) Fail(ctx context.Context, job Job, cause error) error {
 	if err != nil {
 		return fmt.Errorf("leasequeue: fail: %w", err)
 	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		_ = tx.Rollback(rctx)
+	}()
 	res, err := q.fail(ctx, tx, []failure{{job: job, cause: cause}})
 	if err != nil {
 		return err

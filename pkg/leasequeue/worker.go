@@ -522,7 +522,9 @@ func (w *Worker) listenOnce(ctx context.Context) error {
 	}
 	// The connection carries a LISTEN: close it rather than return it to the pool.
 	defer func() {
-		_ = conn.Conn().Close(context.WithoutCancel(ctx))
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		_ = conn.Conn().Close(cctx)
 		conn.Release()
 	}()
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{w.q.channel}.Sanitize()); err != nil {

@@ -7,7 +7,9 @@
 // *pgxpool.Pool, a *pgx.Conn or a pgx.Tx) lets the caller decide the
 // transaction: the same Store call joins the caller's business transaction or
 // runs on its own. Guards F15 (database unavailable: bounded waits, retried,
-// never parked) and H8 (a flood of API requests cannot starve the workers);
+// never parked), H8 (a flood of API requests cannot starve the workers) and
+// N1 (a server that stops answering under an open connection: TCP user
+// timeout and keepalive on both ends of every connection);
 // IsData and IsUnavailable are the database half of invariant I5.
 //
 // # Database handles

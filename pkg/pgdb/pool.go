@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"time"
@@ -16,12 +17,16 @@ import (
 
 // Defaults of Config and New; see the Config fields for the reasoning.
 const (
-	DefaultMaxConns         = 20
-	DefaultAPIMaxConns      = 10
-	DefaultWorkerMaxConns   = 12
-	DefaultStatementTimeout = 30 * time.Second
-	DefaultLockTimeout      = 10 * time.Second
-	DefaultConnectTimeout   = 5 * time.Second
+	DefaultMaxConns          = 20
+	DefaultAPIMaxConns       = 10
+	DefaultWorkerMaxConns    = 12
+	DefaultStatementTimeout  = 30 * time.Second
+	DefaultLockTimeout       = 10 * time.Second
+	DefaultConnectTimeout    = 5 * time.Second
+	DefaultTCPUserTimeout    = 10 * time.Second
+	DefaultKeepAliveIdle     = 5 * time.Second
+	DefaultKeepAliveInterval = time.Second
+	DefaultKeepAliveCount    = 5
 
 	// minWorkerMaxConns: the invoice worker holds one pooled connection for
 	// LISTEN for good, and each relay keeps a batch in flight while it
@@ -61,6 +66,32 @@ type Config struct {
 	// server fails the start-up check or a pool acquire promptly.
 	ConnectTimeout time.Duration
 
+	// TCPUserTimeout (env DATABASE_TCP_USER_TIMEOUT, default 10s) is the
+	// socket's TCP_USER_TIMEOUT (Linux; ignored elsewhere): the kernel
+	// aborts the connection when data it sent stays unacknowledged that
+	// long, so a statement written to a server that vanished (a partition,
+	// a blackholing firewall, a dead host: the connection is half-open, no
+	// RST ever comes) fails within it however long the caller's context.
+	// Without it Linux retransmits for about 15 minutes. Must exceed the
+	// worst round trip; it also caps keepalive detection (below). Linux
+	// counts a closed window too: a caller that stops reading a result
+	// for longer (slow work per row inside rows.Next) is cut off by the
+	// server, whose end gets the same value.
+	TCPUserTimeout time.Duration
+
+	// KeepAliveIdle, KeepAliveInterval and KeepAliveCount (env
+	// DATABASE_TCP_KEEPALIVE_IDLE, default 5s; _INTERVAL, default 1s;
+	// _COUNT, default 5) are the TCP keepalive of every connection: after
+	// Idle without traffic the kernel probes every Interval and drops the
+	// connection after Count unanswered probes (here 5s + 5x1s = 10s). They
+	// find a dead peer under an idle connection: a pooled connection, a
+	// LISTEN session, a leader's lock session, a connection waiting for
+	// the answer to a statement the server has acknowledged. Go's default
+	// (15s idle, 15s interval, 9 probes) takes 2.5 minutes.
+	KeepAliveIdle     time.Duration
+	KeepAliveInterval time.Duration
+	KeepAliveCount    int
+
 	// APIMaxConns (env DATABASE_API_MAX_CONNS, default 10) caps the API's
 	// pool. Requests beyond it wait for a connection within their own
 	// deadline; they never take the workers' connections.
@@ -82,6 +113,18 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.ConnectTimeout == 0 {
 		c.ConnectTimeout = DefaultConnectTimeout
+	}
+	if c.TCPUserTimeout == 0 {
+		c.TCPUserTimeout = DefaultTCPUserTimeout
+	}
+	if c.KeepAliveIdle == 0 {
+		c.KeepAliveIdle = DefaultKeepAliveIdle
+	}
+	if c.KeepAliveInterval == 0 {
+		c.KeepAliveInterval = DefaultKeepAliveInterval
+	}
+	if c.KeepAliveCount == 0 {
+		c.KeepAliveCount = DefaultKeepAliveCount
 	}
 	if c.APIMaxConns == 0 {
 		c.APIMaxConns = DefaultAPIMaxConns
@@ -112,6 +155,23 @@ func (c Config) Validate() error {
 	}
 	if c.ConnectTimeout < 0 {
 		errs = append(errs, fmt.Errorf("DATABASE_CONNECT_TIMEOUT: %v must not be negative", c.ConnectTimeout))
+	}
+	for _, d := range []struct {
+		env string
+		v   time.Duration
+	}{
+		{"DATABASE_TCP_USER_TIMEOUT", c.TCPUserTimeout},
+		{"DATABASE_TCP_KEEPALIVE_IDLE", c.KeepAliveIdle},
+		{"DATABASE_TCP_KEEPALIVE_INTERVAL", c.KeepAliveInterval},
+	} {
+		// The kernel counts these in whole seconds (keepalive) or
+		// milliseconds (user timeout); below a second is a typo.
+		if d.v < 0 || (d.v > 0 && d.v < time.Second) {
+			errs = append(errs, fmt.Errorf("%s: %v, want at least 1s", d.env, d.v))
+		}
+	}
+	if c.KeepAliveCount < 0 || c.KeepAliveCount > 127 {
+		errs = append(errs, fmt.Errorf("DATABASE_TCP_KEEPALIVE_COUNT: %d, want 1..127", c.KeepAliveCount))
 	}
 	if c.APIMaxConns < 0 || c.APIMaxConns > 1000 {
 		errs = append(errs, fmt.Errorf("DATABASE_API_MAX_CONNS: %d, want 1..1000", c.APIMaxConns))
@@ -185,11 +245,20 @@ func newPool(ctx context.Context, c Config, maxConns int, tel telemetry.Provider
 	cc := cfg.ConnConfig
 	setTimeout(cc.RuntimeParams, "statement_timeout", c.StatementTimeout)
 	setTimeout(cc.RuntimeParams, "lock_timeout", c.LockTimeout)
+	// The same bounds on the server's end of the socket, so the server
+	// drops a session whose client vanished within them: its locks (a
+	// leader's advisory lock, a claim transaction's row locks) are freed
+	// for another replica instead of after the server's ~2 h default.
+	setParam(cc.RuntimeParams, "tcp_user_timeout", strconv.FormatInt(c.TCPUserTimeout.Milliseconds(), 10))
+	setParam(cc.RuntimeParams, "tcp_keepalives_idle", strconv.FormatInt(int64(c.KeepAliveIdle/time.Second), 10))
+	setParam(cc.RuntimeParams, "tcp_keepalives_interval", strconv.FormatInt(int64(c.KeepAliveInterval/time.Second), 10))
+	setParam(cc.RuntimeParams, "tcp_keepalives_count", strconv.Itoa(c.KeepAliveCount))
 	// pgconn leaves ConnectTimeout 0 unless connect_timeout (or
 	// PGCONNECT_TIMEOUT) was given; it then bounds the whole connect.
 	if cc.ConnectTimeout == 0 {
 		cc.ConnectTimeout = c.ConnectTimeout
 	}
+	cc.DialFunc = dialer(c, cc.ConnectTimeout).DialContext
 	cc.Tracer = otelpgx.NewTracer(
 		otelpgx.WithTracerProvider(tel.TracerProvider),
 		otelpgx.WithMeterProvider(tel.MeterProvider),
@@ -201,11 +270,32 @@ func newPool(ctx context.Context, c Config, maxConns int, tel telemetry.Provider
 	return pool, nil
 }
 
+// dialer bounds the connection's waits on a peer that stopped answering
+// (see Config.TCPUserTimeout and KeepAliveIdle). It replaces pgconn's
+// default dialer, which only sets the connect timeout.
+func dialer(c Config, connectTimeout time.Duration) *net.Dialer {
+	return &net.Dialer{
+		Timeout: connectTimeout,
+		KeepAliveConfig: net.KeepAliveConfig{
+			Enable:   true,
+			Idle:     c.KeepAliveIdle,
+			Interval: c.KeepAliveInterval,
+			Count:    c.KeepAliveCount,
+		},
+		Control: userTimeoutControl(c.TCPUserTimeout),
+	}
+}
+
 // setTimeout sends name=d (milliseconds) as a startup parameter, unless the
 // URL already set it, directly or as "-c name=..." in options (PGOPTIONS).
 func setTimeout(params map[string]string, name string, d time.Duration) {
+	setParam(params, name, strconv.FormatInt(d.Milliseconds(), 10))
+}
+
+// setParam sends name=v as a startup parameter unless the URL set it.
+func setParam(params map[string]string, name, v string) {
 	if _, ok := params[name]; ok || strings.Contains(params["options"], name) {
 		return
 	}
-	params[name] = strconv.FormatInt(d.Milliseconds(), 10)
+	params[name] = v
 }

@@ -24,7 +24,9 @@
 // dedupes work, it does not fence it. Guards two unnumbered rows of
 // docs/failure-modes.md: a leader whose session is lost (another replica takes
 // over within RetryInterval; lossless_pgleader_leading shows where) and a
-// transaction-mode pooler (refused, because the session lock needs a session).
+// transaction-mode pooler (refused, because the session lock needs a session),
+// and N3: a leader whose connection goes half-open gives up within
+// 2 x CheckInterval.
 package pgleader
 
 import (
@@ -55,7 +57,11 @@ type Config struct {
 	// is one short query.
 	RetryInterval time.Duration
 	// CheckInterval is how often the leader checks that its session still
-	// holds the lock; when not, it stops the loops. Default 5s.
+	// holds the lock; when not, it stops the loops. Default 5s. It also
+	// bounds each of the election's statements (try the lock, check it),
+	// so a session whose server stopped answering (a half-open
+	// connection) ends the leadership within 2 x CheckInterval, and a
+	// replica trying the lock over such a connection tries again.
 	CheckInterval time.Duration
 }
 
@@ -187,12 +193,14 @@ func (l *Leader) Run(ctx context.Context, tasks ...Task) error {
 // tryLock returns the connection holding the lock, or nil when another
 // session holds it.
 func (l *Leader) tryLock(ctx context.Context) (*pgxpool.Conn, error) {
-	conn, err := l.pool.Acquire(ctx)
+	tctx, cancel := context.WithTimeout(ctx, l.cfg.CheckInterval)
+	defer cancel()
+	conn, err := l.pool.Acquire(tctx)
 	if err != nil {
 		return nil, err
 	}
 	var ok bool
-	if err := conn.QueryRow(ctx, tryLockSQL, lockNamespace, l.key).Scan(&ok); err != nil {
+	if err := conn.QueryRow(tctx, tryLockSQL, lockNamespace, l.key).Scan(&ok); err != nil {
 		conn.Release()
 		return nil, err
 	}

@@ -184,3 +184,64 @@ func TestConfigValidation(t *testing.T) {
 		t.Fatal("negative RetryInterval accepted")
 	}
 }
+
+// N3: the leader's connection goes half-open (the server stops answering,
+// nothing is closed). The leader stops its loops within 2 x CheckInterval,
+// and while the path stays dead it keeps trying the lock on fresh
+// connections, each try bounded by CheckInterval, instead of waiting for
+// ever on a pooled connection that will never answer. After the path heals,
+// one replica leads again.
+func TestStalledLeaderConnection_LeadershipEndsWithinBound_TriesAgainOnFreshConnections(t *testing.T) {
+	dsn, proxy := pgtest.StallDSN(t, pgtest.NewDatabase(t, testSchema()))
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	// Two pooled connections: one becomes the lock's session, the other
+	// stays idle in the pool and goes half-open with it.
+	c1, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c1.Release()
+	c2.Release()
+
+	const check = time.Second
+	l, err := pgleader.New(pool, pgleader.Config{Name: "stalled", RetryInterval: 20 * time.Millisecond, CheckInterval: check},
+		slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- l.Run(runCtx, pgleader.Task{Name: "idle", Run: func(ctx context.Context) error { <-ctx.Done(); return nil }})
+	}()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	waitfor.Condition(t, 10*time.Second, "leading", l.Leading)
+
+	proxy.Stall()
+	start := time.Now()
+	// Bound 2 x CheckInterval, plus slack for a loaded machine.
+	waitfor.Condition(t, 2*check+4*time.Second, "leadership given up on a dead connection", func() bool { return !l.Leading() })
+	t.Logf("leadership ended %v after the stall", time.Since(start))
+
+	accepted := proxy.Accepted()
+	waitfor.Condition(t, 10*check, "new connections tried while the path is dead", func() bool {
+		return proxy.Accepted() >= accepted+2
+	})
+
+	proxy.Heal()
+	waitfor.Condition(t, 20*time.Second, "leading again after heal", l.Leading)
+}

@@ -15,7 +15,9 @@
 // SKIP LOCKED, unique keys and SQLSTATEs only exist on the real server. It
 // guards no failure mode itself: it is where the tests of F1–F16, H1–H10 and
 // I1–I7 in pkg/ run (StartCluster also lets a test stop and restart its own
-// server, as F15's does).
+// server, as F15's does), and where the network rows N1–N6 get their
+// half-open connections: StallProxy stalls any TCP client on loopback, a
+// database pool (StallDSN) or a gRPC or Pub/Sub channel.
 //
 // pgtest reads no environment variable: a test binary that wants an external
 // server or the cluster's knobs (fsync, pg_stat_statements: the benchmarks)

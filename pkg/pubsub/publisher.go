@@ -68,9 +68,14 @@ type PublisherConfig struct {
 	CountThreshold int
 	// ByteThreshold: a batch is sent when it reaches this size. Default 1 MB.
 	ByteThreshold int
-	// Timeout bounds the client's retries of one batch (Unavailable etc.);
-	// after it the error is returned to the caller. Default 60s. The caller's
-	// ctx does not cancel an accepted publish; it only stops the wait.
+	// Timeout bounds the client's retries of one batch (Unavailable etc.)
+	// and so a publish on a connection that stopped answering (a
+	// partition: the RPC would otherwise wait until TCP gives up); after it
+	// the error is returned to the caller, which retries the event.
+	// Default 10s: Pub/Sub answers a publish in milliseconds, and the
+	// library's own 60s outlived the outbox's dispatch cut-off. The
+	// caller's ctx does not cancel an accepted publish; it only stops the
+	// wait.
 	Timeout time.Duration
 	// MaxOutstandingMessages bounds messages accepted but not yet answered;
 	// Publish blocks beyond it (flow control). Default 1000.
@@ -85,7 +90,7 @@ func DefaultPublisherConfig() PublisherConfig {
 		DelayThreshold:         time.Microsecond,
 		CountThreshold:         100,
 		ByteThreshold:          1_000_000,
-		Timeout:                60 * time.Second,
+		Timeout:                10 * time.Second,
 		MaxOutstandingMessages: 1000,
 		MaxOutstandingBytes:    100_000_000,
 	}

@@ -131,9 +131,12 @@ func bodyTooLarge(limit int64) error {
 	return &runtime.HTTPStatusError{HTTPStatus: http.StatusRequestEntityTooLarge, Err: st.Err()}
 }
 
+// gatewayReplyMargin: see boundHTTP.
+const gatewayReplyMargin = time.Second
+
 // boundHTTP caps every HTTP request's body at the configured size and its
 // handling at the request timeout (the gateway passes that deadline on to
-// the gRPC handler). A body declared too large is refused before any of it
+// the gRPC handler, with a reply margin). A body declared too large is refused before any of it
 // is read.
 func (s *Server) boundHTTP(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -142,7 +145,12 @@ func (s *Server) boundHTTP(next http.Handler) http.Handler {
 			GatewayErrorHandler(r.Context(), s.mux, out, w, r, bodyTooLarge(s.cfg.MaxBodyBytes))
 			return
 		}
-		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
+		// The gateway passes this deadline on to the gRPC call, where
+		// deadlineUnary caps the handler at RequestTimeout. The margin lets
+		// the handler's own answer (503 from a statement that ran out of
+		// time on a dead database) reach the gateway before the gateway
+		// gives up itself and answers 504 at the same instant.
+		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout+gatewayReplyMargin)
 		defer cancel()
 		r = r.WithContext(ctx)
 		r.Body = &boundedBody{ReadCloser: http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes), limit: s.cfg.MaxBodyBytes}

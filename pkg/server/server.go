@@ -83,8 +83,9 @@ type Config struct {
 	// Default 10s.
 	RequestTimeout time.Duration
 	// WriteTimeout bounds an HTTP exchange from the end of its headers to the
-	// end of the response. Must exceed RequestTimeout, or a handler that uses
-	// its whole deadline loses its response. Default RequestTimeout + 5s.
+	// end of the response. Must exceed RequestTimeout by more than the
+	// gateway's 1s reply margin, or a handler that uses its whole
+	// deadline loses its response. Default RequestTimeout + 5s.
 	WriteTimeout time.Duration
 	// IdleTimeout closes keep-alive connections idle this long. Default 60s.
 	IdleTimeout time.Duration
@@ -181,8 +182,8 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("%s must not be negative", d.name))
 		}
 	}
-	if c.WriteTimeout > 0 && c.WriteTimeout <= c.RequestTimeout {
-		errs = append(errs, fmt.Errorf("write timeout %v must exceed request timeout %v", c.WriteTimeout, c.RequestTimeout))
+	if c.WriteTimeout > 0 && c.WriteTimeout <= c.RequestTimeout+gatewayReplyMargin {
+		errs = append(errs, fmt.Errorf("write timeout %v must exceed request timeout %v by more than %v", c.WriteTimeout, c.RequestTimeout, gatewayReplyMargin))
 	}
 	if err := c.Role.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("SERVICE_ROLE (serve --role): %w", err))
@@ -370,7 +371,7 @@ func New(cfg Config, logger *slog.Logger, opts ...Option) (*Server, error) {
 	// Outermost: every error, including a recovered panic's and an auth
 	// refusal, leaves as a public status.
 	chain := []grpc.UnaryServerInterceptor{publicErrorsUnary(logger), recoverUnary(logger), deadlineUnary(cfg.RequestTimeout)}
-	serverOpts := []grpc.ServerOption{}
+	serverOpts := serverKeepalive()
 	if ca := s.opts.callerAuth; ca != nil {
 		ca.log = logger
 		chain = append(chain, ca.unary())
@@ -406,7 +407,7 @@ func New(cfg Config, logger *slog.Logger, opts ...Option) (*Server, error) {
 		// bypass them.
 		// With TLS it presents the process's own certificate, and verifies
 		// the listener's as "localhost".
-		gwOpts := []grpc.DialOption{s.tls.DialOption()}
+		gwOpts := []grpc.DialOption{s.tls.DialOption(), ClientKeepalive()}
 		if s.tls != nil {
 			gwOpts = append(gwOpts, grpc.WithAuthority("localhost"))
 		}

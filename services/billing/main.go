@@ -191,7 +191,7 @@ func reconcileCmd(ctx context.Context, env *envconfig.Reader, _ *slog.Logger, ar
 		if err != nil {
 			return err
 		}
-		conn, err := grpc.NewClient(*woAddr, clientTLS.DialOption(), token)
+		conn, err := grpc.NewClient(*woAddr, clientTLS.DialOption(), server.ClientKeepalive(), token)
 		if err != nil {
 			return fmt.Errorf("-workorder-addr: %w", err)
 		}

@@ -79,7 +79,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		return fmt.Errorf("%s: %w", config.ServiceTLSEnvNames, err)
 	}
 	dial := func(addr string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
-		return grpc.NewClient(addr, append([]grpc.DialOption{peers.DialOption()}, opts...)...)
+		return grpc.NewClient(addr, append([]grpc.DialOption{peers.DialOption(), server.ClientKeepalive()}, opts...)...)
 	}
 	// The public APIs need the console's ID token on every call; a call
 	// with the operator token (the admin services) is sent with it alone

@@ -40,6 +40,8 @@ type Config struct {
 	// Database is billing's own PostgreSQL database (env DATABASE_URL,
 	// required) and its bounds: DATABASE_STATEMENT_TIMEOUT (default 30s),
 	// DATABASE_LOCK_TIMEOUT (10s), DATABASE_CONNECT_TIMEOUT (5s),
+	// DATABASE_TCP_USER_TIMEOUT (10s), DATABASE_TCP_KEEPALIVE_IDLE (5s),
+	// DATABASE_TCP_KEEPALIVE_INTERVAL (1s), DATABASE_TCP_KEEPALIVE_COUNT (5),
 	// DATABASE_API_MAX_CONNS (default 5 here: the read API runs one short
 	// statement per request) and DATABASE_WORKER_MAX_CONNS (default 16
 	// here: the invoice worker holds one connection for LISTEN and up to

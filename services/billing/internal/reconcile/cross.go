@@ -34,6 +34,11 @@ type WorkOrders interface {
 
 const qInvoiceOfOrder = `SELECT id FROM invoices WHERE work_order_id = $1`
 
+// PageTimeout bounds one ListWorkOrders call: the work-order service answers
+// within its REQUEST_TIMEOUT (10s by default) or not at all, so a call on a
+// connection that went dead fails then rather than at the command's end.
+const PageTimeout = 10 * time.Second
+
 // CrossService compares the work-order service's COMPLETED and INVOICED
 // orders (through its API) with billing's invoices. Orders updated within
 // grace are in flight and skipped.
@@ -57,7 +62,9 @@ func CrossService(ctx context.Context, db pgdb.Executor, wo WorkOrders, now time
 	for _, status := range []workorderv1.WorkOrderStatus{workorderv1.WorkOrderStatus_WORK_ORDER_STATUS_COMPLETED, workorderv1.WorkOrderStatus_WORK_ORDER_STATUS_INVOICED} {
 		token := ""
 		for {
-			resp, err := wo.ListWorkOrders(ctx, &workorderv1.ListWorkOrdersRequest{Status: status, PageSize: 500, PageToken: token})
+			pctx, cancel := context.WithTimeout(ctx, PageTimeout)
+			resp, err := wo.ListWorkOrders(pctx, &workorderv1.ListWorkOrdersRequest{Status: status, PageSize: 500, PageToken: token})
+			cancel()
 			if err != nil {
 				return nil, fmt.Errorf("reconcile: list %s work orders: %w", status, err)
 			}

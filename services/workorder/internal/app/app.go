@@ -101,7 +101,10 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger, tel teleme
 		a.Close()
 		return nil, fmt.Errorf("app: provider token (PROVIDER_AUDIENCE / AUTH_TOKEN_URL): %w", err)
 	}
+	// Keepalive pings replace a connection the provider stopped answering
+	// on (a partition) within 15s; each hand-off ends at its own Deadline.
 	if a.conn, err = grpc.NewClient(cfg.ProviderAddr, clientTLS.DialOption(),
+		server.ClientKeepalive(),
 		providerToken,
 		grpc.WithConnectParams(handoff.ConnectParams),
 		grpc.WithStatsHandler(otelgrpc.NewClientHandler(

@@ -32,6 +32,8 @@ type Config struct {
 	// required, e.g. postgres://workorder:secret@localhost:5432/workorder)
 	// and its bounds: DATABASE_STATEMENT_TIMEOUT (default 30s),
 	// DATABASE_LOCK_TIMEOUT (10s), DATABASE_CONNECT_TIMEOUT (5s),
+	// DATABASE_TCP_USER_TIMEOUT (10s), DATABASE_TCP_KEEPALIVE_IDLE (5s),
+	// DATABASE_TCP_KEEPALIVE_INTERVAL (1s), DATABASE_TCP_KEEPALIVE_COUNT (5),
 	// DATABASE_API_MAX_CONNS (10) and DATABASE_WORKER_MAX_CONNS (12): the
 	// API and the background loops have separate pools (see pkg/pgdb for
 	// the reasoning and the connection arithmetic).
