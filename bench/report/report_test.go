@@ -270,3 +270,29 @@ func TestPlot_TimeSeriesOfRoundsDrawsOneLinePerRoundAndSideNotARoundLine(t *test
 		t.Errorf("caption %q: want the distribution of column ours over 2 rounds", caption)
 	}
 }
+
+// B7 writes its series against the added round-trip time, not over time:
+// rtt_ms is the x axis, in any row order, and never a plotted value.
+func TestPlot_SeriesAgainstAddedRTTDrawsRTTOnTheXAxis(t *testing.T) {
+	dir := t.TempDir()
+	csvPath := filepath.Join(dir, "b7_hops.csv")
+	data := "rtt_ms,hop,p50_ms\n5,handoff,120\n0,handoff,12\n1,handoff,30\n5,correlate,66\n0,correlate,5\n1,correlate,16\n"
+	if err := os.WriteFile(csvPath, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	png := filepath.Join(dir, "b7_hops.png")
+	caption, err := plotSeries(csvPath, png)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "p50_ms against the added round-trip time, one line per hop."; caption != want {
+		t.Errorf("caption %q, want %q", caption, want)
+	}
+	b, err := os.ReadFile(png)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.HasPrefix(b, []byte("\x89PNG\r\n\x1a\n")) {
+		t.Errorf("%s: not a PNG", png)
+	}
+}
