@@ -69,6 +69,9 @@ func TestRender_SampleRunGivesOneRowPerIdWithRatiosTargetsAndNotRun(t *testing.T
 		{"B6", "| **not run** |"},
 		{"B1p", "**not run**: its package failed"},
 		{"B2", "**failed**"},
+		{"B7", "p50_5ms/p50_0ms = 3.69 ✓"},
+		{"B7", "capacity_5ms/capacity_0ms = 0.09 ✗"},
+		{"B7", "**not met**: capacity_5ms/capacity_0ms |"},
 	} {
 		if got := row(t, md, want.id); !strings.Contains(got, want.text) {
 			t.Errorf("%s row lacks %q:\n%s", want.id, want.text, got)
@@ -83,6 +86,7 @@ func TestRender_SampleRunGivesOneRowPerIdWithRatiosTargetsAndNotRun(t *testing.T
 		"| PostgreSQL fsync | on |", "undefined: ceilingInFlight", "raise OUTBOX_B2_BACKLOG",
 		"![m1_rss](plots/m1_rss.png)", "Phases (s): capacity", "![b5_hops](plots/b5_hops.png)",
 		"handoff: n 3, p50 14.2, p99 30.1",
+		"![b7_latency](plots/b7_latency.png)", "p50_ms, p99_ms against the added round-trip time, one line per column.",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q", want)

@@ -71,7 +71,7 @@ var benchmarks = []Benchmark{
 	{"B4", "services/workorder/internal/receiver", "BenchmarkB4_ReceiverIngest", "inbox-style insert, 4 clients, same server, A B A B"},
 	{"B5", "e2e", "BenchmarkB5_EndToEndLatency", "measured capacity bound and latency floor, same run"},
 	{"B6", "e2e", "BenchmarkB6_SlowProvider", "the hand-off's concurrency ÷ the provider's mean accept latency"},
-	{"B7", "e2e", "BenchmarkB7_Distance", "the same stack with no added round trip (0 ms), same run"},
+	{"B7", "e2e", "BenchmarkB7_Distance", "the same stack with no added round trip (0 ms), run first and last in the same run"},
 	{"M1", "e2e", "BenchmarkM1_Memory", "the RSS of the same processes at 50 % load"},
 	{"R1", "e2e", "BenchmarkR1_Recovery", "the restarted dependency's readiness"},
 }
