@@ -142,6 +142,13 @@ bench: ## Run every benchmark of docs/performance.md once, fsync on; writes benc
 		-data '$(abspath $(BENCH_DATA))' -out '$(abspath bench/report.md)') || status=1; \
 	echo "wrote bench/report.md"; exit $$status
 
+# B7 alone (it is part of `make bench`): one stack, its services' PostgreSQL links delayed by each round-trip
+# time of LOSSLESS_B7_RTTS in turn (e2e/b7_bench_test.go). A relative LOSSLESS_BENCH_DATA is made absolute.
+.PHONY: bench-distance
+bench-distance: ## B7: capacity, p50 create→invoiced and statements per order with 0, 1, 5 and 20 ms added between the services and PostgreSQL, fsync on.
+	$(if $(LOSSLESS_BENCH_DATA),LOSSLESS_BENCH_DATA='$(abspath $(LOSSLESS_BENCH_DATA))') LOSSLESS_PG_FSYNC=on LOSSLESS_PG_STAT_STATEMENTS=on \
+		$(GO) test -run '^$$' -bench '^BenchmarkB7_Distance$$' -benchtime 1x -timeout 30m ./e2e
+
 # A module of its own, so that watermill stays out of the main go.mod; `go test ./...` does not reach it.
 # A relative LOSSLESS_BENCH_DATA is made absolute: the test runs in the module's directory.
 .PHONY: bench-watermill

@@ -28,6 +28,13 @@ var benchProviderEnv = []string{"PROVIDER_EXEC_BASE=1ms", "PROVIDER_EXEC_PER_POS
 // work-order service's REST base URL.
 func startBenchStack(b *testing.B, prefix string, pprof bool) (*localstack.Stack, string) {
 	b.Helper()
+	return startBenchStackLinked(b, prefix, pprof, nil)
+}
+
+// startBenchStackLinked is startBenchStack with each replica's connections
+// routed through links (localstack.Config.Links; nil: every one direct).
+func startBenchStackLinked(b *testing.B, prefix string, pprof bool, links func(instance, target, addr string) (string, error)) (*localstack.Stack, string) {
+	b.Helper()
 	ctx := context.Background()
 	binDir := b.TempDir()
 	_, thisFile, _, _ := runtime.Caller(0)
@@ -47,6 +54,7 @@ func startBenchStack(b *testing.B, prefix string, pprof bool) (*localstack.Stack
 		Log:            discard{},
 		ExtraEnv:       env,
 		Pprof:          pprof,
+		Links:          links,
 	})
 	if err != nil {
 		b.Fatal(err)

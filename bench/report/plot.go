@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"image/color"
@@ -73,17 +74,41 @@ func groupKey(r []string, g []int) string {
 	return strings.Join(vals, " ")
 }
 
-// plotSeries draws a CSV as a PNG: with a t_s column, each numeric column
-// over time, one line per group (rate over time, RSS over time); without
-// one, the distribution (CDF) of each numeric column per group (latency per
-// hop). It returns a caption.
+// xAxis is a column a series is drawn against, rather than a value of it.
+type xAxis struct {
+	col, label, against string
+}
+
+// xAxes are the x columns plotSeries knows, the first present wins: time,
+// or the round-trip time B7 adds.
+var xAxes = []xAxis{
+	{"t_s", "t (s)", "over time"},
+	{"rtt_ms", "added round-trip time (ms)", "against the added round-trip time"},
+}
+
+// xOf is the x column of s and its index, -1 when it has none.
+func xOf(s *series) (xAxis, int) {
+	for _, a := range xAxes {
+		if c := s.col(a.col); c >= 0 && s.numeric[c] {
+			return a, c
+		}
+	}
+	return xAxis{}, -1
+}
+
+// plotSeries draws a CSV as a PNG: with an x column (xAxes: t_s, rtt_ms),
+// each numeric column against it, one line per group (rate over time, RSS
+// over time, latency against the added round trip); without one, the
+// distribution (CDF) of each numeric column per group (latency per hop). It
+// returns a caption.
 func plotSeries(csvPath, pngPath string) (string, error) {
 	s, err := readSeries(csvPath)
 	if err != nil {
 		return "", err
 	}
 	g := s.group()
-	single := len(valueColumns(s, s.col("t_s"))) == 1
+	axis, t := xOf(s)
+	single := len(valueColumns(s, t)) == 1
 	key := func(r []string, col int) string {
 		switch {
 		case len(g) == 0:
@@ -100,7 +125,7 @@ func plotSeries(csvPath, pngPath string) (string, error) {
 	p.Legend.YOffs = vg.Points(10)
 	var lines []any
 	var caption string
-	if t := s.col("t_s"); t >= 0 && s.numeric[t] {
+	if t >= 0 {
 		byKey := map[string]plotter.XYs{}
 		var order []string
 		for _, r := range s.rows {
@@ -118,11 +143,13 @@ func plotSeries(csvPath, pngPath string) (string, error) {
 			}
 		}
 		for _, k := range order {
+			// A series over a setting (rtt_ms) may list it in any order.
+			slices.SortStableFunc(byKey[k], func(a, b plotter.XY) int { return cmp.Compare(a.X, b.X) })
 			lines = append(lines, k, thin(byKey[k], 2000))
 		}
-		p.X.Label.Text = "t (s)"
+		p.X.Label.Text = axis.label
 		p.Y.Label.Text = strings.Join(valueColumns(s, t), ", ")
-		caption = fmt.Sprintf("%s over time, one line per %s.", p.Y.Label.Text, groupName(s, g))
+		caption = fmt.Sprintf("%s %s, one line per %s.", p.Y.Label.Text, axis.against, groupName(s, g))
 		// From zero, with headroom for the legend: the level matters, not
 		// only the shape.
 		highest := 0.0
@@ -177,7 +204,11 @@ func plotSeries(csvPath, pngPath string) (string, error) {
 		p.Y.Min, p.Y.Max = 0, 1
 		caption = fmt.Sprintf("Cumulative distribution per %s. %s.", groupName(s, g), strings.Join(stats, "; "))
 	}
-	if err := plotutil.AddLines(p, lines...); err != nil {
+	add := plotutil.AddLines
+	if t >= 0 && axis.col != "t_s" {
+		add = plotutil.AddLinePoints // a few settings, each a measurement
+	}
+	if err := add(p, lines...); err != nil {
 		return "", err
 	}
 	if err := os.MkdirAll(filepath.Dir(pngPath), 0o755); err != nil {

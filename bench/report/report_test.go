@@ -69,6 +69,9 @@ func TestRender_SampleRunGivesOneRowPerIdWithRatiosTargetsAndNotRun(t *testing.T
 		{"B6", "| **not run** |"},
 		{"B1p", "**not run**: its package failed"},
 		{"B2", "**failed**"},
+		{"B7", "p50_5ms/p50_0ms = 3.69 ✓"},
+		{"B7", "capacity_5ms/capacity_0ms = 0.09 ✗"},
+		{"B7", "**not met**: capacity_5ms/capacity_0ms |"},
 	} {
 		if got := row(t, md, want.id); !strings.Contains(got, want.text) {
 			t.Errorf("%s row lacks %q:\n%s", want.id, want.text, got)
@@ -83,6 +86,7 @@ func TestRender_SampleRunGivesOneRowPerIdWithRatiosTargetsAndNotRun(t *testing.T
 		"| PostgreSQL fsync | on |", "undefined: ceilingInFlight", "raise OUTBOX_B2_BACKLOG",
 		"![m1_rss](plots/m1_rss.png)", "Phases (s): capacity", "![b5_hops](plots/b5_hops.png)",
 		"handoff: n 3, p50 14.2, p99 30.1",
+		"![b7_latency](plots/b7_latency.png)", "p50_ms, p99_ms against the added round-trip time, one line per column.",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q", want)
@@ -268,5 +272,31 @@ func TestPlot_TimeSeriesOfRoundsDrawsOneLinePerRoundAndSideNotARoundLine(t *test
 	}
 	if !strings.Contains(caption, "ours: n 2") {
 		t.Errorf("caption %q: want the distribution of column ours over 2 rounds", caption)
+	}
+}
+
+// B7 writes its series against the added round-trip time, not over time:
+// rtt_ms is the x axis, in any row order, and never a plotted value.
+func TestPlot_SeriesAgainstAddedRTTDrawsRTTOnTheXAxis(t *testing.T) {
+	dir := t.TempDir()
+	csvPath := filepath.Join(dir, "b7_hops.csv")
+	data := "rtt_ms,hop,p50_ms\n5,handoff,120\n0,handoff,12\n1,handoff,30\n5,correlate,66\n0,correlate,5\n1,correlate,16\n"
+	if err := os.WriteFile(csvPath, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	png := filepath.Join(dir, "b7_hops.png")
+	caption, err := plotSeries(csvPath, png)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "p50_ms against the added round-trip time, one line per hop."; caption != want {
+		t.Errorf("caption %q, want %q", caption, want)
+	}
+	b, err := os.ReadFile(png)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.HasPrefix(b, []byte("\x89PNG\r\n\x1a\n")) {
+		t.Errorf("%s: not a PNG", png)
 	}
 }

@@ -71,6 +71,7 @@ var benchmarks = []Benchmark{
 	{"B4", "services/workorder/internal/receiver", "BenchmarkB4_ReceiverIngest", "inbox-style insert, 4 clients, same server, A B A B"},
 	{"B5", "e2e", "BenchmarkB5_EndToEndLatency", "measured capacity bound and latency floor, same run"},
 	{"B6", "e2e", "BenchmarkB6_SlowProvider", "the hand-off's concurrency ÷ the provider's mean accept latency"},
+	{"B7", "e2e", "BenchmarkB7_Distance", "the same stack with no added round trip (0 ms), run first and last in the same run"},
 	{"M1", "e2e", "BenchmarkM1_Memory", "the RSS of the same processes at 50 % load"},
 	{"R1", "e2e", "BenchmarkR1_Recovery", "the restarted dependency's readiness"},
 }
@@ -92,6 +93,8 @@ var targets = []Target{
 	{"B5", "p50/floor_10pct", AtMost, 2, "", "p50 at 10 % load vs the measured floor"},
 	{"B5", "p99_ms_50pct", Below, 1000, "", "p99 at 50 % load"},
 	{"B6", "ratio_vs_bound", AtLeast, 0.8, "", "hand-off rate vs its concurrency bound"},
+	{"B7", "p50_5ms/p50_0ms", Below, 4, "", "p50 create→invoiced at 5 ms added round trip vs at 0 ms"},
+	{"B7", "capacity_5ms/capacity_0ms", AtLeast, 0.5, "", "capacity at 5 ms added round trip vs at 0 ms"},
 	{"M1", "rss_mb_steady_*", AtMost, 150, "", "RSS at 50 % load, MB"},
 	{"M1", "rss_mb_burst_*", AtMost, 150, "", "RSS during the 10 × burst and its drain, MB"},
 	{"M1", "burst/steady_*", AtMost, 2, "", "bounded: burst max vs steady max"},

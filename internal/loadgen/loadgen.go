@@ -54,6 +54,11 @@ type Config struct {
 	// Every attempt carries the order's Idempotency-Key, so a retry never
 	// creates a second order. Default 0: no retry.
 	CreateRetry time.Duration
+	// Stop, once closed, ends creation early (an open-loop run whose end
+	// the caller decides, such as a chaos run's last fault); the orders
+	// created so far are awaited as usual. Default nil: Duration or Count
+	// ends it.
+	Stop <-chan struct{}
 }
 
 // Validate reports unusable settings.
@@ -187,10 +192,18 @@ func create(ctx context.Context, c *client, cfg Config) ([]string, map[string]ti
 		tick = t.C
 	}
 	bar := newBar(cfg.Progress, "created", total)
+loop:
 	for i := 0; i < total && ctx.Err() == nil; i++ {
+		select {
+		case <-cfg.Stop:
+			break loop
+		default:
+		}
 		if tick != nil {
 			select {
 			case <-tick:
+			case <-cfg.Stop:
+				break loop
 			case <-ctx.Done():
 				continue
 			}

@@ -184,7 +184,26 @@ type Config struct {
 	// own (PPROF_ADDR; Instance.PprofURL), for the benchmarks that profile
 	// the services. Default false.
 	Pprof bool
+	// Links routes each replica's connections through addresses of the
+	// caller's (a fault-injecting or delaying proxy per link, e.g.
+	// internal/netfault's Harness.Route). It is called once per replica and
+	// target when the stack starts, with the replica's instance id
+	// ("workorder-1"), the target ("postgres": its DATABASE_URL's host;
+	// "pubsub": PUBSUB_EMULATOR_HOST; or the name of a service it dials,
+	// such as "provider-sim" for workorder's PROVIDER_ADDR) and the
+	// target's host:port, and returns the host:port the replica dials
+	// instead: addr itself leaves that link direct. A supervised restart
+	// keeps its replica's links. Migrations, provisioning and the stack's
+	// own clients (Stack.DSN, Stack.Emulator) connect directly. Default
+	// nil: every connection is direct.
+	Links func(instance, target, addr string) (string, error)
 }
+
+// Link targets of Config.Links besides the services' names.
+const (
+	LinkPostgres = "postgres"
+	LinkPubSub   = "pubsub"
+)
 
 // Stack is a running local system.
 type Stack struct {
@@ -411,16 +430,11 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 			if cfg.TraceEndpoint != "" {
 				env = append(env, "OTEL_EXPORTER_OTLP_ENDPOINT="+cfg.TraceEndpoint, "OTEL_BSP_SCHEDULE_DELAY=200")
 			}
-			env = append(env, svc.ExpandEnv(in.ID, cfg.OperatorToken, func(kind, dep string) string {
-				if kind == "trace_url" {
-					return cfg.TraceURL
-				}
-				d, _ := cfg.Services.Service(dep) // the catalog checked that it exists
-				if kind == "http" {
-					return s.instance(d, (k-1)%cfg.Replicas+1).URL
-				}
-				return s.instance(d, (k-1)%cfg.Replicas+1).GRPC
-			})...)
+			routed, err := s.replicaEnv(svc, in, k)
+			if err != nil {
+				return nil, err
+			}
+			env = append(env, routed...)
 			p := s.add(in.ID, svc.Name, []string{"serve"}, env...)
 			p.Supervise = true
 			if k == 1 {
@@ -448,6 +462,51 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		}
 	}
 	return s, nil
+}
+
+// replicaEnv is replica k's local_env, expanded, with each address routed
+// through Config.Links, and, with Links, its DATABASE_URL and
+// PUBSUB_EMULATOR_HOST routed too (they win over add's direct ones: the
+// last of duplicate variables is the one a process sees).
+func (s *Stack) replicaEnv(svc catalog.Service, in Instance, k int) ([]string, error) {
+	cfg := s.cfg
+	var errs []error
+	route := func(target, addr string) string {
+		if cfg.Links == nil {
+			return addr
+		}
+		out, err := cfg.Links(in.ID, target, addr)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("localstack: link %s -> %s: %w", in.ID, target, err))
+			return addr
+		}
+		return out
+	}
+	env := svc.ExpandEnv(in.ID, cfg.OperatorToken, func(kind, dep string) string {
+		if kind == "trace_url" {
+			return cfg.TraceURL
+		}
+		d, _ := cfg.Services.Service(dep) // the catalog checked that it exists
+		peer := s.instance(d, (k-1)%cfg.Replicas+1)
+		if kind == "http" {
+			scheme, addr, _ := strings.Cut(peer.URL, "://")
+			return scheme + "://" + route(dep, addr)
+		}
+		return route(dep, peer.GRPC)
+	})
+	if cfg.Links != nil {
+		if svc.Database != "" {
+			dsn := databaseEnv(s.DSN[svc.Database], s.RuntimeDSN[svc.Database], []string{"serve"})[0]
+			u, err := url.Parse(strings.TrimPrefix(dsn, "DATABASE_URL="))
+			if err != nil {
+				return nil, fmt.Errorf("localstack: %s: database URL: %w", in.ID, err)
+			}
+			u.Host = route(LinkPostgres, u.Host)
+			env = append(env, "DATABASE_URL="+u.String())
+		}
+		env = append(env, "PUBSUB_EMULATOR_HOST="+route(LinkPubSub, s.Emulator))
+	}
+	return env, errors.Join(errs...)
 }
 
 // instance describes replica k of svc.

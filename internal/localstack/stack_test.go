@@ -2,7 +2,9 @@ package localstack
 
 import (
 	"encoding/hex"
+	"errors"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/lossless-dev/lossless/internal/catalog"
@@ -81,5 +83,58 @@ func TestInstances_WorkorderReplicaKHandsOffToProviderReplicaK(t *testing.T) {
 	})
 	if !slices.Contains(env, "PROVIDER_ADDR=127.0.0.1:9101") || !slices.Contains(env, "WORKORDER_OUTBOX_RELAY_ID=workorder-2") {
 		t.Fatalf("workorder-2 env %v: want PROVIDER_ADDR of provider-sim-2 and its own relay id", env)
+	}
+}
+
+func TestReplicaEnv_LinksRouteEachReplicasDatabasePubSubAndServiceAddresses(t *testing.T) {
+	c := declared(t)
+	var calls []string
+	s := &Stack{
+		cfg: Config{Replicas: 2, Services: c, Links: func(instance, target, addr string) (string, error) {
+			calls = append(calls, instance+" "+target+" "+addr)
+			if target == "provider-sim" {
+				return "127.0.0.1:1001", nil
+			}
+			if target == LinkPostgres {
+				return "127.0.0.1:1002", nil
+			}
+			return "127.0.0.1:1003", nil
+		}},
+		DSN:        map[string]string{"workorder": "postgres://owner:pw@127.0.0.1:5432/workorder?sslmode=disable"},
+		RuntimeDSN: map[string]string{"workorder": "postgres://workorder_app:pw@127.0.0.1:5432/workorder?sslmode=disable"},
+		Emulator:   "127.0.0.1:8085",
+	}
+	wo, _ := c.Service("workorder")
+	env, err := s.replicaEnv(wo, s.instance(wo, 2), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"PROVIDER_ADDR=127.0.0.1:1001",
+		"DATABASE_URL=postgres://workorder_app:pw@127.0.0.1:1002/workorder?sslmode=disable",
+		"PUBSUB_EMULATOR_HOST=127.0.0.1:1003",
+	} {
+		if !slices.Contains(env, want) {
+			t.Errorf("workorder-2 env %v: want %s", env, want)
+		}
+	}
+	for _, want := range []string{
+		"workorder-2 provider-sim 127.0.0.1:9101", "workorder-2 postgres 127.0.0.1:5432", "workorder-2 pubsub 127.0.0.1:8085",
+	} {
+		if !slices.Contains(calls, want) {
+			t.Errorf("Links calls %v: want %q", calls, want)
+		}
+	}
+
+	s.cfg.Links = func(string, string, string) (string, error) { return "", errors.New("no more links") }
+	if _, err := s.replicaEnv(wo, s.instance(wo, 1), 1); err == nil || !strings.Contains(err.Error(), "workorder-1 -> provider-sim") {
+		t.Fatalf("failing Links: %v, want an error naming the link", err)
+	}
+	s.cfg.Links = nil
+	env, err = s.replicaEnv(wo, s.instance(wo, 1), 1)
+	if err != nil || !slices.Contains(env, "PROVIDER_ADDR=127.0.0.1:9091") || slices.ContainsFunc(env, func(e string) bool {
+		return strings.HasPrefix(e, "DATABASE_URL=") || strings.HasPrefix(e, "PUBSUB_EMULATOR_HOST=")
+	}) {
+		t.Fatalf("without Links: %v, %v: want the direct provider address and add's own database and emulator", env, err)
 	}
 }
