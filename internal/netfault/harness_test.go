@@ -272,7 +272,7 @@ func nftTables(t *testing.T) string {
 func TestLoss_NFTablesDropsInItsOwnTableAndRemovesIt(t *testing.T) {
 	nftAvailable(t)
 	// A table of a harness process that is gone (pid beyond pid_max).
-	leftover := "lossless_netfault_99999999"
+	leftover := "netfault_99999999"
 	if out, err := exec.Command("nft", "add", "table", "inet", leftover).CombinedOutput(); err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
@@ -280,7 +280,7 @@ func TestLoss_NFTablesDropsInItsOwnTableAndRemovesIt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	own := "lossless_netfault_" + strconv.Itoa(os.Getpid())
+	own := "netfault_" + strconv.Itoa(os.Getpid())
 	if tables := nftTables(t); strings.Contains(tables, leftover) || !strings.Contains(tables, own) {
 		h.Close()
 		t.Fatalf("after New: tables\n%s\nwant the leftover removed and %s made", tables, own)
