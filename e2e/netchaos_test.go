@@ -198,6 +198,11 @@ func TestNetworkChaos_EachLinkCutOnItsOwn(t *testing.T) {
 		t.Fatalf("start stack: %v\n%s", err, tail(logw.String(), 20000))
 	}
 	t.Cleanup(func() {
+		// A test that failed mid-fault heals it first: the services then
+		// shut down as they would after any run.
+		if err := nf.HealAll(); err != nil {
+			t.Errorf("netfault: %v", err)
+		}
 		_ = stack.Stop(20 * time.Second)
 		if t.Failed() {
 			t.Logf("process logs (tail):\n%s", tail(logw.String(), 30000))
@@ -276,7 +281,7 @@ func TestNetworkChaos_EachLinkCutOnItsOwn(t *testing.T) {
 	leader := leadingReplica(ctx, stack, "workorder")
 	runFault(fmt.Sprintf("(1) %s cut off from PostgreSQL", leader), plan.cut, func() (string, bool) {
 		n := tryCount(ctx, wo, `SELECT count(*) FROM outbox WHERE lease_owner LIKE $1 AND lease_until > now()`, leader+"/%")
-		lead := scrapeSum(ctx, stack, leader, "lossless_pgleader_leading") == 1
+		lead := n > 0 && scrapeSum(ctx, stack, leader, "lossless_pgleader_leading") == 1
 		return fmt.Sprintf("%d outbox leases, singleton lock %v", n, lead), n > 0 && lead
 	}, func() (*netfault.Fault, error) {
 		return nf.Partition(leader+" cut off from PostgreSQL", nf.Get(leader+"->postgres"))

@@ -329,14 +329,10 @@ func (h *Harness) Timeline() []Record {
 	return out
 }
 
-// Close heals every fault, closes every link and its connections, and
-// removes the harness's nftables table. Safe to call twice.
-func (h *Harness) Close() error {
+// HealAll heals every fault in force, leaving the links up: before a failed
+// test stops the processes behind them, so they can shut down cleanly.
+func (h *Harness) HealAll() error {
 	h.mu.Lock()
-	if h.closed {
-		h.mu.Unlock()
-		return nil
-	}
 	var open []*Fault
 	for _, f := range h.timeline {
 		if f.Healed.IsZero() {
@@ -348,6 +344,19 @@ func (h *Harness) Close() error {
 	for _, f := range open {
 		errs = append(errs, f.Heal())
 	}
+	return errors.Join(errs...)
+}
+
+// Close heals every fault, closes every link and its connections, and
+// removes the harness's nftables table. Safe to call twice.
+func (h *Harness) Close() error {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return nil
+	}
+	h.mu.Unlock()
+	errs := []error{h.HealAll()}
 	h.mu.Lock()
 	h.closed = true
 	links := slices.Clone(h.links)

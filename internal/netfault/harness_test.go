@@ -226,6 +226,38 @@ func TestFault_HealsItselfAfterMaxFault(t *testing.T) {
 	}
 }
 
+func TestHealAll_HealsEveryFaultAndKeepsTheLinks(t *testing.T) {
+	h := newHarness(t, netfault.Config{})
+	up := echoServer(t)
+	a, err := h.Link("a->echo", up)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := h.Link("b->echo", up)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Partition("a cut", a); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Reset("b reset", b); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.HealAll(); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range []*netfault.Link{a, b} {
+		if got, err := dial(t, l.Addr()).roundTrip("y", 5*time.Second); err != nil || got != "y" {
+			t.Fatalf("%s after HealAll: %q, %v", l.Name(), got, err)
+		}
+	}
+	for _, r := range h.Timeline() {
+		if r.Healed.IsZero() || r.SelfHealed {
+			t.Fatalf("timeline %+v: want every fault healed by HealAll", r)
+		}
+	}
+}
+
 func TestLinks_BoundedInCount(t *testing.T) {
 	h := newHarness(t, netfault.Config{MaxLinks: 2})
 	up := echoServer(t)
