@@ -351,3 +351,38 @@ func TestLoss_NFTablesDropsInItsOwnTableAndRemovesIt(t *testing.T) {
 		t.Fatalf("table %s left after Close:\n%s", own, tables)
 	}
 }
+
+func TestDrop_PartitionsInTheKernelAndRetransmissionDeliversAfterHeal(t *testing.T) {
+	nftAvailable(t)
+	h := newHarness(t, netfault.Config{Loss: netfault.LossNFTables})
+	l, err := h.Link("a->echo", echoServer(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := dial(t, l.Addr())
+	if _, err := c.roundTrip("before", 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	f, err := h.Drop("dropped", l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := c.roundTrip("during", 500*time.Millisecond); !isTimeout(err) {
+		t.Fatalf("dropped link answered %q, %v; want a timeout", got, err)
+	}
+	if err := f.Heal(); err != nil {
+		t.Fatal(err)
+	}
+	// TCP retransmits the segment the rule dropped (backing off from 200 ms).
+	if got, err := c.read(15 * time.Second); err != nil || got != "during" {
+		t.Fatalf("after heal: %q, %v; want the retransmitted line", got, err)
+	}
+	hp := newHarness(t, netfault.Config{Loss: netfault.LossProxy})
+	lp, err := hp.Link("b->echo", echoServer(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := hp.Drop("no nftables", lp); err == nil {
+		t.Fatal("Drop without nftables accepted")
+	}
+}

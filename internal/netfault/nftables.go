@@ -98,6 +98,10 @@ func (n *nftables) apply() error {
 		}
 		set := portSet(r.ports)
 		for _, dir := range []string{"dport", "sport"} {
+			if r.permille >= 1000 {
+				rules = append(rules, fmt.Sprintf("    iifname \"lo\" tcp %s %s drop\n", dir, set))
+				continue
+			}
 			rules = append(rules, fmt.Sprintf("    iifname \"lo\" tcp %s %s numgen random mod 1000 < %d drop\n", dir, set, r.permille))
 		}
 	}
