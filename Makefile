@@ -107,6 +107,14 @@ trace: ## One order's spans across its linked traces, as a tree with durations, 
 token: ## Print an ID token of the demo client from the running `make run`'s local issuer, e.g. curl -H "authorization: Bearer $$(make -s token)"; AUDIENCE=billing for billing.
 	$(LOCALOPS) token '$(AUDIENCE)'
 
+# The network chaos run (e2e/netchaos_test.go, docs/failure-modes.md): two replicas of each service, every
+# replica's links through a proxy of internal/netfault, faults of 30 s and 60 s one link set at a time under
+# load. Real packet loss needs root and nft (Debian's nftables); without, the summary says "loss by proxy".
+# make test runs the short version (8 s and 15 s windows).
+.PHONY: chaos-net
+chaos-net: ## The network chaos run at full length: single links cut (half-open), delayed and lossy under load; prints invariants, heal→90 % recovery and fencing refusals.
+	LOSSLESS_NETCHAOS=full $(GO) test -count=1 -run '^TestNetworkChaos_' -v -timeout 40m ./e2e
+
 .PHONY: demo
 demo: ## Create orders against a running stack and print a summary, e.g. make demo ARGS="-n 200 -faults duplicate=0.2".
 	$(GO) run ./cmd/demo $(ARGS)

@@ -480,11 +480,11 @@ func countTopic(bad []badMessage, topic string) int {
 
 // tryCount runs a count, -1 when the database cannot answer (it is being
 // restarted).
-func tryCount(ctx context.Context, pool *pgxpool.Pool, q string) int {
+func tryCount(ctx context.Context, pool *pgxpool.Pool, q string, args ...any) int {
 	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	var n int
-	if err := pool.QueryRow(qctx, q).Scan(&n); err != nil {
+	if err := pool.QueryRow(qctx, q, args...).Scan(&n); err != nil {
 		return -1
 	}
 	return n

@@ -13,6 +13,10 @@
 //     held bytes flow on when it heals, as TCP's retransmissions deliver
 //     them. New connections are accepted and left unanswered.
 //   - Reset resets every connection (RST) and each new one.
+//   - Drop drops every packet of the link with nftables (root): a partition
+//     the kernels see, so TCP keepalive and TCP_USER_TIMEOUT fire, which
+//     they cannot behind Partition, whose proxy's kernel acknowledges the
+//     bytes it holds.
 //   - Degrade adds latency ± jitter per chunk (order kept) and packet loss:
 //     real loss with nftables (numgen random drop rules on the link's port,
 //     in a table of the harness's own) when the process is root and nft is

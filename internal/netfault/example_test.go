@@ -16,7 +16,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer h.Close()
+	defer func() { _ = h.Close() }()
 
 	// The service dials addr instead of the database's 127.0.0.1:5432.
 	addr, err := h.Route("billing-1", "postgres", "127.0.0.1:5432")

@@ -172,6 +172,12 @@ const (
 	KindReset Kind = "reset"
 	// KindDegrade adds latency, jitter and packet loss.
 	KindDegrade Kind = "degrade"
+	// KindDrop drops every packet to and from the link's port with
+	// nftables: a partition the kernels see (unacknowledged segments,
+	// unanswered keepalives), so TCP keepalive and TCP_USER_TIMEOUT fire,
+	// which they cannot behind KindPartition, whose proxy acknowledges
+	// what it holds. Needs nftables (root).
+	KindDrop Kind = "drop"
 )
 
 // Degradation of a link.
@@ -207,6 +213,14 @@ func (h *Harness) Reset(name string, links ...*Link) (*Fault, error) {
 	return h.inject(&Fault{Name: name, Kind: KindReset}, links)
 }
 
+// Drop partitions links in the kernel with nftables (KindDrop).
+func (h *Harness) Drop(name string, links ...*Link) (*Fault, error) {
+	if h.nft == nil {
+		return nil, errors.New("netfault: Drop needs nftables (root, nft on PATH, Loss not LossProxy)")
+	}
+	return h.inject(&Fault{Name: name, Kind: KindDrop}, links)
+}
+
 // Degrade puts latency, jitter and loss on links (KindDegrade).
 func (h *Harness) Degrade(name string, d Degradation, links ...*Link) (*Fault, error) {
 	if d.Latency < 0 || d.Jitter < 0 || d.Jitter > d.Latency || d.Loss < 0 || d.Loss > 0.5 {
@@ -233,12 +247,16 @@ func (h *Harness) inject(f *Fault, links []*Link) (*Fault, error) {
 	for _, l := range links {
 		f.Links = append(f.Links, l.name)
 	}
-	if f.Kind == KindDegrade && f.Degrade.Loss > 0 && h.nft != nil {
+	if (f.Kind == KindDegrade && f.Degrade.Loss > 0 || f.Kind == KindDrop) && h.nft != nil {
 		var ports []int
 		for _, l := range links {
 			ports = append(ports, l.Port())
 		}
-		if err := h.nft.setLoss(f, ports, f.Degrade.Loss); err != nil {
+		p := f.Degrade.Loss
+		if f.Kind == KindDrop {
+			p = 1
+		}
+		if err := h.nft.setLoss(f, ports, p); err != nil {
 			return nil, err
 		}
 	}
@@ -282,7 +300,7 @@ func (f *Fault) heal(self bool) error {
 	}
 	f.timer.Stop()
 	var err error
-	if f.Kind == KindDegrade && h.nft != nil {
+	if (f.Kind == KindDegrade || f.Kind == KindDrop) && h.nft != nil {
 		err = h.nft.clearLoss(f)
 	}
 	for _, l := range f.links {
@@ -329,14 +347,10 @@ func (h *Harness) Timeline() []Record {
 	return out
 }
 
-// Close heals every fault, closes every link and its connections, and
-// removes the harness's nftables table. Safe to call twice.
-func (h *Harness) Close() error {
+// HealAll heals every fault in force, leaving the links up: before a failed
+// test stops the processes behind them, so they can shut down cleanly.
+func (h *Harness) HealAll() error {
 	h.mu.Lock()
-	if h.closed {
-		h.mu.Unlock()
-		return nil
-	}
 	var open []*Fault
 	for _, f := range h.timeline {
 		if f.Healed.IsZero() {
@@ -348,6 +362,19 @@ func (h *Harness) Close() error {
 	for _, f := range open {
 		errs = append(errs, f.Heal())
 	}
+	return errors.Join(errs...)
+}
+
+// Close heals every fault, closes every link and its connections, and
+// removes the harness's nftables table. Safe to call twice.
+func (h *Harness) Close() error {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return nil
+	}
+	h.mu.Unlock()
+	errs := []error{h.HealAll()}
 	h.mu.Lock()
 	h.closed = true
 	links := slices.Clone(h.links)

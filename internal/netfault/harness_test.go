@@ -19,11 +19,11 @@ import (
 // echoServer answers every line with the same line, until the test ends.
 func echoServer(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { ln.Close() })
+	t.Cleanup(func() { _ = ln.Close() })
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -31,7 +31,7 @@ func echoServer(t *testing.T) string {
 				return
 			}
 			go func() {
-				defer c.Close()
+				defer func() { _ = c.Close() }()
 				_, _ = io.Copy(c, c)
 			}()
 		}
@@ -60,11 +60,12 @@ type client struct {
 
 func dial(t *testing.T, addr string) *client {
 	t.Helper()
-	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	d := net.Dialer{Timeout: 5 * time.Second}
+	c, err := d.DialContext(t.Context(), "tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { c.Close() })
+	t.Cleanup(func() { _ = c.Close() })
 	return &client{c: c, r: bufio.NewReader(c)}
 }
 
@@ -162,8 +163,9 @@ func TestReset_ResetsConnectionsUntilHealed(t *testing.T) {
 		t.Fatalf("on a reset link: %v, want a connection reset", err)
 	}
 	// A new connection is reset: at connect, or at its first exchange.
-	if nc, err := net.DialTimeout("tcp", l.Addr(), 5*time.Second); err == nil {
-		defer nc.Close()
+	d := net.Dialer{Timeout: 5 * time.Second}
+	if nc, err := d.DialContext(t.Context(), "tcp", l.Addr()); err == nil {
+		defer func() { _ = nc.Close() }()
 		c := &client{c: nc, r: bufio.NewReader(nc)}
 		if _, err := c.roundTrip("z", 5*time.Second); err == nil || isTimeout(err) {
 			t.Fatalf("new connection on a reset link: %v, want it reset", err)
@@ -224,6 +226,38 @@ func TestFault_HealsItselfAfterMaxFault(t *testing.T) {
 	}
 }
 
+func TestHealAll_HealsEveryFaultAndKeepsTheLinks(t *testing.T) {
+	h := newHarness(t, netfault.Config{})
+	up := echoServer(t)
+	a, err := h.Link("a->echo", up)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := h.Link("b->echo", up)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Partition("a cut", a); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Reset("b reset", b); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.HealAll(); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range []*netfault.Link{a, b} {
+		if got, err := dial(t, l.Addr()).roundTrip("y", 5*time.Second); err != nil || got != "y" {
+			t.Fatalf("%s after HealAll: %q, %v", l.Name(), got, err)
+		}
+	}
+	for _, r := range h.Timeline() {
+		if r.Healed.IsZero() || r.SelfHealed {
+			t.Fatalf("timeline %+v: want every fault healed by HealAll", r)
+		}
+	}
+}
+
 func TestLinks_BoundedInCount(t *testing.T) {
 	h := newHarness(t, netfault.Config{MaxLinks: 2})
 	up := echoServer(t)
@@ -262,7 +296,7 @@ func nftAvailable(t *testing.T) {
 
 func nftTables(t *testing.T) string {
 	t.Helper()
-	out, err := exec.Command("nft", "list", "tables").CombinedOutput()
+	out, err := exec.CommandContext(t.Context(), "nft", "list", "tables").CombinedOutput()
 	if err != nil {
 		t.Fatalf("nft list tables: %v: %s", err, out)
 	}
@@ -272,17 +306,17 @@ func nftTables(t *testing.T) string {
 func TestLoss_NFTablesDropsInItsOwnTableAndRemovesIt(t *testing.T) {
 	nftAvailable(t)
 	// A table of a harness process that is gone (pid beyond pid_max).
-	leftover := "lossless_netfault_99999999"
-	if out, err := exec.Command("nft", "add", "table", "inet", leftover).CombinedOutput(); err != nil {
+	leftover := "netfault_99999999"
+	if out, err := exec.CommandContext(t.Context(), "nft", "add", "table", "inet", leftover).CombinedOutput(); err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
 	h, err := netfault.New(netfault.Config{Loss: netfault.LossNFTables})
 	if err != nil {
 		t.Fatal(err)
 	}
-	own := "lossless_netfault_" + strconv.Itoa(os.Getpid())
+	own := "netfault_" + strconv.Itoa(os.Getpid())
 	if tables := nftTables(t); strings.Contains(tables, leftover) || !strings.Contains(tables, own) {
-		h.Close()
+		_ = h.Close()
 		t.Fatalf("after New: tables\n%s\nwant the leftover removed and %s made", tables, own)
 	}
 	l, err := h.Link("a->echo", echoServer(t))
@@ -293,7 +327,7 @@ func TestLoss_NFTablesDropsInItsOwnTableAndRemovesIt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rules, err := exec.Command("nft", "list", "table", "inet", own).CombinedOutput()
+	rules, err := exec.CommandContext(t.Context(), "nft", "list", "table", "inet", own).CombinedOutput()
 	if err != nil || !strings.Contains(string(rules), "dport "+strconv.Itoa(l.Port())) || !strings.Contains(string(rules), "numgen random mod 1000 < 200 drop") {
 		t.Fatalf("rules: %v\n%s", err, rules)
 	}
@@ -307,7 +341,7 @@ func TestLoss_NFTablesDropsInItsOwnTableAndRemovesIt(t *testing.T) {
 	if err := f.Heal(); err != nil {
 		t.Fatal(err)
 	}
-	if rules, _ := exec.Command("nft", "list", "table", "inet", own).CombinedOutput(); strings.Contains(string(rules), "numgen") {
+	if rules, _ := exec.CommandContext(t.Context(), "nft", "list", "table", "inet", own).CombinedOutput(); strings.Contains(string(rules), "numgen") {
 		t.Fatalf("loss rules left after heal:\n%s", rules)
 	}
 	if err := h.Close(); err != nil {
@@ -315,5 +349,40 @@ func TestLoss_NFTablesDropsInItsOwnTableAndRemovesIt(t *testing.T) {
 	}
 	if tables := nftTables(t); strings.Contains(tables, own) {
 		t.Fatalf("table %s left after Close:\n%s", own, tables)
+	}
+}
+
+func TestDrop_PartitionsInTheKernelAndRetransmissionDeliversAfterHeal(t *testing.T) {
+	nftAvailable(t)
+	h := newHarness(t, netfault.Config{Loss: netfault.LossNFTables})
+	l, err := h.Link("a->echo", echoServer(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := dial(t, l.Addr())
+	if _, err := c.roundTrip("before", 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	f, err := h.Drop("dropped", l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := c.roundTrip("during", 500*time.Millisecond); !isTimeout(err) {
+		t.Fatalf("dropped link answered %q, %v; want a timeout", got, err)
+	}
+	if err := f.Heal(); err != nil {
+		t.Fatal(err)
+	}
+	// TCP retransmits the segment the rule dropped (backing off from 200 ms).
+	if got, err := c.read(15 * time.Second); err != nil || got != "during" {
+		t.Fatalf("after heal: %q, %v; want the retransmitted line", got, err)
+	}
+	hp := newHarness(t, netfault.Config{Loss: netfault.LossProxy})
+	lp, err := hp.Link("b->echo", echoServer(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := hp.Drop("no nftables", lp); err == nil {
+		t.Fatal("Drop without nftables accepted")
 	}
 }

@@ -1,6 +1,7 @@
 package netfault
 
 import (
+	"context"
 	"errors"
 	"io"
 	"math/rand/v2"
@@ -37,7 +38,7 @@ type Link struct {
 type pair struct{ client, upstream net.Conn }
 
 func newLink(h *Harness, name, upstream string) (*Link, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
@@ -81,7 +82,7 @@ func (l *Link) serve(client net.Conn) {
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
-		client.Close()
+		_ = client.Close()
 		return
 	}
 	l.conns[p] = struct{}{}
@@ -90,7 +91,8 @@ func (l *Link) serve(client net.Conn) {
 	if !l.pass(client) {
 		return
 	}
-	up, err := net.DialTimeout("tcp", l.upstream, 10*time.Second)
+	d := net.Dialer{Timeout: 10 * time.Second}
+	up, err := d.DialContext(context.Background(), "tcp", l.upstream)
 	if err != nil {
 		return
 	}
@@ -114,9 +116,9 @@ func (l *Link) drop(p *pair) {
 	delete(l.conns, p)
 	up := p.upstream
 	l.mu.Unlock()
-	p.client.Close()
+	_ = p.client.Close()
 	if up != nil {
-		up.Close()
+		_ = up.Close()
 	}
 }
 
@@ -130,7 +132,7 @@ func (l *Link) pump(dst, src net.Conn) {
 		if tc, ok := dst.(*net.TCPConn); ok {
 			_ = tc.CloseWrite()
 		} else {
-			dst.Close()
+			_ = dst.Close()
 		}
 	}()
 	buf := make([]byte, chunk)
@@ -159,7 +161,7 @@ func (l *Link) pump(dst, src net.Conn) {
 		}
 		if err != nil {
 			if !errors.Is(err, io.EOF) {
-				dst.Close()
+				_ = dst.Close()
 			}
 			return
 		}
@@ -273,7 +275,7 @@ func (l *Link) close() {
 	l.mu.Unlock()
 	l.ln.Close()
 	for _, c := range conns {
-		c.Close()
+		_ = c.Close()
 	}
 	l.wg.Wait()
 }
@@ -283,5 +285,5 @@ func resetConn(c net.Conn) {
 	if tc, ok := c.(*net.TCPConn); ok {
 		_ = tc.SetLinger(0)
 	}
-	c.Close()
+	_ = c.Close()
 }

@@ -14,7 +14,7 @@ import (
 )
 
 // nftables makes packet loss on loopback with rules in a table of this
-// process's own, "inet lossless_netfault_<pid>": one input-hook chain whose
+// process's own, "inet netfault_<pid>": one input-hook chain whose
 // rules drop, with nftables' numgen random, a share of the packets to and
 // from a link's port (both directions of the client's side of the link).
 // Nothing outside that table is touched.
@@ -30,7 +30,7 @@ type lossRule struct {
 }
 
 // tablePrefix names every harness's table; the suffix is its process id.
-const tablePrefix = "lossless_netfault_"
+const tablePrefix = "netfault_"
 
 var tableRE = regexp.MustCompile(`table inet ` + tablePrefix + `(\d+)`)
 
@@ -98,6 +98,10 @@ func (n *nftables) apply() error {
 		}
 		set := portSet(r.ports)
 		for _, dir := range []string{"dport", "sport"} {
+			if r.permille >= 1000 {
+				rules = append(rules, fmt.Sprintf("    iifname \"lo\" tcp %s %s drop\n", dir, set))
+				continue
+			}
 			rules = append(rules, fmt.Sprintf("    iifname \"lo\" tcp %s %s numgen random mod 1000 < %d drop\n", dir, set, r.permille))
 		}
 	}
