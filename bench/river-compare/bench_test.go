@@ -713,8 +713,7 @@ func BenchmarkB3_LeaseQueueVsRiver(b *testing.B) {
 	if rate < contChunk {
 		b.Fatalf("LOSSLESS_B3_RATE=%d: want at least %d jobs/s (one statement of %d jobs a second)", rate, contChunk, contChunk)
 	}
-	admin := benchPool(b, pgtest.ServerDSN(b))
-	b.Log("B3 " + benchkit.PinServer(b, admin))
+	b.Log("B3 " + benchkit.PinServer(b))
 	for b.Loop() {
 		var rivers, ours []*setting
 		var rates, perRound [][]string

@@ -44,13 +44,18 @@ var printedSettings = []string{
 }
 
 // PinServer sets PinnedSettings on the benchmark's server (ALTER SYSTEM and a
-// reload: they need no restart) and returns them as PostgreSQL reports them,
-// name=value, for the benchmark's log. On a server of the caller's
-// (EnvDatabaseURL) it changes nothing and only reports: ALTER SYSTEM would
-// outlive the benchmark.
-func PinServer(tb testing.TB, pool *pgxpool.Pool) string {
+// reload, as its superuser: they need no restart) and returns them as
+// PostgreSQL reports them, name=value, for the benchmark's log. On a server
+// of the caller's (EnvDatabaseURL) it changes nothing and only reports:
+// ALTER SYSTEM would outlive the benchmark.
+func PinServer(tb testing.TB) string {
 	tb.Helper()
 	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, pgtest.ServerDSN(tb))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer pool.Close()
 	pinned := os.Getenv(EnvDatabaseURL) == ""
 	if pinned {
 		for _, s := range PinnedSettings {
