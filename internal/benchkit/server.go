@@ -28,7 +28,7 @@ type Setting struct{ Name, Value string }
 // every table every naptime (its thresholds are printed with them).
 var PinnedSettings = []Setting{
 	{"checkpoint_timeout", "30min"},
-	{"max_wal_size", "16GB"},
+	{"max_wal_size", "32GB"},
 	{"min_wal_size", "1GB"},
 	{"checkpoint_completion_target", "0.9"},
 	{"autovacuum", "on"},
@@ -133,4 +133,51 @@ func WaitCount(tb testing.TB, pool *pgxpool.Pool, q string, n int, poll, timeout
 		}
 		<-tick.C
 	}
+}
+
+// Activity is what the server did that a timed window runs into:
+// checkpoints (by timeout and requested, max_wal_size's included), WAL
+// written, and a table's vacuums and analyzes. Take one before and one after
+// the window; Since says what happened in between.
+type Activity struct {
+	checkpointsTimed, checkpointsReq int64
+	walLSN                           string
+	vacuums, autovacuums             int64
+	autoanalyzes                     int64
+	table                            string
+	pool                             *pgxpool.Pool
+}
+
+// qActivity reads pg_stat_bgwriter (PostgreSQL 15 keeps the checkpoint
+// counts there) and the table's row of pg_stat_user_tables, which the
+// statistics collector updates within its own delay: a vacuum that ended in
+// the last moment may not show yet.
+const qActivity = `
+SELECT b.checkpoints_timed, b.checkpoints_req, pg_current_wal_lsn()::text,
+       coalesce(t.vacuum_count, 0), coalesce(t.autovacuum_count, 0), coalesce(t.autoanalyze_count, 0)
+FROM pg_stat_bgwriter b LEFT JOIN pg_stat_user_tables t ON t.relname = $1`
+
+// TakeActivity reads the server's activity counters and table's.
+func TakeActivity(tb testing.TB, pool *pgxpool.Pool, table string) Activity {
+	tb.Helper()
+	a := Activity{table: table, pool: pool}
+	if err := pool.QueryRow(context.Background(), qActivity, table).Scan(
+		&a.checkpointsTimed, &a.checkpointsReq, &a.walLSN, &a.vacuums, &a.autovacuums, &a.autoanalyzes); err != nil {
+		tb.Fatal(err)
+	}
+	return a
+}
+
+// Since renders what happened between a and now: "checkpoints=1 (0 timed, 1
+// requested) wal=812MB outbox: autovacuums=2 autoanalyzes=1".
+func (a Activity) Since(tb testing.TB) string {
+	tb.Helper()
+	now := TakeActivity(tb, a.pool, a.table)
+	var walBytes int64
+	if err := a.pool.QueryRow(context.Background(), `SELECT pg_wal_lsn_diff($1::pg_lsn, $2::pg_lsn)::bigint`, now.walLSN, a.walLSN).Scan(&walBytes); err != nil {
+		tb.Fatal(err)
+	}
+	timed, req := now.checkpointsTimed-a.checkpointsTimed, now.checkpointsReq-a.checkpointsReq
+	return fmt.Sprintf("checkpoints=%d (%d timed, %d requested) wal=%dMB %s: vacuums=%d autovacuums=%d autoanalyzes=%d",
+		timed+req, timed, req, walBytes>>20, a.table, now.vacuums-a.vacuums, now.autovacuums-a.autovacuums, now.autoanalyzes-a.autoanalyzes)
 }
