@@ -132,18 +132,18 @@ BENCH_DATA ?= bench/data
 .PHONY: bench
 bench: ## Run every benchmark of docs/performance.md once, fsync on; writes bench/report.md (targets, figures, plots).
 	@mkdir -p bench $(BENCH_DATA) && rm -f $(BENCH_DATA)/*.csv bench/raw.json bench/raw-watermill.json bench/raw-river.json
-	@echo "benchmarks running (up to 90 min); progress: tail -f bench/raw.json"
+	@echo "benchmarks running (up to 5 h with the peer sweeps); progress: tail -f bench/raw*.json"
 	@status=0; \
 	LOSSLESS_PG_FSYNC=on LOSSLESS_PG_STAT_STATEMENTS=on LOSSLESS_B6_ORDERS=10000 \
 		OUTBOX_B2_SUSTAIN=5m OUTBOX_B2_HOLD=60s OUTBOX_B2_AFTER=60s OUTBOX_B2_BACKLOG=10000000 LOSSLESS_BENCH_DATA='$(abspath $(BENCH_DATA))' \
 		$(GO) test -json -run '^$$' -bench . -benchtime 1x -timeout 90m ./... > bench/raw.json || status=1; \
 	if [ -d bench/watermill-compare ]; then \
 		(cd bench/watermill-compare && LOSSLESS_PG_FSYNC=on LOSSLESS_BENCH_DATA='$(abspath $(BENCH_DATA))' \
-			$(GO) test -json -run '^$$' -bench . -benchtime 1x -timeout 60m .) > bench/raw-watermill.json || status=1; \
+			$(GO) test -json -run '^$$' -bench . -benchtime 1x -timeout 180m .) > bench/raw-watermill.json || status=1; \
 	fi; \
 	if [ -d bench/river-compare ]; then \
 		(cd bench/river-compare && LOSSLESS_PG_FSYNC=on LOSSLESS_BENCH_DATA='$(abspath $(BENCH_DATA))' \
-			$(GO) test -json -run '^$$' -bench . -benchtime 1x -timeout 60m .) > bench/raw-river.json || status=1; \
+			$(GO) test -json -run '^$$' -bench . -benchtime 1x -timeout 180m .) > bench/raw-river.json || status=1; \
 	fi; \
 	(cd bench/report && $(GO) run . -raw '$(abspath bench/raw.json)' -raw '$(abspath bench/raw-watermill.json)' \
 		-raw '$(abspath bench/raw-river.json)' \
@@ -158,10 +158,12 @@ bench-distance: ## B7: capacity, p50 create→invoiced and statements per order 
 		$(GO) test -run '^$$' -bench '^BenchmarkB7_Distance$$' -benchtime 1x -timeout 30m ./e2e
 
 # A module of its own, so that watermill stays out of the main go.mod; `go test ./...` does not reach it.
-# A relative LOSSLESS_BENCH_DATA is made absolute: the test runs in the module's directory.
+# The sweep (LOSSLESS_B1W_EVENTS / _ADAPTERS / _ROUNDS, bench/watermill-compare/bench_test.go) takes about
+# an hour, most of it watermill's default adapter on the 500k backlog. A relative LOSSLESS_BENCH_DATA is
+# made absolute: the test runs in the module's directory.
 .PHONY: bench-watermill
-bench-watermill: ## B1w: our outbox relay vs watermill-sql's forwarder draining the same backlog on one server, fsync on.
-	cd bench/watermill-compare && $(if $(LOSSLESS_BENCH_DATA),LOSSLESS_BENCH_DATA='$(abspath $(LOSSLESS_BENCH_DATA))') LOSSLESS_PG_FSYNC=on $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m .
+bench-watermill: ## B1w: our outbox relay vs watermill-sql's forwarder at its best adapter per backlog size, one server, fsync on.
+	cd bench/watermill-compare && $(if $(LOSSLESS_BENCH_DATA),LOSSLESS_BENCH_DATA='$(abspath $(LOSSLESS_BENCH_DATA))') LOSSLESS_PG_FSYNC=on $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 180m .
 
 # A duration (30s) or a count of executions (100000x). With a duration, Go 1.26's fuzz coordinator can report
 # "context deadline exceeded" as a failure, with no failing input written, when the time runs out while a worker
@@ -248,12 +250,12 @@ rename: ## Give a fork its module path everywhere (imports, go.mod files, protos
 	$(GO) run ./cmd/rename -module '$(MODULE)'
 
 # A module of its own, so that River stays out of the main go.mod; `go test ./...` does not reach it. Sizes
-# come from LOSSLESS_B3_JOBS / _WORKERS / _ROUNDS / _CONTINUOUS (bench/river-compare/bench_test.go), e.g.
-# make bench-river LOSSLESS_B3_JOBS=200000. A relative LOSSLESS_BENCH_DATA is made absolute: the test runs
-# in the module's directory.
+# come from LOSSLESS_B3_JOBS / _WORKERS / _ROUNDS / _CONTINUOUS / _RATE (bench/river-compare/bench_test.go),
+# e.g. make bench-river LOSSLESS_B3_WORKERS=1000,2000. A relative LOSSLESS_BENCH_DATA is made absolute: the
+# test runs in the module's directory.
 .PHONY: bench-river
-bench-river: ## B3: pkg/leasequeue vs River v0.51.2 burning down the same jobs with the same workers on one server, fsync on.
-	cd bench/river-compare && $(if $(LOSSLESS_BENCH_DATA),LOSSLESS_BENCH_DATA='$(abspath $(LOSSLESS_BENCH_DATA))') LOSSLESS_PG_FSYNC=on $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m .
+bench-river: ## B3: pkg/leasequeue vs River v0.51.2, each at its best worker count (100, 1000, 2000), one server, fsync on.
+	cd bench/river-compare && $(if $(LOSSLESS_BENCH_DATA),LOSSLESS_BENCH_DATA='$(abspath $(LOSSLESS_BENCH_DATA))') LOSSLESS_PG_FSYNC=on $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 180m .
 
 # GKE, from a finished `terraform apply` of deploy/terraform/gcp (docs/deploy-gcp.md). Every value comes from
 # `terraform output -json`; the rendered overlay, the manifests and the outputs land in GCP_BUILD, the

@@ -142,8 +142,15 @@ func BenchmarkB2_SustainedDrain(b *testing.B) {
 	window := min(30*time.Second, sustain/2)
 	dsn := pgtest.NewDatabase(b, outbox.Migrations(""))
 	pool := benchPool(b, dsn)
+	// The drain swung from run to run with the server's defaults: the
+	// backlog's fill and the drain write WAL past max_wal_size (1GB) within
+	// seconds, so checkpoints were requested at times that differed from run
+	// to run, each followed by a burst of full-page images, and autovacuum
+	// came at its own minute. The settings are pinned and printed, and each
+	// phase's checkpoints, WAL and vacuums are logged with its rate.
+	b.Log("B2 " + benchkit.PinServer(b))
 	for b.Loop() {
-		fillOutbox(b, pool, backlog)
+		fillOutbox(b, pool, backlog) // VACUUM ANALYZE and CHECKPOINT: the window starts settled
 		d := &counting{}
 		ctx, cancel := context.WithCancel(context.Background())
 		var wg sync.WaitGroup
@@ -205,7 +212,10 @@ func BenchmarkB2_SustainedDrain(b *testing.B) {
 			}
 		}
 		samples = append(samples, sample{t0, d.n.Load(), produced.Load()})
+		activity := benchkit.TakeActivity(b, pool, "outbox")
 		sampleUntil(t0.Add(sustain))
+		b.Logf("B2 sustained phase: %s", activity.Since(b))
+		activity = benchkit.TakeActivity(b, pool, "outbox")
 		tHold := time.Now()
 		holder, err := pool.Begin(context.Background())
 		if err != nil {
@@ -222,8 +232,11 @@ func BenchmarkB2_SustainedDrain(b *testing.B) {
 		if err := holder.Commit(context.Background()); err != nil {
 			b.Fatal(err)
 		}
+		b.Logf("B2 held phase: %s", activity.Since(b))
+		activity = benchkit.TakeActivity(b, pool, "outbox")
 		tAfter := time.Now()
 		sampleUntil(tAfter.Add(after))
+		b.Logf("B2 after the release: %s", activity.Since(b))
 		tick.Stop()
 		cancel()
 		wg.Wait()

@@ -300,3 +300,32 @@ func TestPlot_SeriesAgainstAddedRTTDrawsRTTOnTheXAxis(t *testing.T) {
 		t.Errorf("%s: not a PNG", png)
 	}
 }
+
+func TestTables_SweepFilesAreTablesNamingTheWinner(t *testing.T) {
+	dir := t.TempDir()
+	sweep := "side,workers,burn_down_jobs_per_s,burn_down_range,continuous_p50_ms,p50_range,continuous_p99_ms,won\n" +
+		"river,100,5494,5400–5600,25.8,25.0–26.0,103.2,\n" +
+		"river,2000,7100,7000–7200,24.1,23.0–25.0,99.0,\"best burn-down, best latency\"\n"
+	if err := os.WriteFile(filepath.Join(dir, "b3_sweep.csv"), []byte(sweep), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tables := readTables(dir)
+	if len(tables) != 1 || !strings.HasPrefix(tables[0].Title, "B3 sweep") {
+		t.Fatalf("readTables = %+v, want the B3 sweep table", tables)
+	}
+	for _, want := range []string{
+		"| side | workers | burn_down_jobs_per_s |",
+		"| river | 2000 | 7100 | 7000–7200 | 24.1 | 23.0–25.0 | 99.0 | best burn-down, best latency |",
+	} {
+		if !strings.Contains(tables[0].Markdown, want) {
+			t.Errorf("table\n%s\nlacks %q", tables[0].Markdown, want)
+		}
+	}
+	plots, err := makePlots(dir, filepath.Join(dir, "plots"), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plots) != 0 {
+		t.Errorf("makePlots drew %+v from a table file", plots)
+	}
+}

@@ -24,6 +24,10 @@ type tableFile struct {
 // tableFiles by file name.
 var tableFiles = map[string]tableFile{
 	"b5_statements.csv": {"PostgreSQL statements during B5's 50 % phase", statementsTable},
+	"b1w_sweep.csv":     {"B1w sweep: each side's rows/s per backlog size and watermill adapter, over the rounds (which adapter won)", csvTable},
+	"b1w_rounds.csv":    {"B1w rounds: relay and watermill rows/s per size, adapter and round (which side ran first)", csvTable},
+	"b3_sweep.csv":      {"B3 sweep: each side's burn-down jobs/s and continuous completion latency per worker count, over the rounds (which setting won)", csvTable},
+	"b3_rounds.csv":     {"B3 rounds: both sides per worker count and round (which side ran first)", csvTable},
 }
 
 // Table is one table file of the run, rendered (or why it was not).
@@ -141,6 +145,28 @@ func statementsTable(recs [][]string) (string, error) {
 		}
 		fmt.Fprintf(&sb, "| %s | %d | %d | %s | %s | %s | %s |\n",
 			escape(st.db), st.calls, st.rows, formatValue(st.totalMs), mean, share, codeSpan(escape(shorten(st.query, statementWidth))))
+	}
+	return strings.TrimRight(sb.String(), "\n"), nil
+}
+
+// csvTable renders a table file as it is: its header, then one row per
+// record, every cell escaped.
+func csvTable(recs [][]string) (string, error) {
+	var sb strings.Builder
+	row := func(cells []string) {
+		sb.WriteString("|")
+		for _, c := range cells {
+			sb.WriteString(" " + escape(c) + " |")
+		}
+		sb.WriteString("\n")
+	}
+	row(recs[0])
+	row(slices.Repeat([]string{"---"}, len(recs[0])))
+	for n, r := range recs[1:] {
+		if len(r) != len(recs[0]) {
+			return "", fmt.Errorf("row %d: %d cells, header has %d", n+2, len(r), len(recs[0]))
+		}
+		row(r)
 	}
 	return strings.TrimRight(sb.String(), "\n"), nil
 }

@@ -1,16 +1,23 @@
 package rivercompare_test
 
 // Benchmark B3 of docs/performance.md: our lease queue against River v0.51.2,
-// each burning down the same number of no-op jobs with the same number of
-// workers on the same PostgreSQL server, in turn (River, ours, River, ours),
-// reported as the median of the per-round ratios, as B1w is. Run with `make
-// bench-river` (fsync on).
+// each at its best. For every worker count of the sweep (River's own
+// benchmark runs 2000, its docs quote 1000), each side burns down the same
+// number of no-op jobs on the same PostgreSQL server, alternating which side
+// runs first, for at least three rounds; each side's best setting (highest
+// median) is compared with the other's. Then each side runs continuously
+// while one producer inserts at a fixed rate both sides sustain, and the
+// completion latency at that rate is compared, again best against best.
+// Every clock stops when the last completion is committed (rows counted in
+// the database). Run with `make bench-river` (fsync on).
 //
-//	LOSSLESS_B3_JOBS     jobs inserted, then burned down, per side and round (default 100000)
-//	LOSSLESS_B3_WORKERS  handlers running at once: River's MaxWorkers, our WorkerConfig.Workers (default 100)
-//	LOSSLESS_B3_ROUNDS   A/B rounds (default 2)
-//	LOSSLESS_B3_CONTINUOUS  length of each side's continuous run per round (default 30s)
-//	LOSSLESS_BENCH_DATA  when set, a directory for b3_rate.csv and b3_rounds.csv
+//	LOSSLESS_B3_JOBS        jobs inserted, then burned down, per side, setting and round (default 100000)
+//	LOSSLESS_B3_WORKERS     the sweep: handlers running at once, River's MaxWorkers and our
+//	                        WorkerConfig.Workers, comma-separated (default 100,1000,2000)
+//	LOSSLESS_B3_ROUNDS      rounds per setting (default 3)
+//	LOSSLESS_B3_CONTINUOUS  length of each continuous run (default 30s)
+//	LOSSLESS_B3_RATE        the continuous run's producer, jobs/s (default 2000)
+//	LOSSLESS_BENCH_DATA     when set, a directory for b3_rate.csv, b3_rounds.csv and b3_sweep.csv
 
 import (
 	"context"
@@ -62,6 +69,13 @@ const (
 	// per 100 ms; 2 ms lets it refill its workers as fast as they free up,
 	// as our worker claims whenever handlers are free.
 	riverFetchCooldown = 2 * time.Millisecond
+	// donePoll is how often a burn-down counts committed completions once
+	// its handlers have all run: the resolution of its clock's stop.
+	donePoll = 5 * time.Millisecond
+	// flowPoll is how often the continuous run counts committed completions
+	// (on a connection of its own, the same for both sides): the resolution
+	// of its latencies, which interpolate between two counts.
+	flowPoll = 50 * time.Millisecond
 	// stall bounds one side's burn-down: past it the benchmark fails.
 	stall = 15 * time.Minute
 	// leaseQueueName is our queue's name (leasequeue_jobs.queue).
@@ -77,10 +91,11 @@ const (
 	qCreateDatabase = `CREATE DATABASE %s`
 	// FORCE: a client that failed to close must not leave the database behind.
 	qDropDatabase = `DROP DATABASE IF EXISTS %s WITH (FORCE)`
-	qRiverVacuum  = `VACUUM ANALYZE river_job`
 	qRiverStates  = `SELECT count(*) FILTER (WHERE state = 'completed'), count(*) FROM river_job`
-	qLeaseVacuum  = `VACUUM ANALYZE leasequeue_jobs`
 	qLeaseStates  = `SELECT count(*) FILTER (WHERE state = 'done'), count(*) FROM leasequeue_jobs`
+	// The clocks stop on these: completions committed, not handlers returned.
+	qRiverCompleted = `SELECT count(*) FROM river_job WHERE state = 'completed'`
+	qLeaseDone      = `SELECT count(*) FROM leasequeue_jobs WHERE state = 'done'`
 )
 
 // tally records the id of every job a handler ran. The timed path only
@@ -207,13 +222,6 @@ func benchPool(tb testing.TB, dsn string) *pgxpool.Pool {
 	return pool
 }
 
-func exec(tb testing.TB, pool *pgxpool.Pool, q string) {
-	tb.Helper()
-	if _, err := pool.Exec(context.Background(), q); err != nil {
-		tb.Fatalf("%s: %v", q, err)
-	}
-}
-
 // riverDatabase creates an empty database on the test server, migrates
 // River's schema into it with rivermigrate and returns its connection
 // string; it is dropped when the benchmark ends. (pgtest.NewDatabase applies
@@ -281,8 +289,8 @@ func (w *noopWorker) Work(_ context.Context, job *river.Job[noopArgs]) error {
 
 // burnDownRiver inserts n no-op jobs into a fresh River database with an
 // insert-only client, vacuums and checkpoints, then times a client with
-// `workers` workers on the default queue from its start until every job's
-// handler ran. It returns jobs per second.
+// `workers` workers on the default queue from its start until every job is
+// completed, committed. It returns jobs per second.
 func burnDownRiver(b *testing.B, n, workers int) (float64, []ratePoint) {
 	b.Helper()
 	ctx := context.Background()
@@ -302,8 +310,7 @@ func burnDownRiver(b *testing.B, n, workers int) (float64, []ratePoint) {
 			b.Fatal(err)
 		}
 	}
-	exec(b, pool, qRiverVacuum)
-	pgtest.Checkpoint(b)
+	benchkit.Settle(b, pool, "river_job")
 
 	t := newTally(n)
 	client := riverWorkers(b, pool, t, workers)
@@ -313,10 +320,10 @@ func burnDownRiver(b *testing.B, n, workers int) (float64, []ratePoint) {
 		b.Fatal(err)
 	}
 	t.wait(b, riverSide)
-	elapsed := time.Since(start)
+	end := benchkit.WaitCount(b, pool, qRiverCompleted, n, donePoll, time.Minute)
 	points := stop()
 	finishRiver(b, pool, client, t, n)
-	return float64(n) / elapsed.Seconds(), points
+	return float64(n) / end.Sub(start).Seconds(), points
 }
 
 // riverWorkers is a River client running `workers` no-op handlers on the
@@ -341,7 +348,6 @@ func riverWorkers(b *testing.B, pool *pgxpool.Pool, t *tally, workers int) *rive
 // n jobs ran once and is completed, and vacuums.
 func finishRiver(b *testing.B, pool *pgxpool.Pool, client *river.Client[pgx.Tx], t *tally, n int) {
 	b.Helper()
-	// Stop waits for River's completer to commit the last completions.
 	stopCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := client.Stop(stopCtx); err != nil {
@@ -351,16 +357,18 @@ func finishRiver(b *testing.B, pool *pgxpool.Pool, client *river.Client[pgx.Tx],
 	checkStates(b, pool, riverSide, qRiverStates, n)
 	// Leaves autovacuum nothing to do on this run's dead rows during the next
 	// measurement, the other side's.
-	exec(b, pool, qRiverVacuum)
+	benchkit.Settle(b, pool, "river_job")
 }
 
-// continuousRiver runs River's workers on a fresh database while one
-// producer inserts jobs back to back for d; see produce.
-func continuousRiver(b *testing.B, d time.Duration, workers int) contRates {
+// continuousRiver runs River's workers on a fresh database while the
+// producer inserts at a fixed rate for d; see produce.
+func continuousRiver(b *testing.B, d time.Duration, rate, workers int) contResult {
 	b.Helper()
 	ctx := context.Background()
-	pool := benchPool(b, riverDatabase(b))
+	dsn := riverDatabase(b)
+	pool := benchPool(b, dsn)
 	defer pool.Close()
+	benchkit.Settle(b, pool, "river_job")
 	t := newTally(0)
 	client := riverWorkers(b, pool, t, workers)
 	if err := client.Start(ctx); err != nil {
@@ -370,39 +378,191 @@ func continuousRiver(b *testing.B, d time.Duration, workers int) contRates {
 	for i := range params {
 		params[i] = river.InsertManyParams{Args: noopArgs{}}
 	}
-	inserted, rate := produce(b, d, t, func() error {
+	res := produce(b, dsn, qRiverCompleted, d, rate, t, func() error {
 		_, err := client.InsertManyFast(ctx, params)
 		return err
 	})
-	t.setWant(inserted)
-	t.wait(b, riverSide)
-	finishRiver(b, pool, client, t, inserted)
-	return rate
+	finishRiver(b, pool, client, t, res.inserted)
+	return res
 }
 
-// produce calls insert (contChunk jobs a call) back to back for d while the
-// workers run, and returns the jobs inserted and the jobs per second the
-// handlers ran during d. The caller then waits for the rest to drain.
-func produce(b *testing.B, d time.Duration, t *tally, insert func() error) (inserted int, c contRates) {
+// produce inserts contChunk jobs (one statement, through insert) every
+// contChunk/rate seconds for d while the workers run: a fixed arrival rate,
+// so that both sides are measured under the same load rather than each
+// under the queue depth its own speed let an unthrottled producer build. A
+// chunk that falls behind its schedule is inserted at once. It then waits
+// until every job is completed, committed, and returns the rates and the
+// completion latencies: how long after its insert committed each job's
+// completion was committed (latencies).
+func produce(b *testing.B, dsn, qDone string, d time.Duration, rate int, t *tally, insert func() error) contResult {
 	b.Helper()
+	every := time.Duration(float64(time.Second) * contChunk / float64(rate))
+	flow := startFlow(b, dsn, qDone)
+	var inserted []time.Time // the commit time of each chunk
 	start := time.Now()
-	for time.Since(start) < d {
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for k := 0; ; k++ {
+		due := start.Add(time.Duration(k) * every)
+		if due.Sub(start) >= d {
+			break
+		}
+		timer.Reset(time.Until(due))
+		<-timer.C
 		if err := insert(); err != nil {
 			b.Fatal(err)
 		}
-		inserted += contChunk
+		inserted = append(inserted, time.Now())
 	}
-	ran, secs := t.n.Load(), time.Since(start).Seconds()
-	return inserted, contRates{ran: float64(ran) / secs, inserted: float64(inserted) / secs}
+	secs := time.Since(start).Seconds()
+	ran := t.n.Load()
+	n := len(inserted) * contChunk
+	t.setWant(n)
+	t.wait(b, "continuous")
+	done := flow.until(b, n)
+	return contResult{
+		inserted:   n,
+		insertRate: float64(n) / secs,
+		ran:        float64(ran) / secs,
+		latencies:  latencies(inserted, done),
+	}
 }
 
-// contRates are a continuous run's jobs per second: run by the handlers,
-// and inserted by the producer (ran below inserted: a backlog built up).
-type contRates struct{ ran, inserted float64 }
+// contResult is a continuous run: jobs inserted, the producer's achieved
+// rate and the handlers' rate during it (jobs/s), and each job's completion
+// latency.
+type contResult struct {
+	inserted          int
+	insertRate, ran   float64
+	latencies         []time.Duration
+	p50, p99, meanLat time.Duration
+}
+
+// donePoint is the number of completions committed, read at t.
+type donePoint struct {
+	t    time.Time
+	done int
+}
+
+// flow samples a count of committed completions every flowPoll on a
+// connection of its own.
+type flow struct {
+	stop   chan struct{}
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	points []donePoint
+	err    error
+}
+
+func startFlow(b *testing.B, dsn, q string) *flow {
+	b.Helper()
+	conn, err := pgx.Connect(context.Background(), dsn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	f := &flow{stop: make(chan struct{})}
+	f.wg.Go(func() {
+		defer func() { _ = conn.Close(context.Background()) }()
+		tick := time.NewTicker(flowPoll)
+		defer tick.Stop()
+		for {
+			var n int
+			if err := conn.QueryRow(context.Background(), q).Scan(&n); err != nil {
+				f.mu.Lock()
+				f.err = err
+				f.mu.Unlock()
+				return
+			}
+			f.mu.Lock()
+			f.points = append(f.points, donePoint{time.Now(), n})
+			f.mu.Unlock()
+			select {
+			case <-f.stop:
+				return
+			case <-tick.C:
+			}
+		}
+	})
+	return f
+}
+
+// until waits until n completions are committed, stops sampling and
+// returns the samples.
+func (f *flow) until(b *testing.B, n int) []donePoint {
+	b.Helper()
+	deadline := time.Now().Add(stall)
+	tick := time.NewTicker(flowPoll)
+	defer tick.Stop()
+	for {
+		f.mu.Lock()
+		last, err := donePoint{}, f.err
+		if len(f.points) > 0 {
+			last = f.points[len(f.points)-1]
+		}
+		f.mu.Unlock()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if last.done >= n {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("continuous: %d of %d completions committed after %v", last.done, n, stall)
+		}
+		<-tick.C
+	}
+	close(f.stop)
+	f.wg.Wait()
+	return f.points
+}
+
+// latencies pairs the k-th job inserted with the k-th completion committed
+// (the cumulative-flow curves; the time the done count crossed k is
+// interpolated between two samples): each job's latency for a first-in
+// first-out queue, which both are up to their fetch batches, and whatever
+// the order, the mean is exact (the area between the two curves over the
+// jobs).
+func latencies(inserted []time.Time, done []donePoint) []time.Duration {
+	out := make([]time.Duration, 0, len(inserted)*contChunk)
+	i := 0
+	for c, at := range inserted {
+		for j := range contChunk {
+			k := c*contChunk + j + 1
+			for i < len(done) && done[i].done < k {
+				i++
+			}
+			if i == len(done) {
+				return out
+			}
+			crossed := done[i].t
+			if i > 0 && done[i].done > done[i-1].done {
+				frac := float64(k-done[i-1].done) / float64(done[i].done-done[i-1].done)
+				crossed = done[i-1].t.Add(time.Duration(frac * float64(done[i].t.Sub(done[i-1].t))))
+			}
+			out = append(out, max(crossed.Sub(at), 0))
+		}
+	}
+	return out
+}
+
+// summarizeLatency sets p50, p99 and the mean of r.latencies.
+func (r *contResult) summarizeLatency() {
+	if len(r.latencies) == 0 {
+		return
+	}
+	s := slices.Clone(r.latencies)
+	slices.Sort(s)
+	var sum time.Duration
+	for _, l := range s {
+		sum += l
+	}
+	r.p50, r.p99, r.meanLat = s[len(s)/2], s[min(len(s)-1, len(s)*99/100)], sum/time.Duration(len(s))
+	r.latencies = nil
+}
 
 // burnDownLeaseQueue inserts n no-op jobs into a fresh database migrated with
 // leasequeue.Migrations, vacuums and checkpoints, then times a Worker with
-// `workers` handlers from its start until every job's handler ran. It
+// `workers` handlers from its start until every job is done, committed. It
 // returns jobs per second.
 func burnDownLeaseQueue(b *testing.B, n, workers int) (float64, []ratePoint) {
 	b.Helper()
@@ -420,19 +580,18 @@ func burnDownLeaseQueue(b *testing.B, n, workers int) (float64, []ratePoint) {
 			b.Fatal(err)
 		}
 	}
-	exec(b, pool, qLeaseVacuum)
-	pgtest.Checkpoint(b)
+	benchkit.Settle(b, pool, "leasequeue_jobs")
 
 	t := newTally(n)
 	stop := sampleRate(t.n.Load)
 	start := time.Now()
 	halt := runLeaseWorkers(b, q, t, workers)
 	t.wait(b, leasequeueSide)
-	elapsed := time.Since(start)
+	end := benchkit.WaitCount(b, pool, qLeaseDone, n, donePoll, time.Minute)
 	points := stop()
 	halt()
 	finishLeaseQueue(b, pool, t, n)
-	return float64(n) / elapsed.Seconds(), points
+	return float64(n) / end.Sub(start).Seconds(), points
 }
 
 // runLeaseWorkers starts a Worker running `workers` no-op handlers, each
@@ -464,28 +623,28 @@ func finishLeaseQueue(b *testing.B, pool *pgxpool.Pool, t *tally, n int) {
 	b.Helper()
 	t.check(b, leasequeueSide)
 	checkStates(b, pool, leasequeueSide, qLeaseStates, n)
-	exec(b, pool, qLeaseVacuum)
+	benchkit.Settle(b, pool, "leasequeue_jobs")
 }
 
 // continuousLeaseQueue is continuousRiver for our lease queue.
-func continuousLeaseQueue(b *testing.B, d time.Duration, workers int) contRates {
+func continuousLeaseQueue(b *testing.B, d time.Duration, rate, workers int) contResult {
 	b.Helper()
 	ctx := context.Background()
-	pool := benchPool(b, pgtest.NewDatabase(b, leasequeue.Migrations("")))
+	dsn := pgtest.NewDatabase(b, leasequeue.Migrations(""))
+	pool := benchPool(b, dsn)
 	defer pool.Close()
+	benchkit.Settle(b, pool, "leasequeue_jobs")
 	q := newLeaseQueue(b, pool)
 	t := newTally(0)
 	halt := runLeaseWorkers(b, q, t, workers)
 	batch := make([]leasequeue.NewJob, contChunk)
-	inserted, rate := produce(b, d, t, func() error {
+	res := produce(b, dsn, qLeaseDone, d, rate, t, func() error {
 		_, err := q.Enqueue(ctx, pool, batch...)
 		return err
 	})
-	t.setWant(inserted)
-	t.wait(b, leasequeueSide)
 	halt()
-	finishLeaseQueue(b, pool, t, inserted)
-	return rate
+	finishLeaseQueue(b, pool, t, res.inserted)
+	return res
 }
 
 func newLeaseQueue(b *testing.B, pool *pgxpool.Pool) *leasequeue.Queue {
@@ -497,65 +656,178 @@ func newLeaseQueue(b *testing.B, pool *pgxpool.Pool) *leasequeue.Queue {
 	return q
 }
 
-// BenchmarkB3_LeaseQueueVsRiver: River and our lease queue each burn down the
-// same number of no-op jobs, inserted first into a fresh database of the
-// same server and followed by VACUUM ANALYZE and CHECKPOINT, with the same
-// number of workers and each with pgxpool's default pool, timed from the
-// workers' start until every handler ran; rounds alternate River, ours.
-// Each round then runs both sides continuously: workers started on an empty
-// fresh database while one producer inserts contChunk jobs a statement, back
-// to back, for LOSSLESS_B3_CONTINUOUS; the rate is the jobs run during that
-// time, after which the rest drains. Targets: ours >= 1.0 x River in both,
-// the median of the per-round ratios. Either side running a job twice, or
-// leaving one not completed, fails the benchmark.
+// setting is one side's figures at one worker count over the rounds.
+type setting struct {
+	workers int
+	burn    []float64 // jobs/s per round
+	p50     []float64 // continuous run's median completion latency per round, ms
+	p99     []float64
+	ran     []float64 // continuous run's jobs/s per round
+}
+
+// best returns the setting with the highest median burn-down rate and the
+// one with the lowest median continuous p50 latency.
+func best(ss []*setting) (burn, cont *setting) {
+	burn, cont = ss[0], ss[0]
+	for _, s := range ss[1:] {
+		if benchkit.Median(s.burn) > benchkit.Median(burn.burn) {
+			burn = s
+		}
+		if benchkit.Median(s.p50) < benchkit.Median(cont.p50) {
+			cont = s
+		}
+	}
+	return burn, cont
+}
+
+// pairRatios divides a by b round by round (the rounds of the two settings
+// ran at about the same time, so the machine's drift cancels).
+func pairRatios(a, b []float64) []float64 {
+	out := make([]float64, min(len(a), len(b)))
+	for i := range out {
+		out[i] = a[i] / b[i]
+	}
+	return out
+}
+
+// BenchmarkB3_LeaseQueueVsRiver: for every worker count of the sweep and
+// every round, River and our lease queue each burn down the same number of
+// no-op jobs, inserted first into a fresh database of the same server and
+// followed by VACUUM ANALYZE and CHECKPOINT, each with pgxpool's default
+// pool, timed from the workers' start until every job's completion is
+// committed; the side that runs first alternates from round to round. Then
+// each side runs continuously on a fresh database while one producer
+// inserts contChunk jobs a statement at LOSSLESS_B3_RATE for
+// LOSSLESS_B3_CONTINUOUS; its figure is the completion latency at that
+// rate. Each side's best setting is compared with the other's best: the
+// burn-down as ours ÷ River (target >= 1.0), the continuous run as River's
+// p50 latency ÷ ours (target >= 1.0: ours completes at least as soon), each
+// the median of the per-round ratios, with its range. Either side running a
+// job twice, or leaving one not completed, fails the benchmark.
 func BenchmarkB3_LeaseQueueVsRiver(b *testing.B) {
 	n := benchkit.EnvInt(b, "LOSSLESS_B3_JOBS", 100_000)
-	workers := benchkit.EnvInt(b, "LOSSLESS_B3_WORKERS", 100)
-	rounds := benchkit.EnvInt(b, "LOSSLESS_B3_ROUNDS", 2)
+	sweep := benchkit.EnvInts(b, "LOSSLESS_B3_WORKERS", []int{100, 1000, 2000})
+	rounds := benchkit.EnvInt(b, "LOSSLESS_B3_ROUNDS", 3)
 	cont := benchkit.EnvDuration(b, "LOSSLESS_B3_CONTINUOUS", 30*time.Second)
+	rate := benchkit.EnvInt(b, "LOSSLESS_B3_RATE", 2000)
+	if rate < contChunk {
+		b.Fatalf("LOSSLESS_B3_RATE=%d: want at least %d jobs/s (one statement of %d jobs a second)", rate, contChunk, contChunk)
+	}
+	b.Log("B3 " + benchkit.PinServer(b))
 	for b.Loop() {
-		var ours, theirs, ratios []float64
-		var contOurs, contTheirs, contRatios []float64
-		var rates [][]string
-		for round := range rounds {
-			r, rp := burnDownRiver(b, n, workers)
-			l, lp := burnDownLeaseQueue(b, n, workers)
-			ours, theirs, ratios = append(ours, l), append(theirs, r), append(ratios, l/r)
-			b.Logf("B3 round %d: jobs=%d workers=%d river=%.0f leasequeue=%.0f jobs/s; leasequeue/river=%.2f", round, n, workers, r, l, l/r)
-			cr := continuousRiver(b, cont, workers)
-			cl := continuousLeaseQueue(b, cont, workers)
-			contOurs, contTheirs, contRatios = append(contOurs, cl.ran), append(contTheirs, cr.ran), append(contRatios, cl.ran/cr.ran)
-			b.Logf("B3 round %d continuous %v (%d jobs a statement, inserted while working): river ran %.0f of %.0f inserted, leasequeue ran %.0f of %.0f inserted jobs/s; leasequeue/river=%.2f",
-				round, cont, contChunk, cr.ran, cr.inserted, cl.ran, cl.inserted, cl.ran/cr.ran)
-			for _, p := range rp {
-				rates = append(rates, []string{strconv.Itoa(round), riverSide, fmt.Sprintf("%.0f", p.t.Seconds()), fmt.Sprintf("%.0f", p.rate)})
-			}
-			for _, p := range lp {
-				rates = append(rates, []string{strconv.Itoa(round), leasequeueSide, fmt.Sprintf("%.0f", p.t.Seconds()), fmt.Sprintf("%.0f", p.rate)})
+		var rivers, ours []*setting
+		var rates, perRound [][]string
+		for _, w := range sweep {
+			rs, ls := &setting{workers: w}, &setting{workers: w}
+			rivers, ours = append(rivers, rs), append(ours, ls)
+			for round := range rounds {
+				riverFirst := round%2 == 0
+				var r, l float64
+				var rp, lp []ratePoint
+				var cr, cl contResult
+				runRiver := func() {
+					r, rp = burnDownRiver(b, n, w)
+					cr = continuousRiver(b, cont, rate, w)
+				}
+				runOurs := func() {
+					l, lp = burnDownLeaseQueue(b, n, w)
+					cl = continuousLeaseQueue(b, cont, rate, w)
+				}
+				first := riverSide
+				if riverFirst {
+					runRiver()
+					runOurs()
+				} else {
+					first = leasequeueSide
+					runOurs()
+					runRiver()
+				}
+				cr.summarizeLatency()
+				cl.summarizeLatency()
+				for _, c := range []struct {
+					side string
+					res  contResult
+				}{{riverSide, cr}, {leasequeueSide, cl}} {
+					if c.res.insertRate < 0.95*float64(rate) {
+						b.Errorf("B3 workers=%d round %d: the producer inserted %.0f jobs/s into %s, under LOSSLESS_B3_RATE=%d: lower it", w, round, c.res.insertRate, c.side, rate)
+					}
+					// A side that falls behind builds a backlog: its latency is then the
+					// backlog's age, not the rate's, and the comparison is void.
+					if c.res.ran < 0.9*c.res.insertRate {
+						b.Errorf("B3 workers=%d round %d: %s ran %.0f of %.0f jobs/s inserted: it does not sustain LOSSLESS_B3_RATE=%d, lower it", w, round, c.side, c.res.ran, c.res.insertRate, rate)
+					}
+				}
+				rs.burn, ls.burn = append(rs.burn, r), append(ls.burn, l)
+				rs.p50, ls.p50 = append(rs.p50, ms(cr.p50)), append(ls.p50, ms(cl.p50))
+				rs.p99, ls.p99 = append(rs.p99, ms(cr.p99)), append(ls.p99, ms(cl.p99))
+				rs.ran, ls.ran = append(rs.ran, cr.ran), append(ls.ran, cl.ran)
+				b.Logf("B3 workers=%d round %d (%s first): burn-down jobs=%d river=%.0f leasequeue=%.0f jobs/s (leasequeue/river=%.2f); continuous %v at %d jobs/s: river p50=%.1f p99=%.1f mean=%.1f ms (ran %.0f jobs/s), leasequeue p50=%.1f p99=%.1f mean=%.1f ms (ran %.0f jobs/s)",
+					w, round, first, n, r, l, l/r, cont, rate,
+					ms(cr.p50), ms(cr.p99), ms(cr.meanLat), cr.ran, ms(cl.p50), ms(cl.p99), ms(cl.meanLat), cl.ran)
+				label := func(side string) string { return fmt.Sprintf("%s w%d", side, w) }
+				for _, p := range rp {
+					rates = append(rates, []string{strconv.Itoa(round), label(riverSide), fmt.Sprintf("%.0f", p.t.Seconds()), fmt.Sprintf("%.0f", p.rate)})
+				}
+				for _, p := range lp {
+					rates = append(rates, []string{strconv.Itoa(round), label(leasequeueSide), fmt.Sprintf("%.0f", p.t.Seconds()), fmt.Sprintf("%.0f", p.rate)})
+				}
+				perRound = append(perRound, []string{fmt.Sprintf("w%d", w), strconv.Itoa(round), first,
+					fmt.Sprintf("%.0f", l), fmt.Sprintf("%.0f", r), fmt.Sprintf("%.3f", l/r),
+					fmt.Sprintf("%.1f", ms(cl.p50)), fmt.Sprintf("%.1f", ms(cr.p50))})
 			}
 		}
-		ratio := benchkit.Median(ratios)
-		b.ReportMetric(benchkit.Median(ours), "leasequeue_jobs/s")
-		b.ReportMetric(benchkit.Median(theirs), "river_jobs/s")
-		b.ReportMetric(ratio, "ratio_vs_river")
-		b.ReportMetric(benchkit.Median(contOurs), "continuous_leasequeue_jobs/s")
-		b.ReportMetric(benchkit.Median(contTheirs), "continuous_river_jobs/s")
-		b.ReportMetric(benchkit.Median(contRatios), "continuous_ratio_vs_river")
-		met := "met"
-		if ratio < target {
-			met = "NOT met"
+		riverBurn, riverCont := best(rivers)
+		oursBurn, oursCont := best(ours)
+		burnRatio := benchkit.Summarize(pairRatios(oursBurn.burn, riverBurn.burn))
+		contRatio := benchkit.Summarize(pairRatios(riverCont.p50, oursCont.p50))
+		b.ReportMetric(benchkit.Median(oursBurn.burn), "leasequeue_jobs/s")
+		b.ReportMetric(benchkit.Median(riverBurn.burn), "river_jobs/s")
+		b.ReportMetric(burnRatio.Median, "ratio_vs_river")
+		b.ReportMetric(burnRatio.Spread(), "ratio_spread")
+		b.ReportMetric(float64(oursBurn.workers), "leasequeue_best_workers")
+		b.ReportMetric(float64(riverBurn.workers), "river_best_workers")
+		b.ReportMetric(benchkit.Median(oursCont.p50), "continuous_leasequeue_p50_ms")
+		b.ReportMetric(benchkit.Median(riverCont.p50), "continuous_river_p50_ms")
+		b.ReportMetric(benchkit.Median(oursCont.p99), "continuous_leasequeue_p99_ms")
+		b.ReportMetric(benchkit.Median(riverCont.p99), "continuous_river_p99_ms")
+		b.ReportMetric(contRatio.Median, "continuous_ratio_vs_river")
+		met := func(v float64) string {
+			if v < target {
+				return "NOT met"
+			}
+			return "met"
 		}
-		b.Logf("B3 go=%s GOMAXPROCS=%d fsync=%s jobs=%d workers=%d rounds=%d: leasequeue %.0f jobs/s, River v0.51.2 %.0f jobs/s (medians); leasequeue/river median %.2f, target >= %.1f: %s",
-			runtime.Version(), runtime.GOMAXPROCS(0), os.Getenv(benchkit.EnvFsync), n, workers, rounds,
-			benchkit.Median(ours), benchkit.Median(theirs), ratio, target, met)
-		var perRound [][]string
-		for i := range ratios {
-			perRound = append(perRound, []string{strconv.Itoa(i), fmt.Sprintf("%.0f", ours[i]), fmt.Sprintf("%.0f", theirs[i]), fmt.Sprintf("%.3f", ratios[i])})
+		b.Logf("B3 go=%s GOMAXPROCS=%d fsync=%s jobs=%d workers=%v rounds=%d continuous=%v rate=%d", runtime.Version(), runtime.GOMAXPROCS(0), os.Getenv(benchkit.EnvFsync), n, sweep, rounds, cont, rate)
+		b.Logf("B3 burn-down, best against best: leasequeue at %d workers %.0f jobs/s, River v0.51.2 at %d workers %.0f jobs/s (medians); leasequeue/river per round %s, target >= %.1f: %s",
+			oursBurn.workers, benchkit.Median(oursBurn.burn), riverBurn.workers, benchkit.Median(riverBurn.burn), burnRatio, target, met(burnRatio.Median))
+		b.Logf("B3 continuous at %d jobs/s, best against best: leasequeue at %d workers p50 %.1f ms p99 %.1f ms, River v0.51.2 at %d workers p50 %.1f ms p99 %.1f ms (medians); river p50/leasequeue p50 per round %s, target >= %.1f: %s",
+			rate, oursCont.workers, benchkit.Median(oursCont.p50), benchkit.Median(oursCont.p99), riverCont.workers, benchkit.Median(riverCont.p50), benchkit.Median(riverCont.p99), contRatio, target, met(contRatio.Median))
+		var sweepRows [][]string
+		for i, side := range [][]*setting{rivers, ours} {
+			name := []string{riverSide, leasequeueSide}[i]
+			bb, bc := best(side)
+			for _, s := range side {
+				burn, p50 := benchkit.Summarize(s.burn), benchkit.Summarize(s.p50)
+				won := ""
+				if s == bb {
+					won = "best burn-down"
+				}
+				if s == bc {
+					won = strings.TrimPrefix(won+", best latency", ", ")
+				}
+				sweepRows = append(sweepRows, []string{name, strconv.Itoa(s.workers),
+					fmt.Sprintf("%.0f", burn.Median), fmt.Sprintf("%.0f–%.0f", burn.Min, burn.Max),
+					fmt.Sprintf("%.1f", p50.Median), fmt.Sprintf("%.1f–%.1f", p50.Min, p50.Max),
+					fmt.Sprintf("%.1f", benchkit.Median(s.p99)), won})
+			}
 		}
 		writeCSV(b, "b3_rate.csv", []string{"round", "side", "t_s", "jobs_per_s"}, rates)
-		writeCSV(b, "b3_rounds.csv", []string{"round", "leasequeue_jobs_per_s", "river_jobs_per_s", "leasequeue_over_river"}, perRound)
+		writeCSV(b, "b3_rounds.csv", []string{"workers", "round", "first", "leasequeue_jobs_per_s", "river_jobs_per_s", "leasequeue_over_river", "leasequeue_p50_ms", "river_p50_ms"}, perRound)
+		writeCSV(b, "b3_sweep.csv", []string{"side", "workers", "burn_down_jobs_per_s", "burn_down_range", "continuous_p50_ms", "p50_range", "continuous_p99_ms", "won"}, sweepRows)
 	}
 }
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // writeCSV writes a series into LOSSLESS_BENCH_DATA, when it is set.
 func writeCSV(tb testing.TB, name string, header []string, rows [][]string) {

@@ -12,9 +12,11 @@ package benchkit
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -165,6 +167,70 @@ func Median(xs []float64) float64 {
 		return s[len(s)/2]
 	}
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// Summary is a figure over a benchmark's rounds: the median quoted, and the
+// range that says how far to trust it.
+type Summary struct{ Median, Min, Max float64 }
+
+// Summarize returns the median and range of xs.
+func Summarize(xs []float64) Summary {
+	if len(xs) == 0 {
+		return Summary{}
+	}
+	return Summary{Median(xs), slices.Min(xs), slices.Max(xs)}
+}
+
+// Spread is the range relative to the median (0.1: the rounds lie within 10 %
+// of the median's size of each other).
+func (s Summary) Spread() float64 {
+	if s.Median == 0 {
+		return 0
+	}
+	return (s.Max - s.Min) / s.Median
+}
+
+// String renders "median (min–max, spread %)".
+func (s Summary) String() string {
+	return fmt.Sprintf("%.2f (%.2f–%.2f, spread %.0f %%)", s.Median, s.Min, s.Max, 100*s.Spread())
+}
+
+// EnvInts reads a comma-separated list of positive integers, a sweep's
+// settings (def when unset), as EnvInt reads one.
+func EnvInts(tb testing.TB, name string, def []int) []int {
+	tb.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	var out []int
+	for f := range strings.SplitSeq(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			tb.Fatalf("%s=%q: want positive integers separated by commas", name, v)
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+// EnvWords reads a comma-separated list of words, each one of allowed (def
+// when unset).
+func EnvWords(tb testing.TB, name string, def, allowed []string) []string {
+	tb.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	var out []string
+	for f := range strings.SplitSeq(v, ",") {
+		w := strings.TrimSpace(f)
+		if !slices.Contains(allowed, w) {
+			tb.Fatalf("%s=%q: %q is not one of %s", name, v, w, strings.Join(allowed, ", "))
+		}
+		out = append(out, w)
+	}
+	return out
 }
 
 // EnvInt and EnvDuration read a benchmark knob from the environment: def
