@@ -195,31 +195,7 @@ func TestChaos_TwoReplicasKillsBadMessagesAndAPostgresRestart(t *testing.T) {
 	// Every accepted order INVOICED, once, for positions × unit price, with
 	// the invoice the work-order service recorded; retried creates made no
 	// second order and malformed messages no invoice.
-	notInvoiced := 0
-	for _, id := range accepted {
-		var status, woInvoice, currency string
-		var positions, unit int64
-		if err := wo.QueryRow(ctx, `SELECT status, coalesce(invoice_id::text, ''), positions, unit_price_minor, currency_code
-			FROM work_orders WHERE id = $1`, id).Scan(&status, &woInvoice, &positions, &unit, &currency); err != nil {
-			t.Fatalf("order %s: %v", id, err)
-		}
-		var billed, billedCurrency string
-		var total int64
-		err := billing.QueryRow(ctx, `SELECT id::text, total_minor, currency_code FROM invoices WHERE work_order_id = $1`, id).Scan(&billed, &total, &billedCurrency)
-		if status != "INVOICED" || err != nil {
-			notInvoiced++
-			explain(t, id, wo, billing, provider)
-			t.Errorf("order %s: status %s, invoice in billing: %v", id, status, err)
-			continue
-		}
-		if woInvoice != billed || total != positions*unit || billedCurrency != currency {
-			t.Errorf("order %s: recorded invoice %q, billing issued %s for %d %s, want %d %s",
-				id, woInvoice, billed, total, billedCurrency, positions*unit, currency)
-		}
-	}
-	if notInvoiced > 0 {
-		t.Fatalf("%d of %d accepted orders not invoiced", notInvoiced, len(accepted))
-	}
+	checkInvoicedOnce(ctx, t, accepted, wo, billing, provider)
 	if n := count(t, wo, "SELECT count(*) FROM work_orders"); n != len(accepted) {
 		t.Errorf("work orders = %d, want the %d accepted (a retried create made a second order)", n, len(accepted))
 	}

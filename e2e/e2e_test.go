@@ -257,6 +257,41 @@ func duplicatesAbsorbed(t *testing.T, base string) float64 {
 	return sum
 }
 
+// checkInvoicedOnce asserts that every accepted order is INVOICED with the
+// invoice billing issued for it, for positions × unit price in the order's
+// currency, explaining each order that is not; it fails the test at once if
+// any is not invoiced and returns how many carry a wrong invoice.
+func checkInvoicedOnce(ctx context.Context, t *testing.T, accepted []string, wo, billing, provider *pgxpool.Pool) (wrong int) {
+	t.Helper()
+	notInvoiced := 0
+	for _, id := range accepted {
+		var status, woInvoice, currency string
+		var positions, unit int64
+		if err := wo.QueryRow(ctx, `SELECT status, coalesce(invoice_id::text, ''), positions, unit_price_minor, currency_code
+			FROM work_orders WHERE id = $1`, id).Scan(&status, &woInvoice, &positions, &unit, &currency); err != nil {
+			t.Fatalf("order %s: %v", id, err)
+		}
+		var billed, billedCurrency string
+		var total int64
+		err := billing.QueryRow(ctx, `SELECT id::text, total_minor, currency_code FROM invoices WHERE work_order_id = $1`, id).Scan(&billed, &total, &billedCurrency)
+		if status != "INVOICED" || err != nil {
+			notInvoiced++
+			explain(t, id, wo, billing, provider)
+			t.Errorf("order %s: status %s, invoice in billing: %v", id, status, err)
+			continue
+		}
+		if woInvoice != billed || total != positions*unit || billedCurrency != currency {
+			wrong++
+			t.Errorf("order %s: recorded invoice %q, billing issued %s for %d %s, want %d %s",
+				id, woInvoice, billed, total, billedCurrency, positions*unit, currency)
+		}
+	}
+	if notInvoiced > 0 {
+		t.Fatalf("%d of %d accepted orders not invoiced", notInvoiced, len(accepted))
+	}
+	return wrong
+}
+
 // explain logs everything the three databases know about one order, so a
 // stuck order can be diagnosed from the test output alone.
 func explain(t *testing.T, id string, wo, billing, provider *pgxpool.Pool) {
