@@ -97,11 +97,7 @@ func BenchmarkB6_SlowProvider(b *testing.B) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	binDir := b.TempDir()
-	_, thisFile, _, _ := runtime.Caller(0)
-	if err := localstack.Build(ctx, filepath.Dir(filepath.Dir(thisFile)), binDir); err != nil {
-		b.Fatal(err)
-	}
+	binDir := buildServices(ctx, b)
 	b.ResetTimer()
 	for range b.N {
 		b6Run(ctx, b, binDir, b6Params{n: n, p50: p50, p99: p99, timeout: timeout, woEnv: woEnv,

@@ -2,8 +2,6 @@ package e2e
 
 import (
 	"context"
-	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -36,11 +34,7 @@ func startBenchStack(b *testing.B, prefix string, pprof bool) (*localstack.Stack
 func startBenchStackLinked(b *testing.B, prefix string, pprof bool, links func(instance, target, addr string) (string, error)) (*localstack.Stack, string) {
 	b.Helper()
 	ctx := context.Background()
-	binDir := b.TempDir()
-	_, thisFile, _, _ := runtime.Caller(0)
-	if err := localstack.Build(ctx, filepath.Dir(filepath.Dir(thisFile)), binDir); err != nil {
-		b.Fatal(err)
-	}
+	binDir := buildServices(ctx, b)
 	ports, err := localstack.FreePorts()
 	if err != nil {
 		b.Fatal(err)

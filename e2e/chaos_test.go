@@ -5,8 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -58,11 +56,7 @@ func TestChaos_TwoReplicasKillsBadMessagesAndAPostgresRestart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 
-	binDir := t.TempDir()
-	_, thisFile, _, _ := runtime.Caller(0)
-	if err := localstack.Build(ctx, filepath.Dir(filepath.Dir(thisFile)), binDir); err != nil {
-		t.Fatal(err)
-	}
+	binDir := buildServices(ctx, t)
 	const replicas = 2
 	ports, err := localstack.FreePortsFor(replicas)
 	if err != nil {

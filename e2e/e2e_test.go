@@ -41,11 +41,7 @@ func TestEndToEnd_EveryValidOrderInvoicedExactlyOnceUnderFaultsAndACrash(t *test
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 
-	binDir := t.TempDir()
-	_, thisFile, _, _ := runtime.Caller(0)
-	if err := localstack.Build(ctx, filepath.Dir(filepath.Dir(thisFile)), binDir); err != nil {
-		t.Fatal(err)
-	}
+	binDir := buildServices(ctx, t)
 	ports, err := localstack.FreePorts()
 	if err != nil {
 		t.Fatal(err)
@@ -255,6 +251,18 @@ func duplicatesAbsorbed(t *testing.T, base string) float64 {
 		}
 	}
 	return sum
+}
+
+// buildServices builds every service and command the stack runs into a
+// temporary folder of tb's, from this checkout, and returns the folder.
+func buildServices(ctx context.Context, tb testing.TB) string {
+	tb.Helper()
+	binDir := tb.TempDir()
+	_, thisFile, _, _ := runtime.Caller(0)
+	if err := localstack.Build(ctx, filepath.Dir(filepath.Dir(thisFile)), binDir); err != nil {
+		tb.Fatal(err)
+	}
+	return binDir
 }
 
 // checkInvoicedOnce asserts that every accepted order is INVOICED with the

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -135,11 +133,7 @@ func TestNetworkChaos_EachLinkCutOnItsOwn(t *testing.T) {
 		}
 	})
 
-	binDir := t.TempDir()
-	_, thisFile, _, _ := runtime.Caller(0)
-	if err := localstack.Build(ctx, filepath.Dir(filepath.Dir(thisFile)), binDir); err != nil {
-		t.Fatal(err)
-	}
+	binDir := buildServices(ctx, t)
 	const replicas = 2
 	ports, err := localstack.FreePortsFor(replicas)
 	if err != nil {

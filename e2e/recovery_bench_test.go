@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"sort"
 	"strconv"
@@ -88,11 +87,7 @@ func BenchmarkR1_Recovery(b *testing.B) {
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
 
-	binDir := b.TempDir()
-	_, thisFile, _, _ := runtime.Caller(0)
-	if err := localstack.Build(ctx, filepath.Dir(filepath.Dir(thisFile)), binDir); err != nil {
-		b.Fatal(err)
-	}
+	binDir := buildServices(ctx, b)
 	// Without provider faults the throughput is steady enough for the
 	// recovery criterion to measure the injected fault; with publishThenCrash
 	// the provider also restarts on its own every second or two, which the

@@ -5,8 +5,6 @@ import (
 	"context"
 	"io"
 	"net/http"
-	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -37,11 +35,7 @@ func TestEndToEnd_TLSBetweenEveryProcess(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 
-	binDir := t.TempDir()
-	_, thisFile, _, _ := runtime.Caller(0)
-	if err := localstack.Build(ctx, filepath.Dir(filepath.Dir(thisFile)), binDir); err != nil {
-		t.Fatal(err)
-	}
+	binDir := buildServices(ctx, t)
 	ports, err := localstack.FreePorts()
 	if err != nil {
 		t.Fatal(err)
