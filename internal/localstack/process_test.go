@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/lossless-dev/lossless/pkg/waitfor"
 )
 
 func TestProcess_PidNamesTheRunningChildAndIsZeroOnceItExited(t *testing.T) {
@@ -21,11 +23,18 @@ func TestProcess_PidNamesTheRunningChildAndIsZeroOnceItExited(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = p.Stop(5 * time.Second) })
 	pid := p.Pid()
-	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	if err != nil {
-		t.Fatalf("Pid %d has no /proc entry: %v", pid, err)
-	}
-	if args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00"); len(args) != 2 || args[0] != "/bin/sleep" || args[1] != "60" {
+	// Start returns once the child's execve has passed the point of no
+	// return, a moment before the kernel has set up the new arguments: an
+	// empty cmdline is read until then, so wait for it (bounded).
+	var args []string
+	if !waitfor.Until(5*time.Second, func() bool {
+		cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err != nil {
+			t.Fatalf("Pid %d has no /proc entry: %v", pid, err)
+		}
+		args = strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
+		return len(args) == 2 && args[0] == "/bin/sleep" && args[1] == "60"
+	}) {
 		t.Fatalf("process %d runs %q, want /bin/sleep 60", pid, args)
 	}
 	if err := p.Kill(); err != nil {
