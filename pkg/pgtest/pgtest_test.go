@@ -11,6 +11,7 @@ import (
 	"testing"
 	"testing/fstest"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/lossless-dev/lossless/pkg/pgmigrate"
@@ -100,4 +101,39 @@ func ExampleExampleDatabase() {
 	}
 	fmt.Println("rows:", n)
 	// Output: rows: 0
+}
+
+// A transaction of two statements is four round trips (BEGIN, two
+// statements, COMMIT); a batch of three statements is one.
+func TestCountingPool_CountsStatementsAndBatchesAsRoundTrips(t *testing.T) {
+	ctx := context.Background()
+	pool, rt := pgtest.NewCountingPool(t, testSet)
+	warm := func() {
+		if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `SELECT 1`); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, `SELECT 2`)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	warm() // statements prepared and cached
+	rt.Reset()
+	warm()
+	if got := rt.Load(); got != 4 {
+		t.Errorf("transaction of two statements: %d round trips, want 4", got)
+	}
+	rt.Reset()
+	b := &pgx.Batch{}
+	b.Queue(`SELECT 1`)
+	b.Queue(`SELECT 2`)
+	b.Queue(`SELECT 3`)
+	if err := pool.SendBatch(ctx, b).Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := rt.Load(); got != 1 {
+		t.Errorf("batch of three statements: %d round trips, want 1", got)
+	}
 }
