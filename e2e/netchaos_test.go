@@ -46,8 +46,12 @@ type netChaosPlan struct {
 }
 
 var netChaosPlans = map[string]netChaosPlan{
-	"short": {name: "short", cut: 8 * time.Second, degrade: 15 * time.Second, rate: 2, window: 6 * time.Second,
-		recoverWithin: 90 * time.Second, inboxMaxAge: "60s", deadline: 12 * time.Minute},
+	// short: 4 s windows (about 20 invoices at the run's rate, enough for a
+	// 90 % baseline) and an inbox MaxAge of 45 s, still above the longest
+	// hand-off delay of its 8 s cuts (a 10 s hand-off deadline, then 1 s
+	// backoffs), which bounds the final wait for unknown orders to park.
+	"short": {name: "short", cut: 8 * time.Second, degrade: 15 * time.Second, rate: 2, window: 4 * time.Second,
+		recoverWithin: 90 * time.Second, inboxMaxAge: "45s", deadline: 12 * time.Minute},
 	"full": {name: "full", cut: 30 * time.Second, degrade: 60 * time.Second, rate: 3, window: 10 * time.Second,
 		recoverWithin: 2 * time.Minute, inboxMaxAge: "180s", deadline: 25 * time.Minute},
 }

@@ -27,6 +27,7 @@ type StallProxy struct {
 	stalled bool
 	healed  chan struct{} // closed on Heal; replaced on Stall
 	conns   map[net.Conn]struct{}
+	frozen  map[net.Conn]bool // connections StallOpen froze for good
 	closed  bool
 	wg      sync.WaitGroup
 	accepts int
@@ -40,7 +41,8 @@ func NewStallProxy(t testing.TB, target string) *StallProxy {
 	if err != nil {
 		t.Fatalf("pgtest: stall proxy: %v", err)
 	}
-	p := &StallProxy{lis: lis, target: target, healed: make(chan struct{}), conns: map[net.Conn]struct{}{}}
+	p := &StallProxy{lis: lis, target: target, healed: make(chan struct{}), conns: map[net.Conn]struct{}{},
+		frozen: map[net.Conn]bool{}}
 	close(p.healed)
 	p.wg.Add(1)
 	go p.accept()
@@ -62,6 +64,22 @@ func (p *StallProxy) Stall() {
 	if !p.stalled {
 		p.stalled = true
 		p.healed = make(chan struct{})
+	}
+}
+
+// StallOpen stops forwarding, for good, on the connections open now, while
+// new connections forward as before: the path of the open connections died
+// (a lost NAT mapping, a dead load-balancer node) and a fresh connection
+// takes a live one. Only a client that abandons its dead connection and
+// dials again gets through; Heal does not revive the frozen ones. Bytes sent
+// on a frozen connection are dropped, but a side that closes it still
+// closes the other, as the peer's own liveness checks would end it later
+// (a server then forgets the abandoned client's streams).
+func (p *StallProxy) StallOpen() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for c := range p.conns {
+		p.frozen[c] = true
 	}
 }
 
@@ -144,6 +162,8 @@ func (p *StallProxy) pipe(dst, src net.Conn) {
 		p.mu.Lock()
 		delete(p.conns, dst)
 		delete(p.conns, src)
+		delete(p.frozen, dst)
+		delete(p.frozen, src)
 		p.mu.Unlock()
 	}()
 	buf := make([]byte, 32<<10)
@@ -151,8 +171,11 @@ func (p *StallProxy) pipe(dst, src net.Conn) {
 		n, err := src.Read(buf)
 		if n > 0 {
 			p.mu.Lock()
-			healed := p.healed
+			healed, frozen := p.healed, p.frozen[src]
 			p.mu.Unlock()
+			if frozen {
+				continue // lost on the dead path; a close still ends both sides
+			}
 			<-healed
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	gpubsub "cloud.google.com/go/pubsub/v2"
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	otelcodes "go.opentelemetry.io/otel/codes"
 	"google.golang.org/grpc/codes"
@@ -50,6 +51,11 @@ const leaseRenewEvery = MinAckDeadline / 2
 //     depend on delivery order.
 //   - Acks are sent after h returned, even when ctx was cancelled meanwhile;
 //     an ack that fails only causes a redelivery (at-least-once).
+//   - Dead connections (WithOwnConnection): a pull, ack or lease extension
+//     on a connection the liveness probe abandoned is cancelled and sent
+//     again on the fresh one; handlers are not interrupted. An ack counts
+//     (acks metric) only once Pub/Sub answered it, else it is an ack
+//     failure and the message is redelivered.
 //
 // RunBatch runs BatchConcurrency pull loops and returns nil when ctx is
 // cancelled (after in-flight batches were acked or nacked), or the first
@@ -61,6 +67,11 @@ func (s *Subscriber) RunBatch(ctx context.Context, h BatchHandler) error {
 	if h == nil {
 		return errors.New("pubsub: RunBatch: nil handler")
 	}
+	l, closeConns, err := s.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeConns()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var (
@@ -70,7 +81,7 @@ func (s *Subscriber) RunBatch(ctx context.Context, h BatchHandler) error {
 	)
 	for range s.cfg.BatchConcurrency {
 		wg.Go(func() {
-			if err := s.pullLoop(ctx, h); err != nil {
+			if err := s.pullLoop(ctx, l, h); err != nil {
 				once.Do(func() { firstErr = err; cancel() })
 			}
 		})
@@ -79,17 +90,21 @@ func (s *Subscriber) RunBatch(ctx context.Context, h BatchHandler) error {
 	return firstErr
 }
 
-func (s *Subscriber) pullLoop(ctx context.Context, h BatchHandler) error {
+func (s *Subscriber) pullLoop(ctx context.Context, l *conns, h BatchHandler) error {
 	failures, failedBatches := 0, 0
 	maxMessages := s.cfg.BatchSize // until the first pull shows the message size
 	for ctx.Err() == nil {
 		// By default no ReturnImmediately: the server holds an empty Pull
 		// until messages arrive, so an idle subscription is not a busy loop
 		// (see SubscriberConfig.EmptyPollInterval for emulators).
-		resp, err := s.client.SubscriptionAdminClient.Pull(ctx, &pubsubpb.PullRequest{
-			Subscription:      s.name,
-			MaxMessages:       int32(maxMessages),          //nolint:gosec // at most BatchSize (validated <= 1000)
-			ReturnImmediately: s.cfg.EmptyPollInterval > 0, //nolint:staticcheck // deprecated on real Pub/Sub; used only against emulators
+		var resp *pubsubpb.PullResponse
+		err := l.do(ctx, func(ctx context.Context, c *gpubsub.Client) (err error) {
+			resp, err = c.SubscriptionAdminClient.Pull(ctx, &pubsubpb.PullRequest{
+				Subscription:      s.name,
+				MaxMessages:       int32(maxMessages),          //nolint:gosec // at most BatchSize (validated <= 1000)
+				ReturnImmediately: s.cfg.EmptyPollInterval > 0, //nolint:staticcheck // deprecated on real Pub/Sub; used only against emulators
+			})
+			return err
 		})
 		if err != nil {
 			if ctx.Err() != nil {
@@ -116,7 +131,7 @@ func (s *Subscriber) pullLoop(ctx context.Context, h BatchHandler) error {
 		rms := resp.GetReceivedMessages()
 		sizes := messageSizes(rms)
 		maxMessages = s.nextPullSize(sizes)
-		if acked, nacked := s.processPull(ctx, h, rms, sizes); acked == 0 && nacked > 0 {
+		if acked, nacked := s.processPull(ctx, l, h, rms, sizes); acked == 0 && nacked > 0 {
 			// Every message failed: the handler's dependency (the database)
 			// is most likely down. Pulling again at once would only churn
 			// the nacked messages through their delivery attempts; on
@@ -187,16 +202,16 @@ func splitByBytes(sizes []int, limit int) []int {
 // one after another, acking and nacking after each call. The leases of the
 // messages whose call has not returned are extended throughout. It returns
 // how many messages h succeeded and failed with.
-func (s *Subscriber) processPull(ctx context.Context, h BatchHandler, rms []*pubsubpb.ReceivedMessage, sizes []int) (acked, nacked int) {
+func (s *Subscriber) processPull(ctx context.Context, l *conns, h BatchHandler, rms []*pubsubpb.ReceivedMessage, sizes []int) (acked, nacked int) {
 	leases := &pendingLeases{ids: make([]string, len(rms))}
 	for i, rm := range rms {
 		leases.ids[i] = rm.GetAckId()
 	}
-	stopLeases := s.extendLeases(ctx, leases)
+	stopLeases := s.extendLeases(ctx, l, leases)
 	defer stopLeases()
 	start := 0
 	for _, end := range splitByBytes(sizes, s.cfg.MaxBatchBytes) {
-		a, n := s.processBatch(ctx, h, rms[start:end], leases.ids[start:end], func() { leases.settle(end) })
+		a, n := s.processBatch(ctx, l, h, rms[start:end], leases.ids[start:end], func() { leases.settle(end) })
 		acked, nacked = acked+a, nacked+n
 		start = end
 	}
@@ -221,7 +236,7 @@ func (p *pendingLeases) settle(end int) {
 
 // processBatch runs h on one handler call's messages, calls handled, then
 // acks and nacks; it returns how many messages h succeeded and failed with.
-func (s *Subscriber) processBatch(ctx context.Context, h BatchHandler, rms []*pubsubpb.ReceivedMessage, ackIDs []string, handled func()) (acked, nacked int) {
+func (s *Subscriber) processBatch(ctx context.Context, l *conns, h BatchHandler, rms []*pubsubpb.ReceivedMessage, ackIDs []string, handled func()) (acked, nacked int) {
 	ms := make([]*Received, len(rms))
 	for i, rm := range rms {
 		ms[i] = fromReceivedMessage(rm)
@@ -245,7 +260,9 @@ func (s *Subscriber) processBatch(ctx context.Context, h BatchHandler, rms []*pu
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.AckTimeout)
 	defer cancel()
 	if len(acks) > 0 {
-		if err := s.client.SubscriptionAdminClient.Acknowledge(actx, &pubsubpb.AcknowledgeRequest{Subscription: s.name, AckIds: acks}); err != nil {
+		if err := l.do(actx, func(ctx context.Context, c *gpubsub.Client) error {
+			return c.SubscriptionAdminClient.Acknowledge(ctx, &pubsubpb.AcknowledgeRequest{Subscription: s.name, AckIds: acks})
+		}); err != nil {
 			s.ackFailures.Add(actx, int64(len(acks)), s.attrs)
 			s.logger.WarnContext(ctx, "pubsub ack failed; messages will be redelivered", "messages", len(acks), "error", err)
 		} else {
@@ -255,7 +272,7 @@ func (s *Subscriber) processBatch(ctx context.Context, h BatchHandler, rms []*pu
 	if len(nacks) > 0 {
 		span.SetStatus(otelcodes.Error, fmt.Sprintf("%d of %d messages nacked", len(nacks), len(ms)))
 		s.nacks.Add(actx, int64(len(nacks)), s.attrs)
-		if err := s.modifyAckDeadline(actx, nacks, 0); err != nil {
+		if err := s.modifyAckDeadline(actx, l, nacks, 0); err != nil {
 			// The lease simply runs out; the message is redelivered later.
 			s.ackFailures.Add(actx, int64(len(nacks)), s.attrs)
 			s.logger.WarnContext(ctx, "pubsub nack failed; messages are redelivered after their ack deadline", "messages", len(nacks), "error", err)
@@ -288,7 +305,7 @@ func (s *Subscriber) callBatch(ctx context.Context, h BatchHandler, ms []*Receiv
 // extendLeases renews the ack deadline of the pending messages every
 // leaseRenewEvery until stop is called, none is pending or MaxExtension has
 // passed.
-func (s *Subscriber) extendLeases(ctx context.Context, p *pendingLeases) (stop func()) {
+func (s *Subscriber) extendLeases(ctx context.Context, l *conns, p *pendingLeases) (stop func()) {
 	done := make(chan struct{})
 	finished := make(chan struct{})
 	go func() {
@@ -308,7 +325,7 @@ func (s *Subscriber) extendLeases(ctx context.Context, p *pendingLeases) (stop f
 						"messages", len(p.ids), "max_extension", s.cfg.MaxExtension)
 					return
 				}
-				if !s.extendPending(ctx, p) {
+				if !s.extendPending(ctx, l, p) {
 					return
 				}
 			}
@@ -318,25 +335,29 @@ func (s *Subscriber) extendLeases(ctx context.Context, p *pendingLeases) (stop f
 }
 
 // extendPending extends the pending messages' leases; false when none is
-// pending.
-func (s *Subscriber) extendPending(ctx context.Context, p *pendingLeases) bool {
+// pending. The call is bounded by AckTimeout, as settle waits for it.
+func (s *Subscriber) extendPending(ctx context.Context, l *conns, p *pendingLeases) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	ackIDs := p.ids[p.from:]
 	if len(ackIDs) == 0 {
 		return false
 	}
-	if err := s.modifyAckDeadline(ctx, ackIDs, s.cfg.BatchLeaseExtension); err != nil && ctx.Err() == nil {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.AckTimeout)
+	defer cancel()
+	if err := s.modifyAckDeadline(ctx, l, ackIDs, s.cfg.BatchLeaseExtension); err != nil && ctx.Err() == nil {
 		s.logger.WarnContext(ctx, "pubsub lease extension failed", "messages", len(ackIDs), "error", err)
 	}
 	return true
 }
 
-func (s *Subscriber) modifyAckDeadline(ctx context.Context, ackIDs []string, d time.Duration) error {
-	return s.client.SubscriptionAdminClient.ModifyAckDeadline(ctx, &pubsubpb.ModifyAckDeadlineRequest{
-		Subscription:       s.name,
-		AckIds:             ackIDs,
-		AckDeadlineSeconds: int32(d / time.Second),
+func (s *Subscriber) modifyAckDeadline(ctx context.Context, l *conns, ackIDs []string, d time.Duration) error {
+	return l.do(ctx, func(ctx context.Context, c *gpubsub.Client) error {
+		return c.SubscriptionAdminClient.ModifyAckDeadline(ctx, &pubsubpb.ModifyAckDeadlineRequest{
+			Subscription:       s.name,
+			AckIds:             ackIDs,
+			AckDeadlineSeconds: int32(d / time.Second),
+		})
 	})
 }
 

@@ -13,7 +13,10 @@
 // consumer, so only the handler's result may give it, and only after the
 // handler stored what it received. Guards H4 (a handler call is bounded by
 // MaxBatchBytes), the ack-after-store half of I2 (with F10: a lost ack is a
-// redelivery, never a loss), and I7's dead-letter depth (DeadLetterMonitor).
+// redelivery, never a loss), I7's dead-letter depth (DeadLetterMonitor), and
+// N5's subscriber side: with WithOwnConnection a subscriber probes its own
+// connection and replaces a dead one within ProbeInterval + ProbeTimeout
+// (docs/adr/0022-bounded-waits-on-dead-connections.md).
 package pubsub
 
 import (
@@ -71,6 +74,11 @@ func (c ClientConfig) Validate() error {
 // environment the library targets the emulator even if cfg.EmulatorHost is
 // empty, which is why the services read that same variable into cfg.
 func NewClient(ctx context.Context, cfg ClientConfig) (*gpubsub.Client, error) {
+	return newClient(ctx, cfg)
+}
+
+// newClient is NewClient with extra options, applied last.
+func newClient(ctx context.Context, cfg ClientConfig, extra ...option.ClientOption) (*gpubsub.Client, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("pubsub: client config: %w", err)
 	}
@@ -90,7 +98,7 @@ func NewClient(ctx context.Context, cfg ClientConfig) (*gpubsub.Client, error) {
 			option.WithTelemetryDisabled(),
 		)
 	}
-	c, err := gpubsub.NewClient(ctx, project, opts...)
+	c, err := gpubsub.NewClient(ctx, project, append(opts, extra...)...)
 	if err != nil {
 		return nil, fmt.Errorf("pubsub: new client (project %q, emulator %q): %w", project, cfg.EmulatorHost, err)
 	}

@@ -102,6 +102,27 @@ type SubscriberConfig struct {
 	// not wake on new messages (pstest/fake.go), which adds up to 500 ms per
 	// hop; DefaultSubscriberConfigFor sets 10 ms when an emulator is used.
 	EmptyPollInterval time.Duration
+
+	// ProbeInterval is how often a subscriber with a connection of its own
+	// (WithOwnConnection) checks that connection with a GetSubscription
+	// call, and ProbeTimeout bounds that call. A probe that ends
+	// DEADLINE_EXCEEDED or UNAVAILABLE abandons the connection: its pulls,
+	// streams, acks and lease extensions are cancelled and sent again on a
+	// fresh connection, so a dead one is replaced within ProbeInterval +
+	// ProbeTimeout (10 s by default) without relying on the peer answering
+	// transport pings (pstest answers frequent ones with GOAWAY, and so may
+	// Pub/Sub's front-ends). Nothing is lost: messages pulled but not acked
+	// on the abandoned connection are redelivered after their ack deadline,
+	// and an ack counts as sent only once Pub/Sub answered it.
+	//
+	// Cost on real Pub/Sub: a probe is one administrator operation, not
+	// billed as message throughput but counted against the project's
+	// administrator-operations quota, which every replica and subscriber
+	// shares: replicas × subscribers × 60 s / ProbeInterval calls a minute
+	// (12 per subscriber at the default). Raise ProbeInterval for a large
+	// fleet; the bound grows with it. Defaults 5 s and 5 s.
+	ProbeInterval time.Duration
+	ProbeTimeout  time.Duration
 }
 
 // DefaultSubscriberConfigFor returns the defaults for the endpoint of c:
@@ -128,6 +149,8 @@ func DefaultSubscriberConfig() SubscriberConfig {
 		BatchLeaseExtension:    60 * time.Second,
 		AckTimeout:             30 * time.Second,
 		PullBackoff:            retry.Backoff{Base: 100 * time.Millisecond, Max: 10 * time.Second},
+		ProbeInterval:          5 * time.Second,
+		ProbeTimeout:           5 * time.Second,
 	}
 }
 
@@ -145,6 +168,8 @@ func (c *SubscriberConfig) setDefaults() {
 	setDefault(&c.AckTimeout, d.AckTimeout)
 	setDefault(&c.PullBackoff.Base, d.PullBackoff.Base)
 	setDefault(&c.PullBackoff.Max, d.PullBackoff.Max)
+	setDefault(&c.ProbeInterval, d.ProbeInterval)
+	setDefault(&c.ProbeTimeout, d.ProbeTimeout)
 }
 
 func setDefault[T comparable](v *T, def T) {
@@ -160,7 +185,7 @@ func (c SubscriberConfig) Validate() error {
 	if c.NumGoroutines < 0 || c.MaxOutstandingMessages < 0 || c.MaxOutstandingBytes < 0 || c.BatchConcurrency < 0 || c.MaxBatchBytes < 0 {
 		errs = append(errs, errors.New("subscriber: counts must not be negative"))
 	}
-	if c.MaxExtension < 0 || c.AckTimeout < 0 || c.EmptyPollInterval < 0 {
+	if c.MaxExtension < 0 || c.AckTimeout < 0 || c.EmptyPollInterval < 0 || c.ProbeInterval < 0 || c.ProbeTimeout < 0 {
 		errs = append(errs, errors.New("subscriber: durations must not be negative"))
 	}
 	if c.BatchSize < 0 || c.BatchSize > 1000 {
@@ -183,6 +208,7 @@ type Subscriber struct {
 	name   string
 	cfg    SubscriberConfig
 	logger *slog.Logger
+	own    *ClientConfig // WithOwnConnection: dial, probe and replace a connection of its own
 
 	tracer      trace.Tracer
 	attrs       metric.MeasurementOption
@@ -190,6 +216,7 @@ type Subscriber struct {
 	nacks       metric.Int64Counter
 	ackFailures metric.Int64Counter
 	panics      metric.Int64Counter
+	reconnects  metric.Int64Counter
 }
 
 // SubscriberOption adds an optional dependency to a Subscriber.
@@ -256,8 +283,12 @@ func NewSubscriber(c *gpubsub.Client, subscriptionID string, cfg SubscriberConfi
 		metric.WithDescription("Handler panics, recovered and turned into nacks.")); err != nil {
 		return nil, err
 	}
+	if s.reconnects, err = meter.Int64Counter("pubsub.subscriber.reconnects",
+		metric.WithDescription("Connections abandoned because their liveness probe found them unreachable, and replaced by a fresh one (WithOwnConnection).")); err != nil {
+		return nil, err
+	}
 	// The series exist from the start, so rates and alerts read 0, not "no data".
-	for _, c := range []metric.Int64Counter{s.acks, s.nacks, s.ackFailures, s.panics} {
+	for _, c := range []metric.Int64Counter{s.acks, s.nacks, s.ackFailures, s.panics, s.reconnects} {
 		c.Add(context.Background(), 0, s.attrs)
 	}
 	return s, nil
@@ -269,18 +300,51 @@ func NewSubscriber(c *gpubsub.Client, subscriptionID string, cfg SubscriberConfi
 // when ctx is cancelled, after the running handlers returned (their ctx is
 // cancelled too; a handler failing because of that nacks), or the client's
 // non-retryable error. Only one Run per Subscriber at a time.
+//
+// With WithOwnConnection, a connection the liveness probe declared dead is
+// abandoned with its streams: the running handlers' ctx is cancelled, and
+// their messages, whose acks cannot reach Pub/Sub any more, are redelivered
+// after their ack deadline; Run receives again on the fresh connection. The
+// client library sends a stream's acks asynchronously and confirms them only
+// on exactly-once subscriptions, so the acks metric counts acks handed to it.
 func (s *Subscriber) Run(ctx context.Context, h Handler) error {
 	if h == nil {
 		return errors.New("pubsub: Run: nil handler")
 	}
-	sub := s.client.Subscriber(s.name)
+	l, closeConns, err := s.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeConns()
+	for {
+		c := l.current()
+		rctx, cancel := context.WithCancel(ctx)
+		stop := context.AfterFunc(c.dead, cancel)
+		err := s.receive(rctx, c.client, h)
+		stop()
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case c.dead.Err() != nil:
+			continue // abandoned: receive on the fresh connection
+		case err != nil:
+			return fmt.Errorf("pubsub: receive %s: %w", s.id, err)
+		}
+		return nil
+	}
+}
+
+// receive is one StreamingPull Receive on client, until ctx ends.
+func (s *Subscriber) receive(ctx context.Context, client *gpubsub.Client, h Handler) error {
+	sub := client.Subscriber(s.name)
 	sub.ReceiveSettings = gpubsub.ReceiveSettings{
 		MaxExtension:           s.cfg.MaxExtension,
 		MaxOutstandingMessages: s.cfg.MaxOutstandingMessages,
 		MaxOutstandingBytes:    s.cfg.MaxOutstandingBytes,
 		NumGoroutines:          s.cfg.NumGoroutines,
 	}
-	err := sub.Receive(ctx, func(ctx context.Context, m *gpubsub.Message) {
+	return sub.Receive(ctx, func(ctx context.Context, m *gpubsub.Message) {
 		r := fromClientMessage(m)
 		ctx, span := s.startSpan(ctx, []*Received{r})
 		defer span.End()
@@ -294,10 +358,6 @@ func (s *Subscriber) Run(ctx context.Context, h Handler) error {
 		m.Ack()
 		s.acks.Add(ctx, 1, s.attrs)
 	})
-	if err != nil && ctx.Err() == nil {
-		return fmt.Errorf("pubsub: receive %s: %w", s.id, err)
-	}
-	return nil
 }
 
 // startSpan starts the consumer span of a delivery of ms: a new root, linked

@@ -225,7 +225,7 @@ func (a *App) loops() ([]server.Option, error) {
 		return nil, err
 	}
 	sub, err := pubsub.NewSubscriber(a.ps, topology.SubWorkOrderEvents, a.cfg.Subscriber, a.log.With("component", "subscriber"), meter,
-		pubsub.WithTracerProvider(a.tel.TracerProvider))
+		pubsub.WithTracerProvider(a.tel.TracerProvider), pubsub.WithOwnConnection(a.cfg.PubSub))
 	if err != nil {
 		return nil, err
 	}

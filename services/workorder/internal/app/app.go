@@ -240,7 +240,7 @@ func (a *App) buildLoops(workerPool *pgxpool.Pool, workerRepo *orders.Repository
 	}
 
 	sub, err := pubsub.NewSubscriber(a.ps, topology.SubWorkOrderCompleted, a.cfg.Subscriber, a.log.With("component", "inbox-receiver"), a.meter,
-		pubsub.WithTracerProvider(a.tel.TracerProvider))
+		pubsub.WithTracerProvider(a.tel.TracerProvider), pubsub.WithOwnConnection(a.cfg.PubSub))
 	if err != nil {
 		return err
 	}
@@ -271,7 +271,7 @@ func (a *App) buildLoops(workerPool *pgxpool.Pool, workerRepo *orders.Repository
 		return err
 	}
 	billingSub, err := pubsub.NewSubscriber(a.ps, topology.SubBillingEvents, a.cfg.Subscriber, a.log.With("component", "invoicing"), a.meter,
-		pubsub.WithTracerProvider(a.tel.TracerProvider))
+		pubsub.WithTracerProvider(a.tel.TracerProvider), pubsub.WithOwnConnection(a.cfg.PubSub))
 	if err != nil {
 		return err
 	}
