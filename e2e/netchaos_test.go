@@ -240,7 +240,8 @@ func TestNetworkChaos_EachLinkCutOnItsOwn(t *testing.T) {
 	// until it is true (bounded by recoverWithin: a fault whose point is a
 	// takeover lasts until the takeover happened, however slow the machine),
 	// heals and waits for the recovery.
-	runFault := func(label string, d time.Duration, held func() (string, bool), inject func() (*netfault.Fault, error), until func() bool) {
+	// It reports whether until held (true when until is nil).
+	runFault := func(label string, d time.Duration, held func() (string, bool), inject func() (*netfault.Fault, error), until func() bool) bool {
 		t.Helper()
 		if !waitfor.Until(2*time.Minute, func() bool {
 			return tryCount(ctx, wo, `SELECT count(*) FROM work_orders WHERE status <> 'INVOICED' AND created_at < now() - interval '4 seconds'`) == 0
@@ -262,7 +263,8 @@ func TestNetworkChaos_EachLinkCutOnItsOwn(t *testing.T) {
 		}
 		t.Logf("netchaos: %s at %s (held: %s; baseline %.2f invoices/s)", label, since(), what, baseline)
 		hold(ctx, d)
-		if until != nil && !waitfor.Until(plan.recoverWithin, until) {
+		untilHeld := until == nil || waitfor.Until(plan.recoverWithin, until)
+		if !untilHeld {
 			t.Logf("netchaos: %s: its condition did not hold within %v; healing anyway", label, plan.recoverWithin)
 		}
 		if err := f.Heal(); err != nil {
@@ -277,6 +279,7 @@ func TestNetworkChaos_EachLinkCutOnItsOwn(t *testing.T) {
 		results = append(results, netFaultResult{label: label, held: what, rec: rec, baseline: baseline, during: tp.rate(rec.Started, rec.Healed),
 			recovery: recovery, recovered: recovered, refusals: countRefusals(logw.String()).minus(before)})
 		t.Logf("netchaos: %s healed at %s; throughput back at 90 %% after %v (recovered %v)", label, since(), recovery, recovered)
+		return untilHeld
 	}
 
 	// (1) The workorder replica leading the singletons (the dead-letter
@@ -328,7 +331,7 @@ func TestNetworkChaos_EachLinkCutOnItsOwn(t *testing.T) {
 	// a stale lease token, and the fence must refuse them.
 	leases := map[string]int64{} // job id -> provider-sim-1's lease token when cut
 	before := countRefusals(logw.String())
-	runFault("(6) provider-sim-1 cut off from PostgreSQL", plan.cut, func() (string, bool) {
+	takenOver := runFault("(6) provider-sim-1 cut off from PostgreSQL", plan.cut, func() (string, bool) {
 		clear(leases)
 		rows, err := provider.Query(ctx, `SELECT job_id::text, lease_token FROM jobs WHERE lease_owner LIKE 'provider-sim-1/%' AND lease_until > now()`)
 		if err == nil {
@@ -352,9 +355,17 @@ func TestNetworkChaos_EachLinkCutOnItsOwn(t *testing.T) {
 		}
 		return len(leases) == 0
 	})
-	if r := results[len(results)-1]; !strings.HasPrefix(r.held, "not observed") &&
-		!waitfor.Until(30*time.Second, func() bool { return countRefusals(logw.String()).provider > before.provider }) {
-		t.Errorf("%s while it held %s: no write of the former lease holder was refused", r.label, r.held)
+	// A refusal is provoked only when provider-sim-2 took a held job over
+	// before the heal: otherwise provider-sim-1's held writes still carry
+	// the current token and succeed, which is right. On a machine so loaded
+	// that the takeover did not happen within the recovery deadline, the
+	// run says so and the invariants below still hold it to account.
+	switch r := results[len(results)-1]; {
+	case strings.HasPrefix(r.held, "not observed"):
+	case !takenOver:
+		t.Logf("netchaos: %s: no takeover before the heal, so no stale write to refuse", r.label)
+	case !waitfor.Until(30*time.Second, func() bool { return countRefusals(logw.String()).provider > before.provider }):
+		t.Errorf("%s while it held %s: provider-sim-2 took a job over, but no write of the former lease holder was refused", r.label, r.held)
 	}
 	// The refusals of this fault, counted once the refusal had time to be logged.
 	results[len(results)-1].refusals = countRefusals(logw.String()).minus(before)
