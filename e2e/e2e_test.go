@@ -7,6 +7,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -29,7 +31,11 @@ import (
 
 // TestMain takes the test server from the environment (internal/benchkit):
 // make bench runs the benchmarks with fsync on.
-func TestMain(m *testing.M) { os.Exit(benchkit.Main(m)) }
+func TestMain(m *testing.M) {
+	code := benchkit.Main(m)
+	builds.remove()
+	os.Exit(code)
+}
 
 // Orders of the run: the issue asks for 200+.
 const orders = 240
@@ -257,12 +263,43 @@ func duplicatesAbsorbed(t *testing.T, base string) float64 {
 // temporary folder of tb's, from this checkout, and returns the folder.
 func buildServices(ctx context.Context, tb testing.TB) string {
 	tb.Helper()
-	binDir := tb.TempDir()
-	_, thisFile, _, _ := runtime.Caller(0)
-	if err := localstack.Build(ctx, filepath.Dir(filepath.Dir(thisFile)), binDir); err != nil {
+	dir, err := builds.get(ctx)
+	if err != nil {
 		tb.Fatal(err)
 	}
-	return binDir
+	return dir
+}
+
+// builds holds the stack's binaries, built once for all the tests and
+// benchmarks of this package's run (each used to build its own: up to a
+// minute of a loaded machine's time per test, spent on linking the same
+// binaries again); TestMain removes them. The processes only read them.
+var builds sharedBuild
+
+type sharedBuild struct {
+	once sync.Once
+	dir  string
+	err  error
+}
+
+func (s *sharedBuild) get(ctx context.Context) (string, error) {
+	s.once.Do(func() {
+		if s.dir, s.err = os.MkdirTemp("", "lossless-e2e-bin-"); s.err != nil {
+			return
+		}
+		_, thisFile, _, _ := runtime.Caller(0)
+		s.err = localstack.Build(ctx, filepath.Dir(filepath.Dir(thisFile)), s.dir)
+	})
+	if s.err != nil {
+		return "", fmt.Errorf("building the stack (once for the package): %w", s.err)
+	}
+	return s.dir, nil
+}
+
+func (s *sharedBuild) remove() {
+	if s.dir != "" {
+		_ = os.RemoveAll(s.dir)
+	}
 }
 
 // checkInvoicedOnce asserts that every accepted order is INVOICED with the

@@ -138,6 +138,7 @@ func TestNetworkChaos_EachLinkCutOnItsOwn(t *testing.T) {
 	})
 
 	binDir := buildServices(ctx, t)
+	built := since() // building is shared with the package's other tests: not the run's own time
 	const replicas = 2
 	ports, err := localstack.FreePortsFor(replicas)
 	if err != nil {
@@ -470,8 +471,8 @@ func TestNetworkChaos_EachLinkCutOnItsOwn(t *testing.T) {
 			r.rec.Duration().Round(100*time.Millisecond), r.held, r.baseline, r.during, rec, r.refusals.total(), r.refusals.billing, r.refusals.outbox, r.refusals.provider)
 	}
 	fmt.Fprintf(&sum, "invariants: %d orders INVOICED exactly once (%d wrong amounts), %d duplicate invoices, nothing open, claimed or leased, "+
-		"%d good messages parked, %d dead-lettered; %d fencing refusals (billing %d, outbox %d, provider %d), 0 fenced writes committed; wall time %s\n",
-		len(accepted), wrong, duplicates, goodParked, deadLettered, total.total(), total.billing, total.outbox, total.provider, since())
+		"%d good messages parked, %d dead-lettered; %d fencing refusals (billing %d, outbox %d, provider %d), 0 fenced writes committed; wall time %s (%s after the binaries were built)\n",
+		len(accepted), wrong, duplicates, goodParked, deadLettered, total.total(), total.billing, total.outbox, total.provider, since(), since()-built)
 	t.Logf("netchaos summary:\n%s", sum.String())
 	for _, r := range results {
 		if !r.recovered {
