@@ -36,6 +36,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
@@ -233,22 +234,31 @@ func (d *Dispatcher) commit(sc trace.SpanContext, id uuid.UUID, jobID, eventID s
 		if sc.IsValid() {
 			ctx = trace.ContextWithSpanContext(ctx, sc)
 		}
-		var outcome orders.HandOffOutcome
-		_, err := orders.InTx(tx).Update(ctx, id, func(o *orders.Order) error {
-			outcome = o.AcceptHandOff(jobID, eventID)
-			return nil
-		})
+		// Lock, decide, then save in one round trip with the statement that
+		// makes deferred completions due (orders.InTx(tx).Update would send
+		// the save alone). With the relay's savepoint on the lock's round
+		// trip, the Commit costs two.
+		o, err := orders.InTx(tx).Lock(ctx, id)
+		if err != nil {
+			return fmt.Errorf("handoff: record acceptance of %s: %w", id, err)
+		}
+		outcome := o.AcceptHandOff(jobID, eventID)
+		save := &pgx.Batch{}
+		orders.QueueSave(save, &o)
+		var early int64
+		switch {
+		case outcome == orders.HandedOff:
+			// The waiting point exists from this commit on: completions that
+			// overtook the hand-off (F5) need not sit out their backoff.
+			early, err = d.inbox.MakeDue(ctx, &withSave{tx: tx, save: save}, id.String())
+		case save.Len() > 0:
+			err = tx.SendBatch(ctx, save).Close()
+		}
 		if err != nil {
 			return fmt.Errorf("handoff: record acceptance of %s: %w", id, err)
 		}
 		switch outcome {
 		case orders.HandedOff:
-			// The waiting point exists from this commit on: completions that
-			// overtook the hand-off (F5) need not sit out their backoff.
-			early, err := d.inbox.MakeDue(ctx, tx, id.String())
-			if err != nil {
-				return err
-			}
 			d.handedOff.Add(ctx, 1)
 			d.hops.Observe(ctx, orderhop.HandOff, created, time.Now())
 			log.InfoContext(ctx, "work order handed off", "provider_job_id", jobID, "early_completions_released", early)
@@ -261,6 +271,64 @@ func (d *Dispatcher) commit(sc trace.SpanContext, id uuid.UUID, jobID, eventID s
 		return nil
 	}
 }
+
+// withSave runs the first statement sent through it in one batch after the
+// statements of save (an order's QueueSave), and the others alone on tx:
+// inbox.MakeDue's statement rides the order's save, in the same order as
+// sent one after the other. If save fails, so does that statement.
+type withSave struct {
+	tx   pgx.Tx
+	save *pgx.Batch
+	sent bool
+}
+
+func (w *withSave) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if w.sent {
+		return w.tx.Exec(ctx, sql, args...)
+	}
+	w.sent = true
+	var tag pgconn.CommandTag
+	w.save.Queue(sql, args...).Exec(func(t pgconn.CommandTag) error { tag = t; return nil })
+	err := w.tx.SendBatch(ctx, w.save).Close()
+	return tag, err
+}
+
+func (w *withSave) flush(ctx context.Context) error {
+	if w.sent || w.save.Len() == 0 {
+		w.sent = true
+		return nil
+	}
+	w.sent = true
+	return w.tx.SendBatch(ctx, w.save).Close()
+}
+
+func (w *withSave) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if err := w.flush(ctx); err != nil {
+		return nil, err
+	}
+	return w.tx.Query(ctx, sql, args...)
+}
+
+func (w *withSave) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if err := w.flush(ctx); err != nil {
+		return errRow{err}
+	}
+	return w.tx.QueryRow(ctx, sql, args...)
+}
+
+func (w *withSave) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	if !w.sent {
+		w.sent = true
+		w.save.QueuedQueries = append(w.save.QueuedQueries, b.QueuedQueries...)
+		return w.tx.SendBatch(ctx, w.save)
+	}
+	return w.tx.SendBatch(ctx, b)
+}
+
+// errRow is the Row of a QueryRow whose save failed.
+type errRow struct{ err error }
+
+func (r errRow) Scan(...any) error { return r.err }
 
 // classify marks provider errors that no retry of the same request can fix
 // as permanent (the event goes to FAILED and alerts):
