@@ -167,19 +167,31 @@ ORDER BY c.id`
 // autovacuums, and with them the planner's choice for "id = ANY($1)"; B2
 // caught this statement taking seconds per batch right after an autovacuum.
 // A TID scan has no plan to get wrong.
+//
+// Every row given is locked by the claim, so each must move; a shortfall
+// means the schema or the lock discipline is broken, and the batch must not
+// commit. The statement goes out in one batch with the COMMIT, which runs
+// before the relay reads any result, so the check is made here: the cast of
+// the message to bigint fails the statement (SQL has no RAISE), and the
+// server skips the rest of the batch, COMMIT included.
 const qMarkPublished = `
 WITH moved AS (
     DELETE FROM {schema}.outbox
     WHERE ctid = ANY($1::tid[]) AND status = 'PENDING'
     RETURNING event_id, id, aggregate_type, aggregate_id, event_type, schema_version,
               payload, headers, attempts, last_error, occurred_at, created_at
+), published AS (
+    INSERT INTO {schema}.outbox_published (event_id, id, aggregate_type, aggregate_id, event_type, schema_version,
+                                  payload, headers, attempts, last_error, occurred_at, created_at, published_at)
+    SELECT event_id, id, aggregate_type, aggregate_id, event_type, schema_version,
+           payload, headers, attempts + 1, last_error, occurred_at, created_at, $2
+    FROM moved
+    RETURNING 1
 )
-INSERT INTO {schema}.outbox_published (event_id, id, aggregate_type, aggregate_id, event_type, schema_version,
-                              payload, headers, attempts, last_error, occurred_at, created_at, published_at)
-SELECT event_id, id, aggregate_type, aggregate_id, event_type, schema_version,
-       payload, headers, attempts + 1, last_error, occurred_at, created_at, $2
-FROM moved
-RETURNING id`
+SELECT CASE WHEN count(*) = cardinality($1::tid[]) THEN count(*)
+            ELSE ('mark published moved ' || count(*) || ' of ' || cardinality($1::tid[]) || ' locked rows')::bigint
+       END
+FROM published`
 
 // qMarkUnpublished records the failed dispatches of a batch in one
 // statement: back to PENDING with a retry time (transient failure), or to

@@ -65,8 +65,11 @@ type Relay struct {
 	wake   chan struct{}
 	stats  atomic.Pointer[Stats]
 
-	// beginClaim opens a claim transaction (qBeginClaim with the lease).
+	// beginClaim opens a claim transaction (qBeginClaim with the lease);
+	// beginStmts are its statements one by one, for the lock claim's batch
+	// (the extended protocol takes one statement at a time).
 	beginClaim string
+	beginStmts []string
 	// q are the relay's statements in its schema.
 	q queries
 	// now is the clock (WithClock).
@@ -155,6 +158,7 @@ func NewRelay(pool *pgxpool.Pool, dispatchers map[string]Dispatcher, cfg Config,
 		q:           newQueries(o.schema),
 		now:         o.now,
 	}
+	r.beginStmts = strings.Split(r.beginClaim, ";\n")
 	r.rewind.Store(math.MaxInt64)
 	for _, typ := range o.slow {
 		if _, ok := dispatchers[typ]; ok && !slices.Contains(r.slowTypes, typ) {
@@ -347,14 +351,17 @@ func (r *Relay) ProcessBatch(ctx context.Context) (full bool, err error) {
 	// too little of the lease, and a batch dispatched but not recorded is
 	// dispatched again.
 	cutoff := time.Now().Add(r.cfg.LeaseDuration * 8 / 10)
-	tx, err := r.pool.BeginTx(tctx, pgx.TxOptions{BeginQuery: r.beginClaim})
+	// The claim's connection; its transaction begins in the claim's batch.
+	c, err := r.pool.Acquire(tctx)
 	if err != nil {
 		return false, fmt.Errorf("outbox: begin claim: %w", err)
 	}
-	defer func() { // a no-op after Commit; bounded even when tctx has expired
+	tx := &claimTx{conn: c.Conn()}
+	defer func() { // a no-op after the commit; bounded even when tctx has expired
 		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
 		defer rcancel()
 		_ = tx.Rollback(rctx)
+		c.Release()
 	}()
 	r.claimMu.Lock()
 	rows, scanned, err := r.claim(tctx, tx, r.now())
@@ -400,17 +407,7 @@ func (r *Relay) ProcessBatch(ctx context.Context) (full bool, err error) {
 			r.inFlight.RUnlock()
 		}
 		dcancel()
-		if err := r.settle(tctx, tx, rows, outcomes); err != nil {
-			r.unsettled(tctx, rows, outcomes, err)
-			return false, err
-		}
-		if _, err := tx.Exec(tctx, r.q.journalDone, j.settledIDs()); err != nil {
-			err = fmt.Errorf("outbox: journal: %w", err)
-			r.unsettled(tctx, rows, outcomes, err)
-			return false, err
-		}
-		if err := tx.Commit(tctx); err != nil {
-			err = fmt.Errorf("outbox: commit batch: %w", err)
+		if err := r.settle(tctx, tx, rows, outcomes, j); err != nil {
 			r.unsettled(tctx, rows, outcomes, err)
 			return false, err
 		}
@@ -441,7 +438,8 @@ type claimedRow struct {
 	ev  Event
 }
 
-func (r *Relay) claim(ctx context.Context, tx pgx.Tx, now time.Time) ([]claimedRow, int, error) {
+// claim begins tx and claims a batch in it, in one round trip.
+func (r *Relay) claim(ctx context.Context, tx *claimTx, now time.Time) ([]claimedRow, int, error) {
 	from := r.cursor
 	if rw := r.rewind.Swap(math.MaxInt64); rw-1 < from {
 		from = rw - 1 // a late commit behind the cursor: go back for it
@@ -473,40 +471,43 @@ func (r *Relay) claim(ctx context.Context, tx pgx.Tx, now time.Time) ([]claimedR
 	if len(r.slowTypes) > 0 {
 		excluded = slices.Concat(excluded, r.slowTypes) // leased by slowLoop
 	}
-	rows, err := tx.Query(ctx, r.q.claim, from, r.cfg.BatchSize, now, excluded)
-	if err != nil {
-		return nil, 0, fmt.Errorf("outbox: claim: %w", err)
-	}
-	defer rows.Close()
 	var (
 		out       []claimedRow
 		scanned   int
 		scannedTo = from
 	)
-	for rows.Next() {
-		var (
-			row       claimedRow
-			sv, att   int32
-			headers   []byte
-			claimable bool
-		)
-		ev := &row.ev
-		if err := rows.Scan(&row.tid, &row.id, &ev.ID, &ev.AggregateType, &ev.AggregateID, &ev.Type, &sv,
-			&ev.Payload, &headers, &ev.OccurredAt, &att, &claimable); err != nil {
-			return nil, 0, fmt.Errorf("outbox: claim: scan: %w", err)
-		}
-		scanned++
-		scannedTo = row.id
-		if !claimable {
-			continue // behind an earlier event of its aggregate
-		}
-		ev.SchemaVersion, ev.Attempts = int(sv), int(att)
-		if ev.Headers, err = decodeHeaders(headers); err != nil {
-			r.log.Warn("outbox event with unreadable headers; dispatching without them", "event_id", ev.ID, "error", err)
-		}
-		out = append(out, row)
+	b := &pgx.Batch{}
+	for _, q := range r.beginStmts {
+		b.Queue(q)
 	}
-	if err := rows.Err(); err != nil {
+	b.Queue(r.q.claim, from, r.cfg.BatchSize, now, excluded).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var (
+				row       claimedRow
+				sv, att   int32
+				headers   []byte
+				claimable bool
+			)
+			ev := &row.ev
+			if err := rows.Scan(&row.tid, &row.id, &ev.ID, &ev.AggregateType, &ev.AggregateID, &ev.Type, &sv,
+				&ev.Payload, &headers, &ev.OccurredAt, &att, &claimable); err != nil {
+				return fmt.Errorf("scan: %w", err)
+			}
+			scanned++
+			scannedTo = row.id
+			if !claimable {
+				continue // behind an earlier event of its aggregate
+			}
+			ev.SchemaVersion, ev.Attempts = int(sv), int(att)
+			var err error
+			if ev.Headers, err = decodeHeaders(headers); err != nil {
+				r.log.Warn("outbox event with unreadable headers; dispatching without them", "event_id", ev.ID, "error", err)
+			}
+			out = append(out, row)
+		}
+		return rows.Err()
+	})
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return nil, 0, fmt.Errorf("outbox: claim: %w", err)
 	}
 	// Move the cursor past everything scanned, claimed or not: skipped rows
@@ -630,63 +631,65 @@ func (r *Relay) dispatchOne(ctx context.Context, ev Event) (o outcome) {
 // dependency's circuit is open (claimed before it opened, or with a probe).
 var errCircuitOpen = errors.New("dependency circuit open")
 
-// settle records the outcome of a batch in the claim transaction: published
-// rows move to outbox_published (with their Commits), failed ones are
-// updated, released ones are left alone.
-func (r *Relay) settle(ctx context.Context, tx pgx.Tx, rows []claimedRow, outs []outcome) error {
+// settle records the outcome of a batch and commits it, in one round trip
+// when no event carries a Commit (commitSettled): published rows move to
+// outbox_published, failed ones are updated, released ones are left alone,
+// and the batch's journal rows are deleted.
+//
+// Commits run first, in a savepoint that goes out with the first statement
+// they send; the settlement follows in the batch that commits. When a
+// Commit fails, or the settlement after them does, the work is rolled back
+// to that savepoint (the row locks are kept) and each row is moved with its
+// Commit alone, so one bad Commit does not hold back the others; a row
+// whose own Commit fails becomes a transient failure. Savepoints cost a
+// subtransaction each: one per batch with Commits, one per row only on this
+// rare path, each released; the batch's own is released by the COMMIT.
+func (r *Relay) settle(ctx context.Context, tx *claimTx, rows []claimedRow, outs []outcome, j *journal) error {
 	now := r.now()
-	var published []int
+	var (
+		published []int
+		sp        *savepointTx
+	)
 	for i := range outs {
 		if outs[i].kind == outcomePublished {
 			published = append(published, i)
+			if outs[i].commit != nil && sp == nil {
+				sp = tx.savepoint()
+			}
 		}
 	}
-	if len(published) > 0 {
-		if err := r.markPublished(ctx, tx, rows, outs, published, now); err != nil {
+	if sp == nil {
+		return r.commitSettled(ctx, tx, rows, outs, published, j, now)
+	}
+	err := r.runCommits(ctx, sp, rows, outs, published)
+	if err == nil {
+		if err = r.commitSettled(ctx, tx, rows, outs, published, j, now); err == nil || tx.closed {
 			return err
 		}
 	}
-	return r.markUnpublished(ctx, tx, rows, outs, now)
-}
-
-// markPublished moves the published rows and runs their Commits. When a
-// Commit fails, the batch's work is rolled back to a savepoint (the row locks
-// are kept) and each row is moved with its Commit alone, so one bad Commit
-// does not hold back the others; a row whose own Commit fails becomes a
-// transient failure. Savepoints cost a subtransaction each, so they are used
-// only when a batch carries Commits, and one per row only on this rare path.
-func (r *Relay) markPublished(ctx context.Context, tx pgx.Tx, rows []claimedRow, outs []outcome, idx []int, now time.Time) error {
-	hasCommit := false
-	for _, i := range idx {
-		hasCommit = hasCommit || outs[i].commit != nil
-	}
-	if !hasCommit {
-		return r.move(ctx, tx, rows, idx, now)
-	}
-	err := pgx.BeginFunc(ctx, tx, func(sp pgx.Tx) error { return r.moveAndCommit(ctx, sp, rows, outs, idx, now) })
-	if err == nil {
-		return nil
-	}
-	if ctx.Err() != nil || tx.Conn().IsClosed() {
+	if ctx.Err() != nil || tx.conn.IsClosed() {
 		return fmt.Errorf("outbox: mark published: %w", err)
 	}
-	r.log.Warn("outbox batch mark failed; marking one by one", "error", err, "rows", len(idx))
-	for _, i := range idx {
+	if rerr := sp.Rollback(ctx); rerr != nil || tx.conn.PgConn().TxStatus() != 'T' {
+		// An aborted transaction with no savepoint to go back to: the
+		// settlement itself failed, not a Commit.
+		return fmt.Errorf("outbox: mark published: %w", errors.Join(err, rerr))
+	}
+	r.log.Warn("outbox batch mark failed; marking one by one", "error", err, "rows", len(published))
+	for _, i := range published {
 		err := pgx.BeginFunc(ctx, tx, func(sp pgx.Tx) error { return r.moveAndCommit(ctx, sp, rows, outs, []int{i}, now) })
 		if err != nil {
-			if ctx.Err() != nil || tx.Conn().IsClosed() {
+			if ctx.Err() != nil || tx.conn.IsClosed() {
 				return fmt.Errorf("outbox: mark published: %w", err)
 			}
 			outs[i] = outcome{kind: outcomeRetry, err: fmt.Errorf("commit after dispatch: %w", err)}
 		}
 	}
-	return nil
+	return r.commitSettled(ctx, tx, rows, outs, nil, j, now)
 }
 
-func (r *Relay) moveAndCommit(ctx context.Context, tx pgx.Tx, rows []claimedRow, outs []outcome, idx []int, now time.Time) error {
-	if err := r.move(ctx, tx, rows, idx, now); err != nil {
-		return err
-	}
+// runCommits runs the Commits of rows[idx] in tx.
+func (r *Relay) runCommits(ctx context.Context, tx pgx.Tx, rows []claimedRow, outs []outcome, idx []int) error {
 	for _, i := range idx {
 		if c := outs[i].commit; c != nil {
 			if err := c(ctx, tx); err != nil {
@@ -697,25 +700,51 @@ func (r *Relay) moveAndCommit(ctx context.Context, tx pgx.Tx, rows []claimedRow,
 	return nil
 }
 
-// move runs qMarkPublished for rows[idx]. Every row is locked by this
-// transaction, so each must move; a shortfall means the schema or the lock
-// discipline is broken, and the batch is not committed.
-func (r *Relay) move(ctx context.Context, tx pgx.Tx, rows []claimedRow, idx []int, now time.Time) error {
+func (r *Relay) moveAndCommit(ctx context.Context, tx pgx.Tx, rows []claimedRow, outs []outcome, idx []int, now time.Time) error {
+	if _, err := tx.Exec(ctx, r.q.markPublished, publishedTIDs(rows, idx), now); err != nil {
+		return fmt.Errorf("outbox: mark published: %w", err)
+	}
+	return r.runCommits(ctx, tx, rows, outs, idx)
+}
+
+func publishedTIDs(rows []claimedRow, idx []int) []pgtype.TID {
 	tids := make([]pgtype.TID, len(idx))
 	for k, i := range idx {
 		tids[k] = rows[i].tid
 	}
-	tag, err := tx.Exec(ctx, r.q.markPublished, tids, now)
-	if err != nil {
-		return fmt.Errorf("outbox: mark published: %w", err)
+	return tids
+}
+
+// commitSettled sends, with the COMMIT, qMarkPublished for rows[published]
+// (none: moved already), qMarkUnpublished for the failed rows and
+// qJournalDone for the batch's journal rows. qMarkPublished fails in the
+// server when it moves fewer rows than it was given, so such a batch is not
+// committed (claimTx.commitWith).
+func (r *Relay) commitSettled(ctx context.Context, tx *claimTx, rows []claimedRow, outs []outcome, published []int, j *journal, now time.Time) error {
+	b := &pgx.Batch{}
+	if len(published) > 0 {
+		queueExec(b, "mark published", r.q.markPublished, publishedTIDs(rows, published), now)
 	}
-	if tag.RowsAffected() != int64(len(tids)) {
-		return fmt.Errorf("outbox: mark published: moved %d of %d locked rows", tag.RowsAffected(), len(tids))
+	r.queueMarkUnpublished(b, rows, outs, now)
+	queueExec(b, "journal", r.q.journalDone, j.settledIDs())
+	if err := tx.commitWith(ctx, b); err != nil {
+		return fmt.Errorf("outbox: commit batch: %w", err)
 	}
 	return nil
 }
 
-func (r *Relay) markUnpublished(ctx context.Context, tx pgx.Tx, rows []claimedRow, outs []outcome, now time.Time) error {
+// queueExec queues sql on b, its error prefixed with what.
+func queueExec(b *pgx.Batch, what, sql string, args ...any) {
+	b.Queue(sql, args...).Fn = func(br pgx.BatchResults) error {
+		if _, err := br.Exec(); err != nil {
+			return fmt.Errorf("outbox: %s: %w", what, err)
+		}
+		return nil
+	}
+}
+
+// queueMarkUnpublished queues qMarkUnpublished for the failed rows, if any.
+func (r *Relay) queueMarkUnpublished(b *pgx.Batch, rows []claimedRow, outs []outcome, now time.Time) {
 	var (
 		tids   []pgtype.TID
 		ids    []int64
@@ -740,13 +769,9 @@ func (r *Relay) markUnpublished(ctx context.Context, tx pgx.Tx, rows []claimedRo
 		}
 		tids, ids, status, errs, nexts = append(tids, rows[i].tid), append(ids, rows[i].id), append(status, "FAILED"), append(errs, msg), append(nexts, nil)
 	}
-	if len(ids) == 0 {
-		return nil
+	if len(ids) > 0 {
+		queueExec(b, "mark unpublished", r.q.markUnpublished, ids, status, errs, nexts, tids)
 	}
-	if _, err := tx.Exec(ctx, r.q.markUnpublished, ids, status, errs, nexts, tids); err != nil {
-		return fmt.Errorf("outbox: mark unpublished: %w", err)
-	}
-	return nil
 }
 
 // count updates the metrics and logs of a committed batch; the success

@@ -233,22 +233,31 @@ func (d *Dispatcher) commit(sc trace.SpanContext, id uuid.UUID, jobID, eventID s
 		if sc.IsValid() {
 			ctx = trace.ContextWithSpanContext(ctx, sc)
 		}
-		var outcome orders.HandOffOutcome
-		_, err := orders.InTx(tx).Update(ctx, id, func(o *orders.Order) error {
-			outcome = o.AcceptHandOff(jobID, eventID)
-			return nil
-		})
+		// Lock, decide, then save in one round trip with the statement that
+		// makes deferred completions due (orders.InTx(tx).Update would send
+		// the save alone). With the relay's savepoint on the lock's round
+		// trip, the Commit costs two.
+		o, err := orders.InTx(tx).Lock(ctx, id)
+		if err != nil {
+			return fmt.Errorf("handoff: record acceptance of %s: %w", id, err)
+		}
+		outcome := o.AcceptHandOff(jobID, eventID)
+		save := &pgx.Batch{}
+		orders.QueueSave(save, &o)
+		var early int64
+		switch {
+		case outcome == orders.HandedOff:
+			// The waiting point exists from this commit on: completions that
+			// overtook the hand-off (F5) need not sit out their backoff.
+			early, err = d.inbox.MakeDue(ctx, &withSave{tx: tx, save: save}, id.String())
+		case save.Len() > 0:
+			err = tx.SendBatch(ctx, save).Close()
+		}
 		if err != nil {
 			return fmt.Errorf("handoff: record acceptance of %s: %w", id, err)
 		}
 		switch outcome {
 		case orders.HandedOff:
-			// The waiting point exists from this commit on: completions that
-			// overtook the hand-off (F5) need not sit out their backoff.
-			early, err := d.inbox.MakeDue(ctx, tx, id.String())
-			if err != nil {
-				return err
-			}
 			d.handedOff.Add(ctx, 1)
 			d.hops.Observe(ctx, orderhop.HandOff, created, time.Now())
 			log.InfoContext(ctx, "work order handed off", "provider_job_id", jobID, "early_completions_released", early)

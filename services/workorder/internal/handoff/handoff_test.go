@@ -75,7 +75,11 @@ type testBundle struct {
 
 func setup(t *testing.T, answer func(call int, req *providerv1.SubmitWorkOrderRequest) error) testBundle {
 	t.Helper()
-	pool := pgtest.NewPool(t, migrations.WorkOrder()...)
+	return setupOn(t, pgtest.NewPool(t, migrations.WorkOrder()...), answer)
+}
+
+func setupOn(t *testing.T, pool *pgxpool.Pool, answer func(call int, req *providerv1.SubmitWorkOrderRequest) error) testBundle {
+	t.Helper()
 	repo, err := orders.NewRepository(pool)
 	if err != nil {
 		t.Fatal(err)
@@ -518,5 +522,42 @@ func TestF5_HandOffMakesDeferredCompletionsDue(t *testing.T) {
 	}
 	if !due {
 		t.Fatal("the deferred completion still waits for its backoff after the hand-off committed")
+	}
+}
+
+// The round trips of one hand-off, relay batch included, pinned: claim,
+// journal, the pre-check read, the order's lock (with the relay's
+// savepoint), its save with the statement making deferred completions due,
+// and the settlement with the COMMIT. At a database's distance each is a
+// network round trip of the order's handoff hop (B7).
+func TestHandOffRoundTrips(t *testing.T) {
+	t.Parallel()
+	pool, rt := pgtest.NewCountingPool(t, migrations.WorkOrder()...)
+	b := setupOn(t, pool, nil)
+	relay, err := outbox.NewRelay(pool, map[string]outbox.Dispatcher{handoff.EventType: b.dispatcher}, outbox.Config{},
+		slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for range 2 { // the first warms the statement caches
+		id := b.createOrder(t)
+		rt.Reset()
+		if _, err := relay.ProcessBatch(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		n = rt.Load()
+		if s, _ := b.eventStatus(t, id); s != "PUBLISHED" {
+			t.Fatalf("event %s, want PUBLISHED", s)
+		}
+		if o := b.order(t, id); o.Status != orders.StatusHandedOff {
+			t.Fatalf("order %s, want HANDED_OFF", o.Status)
+		}
+		if wp := b.waitingPoints(t, id); len(wp) != 1 {
+			t.Fatalf("waiting points %v, want one", wp)
+		}
+	}
+	if n != 6 {
+		t.Errorf("hand-off of one order: %d round trips, want 6", n)
 	}
 }

@@ -1,0 +1,255 @@
+package outbox
+
+import (
+	"context"
+	"strconv"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// claimTx is the lock claim's transaction (ProcessBatch). It is a pgx.Tx
+// whose BEGIN is not a round trip of its own: it goes out in the claim's
+// batch (qBeginClaim's statements, then qClaim), and its COMMIT goes out in
+// the batch that settles it (commitWith). pgx's own transaction sends each
+// alone; at a database's distance that is two round trips of every batch
+// (ADR 0002, revision 5). Like pgx's, it is used by one goroutine at a time
+// and is valid until Commit or Rollback.
+type claimTx struct {
+	conn       *pgx.Conn
+	savepoints int64 // savepoints named so far (sp_1, sp_2...), as pgx names them
+	closed     bool
+}
+
+var _ pgx.Tx = (*claimTx)(nil)
+
+// Begin starts a pseudo nested transaction: a savepoint, sent now.
+func (tx *claimTx) Begin(ctx context.Context) (pgx.Tx, error) {
+	if tx.closed {
+		return nil, pgx.ErrTxClosed
+	}
+	sp := tx.savepoint()
+	if err := sp.establish(ctx); err != nil {
+		return nil, err
+	}
+	return sp, nil
+}
+
+// savepoint names the next savepoint without sending it: the returned
+// transaction sends it with its first statement (savepointTx).
+func (tx *claimTx) savepoint() *savepointTx {
+	tx.savepoints++
+	return &savepointTx{tx: tx, name: "sp_" + strconv.FormatInt(tx.savepoints, 10)}
+}
+
+// Commit commits alone, for a claim with nothing to settle.
+func (tx *claimTx) Commit(ctx context.Context) error {
+	return tx.commitWith(ctx, &pgx.Batch{})
+}
+
+// commitWith sends b's statements and COMMIT in one batch. A failing
+// statement makes the server skip the rest of the batch, COMMIT included:
+// the transaction is then left open and aborted, for Rollback or a
+// ROLLBACK TO SAVEPOINT. A statement whose outcome must stop the commit
+// must therefore fail in the server, not in a callback of b (those run
+// after the batch, COMMIT included, has run).
+func (tx *claimTx) commitWith(ctx context.Context, b *pgx.Batch) error {
+	if tx.closed {
+		return pgx.ErrTxClosed
+	}
+	b.Queue("commit").Exec(func(tag pgconn.CommandTag) error {
+		if tag.String() == "ROLLBACK" {
+			return pgx.ErrTxCommitRollback
+		}
+		return nil
+	})
+	err := tx.conn.SendBatch(ctx, b).Close()
+	if tx.conn.IsClosed() || tx.conn.PgConn().TxStatus() == 'I' {
+		tx.closed = true
+	}
+	return err
+}
+
+// Rollback rolls the transaction back; after Commit it returns
+// pgx.ErrTxClosed and sends nothing. If the rollback fails the connection is
+// closed, which ends the transaction just as well.
+func (tx *claimTx) Rollback(ctx context.Context) error {
+	if tx.closed {
+		return pgx.ErrTxClosed
+	}
+	_, err := tx.conn.Exec(ctx, "rollback")
+	tx.closed = true
+	if err != nil {
+		_ = tx.conn.Close(ctx)
+	}
+	return err
+}
+
+func (tx *claimTx) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error) {
+	return tx.conn.CopyFrom(ctx, table, columns, src)
+}
+
+func (tx *claimTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	return tx.conn.SendBatch(ctx, b)
+}
+
+// LargeObjects is not available in a claim transaction: pgx builds its
+// LargeObjects only on its own transactions, and no Commit needs them.
+func (tx *claimTx) LargeObjects() pgx.LargeObjects {
+	panic("outbox: large objects are not available in the relay's claim transaction")
+}
+
+func (tx *claimTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
+	return tx.conn.Prepare(ctx, name, sql)
+}
+
+func (tx *claimTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	return tx.conn.Exec(ctx, sql, args...)
+}
+
+func (tx *claimTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	return tx.conn.Query(ctx, sql, args...)
+}
+
+func (tx *claimTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	return tx.conn.QueryRow(ctx, sql, args...)
+}
+
+func (tx *claimTx) Conn() *pgx.Conn { return tx.conn }
+
+// savepointTx is a savepoint of a claimTx, the transaction the batch's
+// Commits run in. Its SAVEPOINT goes out with its first statement sent by
+// SendBatch or by Exec with arguments (the hand-off's first is a batch), and
+// alone before any other first statement (an Exec without arguments may
+// hold several statements, which only the simple protocol takes). Commit
+// releases it, Rollback rolls back to it; the claim's COMMIT releases one
+// that neither ended.
+type savepointTx struct {
+	tx          *claimTx
+	name        string
+	established bool // the server has it
+	closed      bool
+}
+
+var _ pgx.Tx = (*savepointTx)(nil)
+
+func (s *savepointTx) establish(ctx context.Context) error {
+	if s.established {
+		return nil
+	}
+	if _, err := s.tx.conn.Exec(ctx, "savepoint "+s.name); err != nil {
+		return err
+	}
+	s.established = true
+	return nil
+}
+
+// withSavepoint returns b with the SAVEPOINT first if it is still to be
+// sent. The caller's batch is not changed.
+func (s *savepointTx) withSavepoint(b *pgx.Batch) *pgx.Batch {
+	if s.established {
+		return b
+	}
+	sb := &pgx.Batch{}
+	sb.Queue("savepoint " + s.name).Exec(func(pgconn.CommandTag) error {
+		s.established = true
+		return nil
+	})
+	sb.QueuedQueries = append(sb.QueuedQueries, b.QueuedQueries...)
+	return sb
+}
+
+func (s *savepointTx) Begin(ctx context.Context) (pgx.Tx, error) {
+	if s.closed {
+		return nil, pgx.ErrTxClosed
+	}
+	if err := s.establish(ctx); err != nil {
+		return nil, err
+	}
+	return s.tx.Begin(ctx)
+}
+
+func (s *savepointTx) Commit(ctx context.Context) error {
+	if s.closed {
+		return pgx.ErrTxClosed
+	}
+	s.closed = true
+	if !s.established {
+		return nil
+	}
+	_, err := s.tx.conn.Exec(ctx, "release savepoint "+s.name)
+	return err
+}
+
+// Rollback undoes what was sent since the savepoint. One never sent has
+// nothing to undo.
+func (s *savepointTx) Rollback(ctx context.Context) error {
+	if s.closed {
+		return pgx.ErrTxClosed
+	}
+	s.closed = true
+	if !s.established {
+		return nil
+	}
+	_, err := s.tx.conn.Exec(ctx, "rollback to savepoint "+s.name)
+	return err
+}
+
+func (s *savepointTx) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error) {
+	if err := s.establish(ctx); err != nil {
+		return 0, err
+	}
+	return s.tx.conn.CopyFrom(ctx, table, columns, src)
+}
+
+func (s *savepointTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	return s.tx.conn.SendBatch(ctx, s.withSavepoint(b))
+}
+
+// LargeObjects: see claimTx.LargeObjects.
+func (s *savepointTx) LargeObjects() pgx.LargeObjects { return s.tx.LargeObjects() }
+
+func (s *savepointTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
+	return s.tx.conn.Prepare(ctx, name, sql) // names a statement; no need of the savepoint
+}
+
+func (s *savepointTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if s.established || len(args) == 0 {
+		if err := s.establish(ctx); err != nil {
+			return pgconn.CommandTag{}, err
+		}
+		return s.tx.conn.Exec(ctx, sql, args...)
+	}
+	if _, ok := args[0].(pgx.QueryExecMode); ok {
+		if err := s.establish(ctx); err != nil {
+			return pgconn.CommandTag{}, err
+		}
+		return s.tx.conn.Exec(ctx, sql, args...)
+	}
+	var tag pgconn.CommandTag
+	b := &pgx.Batch{}
+	b.Queue(sql, args...).Exec(func(t pgconn.CommandTag) error { tag = t; return nil })
+	err := s.tx.conn.SendBatch(ctx, s.withSavepoint(b)).Close()
+	return tag, err
+}
+
+func (s *savepointTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if err := s.establish(ctx); err != nil {
+		return nil, err
+	}
+	return s.tx.conn.Query(ctx, sql, args...)
+}
+
+// errRow is the Row of a QueryRow whose savepoint could not be sent.
+type errRow struct{ err error }
+
+func (r errRow) Scan(...any) error { return r.err }
+
+func (s *savepointTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if err := s.establish(ctx); err != nil {
+		return errRow{err}
+	}
+	return s.tx.conn.QueryRow(ctx, sql, args...)
+}
+
+func (s *savepointTx) Conn() *pgx.Conn { return s.tx.conn }
