@@ -3,6 +3,7 @@ package pgnotify
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -216,4 +217,61 @@ func columns(ns []Notification) (channels, payloads []string) {
 		channels[i], payloads[i] = n.Channel, n.Payload
 	}
 	return channels, payloads
+}
+
+// InOneTrip runs b's statements as one transaction and sends ns after its
+// commit: on a pool in one round trip (BEGIN, b, COMMIT, the notification
+// statement in a pipeline; see Pipelined for why the notification stays
+// outside the transaction), for a writer whose transaction needs no
+// results before its commit. err is the transaction's (nil: committed);
+// notifyErr a notification that failed after the commit, for the caller to
+// log (the listeners' polling covers it). On any other handle it is InTx
+// with Announce: a savepoint in the caller's transaction, whose commit then
+// delivers ns.
+func InOneTrip(ctx context.Context, db pgdb.DB, b *pgx.Batch, ns ...Notification) (notifyErr, err error) {
+	pool, ok := db.(acquirer)
+	if !ok {
+		err = InTx(ctx, db, nil, func(ctx context.Context, tx pgx.Tx) error {
+			if err := tx.SendBatch(ctx, b).Close(); err != nil {
+				return err
+			}
+			return Announce(ctx, tx, ns...)
+		})
+		return nil, err
+	}
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Release()
+	all := &pgx.Batch{}
+	all.BeginTx(pgx.TxOptions{})
+	all.QueuedQueries = append(all.QueuedQueries, b.QueuedQueries...)
+	committed := false
+	all.Queue("COMMIT").Exec(func(tag pgconn.CommandTag) error {
+		if tag.String() == "ROLLBACK" {
+			return errCommitRollback
+		}
+		committed = true
+		return nil
+	})
+	ns = slices.Clone(ns)
+	slices.SortFunc(ns, compareNotifications)
+	if ns = slices.Compact(ns); len(ns) > 0 {
+		channels, payloads := columns(ns)
+		all.Queue(qSend, channels, payloads)
+	}
+	br := conn.SendBatch(ctx, all)
+	tx := br.Tx()
+	err = br.Close()
+	switch {
+	case err == nil:
+		return nil, nil
+	case committed:
+		return fmt.Errorf("pgnotify: notify after commit: %w", err), nil
+	}
+	if conn.Conn().PgConn().TxStatus() != 'I' {
+		_ = tx.Rollback(context.WithoutCancel(ctx)) // else pgx closes the connection and the pool discards it
+	}
+	return nil, err
 }
