@@ -15,7 +15,6 @@ import (
 	"github.com/lossless-dev/lossless/pkg/envelope"
 	"github.com/lossless-dev/lossless/pkg/parked"
 	"github.com/lossless-dev/lossless/pkg/pgdb"
-	"github.com/lossless-dev/lossless/pkg/pgnotify"
 	"github.com/lossless-dev/lossless/pkg/pgtext"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/retry"
@@ -259,56 +258,30 @@ func (c *Consumer[T]) each(ctx context.Context, ms []*pubsub.Received, vs []enve
 	wg.Wait()
 }
 
-// commit handles ms in one transaction; NOTIFYs sent by Apply
-// (pgnotify.Send) go out after the commit.
-func (c *Consumer[T]) commit(ctx context.Context, ms []*pubsub.Received, vs []envelope.Verdict[T]) ([]string, error) {
-	outcomes := make([]string, len(ms))
-	err := pgnotify.InTx(ctx, c.db, c.logger, func(ctx context.Context, tx pgx.Tx) error {
-		for i, m := range ms {
-			var err error
-			if outcomes[i], err = c.handle(ctx, tx, m, vs[i]); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	return outcomes, nil
-}
-
-// handle consumes m in tx under a savepoint (parked.Isolate): refused by
-// Apply or by the database, its effects and its marker roll back and it is
-// parked in tx, with its batch-mates' effects.
-func (c *Consumer[T]) handle(ctx context.Context, tx pgx.Tx, m *pubsub.Received, v envelope.Verdict[T]) (string, error) {
-	if !v.Accepted() {
-		return c.park(ctx, tx, m, v.Event, v.Outcome(OutcomeParked, OutcomeUnknownType), v.Reason())
-	}
-	var outcome string
-	reason, err := parked.Isolate(ctx, tx, func(sp pgx.Tx) error {
-		var err error
-		outcome, err = c.apply(ctx, sp, m, v.Event)
-		if retry.IsPermanent(err) {
-			return parked.Refuse(err.Error())
-		}
-		return err
-	})
-	switch {
-	case err != nil:
-		return "", err
-	case reason != "":
-		return c.park(ctx, tx, m, v.Event, OutcomeParked, reason)
-	}
-	return outcome, nil
-}
-
 // errConflict refuses an event id reused with other content.
 var errConflict = retry.Permanent(errors.New("event id already processed with different content (producer bug)"))
 
+// marker is ev's marker for this consumer.
+func (c *Consumer[T]) marker(m *pubsub.Received, ev T) Marker {
+	return Marker{Consumer: c.h.Name, ID: ev.GetEventId(), Type: c.h.EventType, Payload: m.Data}
+}
+
 // apply claims ev's marker in tx and, when it is new, applies ev.
 func (c *Consumer[T]) apply(ctx context.Context, tx pgx.Tx, m *pubsub.Received, ev T) (string, error) {
-	out, err := c.markers.Claim(ctx, tx, Marker{Consumer: c.h.Name, ID: ev.GetEventId(), Type: c.h.EventType, Payload: m.Data})
+	batch := &pgx.Batch{}
+	cl, err := c.markers.queueClaim(batch, c.marker(m, ev))
+	if err != nil {
+		return "", err
+	}
+	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
+		return "", err
+	}
+	return c.applyClaimed(ctx, tx, cl, m, ev)
+}
+
+// applyClaimed applies ev when its sent claim won.
+func (c *Consumer[T]) applyClaimed(ctx context.Context, tx pgx.Tx, cl *claim, m *pubsub.Received, ev T) (string, error) {
+	out, err := cl.outcome(ctx, tx)
 	switch {
 	case err != nil:
 		return "", err

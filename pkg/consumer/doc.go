@@ -62,6 +62,13 @@
 // (Config.Concurrency at once), so only a message that fails on its own
 // nacks.
 //
+// The transaction is pipelined (docs/adr/0023): the BEGIN travels with the
+// first message's savepoint and marker claim, each later message's
+// savepoint and claim with the release of the previous one (at most one
+// savepoint is open), and the COMMIT with the NOTIFYs Apply sent, which run
+// after it (pgnotify.Pipelined). A message that writes one statement costs
+// three round trips alone, two more in a batch.
+//
 // # Schema
 //
 // One table, {schema}.processed_events, shipped as an embedded goose

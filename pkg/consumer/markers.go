@@ -119,23 +119,54 @@ func NewMarkers(opts ...Option) (*Markers, error) {
 // Claim inserts mk's marker in tx, the transaction that applies the effect:
 // apply it only when Claim returns Claimed.
 func (s *Markers) Claim(ctx context.Context, tx pgdb.Executor, mk Marker) (Outcome, error) {
-	if mk.Consumer == "" || mk.ID == "" {
-		return 0, errors.New("consumer: Marker.Consumer and Marker.ID are required")
+	b := &pgx.Batch{}
+	cl, err := s.queueClaim(b, mk)
+	if err != nil {
+		return 0, err
 	}
-	sum := sha256.Sum256(mk.Payload)
-	var inserted bool
-	err := tx.QueryRow(ctx, s.qClaim, mk.Consumer, mk.ID, mk.Type, sum[:]).Scan(&inserted)
-	if err == nil {
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return 0, err
+	}
+	return cl.outcome(ctx, tx)
+}
+
+// claim is a marker's claim queued on a batch; its outcome is known once
+// the batch was sent.
+type claim struct {
+	s        *Markers
+	mk       Marker
+	sum      [sha256.Size]byte
+	inserted bool
+}
+
+// queueClaim queues mk's claim onto b, for the consumer to send with the
+// statements before it (its savepoint) in one round trip.
+func (s *Markers) queueClaim(b *pgx.Batch, mk Marker) (*claim, error) {
+	if mk.Consumer == "" || mk.ID == "" {
+		return nil, errors.New("consumer: Marker.Consumer and Marker.ID are required")
+	}
+	cl := &claim{s: s, mk: mk, sum: sha256.Sum256(mk.Payload)}
+	b.Queue(s.qClaim, mk.Consumer, mk.ID, mk.Type, cl.sum[:]).QueryRow(func(row pgx.Row) error {
+		err := row.Scan(&cl.inserted)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("consumer: claim %s/%s: %w", mk.Consumer, mk.ID, err)
+		}
+		return nil
+	})
+	return cl, nil
+}
+
+// outcome of the sent claim: Claimed, or, when the insert lost, what the
+// stored fingerprint says (one more round trip, for a redelivery only).
+func (cl *claim) outcome(ctx context.Context, tx pgdb.Executor) (Outcome, error) {
+	if cl.inserted {
 		return Claimed, nil
 	}
-	if !errors.Is(err, pgx.ErrNoRows) {
-		return 0, fmt.Errorf("consumer: claim %s/%s: %w", mk.Consumer, mk.ID, err)
-	}
 	var stored []byte
-	if err := tx.QueryRow(ctx, s.qFingerprint, mk.Consumer, mk.ID).Scan(&stored); err != nil {
-		return 0, fmt.Errorf("consumer: read fingerprint %s/%s: %w", mk.Consumer, mk.ID, err)
+	if err := tx.QueryRow(ctx, cl.s.qFingerprint, cl.mk.Consumer, cl.mk.ID).Scan(&stored); err != nil {
+		return 0, fmt.Errorf("consumer: read fingerprint %s/%s: %w", cl.mk.Consumer, cl.mk.ID, err)
 	}
-	if !bytes.Equal(stored, sum[:]) {
+	if !bytes.Equal(stored, cl.sum[:]) {
 		return Conflict, nil
 	}
 	return Duplicate, nil

@@ -64,9 +64,12 @@
 //
 // # Pieces
 //
-//   - Store.Ingest: one multi-row INSERT ... ON CONFLICT DO NOTHING per batch.
+//   - Store.Ingest: one multi-row INSERT ... ON CONFLICT DO NOTHING per batch,
+//     in one round trip with its BEGIN, COMMIT and the relays' wake-up
+//     (docs/adr/0023).
 //   - Relay: claims due OPEN entries (FOR UPDATE SKIP LOCKED, with the per-key
-//     guard) and runs the Handler in the claiming transaction: a BatchHandler
+//     guard; the claim travels with the BEGIN, the resolve with the COMMIT:
+//     docs/adr/0023) and runs the Handler in the claiming transaction: a BatchHandler
 //     once for the whole batch (falling back to one savepoint per entry when
 //     the batch fails technically), a plain Handler per entry in a savepoint.
 //     Its outcome: nil = APPLIED; AlreadyApplied = DUPLICATE; Park or

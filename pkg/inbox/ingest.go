@@ -56,7 +56,9 @@ ORDER BY r.pos
 ON CONFLICT (source, event_id) DO NOTHING
 RETURNING source, event_id, status`
 
-// recordConflicts runs only for the messages the insert skipped. It is a
+// recordConflicts matters only for the messages the insert skipped (it
+// receives the whole batch when pipelined with the insert: the stored rows
+// match their own hash and drop out). It is a
 // second statement (not a CTE of the first) on purpose: under READ COMMITTED
 // it takes a fresh snapshot, so it sees a conflicting row committed by a
 // concurrent receiver after the insert's snapshot was taken (ON CONFLICT
@@ -165,19 +167,19 @@ func (s *Store) Ingest(ctx context.Context, msgs []Message) (IngestResult, error
 	res, err := s.ingestBatch(ctx, rows)
 	if pgdb.IsData(err) {
 		res, err = s.ingestIsolated(ctx, rows)
+		// New OPEN entries wake the relays; parked poison wakes nobody.
+		// After the commit when Ingest owns the transaction (pgnotify).
+		if err == nil && res.Inserted > 0 {
+			if err := pgnotify.Announce(ctx, s.db, pgnotify.Notification{Channel: s.q.channel}); err != nil {
+				if _, inTx := s.db.(pgx.Tx); inTx {
+					return IngestResult{}, err
+				}
+				res.WakeErr = err
+			}
+		}
 	}
 	if err != nil {
 		return IngestResult{}, err
-	}
-	// New OPEN entries wake the relays; parked poison wakes nobody. After
-	// the commit when Ingest owns the transaction (pgnotify).
-	if res.Inserted > 0 {
-		if err := pgnotify.Announce(ctx, s.db, pgnotify.Notification{Channel: s.q.channel}); err != nil {
-			if _, inTx := s.db.(pgx.Tx); inTx {
-				return IngestResult{}, err
-			}
-			res.WakeErr = err
-		}
 	}
 	for outcome, n := range map[string]int{"inserted": res.Inserted, "poison": res.Poison, "duplicate": res.Duplicates, "conflict": res.Conflicts} {
 		if n > 0 {
@@ -187,18 +189,46 @@ func (s *Store) Ingest(ctx context.Context, msgs []Message) (IngestResult, error
 	return res, nil
 }
 
-// ingestBatch is the normal case: the whole batch in one statement.
+// ingestBatch is the normal case, in one round trip on a pool
+// (pgnotify.InOneTrip, ADR 0023): BEGIN, the batch's insert, the conflicts
+// of the copies it skipped, COMMIT, and the relays' wake-up after the
+// commit. recordConflicts is sent before the insert's result is read, so it
+// gets every row: those the insert stored carry the stored payload's hash
+// and drop out of its WHERE, the same rows as when it was sent only for
+// the skipped ones. The wake-up goes out even when nothing new was stored
+// (a redelivery, parked poison): a relay then claims nothing.
 func (s *Store) ingestBatch(ctx context.Context, rows []row) (IngestResult, error) {
-	var res IngestResult
-	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
-		res = IngestResult{}
-		inserted, err := s.insertRows(ctx, tx, rows, &res)
-		if err != nil {
-			return err
-		}
-		return s.insertConflicts(ctx, tx, rows, inserted, &res)
+	var (
+		res          IngestResult
+		inserted     map[rowKey]bool
+		newConflicts int
+	)
+	c := toColumns(rows)
+	b := &pgx.Batch{}
+	b.Queue(s.q.insertBatch, c.source, c.eventID, c.eventType, c.schemaVersion,
+		c.correlationKey, c.payload, c.sha, c.attrs, c.messageID, c.deliveryAttempt,
+		c.traceparent, c.tracestate, c.parkReason, c.parkError, c.receipt).Query(func(rs pgx.Rows) error {
+		var err error
+		inserted, err = scanInserted(rs, rows, &res)
+		return err
 	})
-	return res, err
+	b.Queue(s.q.recordConflicts, c.source, c.eventID, c.payload, c.sha, c.attrs, c.messageID).Query(func(rs pgx.Rows) error {
+		for rs.Next() {
+			newConflicts++
+		}
+		if err := rs.Err(); err != nil {
+			return fmt.Errorf("inbox: record conflicts: %w", err)
+		}
+		return nil
+	})
+	wakeErr, err := pgnotify.InOneTrip(ctx, s.db, b, pgnotify.Notification{Channel: s.q.channel})
+	if err != nil {
+		return IngestResult{}, err
+	}
+	res.Conflicts = newConflicts
+	res.Duplicates = len(skipped(rows, inserted)) - newConflicts
+	res.WakeErr = wakeErr
+	return res, nil
 }
 
 // ingestIsolated stores rows one savepoint each, in key order, after the
@@ -267,6 +297,12 @@ func (s *Store) insertRows(ctx context.Context, q pgx.Tx, rs []row, res *IngestR
 		return nil, fmt.Errorf("inbox: insert batch: %w", err)
 	}
 	defer rows.Close()
+	return scanInserted(rows, rs, res)
+}
+
+// scanInserted reads insertBatch's result for rs into res and returns the
+// keys it stored.
+func scanInserted(rows pgx.Rows, rs []row, res *IngestResult) (map[rowKey]bool, error) {
 	rejected := make(map[rowKey]bool)
 	for _, r := range rs {
 		if r.rejected {
@@ -297,10 +333,10 @@ func (s *Store) insertRows(ctx context.Context, q pgx.Tx, rs []row, res *IngestR
 	return inserted, nil
 }
 
-// insertConflicts records the rows not inserted whose payload differs from
-// the stored one, and counts the rest as duplicates. A key may also repeat
-// inside one batch; the first copy (in receipt order) wins.
-func (s *Store) insertConflicts(ctx context.Context, tx pgx.Tx, rs []row, inserted map[rowKey]bool, res *IngestResult) error {
+// skipped returns the rows of rs the insert did not store: a key stored
+// before, or a later copy of a key in rs (the first copy, in receipt order,
+// wins).
+func skipped(rs []row, inserted map[rowKey]bool) []row {
 	var d []row
 	seen := make(map[rowKey]bool, len(rs))
 	for _, r := range rs {
@@ -311,6 +347,13 @@ func (s *Store) insertConflicts(ctx context.Context, tx pgx.Tx, rs []row, insert
 		}
 		d = append(d, r)
 	}
+	return d
+}
+
+// insertConflicts records the rows not inserted whose payload differs from
+// the stored one, and counts the rest as duplicates.
+func (s *Store) insertConflicts(ctx context.Context, tx pgx.Tx, rs []row, inserted map[rowKey]bool, res *IngestResult) error {
+	d := skipped(rs, inserted)
 	if len(d) == 0 {
 		return nil
 	}

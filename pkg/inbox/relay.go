@@ -254,41 +254,57 @@ func (e *batchFailedError) Error() string { return "inbox: batch handler: " + e.
 func (e *batchFailedError) Unwrap() error { return e.err }
 
 // processBatch is one claiming transaction: claim, apply (whole batch through
-// bh when batched, else entry by entry in savepoints), resolve, commit. The
-// notifications the handlers' writes announce (pgnotify.Send, e.g. by
-// outbox.Append) are sent after the commit (pgnotify.InTx).
+// bh when batched, else entry by entry in savepoints), resolve, commit,
+// pipelined (pgnotify.Begin, ADR 0023): the claim travels with the BEGIN,
+// the resolve with the COMMIT and the notifications the handlers' writes
+// announced (pgnotify.Send, e.g. by outbox.Append), which go out after the
+// commit. A claim that finds nothing rolls back: it locked nothing.
 func (r *Relay) processBatch(ctx context.Context, from int64, bh BatchHandler, batched bool) ([]Entry, []outcome, error) {
 	var claimed []Entry
-	var outs []outcome
-	err := pgnotify.InTx(ctx, r.pool, r.logger, func(ctx context.Context, tx pgx.Tx) error {
+	first := &pgx.Batch{}
+	first.Queue(r.q.claimDue, from, r.cfg.BatchSize).Query(func(rows pgx.Rows) error {
 		var err error
-		claimed, err = r.claim(ctx, tx, from)
-		if err != nil || len(claimed) == 0 {
-			return err
-		}
-		ctx, span := r.startSpan(ctx, claimed, batched)
-		defer span.End()
-		if batched {
-			outs, err = r.applyBatch(ctx, tx, bh, claimed)
-			if err != nil {
-				return err
-			}
-			return r.resolve(ctx, tx, outs)
-		}
-		outs = make([]outcome, 0, len(claimed))
-		for i := range claimed {
-			o, err := r.apply(ctx, tx, &claimed[i])
-			if err != nil {
-				return err
-			}
-			outs = append(outs, o)
-		}
-		return r.resolve(ctx, tx, outs)
+		claimed, err = scanEntries(rows)
+		return err
 	})
+	txCtx, p, err := pgnotify.Begin(ctx, r.pool, r.logger, first)
 	if err != nil {
+		return nil, nil, fmt.Errorf("inbox: claim: %w", err)
+	}
+	if len(claimed) == 0 {
+		p.Rollback(ctx)
+		return nil, nil, nil
+	}
+	outs, err := r.applyClaimed(txCtx, p.Tx(), claimed, bh, batched)
+	if err != nil {
+		p.Rollback(ctx)
+		return nil, nil, err
+	}
+	last := &pgx.Batch{}
+	r.queueResolve(last, outs)
+	if err := p.Commit(ctx, last); err != nil {
 		return nil, nil, err
 	}
 	return claimed, outs, nil
+}
+
+// applyClaimed applies the claimed entries in tx, under the span of the
+// batch.
+func (r *Relay) applyClaimed(ctx context.Context, tx pgx.Tx, claimed []Entry, bh BatchHandler, batched bool) ([]outcome, error) {
+	ctx, span := r.startSpan(ctx, claimed, batched)
+	defer span.End()
+	if batched {
+		return r.applyBatch(ctx, tx, bh, claimed)
+	}
+	outs := make([]outcome, 0, len(claimed))
+	for i := range claimed {
+		o, err := r.apply(ctx, tx, &claimed[i])
+		if err != nil {
+			return nil, err
+		}
+		outs = append(outs, o)
+	}
+	return outs, nil
 }
 
 // startSpan starts the span that applies a claimed batch: a new root linked
@@ -305,12 +321,8 @@ func (r *Relay) startSpan(ctx context.Context, claimed []Entry, batched bool) (c
 		trace.WithAttributes(attribute.Int("inbox.batch.size", len(claimed)), attribute.Bool("inbox.batch.set_based", batched)))
 }
 
-func (r *Relay) claim(ctx context.Context, tx pgx.Tx, from int64) ([]Entry, error) {
-	rows, err := tx.Query(ctx, r.q.claimDue, from, r.cfg.BatchSize)
-	if err != nil {
-		return nil, fmt.Errorf("inbox: claim: %w", err)
-	}
-	defer rows.Close()
+// scanEntries reads claimDue's rows.
+func scanEntries(rows pgx.Rows) ([]Entry, error) {
 	var out []Entry
 	for rows.Next() {
 		e, err := scanEntry(rows)
@@ -319,7 +331,10 @@ func (r *Relay) claim(ctx context.Context, tx pgx.Tx, from int64) ([]Entry, erro
 		}
 		out = append(out, e)
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("inbox: claim: %w", err)
+	}
+	return out, nil
 }
 
 // outcome is one claimed entry's resolution.
@@ -446,6 +461,13 @@ func (r *Relay) outcome(ctx context.Context, e *Entry, herr error) outcome {
 }
 
 func (r *Relay) resolve(ctx context.Context, tx pgx.Tx, outs []outcome) error {
+	b := &pgx.Batch{}
+	r.queueResolve(b, outs)
+	return tx.SendBatch(ctx, b).Close()
+}
+
+// queueResolve queues the statement that writes outs onto b.
+func (r *Relay) queueResolve(b *pgx.Batch, outs []outcome) {
 	ids := make([]int64, len(outs))
 	statuses := make([]string, len(outs))
 	attempts := make([]int32, len(outs))
@@ -456,10 +478,7 @@ func (r *Relay) resolve(ctx context.Context, tx pgx.Tx, outs []outcome) error {
 		ids[i], statuses[i], attempts[i] = o.id, string(o.status), int32(o.attempts)
 		delays[i], lastErrs[i], reasons[i] = o.delay.Milliseconds(), o.lastError, o.parkReason
 	}
-	if _, err := tx.Exec(ctx, r.q.resolveBatch, ids, statuses, attempts, delays, lastErrs, reasons); err != nil {
-		return fmt.Errorf("inbox: resolve batch: %w", err)
-	}
-	return nil
+	b.Queue(r.q.resolveBatch, ids, statuses, attempts, delays, lastErrs, reasons)
 }
 
 func (r *Relay) record(ctx context.Context, claimed []Entry, outs []outcome) {

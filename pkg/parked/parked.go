@@ -366,16 +366,28 @@ func Refuse(reason string) error { return refusal{reason: reason} }
 // infrastructure failure, for the caller to roll back and nack.
 func Isolate(ctx context.Context, db pgdb.Beginner, fn func(tx pgx.Tx) error) (reason string, err error) {
 	err = pgx.BeginFunc(ctx, db, fn)
-	var r refusal
-	switch {
-	case err == nil:
+	if err == nil {
 		return "", nil
-	case errors.As(err, &r):
-		return r.reason, nil
-	case pgdb.IsData(err):
-		return rejected(err), nil
+	}
+	if reason, ok := Reason(err); ok {
+		return reason, nil
 	}
 	return "", err
+}
+
+// Reason is Isolate's classification of fn's error, for a consumer that
+// manages its savepoints itself (pkg/consumer pipelines them): ok when err
+// is the message's fault (Refuse, or pgdb.IsData), with the reason to park
+// it with; false for anything else, an infrastructure failure.
+func Reason(err error) (reason string, ok bool) {
+	var r refusal
+	switch {
+	case errors.As(err, &r):
+		return r.reason, true
+	case pgdb.IsData(err):
+		return rejected(err), true
+	}
+	return "", false
 }
 
 // rejected is the park reason of a data error: the database's message names

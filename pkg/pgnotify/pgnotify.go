@@ -264,9 +264,7 @@ func (d *Deferred) Flush(ctx context.Context, db Execer, logger *slog.Logger) {
 	if len(ns) == 0 {
 		return
 	}
-	slices.SortFunc(ns, func(a, b Notification) int {
-		return cmp.Or(cmp.Compare(a.Channel, b.Channel), cmp.Compare(a.Payload, b.Payload))
-	})
+	slices.SortFunc(ns, compareNotifications)
 	ns = slices.Compact(ns)
 	// Past the caller's cancellation (the effect is committed) but bounded:
 	// a wake-up later than flushTimeout is worth less than the poll.
@@ -275,4 +273,9 @@ func (d *Deferred) Flush(ctx context.Context, db Execer, logger *slog.Logger) {
 	if err := Notify(fctx, db, ns...); err != nil {
 		logger.WarnContext(ctx, "notification after commit failed; listeners will find the rows by polling", "error", err)
 	}
+}
+
+// compareNotifications orders notifications by channel, then payload.
+func compareNotifications(a, b Notification) int {
+	return cmp.Or(cmp.Compare(a.Channel, b.Channel), cmp.Compare(a.Payload, b.Payload))
 }
