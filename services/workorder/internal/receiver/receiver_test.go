@@ -245,7 +245,11 @@ func TestF15_DatabaseDownAndBack_NothingLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg, _ := pgxpool.ParseConfig(dsn)
-	cfg.ConnConfig.ConnectTimeout = time.Second
+	// While the server is down a connect is refused at once; after the
+	// restart, on a loaded machine, a 1 s connect timeout kept failing and
+	// nacking (each nack a redelivery to wait for) long after the server was
+	// back.
+	cfg.ConnConfig.ConnectTimeout = 5 * time.Second
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -300,7 +304,7 @@ func TestF15_DatabaseDownAndBack_NothingLost(t *testing.T) {
 	if err := cluster.Restart(ctx); err != nil {
 		t.Fatal(err)
 	}
-	waitfor.Condition(t, 30*time.Second, "every completion applied", func() bool {
+	waitfor.Condition(t, 90*time.Second, "every completion applied", func() bool {
 		var applied int
 		_ = pool.QueryRow(ctx, `SELECT count(*) FROM inbox WHERE status = 'APPLIED'`).Scan(&applied)
 		return applied == n
