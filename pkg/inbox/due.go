@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/lossless-dev/lossless/pkg/pgdb"
 	"github.com/lossless-dev/lossless/pkg/pgnotify"
 )
@@ -39,11 +42,42 @@ func (s *Store) MakeDue(ctx context.Context, tx pgdb.Executor, key string) (int6
 	if err != nil {
 		return 0, fmt.Errorf("inbox: make entries of %s due: %w", key, err)
 	}
-	if tag.RowsAffected() == 0 {
+	return s.announceDue(ctx, tx, tag.RowsAffected())
+}
+
+// QueueMakeDue is MakeDue for a caller that sends its own statements in one
+// round trip (a pgx.Batch sent through its transaction): it queues the
+// statement on b, and the returned Due, once b has been sent, says how many
+// entries were made due and wakes the relays. The hand-off queues it after
+// the order's save (ADR 0002, revision 5).
+func (s *Store) QueueMakeDue(b *pgx.Batch, key string) *Due {
+	d := &Due{s: s}
+	b.Queue(s.q.makeDue, key).Exec(func(tag pgconn.CommandTag) error {
+		d.n = tag.RowsAffected()
+		return nil
+	})
+	return d
+}
+
+// Due is the result of a statement QueueMakeDue queued.
+type Due struct {
+	s *Store
+	n int64
+}
+
+// Announce wakes the relays at the commit of tx if entries were made due
+// (as MakeDue does) and returns how many. Call it after the batch was sent
+// without error.
+func (d *Due) Announce(ctx context.Context, tx pgdb.Executor) (int64, error) {
+	return d.s.announceDue(ctx, tx, d.n)
+}
+
+func (s *Store) announceDue(ctx context.Context, tx pgdb.Executor, n int64) (int64, error) {
+	if n == 0 {
 		return 0, nil
 	}
 	if err := pgnotify.Send(ctx, tx, s.q.channel, ""); err != nil {
 		return 0, fmt.Errorf("inbox: %w", err)
 	}
-	return tag.RowsAffected(), nil
+	return n, nil
 }

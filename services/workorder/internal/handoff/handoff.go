@@ -244,17 +244,22 @@ func (d *Dispatcher) commit(sc trace.SpanContext, id uuid.UUID, jobID, eventID s
 		outcome := o.AcceptHandOff(jobID, eventID)
 		save := &pgx.Batch{}
 		orders.QueueSave(save, &o)
-		var early int64
-		switch {
-		case outcome == orders.HandedOff:
+		var due *inbox.Due
+		if outcome == orders.HandedOff {
 			// The waiting point exists from this commit on: completions that
 			// overtook the hand-off (F5) need not sit out their backoff.
-			early, err = d.inbox.MakeDue(ctx, &withSave{tx: tx, save: save}, id.String())
-		case save.Len() > 0:
-			err = tx.SendBatch(ctx, save).Close()
+			due = d.inbox.QueueMakeDue(save, id.String())
 		}
-		if err != nil {
-			return fmt.Errorf("handoff: record acceptance of %s: %w", id, err)
+		if save.Len() > 0 {
+			if err := tx.SendBatch(ctx, save).Close(); err != nil {
+				return fmt.Errorf("handoff: record acceptance of %s: %w", id, err)
+			}
+		}
+		var early int64
+		if due != nil {
+			if early, err = due.Announce(ctx, tx); err != nil {
+				return fmt.Errorf("handoff: record acceptance of %s: %w", id, err)
+			}
 		}
 		switch outcome {
 		case orders.HandedOff:
