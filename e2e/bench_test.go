@@ -123,13 +123,28 @@ func BenchmarkB5_EndToEndLatency(b *testing.B) {
 
 		// Capacity, between two commit-rate anchors (A B A).
 		anchorA := b5CommitRate(ctx, b, server, anchorFor)
+		probeStats := b5ResetStatements(ctx, b, server)
 		commitsBefore := dbs.commits(ctx, b)
+		commitsByDB := b7Commits(ctx, b, server, dbs.names)
 		cpuBefore := b5CPUNow(ctx, b, stack, dbs.workorder)
 		capRes := b5Load(ctx, b, "capacity probe", loadgen.Config{HTTP: callerHTTP(b, stack, 10*time.Second), BaseURL: base, Count: capN, Concurrency: 64, MaxPositions: 10, Wait: 5 * time.Minute, Seed: 7})
 		cpuAfter := b5CPUNow(ctx, b, stack, dbs.workorder)
 		cpu := b5CPUDelta(cpuBefore, cpuAfter)
+		var probeStatements []b5Statement
+		if probeStats {
+			probeStatements = b5Statements(ctx, b, server, dbs.names)
+		}
 		b5Pause(b5StatsSettle)
 		commitsPerOrder := float64(dbs.commits(ctx, b)-commitsBefore) / float64(capRes.Invoiced)
+		var hopCost []b5HopCost
+		if probeStats {
+			after := b7Commits(ctx, b, server, dbs.names)
+			delta := map[string]int64{}
+			for db, n := range after {
+				delta[db] = n - commitsByDB[db]
+			}
+			hopCost = b5HopCosts(probeStatements, delta, capRes.Invoiced)
+		}
 		anchorB := b5CommitRate(ctx, b, server, anchorFor)
 		phases["capacity"] = dbs.times(ctx, b, capRes.OrderIDs)
 		all = append(all, phases["capacity"]...)
@@ -171,6 +186,7 @@ func BenchmarkB5_EndToEndLatency(b *testing.B) {
 		for _, k := range append(b5CPUGroups(cpu), b5CPUMachine) {
 			b.ReportMetric(b5Ms(cpu[k])/float64(capRes.Invoiced), "cpu_ms/order_"+k)
 		}
+		b5HopCostMetrics(b, hopCost)
 		e2e := map[string][]time.Duration{}
 		for _, ph := range []string{"floor", "10pct", "50pct"} {
 			e2e[ph] = b5EndToEnd(phases[ph])
@@ -200,6 +216,9 @@ func BenchmarkB5_EndToEndLatency(b *testing.B) {
 		ec := b5EndToEnd(phases["capacity"])
 		fmt.Fprintf(&tbl, "%-18s %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f\n", "end to end", b5Ms(floor), b5Ms(p50at10), b5Ms(b5Pct(e2e["10pct"], 99)), b5Ms(b5Pct(e2e["50pct"], 50)), b5Ms(p99at50), b5Ms(b5Pct(ec, 50)), b5Ms(b5Pct(ec, 99)))
 		fmt.Fprintf(&tbl, "\n%s", b5CPUTable(cpu, capRes.Invoiced, cpuAfter.at.Sub(cpuBefore.at)))
+		if hopCost != nil {
+			fmt.Fprintf(&tbl, "\nCapacity probe, per order by stage and service database (pg_stat_statements, pg_stat_database; e2e/hopcost_bench_test.go):\n%s", b5HopCostTable(hopCost))
+		}
 		b5ProfileTops(ctx, b, profiles)
 		for _, p := range profiles {
 			fmt.Fprintf(&tbl, "\nCPU profile of %s during the 50%% phase (%s):\n%s", p.service, p.file, p.top)
@@ -229,6 +248,9 @@ func BenchmarkB5_EndToEndLatency(b *testing.B) {
 			b5WriteCSVs(b, dataDir, phases, all)
 			if statsOn {
 				b5WriteStatements(b, dataDir, statements)
+			}
+			if hopCost != nil {
+				b5WriteHopCost(b, dataDir, hopCost)
 			}
 		}
 	}
