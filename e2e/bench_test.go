@@ -247,10 +247,11 @@ func BenchmarkB5_EndToEndLatency(b *testing.B) {
 		if dataDir != "" {
 			b5WriteCSVs(b, dataDir, phases, all)
 			if statsOn {
-				b5WriteStatements(b, dataDir, statements)
+				b5WriteStatements(b, filepath.Join(dataDir, "b5_statements.csv"), statements)
 			}
 			if hopCost != nil {
 				b5WriteHopCost(b, dataDir, hopCost)
+				b5WriteStatements(b, filepath.Join(dataDir, "b5_probe_statements.csv"), probeStatements)
 			}
 		}
 	}
@@ -813,12 +814,15 @@ func b5StatementTable(sts []b5Statement) string {
 	return sb.String()
 }
 
-func b5WriteStatements(b *testing.B, dir string, sts []b5Statement) {
+// b5WriteStatements writes statements as CSV to file (b5_statements.csv:
+// the 50 % phase's; b5_probe_statements.csv: the capacity probe's, the
+// input of the per-hop cost).
+func b5WriteStatements(b *testing.B, file string, sts []b5Statement) {
 	b.Helper()
 	recs := [][]string{{"database", "calls", "rows", "total_ms", "query"}}
 	for _, st := range sts {
 		recs = append(recs, []string{st.db, strconv.FormatInt(st.calls, 10), strconv.FormatInt(st.rows, 10),
 			strconv.FormatFloat(st.totalMs, 'f', 3, 64), strings.Join(strings.Fields(st.query), " ")})
 	}
-	b5WriteCSV(b, filepath.Join(dir, "b5_statements.csv"), recs)
+	b5WriteCSV(b, file, recs)
 }

@@ -113,7 +113,7 @@ var b5HopRules = []b5HopRule{
 	{match: "DELETE FROM public.outbox_dispatching d WHERE d.started_at", stage: stageBackground, rtt: 1, tx: 1},
 	{match: "DELETE FROM public.processed_events", stage: stageBackground, rtt: 1, tx: 1},
 	{db: "billing", match: "SELECT (SELECT count(*) FROM (SELECT", stage: stageBackground, rtt: 1, tx: 1}, // leasequeue qStats
-	{db: "billing", match: "SET state = 'dead'", stage: stageBackground, rtt: 1, tx: 1},                   // qBuryExpired
+	{db: "billing", match: "UPDATE public.leasequeue_jobs SET state =", stage: stageBackground, rtt: 1, tx: 1}, // qBuryExpired
 	{db: "billing", match: "state = 'running' AND due_at <", stage: stageBackground, rtt: 1, tx: 1},       // qClaimExpired
 
 	// provider-sim: the provider's hops, all of them.
@@ -157,7 +157,7 @@ var b5HopRules = []b5HopRule{
 	// billing: the invoice job.
 	{db: "billing", match: "state = 'available'", stage: stageIssue, rtt: 1}, // qClaimAvailable
 	{db: "billing", match: "INSERT INTO invoices", stage: stageIssue, rtt: 1, tx: 1},
-	{db: "billing", match: "SET state = 'done'", stage: stageIssue, rtt: 1},
+	{db: "billing", match: "UPDATE public.leasequeue_jobs j SET state =", stage: stageIssue, rtt: 1}, // qComplete, qFail
 	{db: "billing", match: "SET due_at = $3", stage: stageIssue, rtt: 1},                  // qHeartbeat
 	{db: "billing", match: "SELECT j.id, j.epoch FROM unnest", stage: stageIssue, rtt: 1}, // qSameEpoch
 	{db: "billing", match: "INSERT INTO public.outbox (", stage: stageIssue, rtt: 1},
@@ -304,26 +304,31 @@ func b5HopCostMetrics(b *testing.B, rows []b5HopCost) {
 	}
 }
 
-// The statements of a real B5 run (testdata/b5_statements_run.csv, written by
-// a short run with LOSSLESS_PG_STAT_STATEMENTS=on: its 50 % phase, and the
-// benchmark's own reads) all map to a stage: a service that adds or changes
-// a statement makes this fail until b5HopRules says where it belongs. Refresh
-// the file from a new run's b5_statements.csv.
+// The statements of real B5 runs (testdata/b5_statements_run.csv and
+// b5_probe_statements_run.csv: a short run's b5_statements.csv and
+// b5_probe_statements.csv, LOSSLESS_PG_STAT_STATEMENTS=on, its 50 % phase
+// and its capacity probe) all map to a stage: a service that adds or changes
+// a statement makes this fail until b5HopRules says where it belongs.
+// Refresh the files from a new run's.
 func TestB5HopRules_EveryStatementOfARunIsMapped(t *testing.T) {
-	f, err := os.Open(filepath.Join("testdata", "b5_statements_run.csv"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = f.Close() }()
-	recs, err := csv.NewReader(f).ReadAll()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(recs) < 50 {
-		t.Fatalf("%d records: not a run's statements", len(recs))
+	var recs [][]string
+	for _, name := range []string{"b5_statements_run.csv", "b5_probe_statements_run.csv"} {
+		f, err := os.Open(filepath.Join("testdata", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs, err := csv.NewReader(f).ReadAll()
+		_ = f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rs) < 30 {
+			t.Fatalf("%s: %d records, not a run's statements", name, len(rs))
+		}
+		recs = append(recs, rs[1:]...)
 	}
 	var sts []b5Statement
-	for _, r := range recs[1:] {
+	for _, r := range recs {
 		calls, err := strconv.ParseInt(r[1], 10, 64)
 		if err != nil {
 			t.Fatal(err)

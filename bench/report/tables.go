@@ -23,13 +23,14 @@ type tableFile struct {
 
 // tableFiles by file name.
 var tableFiles = map[string]tableFile{
-	"b5_statements.csv": {"PostgreSQL statements during B5's 50 % phase", statementsTable},
-	"b5_hop_cost.csv":   {"B5 per-hop cost: statements, round trips and commits per order over the capacity probe", hopCostTable},
-	"ab_rounds.csv":     {"A/B (make bench-ab): each side's figures per round", csvTable},
-	"b1w_sweep.csv":     {"B1w sweep: each side's rows/s per backlog size and watermill adapter, over the rounds (which adapter won)", csvTable},
-	"b1w_rounds.csv":    {"B1w rounds: relay and watermill rows/s per size, adapter and round (which side ran first)", csvTable},
-	"b3_sweep.csv":      {"B3 sweep: each side's burn-down jobs/s and continuous completion latency per worker count, over the rounds (which setting won)", csvTable},
-	"b3_rounds.csv":     {"B3 rounds: both sides per worker count and round (which side ran first)", csvTable},
+	"b5_statements.csv":       {"PostgreSQL statements during B5's 50 % phase", statementsTable("b5_statements.csv")},
+	"b5_probe_statements.csv": {"PostgreSQL statements during B5's capacity probe (the per-hop cost's input)", statementsTable("b5_probe_statements.csv")},
+	"b5_hop_cost.csv":         {"B5 per-hop cost: statements, round trips and commits per order over the capacity probe", hopCostTable},
+	"ab_rounds.csv":           {"A/B (make bench-ab): each side's figures per round", csvTable},
+	"b1w_sweep.csv":           {"B1w sweep: each side's rows/s per backlog size and watermill adapter, over the rounds (which adapter won)", csvTable},
+	"b1w_rounds.csv":          {"B1w rounds: relay and watermill rows/s per size, adapter and round (which side ran first)", csvTable},
+	"b3_sweep.csv":            {"B3 sweep: each side's burn-down jobs/s and continuous completion latency per worker count, over the rounds (which setting won)", csvTable},
+	"b3_rounds.csv":           {"B3 rounds: both sides per worker count and round (which side ran first)", csvTable},
 }
 
 // Table is one table file of the run, rendered (or why it was not).
@@ -94,10 +95,14 @@ type statement struct {
 	totalMs     float64
 }
 
-// statementsTable renders b5_statements.csv (pg_stat_statements of the
-// services' databases): the statements with the most execution time, each
-// with its share of the time of every statement in the file.
-func statementsTable(recs [][]string) (string, error) {
+// statementsTable renders a statements file of B5 (pg_stat_statements of
+// the services' databases): the statements with the most execution time,
+// each with its share of the time of every statement in the file.
+func statementsTable(name string) func(recs [][]string) (string, error) {
+	return func(recs [][]string) (string, error) { return renderStatements(name, recs) }
+}
+
+func renderStatements(name string, recs [][]string) (string, error) {
 	cols := map[string]int{}
 	for _, h := range []string{"database", "calls", "rows", "total_ms", "query"} {
 		cols[h] = slices.Index(recs[0], h)
@@ -134,8 +139,8 @@ func statementsTable(recs [][]string) (string, error) {
 	top := sts[:min(len(sts), topStatements)]
 
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "From `b5_statements.csv`: the %d of %d statements with the most execution time (pg_stat_statements' "+
-		"total_exec_time, lock and I/O waits included), %s ms in all; share is of that sum.\n\n", len(top), len(sts), formatValue(sum))
+	fmt.Fprintf(&sb, "From `%s`: the %d of %d statements with the most execution time (pg_stat_statements' "+
+		"total_exec_time, lock and I/O waits included), %s ms in all; share is of that sum.\n\n", name, len(top), len(sts), formatValue(sum))
 	sb.WriteString("| database | calls | rows | total ms | mean ms | share | statement |\n|---|---|---|---|---|---|---|\n")
 	for _, st := range top {
 		mean, share := "—", "—"
