@@ -112,9 +112,9 @@ var b5HopRules = []b5HopRule{
 	{match: "DELETE FROM public.outbox_published", stage: stageBackground, rtt: 1, tx: 1},
 	{match: "DELETE FROM public.outbox_dispatching d WHERE d.started_at", stage: stageBackground, rtt: 1, tx: 1},
 	{match: "DELETE FROM public.processed_events", stage: stageBackground, rtt: 1, tx: 1},
-	{db: "billing", match: "SELECT (SELECT count(*) FROM (SELECT", stage: stageBackground, rtt: 1, tx: 1}, // leasequeue qStats
+	{db: "billing", match: "SELECT (SELECT count(*) FROM (SELECT", stage: stageBackground, rtt: 1, tx: 1},      // leasequeue qStats
 	{db: "billing", match: "UPDATE public.leasequeue_jobs SET state =", stage: stageBackground, rtt: 1, tx: 1}, // qBuryExpired
-	{db: "billing", match: "state = 'running' AND due_at <", stage: stageBackground, rtt: 1, tx: 1},       // qClaimExpired
+	{db: "billing", match: "state = 'running' AND due_at <", stage: stageBackground, rtt: 1, tx: 1},            // qClaimExpired
 
 	// provider-sim: the provider's hops, all of them.
 	{db: "providersim", match: "", stage: stageProvider, rtt: 1},
@@ -158,8 +158,8 @@ var b5HopRules = []b5HopRule{
 	{db: "billing", match: "state = 'available'", stage: stageIssue, rtt: 1}, // qClaimAvailable
 	{db: "billing", match: "INSERT INTO invoices", stage: stageIssue, rtt: 1, tx: 1},
 	{db: "billing", match: "UPDATE public.leasequeue_jobs j SET state =", stage: stageIssue, rtt: 1}, // qComplete, qFail
-	{db: "billing", match: "SET due_at = $3", stage: stageIssue, rtt: 1},                  // qHeartbeat
-	{db: "billing", match: "SELECT j.id, j.epoch FROM unnest", stage: stageIssue, rtt: 1}, // qSameEpoch
+	{db: "billing", match: "SET due_at = $3", stage: stageIssue, rtt: 1},                             // qHeartbeat
+	{db: "billing", match: "SELECT j.id, j.epoch FROM unnest", stage: stageIssue, rtt: 1},            // qSameEpoch
 	{db: "billing", match: "INSERT INTO public.outbox (", stage: stageIssue, rtt: 1},
 	// billing: the relay publishes InvoiceIssued.
 	{db: "billing", match: "SELECT ctid, id, event_id", stage: stageInvoiced, rtt: 1, tx: 1},

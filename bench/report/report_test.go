@@ -375,3 +375,28 @@ func TestTables_HopCostIsAStageByDatabaseTableNotAPlot(t *testing.T) {
 		t.Errorf("readTables of a malformed file = %+v", got)
 	}
 }
+
+// The conditions B2 logs (benchkit.PinServer's settings, its queue tables'
+// storage parameters) reach the report's environment.
+func TestParse_ServerConditionsOfB2AreInTheEnvironment(t *testing.T) {
+	const in = `{"Action":"output","Package":"x/bench/outbox","Test":"BenchmarkB2_SustainedDrain","Output":"    bench_test.go:150: B2 server settings pinned: checkpoint_timeout=1800s max_wal_size=32768MB\n"}
+{"Action":"output","Package":"x/bench/outbox","Test":"BenchmarkB2_SustainedDrain","Output":"    bench_test.go:160: B2 queue tables: outbox (autovacuum_vacuum_threshold=300000)\n"}
+{"Action":"pass","Package":"x/bench/outbox","Test":"BenchmarkB2_SustainedDrain"}
+`
+	r := &Run{}
+	if err := r.Parse(strings.NewReader(in)); err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := Render(&buf, r, Meta{}, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"| PostgreSQL checkpoints and autovacuum (B1w, B2, B3: internal/benchkit PinnedSettings) | pinned: checkpoint_timeout=1800s max_wal_size=32768MB |",
+		"| B2's queue tables (autovacuum storage parameters) | outbox (autovacuum_vacuum_threshold=300000) |",
+	} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, buf.String())
+		}
+	}
+}
