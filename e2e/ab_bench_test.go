@@ -155,12 +155,14 @@ func abMeasure(ctx context.Context, b *testing.B, binDir, server string, capN in
 	// Warm the stack (connections, prepared statements) off the clock.
 	b5Load(ctx, b, "warm-up", loadgen.Config{HTTP: callerHTTP(b, stack, 10*time.Second), BaseURL: base, Count: 10, Concurrency: 4, MaxPositions: 10, Wait: time.Minute, Seed: 3})
 
+	b5Pause(b5StatsSettle) // the warm-up's commits flushed before the reading
 	statsOn := b5ResetStatements(ctx, b, server)
 	commitsBefore := b7Commits(ctx, b, server, dbs.names)
 	cpuBefore := b5CPUNow(ctx, b, stack, dbs.workorder)
 	capRes := b5Load(ctx, b, "capacity probe", loadgen.Config{HTTP: callerHTTP(b, stack, 10*time.Second), BaseURL: base, Count: capN, Concurrency: 64, MaxPositions: 10, Wait: 5 * time.Minute, Seed: 7})
 	cpu := b5CPUDelta(cpuBefore, b5CPUNow(ctx, b, stack, dbs.workorder))
 	var s abSide
+	b5Pause(b5StatsSettle) // statements and commits over the same span (B5)
 	if statsOn {
 		for _, r := range b5HopCosts(b5Statements(ctx, b, server, dbs.names), nil, capRes.Invoiced) {
 			if r.stage == stageTotal {
@@ -169,7 +171,6 @@ func abMeasure(ctx context.Context, b *testing.B, binDir, server string, capN in
 			}
 		}
 	}
-	b5Pause(b5StatsSettle)
 	for db, n := range b7Commits(ctx, b, server, dbs.names) {
 		s.commits += float64(n-commitsBefore[db]) / float64(capRes.Invoiced)
 	}
