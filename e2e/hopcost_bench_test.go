@@ -35,11 +35,16 @@ import (
 // change (no qUpdate) would undercount by one.
 //
 // Commits are exact per database (pg_stat_database.xact_commit). A stage's
-// share is the calls of its transaction marker (tx 1): the one statement
-// each of its transactions runs once, an implicit single-statement
-// transaction (a poll, a post-commit pg_notify) included. What the markers
-// leave of a database's commits is shown as that database's "other" (for
-// provider-sim, whose statements are all one stage, as "provider").
+// share is the calls of its transaction markers (tx 1): a statement that is
+// a transaction of its own (a poll, a claim, a post-commit pg_notify), or
+// the claim of a relay's transaction (which starts with its own "BEGIN;
+// SET LOCAL ..."). The transactions pgx begins ("begin": the API's create,
+// the receivers' and consumers' batches, the invoice worker's, the
+// hand-off's record) hold several stages' statements, per item with
+// savepoints, and no statement once per transaction: they are counted
+// under transaction control. What the markers leave of a database's commits
+// is that database's "other" (for provider-sim, whose statements are all one
+// stage, "provider").
 
 // b5HopStage names, in the order the table lists them.
 const (
@@ -56,6 +61,7 @@ const (
 	stageTxControl    = "transaction control"
 	stageBackground   = "background"
 	stageLoad         = "load generator"
+	stageLoadHandOff  = "load generator+handoff"
 	stageBench        = "benchmark"
 	stageOther        = "other"
 	stageTotal        = "total"
@@ -64,7 +70,7 @@ const (
 )
 
 var b5HopStages = []string{stageCreate, stageHandOff, stageDeliver, stageCorrelate, stageIntake, stageIssue, stageInvoiced,
-	stageIntakeIssue, stageOrders, stageProvider, stageTxControl, stageBackground, stageLoad, stageBench, stageOther}
+	stageIntakeIssue, stageOrders, stageProvider, stageTxControl, stageBackground, stageLoad, stageLoadHandOff, stageBench, stageOther}
 
 // b5HopRule maps statements of one service database (db "" for any) whose
 // normalised text contains match (or equals it, with exact) to a stage.
@@ -84,7 +90,7 @@ var b5HopRules = []b5HopRule{
 	// case; the outbox relay's and inbox relay's claim transactions start
 	// with one simple query "BEGIN; SET LOCAL ...", whose SET LOCALs ride
 	// with it.
-	{match: "begin", exact: true, stage: stageTxControl, rtt: 1},
+	{match: "begin", exact: true, stage: stageTxControl, rtt: 1, tx: 1}, // pgx's explicit transactions: their stage is not in the text
 	{match: "BEGIN", exact: true, stage: stageTxControl, rtt: 1},
 	{match: "commit", exact: true, stage: stageTxControl, rtt: 1},
 	{match: "COMMIT", exact: true, stage: stageTxControl, rtt: 1},
@@ -100,6 +106,9 @@ var b5HopRules = []b5HopRule{
 	{match: "j.accepted_at, j.started_at", stage: stageBench, rtt: 1, tx: 1}, // b5ProviderTimes
 	{match: "q.unique_key, q.created_at, i.issued_at", stage: stageBench, rtt: 1, tx: 1},
 	{db: "workorder", match: "FROM work_order_transitions WHERE work_order_id = $1 ORDER BY id", stage: stageLoad, rtt: 1, tx: 1}, // qHistory
+	// qGet: the API's access check before each history read, and the
+	// hand-off's one read of the order; a transaction of its own.
+	{db: "workorder", match: "FROM work_orders WHERE id = $1", stage: stageLoadHandOff, rtt: 1, tx: 1},
 
 	// Background work of every database: leader checks (pkg/pgleader),
 	// monitors, cleaners, lease expiry.
@@ -120,26 +129,26 @@ var b5HopRules = []b5HopRule{
 	{db: "providersim", match: "", stage: stageProvider, rtt: 1},
 
 	// workorder: create (the API's transaction; the idempotency claim is its marker).
-	{db: "workorder", match: "INSERT INTO public.idempotency_keys", stage: stageCreate, rtt: 1, tx: 1},
+	{db: "workorder", match: "INSERT INTO public.idempotency_keys", stage: stageCreate, rtt: 1},
 	{db: "workorder", match: "UPDATE public.idempotency_keys SET response", stage: stageCreate, rtt: 1},
 	{db: "workorder", match: "pg_try_advisory_xact_lock", stage: stageCreate, rtt: 1},
 	{db: "workorder", match: "INSERT INTO work_orders (", stage: stageCreate, rtt: 1},
 	// workorder: the hand-off (the outbox relay's slow mode: lease, dispatch, record).
 	{db: "workorder", match: "AND lease_until IS NULL", stage: stageHandOff, rtt: 1, tx: 1},
-	{db: "workorder", match: "DELETE FROM public.outbox WHERE event_id = $1 AND lease_owner", stage: stageHandOff, rtt: 1, tx: 1},
+	{db: "workorder", match: "DELETE FROM public.outbox WHERE event_id = $1 AND lease_owner", stage: stageHandOff, rtt: 1},
 	{db: "workorder", match: "FROM public.outbox WHERE lease_until <=", stage: stageHandOff, rtt: 1, tx: 1},
 	// workorder: the relay's batch mode publishes the completion billing reads.
 	{db: "workorder", match: "SELECT ctid, id, event_id", stage: stageIntake, rtt: 1, tx: 1},
 	{db: "workorder", match: "DELETE FROM public.outbox WHERE ctid", stage: stageIntake, rtt: 1},
 	{db: "workorder", match: "public.outbox_dispatching", stage: stageIntake, rtt: 1},
 	// workorder: deliver (the receiver's inbox insert) and correlate (the inbox relay).
-	{db: "workorder", match: "INSERT INTO public.inbox (", stage: stageDeliver, rtt: 1, tx: 1},
+	{db: "workorder", match: "INSERT INTO public.inbox (", stage: stageDeliver, rtt: 1},
 	{db: "workorder", match: "FROM public.inbox WHERE", stage: stageCorrelate, rtt: 1, tx: 1}, // claimDue
 	{db: "workorder", match: "UPDATE public.inbox", stage: stageCorrelate, rtt: 1},
 	{db: "workorder", match: "SELECT a.source, a.event_id FROM work_order_applied_events", stage: stageCorrelate}, // in the lock batch
 	{db: "workorder", match: "INSERT INTO work_order_applied_events", stage: stageCorrelate},                      // in the save batch
 	// workorder: invoiced (the InvoiceIssued consumer's marker).
-	{db: "workorder", match: "INSERT INTO public.processed_events", stage: stageInvoiced, rtt: 1, tx: 1},
+	{db: "workorder", match: "INSERT INTO public.processed_events", stage: stageInvoiced, rtt: 1},
 	// workorder: the repository, every step of the order's state.
 	{db: "workorder", match: "FROM work_orders WHERE id = ANY", stage: stageOrders, rtt: 1}, // qLock, first of its batch
 	{db: "workorder", match: "FROM waiting_points WHERE work_order_id = ANY", stage: stageOrders},
@@ -152,14 +161,14 @@ var b5HopRules = []b5HopRule{
 	{db: "workorder", match: "pg_notify(", stage: stageOrders, rtt: 1, tx: 1}, // after the commit: a transaction of its own
 
 	// billing: intake (the completion consumer's marker and enqueue).
-	{db: "billing", match: "INSERT INTO public.processed_events", stage: stageIntake, rtt: 1, tx: 1},
+	{db: "billing", match: "INSERT INTO public.processed_events", stage: stageIntake, rtt: 1},
 	{db: "billing", match: "INSERT INTO public.leasequeue_jobs", stage: stageIntake, rtt: 1},
 	// billing: the invoice job.
-	{db: "billing", match: "state = 'available'", stage: stageIssue, rtt: 1}, // qClaimAvailable
-	{db: "billing", match: "INSERT INTO invoices", stage: stageIssue, rtt: 1, tx: 1},
-	{db: "billing", match: "UPDATE public.leasequeue_jobs j SET state =", stage: stageIssue, rtt: 1}, // qComplete, qFail
-	{db: "billing", match: "SET due_at = $3", stage: stageIssue, rtt: 1},                             // qHeartbeat
-	{db: "billing", match: "SELECT j.id, j.epoch FROM unnest", stage: stageIssue, rtt: 1},            // qSameEpoch
+	{db: "billing", match: "state = 'available'", stage: stageIssue, rtt: 1, tx: 1}, // qClaimAvailable, a transaction of its own
+	{db: "billing", match: "INSERT INTO invoices", stage: stageIssue, rtt: 1},
+	{db: "billing", match: "UPDATE public.leasequeue_jobs j SET state =", stage: stageIssue, rtt: 1, tx: 1}, // qComplete, qFail: a transaction of their own
+	{db: "billing", match: "SET due_at = $3", stage: stageIssue, rtt: 1},                                    // qHeartbeat
+	{db: "billing", match: "SELECT j.id, j.epoch FROM unnest", stage: stageIssue, rtt: 1},                   // qSameEpoch
 	{db: "billing", match: "INSERT INTO public.outbox (", stage: stageIssue, rtt: 1},
 	// billing: the relay publishes InvoiceIssued.
 	{db: "billing", match: "SELECT ctid, id, event_id", stage: stageInvoiced, rtt: 1, tx: 1},
