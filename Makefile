@@ -173,7 +173,7 @@ AB_DURATION ?= 20s
 bench-ab: ## A/B: B5's capacity probe and 50 % load on the stack at BASE=<rev> and on the working tree, alternating; prints the ratios B/A.
 	@rev=$$(git rev-parse --verify '$(BASE)^{commit}') || exit 1; \
 	{ git worktree remove --force '$(abspath $(AB_DIR))/src' 2>/dev/null; true; } && rm -rf '$(abspath $(AB_DIR))' && mkdir -p '$(abspath $(AB_DIR))' && \
-	git worktree add --detach '$(abspath $(AB_DIR))/src' $$rev >/dev/null && \
+	git worktree add --quiet --detach '$(abspath $(AB_DIR))/src' $$rev && \
 	trap "git worktree remove --force '$(abspath $(AB_DIR))/src'" EXIT && \
 	echo "A = $(BASE) ($$rev), B = working tree ($$(git rev-parse --short HEAD)$$(git diff --quiet HEAD || echo +dirty))" && \
 	$(MAKE) --no-print-directory -C '$(abspath $(AB_DIR))/src' build BIN_DIR='$(abspath $(AB_DIR))/base' GO='$(GO)' && \
