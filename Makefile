@@ -159,7 +159,7 @@ bench-distance: ## B7: capacity, p50 create→invoiced and statements per order 
 
 # A/B of the whole stack: BASE (any git revision) checked out with `git worktree add` into a temporary
 # directory, both it and the working tree built as `make build` builds (BIN_DIR), then e2e's
-# BenchmarkAB_Capacity runs B5's capacity probe and a 50 % load phase on each, A B A B, against one
+# BenchmarkAB_Capacity runs B5's capacity probe and a 50 % load phase on each, A B then B A, against one
 # PostgreSQL server (fsync and pg_stat_statements on) and prints the ratios B/A. BASE's stack must keep
 # the env/config contract of the working tree's internal/localstack. AB_ROUNDS, AB_CAPACITY_N and
 # AB_DURATION are the knobs (LOSSLESS_AB_*: e2e/ab_bench_test.go); AB_DIR keeps the builds.

@@ -37,8 +37,9 @@ var abMetrics = []struct {
 // BenchmarkAB_Capacity compares two builds of the stack (make bench-ab):
 // A, the service binaries of a base revision (LOSSLESS_AB_BASE_BIN), and B,
 // the working tree's (LOSSLESS_AB_HEAD_BIN), each laid out as make build
-// lays them out. Each round starts A's stack, then B's, each on fresh
-// databases of the one PostgreSQL server of this process, and on each runs
+// lays them out. Each round starts A's stack and B's, each on fresh
+// databases of the one PostgreSQL server of this process (B first in odd
+// rounds), and on each runs
 // B5's capacity probe (closed loop; capacity = the sustained rate of its
 // middle 80 %, with commits, statements, estimated round trips (see
 // hopcost_bench_test.go) and the machine's CPU per order over it) and then
@@ -76,9 +77,14 @@ func BenchmarkAB_Capacity(b *testing.B) {
 	for range b.N {
 		sides := [2][]abSide{}
 		for r := range rounds {
-			for i, dir := range dirs {
-				s := abMeasure(ctx, b, dir, server, capN, duration)
-				sides[i] = append(sides[i], s)
+			sides[0], sides[1] = append(sides[0], abSide{}), append(sides[1], abSide{})
+			// A first in even rounds, B first in odd ones (A B, B A, ...): a
+			// drift of the machine or of the server (its databases pile up)
+			// then weighs on both sides alike.
+			for k := range 2 {
+				i := k ^ (r % 2)
+				s := abMeasure(ctx, b, dirs[i], server, capN, duration)
+				sides[i][r] = s
 				fmt.Fprintf(os.Stderr, "AB round %d %s: capacity %.1f orders/s, 50%% load p50 %.1f ms p99 %.1f ms; per order: %.2f commits, %.1f statements, %.1f round trips, %.1f ms CPU\n",
 					r, names[i], s.capacity, s.p50, s.p99, s.commits, s.statements, s.rtts, s.cpu)
 			}
