@@ -157,6 +157,32 @@ bench-distance: ## B7: capacity, p50 create→invoiced and statements per order 
 	$(if $(LOSSLESS_BENCH_DATA),LOSSLESS_BENCH_DATA='$(abspath $(LOSSLESS_BENCH_DATA))') LOSSLESS_PG_FSYNC=on LOSSLESS_PG_STAT_STATEMENTS=on \
 		$(GO) test -run '^$$' -bench '^BenchmarkB7_Distance$$' -benchtime 1x -timeout 30m ./e2e
 
+# A/B of the whole stack: BASE (any git revision) checked out with `git worktree add` into a temporary
+# directory, both it and the working tree built as `make build` builds (BIN_DIR), then e2e's
+# BenchmarkAB_Capacity runs B5's capacity probe and a 50 % load phase on each, A B then B A, against one
+# PostgreSQL server (fsync and pg_stat_statements on) and prints the ratios B/A. BASE's stack must keep
+# the env/config contract of the working tree's internal/localstack. AB_ROUNDS, AB_CAPACITY_N and
+# AB_DURATION are the knobs (LOSSLESS_AB_*: e2e/ab_bench_test.go); AB_DIR keeps the builds.
+BASE ?= HEAD
+AB_DIR ?= $(BIN_DIR)/ab
+AB_ROUNDS ?= 2
+AB_CAPACITY_N ?= 300
+AB_DURATION ?= 20s
+
+.PHONY: bench-ab
+bench-ab: ## A/B: B5's capacity probe and 50 % load on the stack at BASE=<rev> and on the working tree, alternating; prints the ratios B/A.
+	@rev=$$(git rev-parse --verify '$(BASE)^{commit}') || exit 1; \
+	{ git worktree remove --force '$(abspath $(AB_DIR))/src' 2>/dev/null; true; } && rm -rf '$(abspath $(AB_DIR))' && mkdir -p '$(abspath $(AB_DIR))' && \
+	git worktree add --quiet --detach '$(abspath $(AB_DIR))/src' $$rev && \
+	trap "git worktree remove --force '$(abspath $(AB_DIR))/src'" EXIT && \
+	echo "A = $(BASE) ($$rev), B = working tree ($$(git rev-parse --short HEAD)$$(git diff --quiet HEAD || echo +dirty))" && \
+	$(MAKE) --no-print-directory -C '$(abspath $(AB_DIR))/src' build BIN_DIR='$(abspath $(AB_DIR))/base' GO='$(GO)' && \
+	$(MAKE) --no-print-directory build BIN_DIR='$(abspath $(AB_DIR))/head' && \
+	$(if $(LOSSLESS_BENCH_DATA),LOSSLESS_BENCH_DATA='$(abspath $(LOSSLESS_BENCH_DATA))') LOSSLESS_PG_FSYNC=on LOSSLESS_PG_STAT_STATEMENTS=on \
+		LOSSLESS_AB_BASE_BIN='$(abspath $(AB_DIR))/base' LOSSLESS_AB_HEAD_BIN='$(abspath $(AB_DIR))/head' \
+		LOSSLESS_AB_BASE_REV=$$rev LOSSLESS_AB_ROUNDS=$(AB_ROUNDS) LOSSLESS_AB_CAPACITY_N=$(AB_CAPACITY_N) LOSSLESS_AB_DURATION=$(AB_DURATION) \
+		$(GO) test -run '^$$' -bench '^BenchmarkAB_Capacity$$' -benchtime 1x -timeout 120m ./e2e
+
 # A module of its own, so that watermill stays out of the main go.mod; `go test ./...` does not reach it.
 # The sweep (LOSSLESS_B1W_EVENTS / _ADAPTERS / _ROUNDS, bench/watermill-compare/bench_test.go) takes about
 # an hour, most of it watermill's default adapter on the 500k backlog. A relative LOSSLESS_BENCH_DATA is

@@ -174,14 +174,15 @@ func b7Measure(ctx context.Context, b *testing.B, h *netfault.Harness, links []*
 	p := b7Point{rtt: rtt}
 	what := "rtt " + b7Label(rtt)
 
+	b5Pause(b5StatsSettle) // the commits before flushed (b5StatsSettle)
 	statsOn := b5ResetStatements(ctx, b, server)
 	before := b7Commits(ctx, b, server, dbs.names)
 	capRes := b5Load(ctx, b, what+": capacity probe", loadgen.Config{HTTP: callerHTTP(b, stack, 30*time.Second), BaseURL: base,
 		Count: capN, Concurrency: 64, MaxPositions: 10, Wait: 10 * time.Minute, Seed: 7})
+	b5Pause(b5StatsSettle)
 	if statsOn {
 		p.statements = b7PerOrder(b7Statements(ctx, b, server, dbs.names), nil, capRes.Invoiced)
 	}
-	b5Pause(b5StatsSettle)
 	p.commits = b7PerOrder(b7Commits(ctx, b, server, dbs.names), before, capRes.Invoiced)
 	p.capacity = b5Sustained(b, dbs.times(ctx, b, capRes.OrderIDs))
 	p.probeRate = capRes.InvoicedPerSec

@@ -33,8 +33,15 @@ func startBenchStack(b *testing.B, prefix string, pprof bool) (*localstack.Stack
 // routed through links (localstack.Config.Links; nil: every one direct).
 func startBenchStackLinked(b *testing.B, prefix string, pprof bool, links func(instance, target, addr string) (string, error)) (*localstack.Stack, string) {
 	b.Helper()
+	return startBenchStackAt(b, buildServices(context.Background(), b), prefix, pprof, links)
+}
+
+// startBenchStackAt is startBenchStackLinked on binaries built already
+// (binDir, as localstack.Build or make build lays them out): BenchmarkAB_Capacity
+// runs the stacks of two revisions.
+func startBenchStackAt(b *testing.B, binDir, prefix string, pprof bool, links func(instance, target, addr string) (string, error)) (*localstack.Stack, string) {
+	b.Helper()
 	ctx := context.Background()
-	binDir := buildServices(ctx, b)
 	ports, err := localstack.FreePorts()
 	if err != nil {
 		b.Fatal(err)

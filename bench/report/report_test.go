@@ -329,3 +329,74 @@ func TestTables_SweepFilesAreTablesNamingTheWinner(t *testing.T) {
 		t.Errorf("makePlots drew %+v from a table file", plots)
 	}
 }
+
+// b5_hop_cost.csv is a table of stages by service database, each cell
+// statements / round trips / commits per order, not a plot; a malformed
+// figure is named, not rendered.
+func TestTables_HopCostIsAStageByDatabaseTableNotAPlot(t *testing.T) {
+	dir := t.TempDir()
+	file := "stage,database,statements_per_order,round_trips_per_order,commits_per_order\n" +
+		"handoff,workorder,5.190,5.190,5.190\n" +
+		"invoiced,billing,5.000,5.000,2.540\n" +
+		"invoiced,workorder,1.080,1.080,1.080\n" +
+		"other,workorder,0.000,0.000,-1.250\n" +
+		"total,billing,44.360,26.580,5.000\n" +
+		"total,workorder,139.444,74.220,10.000\n"
+	if err := os.WriteFile(filepath.Join(dir, "b5_hop_cost.csv"), []byte(file), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tables := readTables(dir)
+	if len(tables) != 1 || !strings.HasPrefix(tables[0].Title, "B5 per-hop cost") {
+		t.Fatalf("readTables = %+v, want the B5 per-hop cost table", tables)
+	}
+	for _, want := range []string{
+		"| stage | billing | workorder |\n|---|---|---|\n",
+		"| handoff | — | 5.19 / 5.19 / 5.19 |",
+		"| invoiced | 5.00 / 5.00 / 2.54 | 1.08 / 1.08 / 1.08 |",
+		"| other | — | 0.00 / 0.00 / -1.25 |",
+		"| total | 44.36 / 26.58 / 5.00 | 139.44 / 74.22 / 10.00 |",
+	} {
+		if !strings.Contains(tables[0].Markdown, want) {
+			t.Errorf("table\n%s\nlacks %q", tables[0].Markdown, want)
+		}
+	}
+	plots, err := makePlots(dir, filepath.Join(dir, "plots"), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plots) != 0 {
+		t.Errorf("makePlots drew %+v from a table file", plots)
+	}
+	bad := t.TempDir()
+	if err := os.WriteFile(filepath.Join(bad, "b5_hop_cost.csv"), []byte("stage,database,statements_per_order,round_trips_per_order,commits_per_order\nhandoff,workorder,x,1,1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := readTables(bad); len(got) != 1 || !strings.HasPrefix(got[0].Markdown, "Not rendered: b5_hop_cost.csv: row 2: statements_per_order") {
+		t.Errorf("readTables of a malformed file = %+v", got)
+	}
+}
+
+// The conditions B2 logs (benchkit.PinServer's settings, its queue tables'
+// storage parameters) reach the report's environment.
+func TestParse_ServerConditionsOfB2AreInTheEnvironment(t *testing.T) {
+	const in = `{"Action":"output","Package":"x/bench/outbox","Test":"BenchmarkB2_SustainedDrain","Output":"    bench_test.go:150: B2 server settings pinned: checkpoint_timeout=1800s max_wal_size=32768MB\n"}
+{"Action":"output","Package":"x/bench/outbox","Test":"BenchmarkB2_SustainedDrain","Output":"    bench_test.go:160: B2 queue tables: outbox (autovacuum_vacuum_threshold=300000)\n"}
+{"Action":"pass","Package":"x/bench/outbox","Test":"BenchmarkB2_SustainedDrain"}
+`
+	r := &Run{}
+	if err := r.Parse(strings.NewReader(in)); err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := Render(&buf, r, Meta{}, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"| PostgreSQL checkpoints and autovacuum (B1w, B2, B3: internal/benchkit PinnedSettings) | pinned: checkpoint_timeout=1800s max_wal_size=32768MB |",
+		"| B2's queue tables (autovacuum storage parameters) | outbox (autovacuum_vacuum_threshold=300000) |",
+	} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, buf.String())
+		}
+	}
+}

@@ -23,11 +23,14 @@ type tableFile struct {
 
 // tableFiles by file name.
 var tableFiles = map[string]tableFile{
-	"b5_statements.csv": {"PostgreSQL statements during B5's 50 % phase", statementsTable},
-	"b1w_sweep.csv":     {"B1w sweep: each side's rows/s per backlog size and watermill adapter, over the rounds (which adapter won)", csvTable},
-	"b1w_rounds.csv":    {"B1w rounds: relay and watermill rows/s per size, adapter and round (which side ran first)", csvTable},
-	"b3_sweep.csv":      {"B3 sweep: each side's burn-down jobs/s and continuous completion latency per worker count, over the rounds (which setting won)", csvTable},
-	"b3_rounds.csv":     {"B3 rounds: both sides per worker count and round (which side ran first)", csvTable},
+	"b5_statements.csv":       {"PostgreSQL statements during B5's 50 % phase", statementsTable("b5_statements.csv")},
+	"b5_probe_statements.csv": {"PostgreSQL statements during B5's capacity probe (the per-hop cost's input)", statementsTable("b5_probe_statements.csv")},
+	"b5_hop_cost.csv":         {"B5 per-hop cost: statements, round trips and commits per order over the capacity probe", hopCostTable},
+	"ab_rounds.csv":           {"A/B (make bench-ab): each side's figures per round", csvTable},
+	"b1w_sweep.csv":           {"B1w sweep: each side's rows/s per backlog size and watermill adapter, over the rounds (which adapter won)", csvTable},
+	"b1w_rounds.csv":          {"B1w rounds: relay and watermill rows/s per size, adapter and round (which side ran first)", csvTable},
+	"b3_sweep.csv":            {"B3 sweep: each side's burn-down jobs/s and continuous completion latency per worker count, over the rounds (which setting won)", csvTable},
+	"b3_rounds.csv":           {"B3 rounds: both sides per worker count and round (which side ran first)", csvTable},
 }
 
 // Table is one table file of the run, rendered (or why it was not).
@@ -92,10 +95,14 @@ type statement struct {
 	totalMs     float64
 }
 
-// statementsTable renders b5_statements.csv (pg_stat_statements of the
-// services' databases): the statements with the most execution time, each
-// with its share of the time of every statement in the file.
-func statementsTable(recs [][]string) (string, error) {
+// statementsTable renders a statements file of B5 (pg_stat_statements of
+// the services' databases): the statements with the most execution time,
+// each with its share of the time of every statement in the file.
+func statementsTable(name string) func(recs [][]string) (string, error) {
+	return func(recs [][]string) (string, error) { return renderStatements(name, recs) }
+}
+
+func renderStatements(name string, recs [][]string) (string, error) {
 	cols := map[string]int{}
 	for _, h := range []string{"database", "calls", "rows", "total_ms", "query"} {
 		cols[h] = slices.Index(recs[0], h)
@@ -132,8 +139,8 @@ func statementsTable(recs [][]string) (string, error) {
 	top := sts[:min(len(sts), topStatements)]
 
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "From `b5_statements.csv`: the %d of %d statements with the most execution time (pg_stat_statements' "+
-		"total_exec_time, lock and I/O waits included), %s ms in all; share is of that sum.\n\n", len(top), len(sts), formatValue(sum))
+	fmt.Fprintf(&sb, "From `%s`: the %d of %d statements with the most execution time (pg_stat_statements' "+
+		"total_exec_time, lock and I/O waits included), %s ms in all; share is of that sum.\n\n", name, len(top), len(sts), formatValue(sum))
 	sb.WriteString("| database | calls | rows | total ms | mean ms | share | statement |\n|---|---|---|---|---|---|---|\n")
 	for _, st := range top {
 		mean, share := "—", "—"
@@ -198,4 +205,70 @@ func codeSpan(s string) string {
 		return fence + " " + s + " " + fence
 	}
 	return fence + s + fence
+}
+
+// hopCostTable renders b5_hop_cost.csv (e2e/hopcost_bench_test.go): one row
+// per stage of the path, the service databases as column groups, the
+// databases' totals last. A stage's commits are its transaction markers'
+// calls; what they leave of a database's commits is that database's
+// "other" (negative when markers overcount).
+func hopCostTable(recs [][]string) (string, error) {
+	cols := map[string]int{}
+	for _, h := range []string{"stage", "database", "statements_per_order", "round_trips_per_order", "commits_per_order"} {
+		cols[h] = slices.Index(recs[0], h)
+		if cols[h] < 0 {
+			return "", fmt.Errorf("no column %s", h)
+		}
+	}
+	type cell struct{ st, rt, cm string }
+	var stages, dbs []string
+	cells := map[[2]string]cell{}
+	for n, r := range recs[1:] {
+		if len(r) != len(recs[0]) {
+			return "", fmt.Errorf("row %d: %d cells, header has %d", n+2, len(r), len(recs[0]))
+		}
+		for _, h := range []string{"statements_per_order", "round_trips_per_order", "commits_per_order"} {
+			if _, err := strconv.ParseFloat(r[cols[h]], 64); err != nil {
+				return "", fmt.Errorf("row %d: %s: %w", n+2, h, err)
+			}
+		}
+		stage, db := r[cols["stage"]], r[cols["database"]]
+		if !slices.Contains(stages, stage) {
+			stages = append(stages, stage)
+		}
+		if !slices.Contains(dbs, db) {
+			dbs = append(dbs, db)
+		}
+		cells[[2]string{stage, db}] = cell{short(r[cols["statements_per_order"]]), short(r[cols["round_trips_per_order"]]), short(r[cols["commits_per_order"]])}
+	}
+	slices.Sort(dbs)
+	var sb strings.Builder
+	sb.WriteString("From `b5_hop_cost.csv` (e2e/hopcost_bench_test.go): per order over the capacity probe, each cell " +
+		"statements / round trips / commits. Statements are pg_stat_statements calls (BEGIN, COMMIT and SET LOCAL " +
+		"under transaction control); round trips count the statements of one pgx.Batch or one multi-statement query " +
+		"once; commits are pg_stat_database's, split by each stage's transaction marker, the rest under other.\n\n")
+	sb.WriteString("| stage |")
+	for _, db := range dbs {
+		sb.WriteString(" " + escape(db) + " |")
+	}
+	sb.WriteString("\n|---|" + strings.Repeat("---|", len(dbs)) + "\n")
+	for _, stage := range stages {
+		sb.WriteString("| " + escape(stage) + " |")
+		for _, db := range dbs {
+			c, ok := cells[[2]string{stage, db}]
+			if !ok {
+				sb.WriteString(" — |")
+				continue
+			}
+			fmt.Fprintf(&sb, " %s / %s / %s |", c.st, c.rt, c.cm)
+		}
+		sb.WriteString("\n")
+	}
+	return strings.TrimRight(sb.String(), "\n"), nil
+}
+
+// short prints a per-order figure with two decimals.
+func short(v string) string {
+	f, _ := strconv.ParseFloat(v, 64) // checked by the caller
+	return strconv.FormatFloat(f, 'f', 2, 64)
 }

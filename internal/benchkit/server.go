@@ -40,7 +40,7 @@ var PinnedSettings = []Setting{
 var printedSettings = []string{
 	"checkpoint_timeout", "max_wal_size", "min_wal_size", "checkpoint_completion_target",
 	"autovacuum", "autovacuum_naptime", "autovacuum_vacuum_scale_factor", "autovacuum_vacuum_insert_scale_factor",
-	"autovacuum_vacuum_cost_limit", "shared_buffers", "fsync", "synchronous_commit", "track_commit_timestamp",
+	"autovacuum_vacuum_cost_limit", "autovacuum_vacuum_cost_delay", "shared_buffers", "fsync", "synchronous_commit", "track_commit_timestamp",
 }
 
 // PinServer sets PinnedSettings on the benchmark's server (ALTER SYSTEM and a
@@ -97,6 +97,25 @@ func current(tb testing.TB, pool *pgxpool.Pool, name string) string {
 		tb.Fatal(err)
 	}
 	return v
+}
+
+// PinTable sets storage parameters on a table of the benchmark's own
+// database (ALTER TABLE ... SET, which a DATABASE_URL server keeps only as
+// long as the benchmark's database) and returns the table's reloptions as
+// PostgreSQL reports them, for the benchmark's log: "outbox
+// (autovacuum_vacuum_threshold=300000 ...)".
+func PinTable(tb testing.TB, pool *pgxpool.Pool, table string, params ...Setting) string {
+	tb.Helper()
+	set := make([]string, len(params))
+	for i, p := range params {
+		set[i] = p.Name + " = " + p.Value
+	}
+	exec(tb, pool, `ALTER TABLE `+pgx.Identifier{table}.Sanitize()+` SET (`+strings.Join(set, ", ")+`)`)
+	var opts []string
+	if err := pool.QueryRow(context.Background(), `SELECT coalesce(reloptions, '{}') FROM pg_class WHERE oid = $1::regclass`, table).Scan(&opts); err != nil {
+		tb.Fatal(err)
+	}
+	return table + " (" + strings.Join(opts, " ") + ")"
 }
 
 // Settle vacuums and analyzes the tables, then checkpoints: the timed window
