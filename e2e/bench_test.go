@@ -196,6 +196,9 @@ func BenchmarkB5_EndToEndLatency(b *testing.B) {
 			b.ReportMetric(b5Ms(cpu[k])/float64(capRes.Invoiced), "cpu_ms/order_"+k)
 		}
 		b5HopCostMetrics(b, hopCost)
+		if hopCost != nil {
+			b.ReportMetric(b5SystemCommits(hopCost), "commits/order_system")
+		}
 		e2e := map[string][]time.Duration{}
 		for _, ph := range []string{"floor", "10pct", "50pct"} {
 			e2e[ph] = b5EndToEnd(phases[ph])
