@@ -11,6 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/lossless-dev/lossless/pkg/pgdb"
 	"github.com/lossless-dev/lossless/pkg/pgmigrate"
@@ -176,3 +178,45 @@ func TestAPIPoolExhaustionLeavesTheWorkersPoolFree(t *testing.T) {
 var emptySet = pgmigrate.Set{Name: "empty", FS: fstest.MapFS{
 	"00001_empty.sql": {Data: []byte("-- +goose Up\nSELECT 1;\n-- +goose Down\nSELECT 1;\n")},
 }}
+
+// A statement inside a recording span is a span of its own with its text and
+// operation, without the connection's details (the same for every span of a
+// service); outside one, no span.
+func TestStatementSpansCarryTheQueryNotTheConnection(t *testing.T) {
+	t.Parallel()
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	pool, err := pgdb.New(context.Background(), pgtest.NewDatabase(t, emptySet), telemetry.Providers{TracerProvider: tp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if _, err := pool.Exec(context.Background(), "SELECT 1"); err != nil { // no recording span: not traced
+		t.Fatal(err)
+	}
+	ctx, parent := tp.Tracer("test").Start(context.Background(), "request")
+	if _, err := pool.Exec(ctx, "SELECT 2"); err != nil {
+		t.Fatal(err)
+	}
+	parent.End()
+	var stmt sdktrace.ReadOnlySpan
+	for _, s := range rec.Ended() {
+		for _, kv := range s.Attributes() {
+			if kv.Key == "db.query.text" {
+				if kv.Value.AsString() != "SELECT 2" {
+					t.Errorf("a statement span of %q; want only SELECT 2 traced", kv.Value.AsString())
+				}
+				stmt = s
+			}
+		}
+	}
+	if stmt == nil {
+		t.Fatalf("no statement span among %d spans", len(rec.Ended()))
+	}
+	for _, kv := range stmt.Attributes() {
+		switch kv.Key {
+		case "server.address", "server.port", "user.name", "db.namespace":
+			t.Errorf("statement span carries %s=%s; want no connection details", kv.Key, kv.Value.String())
+		}
+	}
+}

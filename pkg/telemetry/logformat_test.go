@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -121,5 +122,45 @@ func TestTextLogFormat(t *testing.T) {
 	want := `level=INFO msg="hello there" service=x trace_id=` + span.SpanContext().TraceID().String()
 	if !strings.Contains(buf.String(), want) {
 		t.Fatalf("text line %q; want it to contain %q", buf.String(), want)
+	}
+}
+
+// countingValuer counts how often slog resolves it.
+type countingValuer struct{ n *int }
+
+func (c countingValuer) LogValue() slog.Value { *c.n++; return slog.StringValue("job-1") }
+
+// A per-order logger.With costs nothing until a line passes the level (the
+// per-order lines are DEBUG, off by default), and once it does, the lines
+// carry the attributes in order, the With chain's and a group's included.
+func TestWithAttributesAreEncodedOnlyForLinesWritten(t *testing.T) {
+	t.Parallel()
+	var resolved int
+	lines := logLines(t, telemetry.Config{ServiceName: "x"}, func(tel *telemetry.Telemetry, ctx context.Context) {
+		log := tel.Logger.With("job_id", countingValuer{&resolved}).With("attempt", 2)
+		log.DebugContext(ctx, "job accepted")
+		if resolved != 0 {
+			t.Errorf("attributes of a With resolved %d times before any line was written; want 0", resolved)
+		}
+		log.InfoContext(ctx, "one", "k", "v")
+		log.WarnContext(ctx, "two")
+		log.WithGroup("g").InfoContext(ctx, "three", "k", "v")
+	})
+	if resolved != 1 {
+		t.Errorf("attributes resolved %d times for three lines; want once", resolved)
+	}
+	if len(lines) != 3 {
+		t.Fatalf("%d lines, want 3 (the DEBUG one is off): %v", len(lines), lines)
+	}
+	for i, l := range lines {
+		if l["service"] != "x" || l["job_id"] != "job-1" || l["attempt"] != float64(2) {
+			t.Errorf("line %d %v; want service, job_id and attempt from the With chain", i, l)
+		}
+	}
+	if lines[0]["k"] != "v" || lines[0]["trace_id"] == nil {
+		t.Errorf("line %v; want its own attribute and the trace id", lines[0])
+	}
+	if g, _ := lines[2]["g"].(map[string]any); g["k"] != "v" {
+		t.Errorf("line %v; want k inside group g", lines[2])
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"sync"
 
 	"go.opentelemetry.io/otel/trace"
 )
@@ -97,9 +98,53 @@ func (h traceHandler) Handle(ctx context.Context, r slog.Record) error {
 }
 
 func (h traceHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
-	return traceHandler{h.Handler.WithAttrs(attrs), h.gcpProject}
+	if len(attrs) == 0 {
+		return h
+	}
+	return traceHandler{&lazyAttrs{parent: h.Handler, attrs: attrs}, h.gcpProject}
 }
 
 func (h traceHandler) WithGroup(name string) slog.Handler {
 	return traceHandler{h.Handler.WithGroup(name), h.gcpProject}
+}
+
+// lazyAttrs defers slog's WithAttrs to the first record that passes the
+// level. The JSON and text handlers encode the attributes at once, which
+// for a per-order logger.With (a job's or an event's ids) cost more than
+// the DEBUG lines it serves when they are off. Values are resolved when the
+// first line is written rather than at With: the services pass immutable
+// values (ids, strings, numbers).
+type lazyAttrs struct {
+	parent slog.Handler
+	attrs  []slog.Attr
+	once   sync.Once
+	h      slog.Handler
+}
+
+func (l *lazyAttrs) handler() slog.Handler {
+	l.once.Do(func() {
+		p := l.parent
+		if lp, ok := p.(*lazyAttrs); ok { // a With of a With: its parent's, encoded once
+			p = lp.handler()
+		}
+		l.h = p.WithAttrs(l.attrs)
+	})
+	return l.h
+}
+
+// Enabled asks the parent: WithAttrs does not change a handler's level.
+func (l *lazyAttrs) Enabled(ctx context.Context, level slog.Level) bool {
+	return l.parent.Enabled(ctx, level)
+}
+
+func (l *lazyAttrs) Handle(ctx context.Context, r slog.Record) error {
+	return l.handler().Handle(ctx, r)
+}
+
+func (l *lazyAttrs) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return &lazyAttrs{parent: l, attrs: attrs}
+}
+
+func (l *lazyAttrs) WithGroup(name string) slog.Handler {
+	return l.handler().WithGroup(name)
 }

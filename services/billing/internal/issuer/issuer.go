@@ -135,7 +135,7 @@ func (i *Issuer) Handle(ctx context.Context, job leasequeue.Job) (leasequeue.Com
 		}
 		i.issued.Add(ctx, 1)
 		i.hops.Observe(ctx, orderhop.InvoiceIssue, job.CreatedAt, inv.IssuedAt)
-		i.logger.InfoContext(ctx, "invoice issued", "invoice_id", inv.ID, "number", number,
+		i.logger.DebugContext(ctx, "invoice issued", "invoice_id", inv.ID, "number", number,
 			"work_order_id", inv.WorkOrderID, "job_id", job.ID, "epoch", job.Epoch)
 		return nil
 	}, nil

@@ -269,7 +269,13 @@ func (e *Engine) recordAccepted(ctx context.Context, j *job, runFor time.Duratio
 	add(j.Plan.Poison != faults.PoisonNone, "poison")
 	add(j.Plan.UnknownOrder, "unknown_order")
 	add(j.CrashPending, "publish_then_crash")
-	e.logger.InfoContext(ctx, "job accepted", "job_id", j.ID, "work_order_id", j.WorkOrderID,
+	// Per order: DEBUG, unless a fault was drawn for it (an operator of a
+	// fault run wants to see which orders will misbehave, and how).
+	level := slog.LevelDebug
+	if len(drawn) > 0 {
+		level = slog.LevelInfo
+	}
+	e.logger.Log(ctx, level, "job accepted", "job_id", j.ID, "work_order_id", j.WorkOrderID,
 		"positions", j.Positions, "run_for", runFor, "faults", drawn, "poison_kind", string(j.Plan.Poison))
 }
 
@@ -363,7 +369,7 @@ func (e *Engine) execute(ctx context.Context, j *job) {
 	defer stop()
 	switch {
 	case err == nil:
-		log.InfoContext(ctx, "job done")
+		log.DebugContext(ctx, "job done")
 	case errors.Is(err, errCrashed):
 		// A dead process records nothing and releases nothing.
 	case errors.Is(err, errLeaseLost) || errors.Is(cause, errLeaseLost):
@@ -424,7 +430,7 @@ func (e *Engine) advance(ctx context.Context, j *job, log *slog.Logger) error {
 		startedAt = at
 		e.metrics.hops.Observe(ctx, orderhop.ProviderStart, j.AcceptedAt, at)
 		j.Status, j.Remaining = statusExecuting, j.RunFor
-		log.InfoContext(ctx, "execution started", "run_for", j.RunFor)
+		log.DebugContext(ctx, "execution started", "run_for", j.RunFor)
 	}
 	if j.Status == statusExecuting {
 		if err := e.publishPending(ctx, j, log); err != nil {

@@ -265,7 +265,7 @@ func (d *Dispatcher) commit(sc trace.SpanContext, id uuid.UUID, jobID, eventID s
 		case orders.HandedOff:
 			d.handedOff.Add(ctx, 1)
 			d.hops.Observe(ctx, orderhop.HandOff, created, time.Now())
-			log.InfoContext(ctx, "work order handed off", "provider_job_id", jobID, "early_completions_released", early)
+			log.DebugContext(ctx, "work order handed off", "provider_job_id", jobID, "early_completions_released", early)
 		case orders.AcceptedAfterCancel:
 			d.afterCancel.Add(ctx, 1)
 			log.WarnContext(ctx, "provider accepted a work order cancelled during its hand-off; order stays CANCELLED", "provider_job_id", jobID)

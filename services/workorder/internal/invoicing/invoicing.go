@@ -171,7 +171,7 @@ func New(db pgdb.DB, cfg Config, logger *slog.Logger, meter metric.Meter, opts .
 		Committed: func(ctx context.Context, ev *eventsv1.InvoiceIssued, outcome string) {
 			if outcome == OutcomeInvoiced {
 				hops.Observe(ctx, orderhop.Invoiced, orderhop.Time(ev.GetIssuedAt()), time.Now())
-				logger.InfoContext(ctx, "work order invoiced", "work_order_id", ev.GetWorkOrderId(),
+				logger.DebugContext(ctx, "work order invoiced", "work_order_id", ev.GetWorkOrderId(),
 					"invoice_id", ev.GetInvoiceId(), "invoice_number", ev.GetInvoiceNumber())
 			}
 		},

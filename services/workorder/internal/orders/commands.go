@@ -123,7 +123,7 @@ func (h *CreateHandler[R]) Handle(ctx context.Context, cmd CreateOrder) (resp R,
 		return resp, true, nil
 	}
 	h.created.Add(ctx, 1)
-	h.log.InfoContext(ctx, "work order created", "work_order_id", id)
+	h.log.DebugContext(ctx, "work order created", "work_order_id", id)
 	return resp, false, nil
 }
 
