@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
@@ -572,43 +573,61 @@ func (e effectError) Unwrap() error { return e.err }
 // fenced-off jobs. A returned error means nothing was committed, except for a
 // failed Commit, whose outcome is unknown. The notifications the effects'
 // writes announce (pgnotify.Send, e.g. by outbox.Append) are sent after the
-// commit (pgnotify.InTx).
+// commit, in the COMMIT's batch (fenceTx.commitWith).
+//
+// Its round trips: BEGIN with the fenced done mark (one batch), the effects'
+// statements, COMMIT with the wake-ups (one batch). The effects still run
+// only once the done mark has told which claims hold their job, and in the
+// same transaction: the fence rides it as before.
 func (q *Queue) completeTx(ctx context.Context, cs []completion, errs []error) error {
 	jobs := make([]Job, len(cs))
 	for i, c := range cs {
 		jobs[i] = c.job
 	}
 	ids, epochs := idsEpochs(jobs)
-	var isHeld map[claim]bool
-	err := pgnotify.InTx(ctx, q.pool, q.logger, func(ctx context.Context, tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, q.sql.complete, ids, epochs, q.now())
-		if err != nil {
-			return err
-		}
-		if isHeld, err = collectClaims(rows); err != nil {
-			return err
-		}
-		for i, c := range cs {
-			if !isHeld[claimOf(c.job)] {
-				errs[i] = ErrLeaseLost
-				continue
-			}
-			if c.effects == nil {
-				continue
-			}
-			if err := c.effects(ctx, tx); err != nil {
-				return effectError{err: err}
-			}
-		}
-		return nil
-	})
-	var effErr effectError
-	switch {
-	case errors.As(err, &effErr):
-		return err
-	case err != nil: // the claims' query, Begin or Commit
+	conn, err := q.pool.Acquire(ctx)
+	if err != nil {
 		return fmt.Errorf("leasequeue: complete: %w", err)
 	}
+	defer conn.Release() // a connection left inside a transaction is closed, not reused
+	tx, isHeld, err := q.beginComplete(ctx, conn.Conn(), ids, epochs)
+	if err != nil {
+		return fmt.Errorf("leasequeue: complete: %w", err)
+	}
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		_ = tx.Rollback(rctx) // pgx.ErrTxClosed once committed
+	}()
+	txCtx, notes := pgnotify.Defer(ctx)
+	for i, c := range cs {
+		if !isHeld[claimOf(c.job)] {
+			errs[i] = ErrLeaseLost
+			continue
+		}
+		if c.effects == nil {
+			continue
+		}
+		if err := c.effects(txCtx, tx); err != nil {
+			return effectError{err: err}
+		}
+	}
+	// Flush queues the wake-ups (sorted, duplicates dropped) behind the
+	// COMMIT instead of sending them: the server runs them once the commit
+	// is done, and skips them if it fails.
+	wakeups := &pgx.Batch{}
+	notes.Flush(ctx, batchQueue{wakeups}, q.logger)
+	br, err := tx.commitWith(ctx, wakeups)
+	if err != nil {
+		return fmt.Errorf("leasequeue: complete: commit: %w", err)
+	}
+	for range wakeups.QueuedQueries {
+		if _, err := br.Exec(); err != nil {
+			q.logger.WarnContext(ctx, "notification after commit failed; listeners will find the rows by polling", "error", err)
+			break
+		}
+	}
+	_ = br.Close() // the commit is done; a failed wake-up is logged above
 	q.m.completed.Add(ctx, int64(len(isHeld)), q.m.attrs)
 	for i, c := range cs {
 		if errors.Is(errs[i], ErrLeaseLost) {
@@ -618,6 +637,46 @@ func (q *Queue) completeTx(ctx context.Context, cs []completion, errs []error) e
 		}
 	}
 	return nil
+}
+
+// beginComplete sends BEGIN and the fenced done mark in one batch and
+// returns the open transaction and the claims that still hold their job. On
+// an error nothing is left open.
+func (q *Queue) beginComplete(ctx context.Context, conn *pgx.Conn, ids, epochs []int64) (*fenceTx, map[claim]bool, error) {
+	b := &pgx.Batch{}
+	b.Queue("begin")
+	b.Queue(q.sql.complete, ids, epochs, q.now())
+	br := conn.SendBatch(ctx, b)
+	var held map[claim]bool
+	_, err := br.Exec()
+	if err == nil {
+		var rows pgx.Rows
+		if rows, err = br.Query(); err == nil {
+			held, err = collectClaims(rows)
+		}
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	tx := &fenceTx{conn: conn}
+	if err != nil {
+		if !conn.IsClosed() && conn.PgConn().TxStatus() != 'I' {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+			defer cancel()
+			_ = tx.Rollback(rctx)
+		}
+		return nil, nil, err
+	}
+	return tx, held, nil
+}
+
+// batchQueue is a pgnotify.Execer that queues the statement into a batch
+// instead of sending it, for the batch to send later.
+type batchQueue struct{ b *pgx.Batch }
+
+func (q batchQueue) Exec(_ context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	q.b.Queue(sql, args...)
+	return pgconn.CommandTag{}, nil
 }
 
 type failure struct {
