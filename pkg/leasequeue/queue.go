@@ -7,13 +7,11 @@ import (
 	"hash/fnv"
 	"log/slog"
 	"regexp"
-	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
@@ -574,145 +572,6 @@ type effectError struct{ err error }
 
 func (e effectError) Error() string { return "job effects: " + e.err.Error() }
 func (e effectError) Unwrap() error { return e.err }
-
-// completeTx runs one completion transaction; errs receives ErrLeaseLost for
-// fenced-off jobs. A returned error means nothing was committed, except for a
-// failed Commit, whose outcome is unknown. The notifications the effects'
-// writes announce (pgnotify.Send, e.g. by outbox.Append) are sent after the
-// commit, in the COMMIT's batch (fenceTx.commitWith).
-//
-// Its round trips: BEGIN with the fenced done mark (one batch), the effects'
-// statements, COMMIT with the wake-ups (one batch). The effects still run
-// only once the done mark has told which claims hold their job, and in the
-// same transaction: the fence rides it as before.
-func (q *Queue) completeTx(ctx context.Context, cs []completion, errs []error) error {
-	jobs := make([]Job, len(cs))
-	for i, c := range cs {
-		jobs[i] = c.job
-	}
-	ids, epochs := idsEpochs(jobs)
-	if !slices.ContainsFunc(cs, func(c completion) bool { return c.effects != nil }) {
-		return q.markDone(ctx, cs, errs, ids, epochs)
-	}
-	conn, err := q.pool.Acquire(ctx)
-	if err != nil {
-		return fmt.Errorf("leasequeue: complete: %w", err)
-	}
-	defer conn.Release() // a connection left inside a transaction is closed, not reused
-	tx, isHeld, err := q.beginComplete(ctx, conn.Conn(), ids, epochs)
-	if err != nil {
-		return fmt.Errorf("leasequeue: complete: %w", err)
-	}
-	defer func() {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-		defer cancel()
-		_ = tx.Rollback(rctx) // pgx.ErrTxClosed once committed
-	}()
-	txCtx, notes := pgnotify.Defer(ctx)
-	for i, c := range cs {
-		if !isHeld[claimOf(c.job)] {
-			errs[i] = ErrLeaseLost
-			continue
-		}
-		if c.effects == nil {
-			continue
-		}
-		if err := c.effects(txCtx, tx); err != nil {
-			return effectError{err: err}
-		}
-	}
-	// Flush queues the wake-ups (sorted, duplicates dropped) behind the
-	// COMMIT instead of sending them: the server runs them once the commit
-	// is done, and skips them if it fails.
-	wakeups := &pgx.Batch{}
-	notes.Flush(ctx, batchQueue{wakeups}, q.logger)
-	br, err := tx.commitWith(ctx, wakeups)
-	if err != nil {
-		return fmt.Errorf("leasequeue: complete: commit: %w", err)
-	}
-	for range wakeups.QueuedQueries {
-		if _, err := br.Exec(); err != nil {
-			q.logger.WarnContext(ctx, "notification after commit failed; listeners will find the rows by polling", "error", err)
-			break
-		}
-	}
-	_ = br.Close() // the commit is done; a failed wake-up is logged above
-	q.countCompleted(ctx, cs, errs, len(isHeld))
-	return nil
-}
-
-// markDone completes jobs without effects: the fenced done mark alone, one
-// statement and so its own transaction, with no BEGIN or COMMIT to send.
-func (q *Queue) markDone(ctx context.Context, cs []completion, errs []error, ids, epochs []int64) error {
-	rows, err := q.pool.Query(ctx, q.sql.complete, ids, epochs, q.now())
-	if err != nil {
-		return fmt.Errorf("leasequeue: complete: %w", err)
-	}
-	isHeld, err := collectClaims(rows)
-	if err != nil {
-		return fmt.Errorf("leasequeue: complete: %w", err)
-	}
-	for i, c := range cs {
-		if !isHeld[claimOf(c.job)] {
-			errs[i] = ErrLeaseLost
-		}
-	}
-	q.countCompleted(ctx, cs, errs, len(isHeld))
-	return nil
-}
-
-// countCompleted counts a committed completion: held jobs done, the others
-// fenced off.
-func (q *Queue) countCompleted(ctx context.Context, cs []completion, errs []error, held int) {
-	q.m.completed.Add(ctx, int64(held), q.m.attrs)
-	for i, c := range cs {
-		if errors.Is(errs[i], ErrLeaseLost) {
-			q.m.fenced.Add(ctx, 1, q.m.attrs)
-			q.logger.Warn("completion fenced off: lease lost to another claim; nothing committed",
-				"job_id", c.job.ID, "stale_epoch", c.job.Epoch, "owner", c.job.Owner)
-		}
-	}
-}
-
-// beginComplete sends BEGIN and the fenced done mark in one batch and
-// returns the open transaction and the claims that still hold their job. On
-// an error nothing is left open.
-func (q *Queue) beginComplete(ctx context.Context, conn *pgx.Conn, ids, epochs []int64) (*fenceTx, map[claim]bool, error) {
-	b := &pgx.Batch{}
-	b.Queue("begin")
-	b.Queue(q.sql.complete, ids, epochs, q.now())
-	br := conn.SendBatch(ctx, b)
-	var held map[claim]bool
-	_, err := br.Exec()
-	if err == nil {
-		var rows pgx.Rows
-		if rows, err = br.Query(); err == nil {
-			held, err = collectClaims(rows)
-		}
-	}
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
-	tx := &fenceTx{conn: conn}
-	if err != nil {
-		if !conn.IsClosed() && conn.PgConn().TxStatus() != 'I' {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-			defer cancel()
-			_ = tx.Rollback(rctx)
-		}
-		return nil, nil, err
-	}
-	return tx, held, nil
-}
-
-// batchQueue is a pgnotify.Execer that queues the statement into a batch
-// instead of sending it, for the batch to send later.
-type batchQueue struct{ b *pgx.Batch }
-
-func (q batchQueue) Exec(_ context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	q.b.Queue(sql, args...)
-	return pgconn.CommandTag{}, nil
-}
 
 type failure struct {
 	job   Job
