@@ -90,7 +90,7 @@ func TestPrimitiveRoundTrips(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-	count("complete, one statement and a wake-up", 3, func() {
+	count("complete, one statement and a wake-up", 2, func() {
 		j := claim()
 		rt.Reset()
 		if err := q.Complete(ctx, j, func(ctx context.Context, tx pgx.Tx) error {
@@ -100,6 +100,19 @@ func TestPrimitiveRoundTrips(t *testing.T) {
 			return pgnotify.Send(ctx, tx, "effects", "")
 		}); err != nil {
 			t.Fatal(err)
+		}
+	})
+	// A stale claim's completion: the first try's done mark fails in the
+	// server before the effect runs, the second learns the claim is lost.
+	count("complete, fenced off", 4, func() {
+		j := claim()
+		clk.Advance(lease + time.Millisecond)
+		if _, err := q.ClaimExpired(ctx, "w2", 10); err != nil {
+			t.Fatal(err)
+		}
+		rt.Reset()
+		if err := q.Complete(ctx, j, recordEffect(j)); !errors.Is(err, leasequeue.ErrLeaseLost) {
+			t.Fatalf("stale claim's complete: %v, want ErrLeaseLost", err)
 		}
 	})
 	if n := countOn(t, pool, `SELECT count(*) FROM effects`); n != 2 {

@@ -76,7 +76,7 @@ func TestInvoiceJobRoundTrips(t *testing.T) {
 		return n
 	}
 	one() // warms the connections' statement caches
-	if got, want := one(), int64(6); got != want {
+	if got, want := one(), int64(5); got != want {
 		t.Fatalf("one invoice job: %d round trips, want %d", got, want)
 	}
 }
