@@ -314,8 +314,11 @@ func (tx *fenceTx) Begin(ctx context.Context) (pgx.Tx, error) {
 // Commit commits alone. completeTx commits with commitWith; Commit is for a
 // Complete that would end the transaction itself (none should).
 func (tx *fenceTx) Commit(ctx context.Context) error {
-	_, err := tx.commitWith(ctx, &pgx.Batch{})
-	return err
+	br, err := tx.commitWith(ctx, &pgx.Batch{})
+	if err != nil {
+		return err
+	}
+	return br.Close()
 }
 
 // commitWith sends COMMIT and then after's statements in one batch. after's

@@ -191,3 +191,42 @@ func countOn(t *testing.T, db interface {
 	}
 	return n
 }
+
+// An effect may nest transactions in its tx (savepoints): the one that
+// commits stays, the one that rolls back is undone, the job is done.
+func TestCompletionEffectsMayNestTransactions(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	q := b.queue(t)
+	ctx := context.Background()
+	b.enqueue(t, q, 1, 1)
+	jobs, err := q.Claim(ctx, "w", 1, 0)
+	if err != nil || len(jobs) != 1 {
+		t.Fatalf("claim: %v, %v", jobs, err)
+	}
+	j := jobs[0]
+	err = q.Complete(ctx, j, func(ctx context.Context, tx pgx.Tx) error {
+		if err := pgx.BeginFunc(ctx, tx, func(sp pgx.Tx) error { return recordEffect(j)(ctx, sp) }); err != nil {
+			return err
+		}
+		undone := errors.New("undone")
+		if err := pgx.BeginFunc(ctx, tx, func(sp pgx.Tx) error {
+			if err := recordEffect(j)(ctx, sp); err != nil {
+				return err
+			}
+			return undone
+		}); !errors.Is(err, undone) {
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := b.count(t, `SELECT count(*) FROM effects WHERE job_id = $1`, j.ID); got != 1 {
+		t.Fatalf("effects: %d, want the committed savepoint's only", got)
+	}
+	if got := b.count(t, `SELECT count(*) FROM leasequeue_jobs WHERE id = $1 AND state = 'done'`, j.ID); got != 1 {
+		t.Fatalf("job not done")
+	}
+}
