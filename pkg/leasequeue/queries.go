@@ -13,7 +13,7 @@ import "github.com/lossless-dev/lossless/pkg/pgmigrate"
 // queries are the statements rendered for one schema.
 type queries struct {
 	enqueue, claimAvailable, claimExpired, buryExpired, heartbeat, sameEpoch,
-	complete, fail, release, releaseInstance, retry, retryable, list, listByKey, stats string
+	complete, completeAll, fail, release, releaseInstance, retry, retryable, list, listByKey, stats string
 }
 
 func renderQueries(schema string) queries {
@@ -26,6 +26,7 @@ func renderQueries(schema string) queries {
 		heartbeat:       r(qHeartbeat),
 		sameEpoch:       r(qSameEpoch),
 		complete:        r(qComplete),
+		completeAll:     r(qCompleteAll),
 		fail:            r(qFail),
 		release:         r(qRelease),
 		releaseInstance: r(qReleaseInstance),
@@ -140,6 +141,28 @@ SET state = 'done', lease_owner = NULL, finished_at = $3
 FROM unnest($1::bigint[], $2::bigint[]) AS c(id, epoch)
 WHERE j.id = c.id AND j.epoch = c.epoch AND j.state = 'running'
 RETURNING j.id, j.epoch`
+
+// qCompleteAll is qComplete for a completion that expects every claim to
+// hold its job, sent in one batch with BEGIN and the effects' first
+// statement before its result is known (fenceTx). It must therefore fail in
+// the server when a claim does not hold its job: the error aborts the
+// transaction and makes the server skip the effects' statement behind it,
+// and the caller starts over with qComplete to learn which claims hold.
+// The error is a failed cast of a message, as SQL has no RAISE; it depends
+// on count(*), so the planner cannot fold it into an error of every call.
+// Two claims of one job in the batch can never both hold: it fails then too.
+const qCompleteAll = `
+WITH done AS (
+    UPDATE {schema}.leasequeue_jobs j
+    SET state = 'done', lease_owner = NULL, finished_at = $3
+    FROM unnest($1::bigint[], $2::bigint[]) AS c(id, epoch)
+    WHERE j.id = c.id AND j.epoch = c.epoch AND j.state = 'running'
+    RETURNING j.id
+)
+SELECT CASE WHEN count(*) = cardinality($1::bigint[]) THEN count(*)
+    ELSE ('leasequeue: lease lost: ' || count(*) || ' of ' || cardinality($1::bigint[])
+          || ' claims hold their job')::bigint END
+FROM done`
 
 // qFail records failed attempts, fenced: retry after a backoff, or park
 // ('dead') when permanent or out of attempts.

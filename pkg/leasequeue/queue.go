@@ -311,23 +311,35 @@ func (q *Queue) Claim(ctx context.Context, owner string, limit int, cursor int64
 
 // ClaimExpired takes up to limit jobs whose lease expired (their owner is
 // presumed dead), and parks the ones that expired on their last attempt.
+// Both statements go in one batch (one round trip), i.e. one implicit
+// transaction: if either fails neither is applied, and the next rescue
+// tries again.
 func (q *Queue) ClaimExpired(ctx context.Context, owner string, limit int) ([]Job, error) {
 	now := q.now()
-	rows, err := q.pool.Query(ctx, q.sql.buryExpired, q.cfg.Name, now)
-	if err != nil {
-		return nil, fmt.Errorf("leasequeue: park expired: %w", err)
+	b := &pgx.Batch{}
+	b.Queue(q.sql.buryExpired, q.cfg.Name, now)
+	b.Queue(q.sql.claimExpired, q.cfg.Name, now, limit, owner, now.Add(q.cfg.LeaseDuration))
+	br := q.pool.SendBatch(ctx, b)
+	var buried []int64
+	var jobs []Job
+	rows, err := br.Query()
+	if err == nil {
+		buried, err = pgx.CollectRows(rows, pgx.RowTo[int64])
 	}
-	buried, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err == nil {
+		if rows, err = br.Query(); err == nil {
+			jobs, err = collectJobs(rows, owner)
+		}
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
 	if err != nil {
-		return nil, fmt.Errorf("leasequeue: park expired: %w", err)
+		return nil, fmt.Errorf("leasequeue: rescue expired leases: %w", err)
 	}
 	for _, id := range buried {
 		q.m.dead.Add(ctx, 1, q.m.attrs)
 		q.logger.Error("job parked: lease expired on its last attempt", "job_id", id)
-	}
-	jobs, err := q.claim(ctx, q.sql.claimExpired, owner, q.cfg.Name, now, limit, owner, now.Add(q.cfg.LeaseDuration))
-	if err != nil {
-		return nil, err
 	}
 	if len(jobs) > 0 {
 		q.m.claimed.Add(ctx, int64(len(jobs)), q.m.attrsRescued)
@@ -343,17 +355,22 @@ func (q *Queue) claim(ctx context.Context, sql, owner string, args ...any) ([]Jo
 	if err != nil {
 		return nil, fmt.Errorf("leasequeue: claim: %w", err)
 	}
-	jobs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Job, error) {
+	jobs, err := collectJobs(rows, owner)
+	if err != nil {
+		return nil, fmt.Errorf("leasequeue: claim: %w", err)
+	}
+	return jobs, nil
+}
+
+// collectJobs reads the rows of a claim (qClaimAvailable, qClaimExpired).
+func collectJobs(rows pgx.Rows, owner string) ([]Job, error) {
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Job, error) {
 		j := Job{Owner: owner}
 		var attempt, maxAttempts int32
 		err := r.Scan(&j.ID, &j.UniqueKey, &j.Payload, &attempt, &maxAttempts, &j.Epoch, &j.CreatedAt, &j.Traceparent, &j.Tracestate)
 		j.Attempt, j.MaxAttempts = int(attempt), int(maxAttempts)
 		return j, err
 	})
-	if err != nil {
-		return nil, fmt.Errorf("leasequeue: claim: %w", err)
-	}
-	return jobs, nil
 }
 
 // Heartbeat extends the leases of jobs still held by their claims and returns
@@ -416,21 +433,9 @@ func (q *Queue) Complete(ctx context.Context, job Job, effects Complete) error {
 // exhausted. It returns
 // ErrLeaseLost when the claim no longer holds the job.
 func (q *Queue) Fail(ctx context.Context, job Job, cause error) error {
-	tx, err := q.pool.Begin(ctx)
-	if err != nil {
-		return fmt.Errorf("leasequeue: fail: %w", err)
-	}
-	defer func() {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-		defer cancel()
-		_ = tx.Rollback(rctx)
-	}()
-	res, err := q.fail(ctx, tx, []failure{{job: job, cause: cause}})
+	res, err := q.fail(ctx, q.pool, []failure{{job: job, cause: cause}})
 	if err != nil {
 		return err
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("leasequeue: fail: commit: %w", err)
 	}
 	q.countFailures(ctx, res)
 	return res[0].err
@@ -568,58 +573,6 @@ type effectError struct{ err error }
 func (e effectError) Error() string { return "job effects: " + e.err.Error() }
 func (e effectError) Unwrap() error { return e.err }
 
-// completeTx runs one completion transaction; errs receives ErrLeaseLost for
-// fenced-off jobs. A returned error means nothing was committed, except for a
-// failed Commit, whose outcome is unknown. The notifications the effects'
-// writes announce (pgnotify.Send, e.g. by outbox.Append) are sent after the
-// commit (pgnotify.InTx).
-func (q *Queue) completeTx(ctx context.Context, cs []completion, errs []error) error {
-	jobs := make([]Job, len(cs))
-	for i, c := range cs {
-		jobs[i] = c.job
-	}
-	ids, epochs := idsEpochs(jobs)
-	var isHeld map[claim]bool
-	err := pgnotify.InTx(ctx, q.pool, q.logger, func(ctx context.Context, tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, q.sql.complete, ids, epochs, q.now())
-		if err != nil {
-			return err
-		}
-		if isHeld, err = collectClaims(rows); err != nil {
-			return err
-		}
-		for i, c := range cs {
-			if !isHeld[claimOf(c.job)] {
-				errs[i] = ErrLeaseLost
-				continue
-			}
-			if c.effects == nil {
-				continue
-			}
-			if err := c.effects(ctx, tx); err != nil {
-				return effectError{err: err}
-			}
-		}
-		return nil
-	})
-	var effErr effectError
-	switch {
-	case errors.As(err, &effErr):
-		return err
-	case err != nil: // the claims' query, Begin or Commit
-		return fmt.Errorf("leasequeue: complete: %w", err)
-	}
-	q.m.completed.Add(ctx, int64(len(isHeld)), q.m.attrs)
-	for i, c := range cs {
-		if errors.Is(errs[i], ErrLeaseLost) {
-			q.m.fenced.Add(ctx, 1, q.m.attrs)
-			q.logger.Warn("completion fenced off: lease lost to another claim; nothing committed",
-				"job_id", c.job.ID, "stale_epoch", c.job.Epoch, "owner", c.job.Owner)
-		}
-	}
-	return nil
-}
-
 type failure struct {
 	job   Job
 	cause error
@@ -630,9 +583,10 @@ type failResult struct {
 	err  error // ErrLeaseLost when fenced off
 }
 
-// fail records failures in tx (fenced) and reports, per failure, whether the
-// job was parked or the claim had lost it.
-func (q *Queue) fail(ctx context.Context, tx pgx.Tx, fs []failure) ([]failResult, error) {
+// fail records failures through db (fenced) and reports, per failure,
+// whether the job was parked or the claim had lost it. It is one statement,
+// its own transaction on a pool: no BEGIN and COMMIT of their own.
+func (q *Queue) fail(ctx context.Context, db pgdb.Executor, fs []failure) ([]failResult, error) {
 	n := len(fs)
 	ids, epochs := make([]int64, n), make([]int64, n)
 	dead, dues, msgs := make([]bool, n), make([]time.Time, n), make([]string, n)
@@ -643,7 +597,7 @@ func (q *Queue) fail(ctx context.Context, tx pgx.Tx, fs []failure) ([]failResult
 		dues[i] = now.Add(q.cfg.Backoff.Delay(f.job.Attempt))
 		msgs[i] = truncate(fmt.Sprintf("attempt %d: %v", f.job.Attempt, f.cause), 2000)
 	}
-	rows, err := tx.Query(ctx, q.sql.fail, ids, epochs, dead, dues, msgs, now)
+	rows, err := db.Query(ctx, q.sql.fail, ids, epochs, dead, dues, msgs, now)
 	if err != nil {
 		return nil, fmt.Errorf("leasequeue: fail: %w", err)
 	}

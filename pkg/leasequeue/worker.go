@@ -413,7 +413,7 @@ func (w *Worker) completeLoop(ctx context.Context, results <-chan outcome) {
 }
 
 // finalise writes the outcomes of a batch: completions in one group-committed
-// transaction, failures in another, releases in one statement.
+// transaction, failures in one statement, releases in another.
 func (w *Worker) finalise(ctx context.Context, batch []outcome) {
 	ctx, cancel := context.WithTimeout(ctx, w.q.cfg.LeaseDuration)
 	defer cancel()
@@ -435,14 +435,10 @@ func (w *Worker) finalise(ctx context.Context, batch []outcome) {
 		w.q.completeBatch(ctx, done)
 	}
 	if len(failed) > 0 {
-		err := pgx.BeginFunc(ctx, w.q.pool, func(tx pgx.Tx) error {
-			res, err := w.q.fail(ctx, tx, failed)
-			if err == nil {
-				defer w.q.countFailures(ctx, res)
-			}
-			return err
-		})
-		if err != nil {
+		res, err := w.q.fail(ctx, w.q.pool, failed)
+		if err == nil {
+			w.q.countFailures(ctx, res)
+		} else {
 			w.logger.Error("recording failed attempts failed; the jobs are left to their leases", "jobs", len(failed), "error", err)
 		}
 	}

@@ -75,10 +75,13 @@ type testBundle struct {
 
 func setup(t *testing.T) *testBundle { return setupB(t) }
 
-func setupB(t testing.TB) *testBundle {
+func setupB(t testing.TB) *testBundle { return setupOn(t, newPool(t)) }
+
+// setupOn is setupB on pool (e.g. a pgtest.NewCountingPool).
+func setupOn(t testing.TB, pool *pgxpool.Pool) *testBundle {
 	t.Helper()
 	b := &testBundle{
-		pool:   newPool(t),
+		pool:   pool,
 		emu:    pubsubtest.New(t, topology.System()),
 		clock:  &clock{t: time.Date(2026, 4, 1, 9, 0, 0, 0, time.UTC)},
 		logger: slog.New(slog.NewJSONHandler(testLogOut(), nil)),
