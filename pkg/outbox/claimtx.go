@@ -2,7 +2,11 @@ package outbox
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strconv"
+	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -318,3 +322,87 @@ func (s *savepointTx) QueryRow(ctx context.Context, sql string, args ...any) pgx
 }
 
 func (s *savepointTx) Conn() *pgx.Conn { return s.tx.conn }
+
+// The lease path's transactions (lease.go): opened like the lock claim's,
+// with BEGIN and the settings pending, so that they ride the first batch.
+
+// leaseLostMessage is qLeasePublish's failure when the lease was lost.
+const leaseLostMessage = "outbox lease lost"
+
+// publishLeased moves row to outbox_published and runs commit (nil: none)
+// in one transaction. It returns errLeaseLost when the fence failed, a
+// *commitError when commit did.
+func (r *Relay) publishLeased(ctx context.Context, row leasedRow, commit Commit, now time.Time) error {
+	c, err := r.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Release()
+	tx := r.pendingTx(c.Conn())
+	defer func() { // a no-op after the commit
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+		defer rcancel()
+		_ = tx.Rollback(rctx)
+	}()
+	tx.pending = append(tx.pending, &pgx.QueuedQuery{SQL: r.q.leasePublish, Arguments: []any{row.ev.ID, row.token, now}})
+	if commit != nil {
+		if err := commit(ctx, tx); err != nil {
+			if leaseLost(err) {
+				return errLeaseLost
+			}
+			return &commitError{err: fmt.Errorf("commit of event %s: %w", row.ev.ID, err)}
+		}
+	}
+	if err := tx.commitWith(ctx, &pgx.Batch{}); err != nil {
+		if leaseLost(err) {
+			return errLeaseLost
+		}
+		return err
+	}
+	return nil
+}
+
+// leaseLost tells whether err is qLeasePublish's failure on a lost lease
+// (invalid_text_representation, from the cast, with its message), an error
+// of a batch, wrapped or not by the Commit that sent it.
+func leaseLost(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "22P02" && strings.Contains(pe.Message, leaseLostMessage)
+}
+
+type commitError struct{ err error }
+
+func (e *commitError) Error() string { return e.err.Error() }
+
+// pendingTx returns a transaction on conn opened like the lock claim's
+// (plans pinned, application_name the relay id, bounded idle time) whose
+// BEGIN and settings go out with its first statements: nothing is sent yet.
+func (r *Relay) pendingTx(conn *pgx.Conn) *claimTx {
+	tx := &claimTx{conn: conn}
+	for _, q := range r.beginStmts {
+		tx.pending = append(tx.pending, &pgx.QueuedQuery{SQL: q})
+	}
+	return tx
+}
+
+// oneTrip runs the statements queue adds to a batch in a transaction opened
+// like the lock claim's, in one round trip: BEGIN, the settings, the
+// statements and COMMIT in one batch. Nothing outside the database happens
+// inside it, and no result can stop its commit: a failing statement can
+// (the server skips the rest of the batch, COMMIT included).
+func (r *Relay) oneTrip(ctx context.Context, queue func(*pgx.Batch)) error {
+	c, err := r.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Release()
+	tx := r.pendingTx(c.Conn())
+	b := &pgx.Batch{}
+	queue(b)
+	if err = tx.commitWith(ctx, b); err != nil && !tx.closed {
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+		defer rcancel()
+		_ = tx.Rollback(rctx)
+	}
+	return err
+}

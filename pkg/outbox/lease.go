@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -268,9 +267,6 @@ func (r *Relay) dispatchLeased(ctx context.Context, row leasedRow) {
 // settlement wrote nothing.
 var errLeaseLost = errors.New("lease lost")
 
-// leaseLostMessage is qLeasePublish's failure when the lease was lost.
-const leaseLostMessage = "outbox lease lost"
-
 // settleLeased records o for row in transactions of its own, fenced on the
 // claim's token. A published event's transaction sends its BEGIN, settings
 // and qLeasePublish with the Commit's first statements and its COMMIT with
@@ -314,84 +310,6 @@ func (r *Relay) settleLeased(ctx context.Context, row leasedRow, o *outcome) err
 	})
 	if err == nil && tag.RowsAffected() == 0 {
 		return errLeaseLost
-	}
-	return err
-}
-
-// publishLeased moves row to outbox_published and runs commit (nil: none)
-// in one transaction. It returns errLeaseLost when the fence failed, a
-// *commitError when commit did.
-func (r *Relay) publishLeased(ctx context.Context, row leasedRow, commit Commit, now time.Time) error {
-	c, err := r.pool.Acquire(ctx)
-	if err != nil {
-		return err
-	}
-	defer c.Release()
-	tx := r.pendingTx(c.Conn())
-	defer func() { // a no-op after the commit
-		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
-		defer rcancel()
-		_ = tx.Rollback(rctx)
-	}()
-	tx.pending = append(tx.pending, &pgx.QueuedQuery{SQL: r.q.leasePublish, Arguments: []any{row.ev.ID, row.token, now}})
-	if commit != nil {
-		if err := commit(ctx, tx); err != nil {
-			if leaseLost(err) {
-				return errLeaseLost
-			}
-			return &commitError{err: fmt.Errorf("commit of event %s: %w", row.ev.ID, err)}
-		}
-	}
-	if err := tx.commitWith(ctx, &pgx.Batch{}); err != nil {
-		if leaseLost(err) {
-			return errLeaseLost
-		}
-		return err
-	}
-	return nil
-}
-
-// leaseLost tells whether err is qLeasePublish's failure on a lost lease
-// (invalid_text_representation, from the cast, with its message), an error
-// of a batch, wrapped or not by the Commit that sent it.
-func leaseLost(err error) bool {
-	var pe *pgconn.PgError
-	return errors.As(err, &pe) && pe.Code == "22P02" && strings.Contains(pe.Message, leaseLostMessage)
-}
-
-type commitError struct{ err error }
-
-func (e *commitError) Error() string { return e.err.Error() }
-
-// pendingTx returns a transaction on conn opened like the lock claim's
-// (plans pinned, application_name the relay id, bounded idle time) whose
-// BEGIN and settings go out with its first statements: nothing is sent yet.
-func (r *Relay) pendingTx(conn *pgx.Conn) *claimTx {
-	tx := &claimTx{conn: conn}
-	for _, q := range r.beginStmts {
-		tx.pending = append(tx.pending, &pgx.QueuedQuery{SQL: q})
-	}
-	return tx
-}
-
-// oneTrip runs the statements queue adds to a batch in a transaction opened
-// like the lock claim's, in one round trip: BEGIN, the settings, the
-// statements and COMMIT in one batch. Nothing outside the database happens
-// inside it, and no result can stop its commit: a failing statement can
-// (the server skips the rest of the batch, COMMIT included).
-func (r *Relay) oneTrip(ctx context.Context, queue func(*pgx.Batch)) error {
-	c, err := r.pool.Acquire(ctx)
-	if err != nil {
-		return err
-	}
-	defer c.Release()
-	tx := r.pendingTx(c.Conn())
-	b := &pgx.Batch{}
-	queue(b)
-	if err = tx.commitWith(ctx, b); err != nil && !tx.closed {
-		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
-		defer rcancel()
-		_ = tx.Rollback(rctx)
 	}
 	return err
 }
