@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 )
@@ -185,37 +186,37 @@ func (r *Relay) lease(ctx context.Context, now time.Time, query string, args ...
 		out    []leasedRow
 		failed []Event
 	)
-	err := r.inShortTx(ctx, func(tx pgx.Tx) error {
-		out, failed = out[:0], failed[:0]
-		rows, err := tx.Query(ctx, query, args...)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var (
-				row       leasedRow
-				sv, att   int32
-				headers   []byte
-				exhausted bool
-			)
-			ev := &row.ev
-			if err := rows.Scan(&row.id, &ev.ID, &ev.AggregateType, &ev.AggregateID, &ev.Type, &sv,
-				&ev.Payload, &headers, &ev.OccurredAt, &att, &exhausted); err != nil {
-				return err
+	// BEGIN, the settings, the claim and COMMIT in one round trip: nothing
+	// is decided between the claim and its commit. A row the scan below
+	// rejects is leased nonetheless and comes back when its lease expires.
+	err := r.oneTrip(ctx, func(b *pgx.Batch) {
+		b.Queue(query, args...).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var (
+					row       leasedRow
+					sv, att   int32
+					headers   []byte
+					exhausted bool
+				)
+				ev := &row.ev
+				if err := rows.Scan(&row.id, &ev.ID, &ev.AggregateType, &ev.AggregateID, &ev.Type, &sv,
+					&ev.Payload, &headers, &ev.OccurredAt, &att, &exhausted); err != nil {
+					return err
+				}
+				ev.SchemaVersion, ev.Attempts = int(sv), int(att)
+				if exhausted {
+					failed = append(failed, *ev)
+					continue
+				}
+				var err error
+				if ev.Headers, err = decodeHeaders(headers); err != nil {
+					r.log.Warn("outbox event with unreadable headers; dispatching without them", "event_id", ev.ID, "error", err)
+				}
+				row.token = token
+				out = append(out, row)
 			}
-			ev.SchemaVersion, ev.Attempts = int(sv), int(att)
-			if exhausted {
-				failed = append(failed, *ev)
-				continue
-			}
-			if ev.Headers, err = decodeHeaders(headers); err != nil {
-				r.log.Warn("outbox event with unreadable headers; dispatching without them", "event_id", ev.ID, "error", err)
-			}
-			row.token = token
-			out = append(out, row)
-		}
-		return rows.Err()
+			return rows.Err()
+		})
 	})
 	if err != nil {
 		return nil, 0, fmt.Errorf("outbox: lease claim: %w", err)
@@ -267,26 +268,17 @@ func (r *Relay) dispatchLeased(ctx context.Context, row leasedRow) {
 var errLeaseLost = errors.New("lease lost")
 
 // settleLeased records o for row in transactions of its own, fenced on the
-// claim's token. A Commit that fails turns the outcome into a transient
-// failure (o is updated), recorded in a second transaction.
+// claim's token. A published event's transaction sends its BEGIN, settings
+// and qLeasePublish with the Commit's first statements and its COMMIT with
+// nothing else the Commit left unsent (claimTx's pending statements); the
+// fence fails in the server when the lease was lost, so nothing of the
+// Commit commits. A Commit that fails turns the outcome into a transient
+// failure (o is updated), recorded in a second transaction, which like a
+// failure's takes one round trip.
 func (r *Relay) settleLeased(ctx context.Context, row leasedRow, o *outcome) error {
 	now := r.now()
 	if o.kind == outcomePublished {
-		err := r.inShortTx(ctx, func(tx pgx.Tx) error {
-			tag, err := tx.Exec(ctx, r.q.leasePublish, row.ev.ID, row.token, now)
-			if err != nil {
-				return err
-			}
-			if tag.RowsAffected() == 0 {
-				return errLeaseLost
-			}
-			if o.commit != nil {
-				if err := o.commit(ctx, tx); err != nil {
-					return &commitError{err: fmt.Errorf("commit of event %s: %w", row.ev.ID, err)}
-				}
-			}
-			return nil
-		})
+		err := r.publishLeased(ctx, row, o.commit, now)
 		var ce *commitError
 		if !errors.As(err, &ce) {
 			return err
@@ -310,22 +302,14 @@ func (r *Relay) settleLeased(ctx context.Context, row leasedRow, o *outcome) err
 		}
 		query, args = r.q.leaseRecord, append(args, status, msg, next)
 	}
-	return r.inShortTx(ctx, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, query, args...)
-		if err == nil && tag.RowsAffected() == 0 {
-			return errLeaseLost
-		}
-		return err
+	// One statement whose row count decides nothing to commit: a lost lease
+	// (0 rows) wrote nothing, so it may ride the COMMIT.
+	var tag pgconn.CommandTag
+	err := r.oneTrip(ctx, func(b *pgx.Batch) {
+		b.Queue(query, args...).Exec(func(t pgconn.CommandTag) error { tag = t; return nil })
 	})
-}
-
-type commitError struct{ err error }
-
-func (e *commitError) Error() string { return e.err.Error() }
-
-// inShortTx runs fn in a transaction opened like the lock claim's (plans
-// pinned, application_name the relay id, bounded idle time), committed as
-// soon as fn returns: nothing outside the database happens inside it.
-func (r *Relay) inShortTx(ctx context.Context, fn func(pgx.Tx) error) error {
-	return pgx.BeginTxFunc(ctx, r.pool, pgx.TxOptions{BeginQuery: r.beginClaim}, fn)
+	if err == nil && tag.RowsAffected() == 0 {
+		return errLeaseLost
+	}
+	return err
 }

@@ -320,18 +320,33 @@ RETURNING o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, o.sc
 // claim's token $2: a relay whose lease was taken over moves nothing. The
 // event's Commit runs in the same transaction. Addressed by the primary
 // key, one row.
+//
+// It goes out in one batch with the transaction's BEGIN and the Commit's
+// first statements, which the server runs before the relay reads any
+// result: a lost lease must therefore fail the statement in the server, so
+// that the server skips the rest of the batch and nothing of the Commit is
+// committed. As in qMarkPublished, the cast of a message to bigint fails
+// it (the message holds count(*) so that the planner cannot fold the cast
+// of a constant and fail every execution); the relay recognises the
+// message (leaseLostMessage) and reports the lease lost.
 const qLeasePublish = `
 WITH moved AS (
     DELETE FROM {schema}.outbox
     WHERE event_id = $1 AND lease_owner = $2
     RETURNING event_id, id, aggregate_type, aggregate_id, event_type, schema_version,
               payload, headers, attempts, last_error, occurred_at, created_at
+), published AS (
+    INSERT INTO {schema}.outbox_published (event_id, id, aggregate_type, aggregate_id, event_type, schema_version,
+                                  payload, headers, attempts, last_error, occurred_at, created_at, published_at)
+    SELECT event_id, id, aggregate_type, aggregate_id, event_type, schema_version,
+           payload, headers, attempts + 1, last_error, occurred_at, created_at, $3
+    FROM moved
+    RETURNING 1
 )
-INSERT INTO {schema}.outbox_published (event_id, id, aggregate_type, aggregate_id, event_type, schema_version,
-                              payload, headers, attempts, last_error, occurred_at, created_at, published_at)
-SELECT event_id, id, aggregate_type, aggregate_id, event_type, schema_version,
-       payload, headers, attempts + 1, last_error, occurred_at, created_at, $3
-FROM moved`
+SELECT CASE WHEN count(*) = 1 THEN 1
+            ELSE ('outbox lease lost: moved ' || count(*) || ' rows')::bigint
+       END
+FROM published`
 
 // qLeaseRecord records a leased event's failed dispatch and ends its lease:
 // PENDING with a retry time (transient) or FAILED, as qMarkUnpublished does

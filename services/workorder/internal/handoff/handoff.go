@@ -235,8 +235,8 @@ func (d *Dispatcher) commit(sc trace.SpanContext, id uuid.UUID, jobID, eventID s
 		}
 		// Lock, decide, then save in one round trip with the statement that
 		// makes deferred completions due (orders.InTx(tx).Update would send
-		// the save alone). With the relay's savepoint on the lock's round
-		// trip, the Commit costs two.
+		// the save alone). The relay's savepoint, or in slow mode its BEGIN
+		// and fence, ride the lock's round trip: the Commit costs two.
 		o, err := orders.InTx(tx).Lock(ctx, id)
 		if err != nil {
 			return fmt.Errorf("handoff: record acceptance of %s: %w", id, err)

@@ -110,14 +110,14 @@ func setupOn(t *testing.T, pool *pgxpool.Pool, answer func(call int, req *provid
 }
 
 // runRelay runs a relay with fast polling and backoff until the test ends.
-func (b testBundle) runRelay(t *testing.T) {
+func (b testBundle) runRelay(t *testing.T, opts ...outbox.Option) {
 	t.Helper()
 	relay, err := outbox.NewRelay(b.pool, map[string]outbox.Dispatcher{handoff.EventType: b.dispatcher}, outbox.Config{
 		PollInterval:  20 * time.Millisecond,
 		SweepInterval: 20 * time.Millisecond,
 		BackoffBase:   5 * time.Millisecond,
 		BackoffMax:    20 * time.Millisecond,
-	}, slog.New(slog.DiscardHandler), nil)
+	}, slog.New(slog.DiscardHandler), nil, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,9 +195,22 @@ func (b testBundle) waitEvent(t *testing.T, id uuid.UUID, want string) {
 
 func TestHandOffEndToEnd(t *testing.T) {
 	t.Parallel()
+	handOffEndToEnd(t)
+}
+
+// The service's mode (app.go): the lease settlement sends its BEGIN and
+// fence with the Commit's lock and its COMMIT after the save, in one
+// transaction (pkg/outbox lease.go).
+func TestHandOffEndToEnd_SlowDispatch(t *testing.T) {
+	t.Parallel()
+	handOffEndToEnd(t, outbox.WithSlowDispatch(handoff.EventType))
+}
+
+func handOffEndToEnd(t *testing.T, opts ...outbox.Option) {
+	t.Helper()
 	b := setup(t, nil)
 	id := b.createOrder(t)
-	b.runRelay(t)
+	b.runRelay(t, opts...)
 	b.waitEvent(t, id, "PUBLISHED")
 
 	if n := b.provider.callsFor(id); n != 1 {
@@ -498,6 +511,18 @@ func TestMalformedEventIsPermanent(t *testing.T) {
 // does not wait out its backoff.
 func TestF5_HandOffMakesDeferredCompletionsDue(t *testing.T) {
 	t.Parallel()
+	for name, opts := range map[string][]outbox.Option{
+		"lock claim": nil, "slow dispatch": {outbox.WithSlowDispatch(handoff.EventType)},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			handOffMakesDeferredCompletionsDue(t, opts...)
+		})
+	}
+}
+
+func handOffMakesDeferredCompletionsDue(t *testing.T, opts ...outbox.Option) {
+	t.Helper()
 	b := setup(t, nil)
 	id := b.createOrder(t)
 	ctx := context.Background()
@@ -514,7 +539,7 @@ func TestF5_HandOffMakesDeferredCompletionsDue(t *testing.T) {
 	if _, err := b.pool.Exec(ctx, `UPDATE inbox SET attempts = 1, next_attempt_at = now() + interval '1 hour' WHERE event_id = 'early-1'`); err != nil {
 		t.Fatal(err)
 	}
-	b.runRelay(t)
+	b.runRelay(t, opts...)
 	b.waitEvent(t, id, "PUBLISHED")
 	var due bool
 	if err := b.pool.QueryRow(ctx, `SELECT next_attempt_at <= now() FROM inbox WHERE event_id = 'early-1'`).Scan(&due); err != nil {
