@@ -5,6 +5,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -61,7 +62,8 @@ func TestStalledConnection_PublishFailsWithinItsTimeout(t *testing.T) {
 // through (pgtest.StallProxy.StallOpen). The liveness probe must find it
 // dead and abandon it (with the probe's 0.5 s + 0.5 s, about 1 s plus a
 // dial; without it a stream waits ~45 s and a pull 60 s), a message
-// published afterwards must arrive through a fresh connection, and one
+// published afterwards must arrive through a fresh connection (within
+// 30 s: far more than the bound, for loaded machines), and one
 // published while the connection was dead, possibly sent into it and lost
 // there, must arrive too, redelivered after its ack deadline: the
 // subscription's (10 s here) for RunBatch's pulls, the stream's for Run (60
@@ -117,10 +119,37 @@ func TestDeadSubscriberConnection_ProbeReplacesIt_NothingLost(t *testing.T) {
 			waitfor.Condition(t, 30*time.Second, "the probe replaced the dead connection", func() bool {
 				return counter(t, reader, "pubsub.subscriber.reconnects") >= 1
 			})
-			publish(t, pub, "order-3", "after")
-			waitfor.Condition(t, 30*time.Second, "a message published after the replacement received", func() bool { return len(got.of("after")) > 0 })
-			waitfor.Condition(t, ackDeadline+30*time.Second, "the message published while the connection was dead received",
-				func() bool { return len(got.of("during")) > 0 })
+			// The emulator forgets the abandoned stream only once it sees
+			// the connection close, a moment after the replacement; a
+			// message it hands to that stream meanwhile comes back after
+			// its ack deadline. So a fresh message goes out every half
+			// second until one arrives through the fresh connection, and
+			// every one of them must arrive in the end.
+			sent := []string{"during"}
+			lastSent := time.Time{}
+			waitfor.Condition(t, 30*time.Second, "a message published after the replacement received", func() bool {
+				for _, id := range sent[1:] {
+					if len(got.of(id)) > 0 {
+						return true
+					}
+				}
+				if time.Since(lastSent) >= 500*time.Millisecond {
+					id := fmt.Sprintf("after-%d", len(sent))
+					publish(t, pub, "order-"+id, id) // a key of its own: none waits behind another
+
+					sent, lastSent = append(sent, id), time.Now()
+				}
+				return false
+			})
+			waitfor.Condition(t, ackDeadline+30*time.Second, "every message published while or after the connection was dead received",
+				func() bool {
+					for _, id := range sent {
+						if len(got.of(id)) == 0 {
+							return false
+						}
+					}
+					return true
+				})
 			if proxy.Accepted() <= dialed {
 				t.Errorf("connections through the proxy: %d, want more than the %d before the cut", proxy.Accepted(), dialed)
 			}
