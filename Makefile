@@ -151,11 +151,20 @@ bench: ## Run every benchmark of docs/performance.md once, fsync on; writes benc
 	echo "wrote bench/report.md"; exit $$status
 
 # B7 alone (it is part of `make bench`): one stack, its services' PostgreSQL links delayed by each round-trip
-# time of LOSSLESS_B7_RTTS in turn (e2e/b7_bench_test.go). A relative LOSSLESS_BENCH_DATA is made absolute.
+# time of LOSSLESS_B7_RTTS in turn (e2e/b7_bench_test.go). Its row, Details and plots replace B7's in
+# bench/report.md (bench/report -merge), whose Environment then names this run beside the full one; the
+# rest of the report stays the last `make bench`'s. Progress: tail -f bench/raw-b7.json.
+B7_DATA ?= bench/data/b7
+
 .PHONY: bench-distance
-bench-distance: ## B7: capacity, p50 create→invoiced and statements per order with 0, 1, 5 and 20 ms added between the services and PostgreSQL, fsync on.
-	$(if $(LOSSLESS_BENCH_DATA),LOSSLESS_BENCH_DATA='$(abspath $(LOSSLESS_BENCH_DATA))') LOSSLESS_PG_FSYNC=on LOSSLESS_PG_STAT_STATEMENTS=on \
-		$(GO) test -run '^$$' -bench '^BenchmarkB7_Distance$$' -benchtime 1x -timeout 30m ./e2e
+bench-distance: ## B7 alone: capacity, p50 create→invoiced and statements per order with 0, 1, 5 and 20 ms added between the services and PostgreSQL, fsync on; merged into bench/report.md.
+	@mkdir -p '$(B7_DATA)' && rm -f '$(B7_DATA)'/*.csv bench/raw-b7.json
+	@status=0; \
+	LOSSLESS_BENCH_DATA='$(abspath $(B7_DATA))' LOSSLESS_PG_FSYNC=on LOSSLESS_PG_STAT_STATEMENTS=on \
+		$(GO) test -json -run '^$$' -bench '^BenchmarkB7_Distance$$' -benchtime 1x -timeout 30m ./e2e > bench/raw-b7.json || status=1; \
+	(cd bench/report && $(GO) run . -raw '$(abspath bench/raw-b7.json)' -data '$(abspath $(B7_DATA))' \
+		-merge '$(abspath bench/report.md)' -out '$(abspath bench/report.md)') || status=1; \
+	grep '^| B7 |' bench/report.md; exit $$status
 
 # A/B of the whole stack: BASE (any git revision) checked out with `git worktree add` into a temporary
 # directory, both it and the working tree built as `make build` builds (BIN_DIR), then e2e's

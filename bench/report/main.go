@@ -44,6 +44,7 @@ func run(args []string) error {
 	out := fs.String("out", "bench/report.md", "report to write")
 	plots := fs.String("plots", "", "directory for the PNGs (default: plots/ next to -out)")
 	commit := fs.String("commit", "", "commit of the run (default: git rev-parse --short HEAD, -dirty when the tree has changes)")
+	merge := fs.String("merge", "", "an earlier report: write it with the rows, Details and series of the benchmarks this run ran replaced (Merge), its other plots kept")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -72,7 +73,7 @@ func run(args []string) error {
 	if *plots == "" {
 		*plots = filepath.Join(filepath.Dir(*out), "plots")
 	}
-	ps, err := makePlots(*data, *plots, filepath.Dir(*out))
+	ps, err := makePlots(*data, *plots, filepath.Dir(*out), *merge == "")
 	if err != nil {
 		return err
 	}
@@ -80,16 +81,30 @@ func run(args []string) error {
 		return err
 	}
 	var buf bytes.Buffer
-	if err := Render(&buf, r, Meta{Commit: *commit, GoVersion: runtime.Version()}, ps, readTables(*data)); err != nil {
+	meta := Meta{Commit: *commit, GoVersion: runtime.Version()}
+	if err := Render(&buf, r, meta, ps, readTables(*data)); err != nil {
 		return err
+	}
+	if *merge != "" {
+		earlier, err := os.ReadFile(*merge)
+		if err != nil {
+			return err
+		}
+		md, err := Merge(string(earlier), buf.String(), r, meta)
+		if err != nil {
+			return err
+		}
+		buf.Reset()
+		buf.WriteString(strings.TrimRight(md, "\n") + "\n")
 	}
 	return os.WriteFile(*out, buf.Bytes(), 0o644)
 }
 
 // makePlots draws every CSV of dataDir but the table files into plotDir;
 // the PNG paths are relative to reportDir. A CSV that cannot be plotted is
-// listed with the reason instead.
-func makePlots(dataDir, plotDir, reportDir string) ([]Plot, error) {
+// listed with the reason instead. clean removes plotDir's other PNGs first
+// (a full run's report); a merge keeps them.
+func makePlots(dataDir, plotDir, reportDir string, clean bool) ([]Plot, error) {
 	if dataDir == "" {
 		return nil, nil
 	}
@@ -103,6 +118,9 @@ func makePlots(dataDir, plotDir, reportDir string) ([]Plot, error) {
 	old, err := filepath.Glob(filepath.Join(plotDir, "*.png"))
 	if err != nil {
 		return nil, err
+	}
+	if !clean {
+		old = nil
 	}
 	for _, f := range old {
 		if err := os.Remove(f); err != nil {

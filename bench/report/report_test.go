@@ -45,7 +45,7 @@ func row(t *testing.T, md, id string) string {
 func TestRender_SampleRunGivesOneRowPerIdWithRatiosTargetsAndNotRun(t *testing.T) {
 	r := parseFile(t, "testdata/run.json")
 	dir := t.TempDir()
-	plots, err := makePlots("testdata/data", filepath.Join(dir, "plots"), dir)
+	plots, err := makePlots("testdata/data", filepath.Join(dir, "plots"), dir, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +120,7 @@ func TestRender_SampleRunGivesOneRowPerIdWithRatiosTargetsAndNotRun(t *testing.T
 // of its twenty fall outside the top 15.
 func TestRender_StatementsFileIsATableOfItsTop15WithMeanAndShareNotAPlot(t *testing.T) {
 	dir := t.TempDir()
-	plots, err := makePlots("testdata/data", filepath.Join(dir, "plots"), dir)
+	plots, err := makePlots("testdata/data", filepath.Join(dir, "plots"), dir, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -321,7 +321,7 @@ func TestTables_SweepFilesAreTablesNamingTheWinner(t *testing.T) {
 			t.Errorf("table\n%s\nlacks %q", tables[0].Markdown, want)
 		}
 	}
-	plots, err := makePlots(dir, filepath.Join(dir, "plots"), dir)
+	plots, err := makePlots(dir, filepath.Join(dir, "plots"), dir, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -360,7 +360,7 @@ func TestTables_HopCostIsAStageByDatabaseTableNotAPlot(t *testing.T) {
 			t.Errorf("table\n%s\nlacks %q", tables[0].Markdown, want)
 		}
 	}
-	plots, err := makePlots(dir, filepath.Join(dir, "plots"), dir)
+	plots, err := makePlots(dir, filepath.Join(dir, "plots"), dir, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -398,5 +398,96 @@ func TestParse_ServerConditionsOfB2AreInTheEnvironment(t *testing.T) {
 		if !strings.Contains(buf.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, buf.String())
 		}
+	}
+}
+
+// A benchmark run on its own merges into the report of an earlier full run:
+// its row, Details and series replace the earlier ones, the rest of the
+// earlier report stays as it was, the Environment names the later run, and
+// merging the same run again changes nothing.
+func TestMerge_ALaterRunOfOneBenchmarkReplacesOnlyItsOwnRowsSectionsAndSeries(t *testing.T) {
+	raw, err := os.ReadFile("testdata/run.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var first, later []string
+	for _, l := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+		if strings.Contains(l, `"Test": "BenchmarkB7_Distance"`) {
+			later = append(later, l)
+		} else {
+			first = append(first, l)
+		}
+	}
+	render := func(lines []string, dataDir string, clean bool, dir string) (string, *Run) {
+		t.Helper()
+		r := &Run{}
+		if err := r.Parse(strings.NewReader(strings.Join(lines, "\n") + "\n")); err != nil {
+			t.Fatal(err)
+		}
+		plots, err := makePlots(dataDir, filepath.Join(dir, "plots"), dir, clean)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var buf bytes.Buffer
+		if err := Render(&buf, r, Meta{Commit: "abc1234"}, plots, readTables(dataDir)); err != nil {
+			t.Fatal(err)
+		}
+		return buf.String(), r
+	}
+	dir := t.TempDir()
+	firstData, laterData := filepath.Join(dir, "first"), filepath.Join(dir, "later")
+	for d, files := range map[string][]string{firstData: {"m1_rss.csv", "b5_hops.csv", "b5_statements.csv"}, laterData: {"b7_latency.csv"}} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range files {
+			b, err := os.ReadFile(filepath.Join("testdata/data", f))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(d, f), b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	earlier, _ := render(first, firstData, true, dir)
+	if got := row(t, earlier, "B7"); !strings.Contains(got, "**not run**") {
+		t.Fatalf("the earlier report ran B7: %s", got)
+	}
+	fresh, r := render(later, laterData, false, dir)
+	merged, err := Merge(earlier, fresh, r, Meta{Commit: "def5678"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := row(t, merged, "B7"); !strings.Contains(got, "p50_5ms/p50_0ms = 3.69 ✓") {
+		t.Errorf("B7's row not replaced: %s", got)
+	}
+	for _, id := range []string{"B1", "B4", "M1", "R1", "B2"} {
+		if row(t, merged, id) != row(t, earlier, id) {
+			t.Errorf("%s's row changed:\n%s\n%s", id, row(t, earlier, id), row(t, merged, id))
+		}
+	}
+	for _, want := range []string{"### B7: `e2e` `BenchmarkB7_Distance`", "### b7_latency.csv", "### m1_rss.csv", "### B4: ", "### PostgreSQL statements during B5's 50 % phase"} {
+		if n := strings.Count(merged, "\n"+want); n != 1 {
+			t.Errorf("%d sections %q, want 1", n, want)
+		}
+	}
+	if !strings.Contains(merged, "| commit | abc1234 |") || !strings.Contains(merged, "| later run: B7 | 2026-12-02 14:41 UTC, commit def5678") {
+		t.Errorf("Environment does not name both runs:\n%s", merged[:strings.Index(merged, "## Targets")])
+	}
+	if i, j := strings.Index(merged, "### B7: "), strings.Index(merged, "### Packages that failed"); j < 0 || i > j {
+		t.Error("B7's Details section landed after the packages that failed (or they went)")
+	}
+	for _, png := range []string{"m1_rss.png", "b7_latency.png"} {
+		if _, err := os.Stat(filepath.Join(dir, "plots", png)); err != nil {
+			t.Errorf("plot %s: %v", png, err)
+		}
+	}
+	again, err := Merge(merged, fresh, r, Meta{Commit: "def5678"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again != merged {
+		t.Errorf("merging the same run twice changed the report:\n%s", again)
 	}
 }
