@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -35,8 +36,10 @@ func Merge(earlier, later string, r *Run, meta Meta) (string, error) {
 		if !ok {
 			return "", fmt.Errorf("merge: no Targets row for %s in the later run's report", id)
 		}
-		if out, ok = replaceLine(out, prefix, row); !ok {
-			return "", fmt.Errorf("merge: no Targets row for %s in the earlier report", id)
+		if o, ok := replaceLine(out, prefix, row); ok {
+			out = o
+		} else if out, ok = insertRow(out, id, row); !ok {
+			return "", errors.New("merge: the earlier report has no Targets table")
 		}
 		sec, ok := section(later, "### "+id+": ")
 		if !ok {
@@ -68,6 +71,50 @@ func Merge(earlier, later string, r *Run, meta Meta) (string, error) {
 	}
 	table, tail, _ := strings.Cut(rest, "\n\n")
 	return head + "## Environment\n\n" + table + "\n" + envRow + "\n\n" + tail, nil
+}
+
+// rank is id's place in the report's order of benchmarks.
+func rank(id string) int {
+	return slices.IndexFunc(benchmarks, func(b Benchmark) bool { return b.ID == id })
+}
+
+// idOf returns the benchmark id of a Targets row or a Details heading
+// ("| B7 | `…", "### B7: `…"), or "".
+func idOf(l string) string {
+	for _, p := range []string{"| ", "### "} {
+		if rest, ok := strings.CutPrefix(l, p); ok {
+			if id, _, ok := strings.Cut(rest, map[string]string{"| ": " | `", "### ": ": `"}[p]); ok && rank(id) >= 0 {
+				return id
+			}
+		}
+	}
+	return ""
+}
+
+// insertRow adds id's Targets row to an earlier report that has none (the
+// benchmark is newer than its run), before the row of the first id that
+// comes after it, else after the table's last row.
+func insertRow(md, id, row string) (string, bool) {
+	ls := strings.Split(md, "\n")
+	start := slices.Index(ls, "## Targets")
+	if start < 0 {
+		return md, false
+	}
+	last := -1
+	for i := start + 1; i < len(ls) && !strings.HasPrefix(ls[i], "## "); i++ {
+		other := idOf(ls[i])
+		if other == "" || !strings.HasPrefix(ls[i], "| ") {
+			continue
+		}
+		if rank(other) > rank(id) {
+			return strings.Join(slices.Insert(ls, i, row), "\n"), true
+		}
+		last = i
+	}
+	if last < 0 {
+		return md, false
+	}
+	return strings.Join(slices.Insert(ls, last+1, row), "\n"), true
 }
 
 // line returns the first line of md that starts with prefix.
@@ -165,12 +212,23 @@ func putSection(md, block, heading, sec string) string {
 	if n := strings.Index(s, "\n## "); n >= 0 {
 		end = n + 1
 	}
-	// Details ends with the benchmarks outside the table of ids and the
+	// Details: before the section of the first id that comes after this
+	// one, else before the benchmarks outside the table of ids and the
 	// packages that failed.
 	if block == "## Details" {
 		for _, h := range []string{"\n### Other benchmarks of the run\n", "\n### Packages that failed"} {
 			if n := strings.Index(s[:end], h); n >= 0 && n+1 < end {
 				end = n + 1
+			}
+		}
+		if id := idOf(strings.TrimSuffix(heading, " ") + " `"); id != "" {
+			off := 0
+			for l := range strings.SplitSeq(s[:end], "\n") {
+				if other := idOf(l); other != "" && strings.HasPrefix(l, "### ") && rank(other) > rank(id) {
+					end = off
+					break
+				}
+				off += len(l) + 1
 			}
 		}
 	}

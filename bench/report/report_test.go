@@ -490,4 +490,25 @@ func TestMerge_ALaterRunOfOneBenchmarkReplacesOnlyItsOwnRowsSectionsAndSeries(t 
 	if again != merged {
 		t.Errorf("merging the same run twice changed the report:\n%s", again)
 	}
+
+	// A report from before B7 existed has no row for it: the row goes
+	// in the benchmarks' order, and so does its Details section.
+	older, ok := replaceLine(earlier, "| B7 | `", "\x00")
+	if !ok {
+		t.Fatal("no B7 row to drop")
+	}
+	older = strings.Replace(older, "\x00\n", "", 1)
+	merged, err = Merge(older, fresh, r, Meta{Commit: "def5678"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := row(t, merged, "B7"); !strings.Contains(got, "p50_5ms/p50_0ms = 3.69 ✓") {
+		t.Errorf("B7's row not added: %s", got)
+	}
+	if i, j, k := strings.Index(merged, "| B6 | `"), strings.Index(merged, "| B7 | `"), strings.Index(merged, "| M1 | `"); i > j || j > k {
+		t.Errorf("B7's row not between B6's and M1's:\n%s", merged)
+	}
+	if i, j := strings.Index(merged, "### B7: "), strings.Index(merged, "### M1: "); i < 0 || i > j {
+		t.Errorf("B7's Details section not before M1's:\n%s", merged)
+	}
 }
