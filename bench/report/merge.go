@@ -81,14 +81,17 @@ func rank(id string) int {
 // idOf returns the benchmark id of a Targets row or a Details heading
 // ("| B7 | `…", "### B7: `…"), or "".
 func idOf(l string) string {
-	for _, p := range []string{"| ", "### "} {
-		if rest, ok := strings.CutPrefix(l, p); ok {
-			if id, _, ok := strings.Cut(rest, map[string]string{"| ": " | `", "### ": ": `"}[p]); ok && rank(id) >= 0 {
-				return id
-			}
-		}
+	var id string
+	var ok bool
+	if rest, row := strings.CutPrefix(l, "| "); row {
+		id, _, ok = strings.Cut(rest, " | `")
+	} else if rest, heading := strings.CutPrefix(l, "### "); heading {
+		id, _, ok = strings.Cut(rest, ": `")
 	}
-	return ""
+	if !ok || rank(id) < 0 {
+		return ""
+	}
+	return id
 }
 
 // insertRow adds id's Targets row to an earlier report that has none (the
@@ -103,7 +106,7 @@ func insertRow(md, id, row string) (string, bool) {
 	last := -1
 	for i := start + 1; i < len(ls) && !strings.HasPrefix(ls[i], "## "); i++ {
 		other := idOf(ls[i])
-		if other == "" || !strings.HasPrefix(ls[i], "| ") {
+		if other == "" {
 			continue
 		}
 		if rank(other) > rank(id) {
@@ -221,7 +224,7 @@ func putSection(md, block, heading, sec string) string {
 				end = n + 1
 			}
 		}
-		if id := idOf(strings.TrimSuffix(heading, " ") + " `"); id != "" {
+		if id := idOf(heading + "`"); id != "" {
 			off := 0
 			for l := range strings.SplitSeq(s[:end], "\n") {
 				if other := idOf(l); other != "" && strings.HasPrefix(l, "### ") && rank(other) > rank(id) {
