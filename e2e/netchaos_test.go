@@ -466,7 +466,7 @@ func TestNetworkChaos_EachLinkCutOnItsOwn(t *testing.T) {
 	total := countRefusals(logw.String())
 	var sum strings.Builder
 	fmt.Fprintf(&sum, "network chaos run (%s): %d replicas of each service, every provider fault on, %.0f orders/s offered, loss by %s\n",
-		plan.name, replicas, plan.rate*float64(len(wos)), nf.LossBackend())
+		plan.name, replicas, offered, nf.LossBackend())
 	fmt.Fprintf(&sum, "| fault | links | window | held when cut | invoices/s before | during | heal → 90 %% | fencing refusals |\n|---|---|---|---|---|---|---|---|\n")
 	for _, r := range results {
 		rec := "not within " + plan.recoverWithin.String()

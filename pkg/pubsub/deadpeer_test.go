@@ -136,7 +136,6 @@ func TestDeadSubscriberConnection_ProbeReplacesIt_NothingLost(t *testing.T) {
 				if time.Since(lastSent) >= 500*time.Millisecond {
 					id := fmt.Sprintf("after-%d", len(sent))
 					publish(t, pub, "order-"+id, id) // a key of its own: none waits behind another
-
 					sent, lastSent = append(sent, id), time.Now()
 				}
 				return false
