@@ -53,13 +53,9 @@ func Merge(earlier, later string, r *Run, meta Meta) (string, error) {
 			out = putSection(out, block, "### "+title+"\n", sec)
 		}
 	}
-	date := "unknown"
-	if !r.Start.IsZero() {
-		date = r.Start.UTC().Format("2006-01-02 15:04 MST")
-	}
 	key := "| later run: " + strings.Join(ids, ", ") + " |"
 	envRow := fmt.Sprintf("%s %s, commit %s, %s, PostgreSQL fsync %s (its rows, Details and series replace the run above's) |",
-		key, date, orDefault(meta.Commit, "unknown"), orDefault(r.Env["go"], orDefault(meta.GoVersion, "unknown")),
+		key, runDate(r), orDefault(meta.Commit, "unknown"), orDefault(r.Env["go"], orDefault(meta.GoVersion, "unknown")),
 		orDefault(r.Env["fsync"], "not stated"))
 	if o, ok := replaceLine(out, key, envRow); ok {
 		return o, nil

@@ -85,11 +85,7 @@ func Render(w io.Writer, r *Run, meta Meta, plots []Plot, tables []Table) error 
 		}
 		p("| %s | %s |\n", label, v)
 	}
-	date := "unknown"
-	if !r.Start.IsZero() {
-		date = r.Start.UTC().Format("2006-01-02 15:04 MST")
-	}
-	p("| date | %s (start of the run) |\n", date)
+	p("| date | %s (start of the run) |\n", runDate(r))
 	p("| commit | %s |\n", orDefault(meta.Commit, "unknown"))
 	env("go", "Go", orDefault(meta.GoVersion, "unknown"))
 	env("GOMAXPROCS", "GOMAXPROCS", "unknown")
@@ -261,6 +257,14 @@ func cell(lines []string) string {
 
 // escape keeps a value inside its table cell.
 func escape(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
+
+// runDate is when the run started, or "unknown".
+func runDate(r *Run) string {
+	if r.Start.IsZero() {
+		return "unknown"
+	}
+	return r.Start.UTC().Format("2006-01-02 15:04 MST")
+}
 
 func orDefault(s, def string) string {
 	if s == "" {
