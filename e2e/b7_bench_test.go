@@ -41,8 +41,9 @@ const (
 
 // b7HistoryRead matches the work-order API's history read (qHistory of
 // services/workorder/internal/orders, as pg_stat_statements normalises
-// it): the load generator's status polls, one per waiting order every
-// 200 ms, are not statements the order's path costs.
+// it), which the order's path never sends. The load generator's status
+// polls (one GetWorkOrder per waiting order every 200 ms) read the order
+// with qGet, which the hand-off's pre-check shares: they are counted.
 const b7HistoryRead = `%FROM work_order_transitions%WHERE work_order_id = $1%ORDER BY id%`
 
 // BenchmarkB7_Distance measures what distance to PostgreSQL costs

@@ -164,6 +164,15 @@ func TestEndToEnd_EveryValidOrderInvoicedExactlyOnceUnderFaultsAndACrash(t *test
 		if status != "INVOICED" || woInvoice != billed {
 			t.Fatalf("order %s: status %s invoice %q, billing issued %s", id, status, woInvoice, billed)
 		}
+		// The load generator's latency is update_time − create_time: the
+		// order's timestamps must be its first and its INVOICED transition's.
+		var timesMatch bool
+		if err := wo.QueryRow(ctx, `SELECT w.created_at = min(t.occurred_at)
+			AND w.updated_at = min(t.occurred_at) FILTER (WHERE t.to_status = 'INVOICED')
+			FROM work_orders w JOIN work_order_transitions t ON t.work_order_id = w.id
+			WHERE w.id = $1 GROUP BY w.id`, id).Scan(&timesMatch); err != nil || !timesMatch {
+			t.Fatalf("order %s: created_at/updated_at are not its first/INVOICED transition times (err %v)", id, err)
+		}
 	}
 	// I2/I5: poison and unknown-order messages are parked with their reason
 	// and raw payload; nothing else is parked and nothing stays open. An

@@ -22,8 +22,8 @@ func fakeAPI(t *testing.T, created *atomic.Int64) string {
 			fmt.Fprintf(w, `{"workOrder":{"id":"o-%d"}}`, created.Add(1))
 			return
 		}
-		if strings.HasSuffix(r.URL.Path, "/history") {
-			fmt.Fprint(w, `{"transitions":[{"toStatus":"WORK_ORDER_STATUS_CREATED","time":"2026-01-01T00:00:00Z"},{"toStatus":"WORK_ORDER_STATUS_INVOICED","time":"2026-01-01T00:00:01Z"}]}`)
+		if strings.HasPrefix(r.URL.Path, "/v1/work-orders/") {
+			fmt.Fprint(w, `{"workOrder":{"status":"WORK_ORDER_STATUS_INVOICED","createTime":"2026-01-01T00:00:00Z","updateTime":"2026-01-01T00:00:01.5Z"}}`)
 			return
 		}
 		http.NotFound(w, r)
@@ -55,6 +55,9 @@ func TestRun_StopEndsAnOpenLoopRunEarlyAndAwaitsWhatWasCreated(t *testing.T) {
 	case res := <-done:
 		if res == nil || res.Created < 5 || res.Invoiced != res.Created || int64(res.Created) != created.Load() {
 			t.Fatalf("result %+v, %d created: want every created order awaited and invoiced", res, created.Load())
+		}
+		if want := loadgen.Millis(1500 * time.Millisecond); res.LatencyP50 != want || res.LatencyMax != want {
+			t.Fatalf("latency p50 %v max %v, want %v: update_time − create_time", res.LatencyP50, res.LatencyMax, want)
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("an hour-long open-loop run did not end within 30 s of Stop")

@@ -185,18 +185,29 @@ func (e *Engine) Submit(ctx context.Context, o Order) (Acceptance, bool, error) 
 	if plan.EarlyCompletion {
 		status = statusCompleted
 	}
-	tx, err := e.pool.Begin(ctx)
-	if err != nil {
-		return Acceptance{}, false, err
-	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	// A plain job is one statement; an early completion also records its
+	// messages, in a transaction with the job.
+	var q pgx.Row
+	var tx pgx.Tx
 	traceparent, tracestate := telemetry.TraceHeaders(ctx)
-	j, err := scanJob(tx.QueryRow(ctx, insertJob, jobID, o.WorkOrderID, o.CustomerID, o.Description, o.Positions,
+	args := []any{jobID, o.WorkOrderID, o.CustomerID, o.Description, o.Positions,
 		status, runFor.Microseconds(), plan.EarlyCompletion, plan.Duplicate, plan.SplitFirst, string(plan.Poison),
-		plan.UnknownOrder, plan.PublishThenCrash, e.cfg.Owner, e.cfg.Lease.Microseconds(), traceparent, tracestate))
+		plan.UnknownOrder, plan.PublishThenCrash, e.cfg.Owner, e.cfg.Lease.Microseconds(), traceparent, tracestate}
+	if plan.EarlyCompletion {
+		if tx, err = e.pool.Begin(ctx); err != nil {
+			return Acceptance{}, false, err
+		}
+		defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+		q = tx.QueryRow(ctx, insertJob, args...)
+	} else {
+		q = e.pool.QueryRow(ctx, insertJob, args...)
+	}
+	j, err := scanJob(q)
 	if errors.Is(err, pgx.ErrNoRows) {
 		// A concurrent submission of the same order won; answer with its job.
-		_ = tx.Rollback(ctx)
+		if tx != nil {
+			_ = tx.Rollback(ctx)
+		}
 		j, err := e.lookup(ctx, o)
 		return acceptanceOf(j), false, err
 	}
@@ -217,9 +228,9 @@ func (e *Engine) Submit(ctx context.Context, o Order) (Acceptance, bool, error) 
 		if err := e.st.insertEvents(ctx, tx, j.ID, append([]eventRow{started}, done...)); err != nil {
 			return Acceptance{}, false, err
 		}
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return Acceptance{}, false, fmt.Errorf("commit job: %w", err)
+		if err := tx.Commit(ctx); err != nil {
+			return Acceptance{}, false, fmt.Errorf("commit job: %w", err)
+		}
 	}
 	e.recordAccepted(ctx, j, runFor)
 	if plan.EarlyCompletion {
@@ -288,8 +299,9 @@ func (e *Engine) runTime(positions int32, plan faults.Plan) time.Duration {
 
 // Run claims and executes jobs, at most Workers at a time, until ctx is
 // cancelled; then it waits for every in-flight job to finish or be released.
-// One claim loop per instance feeds the workers, so an idle instance costs
-// one query per PollInterval, whatever its worker count.
+// One claim loop per instance feeds the workers, up to claimBatch jobs a
+// statement, so an idle instance costs one query per PollInterval, whatever
+// its worker count, and a busy one less than one per job.
 func (e *Engine) Run(ctx context.Context) error {
 	e.logger.InfoContext(ctx, "engine started", "workers", e.cfg.Workers, "instance", e.cfg.Instance,
 		"owner", e.cfg.Owner, "lease", e.cfg.Lease)
@@ -304,22 +316,36 @@ func (e *Engine) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			continue
 		}
+		free := 1
+	fill:
+		for free < claimBatch {
+			select {
+			case slots <- struct{}{}:
+				free++
+			default:
+				break fill
+			}
+		}
 		// The claim is not cut off by shutdown: cancelled mid-statement, it
 		// could commit on the server while the client sees an error, leaving
-		// a job leased by nobody until its lease expires. A job claimed as
+		// jobs leased by nobody until their lease expires. A job claimed as
 		// the engine stops is released at once by execute.
 		cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
-		j, err := scanJob(e.pool.QueryRow(cctx, claimJob, e.cfg.Owner, e.cfg.Lease.Microseconds()))
+		jobs, err := e.claim(cctx, free)
 		ccancel()
-		if err == nil {
+		for range free - len(jobs) {
+			<-slots
+		}
+		for _, j := range jobs {
 			running.Go(func() {
 				defer func() { <-slots }()
 				e.execute(ctx, j)
 			})
-			continue
 		}
-		<-slots
-		if !errors.Is(err, pgx.ErrNoRows) && ctx.Err() == nil {
+		if len(jobs) == free {
+			continue // more may be due
+		}
+		if err != nil && ctx.Err() == nil {
 			// Database unavailable (F15): nothing is claimed, so nothing is
 			// lost; try again after the poll interval.
 			e.logger.WarnContext(ctx, "claim failed", "err", err)
@@ -333,6 +359,15 @@ func (e *Engine) Run(ctx context.Context) error {
 	running.Wait()
 	e.logger.InfoContext(ctx, "engine stopped", "owner", e.cfg.Owner)
 	return nil
+}
+
+// claim leases up to n due jobs to this engine.
+func (e *Engine) claim(ctx context.Context, n int) ([]*job, error) {
+	rows, err := e.pool.Query(ctx, claimJobs, e.cfg.Owner, e.cfg.Lease.Microseconds(), n)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (*job, error) { return scanJob(r) })
 }
 
 // releaseInstance gives back the jobs earlier incarnations of this instance
@@ -361,7 +396,7 @@ func (e *Engine) execute(ctx context.Context, j *job) {
 	jobCtx, cancel := context.WithCancelCause(ctx)
 	var hb sync.WaitGroup
 	hb.Go(func() { e.heartbeat(jobCtx, cancel, j) })
-	err := e.advance(jobCtx, j, log)
+	out, err := e.advance(jobCtx, j, log)
 	cause := context.Cause(jobCtx)
 	cancel(nil)
 	hb.Wait()
@@ -376,7 +411,9 @@ func (e *Engine) execute(ctx context.Context, j *job) {
 		e.metrics.leaseLost.Add(bg, 1)
 		log.WarnContext(bg, "lease lost; another worker owns the job now", "err", err)
 	case ctx.Err() != nil:
-		if rerr := e.st.fenced(bg, e.pool, releaseJob, j.ID, j.LeaseToken); rerr != nil {
+		// The release records what was published, so the next owner does
+		// not publish it again.
+		if rerr := e.st.step(bg, releaseJob, j, out); rerr != nil {
 			log.WarnContext(bg, "release on shutdown failed; the lease will expire", "err", rerr)
 			return
 		}
@@ -384,7 +421,7 @@ func (e *Engine) execute(ctx context.Context, j *job) {
 	default:
 		e.metrics.failures.Add(bg, 1)
 		delay := e.cfg.Retry.Delay(j.Attempts + 1)
-		if rerr := e.st.fenced(bg, e.pool, retryJob, j.ID, j.LeaseToken, err.Error(), delay.Microseconds()); rerr != nil {
+		if rerr := e.st.step(bg, retryJob, j, out, err.Error(), delay.Microseconds()); rerr != nil {
 			log.WarnContext(bg, "scheduling retry failed; the lease will expire", "err", rerr, "cause", err)
 			return
 		}
@@ -413,8 +450,23 @@ func (e *Engine) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, 
 }
 
 // advance moves the job through its remaining steps; each step is recorded
-// before its messages are published, so any step can be resumed.
-func (e *Engine) advance(ctx context.Context, j *job, log *slog.Logger) error {
+// before its messages are published, so any step can be resumed. A step's
+// publishes are recorded by the next step's statement (or by finish, the
+// release or the retry); advance returns those not recorded yet.
+func (e *Engine) advance(ctx context.Context, j *job, log *slog.Logger) ([]published, error) {
+	var out []published
+	var err error
+	if j.Status != statusAccepted {
+		// Resumed (after a restart, a lost lease, a retry) or completed
+		// early: what is still unpublished is in job_events.
+		rows, err := e.st.unpublished(ctx, j.ID)
+		if err != nil {
+			return nil, fmt.Errorf("read unpublished events: %w", err)
+		}
+		if out, err = e.publish(ctx, j, rows, out, log); err != nil {
+			return out, err
+		}
+	}
 	// startedAt is known when this call started the job; a job resumed
 	// after a restart does not carry it, and its execute hop goes unobserved.
 	var startedAt time.Time
@@ -422,80 +474,75 @@ func (e *Engine) advance(ctx context.Context, j *job, log *slog.Logger) error {
 		at := now()
 		started, err := startedEvent(j, at)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		if err := e.transition(ctx, j, markStarted, []eventRow{started}); err != nil {
-			return fmt.Errorf("start: %w", err)
+		if err := e.st.record(ctx, recordStarted, j, nil, []eventRow{started}); err != nil {
+			return nil, fmt.Errorf("start: %w", err)
 		}
 		startedAt = at
 		e.metrics.hops.Observe(ctx, orderhop.ProviderStart, j.AcceptedAt, at)
 		j.Status, j.Remaining = statusExecuting, j.RunFor
 		log.DebugContext(ctx, "execution started", "run_for", j.RunFor)
+		if out, err = e.publish(ctx, j, []eventRow{started}, nil, log); err != nil {
+			return out, err
+		}
 	}
 	if j.Status == statusExecuting {
-		if err := e.publishPending(ctx, j, log); err != nil {
-			return err
-		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return out, ctx.Err()
 		case <-time.After(j.Remaining):
 		}
 		completedAt := now()
 		done, err := completionEvents(j, completedAt)
 		if err != nil {
-			return err
+			return out, err
 		}
-		if err := e.transition(ctx, j, markCompleted, done); err != nil {
-			return fmt.Errorf("complete: %w", err)
+		if err := e.st.record(ctx, recordCompleted, j, out, done); err != nil {
+			return out, fmt.Errorf("complete: %w", err)
 		}
 		e.metrics.hops.Observe(ctx, orderhop.ProviderExecute, startedAt, completedAt)
 		j.Status = statusCompleted
-	}
-	if err := e.publishPending(ctx, j, log); err != nil {
-		return err
-	}
-	return e.st.fenced(ctx, e.pool, markDone, j.ID, j.LeaseToken)
-}
-
-// transition records a status change and the messages it produces atomically.
-func (e *Engine) transition(ctx context.Context, j *job, update string, rows []eventRow) error {
-	return pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
-		if err := e.st.fenced(ctx, tx, update, j.ID, j.LeaseToken); err != nil {
-			return err
+		if out, err = e.publish(ctx, j, done, nil, log); err != nil {
+			return out, err
 		}
-		return e.st.insertEvents(ctx, tx, j.ID, rows)
-	})
+	}
+	if err = e.st.step(ctx, finishJob, j, out); err != nil {
+		return out, err
+	}
+	return nil, nil
 }
 
-// publishPending publishes the job's unpublished messages in order, marking
-// each after Pub/Sub accepted it.
-func (e *Engine) publishPending(ctx context.Context, j *job, log *slog.Logger) error {
-	rows, err := e.st.unpublished(ctx, j.ID)
-	if err != nil {
-		return fmt.Errorf("read unpublished events: %w", err)
-	}
+// publish publishes rows in order and returns out with each publish
+// appended, to be recorded by the job's next write.
+func (e *Engine) publish(ctx context.Context, j *job, rows []eventRow, out []published, log *slog.Logger) ([]published, error) {
 	for _, r := range rows {
 		if err := ctx.Err(); err != nil {
-			return err
+			return out, err
 		}
 		if err := e.publishOne(ctx, j, r, log); err != nil {
-			return err
+			return out, err
 		}
+		out = append(out, published{EventID: r.EventID, At: now()})
 	}
-	return nil
+	return out, nil
 }
 
 // claimTimeout bounds one claim statement, which shutdown does not cancel.
 const claimTimeout = 5 * time.Second
 
+// claimBatch caps the jobs one claim statement leases (and the free workers
+// it waits for none of: it takes what is free, at least one).
+const claimBatch = 16
+
 // publishGrace is how long a publish in progress may go on after its job's
 // context ended (shutdown, lost lease).
 const publishGrace = 5 * time.Second
 
-// publishOne publishes one recorded message and records the publish. A
-// shutdown lets it finish for up to publishGrace: stopping between
-// "published" and "recorded" would only cause a needless duplicate.
+// publishOne publishes one recorded message (its copies); the job's next
+// write records the publish. A shutdown lets it finish for up to
+// publishGrace, so the release records it: stopping between "published" and
+// "recorded" would only cause a needless duplicate.
 func (e *Engine) publishOne(parent context.Context, j *job, r eventRow, log *slog.Logger) error {
 	ctx, cancel := context.WithCancel(context.WithoutCancel(parent))
 	defer cancel()
@@ -530,9 +577,6 @@ func (e *Engine) publishOne(parent context.Context, j *job, r eventRow, log *slo
 			"event_id", r.EventID)
 		e.cfg.Crash()
 		return errCrashed
-	}
-	if err := e.st.fenced(ctx, e.pool, markPublished, r.EventID, j.LeaseToken); err != nil {
-		return fmt.Errorf("record publish of %s: %w", r.EventID, err)
 	}
 	return nil
 }

@@ -43,11 +43,14 @@ type bundle struct {
 	obs    *observer
 	outage *outage
 	logger *slog.Logger
+	rt     *pgtest.RoundTrips // with options.countRoundTrips
 }
 
 type options struct {
 	rates   faults.Rates
 	timeout time.Duration // publisher timeout; default the package's
+	// countRoundTrips: the pool counts its round trips on bundle.rt.
+	countRoundTrips bool
 }
 
 func setup(t *testing.T, o options) *bundle { return setupTB(t, o) }
@@ -71,8 +74,16 @@ func setupTB(t testing.TB, o options) *bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var pool *pgxpool.Pool
+	var rt *pgtest.RoundTrips
+	if o.countRoundTrips {
+		pool, rt = pgtest.NewCountingPool(t, migrations.ProviderSim()...)
+	} else {
+		pool = pgtest.NewPool(t, migrations.ProviderSim()...)
+	}
 	return &bundle{
-		pool:   pgtest.NewPool(t, migrations.ProviderSim()...),
+		pool:   pool,
+		rt:     rt,
 		emu:    emu,
 		pub:    pub,
 		dice:   dice,

@@ -95,24 +95,26 @@ RETURNING ` + jobColumns
 
 const selectJobByWorkOrder = `SELECT ` + jobColumns + ` FROM jobs WHERE work_order_id = $1`
 
-// The inner SELECT picks one due, unleased (or expired-lease) job; SKIP
-// LOCKED lets concurrent workers and other instances pass over rows another
-// claim is taking instead of queueing behind it. After the commit the row
-// lock is gone and the lease alone marks ownership, so a crashed owner's job
-// becomes claimable when its lease expires. lease_token increments on every
-// claim: it is the fencing token all later writes of the owner check.
-// ORDER BY not_before on the partial index jobs_unfinished: oldest due first.
-const claimJob = `
+// The inner SELECT picks up to $3 due, unleased (or expired-lease) jobs;
+// SKIP LOCKED lets other instances pass over rows another claim is taking
+// instead of queueing behind it. = ANY(ARRAY(...)) evaluates the pick once (an
+// IN (subquery) may be planned as a join that re-reads it). After the commit
+// the row locks are gone and the lease alone marks ownership, so a crashed
+// owner's job becomes claimable when its lease expires. lease_token
+// increments on every claim: it is the fencing token all later writes of the
+// owner check. ORDER BY not_before on the partial index jobs_unfinished:
+// oldest due first.
+const claimJobs = `
 UPDATE jobs SET lease_owner = $1,
                 lease_until = now() + $2::bigint * interval '1 microsecond',
                 lease_token = lease_token + 1
- WHERE job_id = (
+ WHERE job_id = ANY(ARRAY(
         SELECT job_id FROM jobs
          WHERE status <> 'DONE' AND not_before <= now()
            AND (lease_until IS NULL OR lease_until < now())
          ORDER BY not_before
-         LIMIT 1
-         FOR UPDATE SKIP LOCKED)
+         LIMIT $3
+         FOR UPDATE SKIP LOCKED))
 RETURNING ` + jobColumns
 
 // releaseInstance gives back, at an instance's start, the jobs a previous
@@ -131,47 +133,83 @@ UPDATE jobs SET lease_owner = NULL, lease_until = NULL, lease_token = lease_toke
            || coalesce(' (previous error: ' || last_error || ')', '')
  WHERE status <> 'DONE' AND starts_with(lease_owner, $1 || '/') AND lease_owner <> $2`
 
-// Every write of the owner below is fenced by "lease_token = $2".
+// Every write of the owner below is fenced by "lease_token = $2". The
+// statements that end a step (record it, finish, release, retry) also record
+// the messages the owner published since its last write ($3 event ids, $4
+// publish times: markOut), so a step costs one statement and one commit
+// whatever it publishes. Each is one statement: its CTEs commit together or
+// not at all, and "SELECT count(*) FROM job" is 0 when the fence refused.
 const (
 	renewLease = `UPDATE jobs SET lease_until = now() + $3::bigint * interval '1 microsecond'
  WHERE job_id = $1 AND lease_token = $2`
 
-	markStarted = `UPDATE jobs SET status = 'EXECUTING', started_at = now()
- WHERE job_id = $1 AND lease_token = $2 AND status = 'ACCEPTED'`
+	// markOut records the publishes of $3/$4, fenced through the job CTE:
+	// an owner that lost its lease may still have published (a duplicate
+	// with the same event_id, which consumers absorb) but records nothing.
+	markOut = `
+marked AS (
+  UPDATE job_events e SET published_at = o.at, publish_count = e.publish_count + e.copies
+    FROM job, unnest($3::uuid[], $4::timestamptz[]) AS o(event_id, at)
+   WHERE e.job_id = job.job_id AND e.event_id = o.event_id)
+SELECT count(*) FROM job`
 
-	markCompleted = `UPDATE jobs SET status = 'COMPLETED', completed_at = now()
- WHERE job_id = $1 AND lease_token = $2 AND status = 'EXECUTING'`
+	// recordEvents inserts $5..$12, the messages a step produces, before
+	// they are published. ON CONFLICT: the rows' ids are derived from the
+	// fact, so rebuilding them after a lost lease inserts nothing new.
+	recordEvents = `
+events AS (
+  INSERT INTO job_events (event_id, job_id, seq, kind, event_type, ordering_key, payload, copies, occurred_at)
+  SELECT r.event_id, job.job_id, r.seq, r.kind, r.event_type, r.ordering_key, r.payload, r.copies, r.occurred_at
+    FROM job, unnest($5::uuid[], $6::int[], $7::text[], $8::text[], $9::text[], $10::bytea[], $11::int[], $12::timestamptz[])
+         AS r(event_id, seq, kind, event_type, ordering_key, payload, copies, occurred_at)
+  ON CONFLICT (event_id) DO NOTHING),`
 
-	markDone = `UPDATE jobs SET status = 'DONE', lease_owner = NULL, lease_until = NULL, last_error = NULL
- WHERE job_id = $1 AND lease_token = $2`
+	recordStarted = `
+WITH job AS (
+  UPDATE jobs SET status = 'EXECUTING', started_at = now()
+   WHERE job_id = $1 AND lease_token = $2 AND status = 'ACCEPTED'
+  RETURNING job_id),` + recordEvents + markOut
+
+	recordCompleted = `
+WITH job AS (
+  UPDATE jobs SET status = 'COMPLETED', completed_at = now()
+   WHERE job_id = $1 AND lease_token = $2 AND status = 'EXECUTING'
+  RETURNING job_id),` + recordEvents + markOut
+
+	finishJob = `
+WITH job AS (
+  UPDATE jobs SET status = 'DONE', lease_owner = NULL, lease_until = NULL, last_error = NULL
+   WHERE job_id = $1 AND lease_token = $2
+  RETURNING job_id),` + markOut
+
+	// Graceful shutdown hands the job back at once (no wait for expiry).
+	releaseJob = `
+WITH job AS (
+  UPDATE jobs SET lease_owner = NULL, lease_until = NULL
+   WHERE job_id = $1 AND lease_token = $2
+  RETURNING job_id),` + markOut
+
+	// A technical failure: release and retry after a backoff.
+	retryJob = `
+WITH job AS (
+  UPDATE jobs SET lease_owner = NULL, lease_until = NULL, attempts = attempts + 1, last_error = $5,
+                  not_before = now() + $6::bigint * interval '1 microsecond'
+   WHERE job_id = $1 AND lease_token = $2
+  RETURNING job_id),` + markOut
 
 	// Committed BEFORE the publish that crashes: the restarted process sees
 	// the fault as spent and republishes instead of crashing again.
 	disarmCrash = `UPDATE jobs SET fault_crash_pending = false WHERE job_id = $1 AND lease_token = $2`
 
-	// Graceful shutdown hands the job back at once (no wait for expiry).
-	releaseJob = `UPDATE jobs SET lease_owner = NULL, lease_until = NULL WHERE job_id = $1 AND lease_token = $2`
-
-	// A technical failure: release and retry after a backoff.
-	retryJob = `UPDATE jobs SET lease_owner = NULL, lease_until = NULL, attempts = attempts + 1, last_error = $3,
-                not_before = now() + $4::bigint * interval '1 microsecond'
- WHERE job_id = $1 AND lease_token = $2`
-
-	// ON CONFLICT: the rows' ids are derived from the fact, so rebuilding
-	// them after a lost lease inserts nothing new.
+	// The early-completion job's messages, in SubmitWorkOrder's transaction.
 	insertEvent = `INSERT INTO job_events (event_id, job_id, seq, kind, event_type, ordering_key, payload, copies, occurred_at)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
 ON CONFLICT (event_id) DO NOTHING`
 
+	// Read only by an owner that resumes a job (claimed in EXECUTING or
+	// COMPLETED): a fresh step publishes the rows it has just recorded.
 	selectUnpublished = `SELECT event_id, seq, kind, event_type, ordering_key, payload, copies, occurred_at
   FROM job_events WHERE job_id = $1 AND published_at IS NULL ORDER BY seq`
-
-	// Fenced through the job row: a worker that lost its lease may still have
-	// published (a duplicate with the same event_id, which consumers absorb)
-	// but does not record it.
-	markPublished = `UPDATE job_events e SET published_at = now(), publish_count = e.publish_count + e.copies
-  FROM jobs j
- WHERE e.event_id = $1 AND j.job_id = e.job_id AND j.lease_token = $2`
 )
 
 // store runs the queries above.
@@ -194,6 +232,51 @@ func (s store) fenced(ctx context.Context, q pgxExec, sql string, args ...any) e
 
 type pgxExec interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// published is a message this owner published and has not recorded yet.
+type published struct {
+	EventID uuid.UUID
+	At      time.Time
+}
+
+// step runs one of the step statements above for the owner of j: out are
+// the publishes it records, extra the statement's parameters from $5 on.
+func (s store) step(ctx context.Context, sql string, j *job, out []published, extra ...any) error {
+	ids := make([]uuid.UUID, len(out))
+	ats := make([]time.Time, len(out))
+	for i, p := range out {
+		ids[i], ats[i] = p.EventID, p.At
+	}
+	var n int
+	if err := s.pool.QueryRow(ctx, sql, append([]any{j.ID, j.LeaseToken, ids, ats}, extra...)...).Scan(&n); err != nil {
+		return err
+	}
+	if n == 0 {
+		return errLeaseLost
+	}
+	return nil
+}
+
+// record runs recordStarted or recordCompleted: the step, its messages and
+// the publishes before it, in one statement.
+func (s store) record(ctx context.Context, sql string, j *job, out []published, rows []eventRow) error {
+	n := len(rows)
+	var (
+		ids       = make([]uuid.UUID, n)
+		seqs      = make([]int32, n)
+		kinds     = make([]string, n)
+		types     = make([]string, n)
+		keys      = make([]string, n)
+		payloads  = make([][]byte, n)
+		copies    = make([]int32, n)
+		occurreds = make([]time.Time, n)
+	)
+	for i, r := range rows {
+		ids[i], seqs[i], kinds[i], types[i], keys[i] = r.EventID, int32(r.Seq), r.Kind, r.EventType, r.OrderingKey
+		payloads[i], copies[i], occurreds[i] = r.Payload, int32(r.Copies), r.OccurredAt
+	}
+	return s.step(ctx, sql, j, out, ids, seqs, kinds, types, keys, payloads, copies, occurreds)
 }
 
 func (s store) insertEvents(ctx context.Context, tx pgx.Tx, jobID uuid.UUID, rows []eventRow) error {

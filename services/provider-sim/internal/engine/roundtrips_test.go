@@ -1,0 +1,53 @@
+package engine_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/lossless-dev/lossless/pkg/waitfor"
+)
+
+// A job costs six statements, each its own transaction and round trip
+// (ADR 0012, "Revision"): the submission's lookup and insert, the claim,
+// "started" with its message, "completed" with its messages and the
+// started publish, and DONE with the completion's publish. Ten commits and
+// eighteen statements before. Nothing else touches the database: the claim
+// loop waits for the submission's wake-up, not a poll, and no heartbeat
+// falls due.
+func TestRoundTripsOfOneJob(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{countRoundTrips: true})
+	cfg := testConfig()
+	cfg.PollInterval = time.Hour
+	cfg.Lease = time.Hour
+	e := b.newEngine(t, cfg)
+	run := start(t, e)
+	warm := b.submit(t, e, 2) // the statement cache
+	waitfor.Value(t, 30*time.Second, "first job done", "DONE", func() string { return b.jobStatus(t, warm.JobID) })
+
+	b.rt.Reset()
+	acc := b.submit(t, e, 2)
+	waitfor.Condition(t, 30*time.Second, "the job's six statements sent", func() bool { return b.rt.Load() >= 6 })
+	run.stop() // waits for the job's last statement to return
+	if n := b.rt.Load(); n != 6 {
+		t.Errorf("round trips %d, want 6", n)
+	}
+
+	if s := b.jobStatus(t, acc.JobID); s != "DONE" {
+		t.Fatalf("status %s, want DONE", s)
+	}
+	var events, recorded int
+	if err := b.pool.QueryRow(context.Background(), `SELECT count(*), count(*) FILTER (WHERE published_at IS NOT NULL AND publish_count = copies)
+		FROM job_events WHERE job_id = $1`, acc.JobID).Scan(&events, &recorded); err != nil {
+		t.Fatal(err)
+	}
+	if events != 2 || recorded != 2 {
+		t.Fatalf("%d events, %d recorded as published once; want started and completed, both recorded", events, recorded)
+	}
+	key := acc.WorkOrderID.String()
+	ms := b.obs.all(t)
+	if c, s := of(ms, typeCompleted, key), of(ms, typeStarted, key); len(c) != 1 || len(s) != 1 {
+		t.Fatalf("completed %d, started %d times; want once each", len(c), len(s))
+	}
+}
