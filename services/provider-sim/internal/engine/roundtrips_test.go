@@ -8,11 +8,11 @@ import (
 	"github.com/lossless-dev/lossless/pkg/waitfor"
 )
 
-// A job costs six statements, each its own transaction and round trip
-// (ADR 0012, "Revision"): the submission's lookup and insert, the claim,
-// "started" with its message, "completed" with its messages and the
-// started publish, and DONE with the completion's publish. Ten commits and
-// eighteen statements before. Nothing else touches the database: the claim
+// A job costs five statements, each its own transaction and round trip
+// (ADR 0012, revision 1): the submission's insert, the claim, "started"
+// with its message, "completed" with its messages and the started publish,
+// and DONE with the completion's publish. Ten commits and eighteen
+// statements before. Nothing else touches the database: the claim
 // loop waits for the submission's wake-up, not a poll, and no heartbeat
 // falls due.
 func TestRoundTripsOfOneJob(t *testing.T) {
@@ -28,10 +28,10 @@ func TestRoundTripsOfOneJob(t *testing.T) {
 
 	b.rt.Reset()
 	acc := b.submit(t, e, 2)
-	waitfor.Condition(t, 30*time.Second, "the job's six statements sent", func() bool { return b.rt.Load() >= 6 })
+	waitfor.Condition(t, 30*time.Second, "the job's five statements sent", func() bool { return b.rt.Load() >= 5 })
 	run.stop() // waits for the job's last statement to return
-	if n := b.rt.Load(); n != 6 {
-		t.Errorf("round trips %d, want 6", n)
+	if n := b.rt.Load(); n != 5 {
+		t.Errorf("round trips %d, want 5", n)
 	}
 
 	if s := b.jobStatus(t, acc.JobID); s != "DONE" {
