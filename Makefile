@@ -194,11 +194,20 @@ bench-ab: ## A/B: B5's capacity probe and 50 % load on the stack at BASE=<rev> a
 
 # A module of its own, so that watermill stays out of the main go.mod; `go test ./...` does not reach it.
 # The sweep (LOSSLESS_B1W_EVENTS / _ADAPTERS / _ROUNDS, bench/watermill-compare/bench_test.go) takes about
-# an hour, most of it watermill's default adapter on the 500k backlog. A relative LOSSLESS_BENCH_DATA is
-# made absolute: the test runs in the module's directory.
+# an hour, most of it watermill's default adapter on the 500k backlog. Like bench-distance, its row,
+# Details and series replace B1w's in bench/report.md (bench/report -merge); its series land in B1W_DATA.
+# Progress: tail -f bench/raw-watermill.json.
+B1W_DATA ?= bench/data/b1w
+
 .PHONY: bench-watermill
-bench-watermill: ## B1w: our outbox relay vs watermill-sql's forwarder at its best adapter per backlog size, one server, fsync on.
-	cd bench/watermill-compare && $(if $(LOSSLESS_BENCH_DATA),LOSSLESS_BENCH_DATA='$(abspath $(LOSSLESS_BENCH_DATA))') LOSSLESS_PG_FSYNC=on $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 180m .
+bench-watermill: ## B1w: our outbox relay vs watermill-sql's forwarder at its best adapter per backlog size, one server, fsync on; merged into bench/report.md.
+	@mkdir -p '$(B1W_DATA)' && rm -f '$(B1W_DATA)'/*.csv bench/raw-watermill.json
+	@status=0; \
+	(cd bench/watermill-compare && LOSSLESS_BENCH_DATA='$(abspath $(B1W_DATA))' LOSSLESS_PG_FSYNC=on \
+		$(GO) test -json -run '^$$' -bench . -benchtime 1x -timeout 180m .) > bench/raw-watermill.json || status=1; \
+	(cd bench/report && $(GO) run . -raw '$(abspath bench/raw-watermill.json)' -data '$(abspath $(B1W_DATA))' \
+		-merge '$(abspath bench/report.md)' -out '$(abspath bench/report.md)') || status=1; \
+	grep '^| B1w |' bench/report.md; exit $$status
 
 # A duration (30s) or a count of executions (100000x). With a duration, Go 1.26's fuzz coordinator can report
 # "context deadline exceeded" as a failure, with no failing input written, when the time runs out while a worker
@@ -286,11 +295,20 @@ rename: ## Give a fork its module path everywhere (imports, go.mod files, protos
 
 # A module of its own, so that River stays out of the main go.mod; `go test ./...` does not reach it. Sizes
 # come from LOSSLESS_B3_JOBS / _WORKERS / _ROUNDS / _CONTINUOUS / _RATE (bench/river-compare/bench_test.go),
-# e.g. make bench-river LOSSLESS_B3_WORKERS=1000,2000. A relative LOSSLESS_BENCH_DATA is made absolute: the
-# test runs in the module's directory.
+# e.g. make bench-river LOSSLESS_B3_WORKERS=1000,2000. Like bench-distance, its row, Details and series
+# replace B3's in bench/report.md (bench/report -merge); its series land in B3_DATA. About 20 minutes;
+# progress: tail -f bench/raw-river.json.
+B3_DATA ?= bench/data/b3
+
 .PHONY: bench-river
-bench-river: ## B3: pkg/leasequeue vs River v0.51.2, each at its best worker count (100, 1000, 2000), one server, fsync on.
-	cd bench/river-compare && $(if $(LOSSLESS_BENCH_DATA),LOSSLESS_BENCH_DATA='$(abspath $(LOSSLESS_BENCH_DATA))') LOSSLESS_PG_FSYNC=on $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 180m .
+bench-river: ## B3: pkg/leasequeue vs River v0.51.2, each at its best worker count (100, 1000, 2000), one server, fsync on; merged into bench/report.md.
+	@mkdir -p '$(B3_DATA)' && rm -f '$(B3_DATA)'/*.csv bench/raw-river.json
+	@status=0; \
+	(cd bench/river-compare && LOSSLESS_BENCH_DATA='$(abspath $(B3_DATA))' LOSSLESS_PG_FSYNC=on \
+		$(GO) test -json -run '^$$' -bench . -benchtime 1x -timeout 180m .) > bench/raw-river.json || status=1; \
+	(cd bench/report && $(GO) run . -raw '$(abspath bench/raw-river.json)' -data '$(abspath $(B3_DATA))' \
+		-merge '$(abspath bench/report.md)' -out '$(abspath bench/report.md)') || status=1; \
+	grep '^| B3 |' bench/report.md; exit $$status
 
 # GKE, from a finished `terraform apply` of deploy/terraform/gcp (docs/deploy-gcp.md). Every value comes from
 # `terraform output -json`; the rendered overlay, the manifests and the outputs land in GCP_BUILD, the

@@ -8,8 +8,9 @@ import (
 )
 
 // Merge splices the benchmarks of a later run into the report of an earlier
-// one, so that a benchmark run on its own (make bench-distance) lands in
-// bench/report.md without dropping the rest of the last full run. For each
+// one, so that a benchmark run on its own (make bench-distance, bench-river,
+// bench-watermill) lands in bench/report.md without dropping the rest of the
+// last full run. For each
 // id the later run ran, its Targets row and its Details section replace the
 // earlier ones; so do the Series and Tables sections of the files it wrote;
 // the Environment gains a row naming the later run (date, commit, fsync),

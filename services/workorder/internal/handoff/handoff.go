@@ -99,8 +99,8 @@ var ConnectParams = grpc.ConnectParams{
 // Dispatcher implements outbox.Dispatcher for hand-off events.
 type Dispatcher struct {
 	provider providerv1.ProviderServiceClient
-	repo     *orders.Repository
 	inbox    *inbox.Store // where completions that overtook the hand-off wait (F5)
+	checks   *prechecks   // the pre-check reads; concurrent ones share a statement
 	cfg      Config
 	log      *slog.Logger
 
@@ -134,7 +134,8 @@ func NewDispatcher(provider providerv1.ProviderServiceClient, repo *orders.Repos
 	if meter == nil {
 		meter = noop.NewMeterProvider().Meter("")
 	}
-	d := &Dispatcher{provider: provider, repo: repo, inbox: completions, cfg: cfg, log: logger}
+	d := &Dispatcher{provider: provider, inbox: completions, cfg: cfg, log: logger,
+		checks: &prechecks{read: repo.Statuses, timeout: cfg.Deadline}}
 	var errs [4]error
 	d.handedOff, errs[0] = meter.Int64Counter("workorder.handoff.handed_off",
 		metric.WithDescription("Work orders accepted by the provider and now waiting for completion."))
@@ -166,17 +167,18 @@ func (d *Dispatcher) Dispatch(ctx context.Context, ev outbox.Event) (outbox.Comm
 	log := d.log.With("work_order_id", id, "event_id", ev.ID, "attempt", ev.Attempts)
 
 	// Pre-check without a lock: a cancelled order is never sent. The
-	// authoritative check is the locked one in the commit.
-	current, err := d.repo.Get(ctx, id)
+	// authoritative check is the locked one in the commit. Concurrent
+	// dispatches share one read (prechecks).
+	current, err := d.checks.status(ctx, id)
 	switch {
 	case errors.Is(err, orders.ErrNotFound):
 		// I1 makes this impossible short of a manual delete: a human must look.
 		return nil, retry.Permanent(fmt.Errorf("handoff: event %s: %w", ev.ID, err))
 	case err != nil:
 		return nil, err
-	case current.Status != orders.StatusCreated:
-		d.skipped.Add(ctx, 1, metric.WithAttributes(attribute.String("status", string(current.Status))))
-		log.InfoContext(ctx, "hand-off not sent: order is no longer CREATED", "status", current.Status)
+	case current != orders.StatusCreated:
+		d.skipped.Add(ctx, 1, metric.WithAttributes(attribute.String("status", string(current))))
+		log.InfoContext(ctx, "hand-off not sent: order is no longer CREATED", "status", current)
 		return nil, nil
 	}
 

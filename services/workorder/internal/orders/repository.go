@@ -67,6 +67,10 @@ RETURNING version, created_at, updated_at`
 
 	qGet = `SELECT ` + orderColumns + ` FROM work_orders WHERE id = $1`
 
+	// The hand-off's pre-check reads of concurrent dispatches, in one
+	// statement (package handoff, prechecks).
+	qStatuses = `SELECT id, status FROM work_orders WHERE id = ANY($1::uuid[])`
+
 	// Locks the orders in id order, so that two transactions locking
 	// overlapping sets cannot deadlock. Every writer of an order locks its
 	// row first (this package is the only writer), so once this returns
@@ -426,6 +430,27 @@ func rowsExpected(err error, what string, got int64, want int) error {
 // Get returns one order. Unknown id: ErrNotFound.
 func (r *Repository) Get(ctx context.Context, id uuid.UUID) (Order, error) {
 	return scanOrder(r.db.QueryRow(ctx, qGet, id))
+}
+
+// Statuses returns the status of each of ids that names an order; an
+// unknown id has no entry.
+func (r *Repository) Statuses(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID]Status, error) {
+	rows, err := r.db.Query(ctx, qStatuses, ids)
+	if err != nil {
+		return nil, fmt.Errorf("orders: read statuses: %w", err)
+	}
+	out := make(map[uuid.UUID]Status, len(ids))
+	var (
+		id     uuid.UUID
+		status string
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&id, &status}, func() error {
+		out[id] = Status(status)
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("orders: read statuses: %w", err)
+	}
+	return out, nil
 }
 
 // Cursor is the position after the last order of a page.
