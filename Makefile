@@ -135,7 +135,7 @@ bench: ## Run every benchmark of docs/performance.md once, fsync on; writes benc
 	@echo "benchmarks running (up to 5 h with the peer sweeps); progress: tail -f bench/raw*.json"
 	@status=0; \
 	LOSSLESS_PG_FSYNC=on LOSSLESS_PG_STAT_STATEMENTS=on LOSSLESS_B6_ORDERS=10000 \
-		OUTBOX_B2_SUSTAIN=5m OUTBOX_B2_HOLD=60s OUTBOX_B2_AFTER=60s OUTBOX_B2_BACKLOG=10000000 LOSSLESS_BENCH_DATA='$(abspath $(BENCH_DATA))' \
+		OUTBOX_B2_SUSTAIN=5m OUTBOX_B2_HOLD=60s OUTBOX_B2_AFTER=60s LOSSLESS_BENCH_DATA='$(abspath $(BENCH_DATA))' \
 		$(GO) test -json -run '^$$' -bench . -benchtime 1x -timeout 90m ./... > bench/raw.json || status=1; \
 	if [ -d bench/watermill-compare ]; then \
 		(cd bench/watermill-compare && LOSSLESS_PG_FSYNC=on LOSSLESS_BENCH_DATA='$(abspath $(BENCH_DATA))' \

@@ -49,10 +49,10 @@ import (
 	"github.com/lossless-dev/lossless/pkg/pgtest"
 )
 
-// TestMain takes the test server from the environment (internal/benchkit):
-// make bench runs the benchmarks with fsync on.
-// TestMain starts the ephemeral server with track_commit_timestamp on: the
-// continuous run reads each completion's commit time (produce).
+// TestMain takes the test server from the environment (internal/benchkit:
+// make bench runs the benchmarks with fsync on) and starts an ephemeral one
+// with track_commit_timestamp on: the continuous run reads each completion's
+// commit time (produce).
 func TestMain(m *testing.M) {
 	opts := benchkit.PGTestOptions()
 	opts.Cluster.CommitTimestamps = true

@@ -2,8 +2,8 @@
 // creates work orders (a fixed count, or open-loop at an offered rate for a
 // duration), waits until each is invoiced or the wait times out, and measures
 // create→invoiced latency from the orders' own timestamps (the server's, so
-// polling cadence adds no error). `make demo`, the end-to-end
-// test and benchmark B5 all use it.
+// polling cadence adds no error). `make demo`, the end-to-end test and
+// benchmark B5 all use it.
 package loadgen
 
 import (

@@ -2,6 +2,7 @@ package handoff
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -71,37 +72,44 @@ func (p *prechecks) status(ctx context.Context, id uuid.UUID) (orders.Status, er
 
 // run reads batch's statuses in one statement and hands each caller its own.
 // The read is not cut off with ctx: the batch holds other callers' reads.
+// Whatever happens to the read (a panic included), every caller of the
+// batch gets an answer and the next read can start.
 func (p *prechecks) run(ctx context.Context, batch []*precheck) {
-	var (
-		statuses map[uuid.UUID]orders.Status
-		err      error
-	)
-	if len(batch) > 0 {
-		ids := make([]uuid.UUID, len(batch))
-		for i, c := range batch {
-			ids[i] = c.id
+	var statuses map[uuid.UUID]orders.Status
+	err := errPrecheckAborted
+	defer func() {
+		for _, c := range batch {
+			s, ok := statuses[c.id]
+			switch {
+			case err != nil:
+				c.err = err
+			case !ok:
+				c.err = orders.ErrNotFound
+			default:
+				c.status = s
+			}
+			close(c.done)
 		}
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.timeout)
-		statuses, err = p.read(rctx, ids)
-		cancel()
+		p.mu.Lock()
+		p.busy = false
+		close(p.ended)
+		p.mu.Unlock()
+	}()
+	if len(batch) == 0 {
+		err = nil
+		return
 	}
-	for _, c := range batch {
-		s, ok := statuses[c.id]
-		switch {
-		case err != nil:
-			c.err = err
-		case !ok:
-			c.err = orders.ErrNotFound
-		default:
-			c.status = s
-		}
-		close(c.done)
+	ids := make([]uuid.UUID, len(batch))
+	for i, c := range batch {
+		ids[i] = c.id
 	}
-	p.mu.Lock()
-	p.busy = false
-	close(p.ended)
-	p.mu.Unlock()
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.timeout)
+	defer cancel()
+	statuses, err = p.read(rctx, ids)
 }
+
+// errPrecheckAborted answers the callers of a read that never returned.
+var errPrecheckAborted = errors.New("handoff: pre-check read aborted")
 
 // forget takes c out of the queue: its caller gave up before c was sent.
 func (p *prechecks) forget(c *precheck) {
