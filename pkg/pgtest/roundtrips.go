@@ -20,14 +20,19 @@ import (
 // measure. A test that pins the number of round trips of a path fails when
 // a change adds one, which no timing test on loopback could see.
 type RoundTrips struct {
-	n atomic.Int64
+	n, returned atomic.Int64
 }
 
 // Load returns the round trips counted since the last Reset.
 func (r *RoundTrips) Load() int64 { return r.n.Load() }
 
-// Reset sets the count to zero.
-func (r *RoundTrips) Reset() { r.n.Store(0) }
+// Returned returns how many of the round trips counted since the last Reset
+// have returned (their statement's or batch's result was read): a test can
+// wait for a worker's poll to be over, not only sent.
+func (r *RoundTrips) Returned() int64 { return r.returned.Load() }
+
+// Reset sets both counts to zero.
+func (r *RoundTrips) Reset() { r.n.Store(0); r.returned.Store(0) }
 
 // TraceQueryStart implements pgx.QueryTracer.
 func (r *RoundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
@@ -36,7 +41,9 @@ func (r *RoundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.Tra
 }
 
 // TraceQueryEnd implements pgx.QueryTracer.
-func (r *RoundTrips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (r *RoundTrips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {
+	r.returned.Add(1)
+}
 
 // TraceBatchStart implements pgx.BatchTracer.
 func (r *RoundTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
@@ -49,7 +56,9 @@ func (r *RoundTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.Tra
 func (r *RoundTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
 
 // TraceBatchEnd implements pgx.BatchTracer.
-func (r *RoundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+func (r *RoundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {
+	r.returned.Add(1)
+}
 
 var (
 	_ pgx.QueryTracer = (*RoundTrips)(nil)
