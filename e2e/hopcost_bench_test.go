@@ -96,6 +96,9 @@ var b5HopRules = []b5HopRule{
 	{match: "rollback", exact: true, stage: stageTxControl, rtt: 1},
 	{match: "SET LOCAL ", stage: stageTxControl},
 	{match: "savepoint sp_", stage: stageTxControl, rtt: 1},
+	// pkg/consumer's per-message savepoint rides with the message's marker
+	// claim, its release with the next statement (ADR 0023).
+	{match: "SAVEPOINT consumer_message", stage: stageTxControl},
 
 	// The benchmark's and the load generator's own reads.
 	{match: "FROM pg_stat_activity", stage: stageBench, rtt: 1, tx: 1},
@@ -148,6 +151,7 @@ var b5HopRules = []b5HopRule{
 	{db: "workorder", match: "public.outbox_dispatching", stage: stageIntake, rtt: 1},
 	// workorder: deliver (the receiver's inbox insert) and correlate (the inbox relay).
 	{db: "workorder", match: "INSERT INTO public.inbox (", stage: stageDeliver, rtt: 1},
+	{db: "workorder", match: "INSERT INTO public.inbox_conflicts", stage: stageDeliver}, // in the ingest's batch
 	{db: "workorder", match: "FROM public.inbox WHERE", stage: stageCorrelate, rtt: 1, tx: 1}, // claimDue
 	{db: "workorder", match: "UPDATE public.inbox", stage: stageCorrelate, rtt: 1},
 	{db: "workorder", match: "SELECT a.source, a.event_id FROM work_order_applied_events", stage: stageCorrelate}, // in the lock batch
