@@ -162,9 +162,13 @@ bench-distance: ## B7 alone: capacity, p50 create→invoiced and statements per 
 	@status=0; \
 	LOSSLESS_BENCH_DATA='$(abspath $(B7_DATA))' LOSSLESS_PG_FSYNC=on LOSSLESS_PG_STAT_STATEMENTS=on \
 		$(GO) test -json -run '^$$' -bench '^BenchmarkB7_Distance$$' -benchtime 1x -timeout 30m ./e2e > bench/raw-b7.json || status=1; \
-	(cd bench/report && $(GO) run . -raw '$(abspath bench/raw-b7.json)' -data '$(abspath $(B7_DATA))' \
+	$(call bench_merge,B7,bench/raw-b7.json,$(B7_DATA)); exit $$status
+
+# $(call bench_merge,ID,RAW,DATA), in a recipe that set status: splices the run of one benchmark (its
+# go test -json output RAW, its series in DATA) into bench/report.md (bench/report -merge) and shows its row.
+bench_merge = (cd bench/report && $(GO) run . -raw '$(abspath $(2))' -data '$(abspath $(3))' \
 		-merge '$(abspath bench/report.md)' -out '$(abspath bench/report.md)') || status=1; \
-	grep '^| B7 |' bench/report.md; exit $$status
+	grep '^| $(1) |' bench/report.md
 
 # A/B of the whole stack: BASE (any git revision) checked out with `git worktree add` into a temporary
 # directory, both it and the working tree built as `make build` builds (BIN_DIR), then e2e's
@@ -205,9 +209,7 @@ bench-watermill: ## B1w: our outbox relay vs watermill-sql's forwarder at its be
 	@status=0; \
 	(cd bench/watermill-compare && LOSSLESS_BENCH_DATA='$(abspath $(B1W_DATA))' LOSSLESS_PG_FSYNC=on \
 		$(GO) test -json -run '^$$' -bench . -benchtime 1x -timeout 180m .) > bench/raw-watermill.json || status=1; \
-	(cd bench/report && $(GO) run . -raw '$(abspath bench/raw-watermill.json)' -data '$(abspath $(B1W_DATA))' \
-		-merge '$(abspath bench/report.md)' -out '$(abspath bench/report.md)') || status=1; \
-	grep '^| B1w |' bench/report.md; exit $$status
+	$(call bench_merge,B1w,bench/raw-watermill.json,$(B1W_DATA)); exit $$status
 
 # A duration (30s) or a count of executions (100000x). With a duration, Go 1.26's fuzz coordinator can report
 # "context deadline exceeded" as a failure, with no failing input written, when the time runs out while a worker
@@ -306,9 +308,7 @@ bench-river: ## B3: pkg/leasequeue vs River v0.51.2, each at its best worker cou
 	@status=0; \
 	(cd bench/river-compare && LOSSLESS_BENCH_DATA='$(abspath $(B3_DATA))' LOSSLESS_PG_FSYNC=on \
 		$(GO) test -json -run '^$$' -bench . -benchtime 1x -timeout 180m .) > bench/raw-river.json || status=1; \
-	(cd bench/report && $(GO) run . -raw '$(abspath bench/raw-river.json)' -data '$(abspath $(B3_DATA))' \
-		-merge '$(abspath bench/report.md)' -out '$(abspath bench/report.md)') || status=1; \
-	grep '^| B3 |' bench/report.md; exit $$status
+	$(call bench_merge,B3,bench/raw-river.json,$(B3_DATA)); exit $$status
 
 # GKE, from a finished `terraform apply` of deploy/terraform/gcp (docs/deploy-gcp.md). Every value comes from
 # `terraform output -json`; the rendered overlay, the manifests and the outputs land in GCP_BUILD, the

@@ -151,7 +151,7 @@ var b5HopRules = []b5HopRule{
 	{db: "workorder", match: "public.outbox_dispatching", stage: stageIntake, rtt: 1},
 	// workorder: deliver (the receiver's inbox insert) and correlate (the inbox relay).
 	{db: "workorder", match: "INSERT INTO public.inbox (", stage: stageDeliver, rtt: 1},
-	{db: "workorder", match: "INSERT INTO public.inbox_conflicts", stage: stageDeliver}, // in the ingest's batch
+	{db: "workorder", match: "INSERT INTO public.inbox_conflicts", stage: stageDeliver},       // in the ingest's batch
 	{db: "workorder", match: "FROM public.inbox WHERE", stage: stageCorrelate, rtt: 1, tx: 1}, // claimDue
 	{db: "workorder", match: "UPDATE public.inbox", stage: stageCorrelate, rtt: 1},
 	{db: "workorder", match: "SELECT a.source, a.event_id FROM work_order_applied_events", stage: stageCorrelate}, // in the lock batch
