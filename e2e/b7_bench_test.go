@@ -364,7 +364,7 @@ func b7Report(b *testing.B, points []b7Point, again *b7Point, linkNames []string
 	fmt.Fprint(os.Stderr, tbl.String())
 
 	b.Logf("B7 go=%s GOMAXPROCS=%d fsync=%s: links delayed %s (half the RTT each way; %s direct)",
-		runtime.Version(), runtime.GOMAXPROCS(0), b7OnOff(os.Getenv(benchkit.EnvFsync) == "on"), strings.Join(linkNames, ", "), b7Direct)
+		runtime.Version(), runtime.GOMAXPROCS(0), onOff(os.Getenv(benchkit.EnvFsync) == "on"), strings.Join(linkNames, ", "), b7Direct)
 	if again != nil {
 		b.Logf("rtt 0ms, first and last run: capacity %.1f and %.1f orders/s, p50 %.1f and %.1f ms; the 0ms figures are their means",
 			first.capacity, again.capacity, b5Ms(first.p50), b5Ms(again.p50))
@@ -388,7 +388,8 @@ func b7Report(b *testing.B, points []b7Point, again *b7Point, linkNames []string
 	}
 }
 
-func b7OnOff(on bool) string {
+// onOff writes a setting as the benchmarks log it (fsync=on), which bench/report reads.
+func onOff(on bool) string {
 	if on {
 		return "on"
 	}

@@ -245,8 +245,8 @@ func BenchmarkB5_EndToEndLatency(b *testing.B) {
 		}
 		fmt.Fprint(os.Stderr, tbl.String())
 
-		b.Logf("%s, GOMAXPROCS=%d; capacity %.1f orders/s sustained (probe of %d: %.1f orders/s with fill and drain); anchor %.0f / %.0f commits/s (16 clients, before/after)",
-			runtime.Version(), runtime.GOMAXPROCS(0), capacity, capN, capRes.InvoicedPerSec, anchorA, anchorB)
+		b.Logf("%s, GOMAXPROCS=%d, fsync=%s; capacity %.1f orders/s sustained (probe of %d: %.1f orders/s with fill and drain); anchor %.0f / %.0f commits/s (16 clients, before/after)",
+			runtime.Version(), runtime.GOMAXPROCS(0), onOff(os.Getenv(benchkit.EnvFsync) == "on"), capacity, capN, capRes.InvoicedPerSec, anchorA, anchorB)
 		b.Logf("commits per order %.1f → commit-bound limit %.1f orders/s; capacity ratio %.2f (target ≥ %.1f: %s)",
 			commitsPerOrder, bound, capRatio, b5CapacityTarget, b5Met(capRatio >= b5CapacityTarget))
 		b.Logf("measured floor %.1f ms (sum of per-hop minima over %d single orders; fastest single order %.1f ms)",
