@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sort"
 	"strconv"
@@ -30,11 +31,13 @@ const (
 	// r1Window is the shortest throughput window: orders reaching INVOICED
 	// in [s, s+w), from the transitions' occurred_at. At a low offered rate
 	// a 1 s window holds one or two orders, and counting noise alone keeps
-	// three in a row from reaching 90 % (the publishThenCrash pass offers
-	// 1.6 orders/s: its fault-free baseline was "not back" after 10 s), so
-	// the window grows to hold r1WindowOrders at the offered rate.
+	// three in a row from reaching 90 %, so the window grows to hold
+	// r1WindowOrders at the offered rate. The publishThenCrash pass (about
+	// 2 orders/s, a provider restart every few seconds, each holding orders
+	// back 1-4 s) needs 20: with 10 its fault-free baseline was "not back"
+	// after 15 s in one run of three.
 	r1Window       = time.Second
-	r1WindowOrders = 10
+	r1WindowOrders = 20
 	// r1Step is how far candidate windows slide.
 	r1Step = 100 * time.Millisecond
 	// r1Consecutive windows, back to back, must each reach r1Back × rate for
@@ -69,7 +72,7 @@ type r1Fault struct {
 // created during the fault, counted from the start of their creation (a
 // create answered 503 is retried with its Idempotency-Key). Environment:
 //
-//	LOSSLESS_R1_RATE                 offered orders/s (default 0: 40 % of the pass's capacity probe)
+//	LOSSLESS_R1_RATE                 offered orders/s (default 0: 40 % of the pass's capacity probe, or of its restart bound when lower: r1RestartBound)
 //	LOSSLESS_R1_CAPACITY_N           orders of the closed-loop capacity probe under the same faults (default 120)
 //	LOSSLESS_R1_WARMUP               steady phase before the first fault (default 20s)
 //	LOSSLESS_R1_PERIOD               time from one fault to the next, and after the last (default 25s)
@@ -107,9 +110,26 @@ func BenchmarkR1_Recovery(b *testing.B) {
 	}
 }
 
+// r1RestartBound is the order rate the provider's crash-restart cycle can
+// carry with publishThenCrash at ptc: each order crashes the provider with
+// probability ptc, so an offered rate needs ptc × rate restarts per second,
+// and the closed-loop probe showed how many the stack manages per second at
+// full tilt (restarts over elapsed). The probe alone overstates what an
+// open-loop load can sustain: with 64 orders in flight, crashing jobs that
+// complete together share one restart (one run's probe read 15.7 orders/s,
+// the next 5.9 on the same code), while an open-loop load of a few orders a
+// second pays a restart for nearly every crashing job. No restart in the
+// probe gives no bound (+Inf).
+func r1RestartBound(ptc float64, restarts int, elapsed time.Duration) float64 {
+	if restarts <= 0 || elapsed <= 0 {
+		return math.Inf(1)
+	}
+	return float64(restarts) / elapsed.Seconds() / ptc
+}
+
 // r1Config are the knobs of one R1 pass.
 type r1Config struct {
-	rate           float64 // 0: r1LoadShare of the capacity probe's
+	rate           float64 // 0: r1LoadShare of the capacity probe's (or of the restart bound, when lower)
 	capN           int
 	warmup, period time.Duration
 }
@@ -156,6 +176,8 @@ func r1Pass(ctx context.Context, b *testing.B, binDir string, cfg r1Config, ptc 
 	// The capacity under the same faults. With publishThenCrash it is the
 	// provider's crash-restart cycle, not the database, that bounds it:
 	// every crash is a supervisor restart and a hand-off circuit probe.
+	provider := stack.Process("provider-sim")
+	restartsBefore := provider.Restarts()
 	capacity, err := loadgen.Run(ctx, loadgen.Config{HTTP: callerHTTP(b, stack, 10*time.Second),
 		BaseURL: stack.URLs()["workorder"], Count: capN, Concurrency: 64, MaxPositions: 10, Wait: 10 * time.Minute, Seed: 7,
 	})
@@ -166,8 +188,16 @@ func r1Pass(ctx context.Context, b *testing.B, binDir string, cfg r1Config, ptc 
 		b.Fatalf("capacity probe: %d of %d invoiced", capacity.Invoiced, capacity.Created)
 	}
 	b.ReportMetric(capacity.InvoicedPerSec, "capacity_orders/s")
+	bound, boundText := math.Inf(1), "none"
+	if ptc > 0 {
+		bound = r1RestartBound(ptc, provider.Restarts()-restartsBefore, time.Duration(capacity.Elapsed))
+	}
+	if !math.IsInf(bound, 1) {
+		b.ReportMetric(bound, "restart_bound_orders/s")
+		boundText = fmt.Sprintf("%.2f orders/s", bound)
+	}
 	if rate == 0 {
-		rate = r1LoadShare * capacity.InvoicedPerSec
+		rate = r1LoadShare * min(capacity.InvoicedPerSec, bound)
 	}
 	// A fault's recovery windows must fit before the next fault, and the
 	// baseline's (from the warm-up's midpoint) before the first one.
@@ -200,8 +230,7 @@ func r1Pass(ctx context.Context, b *testing.B, binDir string, cfg r1Config, ptc 
 		{key: "billing", what: "SIGKILL billing"},
 		{key: "postgres", what: "PostgreSQL crash-restart"},
 	}
-	provider := stack.Process("provider-sim")
-	restartsBefore := provider.Restarts()
+	restartsBefore = provider.Restarts()
 	for i, f := range faults {
 		at := loadStart.Add(warmup + time.Duration(i)*period)
 		select {
@@ -283,10 +312,10 @@ func r1Pass(ctx context.Context, b *testing.B, binDir string, cfg r1Config, ptc 
 	p50, p99 := pctDur(all, 50), pctDur(all, 99)
 	b.ReportMetric(p99.Seconds(), "p99_s_run")
 	b.ReportMetric(rate, "rate_orders/s")
-	b.Logf("R1: capacity %.2f orders/s under the same faults (closed loop, %d orders); load %.2f orders/s offered, publishThenCrash %.2f, %d orders, all invoiced; provider-sim restarts %d (1 SIGKILL, the rest publishThenCrash)\n%s"+
+	b.Logf("R1 go=%s GOMAXPROCS=%d fsync=%s: capacity %.2f orders/s under the same faults (closed loop, %d orders; restart bound %s); load %.2f orders/s offered, publishThenCrash %.2f, %d orders, all invoiced; provider-sim restarts %d (1 SIGKILL, the rest publishThenCrash)\n%s"+
 		"whole run: p50 %.2f s, p99 %.2f s (create→invoiced from the start of the create)\n"+
 		"back = start of the first %v window after readiness (sliding by %v; at least 1 s, long enough for %d orders at the offered rate) from which %d back-to-back windows each invoice ≥ %.0f%% of the offered rate",
-		capacity.InvoicedPerSec, capacity.Created, rate, ptc, len(hist), provider.Restarts()-restartsBefore, tbl.String(), p50.Seconds(), p99.Seconds(), r1WindowFor(rate), r1Step, r1WindowOrders, r1Consecutive, 100*r1Back)
+		runtime.Version(), runtime.GOMAXPROCS(0), onOff(os.Getenv(benchkit.EnvFsync) == "on"), capacity.InvoicedPerSec, capacity.Created, boundText, rate, ptc, len(hist), provider.Restarts()-restartsBefore, tbl.String(), p50.Seconds(), p99.Seconds(), r1WindowFor(rate), r1Step, r1WindowOrders, r1Consecutive, 100*r1Back)
 }
 
 // killAndAwaitReady SIGKILLs a supervised service and returns when it was
@@ -462,4 +491,24 @@ func envFloat(b *testing.B, name string, def float64) float64 {
 		b.Fatalf("%s=%q: want a non-negative number", name, v)
 	}
 	return f
+}
+
+// TestR1RestartBound pins the crash-restart bound that keeps R1's
+// publishThenCrash pass from offering a rate only a 64-order burst reaches.
+func TestR1RestartBound(t *testing.T) {
+	for _, c := range []struct {
+		ptc      float64
+		restarts int
+		elapsed  time.Duration
+		want     float64
+	}{
+		{ptc: 0.2, restarts: 10, elapsed: 10 * time.Second, want: 5}, // 1 restart/s carries 5 orders/s at 20 %
+		{ptc: 0.5, restarts: 3, elapsed: 2 * time.Second, want: 3},
+		{ptc: 0.2, restarts: 0, elapsed: 10 * time.Second, want: math.Inf(1)},
+		{ptc: 0.2, restarts: 4, elapsed: 0, want: math.Inf(1)},
+	} {
+		if got := r1RestartBound(c.ptc, c.restarts, c.elapsed); math.Abs(got-c.want) > 1e-9 && got != c.want {
+			t.Errorf("r1RestartBound(%g, %d, %v) = %g, want %g", c.ptc, c.restarts, c.elapsed, got, c.want)
+		}
+	}
 }
