@@ -34,8 +34,8 @@ const (
 	// three in a row from reaching 90 %, so the window grows to hold
 	// r1WindowOrders at the offered rate. The publishThenCrash pass (about
 	// 2 orders/s, a provider restart every few seconds, each holding orders
-	// back 1-4 s) needs 20: with 10 its fault-free baseline was "not back"
-	// after 15 s in one run of three.
+	// back 1-4 s) needs 20: with 10, a run at 2.2 orders/s found its
+	// fault-free point "not back" after 15 s.
 	r1Window       = time.Second
 	r1WindowOrders = 20
 	// r1Step is how far candidate windows slide.
