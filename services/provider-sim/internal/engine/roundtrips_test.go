@@ -28,8 +28,11 @@ func TestRoundTripsOfOneJob(t *testing.T) {
 
 	b.rt.Reset()
 	acc := b.submit(t, e, 2)
-	waitfor.Condition(t, 30*time.Second, "the job's five statements sent", func() bool { return b.rt.Load() >= 5 })
-	run.stop() // waits for the job's last statement to return
+	// Returned, not sent: stopping the engine cancels a statement in flight,
+	// and a cancelled DONE becomes a release (a sixth round trip, the job
+	// left COMPLETED), which a loaded machine once showed.
+	waitfor.Condition(t, 30*time.Second, "the job's five statements returned", func() bool { return b.rt.Returned() >= 5 })
+	run.stop()
 	if n := b.rt.Load(); n != 5 {
 		t.Errorf("round trips %d, want 5", n)
 	}
