@@ -72,11 +72,12 @@ func scanJob(row pgx.Row) (*job, error) {
 	return &j, nil
 }
 
-// Every submission, a repeat too, reaches this INSERT: the unique key
-// makes exactly one of them insert; the others (waiting for its commit when
-// it is concurrent) do nothing and read the winner's row
-// (selectJobByWorkOrder) in a new statement snapshot. An early-completion job is inserted already leased by
-// the submitting call (lease_token 1), so no worker publishes it concurrently.
+// Every submission, a repeat too, reaches this INSERT: the unique key makes
+// exactly one of them insert; the others (waiting for its commit when it is
+// concurrent) do nothing and read the winner's row (selectJobByWorkOrder) in
+// a new statement snapshot. An early-completion job is inserted already
+// leased by the submitting call (lease_token 1), so no worker publishes it
+// concurrently.
 const insertJob = `
 INSERT INTO jobs (job_id, work_order_id, customer_id, description, positions, status, run_for_us,
                   started_at, completed_at,
