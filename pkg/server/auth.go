@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -247,14 +248,70 @@ func checkURL(s string) error {
 // published keys (JWKS), fetched over HTTP and cached; a token signed by an
 // unknown key makes it fetch the keys again, so the issuer's key rotation
 // needs no restart.
+//
+// It remembers the caller of each token it verified (verdicts) until the
+// token expires or for VerdictTTL, whichever comes first: a client sends
+// the same token on every call until it expires, and checking its RSA
+// signature again was most of what authentication cost per call (B5's
+// profiles). Only tokens that passed every check are remembered, by their
+// SHA-256, so a token is accepted from memory only if the very same bytes
+// were verified, and never after their expiry.
 type OIDCVerifier struct {
 	cfg    OIDCConfig
 	client *http.Client
 	// keysCtx outlives requests: the key set fetches with it.
 	keysCtx context.Context
+	now     func() time.Time
 
 	mu       sync.Mutex
 	verifier *oidc.IDTokenVerifier
+
+	verdictsMu sync.Mutex
+	verdicts   verdicts
+}
+
+// VerdictTTL bounds how long OIDCVerifier accepts a verified token without
+// checking it again, whatever its expiry: a key the issuer withdrew stops
+// vouching for tokens remembered under it within this time (go-oidc's key
+// set itself keeps a withdrawn key until it meets a token signed by an
+// unknown one). maxVerdicts bounds the memory: beyond it, expired verdicts
+// are dropped, then arbitrary ones.
+const (
+	VerdictTTL  = time.Minute
+	maxVerdicts = 4096
+)
+
+type verdict struct {
+	caller Caller
+	until  time.Time
+}
+
+type verdicts map[[sha256.Size]byte]verdict
+
+// get returns the caller remembered for key if its verdict still holds at now.
+func (vs verdicts) get(key [sha256.Size]byte, now time.Time) (Caller, bool) {
+	v, ok := vs[key]
+	if !ok || !now.Before(v.until) {
+		return Caller{}, false
+	}
+	return v.caller, true
+}
+
+func (vs verdicts) put(key [sha256.Size]byte, v verdict, now time.Time) {
+	if len(vs) >= maxVerdicts {
+		for k, old := range vs {
+			if !now.Before(old.until) {
+				delete(vs, k)
+			}
+		}
+		for k := range vs {
+			if len(vs) < maxVerdicts {
+				break
+			}
+			delete(vs, k)
+		}
+	}
+	vs[key] = v
 }
 
 // NewOIDCVerifier returns a verifier for cfg. It does not reach the issuer:
@@ -268,7 +325,8 @@ func NewOIDCVerifier(cfg OIDCConfig, client *http.Client) (*OIDCVerifier, error)
 	if client == nil {
 		client = &http.Client{Timeout: 10 * time.Second}
 	}
-	v := &OIDCVerifier{cfg: cfg, client: client, keysCtx: oidc.ClientContext(context.Background(), client)}
+	v := &OIDCVerifier{cfg: cfg, client: client, keysCtx: oidc.ClientContext(context.Background(), client),
+		now: time.Now, verdicts: make(verdicts)}
 	if cfg.JWKSURL != "" {
 		v.verifier = v.newVerifier(oidc.NewRemoteKeySet(v.keysCtx, cfg.JWKSURL))
 	}
@@ -276,7 +334,7 @@ func NewOIDCVerifier(cfg OIDCConfig, client *http.Client) (*OIDCVerifier, error)
 }
 
 func (v *OIDCVerifier) newVerifier(keys oidc.KeySet) *oidc.IDTokenVerifier {
-	return oidc.NewVerifier(v.cfg.Issuer, keys, &oidc.Config{ClientID: v.cfg.Audience})
+	return oidc.NewVerifier(v.cfg.Issuer, keys, &oidc.Config{ClientID: v.cfg.Audience, Now: func() time.Time { return v.now() }})
 }
 
 // idTokenVerifier returns the verifier, discovering the issuer's keys on
@@ -302,22 +360,47 @@ func (v *OIDCVerifier) idTokenVerifier(ctx context.Context) (*oidc.IDTokenVerifi
 }
 
 // Authenticate implements Authenticator: signature, issuer, audience and
-// expiry are checked; the caller is the token's subject.
+// expiry are checked; the caller is the token's subject. A token verified
+// before is answered from memory while its verdict holds (see OIDCVerifier).
 func (v *OIDCVerifier) Authenticate(ctx context.Context, token string) (Caller, error) {
+	key := sha256.Sum256([]byte(token))
+	v.verdictsMu.Lock()
+	caller, ok := v.verdicts.get(key, v.now())
+	v.verdictsMu.Unlock()
+	if ok {
+		return caller, nil
+	}
+	caller, expiry, err := v.verify(ctx, token)
+	if err != nil {
+		return Caller{}, err
+	}
+	now := v.now()
+	until := now.Add(VerdictTTL)
+	if expiry.Before(until) {
+		until = expiry
+	}
+	v.verdictsMu.Lock()
+	v.verdicts.put(key, verdict{caller: caller, until: until}, now)
+	v.verdictsMu.Unlock()
+	return caller, nil
+}
+
+// verify checks token with the issuer's keys; it returns its caller and expiry.
+func (v *OIDCVerifier) verify(ctx context.Context, token string) (Caller, time.Time, error) {
 	verifier, err := v.idTokenVerifier(ctx)
 	if err != nil {
-		return Caller{}, status.Error(codes.Unavailable, "cannot verify tokens now: the issuer's keys are unreachable")
+		return Caller{}, time.Time{}, status.Error(codes.Unavailable, "cannot verify tokens now: the issuer's keys are unreachable")
 	}
 	idt, err := verifier.Verify(ctx, token)
 	if err != nil {
 		var expired *oidc.TokenExpiredError
 		if strings.Contains(err.Error(), "fetching keys") {
-			return Caller{}, status.Error(codes.Unavailable, "cannot verify tokens now: the issuer's keys are unreachable")
+			return Caller{}, time.Time{}, status.Error(codes.Unavailable, "cannot verify tokens now: the issuer's keys are unreachable")
 		}
 		if errors.As(err, &expired) {
-			return Caller{}, errors.New("token expired")
+			return Caller{}, time.Time{}, errors.New("token expired")
 		}
-		return Caller{}, fmt.Errorf("%s", strings.TrimPrefix(err.Error(), "oidc: "))
+		return Caller{}, time.Time{}, fmt.Errorf("%s", strings.TrimPrefix(err.Error(), "oidc: "))
 	}
 	var claims struct {
 		Email         string `json:"email"`
@@ -328,9 +411,9 @@ func (v *OIDCVerifier) Authenticate(ctx context.Context, token string) (Caller, 
 		claims.Email = ""
 	}
 	if idt.Subject == "" {
-		return Caller{}, errors.New("token has no subject")
+		return Caller{}, time.Time{}, errors.New("token has no subject")
 	}
-	return Caller{Issuer: idt.Issuer, Subject: idt.Subject, Email: claims.Email}, nil
+	return Caller{Issuer: idt.Issuer, Subject: idt.Subject, Email: claims.Email}, idt.Expiry, nil
 }
 
 // TokenCredentials is the client side of WithCallerAuth: gRPC per-RPC

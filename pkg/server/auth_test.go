@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -32,7 +33,7 @@ type testIssuer struct {
 	signer jose.Signer
 }
 
-func newTestIssuer(t *testing.T) *testIssuer {
+func newTestIssuer(t testing.TB) *testIssuer {
 	t.Helper()
 	key, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
@@ -53,7 +54,7 @@ func newTestIssuer(t *testing.T) *testIssuer {
 	return ti
 }
 
-func newSigner(t *testing.T, key *rsa.PrivateKey, kid string) jose.Signer {
+func newSigner(t testing.TB, key *rsa.PrivateKey, kid string) jose.Signer {
 	t.Helper()
 	s, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.RS256, Key: jose.JSONWebKey{Key: key, KeyID: kid}}, nil)
 	if err != nil {
@@ -62,7 +63,7 @@ func newSigner(t *testing.T, key *rsa.PrivateKey, kid string) jose.Signer {
 	return s
 }
 
-func mint(t *testing.T, signer jose.Signer, iss, sub, aud string, exp time.Time) string {
+func mint(t testing.TB, signer jose.Signer, iss, sub, aud string, exp time.Time) string {
 	t.Helper()
 	tok, err := jwt.Signed(signer).Claims(jwt.Claims{Issuer: iss, Subject: sub, Audience: jwt.Audience{aud},
 		IssuedAt: jwt.NewNumericDate(exp.Add(-time.Hour)), Expiry: jwt.NewNumericDate(exp)}).Serialize()
@@ -270,4 +271,82 @@ func TestTokenCredentialsYieldToACallsOwnAuthorization(t *testing.T) {
 	if got := <-seen; len(got) != 1 || got[0] != "Bearer operator-token" {
 		t.Fatalf("call with its own authorization: %q, want that alone", got)
 	}
+}
+
+// A verified token is answered from memory (OIDCVerifier's verdicts), but
+// never past its expiry or VerdictTTL, and a token that failed is never
+// remembered.
+func TestOIDCVerifierRemembersVerifiedTokensOnlyWhileTheyHold(t *testing.T) {
+	t.Parallel()
+	iss := newTestIssuer(t)
+	v, err := server.NewOIDCVerifier(server.OIDCConfig{Issuer: iss.url, Audience: "orders"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	now := time.Now()
+	server.SetClock(v, func() time.Time { mu.Lock(); defer mu.Unlock(); return now })
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	ctx := context.Background()
+
+	short := mint(t, iss.signer, iss.url, "alice", "orders", now.Add(30*time.Second))
+	long := mint(t, iss.signer, iss.url, "bob", "orders", now.Add(time.Hour))
+	for range 2 {
+		if c, err := v.Authenticate(ctx, short); err != nil || c.Subject != "alice" {
+			t.Fatalf("short-lived token: %+v, %v; want alice", c, err)
+		}
+		if c, err := v.Authenticate(ctx, long); err != nil || c.Subject != "bob" {
+			t.Fatalf("long-lived token: %+v, %v; want bob", c, err)
+		}
+	}
+	wrong := mint(t, iss.signer, iss.url, "alice", "billing", now.Add(time.Hour))
+	for range 2 {
+		if _, err := v.Authenticate(ctx, wrong); err == nil {
+			t.Fatal("a token for another audience was accepted")
+		}
+	}
+	// Past the short token's expiry, within VerdictTTL: its remembered
+	// verdict no longer holds.
+	advance(31 * time.Second)
+	if _, err := v.Authenticate(ctx, short); err == nil || !strings.Contains(err.Error(), "expired") {
+		t.Fatalf("expired token: %v, want refused as expired", err)
+	}
+	// Past VerdictTTL the long token is verified again, and still holds.
+	advance(server.VerdictTTL)
+	if c, err := v.Authenticate(ctx, long); err != nil || c.Subject != "bob" {
+		t.Fatalf("long-lived token after VerdictTTL: %+v, %v; want bob", c, err)
+	}
+}
+
+// BenchmarkOIDCVerifierAuthenticate: one token sent on every call, as the
+// services' clients do (verified once, then answered from memory), and a
+// new token on each call (an RS256 signature verified every time).
+func BenchmarkOIDCVerifierAuthenticate(b *testing.B) {
+	iss := newTestIssuer(b)
+	v, err := server.NewOIDCVerifier(server.OIDCConfig{Issuer: iss.url, Audience: "orders"}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	exp := time.Now().Add(time.Hour)
+	tok := mint(b, iss.signer, iss.url, "alice", "orders", exp)
+	b.Run("same_token", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := v.Authenticate(ctx, tok); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("new_token", func(b *testing.B) {
+		i := 0
+		for b.Loop() {
+			b.StopTimer()
+			i++
+			tok := mint(b, iss.signer, iss.url, "alice", "orders", exp.Add(time.Duration(i)*time.Second))
+			b.StartTimer()
+			if _, err := v.Authenticate(ctx, tok); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
