@@ -39,6 +39,7 @@ func Postgres(r *envconfig.Reader, def pgdb.Config) pgdb.Config {
 		KeepAliveCount:    r.Int("DATABASE_TCP_KEEPALIVE_COUNT", def.KeepAliveCount),
 		APIMaxConns:       r.Int("DATABASE_API_MAX_CONNS", def.APIMaxConns),
 		WorkerMaxConns:    r.Int("DATABASE_WORKER_MAX_CONNS", def.WorkerMaxConns),
+		PlanCacheMode:     r.String("DATABASE_PLAN_CACHE_MODE", def.PlanCacheMode),
 	}
 }
 

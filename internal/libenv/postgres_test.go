@@ -17,7 +17,7 @@ func TestPostgres(t *testing.T) {
 	if c.URL != "postgres://x" || c.StatementTimeout != 30*time.Second || c.LockTimeout != 10*time.Second ||
 		c.ConnectTimeout != 5*time.Second || c.APIMaxConns != 10 || c.WorkerMaxConns != 12 ||
 		c.TCPUserTimeout != 10*time.Second || c.KeepAliveIdle != 5*time.Second || c.KeepAliveInterval != time.Second ||
-		c.KeepAliveCount != 5 {
+		c.KeepAliveCount != 5 || c.PlanCacheMode != "" {
 		t.Fatalf("defaults: %+v", c)
 	}
 	c = libenv.Postgres(envconfig.FromMap(map[string]string{"DATABASE_URL": "postgres://x",
@@ -27,9 +27,13 @@ func TestPostgres(t *testing.T) {
 		c.KeepAliveCount != 4 {
 		t.Fatalf("TCP settings not read: %+v", c)
 	}
-	c = libenv.Postgres(envconfig.FromMap(map[string]string{}), pgdb.Config{APIMaxConns: 5, WorkerMaxConns: 16})
-	if c.APIMaxConns != 5 || c.WorkerMaxConns != 16 {
+	c = libenv.Postgres(envconfig.FromMap(map[string]string{}), pgdb.Config{APIMaxConns: 5, WorkerMaxConns: 16, PlanCacheMode: "force_generic_plan"})
+	if c.APIMaxConns != 5 || c.WorkerMaxConns != 16 || c.PlanCacheMode != "force_generic_plan" {
 		t.Fatalf("service defaults not kept: %+v", c)
+	}
+	c = libenv.Postgres(envconfig.FromMap(map[string]string{"DATABASE_PLAN_CACHE_MODE": "auto"}), pgdb.Config{PlanCacheMode: "force_generic_plan"})
+	if c.PlanCacheMode != "auto" {
+		t.Fatalf("DATABASE_PLAN_CACHE_MODE not read over the service's default: %+v", c)
 	}
 	for _, tc := range []struct {
 		env  map[string]string
@@ -49,6 +53,7 @@ func TestPostgres(t *testing.T) {
 		{map[string]string{"DATABASE_TCP_KEEPALIVE_IDLE": "-1s"}, "DATABASE_TCP_KEEPALIVE_IDLE"},
 		{map[string]string{"DATABASE_TCP_KEEPALIVE_INTERVAL": "10ms"}, "DATABASE_TCP_KEEPALIVE_INTERVAL"},
 		{map[string]string{"DATABASE_TCP_KEEPALIVE_COUNT": "200"}, "DATABASE_TCP_KEEPALIVE_COUNT"},
+		{map[string]string{"DATABASE_PLAN_CACHE_MODE": "generic"}, "DATABASE_PLAN_CACHE_MODE"},
 	} {
 		tc.env["DATABASE_URL"] = "postgres://x"
 		r := envconfig.FromMap(tc.env)

@@ -101,6 +101,25 @@ type Config struct {
 	// 4) caps the pool of the background loops: relays, consumers, queue
 	// workers, cleanups, gauges and operator RPCs.
 	WorkerMaxConns int
+
+	// PlanCacheMode (env DATABASE_PLAN_CACHE_MODE, default "": the server's
+	// setting, auto unless changed) is the server's plan_cache_mode on every
+	// connection: auto, force_generic_plan or force_custom_plan. pgx
+	// prepares each statement once per connection; under auto PostgreSQL
+	// serves it a generic plan after five executions only if that plan's
+	// estimate is no dearer than the custom plans', and for a statement
+	// whose parameters are arrays (unnest, = ANY: every batch statement)
+	// it never is, so such a statement is planned again on every call.
+	// force_generic_plan plans it once per connection; it suits a service
+	// whose every statement has one right plan whatever its parameters and
+	// the tables' statistics of the moment (workorder sets it: ADR 0002,
+	// revision 6), and it does not suit queue tables whose statistics are
+	// always wrong, where a custom plan reads the parameters and a generic
+	// one trusts the statistics (B3's burn-down ran at 40 % of its rate
+	// under it: the lease queue's fenced completion scanned the partial
+	// index of running jobs, which ANALYZE had seen empty, instead of
+	// looking the claimed ids up by primary key).
+	PlanCacheMode string
 }
 
 // WithDefaults returns c with every zero field but URL set to its default.
@@ -179,6 +198,11 @@ func (c Config) Validate() error {
 	if c.WorkerMaxConns < 0 || (c.WorkerMaxConns > 0 && c.WorkerMaxConns < minWorkerMaxConns) || c.WorkerMaxConns > 1000 {
 		errs = append(errs, fmt.Errorf("DATABASE_WORKER_MAX_CONNS: %d, want %d..1000", c.WorkerMaxConns, minWorkerMaxConns))
 	}
+	switch c.PlanCacheMode {
+	case "", "auto", "force_generic_plan", "force_custom_plan":
+	default:
+		errs = append(errs, fmt.Errorf("DATABASE_PLAN_CACHE_MODE: %q, want auto, force_generic_plan or force_custom_plan", c.PlanCacheMode))
+	}
 	return errors.Join(errs...)
 }
 
@@ -253,6 +277,9 @@ func newPool(ctx context.Context, c Config, maxConns int, tel telemetry.Provider
 	setParam(cc.RuntimeParams, "tcp_keepalives_idle", strconv.FormatInt(int64(c.KeepAliveIdle/time.Second), 10))
 	setParam(cc.RuntimeParams, "tcp_keepalives_interval", strconv.FormatInt(int64(c.KeepAliveInterval/time.Second), 10))
 	setParam(cc.RuntimeParams, "tcp_keepalives_count", strconv.Itoa(c.KeepAliveCount))
+	if c.PlanCacheMode != "" {
+		setParam(cc.RuntimeParams, "plan_cache_mode", c.PlanCacheMode)
+	}
 	// pgconn leaves ConnectTimeout 0 unless connect_timeout (or
 	// PGCONNECT_TIMEOUT) was given; it then bounds the whole connect.
 	if cc.ConnectTimeout == 0 {

@@ -52,6 +52,9 @@ func TestNewSetsDefaultTimeouts(t *testing.T) {
 	if got := show(t, pool, "lock_timeout"); got != "10s" {
 		t.Errorf("lock_timeout = %s, want 10s", got)
 	}
+	if got := show(t, pool, "plan_cache_mode"); got != "auto" {
+		t.Errorf("plan_cache_mode = %s, want the server's auto", got)
+	}
 	if got := pool.Config().ConnConfig.ConnectTimeout; got != 5*time.Second {
 		t.Errorf("connect timeout = %v, want 5s", got)
 	}
@@ -121,8 +124,8 @@ func TestURLSettingsWin(t *testing.T) {
 	if strings.Contains(dsn, "?") {
 		sep = "&"
 	}
-	dsn += sep + "statement_timeout=7000&lock_timeout=3000&connect_timeout=2&pool_max_conns=3"
-	pools, err := pgdb.Open(context.Background(), pgdb.Config{URL: dsn}, telemetry.Providers{})
+	dsn += sep + "statement_timeout=7000&lock_timeout=3000&connect_timeout=2&pool_max_conns=3&options=-c%20plan_cache_mode%3Dauto"
+	pools, err := pgdb.Open(context.Background(), pgdb.Config{URL: dsn, PlanCacheMode: "force_generic_plan"}, telemetry.Providers{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,6 +136,9 @@ func TestURLSettingsWin(t *testing.T) {
 		}
 		if got := show(t, pool, "lock_timeout"); got != "3s" {
 			t.Errorf("%s: lock_timeout = %s, want the URL's 3s", name, got)
+		}
+		if got := show(t, pool, "plan_cache_mode"); got != "auto" {
+			t.Errorf("%s: plan_cache_mode = %s, want the URL's auto", name, got)
 		}
 		if got := pool.Config().ConnConfig.ConnectTimeout; got != 2*time.Second {
 			t.Errorf("%s: connect timeout = %v, want the URL's 2s", name, got)
@@ -217,6 +223,24 @@ func TestStatementSpansCarryTheQueryNotTheConnection(t *testing.T) {
 		switch kv.Key {
 		case "server.address", "server.port", "user.name", "db.namespace":
 			t.Errorf("statement span carries %s=%s; want no connection details", kv.Key, kv.Value.String())
+		}
+	}
+}
+
+// PlanCacheMode reaches every connection of both pools; unset, the server's
+// own setting stays (TestNewSetsDefaultTimeouts).
+func TestPlanCacheModeReachesEveryConnection(t *testing.T) {
+	t.Parallel()
+	pools, err := pgdb.Open(context.Background(), pgdb.Config{
+		URL: pgtest.NewDatabase(t, emptySet), PlanCacheMode: "force_generic_plan",
+	}, telemetry.Providers{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pools.Close()
+	for name, pool := range map[string]*pgxpool.Pool{"api": pools.API, "workers": pools.Workers} {
+		if got := show(t, pool, "plan_cache_mode"); got != "force_generic_plan" {
+			t.Errorf("%s: plan_cache_mode = %s, want force_generic_plan", name, got)
 		}
 	}
 }

@@ -36,7 +36,11 @@ type Config struct {
 	// DATABASE_TCP_KEEPALIVE_INTERVAL (1s), DATABASE_TCP_KEEPALIVE_COUNT (5),
 	// DATABASE_API_MAX_CONNS (10) and DATABASE_WORKER_MAX_CONNS (12): the
 	// API and the background loops have separate pools (see pkg/pgdb for
-	// the reasoning and the connection arithmetic).
+	// the reasoning and the connection arithmetic); and
+	// DATABASE_PLAN_CACHE_MODE (default force_generic_plan, where the other
+	// services keep the server's auto): every statement of this service is
+	// written to be served by one generic plan, and under auto its batch
+	// statements were planned again on every call (ADR 0002, revision 6).
 	Database pgdb.Config
 
 	// Server holds the listeners: GRPC_ADDR (default ":9090"), HTTP_ADDR
@@ -142,11 +146,14 @@ type Config struct {
 // ServiceName is the telemetry service name.
 const ServiceName = "workorder"
 
+// DefaultPlanCacheMode is workorder's DATABASE_PLAN_CACHE_MODE default.
+const DefaultPlanCacheMode = "force_generic_plan"
+
 // FromEnv reads the configuration from r and validates it. The error names
 // every bad variable at once.
 func FromEnv(r *envconfig.Reader) (Config, error) {
 	c := Config{
-		Database:         libenv.Postgres(r, pgdb.Config{}),
+		Database:         libenv.Postgres(r, pgdb.Config{PlanCacheMode: DefaultPlanCacheMode}),
 		Server:           libenv.Server(r, ":9090", ":8080"),
 		ProviderAddr:     r.String("PROVIDER_ADDR", "localhost:9091"),
 		Auth:             libenv.ReadCallerAuth(r),
