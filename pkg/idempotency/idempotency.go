@@ -210,25 +210,31 @@ const lockNamespace int32 = 0x1de7
 // The statements name {schema}.idempotency_keys; NewStore renders them once
 // with the schema of WithSchema.
 const (
+	// One statement takes the key's lock and claims the key.
 	// pg_try_advisory_xact_lock returns at once: a second request with a key
 	// whose transaction is still open is answered 409, rather than blocking on
 	// the unique index until the first commits. The lock is released with the
-	// transaction, never leaked.
-	tryLockSQL = `SELECT pg_try_advisory_xact_lock($1::int4, $2::int4)`
-
+	// transaction, never leaked. The insert takes its row from the lock's CTE
+	// (evaluated once: it is volatile), so it runs only once the lock is
+	// held, and without it inserts nothing and waits on nothing.
+	//
 	// Insert-first, not check-then-act. A live row wins (DO UPDATE's WHERE is
 	// false, RETURNING yields nothing); an expired row not yet cleaned up is
-	// taken over, because after the retention the key is forgotten.
+	// taken over, because after the retention the key is forgotten. Returns
+	// (lock held, key claimed).
 	claimSQL = `
-INSERT INTO {schema}.idempotency_keys AS k (scope, principal, key, request_hash, expires_at)
-VALUES ($1, $5, $2, $3, now() + $4::bigint * interval '1 microsecond')
-ON CONFLICT (scope, principal, key) DO UPDATE
-    SET request_hash = EXCLUDED.request_hash,
-        response     = NULL,
-        created_at   = now(),
-        expires_at   = EXCLUDED.expires_at
-    WHERE k.expires_at <= now()
-RETURNING true`
+WITH lock AS (SELECT pg_try_advisory_xact_lock($6::int4, $7::int4) AS held),
+claimed AS (
+    INSERT INTO {schema}.idempotency_keys AS k (scope, principal, key, request_hash, expires_at)
+    SELECT $1, $5, $2, $3, now() + $4::bigint * interval '1 microsecond' FROM lock WHERE lock.held
+    ON CONFLICT (scope, principal, key) DO UPDATE
+        SET request_hash = EXCLUDED.request_hash,
+            response     = NULL,
+            created_at   = now(),
+            expires_at   = EXCLUDED.expires_at
+        WHERE k.expires_at <= now()
+    RETURNING true)
+SELECT lock.held, EXISTS (SELECT 1 FROM claimed) FROM lock`
 
 	loadSQL = `SELECT request_hash, response FROM {schema}.idempotency_keys WHERE scope = $1 AND key = $2 AND principal = $3`
 
@@ -261,19 +267,16 @@ func Do[R proto.Message](ctx context.Context, s *Store, tx pgx.Tx, req Request, 
 	}
 	attrs := metric.WithAttributes(attribute.String("scope", req.Scope))
 
-	var locked bool
-	if err := tx.QueryRow(ctx, tryLockSQL, lockNamespace, lockKey(s.schema, req.Scope, req.Principal, req.Key)).Scan(&locked); err != nil {
-		return zero, false, fmt.Errorf("idempotency: lock key: %w", err)
+	var locked, claimed bool
+	if err := tx.QueryRow(ctx, s.sql.claim, req.Scope, req.Key, req.Hash, s.cfg.Retention.Microseconds(), req.Principal,
+		lockNamespace, lockKey(s.schema, req.Scope, req.Principal, req.Key)).Scan(&locked, &claimed); err != nil {
+		return zero, false, fmt.Errorf("idempotency: claim key: %w", err)
 	}
 	if !locked {
 		s.conflicts.Add(ctx, 1, attrs)
 		return zero, false, ErrInFlight
 	}
-
-	var claimed bool
-	err = tx.QueryRow(ctx, s.sql.claim, req.Scope, req.Key, req.Hash, s.cfg.Retention.Microseconds(), req.Principal).Scan(&claimed)
-	switch {
-	case err == nil:
+	if claimed {
 		resp, err := fn(ctx)
 		if err != nil {
 			return zero, false, err
@@ -286,11 +289,8 @@ func Do[R proto.Message](ctx context.Context, s *Store, tx pgx.Tx, req Request, 
 			return zero, false, fmt.Errorf("idempotency: store response: %w", err)
 		}
 		return resp, false, nil
-	case errors.Is(err, pgx.ErrNoRows):
-		// A live key exists and, since we hold its lock, its transaction committed.
-	default:
-		return zero, false, fmt.Errorf("idempotency: claim key: %w", err)
 	}
+	// A live key exists and, since we hold its lock, its transaction committed.
 
 	var hash, stored []byte
 	if err := tx.QueryRow(ctx, s.sql.load, req.Scope, req.Key, req.Principal).Scan(&hash, &stored); err != nil {

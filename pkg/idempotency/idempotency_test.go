@@ -403,3 +403,67 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatalf("zero config (defaults) refused: %v", err)
 	}
 }
+
+// Do's own round trips: one statement takes the key's lock and claims the
+// key, then one stores the response (claimed) or loads the stored one
+// (replay); a key in flight costs the one statement. Three before the lock
+// rode the claim.
+func TestRoundTripsOfDo(t *testing.T) {
+	t.Parallel()
+	pool, rt := pgtest.NewCountingPool(t, idempotency.Migrations(""))
+	store, err := idempotency.NewStore(pool, idempotency.Config{}, slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	do := func(tx pgx.Tx, key string) (*wrapperspb.StringValue, bool, error) {
+		req, err := idempotency.NewRequest("test.Create", key, wrapperspb.String("a"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return idempotency.Do(ctx, store, tx, req, func(context.Context) (*wrapperspb.StringValue, error) {
+			return wrapperspb.String("created for " + key), nil
+		})
+	}
+	// measure counts Do's round trips alone, inside a transaction it commits
+	// when Do succeeded.
+	measure := func(key string) (int64, *wrapperspb.StringValue, bool, error) {
+		t.Helper()
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(ctx) //nolint:errcheck // rollback after commit is a no-op
+		rt.Reset()
+		resp, replayed, err := do(tx, key)
+		n := rt.Load()
+		if err == nil {
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return n, resp, replayed, err
+	}
+	for range 2 { // the statement cache: claim, then replay
+		if _, _, _, err := measure("warm"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, resp, replayed, err := measure("k1"); err != nil || replayed || n != 2 || resp.GetValue() != "created for k1" {
+		t.Errorf("new key: %d round trips, %v replayed=%v err=%v; want 2, created for k1", n, resp, replayed, err)
+	}
+	if n, resp, replayed, err := measure("k1"); err != nil || !replayed || n != 2 || resp.GetValue() != "created for k1" {
+		t.Errorf("replay: %d round trips, %v replayed=%v err=%v; want 2, the first response", n, resp, replayed, err)
+	}
+	first, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Rollback(ctx) //nolint:errcheck // rollback after commit is a no-op
+	if _, _, err := do(first, "k2"); err != nil {
+		t.Fatal(err)
+	}
+	if n, _, _, err := measure("k2"); !errors.Is(err, idempotency.ErrInFlight) || n != 1 {
+		t.Errorf("key in flight: %d round trips, err %v; want 1, ErrInFlight", n, err)
+	}
+}
