@@ -12,7 +12,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/idempotency"
+	"github.com/lossless-dev/lossless/pkg/pgtest"
 	"github.com/lossless-dev/lossless/services/workorder/internal/orders"
 )
 
@@ -194,5 +196,42 @@ func TestCancelHandlerCancelsOnceAndRefusesAfterHandOff(t *testing.T) {
 	}
 	if _, err := h.Handle(ctx, orders.CancelOrder{ID: uuid.New()}); !errors.Is(err, orders.ErrNotFound) {
 		t.Fatalf("cancel of an unknown order: %v, want ErrNotFound", err)
+	}
+}
+
+// A create with an idempotency key costs seven round trips: BEGIN, the
+// key's lock and claim, the order with its first transition, the hand-off
+// event, the stored response, COMMIT, and the relay's wake-up after it.
+// Nine before (the lock and the transition were statements of their own).
+func TestRoundTripsOfACreate(t *testing.T) {
+	t.Parallel()
+	pool, rt := pgtest.NewCountingPool(t, migrations.WorkOrder()...)
+	repo, err := orders.NewRepository(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	h := createHandler(t, pool)
+	create := func() orders.Order {
+		t.Helper()
+		o := newOrder(t)
+		if _, replayed, err := h.Handle(ctx, orders.CreateOrder{Order: o, IdempotencyKey: o.ID.String(),
+			Request: wrapperspb.String(o.ID.String())}); err != nil || replayed {
+			t.Fatalf("create: %v, replayed %v", err, replayed)
+		}
+		return o
+	}
+	create() // the statement cache
+	rt.Reset()
+	o := create()
+	if n := rt.Load(); n != 7 {
+		t.Errorf("round trips %d, want 7", n)
+	}
+	history, err := repo.History(ctx, o.ID)
+	if err != nil || len(history) != 1 || history[0].From != "" || history[0].To != orders.StatusCreated || history[0].Cause != orders.CauseCreate {
+		t.Fatalf("history %+v, %v: want the one creation", history, err)
+	}
+	if n := count(t, pool, "outbox"); n != 2 {
+		t.Fatalf("%d outbox events, want one per order", n)
 	}
 }

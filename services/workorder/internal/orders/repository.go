@@ -60,10 +60,18 @@ const orderColumns = `id, customer_id, description, positions, currency_code, un
        completed_items, coalesce(provider_job_id, ''), coalesce(invoice_id::text, ''), version, created_at, updated_at, created_by`
 
 const (
+	// The order and its first transition in one statement. The transition's
+	// foreign key is checked at the statement's end, when the order row is
+	// there.
 	qInsertOrder = `
-INSERT INTO work_orders (id, customer_id, description, positions, currency_code, unit_price_minor, status, created_by)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
-RETURNING version, created_at, updated_at`
+WITH o AS (
+    INSERT INTO work_orders (id, customer_id, description, positions, currency_code, unit_price_minor, status, created_by)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+    RETURNING id, status, version, created_at, updated_at),
+t AS (
+    INSERT INTO work_order_transitions (work_order_id, from_status, to_status, cause)
+    SELECT o.id, NULL, o.status, $9 FROM o)
+SELECT version, created_at, updated_at FROM o`
 
 	qGet = `SELECT ` + orderColumns + ` FROM work_orders WHERE id = $1`
 
@@ -191,19 +199,17 @@ func (r TxRepository) Create(ctx context.Context, o Order) (Order, error) {
 		return Order{}, errors.New("orders: Create needs an order fresh from New")
 	}
 	if err := tx.QueryRow(ctx, qInsertOrder, o.ID, o.CustomerID, o.Description, o.Positions,
-		o.UnitPrice.CurrencyCode, o.UnitPrice.MinorUnits, string(o.Status), o.CreatedBy).Scan(&o.Version, &o.CreatedAt, &o.UpdatedAt); err != nil {
+		o.UnitPrice.CurrencyCode, o.UnitPrice.MinorUnits, string(o.Status), o.CreatedBy,
+		o.transitions[0].Cause).Scan(&o.Version, &o.CreatedAt, &o.UpdatedAt); err != nil {
 		return Order{}, fmt.Errorf("orders: insert %s: %w", o.ID, err)
 	}
+	o.rowChanged, o.transitions = false, nil // inserted as they are
 	ev, err := handOffEvent(ctx, o)
 	if err != nil {
 		return Order{}, err
 	}
 	if err := outbox.Append(ctx, tx, ev); err != nil {
 		return Order{}, fmt.Errorf("orders: append hand-off event of %s: %w", o.ID, err)
-	}
-	o.rowChanged = false // inserted as is
-	if err := r.Save(ctx, &o); err != nil {
-		return Order{}, err
 	}
 	return o, nil
 }
