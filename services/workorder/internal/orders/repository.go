@@ -60,17 +60,11 @@ const orderColumns = `id, customer_id, description, positions, currency_code, un
        completed_items, coalesce(provider_job_id, ''), coalesce(invoice_id::text, ''), version, created_at, updated_at, created_by`
 
 const (
-	// The order and its first transition in one statement. The transition's
-	// foreign key is checked at the statement's end, when the order row is
-	// there.
+	// The order and its first transition (whose foreign key is checked at the statement's end).
 	qInsertOrder = `
-WITH o AS (
-    INSERT INTO work_orders (id, customer_id, description, positions, currency_code, unit_price_minor, status, created_by)
-    VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
-    RETURNING id, status, version, created_at, updated_at),
-t AS (
-    INSERT INTO work_order_transitions (work_order_id, from_status, to_status, cause)
-    SELECT o.id, NULL, o.status, $9 FROM o)
+WITH o AS (INSERT INTO work_orders (id, customer_id, description, positions, currency_code, unit_price_minor, status, created_by)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id, status, version, created_at, updated_at),
+t AS (INSERT INTO work_order_transitions (work_order_id, from_status, to_status, cause) SELECT o.id, NULL, o.status, $9 FROM o)
 SELECT version, created_at, updated_at FROM o`
 
 	qGet = `SELECT ` + orderColumns + ` FROM work_orders WHERE id = $1`
