@@ -32,14 +32,12 @@ import (
 //     resets the cursor to 0 on every SweepInterval and whenever it has caught
 //     up, so nothing behind the cursor is left: entries that became due, were
 //     blocked, or committed late with a lower id.
-//   - The subquery is the per-key ordering guard: an entry is never
+//   - NOT EXISTS is the per-key ordering guard: an entry is never
 //     taken while an OLDER (lower id) entry of the same key is still OPEN,
 //     whether that one is backing off or locked by another relay right now (a
 //     row locked by another transaction is still OPEN in our snapshot). In
 //     the worst case an entry waits one extra poll; that is the safe side.
-//     One probe into inbox_open_key_idx per candidate. Not NOT EXISTS: a
-//     generic plan (pgdb.Config.PlanCacheMode) made that a hash anti join
-//     over every OPEN entry (7.9 ms for 500 of 10,000; this: 1.6 ms).
+//     One probe into inbox_open_key_idx per candidate.
 //   - FOR UPDATE SKIP LOCKED lets any number of relays claim disjoint entries
 //     without waiting on each other; different keys proceed in parallel.
 //
@@ -54,11 +52,11 @@ FROM {schema}.inbox i
 WHERE i.status = 'OPEN'
   AND i.id > $1
   AND i.next_attempt_at <= now()
-  AND (SELECT older.id FROM {schema}.inbox older
-       WHERE older.correlation_key = i.correlation_key
-         AND older.status = 'OPEN'
-         AND older.id < i.id
-       LIMIT 1) IS NULL
+  AND NOT EXISTS (
+      SELECT 1 FROM {schema}.inbox older
+      WHERE older.correlation_key = i.correlation_key
+        AND older.status = 'OPEN'
+        AND older.id < i.id)
 ORDER BY i.id
 LIMIT $2
 FOR UPDATE SKIP LOCKED`
