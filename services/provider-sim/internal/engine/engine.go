@@ -414,7 +414,7 @@ func (e *Engine) execute(ctx context.Context, j *job) {
 		// The release records what was published, so the next owner does
 		// not publish it again.
 		if rerr := e.st.step(bg, releaseJob, j, out); rerr != nil {
-			log.WarnContext(bg, "release on shutdown failed; the lease will expire", "err", rerr)
+			e.followUpFailed(bg, log, "release on shutdown failed; the lease will expire", rerr, err)
 			return
 		}
 		log.InfoContext(bg, "job released on shutdown", "status", j.Status)
@@ -422,11 +422,24 @@ func (e *Engine) execute(ctx context.Context, j *job) {
 		e.metrics.failures.Add(bg, 1)
 		delay := e.cfg.Retry.Delay(j.Attempts + 1)
 		if rerr := e.st.step(bg, retryJob, j, out, err.Error(), delay.Microseconds()); rerr != nil {
-			log.WarnContext(bg, "scheduling retry failed; the lease will expire", "err", rerr, "cause", err)
+			e.followUpFailed(bg, log, "scheduling retry failed; the lease will expire", rerr, err)
 			return
 		}
 		log.WarnContext(bg, "job failed; retrying", "err", err, "attempt", j.Attempts+1, "retry_in", delay)
 	}
+}
+
+// followUpFailed reports a release or retry that failed. Refused by the
+// fence, it is a lost lease like any other: a step's write that died with
+// its connection (a partition outlasting TCP_USER_TIMEOUT) leaves the
+// follow-up as the first write to meet the new owner's token.
+func (e *Engine) followUpFailed(ctx context.Context, log *slog.Logger, msg string, err, cause error) {
+	if errors.Is(err, errLeaseLost) {
+		e.metrics.leaseLost.Add(ctx, 1)
+		log.WarnContext(ctx, "lease lost; another worker owns the job now", "err", err, "cause", cause)
+		return
+	}
+	log.WarnContext(ctx, msg, "err", err, "cause", cause)
 }
 
 func (e *Engine) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, j *job) {
