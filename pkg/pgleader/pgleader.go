@@ -170,10 +170,12 @@ func (l *Leader) Run(ctx context.Context, tasks ...Task) error {
 	for {
 		conn, err := l.tryLock(ctx)
 		switch {
-		case ctx.Err() != nil:
+		case conn != nil && ctx.Err() != nil:
+			// Taken as ctx was cancelled: the session must still be
+			// closed, or the lock and the pool's connection leak (and the
+			// pool's Close waits for ever).
+			l.closeSession(ctx, conn)
 			return nil
-		case err != nil:
-			l.logger.WarnContext(ctx, "leader election: cannot try the lock; retrying", "error", err)
 		case conn != nil:
 			if err := l.lead(ctx, conn, tasks); err != nil {
 				return err
@@ -181,6 +183,10 @@ func (l *Leader) Run(ctx context.Context, tasks ...Task) error {
 			if ctx.Err() != nil {
 				return nil
 			}
+		case ctx.Err() != nil:
+			return nil
+		case err != nil:
+			l.logger.WarnContext(ctx, "leader election: cannot try the lock; retrying", "error", err)
 		}
 		select {
 		case <-ctx.Done():
@@ -233,9 +239,7 @@ func (l *Leader) lead(ctx context.Context, conn *pgxpool.Conn, tasks []Task) err
 		cancel()
 		wg.Wait()
 		l.leading.Store(false)
-		closeCtx, done := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer done()
-		_ = conn.Hijack().Close(closeCtx)
+		l.closeSession(ctx, conn)
 		l.logger.InfoContext(ctx, "no longer leading: singleton loops stopped", "reason", reason)
 	}
 	tick := time.NewTicker(l.cfg.CheckInterval)
@@ -260,6 +264,14 @@ func (l *Leader) lead(ctx context.Context, conn *pgxpool.Conn, tasks []Task) err
 			}
 		}
 	}
+}
+
+// closeSession closes the lock's session instead of returning it to the
+// pool: that releases the lock for sure, even when an unlock would fail.
+func (l *Leader) closeSession(ctx context.Context, conn *pgxpool.Conn) {
+	closeCtx, done := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer done()
+	_ = conn.Hijack().Close(closeCtx)
 }
 
 var errNotHeld = errors.New("the session no longer holds the lock")

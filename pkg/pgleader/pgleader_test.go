@@ -5,12 +5,14 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/fstest"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/lossless-dev/lossless/pkg/pgleader"
@@ -244,4 +246,81 @@ func TestStalledLeaderConnection_LeadershipEndsWithinBound_TriesAgainOnFreshConn
 
 	proxy.Heal()
 	waitfor.Condition(t, 20*time.Second, "leading again after heal", l.Leading)
+}
+
+// cancelAfterTryLock cancels the run's context the moment the try-lock
+// query has answered, before Run sees the answer: shutdown racing a lock
+// just taken.
+type cancelAfterTryLock struct{ cancel context.CancelFunc }
+
+type tryLockKey struct{}
+
+func (c cancelAfterTryLock) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	return context.WithValue(ctx, tryLockKey{}, strings.Contains(d.SQL, "pg_try_advisory_lock"))
+}
+
+func (c cancelAfterTryLock) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryEndData) {
+	if try, _ := ctx.Value(tryLockKey{}).(bool); try && d.Err == nil {
+		c.cancel()
+	}
+}
+
+// A lock taken as the run is cancelled is released with its session: the
+// pool gets its connection back (its Close does not wait for ever) and
+// another replica leads at once.
+func TestShutdownAsTheLockIsTaken_ReleasesTheLockAndTheConnection(t *testing.T) {
+	dsn := pgtest.NewDatabase(t, testSchema())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.Tracer = cancelAfterTryLock{cancel: cancel}
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	l, err := pgleader.New(pool, pgleader.Config{Name: "shutdown-race"}, logger, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ran atomic.Bool
+	if err := l.Run(ctx, pgleader.Task{Name: "never", Run: func(context.Context) error { ran.Store(true); return nil }}); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if ran.Load() || l.Leading() {
+		t.Fatal("led after the run was cancelled")
+	}
+	if n := pool.Stat().AcquiredConns(); n != 0 {
+		t.Fatalf("%d connection(s) still acquired after Run returned", n)
+	}
+	closed := make(chan struct{})
+	go func() { pool.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the pool's Close waited for a connection Run never gave back")
+	}
+
+	other, err := pgxpool.New(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(other.Close)
+	l2, err := pgleader.New(other, pgleader.Config{Name: "shutdown-race", RetryInterval: 20 * time.Millisecond}, logger, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- l2.Run(runCtx, pgleader.Task{Name: "idle", Run: func(ctx context.Context) error { <-ctx.Done(); return nil }})
+	}()
+	waitfor.Condition(t, 10*time.Second, "another replica leads", l2.Leading)
+	stop()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
 }
