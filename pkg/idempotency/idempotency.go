@@ -262,21 +262,62 @@ func renderQueries(schema string) queries {
 // pgdb.Executor: the key's advisory lock lasts until tx ends.
 func Do[R proto.Message](ctx context.Context, s *Store, tx pgx.Tx, req Request, fn func(ctx context.Context) (R, error)) (resp R, replayed bool, err error) {
 	var zero R
-	if err := req.validate(); err != nil {
+	b := &pgx.Batch{}
+	c, err := s.QueueClaim(b, req)
+	if err != nil {
 		return zero, false, err
 	}
-	attrs := metric.WithAttributes(attribute.String("scope", req.Scope))
-
-	var locked, claimed bool
-	if err := tx.QueryRow(ctx, s.sql.claim, req.Scope, req.Key, req.Hash, s.cfg.Retention.Microseconds(), req.Principal,
-		lockNamespace, lockKey(s.schema, req.Scope, req.Principal, req.Key)).Scan(&locked, &claimed); err != nil {
-		return zero, false, fmt.Errorf("idempotency: claim key: %w", err)
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return zero, false, err
 	}
-	if !locked {
+	return Finish(ctx, c, tx, fn, nil)
+}
+
+// Claim is a key's claim queued in a batch (Store.QueueClaim), for a
+// caller that counts its round trips: the batch that carries it can carry
+// the transaction's BEGIN too (pgnotify.Begin). Finish completes it.
+type Claim struct {
+	s                     *Store
+	req                   Request
+	sent, locked, claimed bool
+}
+
+// QueueClaim queues in b the statement that takes req's key lock and claims
+// the key, for the caller to send in its business transaction; then call
+// Finish in the same transaction. It returns key validation errors.
+func (s *Store) QueueClaim(b *pgx.Batch, req Request) (*Claim, error) {
+	if err := req.validate(); err != nil {
+		return nil, err
+	}
+	c := &Claim{s: s, req: req}
+	b.Queue(s.sql.claim, req.Scope, req.Key, req.Hash, s.cfg.Retention.Microseconds(), req.Principal,
+		lockNamespace, lockKey(s.schema, req.Scope, req.Principal, req.Key)).QueryRow(func(row pgx.Row) error {
+		if err := row.Scan(&c.locked, &c.claimed); err != nil {
+			return fmt.Errorf("idempotency: claim key: %w", err)
+		}
+		c.sent = true
+		return nil
+	})
+	return c, nil
+}
+
+// Finish is the rest of Do once c's batch has been sent in tx: fn runs when
+// the claim won, and its response is stored with the key, in last when
+// last is not nil (queued to travel with the COMMIT, pgnotify.Pipelined:
+// the caller must send last in tx before committing), else at once; a key
+// already used is replayed or refused as Do does. Same errors as Do.
+func Finish[R proto.Message](ctx context.Context, c *Claim, tx pgx.Tx, fn func(ctx context.Context) (R, error), last *pgx.Batch) (resp R, replayed bool, err error) {
+	var zero R
+	if !c.sent {
+		return zero, false, errors.New("idempotency: Finish before the claim's batch was sent")
+	}
+	s, req := c.s, c.req
+	attrs := metric.WithAttributes(attribute.String("scope", req.Scope))
+	if !c.locked {
 		s.conflicts.Add(ctx, 1, attrs)
 		return zero, false, ErrInFlight
 	}
-	if claimed {
+	if c.claimed {
 		resp, err := fn(ctx)
 		if err != nil {
 			return zero, false, err
@@ -284,6 +325,10 @@ func Do[R proto.Message](ctx context.Context, s *Store, tx pgx.Tx, req Request, 
 		b, err := proto.MarshalOptions{Deterministic: true}.Marshal(resp)
 		if err != nil {
 			return zero, false, fmt.Errorf("idempotency: encode response: %w", err)
+		}
+		if last != nil {
+			last.Queue(s.sql.complete, req.Scope, req.Key, b, req.Principal)
+			return resp, false, nil
 		}
 		if _, err := tx.Exec(ctx, s.sql.complete, req.Scope, req.Key, b, req.Principal); err != nil {
 			return zero, false, fmt.Errorf("idempotency: store response: %w", err)

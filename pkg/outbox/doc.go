@@ -107,6 +107,9 @@
 //	...
 //	err = outbox.Append(ctx, tx, ev) // or w.Append, w from outbox.NewWriter(outbox.WithSchema(name))
 //
+// Writer.AppendWith sends the insert with the business change's own
+// statements (a pgx.Batch), in one round trip.
+//
 // In each replica, one relay:
 //
 //	relay, err := outbox.NewRelay(pool, map[string]outbox.Dispatcher{ev.Type: d}, cfg, logger, meter)

@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -124,14 +125,43 @@ func (w Writer) Append(ctx context.Context, tx pgx.Tx, evs ...Event) error {
 	if len(evs) == 0 {
 		return nil
 	}
+	return w.AppendWith(ctx, tx, nil, evs...)
+}
+
+// AppendWith is Append for a caller that counts its round trips: the
+// insert is queued after b's statements (the business change, say), all of
+// them go in one round trip, and b's first error is returned. b may be nil;
+// evs may not be empty.
+func (w Writer) AppendWith(ctx context.Context, tx pgx.Tx, b *pgx.Batch, evs ...Event) error {
 	if tx == nil {
 		return errors.New("outbox: Append needs the business transaction")
 	}
-	insert := w.insert
-	if insert == "" {
-		insert = qAppendDefault
+	args, err := appendArgs(evs)
+	if err != nil {
+		return err
 	}
+	if b == nil {
+		b = &pgx.Batch{}
+	}
+	var lowest int64
+	b.Queue(cmp.Or(w.insert, qAppendDefault), args...).QueryRow(func(row pgx.Row) error {
+		if err := row.Scan(&lowest); err != nil {
+			return fmt.Errorf("outbox: append %d event(s): %w", len(evs), err)
+		}
+		return nil
+	})
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return err
+	}
+	return pgnotify.Send(ctx, tx, cmp.Or(w.channel, notifyChannelDefault), strconv.FormatInt(lowest, 10))
+}
+
+// appendArgs are qAppend's arguments for evs: one array per column.
+func appendArgs(evs []Event) ([]any, error) {
 	n := len(evs)
+	if n == 0 {
+		return nil, errors.New("outbox: no events to append")
+	}
 	ids := make([]uuid.UUID, n)
 	aggTypes := make([]string, n)
 	aggIDs := make([]string, n)
@@ -142,7 +172,7 @@ func (w Writer) Append(ctx context.Context, tx pgx.Tx, evs ...Event) error {
 	occurred := make([]time.Time, n)
 	for i, ev := range evs {
 		if err := ev.validate(); err != nil {
-			return err
+			return nil, err
 		}
 		h := ev.Headers
 		if h == nil {
@@ -150,7 +180,7 @@ func (w Writer) Append(ctx context.Context, tx pgx.Tx, evs ...Event) error {
 		}
 		hj, err := json.Marshal(h)
 		if err != nil {
-			return fmt.Errorf("outbox: encode headers of %s: %w", ev.ID, err)
+			return nil, fmt.Errorf("outbox: encode headers of %s: %w", ev.ID, err)
 		}
 		ids[i], aggTypes[i], aggIDs[i], types[i] = ev.ID, ev.AggregateType, ev.AggregateID, ev.Type
 		versions[i], payloads[i], headers[i], occurred[i] = int32(ev.SchemaVersion), ev.Payload, string(hj), ev.OccurredAt
@@ -158,13 +188,5 @@ func (w Writer) Append(ctx context.Context, tx pgx.Tx, evs ...Event) error {
 			payloads[i] = []byte{}
 		}
 	}
-	var lowest int64
-	if err := tx.QueryRow(ctx, insert, ids, aggTypes, aggIDs, types, versions, payloads, headers, occurred).Scan(&lowest); err != nil {
-		return fmt.Errorf("outbox: append %d event(s): %w", n, err)
-	}
-	channel := w.channel
-	if channel == "" {
-		channel = notifyChannelDefault
-	}
-	return pgnotify.Send(ctx, tx, channel, strconv.FormatInt(lowest, 10))
+	return []any{ids, aggTypes, aggIDs, types, versions, payloads, headers, occurred}, nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -17,10 +18,10 @@ import (
 	"github.com/lossless-dev/lossless/pkg/pgnotify"
 )
 
-// The use cases of the API. A handler owns its transaction (pgnotify.InTx:
-// the outbox relay is woken after the commit), the idempotency key and the
-// counters; its caller only turns a request into a command and the outcome
-// into a response.
+// The use cases of the API. A handler owns its transaction (pgnotify.InTx
+// or pgnotify.Begin: the outbox relay is woken after the commit), the
+// idempotency key and the counters; its caller only turns a request into a
+// command and the outcome into a response.
 
 // CreateOrder is the command that creates a work order.
 type CreateOrder struct {
@@ -79,42 +80,54 @@ func NewCreateHandler[R proto.Message](db pgdb.DB, keys *idempotency.Store, scop
 
 // Handle stores the order, its first transition and its hand-off event in
 // one transaction, with the idempotency key if cmd has one, and wakes the
-// outbox relay after the commit. It returns the response built from the
+// outbox relay after the commit: three round trips (BEGIN with the key's
+// claim, the order with its event, the key's response with COMMIT and the
+// wake-up). It returns the response built from the
 // stored order, or the first create's with replayed = true. Errors:
 // idempotency.ErrMismatch, ErrInFlight and key validation errors, or a
 // database error.
 func (h *CreateHandler[R]) Handle(ctx context.Context, cmd CreateOrder) (resp R, replayed bool, err error) {
 	var zero R
-	var ireq idempotency.Request
+	// Pipelined (ADR 0023): the key's claim and the transaction's
+	// timestamp travel with the BEGIN, the order with its event, the key's
+	// response with the COMMIT and the outbox relay's wake-up.
+	first, last := &pgx.Batch{}, &pgx.Batch{}
+	var claim *idempotency.Claim
 	if cmd.IdempotencyKey != "" {
 		if cmd.Request == nil {
 			return zero, false, errors.New("orders: create with an idempotency key needs its request")
 		}
-		if ireq, err = idempotency.NewRequest(h.scope, cmd.IdempotencyKey, cmd.Request); err != nil {
+		ireq, err := idempotency.NewRequest(h.scope, cmd.IdempotencyKey, cmd.Request)
+		if err != nil {
 			return zero, false, err
 		}
-		// The creator's keys are its own: another caller's same key is
-		// another order.
-		ireq.Principal = cmd.Order.CreatedBy
+		ireq.Principal = cmd.Order.CreatedBy // another caller's same key is another order
+		if claim, err = h.keys.QueueClaim(first, ireq); err != nil {
+			return zero, false, err
+		}
 	}
-	var id uuid.UUID
-	err = pgnotify.InTx(ctx, h.db, h.log, func(ctx context.Context, tx pgx.Tx) error {
-		create := func(ctx context.Context) (R, error) {
-			stored, err := InTx(tx).Create(ctx, cmd.Order)
-			if err != nil {
-				return zero, err
-			}
-			id = stored.ID
-			return h.respond(stored), nil
+	var at time.Time
+	first.Queue(qNow).QueryRow(func(row pgx.Row) error { return row.Scan(&at) })
+	txCtx, p, err := pgnotify.Begin(ctx, h.db, h.log, first)
+	if err != nil {
+		return zero, false, err
+	}
+	defer p.Rollback(ctx) // after Commit: a no-op
+	create := func(ctx context.Context) (R, error) {
+		stored, err := InTx(p.Tx()).create(ctx, cmd.Order, at)
+		if err != nil {
+			return zero, err
 		}
-		var err error
-		if cmd.IdempotencyKey == "" {
-			resp, err = create(ctx)
-			return err
-		}
-		resp, replayed, err = idempotency.Do(ctx, h.keys, tx, ireq, create)
-		return err
-	})
+		return h.respond(stored), nil
+	}
+	if claim == nil {
+		resp, err = create(txCtx)
+	} else {
+		resp, replayed, err = idempotency.Finish(txCtx, claim, p.Tx(), create, last)
+	}
+	if err == nil {
+		err = p.Commit(ctx, last)
+	}
 	if err != nil {
 		return zero, false, err
 	}
@@ -123,7 +136,7 @@ func (h *CreateHandler[R]) Handle(ctx context.Context, cmd CreateOrder) (resp R,
 		return resp, true, nil
 	}
 	h.created.Add(ctx, 1)
-	h.log.DebugContext(ctx, "work order created", "work_order_id", id)
+	h.log.DebugContext(ctx, "work order created", "work_order_id", cmd.Order.ID)
 	return resp, false, nil
 }
 

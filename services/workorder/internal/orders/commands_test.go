@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -224,8 +225,8 @@ func TestRoundTripsOfACreate(t *testing.T) {
 	create() // the statement cache
 	rt.Reset()
 	o := create()
-	if n := rt.Load(); n != 7 {
-		t.Errorf("round trips %d, want 7", n)
+	if n := rt.Load(); n != 3 {
+		t.Errorf("round trips %d, want 3", n)
 	}
 	history, err := repo.History(ctx, o.ID)
 	if err != nil || len(history) != 1 || history[0].From != "" || history[0].To != orders.StatusCreated || history[0].Cause != orders.CauseCreate {
@@ -233,5 +234,53 @@ func TestRoundTripsOfACreate(t *testing.T) {
 	}
 	if n := count(t, pool, "outbox"); n != 2 {
 		t.Fatalf("%d outbox events, want one per order", n)
+	}
+	stored, err := repo.Get(ctx, o.ID)
+	if err != nil || stored.Version != 1 || stored.CreatedAt.IsZero() || !stored.UpdatedAt.Equal(stored.CreatedAt) {
+		t.Fatalf("stored %+v, %v: want version 1, created = updated", stored, err)
+	}
+
+	// Without a key, and a replay: three round trips each.
+	rt.Reset()
+	if _, _, err := h.Handle(ctx, orders.CreateOrder{Order: newOrder(t)}); err != nil {
+		t.Fatal(err)
+	}
+	if n := rt.Load(); n != 3 {
+		t.Errorf("round trips of a create without a key %d, want 3", n)
+	}
+	rt.Reset()
+	if _, replayed, err := h.Handle(ctx, orders.CreateOrder{Order: newOrder(t), IdempotencyKey: o.ID.String(),
+		Request: wrapperspb.String(o.ID.String())}); err != nil || !replayed {
+		t.Fatalf("replay: %v, replayed %v", err, replayed)
+	}
+	if n := rt.Load(); n != 3 {
+		t.Errorf("round trips of a replay %d, want 3", n)
+	}
+	if n := count(t, pool, "work_orders"); n != 3 {
+		t.Fatalf("%d orders, want 3 (the replay creates none)", n)
+	}
+}
+
+// A create builds its response and its event from the transaction's
+// timestamp before its insert: a schema whose timestamps are no longer the
+// transaction's makes the create fail whole, not store a response or an
+// event that disagrees with the row.
+func TestCreateRefusesTimestampsThatAreNotTheTransactions(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t, migrations.WorkOrder()...)
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `ALTER TABLE work_orders ALTER created_at SET DEFAULT clock_timestamp()`); err != nil {
+		t.Fatal(err)
+	}
+	o := newOrder(t)
+	_, _, err := createHandler(t, pool).Handle(ctx, orders.CreateOrder{Order: o, IdempotencyKey: o.ID.String(),
+		Request: wrapperspb.String(o.ID.String())})
+	if err == nil || !strings.Contains(err.Error(), "want 1 at the transaction's") {
+		t.Fatalf("create: %v, want the mismatch named", err)
+	}
+	for _, table := range []string{"work_orders", "outbox", "idempotency_keys"} {
+		if n := count(t, pool, table); n != 0 {
+			t.Errorf("%d rows in %s after the failed create, want 0", n, table)
+		}
 	}
 }

@@ -10,7 +10,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgtype"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	eventsv1 "github.com/lossless-dev/lossless/gen/lossless/events/v1"
@@ -61,6 +60,12 @@ const orderColumns = `id, customer_id, description, positions, currency_code, un
 
 const (
 	// The order and its first transition (whose foreign key is checked at the statement's end).
+	// The transaction's timestamp: now() is fixed for a transaction, and
+	// the order's created_at and updated_at default to it, so a create that
+	// reads it first builds its hand-off event (and its response) before
+	// the insert, which then travels with the event's.
+	qNow = `SELECT now()`
+
 	qInsertOrder = `
 WITH o AS (INSERT INTO work_orders (id, customer_id, description, positions, currency_code, unit_price_minor, status, created_by)
     VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id, status, version, created_at, updated_at),
@@ -135,49 +140,6 @@ WHERE w.id = u.id AND w.consumed_at IS NULL`
 INSERT INTO work_order_transitions (work_order_id, from_status, to_status, cause)
 SELECT u.id, NULLIF(u.from_status, ''), u.to_status, u.cause
 FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[]) AS u(id, from_status, to_status, cause)`
-
-	// Keyset pagination, newest first: the row comparison matches the index
-	// (created_at DESC, id DESC) exactly, so every page is one index range
-	// scan however deep the client pages (OFFSET would rescan all skipped
-	// rows). The first page passes created_at = +infinity. created_at is the
-	// creating transaction's start time, so an order whose transaction
-	// commits late may appear behind a page already read; a new listing
-	// shows it.
-	qList = `
-SELECT ` + orderColumns + ` FROM work_orders
-WHERE (created_at, id) < ($1, $2)
-ORDER BY created_at DESC, id DESC
-LIMIT $3`
-	// Same, on the (status, created_at, id) index.
-	qListByStatus = `
-SELECT ` + orderColumns + ` FROM work_orders
-WHERE status = $4 AND (created_at, id) < ($1, $2)
-ORDER BY created_at DESC, id DESC
-LIMIT $3`
-	// One caller's orders, on the (created_by, created_at, id) index.
-	qListByCreator = `
-SELECT ` + orderColumns + ` FROM work_orders
-WHERE created_by = $4 AND (created_at, id) < ($1, $2)
-ORDER BY created_at DESC, id DESC
-LIMIT $3`
-	// One caller's orders in one status: the same index range, filtered (a
-	// caller's orders are few next to the table; an index per filter
-	// combination would cost every insert).
-	qListByCreatorStatus = `
-SELECT ` + orderColumns + ` FROM work_orders
-WHERE created_by = $5 AND status = $4 AND (created_at, id) < ($1, $2)
-ORDER BY created_at DESC, id DESC
-LIMIT $3`
-
-	// Transitions of one order are written under its row lock, so identity
-	// order is the order in which they happened.
-	qHistory = `
-SELECT coalesce(from_status, ''), to_status, cause, occurred_at
-FROM work_order_transitions
-WHERE work_order_id = $1
-ORDER BY id`
-
-	qExists = `SELECT EXISTS (SELECT 1 FROM work_orders WHERE id = $1)`
 )
 
 // Create writes a new order (from New), its first transition and its
@@ -188,23 +150,40 @@ func (r TxRepository) Create(ctx context.Context, o Order) (Order, error) {
 	if r.tx == nil {
 		return Order{}, errNoTx
 	}
-	tx := r.tx
+	var at time.Time
+	if err := r.tx.QueryRow(ctx, qNow).Scan(&at); err != nil {
+		return Order{}, fmt.Errorf("orders: create %s: %w", o.ID, err)
+	}
+	return r.create(ctx, o, at)
+}
+
+// create is Create once the transaction's timestamp at (qNow) is known:
+// the order and its event go in one round trip.
+func (r TxRepository) create(ctx context.Context, o Order, at time.Time) (Order, error) {
 	if o.Status != StatusCreated || len(o.transitions) != 1 {
 		return Order{}, errors.New("orders: Create needs an order fresh from New")
 	}
-	if err := tx.QueryRow(ctx, qInsertOrder, o.ID, o.CustomerID, o.Description, o.Positions,
-		o.UnitPrice.CurrencyCode, o.UnitPrice.MinorUnits, string(o.Status), o.CreatedBy,
-		o.transitions[0].Cause).Scan(&o.Version, &o.CreatedAt, &o.UpdatedAt); err != nil {
-		return Order{}, fmt.Errorf("orders: insert %s: %w", o.ID, err)
-	}
-	o.rowChanged, o.transitions = false, nil // inserted as they are
+	o.Version, o.CreatedAt, o.UpdatedAt = 1, at, at // the columns' defaults
 	ev, err := handOffEvent(ctx, o)
 	if err != nil {
 		return Order{}, err
 	}
-	if err := outbox.Append(ctx, tx, ev); err != nil {
-		return Order{}, fmt.Errorf("orders: append hand-off event of %s: %w", o.ID, err)
+	b := &pgx.Batch{}
+	b.Queue(qInsertOrder, o.ID, o.CustomerID, o.Description, o.Positions,
+		o.UnitPrice.CurrencyCode, o.UnitPrice.MinorUnits, string(o.Status), o.CreatedBy,
+		o.transitions[0].Cause).QueryRow(func(row pgx.Row) error {
+		var v int64
+		var created, updated time.Time
+		if err := row.Scan(&v, &created, &updated); err != nil || (v == 1 && created.Equal(at) && updated.Equal(at)) {
+			return err
+		}
+		// The event and the response were built from the defaults.
+		return fmt.Errorf("stored version %d, created %v, updated %v; want 1 at the transaction's %v", v, created, updated, at)
+	})
+	if err := (outbox.Writer{}).AppendWith(ctx, r.tx, b, ev); err != nil {
+		return Order{}, fmt.Errorf("orders: create %s: %w", o.ID, err)
 	}
+	o.rowChanged, o.transitions = false, nil // inserted as they are
 	return o, nil
 }
 
@@ -451,95 +430,6 @@ func (r *Repository) Statuses(ctx context.Context, ids []uuid.UUID) (map[uuid.UU
 		return nil, fmt.Errorf("orders: read statuses: %w", err)
 	}
 	return out, nil
-}
-
-// Cursor is the position after the last order of a page.
-type Cursor struct {
-	CreatedAt time.Time
-	ID        uuid.UUID
-}
-
-// ListQuery selects a page of orders, newest first.
-type ListQuery struct {
-	// Status filters by status; empty means all.
-	Status Status
-	// After is the previous page's last position; nil means the first page.
-	After *Cursor
-	// Limit is the page size (at least 1).
-	Limit int
-	// CreatedBy, when not empty, lists only the orders of that creator.
-	CreatedBy string
-}
-
-// List returns up to q.Limit orders and, when more may follow, the cursor of
-// the next page.
-func (r *Repository) List(ctx context.Context, q ListQuery) ([]Order, *Cursor, error) {
-	if q.Limit < 1 {
-		return nil, nil, fmt.Errorf("orders: list limit %d < 1", q.Limit)
-	}
-	after := pgtype.Timestamptz{InfinityModifier: pgtype.Infinity, Valid: true}
-	afterID := uuid.Max
-	if q.After != nil {
-		after = pgtype.Timestamptz{Time: q.After.CreatedAt, Valid: true}
-		afterID = q.After.ID
-	}
-	// One row more than asked tells whether a next page exists.
-	var rows pgx.Rows
-	var err error
-	switch {
-	case q.CreatedBy != "" && q.Status == "":
-		rows, err = r.db.Query(ctx, qListByCreator, after, afterID, q.Limit+1, q.CreatedBy)
-	case q.CreatedBy != "":
-		rows, err = r.db.Query(ctx, qListByCreatorStatus, after, afterID, q.Limit+1, string(q.Status), q.CreatedBy)
-	case q.Status == "":
-		rows, err = r.db.Query(ctx, qList, after, afterID, q.Limit+1)
-	default:
-		rows, err = r.db.Query(ctx, qListByStatus, after, afterID, q.Limit+1, string(q.Status))
-	}
-	if err != nil {
-		return nil, nil, fmt.Errorf("orders: list: %w", err)
-	}
-	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Order, error) { return scanOrder(row) })
-	if err != nil {
-		return nil, nil, fmt.Errorf("orders: list: %w", err)
-	}
-	if len(list) <= q.Limit {
-		return list, nil, nil
-	}
-	list = list[:q.Limit]
-	last := list[len(list)-1]
-	return list, &Cursor{CreatedAt: last.CreatedAt, ID: last.ID}, nil
-}
-
-// History returns every transition of an order, oldest first. Unknown id:
-// ErrNotFound.
-func (r *Repository) History(ctx context.Context, id uuid.UUID) ([]Transition, error) {
-	rows, err := r.db.Query(ctx, qHistory, id)
-	if err != nil {
-		return nil, fmt.Errorf("orders: history of %s: %w", id, err)
-	}
-	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Transition, error) {
-		var t Transition
-		var from, to string
-		err := row.Scan(&from, &to, &t.Cause, &t.At)
-		t.From, t.To = Status(from), Status(to)
-		return t, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("orders: history of %s: %w", id, err)
-	}
-	if len(list) > 0 {
-		return list, nil
-	}
-	// Every order has its creation transition, so none means no order.
-	var exists bool
-	if err := r.db.QueryRow(ctx, qExists, id).Scan(&exists); err != nil {
-		return nil, fmt.Errorf("orders: history of %s: %w", id, err)
-	}
-	if !exists {
-		return nil, ErrNotFound
-	}
-	return list, nil
 }
 
 func scanOrder(row pgx.Row) (Order, error) {
