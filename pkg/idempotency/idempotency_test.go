@@ -467,3 +467,35 @@ func TestRoundTripsOfDo(t *testing.T) {
 		t.Errorf("key in flight: %d round trips, err %v; want 1, ErrInFlight", n, err)
 	}
 }
+
+// Finish on a claim whose batch was never sent refuses, and fn does not
+// run: the claim's answer is unknown.
+func TestFinishBeforeTheClaimIsSentRefuses(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t, idempotency.Migrations(""))
+	store, err := idempotency.NewStore(pool, idempotency.Config{}, slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := idempotency.NewRequest("test.Create", "k", wrapperspb.String("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := store.QueueClaim(&pgx.Batch{}, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // never committed
+	ran := false
+	if _, _, err := idempotency.Finish(ctx, c, tx, func(context.Context) (*wrapperspb.StringValue, error) {
+		ran = true
+		return wrapperspb.String("x"), nil
+	}, nil); err == nil || ran {
+		t.Fatalf("Finish before the claim was sent: err %v, fn ran %v; want an error and fn not run", err, ran)
+	}
+}

@@ -3,6 +3,7 @@ package outbox_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -91,4 +92,49 @@ func TestBatchRoundTrips(t *testing.T) {
 		t.Errorf("Commit effects: %d rows (%v), want 2", n, err)
 	}
 	assertJournalEmpty(t, b)
+}
+
+// AppendWith sends the business change and the events in one round trip,
+// and they commit or roll back together: a business statement that fails
+// leaves no event, and the error is the statement's.
+func TestAppendWithSendsTheChangeAndTheEventsInOneRoundTrip(t *testing.T) {
+	t.Parallel()
+	pool, rt := pgtest.NewCountingPool(t, outbox.Migrations(""))
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `CREATE TABLE things (id text PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	appendWith := func(id string) (int64, error) {
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(ctx) //nolint:errcheck // after the commit: a no-op
+		b := &pgx.Batch{}
+		b.Queue(`INSERT INTO things VALUES ($1)`, id)
+		rt.Reset()
+		err = outbox.Writer{}.AppendWith(ctx, tx, b, event(id, 0), event(id, 1))
+		n := rt.Load()
+		if err == nil {
+			err = tx.Commit(ctx)
+		}
+		return n, err
+	}
+	// Outside pgnotify.Defer the notification goes in the transaction: a
+	// second round trip.
+	if n, err := appendWith("a"); err != nil || n != 2 {
+		t.Fatalf("first: %d round trips, %v; want 2 (one for the batch, one for the notification)", n, err)
+	}
+	if n := countStatus(t, pool, "PENDING"); n != 2 {
+		t.Fatalf("%d events, want 2", n)
+	}
+	if _, err := appendWith("a"); err == nil || !strings.Contains(err.Error(), "things_pkey") {
+		t.Fatalf("a business statement that fails: %v, want its own error", err)
+	}
+	if n := countStatus(t, pool, "PENDING"); n != 2 {
+		t.Fatalf("%d events after the failed change, want still 2", n)
+	}
+	if err := (outbox.Writer{}).AppendWith(ctx, nil, nil, event("x", 0)); err == nil {
+		t.Fatal("AppendWith without a transaction accepted")
+	}
 }
