@@ -14,8 +14,8 @@
 //     (decide): applied, or a classified rejection that writes nothing;
 //  3. write the accepted entries' effects with one statement per table
 //     (applied events here; orders, waiting points and history through
-//     orders.QueueSave), then one outbox append for the whole
-//     batch.
+//     orders.QueueSave); the last round's go with one outbox append for
+//     the whole batch, in one round trip.
 //
 // The lifecycle rules (which status accepts which report, waiting points,
 // positions) are package orders'; this package maps their errors to the
@@ -129,10 +129,16 @@ func (h *Handler) HandleBatch(ctx context.Context, tx pgx.Tx, es []*inbox.Entry)
 		pending = append(pending, i)
 	}
 	var out []outbox.Event
+	var writes *pgx.Batch // the last round's, sent with the outbox append
 	for len(pending) > 0 {
 		// A round takes the first pending entry of each order; later entries
 		// of the same order wait for the next round, which reads this one's
 		// writes (same transaction, later statements).
+		if writes != nil {
+			if err := tx.SendBatch(ctx, writes).Close(); err != nil {
+				return nil, err
+			}
+		}
 		var round, next []int
 		seen := make(map[uuid.UUID]bool, len(pending))
 		for _, i := range pending {
@@ -143,26 +149,35 @@ func (h *Handler) HandleBatch(ctx context.Context, tx pgx.Tx, es []*inbox.Entry)
 			seen[events[i].OrderID] = true
 			round = append(round, i)
 		}
-		evs, err := h.applyRound(ctx, tx, es, events, round, results)
+		evs, b, err := h.applyRound(ctx, tx, es, events, round, results)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, evs...)
+		out, writes = append(out, evs...), b
 		pending = next
 	}
-	// One INSERT for every completion of the batch (one NOTIFY on commit).
-	if err := outbox.Append(ctx, tx, out...); err != nil {
-		return nil, fmt.Errorf("append completion events: %w", err)
+	// The last round's writes and one INSERT for every completion of the
+	// batch (one NOTIFY on commit), in one round trip.
+	switch {
+	case len(out) > 0:
+		if err := (outbox.Writer{}).AppendWith(ctx, tx, writes, out...); err != nil {
+			return nil, fmt.Errorf("write the batch's effects: %w", err)
+		}
+	case writes != nil:
+		if err := tx.SendBatch(ctx, writes).Close(); err != nil {
+			return nil, err
+		}
 	}
 	return results, nil
 }
 
-// applyRound reads, decides and writes entries of distinct orders, setting
-// results for them, and returns their outbox events.
-func (h *Handler) applyRound(ctx context.Context, tx pgx.Tx, es []*inbox.Entry, events []Event, round []int, results []error) ([]outbox.Event, error) {
+// applyRound reads and decides entries of distinct orders, setting results
+// for them, and returns their outbox events and their writes, queued for
+// the caller to send (nil: none).
+func (h *Handler) applyRound(ctx context.Context, tx pgx.Tx, es []*inbox.Entry, events []Event, round []int, results []error) ([]outbox.Event, *pgx.Batch, error) {
 	states, err := h.readStates(ctx, tx, es, events, round)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var w writes
 	var out []outbox.Event
@@ -179,15 +194,12 @@ func (h *Handler) applyRound(ctx context.Context, tx pgx.Tx, es []*inbox.Entry, 
 		if complete {
 			evt, err := h.completionRecorded(ctx, es[i], ev, *o)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			out = append(out, evt)
 		}
 	}
-	if err := w.exec(ctx, tx); err != nil {
-		return nil, err
-	}
-	return out, nil
+	return out, w.batch(), nil
 }
 
 // roundStates is what a round read: each locked order with its open waiting
@@ -310,9 +322,10 @@ func (w *writes) add(e *inbox.Entry, ev Event, o *orders.Order) {
 	w.changed = append(w.changed, o)
 }
 
-// exec runs the round's writes in one round trip (pipelined), each checking
-// that it touched exactly the rows decided on.
-func (w *writes) exec(ctx context.Context, tx pgx.Tx) error {
+// batch queues the round's writes, for one round trip (pipelined), each
+// checking that it touched exactly the rows decided on; nil when there are
+// none.
+func (w *writes) batch() *pgx.Batch {
 	if len(w.eventIDs) == 0 {
 		return nil
 	}
@@ -320,7 +333,7 @@ func (w *writes) exec(ctx context.Context, tx pgx.Tx) error {
 	b.Queue(recordApplied, w.sources, w.eventIDs, w.appliedOrders, w.eventTypes, w.appliedItems, w.inboxIDs).
 		Exec(rowsExpected("record applied events", len(w.eventIDs)))
 	orders.QueueSave(b, w.changed...)
-	return tx.SendBatch(ctx, b).Close()
+	return b
 }
 
 // errRowCount is a write that did not touch the rows decided on under the
