@@ -27,8 +27,9 @@ import (
 // except a statement the rules mark as riding with another (rtt 0): the
 // second and later statements of the work-order repository's and
 // correlation's pgx.Batch (pipelined: one round trip per batch, charged to
-// the batch's first statement, qLock or qUpdate), and the SET LOCALs the
-// outbox relay sends in one simple query with its BEGIN. Not counted: the
+// the batch's first statement, qLock or qUpdate), the create's pipelined
+// statements (charged to its begin, its order insert and its commit), and
+// the SET LOCALs the outbox relay sends in one simple query with its BEGIN. Not counted: the
 // extended protocol's parse round trip of a statement not yet in a
 // connection's cache, and LISTEN/NOTIFY deliveries. The estimate is exact
 // where a batch always holds the same statements; a Save with no status
@@ -133,10 +134,12 @@ var b5HopRules = []b5HopRule{
 	// provider-sim: the provider's hops, all of them.
 	{db: "providersim", match: "", stage: stageProvider, rtt: 1},
 
-	// workorder: create (the API's transaction; the idempotency claim is its marker).
-	{db: "workorder", match: "INSERT INTO public.idempotency_keys", stage: stageCreate, rtt: 1},
-	{db: "workorder", match: "UPDATE public.idempotency_keys SET response", stage: stageCreate, rtt: 1},
-	{db: "workorder", match: "pg_try_advisory_xact_lock", stage: stageCreate, rtt: 1},
+	// workorder: create (the API's transaction, pipelined: the key's claim
+	// and the transaction's timestamp ride with its BEGIN, the hand-off
+	// event with the order's insert, the stored response with its COMMIT).
+	{db: "workorder", match: "INSERT INTO public.idempotency_keys", stage: stageCreate},
+	{db: "workorder", match: "SELECT now()", exact: true, stage: stageCreate},
+	{db: "workorder", match: "UPDATE public.idempotency_keys SET response", stage: stageCreate},
 	{db: "workorder", match: "INSERT INTO work_orders (", stage: stageCreate, rtt: 1},
 	// workorder: the hand-off (the outbox relay's slow mode: lease, dispatch, record).
 	{db: "workorder", match: "AND lease_until IS NULL", stage: stageHandOff, rtt: 1, tx: 1},
@@ -166,7 +169,7 @@ var b5HopRules = []b5HopRule{
 	{db: "workorder", match: "UPDATE waiting_points", stage: stageOrders},
 	{db: "workorder", match: "INSERT INTO work_order_transitions", stage: stageOrders},
 	{db: "workorder", match: "FROM work_orders", stage: stageOrders, rtt: 1},
-	{db: "workorder", match: "INSERT INTO public.outbox (", stage: stageOrders, rtt: 1},
+	{db: "workorder", match: "INSERT INTO public.outbox (", stage: stageOrders}, // with the order's insert (create) or the writes (correlate)
 	{db: "workorder", match: "pg_notify(", stage: stageOrders, rtt: 1, tx: 1}, // after the commit: a transaction of its own
 
 	// billing: intake (the completion consumer's marker and enqueue).
