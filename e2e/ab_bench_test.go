@@ -42,7 +42,9 @@ var abMetrics = []struct {
 // rounds), and on each runs
 // B5's capacity probe (closed loop; capacity = the sustained rate of its
 // middle 80 %, with commits, statements, estimated round trips (see
-// hopcost_bench_test.go) and the machine's CPU per order over it) and then
+// hopcost_bench_test.go: its rules describe the working tree's pipelining,
+// so A's estimate is approximate) and the machine's CPU per order over it)
+// and then
 // open-loop load at 50 % of that capacity (p50 and p99 create→INVOICED). A
 // side's stack is stopped before the other starts. The ratios B/A are the
 // medians of the rounds' pairwise ratios, their range beside them

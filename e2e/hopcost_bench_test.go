@@ -170,7 +170,7 @@ var b5HopRules = []b5HopRule{
 	{db: "workorder", match: "INSERT INTO work_order_transitions", stage: stageOrders},
 	{db: "workorder", match: "FROM work_orders", stage: stageOrders, rtt: 1},
 	{db: "workorder", match: "INSERT INTO public.outbox (", stage: stageOrders}, // with the order's insert (create) or the writes (correlate)
-	{db: "workorder", match: "pg_notify(", stage: stageOrders, rtt: 1, tx: 1}, // after the commit: a transaction of its own
+	{db: "workorder", match: "pg_notify(", stage: stageOrders, rtt: 1, tx: 1},   // after the commit: a transaction of its own
 
 	// billing: intake (the completion consumer's marker and enqueue).
 	{db: "billing", match: "INSERT INTO public.processed_events", stage: stageIntake, rtt: 1},
