@@ -82,10 +82,9 @@ func NewCreateHandler[R proto.Message](db pgdb.DB, keys *idempotency.Store, scop
 // one transaction, with the idempotency key if cmd has one, and wakes the
 // outbox relay after the commit: three round trips (BEGIN with the key's
 // claim, the order with its event, the key's response with COMMIT and the
-// wake-up). It returns the response built from the
-// stored order, or the first create's with replayed = true. Errors:
-// idempotency.ErrMismatch, ErrInFlight and key validation errors, or a
-// database error.
+// wake-up). It returns the response built from the stored order, or the
+// first create's with replayed = true. Errors: idempotency.ErrMismatch,
+// ErrInFlight and key validation errors, or a database error.
 func (h *CreateHandler[R]) Handle(ctx context.Context, cmd CreateOrder) (resp R, replayed bool, err error) {
 	var zero R
 	// Pipelined (ADR 0023): the key's claim and the transaction's

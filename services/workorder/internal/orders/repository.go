@@ -59,13 +59,13 @@ const orderColumns = `id, customer_id, description, positions, currency_code, un
        completed_items, coalesce(provider_job_id, ''), coalesce(invoice_id::text, ''), version, created_at, updated_at, created_by`
 
 const (
-	// The order and its first transition (whose foreign key is checked at the statement's end).
 	// The transaction's timestamp: now() is fixed for a transaction, and
 	// the order's created_at and updated_at default to it, so a create that
 	// reads it first builds its hand-off event (and its response) before
 	// the insert, which then travels with the event's.
 	qNow = `SELECT now()`
 
+	// The order and its first transition (whose foreign key is checked at the statement's end).
 	qInsertOrder = `
 WITH o AS (INSERT INTO work_orders (id, customer_id, description, positions, currency_code, unit_price_minor, status, created_by)
     VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id, status, version, created_at, updated_at),
