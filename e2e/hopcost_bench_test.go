@@ -86,6 +86,13 @@ type b5HopRule struct {
 // query constants of pkg/ and services/, as pg_stat_statements normalises
 // them ({schema} is public).
 var b5HopRules = []b5HopRule{
+	// provider-sim's claim transaction (ADR 0012, revision 2): its BEGIN
+	// rides with the claim, its COMMIT with the STARTED messages (a claim
+	// that resumed jobs but started none sends COMMIT alone: rare under
+	// load, and not counted); an empty claim ends with a rollback.
+	{db: "providersim", match: "begin", exact: true, stage: stageProvider},
+	{db: "providersim", match: "commit", exact: true, stage: stageProvider},
+
 	// Transaction control, every database. pgx sends begin/commit in lower
 	// case; the outbox relay's and inbox relay's claim transactions start
 	// with one simple query "BEGIN; SET LOCAL ...", whose SET LOCALs ride

@@ -104,7 +104,9 @@ func ExampleExampleDatabase() {
 }
 
 // A transaction of two statements is four round trips (BEGIN, two
-// statements, COMMIT); a batch of three statements is one.
+// statements, COMMIT) and one commit; a batch of three statements is one
+// round trip and one commit (an implicit transaction); a rolled-back
+// transaction commits nothing.
 func TestCountingPool_CountsStatementsAndBatchesAsRoundTrips(t *testing.T) {
 	ctx := context.Background()
 	pool, rt := pgtest.NewCountingPool(t, testSet)
@@ -122,8 +124,8 @@ func TestCountingPool_CountsStatementsAndBatchesAsRoundTrips(t *testing.T) {
 	warm() // statements prepared and cached
 	rt.Reset()
 	warm()
-	if got := rt.Load(); got != 4 {
-		t.Errorf("transaction of two statements: %d round trips, want 4", got)
+	if got, commits := rt.Load(), rt.Commits(); got != 4 || commits != 1 {
+		t.Errorf("transaction of two statements: %d round trips and %d commits, want 4 and 1", got, commits)
 	}
 	rt.Reset()
 	b := &pgx.Batch{}
@@ -133,7 +135,24 @@ func TestCountingPool_CountsStatementsAndBatchesAsRoundTrips(t *testing.T) {
 	if err := pool.SendBatch(ctx, b).Close(); err != nil {
 		t.Fatal(err)
 	}
-	if got := rt.Load(); got != 1 {
-		t.Errorf("batch of three statements: %d round trips, want 1", got)
+	if got, commits := rt.Load(), rt.Commits(); got != 1 || commits != 1 {
+		t.Errorf("batch of three statements: %d round trips and %d commits, want 1 and 1", got, commits)
+	}
+	rt.Reset()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT 1`); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `SELECT 1`); err != nil {
+		t.Fatal(err)
+	}
+	if got, commits := rt.Load(), rt.Commits(); got != 4 || commits != 1 {
+		t.Errorf("rolled-back transaction, then a statement: %d round trips and %d commits, want 4 and 1", got, commits)
 	}
 }

@@ -37,6 +37,7 @@ import (
 
 	"github.com/lossless-dev/lossless/internal/orderhop"
 	"github.com/lossless-dev/lossless/pkg/leasequeue"
+	"github.com/lossless-dev/lossless/pkg/pgnotify"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/telemetry"
 	"github.com/lossless-dev/lossless/services/provider-sim/internal/faults"
@@ -225,8 +226,13 @@ func (e *Engine) Submit(ctx context.Context, o Order) (Acceptance, bool, error) 
 		if err != nil {
 			return Acceptance{}, false, err
 		}
-		if err := e.st.insertEvents(ctx, tx, j.ID, append([]eventRow{started}, done...)); err != nil {
-			return Acceptance{}, false, err
+		rows := append([]eventRow{started}, done...)
+		jobIDs := make([]uuid.UUID, len(rows))
+		for i := range jobIDs {
+			jobIDs[i] = j.ID
+		}
+		if _, err := tx.Exec(ctx, insertEvents, insertEventsArgs(jobIDs, rows)...); err != nil {
+			return Acceptance{}, false, fmt.Errorf("record the job's messages: %w", err)
 		}
 		if err := tx.Commit(ctx); err != nil {
 			return Acceptance{}, false, fmt.Errorf("commit job: %w", err)
@@ -300,8 +306,9 @@ func (e *Engine) runTime(positions int32, plan faults.Plan) time.Duration {
 // Run claims and executes jobs, at most Workers at a time, until ctx is
 // cancelled; then it waits for every in-flight job to finish or be released.
 // One claim loop per instance feeds the workers, up to claimBatch jobs a
-// statement, so an idle instance costs one query per PollInterval, whatever
-// its worker count, and a busy one less than one per job.
+// claim, so an idle instance costs one claim (two round trips) per
+// PollInterval, whatever its worker count, and a busy one less than one per
+// job.
 func (e *Engine) Run(ctx context.Context) error {
 	e.logger.InfoContext(ctx, "engine started", "workers", e.cfg.Workers, "instance", e.cfg.Instance,
 		"owner", e.cfg.Owner, "lease", e.cfg.Lease)
@@ -326,7 +333,7 @@ func (e *Engine) Run(ctx context.Context) error {
 				break fill
 			}
 		}
-		// The claim is not cut off by shutdown: cancelled mid-statement, it
+		// The claim is not cut off by shutdown: cancelled as it commits, it
 		// could commit on the server while the client sees an error, leaving
 		// jobs leased by nobody until their lease expires. A job claimed as
 		// the engine stops is released at once by execute.
@@ -361,13 +368,52 @@ func (e *Engine) Run(ctx context.Context) error {
 	return nil
 }
 
-// claim leases up to n due jobs to this engine.
+// claim leases up to n due jobs to this engine and starts those that were
+// waiting (ACCEPTED): their start and STARTED messages commit with the
+// leases, in one transaction of two round trips (BEGIN with the claim, the
+// messages with COMMIT). A claim that leased nothing ends with a rollback:
+// it wrote nothing.
 func (e *Engine) claim(ctx context.Context, n int) ([]*job, error) {
-	rows, err := e.pool.Query(ctx, claimJobs, e.cfg.Owner, e.cfg.Lease.Microseconds(), n)
+	var jobs []*job
+	first := &pgx.Batch{}
+	first.Queue(claimJobs, e.cfg.Owner, e.cfg.Lease.Microseconds(), n).Query(func(rows pgx.Rows) error {
+		var err error
+		jobs, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (*job, error) {
+			var started bool
+			var at *time.Time
+			j, err := scanJob(r, &started, &at)
+			if err != nil || !started {
+				return j, err
+			}
+			ev, err := startedEvent(j, at.UTC())
+			j.Started = &ev
+			return j, err
+		})
+		return err
+	})
+	ctx, p, err := pgnotify.Begin(ctx, e.pool, e.logger, first)
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (*job, error) { return scanJob(r) })
+	if len(jobs) == 0 {
+		p.Rollback(ctx)
+		return nil, nil
+	}
+	var ids []uuid.UUID
+	var rows []eventRow
+	for _, j := range jobs {
+		if j.Started != nil {
+			ids, rows = append(ids, j.ID), append(rows, *j.Started)
+		}
+	}
+	last := &pgx.Batch{}
+	if len(rows) > 0 {
+		last.Queue(insertEvents, insertEventsArgs(ids, rows)...)
+	}
+	if err := p.Commit(ctx, last); err != nil {
+		return nil, err
+	}
+	return jobs, nil
 }
 
 // releaseInstance gives back the jobs earlier incarnations of this instance
@@ -469,7 +515,18 @@ func (e *Engine) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, 
 func (e *Engine) advance(ctx context.Context, j *job, log *slog.Logger) ([]published, error) {
 	var out []published
 	var err error
-	if j.Status != statusAccepted {
+	// startedAt is known when this owner's claim started the job; a job
+	// resumed after a restart does not carry it, and its execute hop goes
+	// unobserved.
+	var startedAt time.Time
+	if started := j.Started; started != nil {
+		startedAt = started.OccurredAt
+		e.metrics.hops.Observe(ctx, orderhop.ProviderStart, j.AcceptedAt, startedAt)
+		log.DebugContext(ctx, "execution started", "run_for", j.RunFor)
+		if out, err = e.publish(ctx, j, []eventRow{*started}, nil, log); err != nil {
+			return out, err
+		}
+	} else {
 		// Resumed (after a restart, a lost lease, a retry) or completed
 		// early: what is still unpublished is in job_events.
 		rows, err := e.st.unpublished(ctx, j.ID)
@@ -477,26 +534,6 @@ func (e *Engine) advance(ctx context.Context, j *job, log *slog.Logger) ([]publi
 			return nil, fmt.Errorf("read unpublished events: %w", err)
 		}
 		if out, err = e.publish(ctx, j, rows, out, log); err != nil {
-			return out, err
-		}
-	}
-	// startedAt is known when this call started the job; a job resumed
-	// after a restart does not carry it, and its execute hop goes unobserved.
-	var startedAt time.Time
-	if j.Status == statusAccepted {
-		at := now()
-		started, err := startedEvent(j, at)
-		if err != nil {
-			return nil, err
-		}
-		if err := e.st.record(ctx, recordStarted, j, nil, []eventRow{started}); err != nil {
-			return nil, fmt.Errorf("start: %w", err)
-		}
-		startedAt = at
-		e.metrics.hops.Observe(ctx, orderhop.ProviderStart, j.AcceptedAt, at)
-		j.Status, j.Remaining = statusExecuting, j.RunFor
-		log.DebugContext(ctx, "execution started", "run_for", j.RunFor)
-		if out, err = e.publish(ctx, j, []eventRow{started}, nil, log); err != nil {
 			return out, err
 		}
 	}
@@ -541,10 +578,11 @@ func (e *Engine) publish(ctx context.Context, j *job, rows []eventRow, out []pub
 	return out, nil
 }
 
-// claimTimeout bounds one claim statement, which shutdown does not cancel.
+// claimTimeout bounds one claim's transaction, which shutdown does not
+// cancel.
 const claimTimeout = 5 * time.Second
 
-// claimBatch caps the jobs one claim statement leases (and the free workers
+// claimBatch caps the jobs one claim leases (and the free workers
 // it waits for none of: it takes what is free, at least one).
 const claimBatch = 16
 

@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/google/uuid"
@@ -47,6 +46,10 @@ type job struct {
 	// Traceparent and Tracestate of the SubmitWorkOrder call that created
 	// the job; the execution's span links to it.
 	Traceparent, Tracestate string
+	// Started is the STARTED message of a job this owner's claim started,
+	// committed with the claim and not published yet; nil for a job resumed
+	// or completed early.
+	Started *eventRow
 }
 
 const jobColumns = `job_id, work_order_id, customer_id, description, positions, status, run_for_us,
@@ -55,13 +58,14 @@ const jobColumns = `job_id, work_order_id, customer_id, description, positions, 
 	accepted_at, fault_early_completion, fault_duplicate, fault_split_first, fault_poison, fault_unknown_order,
 	fault_crash_pending, lease_token, attempts, traceparent, tracestate`
 
-func scanJob(row pgx.Row) (*job, error) {
+// scanJob scans jobColumns, then extra (the claim's further columns).
+func scanJob(row pgx.Row, extra ...any) (*job, error) {
 	var j job
 	var runUS, remainingUS int64
 	var poison string
-	err := row.Scan(&j.ID, &j.WorkOrderID, &j.CustomerID, &j.Description, &j.Positions, &j.Status, &runUS,
+	err := row.Scan(append([]any{&j.ID, &j.WorkOrderID, &j.CustomerID, &j.Description, &j.Positions, &j.Status, &runUS,
 		&remainingUS, &j.AcceptedAt, &j.Plan.EarlyCompletion, &j.Plan.Duplicate, &j.Plan.SplitFirst, &poison,
-		&j.Plan.UnknownOrder, &j.CrashPending, &j.LeaseToken, &j.Attempts, &j.Traceparent, &j.Tracestate)
+		&j.Plan.UnknownOrder, &j.CrashPending, &j.LeaseToken, &j.Attempts, &j.Traceparent, &j.Tracestate}, extra...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -96,27 +100,35 @@ RETURNING ` + jobColumns
 
 const selectJobByWorkOrder = `SELECT ` + jobColumns + ` FROM jobs WHERE work_order_id = $1`
 
-// The inner SELECT picks up to $3 due, unleased (or expired-lease) jobs;
-// SKIP LOCKED lets other instances pass over rows another claim is taking
-// instead of queueing behind it. = ANY(ARRAY(...)) evaluates the pick once (an
-// IN (subquery) may be planned as a join that re-reads it). After the commit
-// the row locks are gone and the lease alone marks ownership, so a crashed
-// owner's job becomes claimable when its lease expires. lease_token
-// increments on every claim: it is the fencing token all later writes of the
-// owner check. ORDER BY not_before on the partial index jobs_unfinished:
-// oldest due first.
+// The pick takes up to $3 due, unleased (or expired-lease) jobs; SKIP LOCKED
+// lets other instances pass over rows another claim is taking instead of
+// queueing behind it. MATERIALIZED evaluates the pick once (inlined, it
+// could be planned as a join that re-reads it) and keeps each job's status
+// before the claim: a job still ACCEPTED is started by the claim (status,
+// started_at), and the claim's transaction inserts its STARTED message
+// before it commits (insertEvents), so the start costs no commit of its own
+// (ADR 0012, revision 2). After the commit the row locks are gone and the
+// lease alone marks ownership, so a crashed owner's job becomes claimable
+// when its lease expires. lease_token increments on every claim: it is the
+// fencing token all later writes of the owner check. ORDER BY not_before on
+// the partial index jobs_unfinished: oldest due first. Besides the job, a
+// row returns whether this claim started it, and its started_at.
 const claimJobs = `
+WITH picked AS MATERIALIZED (
+  SELECT job_id AS id, status AS was FROM jobs
+   WHERE status <> 'DONE' AND not_before <= now()
+     AND (lease_until IS NULL OR lease_until < now())
+   ORDER BY not_before
+   LIMIT $3
+   FOR UPDATE SKIP LOCKED)
 UPDATE jobs SET lease_owner = $1,
                 lease_until = now() + $2::bigint * interval '1 microsecond',
-                lease_token = lease_token + 1
- WHERE job_id = ANY(ARRAY(
-        SELECT job_id FROM jobs
-         WHERE status <> 'DONE' AND not_before <= now()
-           AND (lease_until IS NULL OR lease_until < now())
-         ORDER BY not_before
-         LIMIT $3
-         FOR UPDATE SKIP LOCKED))
-RETURNING ` + jobColumns
+                lease_token = lease_token + 1,
+                status = CASE WHEN picked.was = 'ACCEPTED' THEN 'EXECUTING' ELSE status END,
+                started_at = CASE WHEN picked.was = 'ACCEPTED' THEN now() ELSE started_at END
+  FROM picked
+ WHERE job_id = picked.id
+RETURNING ` + jobColumns + `, picked.was = 'ACCEPTED', started_at`
 
 // releaseInstance gives back, at an instance's start, the jobs a previous
 // incarnation of the same instance still holds: that process is dead (this
@@ -165,12 +177,6 @@ events AS (
          AS r(event_id, seq, kind, event_type, ordering_key, payload, copies, occurred_at)
   ON CONFLICT (event_id) DO NOTHING),`
 
-	recordStarted = `
-WITH job AS (
-  UPDATE jobs SET status = 'EXECUTING', started_at = now()
-   WHERE job_id = $1 AND lease_token = $2 AND status = 'ACCEPTED'
-  RETURNING job_id),` + recordEvents + markOut
-
 	recordCompleted = `
 WITH job AS (
   UPDATE jobs SET status = 'COMPLETED', completed_at = now()
@@ -202,13 +208,17 @@ WITH job AS (
 	// the fault as spent and republishes instead of crashing again.
 	disarmCrash = `UPDATE jobs SET fault_crash_pending = false WHERE job_id = $1 AND lease_token = $2`
 
-	// The early-completion job's messages, in SubmitWorkOrder's transaction.
-	insertEvent = `INSERT INTO job_events (event_id, job_id, seq, kind, event_type, ordering_key, payload, copies, occurred_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+	// insertEvents records the messages of jobs whose rows the transaction
+	// holds locked (a claim's STARTED messages; an early completion's
+	// messages with its job), so it needs no fence. ON CONFLICT as in
+	// recordEvents.
+	insertEvents = `INSERT INTO job_events (job_id, event_id, seq, kind, event_type, ordering_key, payload, copies, occurred_at)
+SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::int[], $4::text[], $5::text[], $6::text[], $7::bytea[], $8::int[], $9::timestamptz[])
 ON CONFLICT (event_id) DO NOTHING`
 
-	// Read only by an owner that resumes a job (claimed in EXECUTING or
-	// COMPLETED): a fresh step publishes the rows it has just recorded.
+	// Read only by an owner that resumes a job (claimed when already
+	// EXECUTING or COMPLETED): a fresh step publishes the rows it has just
+	// recorded.
 	selectUnpublished = `SELECT event_id, seq, kind, event_type, ordering_key, payload, copies, occurred_at
   FROM job_events WHERE job_id = $1 AND published_at IS NULL ORDER BY seq`
 )
@@ -259,9 +269,15 @@ func (s store) step(ctx context.Context, sql string, j *job, out []published, ex
 	return nil
 }
 
-// record runs recordStarted or recordCompleted: the step, its messages and
-// the publishes before it, in one statement.
+// record runs recordCompleted: the step, its messages and the publishes
+// before it, in one statement.
 func (s store) record(ctx context.Context, sql string, j *job, out []published, rows []eventRow) error {
+	return s.step(ctx, sql, j, out, eventColumns(rows)...)
+}
+
+// eventColumns are rows as the arrays the statements unnest: event ids,
+// seqs, kinds, event types, ordering keys, payloads, copies, occurred_at.
+func eventColumns(rows []eventRow) []any {
 	n := len(rows)
 	var (
 		ids       = make([]uuid.UUID, n)
@@ -277,17 +293,12 @@ func (s store) record(ctx context.Context, sql string, j *job, out []published, 
 		ids[i], seqs[i], kinds[i], types[i], keys[i] = r.EventID, int32(r.Seq), r.Kind, r.EventType, r.OrderingKey
 		payloads[i], copies[i], occurreds[i] = r.Payload, int32(r.Copies), r.OccurredAt
 	}
-	return s.step(ctx, sql, j, out, ids, seqs, kinds, types, keys, payloads, copies, occurreds)
+	return []any{ids, seqs, kinds, types, keys, payloads, copies, occurreds}
 }
 
-func (s store) insertEvents(ctx context.Context, tx pgx.Tx, jobID uuid.UUID, rows []eventRow) error {
-	for _, r := range rows {
-		if _, err := tx.Exec(ctx, insertEvent, r.EventID, jobID, r.Seq, r.Kind, r.EventType, r.OrderingKey,
-			r.Payload, r.Copies, r.OccurredAt); err != nil {
-			return fmt.Errorf("record %s event %s: %w", r.Kind, r.EventID, err)
-		}
-	}
-	return nil
+// insertEventsArgs are insertEvents' parameters: jobIDs[i] is rows[i]'s job.
+func insertEventsArgs(jobIDs []uuid.UUID, rows []eventRow) []any {
+	return append([]any{jobIDs}, eventColumns(rows)...)
 }
 
 func (s store) unpublished(ctx context.Context, jobID uuid.UUID) ([]eventRow, error) {
