@@ -33,6 +33,10 @@
 // requests queues on the API pool and cannot take the connections the
 // relays need to drain the outbox and the inbox.
 //
+// Their connections send and read github.com/google/uuid's UUID as
+// PostgreSQL's binary uuid, 16 bytes copied; pgx alone takes it through
+// its driver.Valuer and text, about 1.2 µs an id (BenchmarkEncodeUUIDs).
+//
 // # Connection arithmetic
 //
 // PostgreSQL's default max_connections is 100, 3 of them reserved for

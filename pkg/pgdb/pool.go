@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/exaring/otelpgx"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/lossless-dev/lossless/pkg/telemetry"
@@ -296,6 +297,10 @@ func newPool(ctx context.Context, c Config, maxConns int, tel telemetry.Provider
 		otelpgx.WithMeterProvider(tel.MeterProvider),
 		otelpgx.WithDisableConnectionDetailsInAttributes(),
 	)
+	cfg.AfterConnect = func(_ context.Context, conn *pgx.Conn) error {
+		registerUUID(conn.TypeMap())
+		return nil
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("DATABASE_URL: %w", err)

@@ -9,6 +9,7 @@ import (
 	"testing/fstest"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -242,5 +243,41 @@ func TestPlanCacheModeReachesEveryConnection(t *testing.T) {
 		if got := show(t, pool, "plan_cache_mode"); got != "force_generic_plan" {
 			t.Errorf("%s: plan_cache_mode = %s, want force_generic_plan", name, got)
 		}
+	}
+}
+
+// Ids travel as uuid.UUID both ways, alone, in arrays and nullable, with
+// the bytes PostgreSQL's text form names.
+func TestUUIDsRoundTrip(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, err := pgdb.New(ctx, pgtest.NewDatabase(t, emptySet), telemetry.Providers{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	u, v := uuid.MustParse("0190c1e2-3f4a-7b5c-8d6e-9f0a1b2c3d4e"), uuid.New()
+	var (
+		text     string
+		one      uuid.UUID
+		many     []uuid.UUID
+		null     *uuid.UUID
+		nullable *uuid.UUID
+	)
+	if err := pool.QueryRow(ctx, `SELECT $1::uuid::text, $1::uuid, $2::uuid[], $3::uuid, $4::uuid`,
+		u, []uuid.UUID{v, uuid.Nil, u}, (*uuid.UUID)(nil), &v).Scan(&text, &one, &many, &null, &nullable); err != nil {
+		t.Fatal(err)
+	}
+	if text != u.String() || one != u {
+		t.Errorf("uuid %s: the server read %s, scanned back %s", u, text, one)
+	}
+	if len(many) != 3 || many[0] != v || many[1] != uuid.Nil || many[2] != u {
+		t.Errorf("uuid[]: %v", many)
+	}
+	if null != nil || nullable == nil || *nullable != v {
+		t.Errorf("nullable: NULL scanned as %v, %s as %v", null, v, nullable)
+	}
+	if err := pool.QueryRow(ctx, `SELECT NULL::uuid`).Scan(&one); err == nil {
+		t.Error("NULL scanned into a uuid.UUID without an error")
 	}
 }
