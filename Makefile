@@ -164,6 +164,19 @@ bench-distance: ## B7 alone: capacity, p50 create→invoiced and statements per 
 		$(GO) test -json -run '^$$' -bench '^BenchmarkB7_Distance$$' -benchtime 1x -timeout 30m ./e2e > bench/raw-b7.json || status=1; \
 	$(call bench_merge,B7,bench/raw-b7.json,$(B7_DATA)); exit $$status
 
+# B5 alone (it is part of `make bench`): the whole pipeline's capacity, latency at 10 % and 50 % of it, and its
+# per-hop commits, round trips and CPU per order (e2e/bench_test.go, e2e/hopcost_bench_test.go), at the
+# knobs `make bench` runs it with. Merged into bench/report.md like bench-distance. About 5 minutes.
+B5_DATA ?= bench/data/b5
+
+.PHONY: bench-pipeline
+bench-pipeline: ## B5 alone: capacity, p50/p99 create→invoiced at 10 % and 50 % load, commits, round trips and CPU per order per hop and process, fsync on; merged into bench/report.md.
+	@mkdir -p '$(B5_DATA)' && rm -f '$(B5_DATA)'/*.csv bench/raw-b5.json
+	@status=0; \
+	LOSSLESS_BENCH_DATA='$(abspath $(B5_DATA))' LOSSLESS_PG_FSYNC=on LOSSLESS_PG_STAT_STATEMENTS=on \
+		$(GO) test -json -run '^$$' -bench '^BenchmarkB5_EndToEndLatency$$' -benchtime 1x -timeout 30m ./e2e > bench/raw-b5.json || status=1; \
+	$(call bench_merge,B5,bench/raw-b5.json,$(B5_DATA)); exit $$status
+
 # $(call bench_merge,ID,RAW,DATA), in a recipe that set status: splices the run of one benchmark (its
 # go test -json output RAW, its series in DATA) into bench/report.md (bench/report -merge) and shows its row.
 bench_merge = (cd bench/report && $(GO) run . -raw '$(abspath $(2))' -data '$(abspath $(3))' \

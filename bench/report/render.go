@@ -75,7 +75,7 @@ func Render(w io.Writer, r *Run, meta Meta, plots []Plot, tables []Table) error 
 	p("# Benchmark report\n\n")
 	p("Written by `make bench` (bench/report) from the `go test -json` output of one run and the series in bench/data. ")
 	p("Every target is a ratio against an anchor measured on the same machine in the same run ([docs/performance.md](../docs/performance.md)). ")
-	p("A benchmark run on its own afterwards (`make bench-distance`, `make bench-river`, `make bench-watermill`) replaces its own row, Details and series, and the Environment names that run.\n\n")
+	p("A benchmark run on its own afterwards (`make bench-distance`, `make bench-pipeline`, `make bench-river`, `make bench-watermill`) replaces its own row, Details and series, and the Environment names that run.\n\n")
 
 	p("## Environment\n\n| | |\n|---|---|\n")
 	env := func(k, label, def string) {
