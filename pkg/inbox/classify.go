@@ -1,8 +1,10 @@
 package inbox
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/lossless-dev/lossless/pkg/retry"
 )
@@ -100,3 +102,71 @@ func Park(reason string, err error) error {
 func AlreadyApplied(err error) error {
 	return &RejectionError{disposition: Duplicate, reason: "DUPLICATE", Err: err}
 }
+
+// outcome classifies the handler's result for e (nil = applied).
+func (r *Relay) outcome(ctx context.Context, e *Entry, herr error) outcome {
+	o := outcome{id: e.ID, attempts: e.Attempts + 1, receivedAt: e.ReceivedAt}
+	if herr == nil {
+		o.status = StatusApplied
+		return o
+	}
+	msg := herr.Error()
+	o.lastError = &msg
+	if pe := (*panicError)(nil); errors.As(herr, &pe) {
+		// A panic is no business outcome and may not heal: retried like a
+		// technical failure, but parked once MaxAttempts is reached.
+		o.disposition, o.panicked = Technical, true
+		if o.attempts >= r.cfg.MaxAttempts {
+			reason := ReasonPanic
+			o.status, o.parkReason = StatusParked, &reason
+			r.logger.ErrorContext(ctx, "inbox relay: entry parked after repeated panics", "inbox_id", e.ID, "event_id", e.EventID,
+				"event_type", e.EventType, "correlation_key", e.CorrelationKey, "attempts", o.attempts, "error", msg)
+		} else {
+			o.status, o.delay = StatusOpen, r.cfg.TechnicalBackoff.Delay(o.attempts)
+		}
+		return o
+	}
+	d, reason := Classify(herr)
+	o.disposition = d
+	switch d {
+	case Duplicate:
+		o.status = StatusDuplicate
+	case Parked:
+		o.status, o.parkReason = StatusParked, &reason
+	case Deferred:
+		if o.attempts >= r.cfg.MaxAttempts && time.Since(e.ReceivedAt) >= r.cfg.MaxAge {
+			o.status, o.parkReason = StatusParked, &reason
+		} else {
+			o.status, o.delay = StatusOpen, r.cfg.DeferBackoff.Delay(o.attempts)
+		}
+	default:
+		o.status, o.delay = StatusOpen, r.cfg.TechnicalBackoff.Delay(o.attempts)
+		r.logger.WarnContext(ctx, "inbox relay: technical failure; will retry",
+			"inbox_id", e.ID, "event_id", e.EventID, "attempts", o.attempts, "error", herr)
+	}
+	if o.status == StatusParked {
+		r.logger.ErrorContext(ctx, "inbox relay: entry parked", "inbox_id", e.ID, "event_id", e.EventID,
+			"event_type", e.EventType, "correlation_key", e.CorrelationKey, "reason", reason, "error", herr)
+	}
+	return o
+}
+
+// outcome is one claimed entry's resolution.
+type outcome struct {
+	id          int64
+	status      Status
+	attempts    int
+	delay       time.Duration
+	lastError   *string
+	parkReason  *string
+	disposition Disposition
+	panicked    bool
+	receivedAt  time.Time
+}
+
+// batchFailedError is a HandleBatch failure: the batch is retried entry by
+// entry in a new transaction.
+type batchFailedError struct{ err error }
+
+func (e *batchFailedError) Error() string { return "inbox: batch handler: " + e.err.Error() }
+func (e *batchFailedError) Unwrap() error { return e.err }

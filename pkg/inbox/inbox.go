@@ -121,6 +121,7 @@ package inbox
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -256,4 +257,20 @@ func scanEntry(row pgx.Row) (Entry, error) {
 		}
 	}
 	return e, nil
+}
+
+// scanEntries reads claimDue's rows.
+func scanEntries(rows pgx.Rows) ([]Entry, error) {
+	var out []Entry
+	for rows.Next() {
+		e, err := scanEntry(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("inbox: claim: %w", err)
+	}
+	return out, nil
 }

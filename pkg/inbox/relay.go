@@ -5,13 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"runtime/debug"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/trace"
@@ -19,7 +17,6 @@ import (
 
 	"github.com/lossless-dev/lossless/pkg/pgdb"
 	"github.com/lossless-dev/lossless/pkg/pgnotify"
-	"github.com/lossless-dev/lossless/pkg/telemetry"
 )
 
 // claimDue picks the next due entries for this relay.
@@ -94,14 +91,6 @@ type Relay struct {
 	cursor    int64
 	lastSweep time.Time
 	wake      pgnotify.Wake
-}
-
-type relayMetrics struct {
-	outcomes  metric.Int64Counter
-	latency   metric.Float64Histogram
-	failures  metric.Int64Counter
-	fallbacks metric.Int64Counter
-	panics    metric.Int64Counter
 }
 
 // NewRelay returns a relay applying entries with handler. It needs a pool,
@@ -246,13 +235,6 @@ func (r *Relay) ProcessBatch(ctx context.Context) (int, error) {
 	return len(claimed), nil
 }
 
-// batchFailedError is a HandleBatch failure: the batch is retried entry by
-// entry in a new transaction.
-type batchFailedError struct{ err error }
-
-func (e *batchFailedError) Error() string { return "inbox: batch handler: " + e.err.Error() }
-func (e *batchFailedError) Unwrap() error { return e.err }
-
 // processBatch is one claiming transaction: claim, apply (whole batch through
 // bh when batched, else entry by entry in savepoints), resolve, commit,
 // pipelined (pgnotify.Begin, ADR 0023): the claim travels with the BEGIN,
@@ -305,49 +287,6 @@ func (r *Relay) applyClaimed(ctx context.Context, tx pgx.Tx, claimed []Entry, bh
 		outs = append(outs, o)
 	}
 	return outs, nil
-}
-
-// startSpan starts the span that applies a claimed batch: a new root linked
-// to the span that stored each entry (up to telemetry.SpanLimits' links).
-func (r *Relay) startSpan(ctx context.Context, claimed []Entry, batched bool) (context.Context, trace.Span) {
-	links := make([]trace.Link, 0, len(claimed))
-	for i := range claimed {
-		if l, ok := telemetry.ProducerLink(claimed[i].Traceparent, claimed[i].Tracestate); ok {
-			l.Attributes = []attribute.KeyValue{attribute.Int64("inbox.id", claimed[i].ID), attribute.String("event_id", claimed[i].EventID)}
-			links = append(links, l)
-		}
-	}
-	return r.tracer.Start(ctx, "inbox apply", trace.WithNewRoot(), trace.WithSpanKind(trace.SpanKindConsumer), trace.WithLinks(links...),
-		trace.WithAttributes(attribute.Int("inbox.batch.size", len(claimed)), attribute.Bool("inbox.batch.set_based", batched)))
-}
-
-// scanEntries reads claimDue's rows.
-func scanEntries(rows pgx.Rows) ([]Entry, error) {
-	var out []Entry
-	for rows.Next() {
-		e, err := scanEntry(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, e)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("inbox: claim: %w", err)
-	}
-	return out, nil
-}
-
-// outcome is one claimed entry's resolution.
-type outcome struct {
-	id          int64
-	status      Status
-	attempts    int
-	delay       time.Duration
-	lastError   *string
-	parkReason  *string
-	disposition Disposition
-	panicked    bool
-	receivedAt  time.Time
 }
 
 // apply runs the handler inside a savepoint, so a rejected entry's partial
@@ -412,54 +351,6 @@ func (r *Relay) applyBatch(ctx context.Context, tx pgx.Tx, bh BatchHandler, clai
 	return outs, nil
 }
 
-// outcome classifies the handler's result for e (nil = applied).
-func (r *Relay) outcome(ctx context.Context, e *Entry, herr error) outcome {
-	o := outcome{id: e.ID, attempts: e.Attempts + 1, receivedAt: e.ReceivedAt}
-	if herr == nil {
-		o.status = StatusApplied
-		return o
-	}
-	msg := herr.Error()
-	o.lastError = &msg
-	if pe := (*panicError)(nil); errors.As(herr, &pe) {
-		// A panic is no business outcome and may not heal: retried like a
-		// technical failure, but parked once MaxAttempts is reached.
-		o.disposition, o.panicked = Technical, true
-		if o.attempts >= r.cfg.MaxAttempts {
-			reason := ReasonPanic
-			o.status, o.parkReason = StatusParked, &reason
-			r.logger.ErrorContext(ctx, "inbox relay: entry parked after repeated panics", "inbox_id", e.ID, "event_id", e.EventID,
-				"event_type", e.EventType, "correlation_key", e.CorrelationKey, "attempts", o.attempts, "error", msg)
-		} else {
-			o.status, o.delay = StatusOpen, r.cfg.TechnicalBackoff.Delay(o.attempts)
-		}
-		return o
-	}
-	d, reason := Classify(herr)
-	o.disposition = d
-	switch d {
-	case Duplicate:
-		o.status = StatusDuplicate
-	case Parked:
-		o.status, o.parkReason = StatusParked, &reason
-	case Deferred:
-		if o.attempts >= r.cfg.MaxAttempts && time.Since(e.ReceivedAt) >= r.cfg.MaxAge {
-			o.status, o.parkReason = StatusParked, &reason
-		} else {
-			o.status, o.delay = StatusOpen, r.cfg.DeferBackoff.Delay(o.attempts)
-		}
-	default:
-		o.status, o.delay = StatusOpen, r.cfg.TechnicalBackoff.Delay(o.attempts)
-		r.logger.WarnContext(ctx, "inbox relay: technical failure; will retry",
-			"inbox_id", e.ID, "event_id", e.EventID, "attempts", o.attempts, "error", herr)
-	}
-	if o.status == StatusParked {
-		r.logger.ErrorContext(ctx, "inbox relay: entry parked", "inbox_id", e.ID, "event_id", e.EventID,
-			"event_type", e.EventType, "correlation_key", e.CorrelationKey, "reason", reason, "error", herr)
-	}
-	return o
-}
-
 func (r *Relay) resolve(ctx context.Context, tx pgx.Tx, outs []outcome) error {
 	b := &pgx.Batch{}
 	r.queueResolve(b, outs)
@@ -479,119 +370,6 @@ func (r *Relay) queueResolve(b *pgx.Batch, outs []outcome) {
 		delays[i], lastErrs[i], reasons[i] = o.delay.Milliseconds(), o.lastError, o.parkReason
 	}
 	b.Queue(r.q.resolveBatch, ids, statuses, attempts, delays, lastErrs, reasons)
-}
-
-func (r *Relay) record(ctx context.Context, claimed []Entry, outs []outcome) {
-	for i, o := range outs {
-		label := o.disposition.String()
-		switch o.status {
-		case StatusApplied:
-			label = "applied"
-			r.m.latency.Record(ctx, time.Since(claimed[i].ReceivedAt).Seconds())
-		case StatusParked:
-			label = "parked"
-		default:
-			if o.panicked {
-				label = "panic"
-			}
-		}
-		attrs := []attribute.KeyValue{attribute.String("outcome", label)}
-		if o.parkReason != nil {
-			attrs = append(attrs, attribute.String("reason", *o.parkReason))
-		}
-		r.m.outcomes.Add(ctx, 1, metric.WithAttributes(attrs...))
-	}
-}
-
-// ReasonPanic parks an entry whose handler panicked on each of
-// Config.MaxAttempts attempts; last_error holds "panic: <value>", the
-// relay's log the stack.
-const ReasonPanic = "PANIC"
-
-// panicError is a recovered handler panic; its message starts "panic: ".
-type panicError struct {
-	value any
-}
-
-func (e *panicError) Error() string { return fmt.Sprintf("panic: %v", e.value) }
-
-// lostPanicError is a panic after which the savepoint could not be rolled
-// back (e.g. the handler left a query result unread): the claim transaction
-// is unusable and its batch rolls back, the entry's attempt with it.
-type lostPanicError struct {
-	entry Entry
-	panic *panicError
-	err   error
-}
-
-func (e *lostPanicError) Error() string {
-	return fmt.Sprintf("inbox: entry %d: %v; transaction lost: %v", e.entry.ID, e.panic, e.err)
-}
-func (e *lostPanicError) Unwrap() error { return e.err }
-
-// recovered turns a recovered panic value into a panicError, counted and
-// logged with its stack.
-func (r *Relay) recovered(ctx context.Context, p any, attrs ...any) error {
-	r.m.panics.Add(ctx, 1)
-	r.logger.ErrorContext(ctx, "inbox relay: handler panicked",
-		append(attrs, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))...)
-	return &panicError{value: p}
-}
-
-// handle runs the handler for one entry, recovering a panic as its error.
-func (r *Relay) handle(ctx context.Context, tx pgx.Tx, e *Entry) (err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			err = r.recovered(ctx, p, "inbox_id", e.ID, "event_id", e.EventID, "event_type", e.EventType)
-		}
-	}()
-	return r.handler.Handle(ctx, tx, e)
-}
-
-// handleBatch runs HandleBatch, recovering a panic as a failure of the whole
-// batch: the entry-by-entry fallback then finds the entry that panics.
-func (r *Relay) handleBatch(ctx context.Context, tx pgx.Tx, bh BatchHandler, es []*Entry) (res []error, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			res, err = nil, r.recovered(ctx, p, "batch_size", len(es))
-		}
-	}()
-	return bh.HandleBatch(ctx, tx, es)
-}
-
-// lockUnchanged locks an entry if it is still OPEN, untouched since it was
-// claimed (same attempts), and not being applied by another relay.
-const lockUnchanged = `
-SELECT id FROM {schema}.inbox
-WHERE id = $1 AND status = 'OPEN' AND attempts = $2
-FOR UPDATE SKIP LOCKED`
-
-// chargeLostPanic records the attempt of a panic whose transaction was lost,
-// in a transaction of its own. An entry another relay has meanwhile claimed
-// or resolved is left to it.
-func (r *Relay) chargeLostPanic(ctx context.Context, lost *lostPanicError) error {
-	r.logger.WarnContext(ctx, "inbox relay: a panic lost the batch's transaction; charging the entry alone",
-		"inbox_id", lost.entry.ID, "event_id", lost.entry.EventID, "error", lost.err)
-	var o outcome
-	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
-		var id int64
-		err := tx.QueryRow(ctx, r.q.lockUnchanged, lost.entry.ID, lost.entry.Attempts).Scan(&id)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		o = r.outcome(ctx, &lost.entry, lost.panic)
-		return r.resolve(ctx, tx, []outcome{o})
-	})
-	if err != nil {
-		return fmt.Errorf("inbox: charge panic of entry %d: %w", lost.entry.ID, err)
-	}
-	if o.id != 0 {
-		r.record(ctx, []Entry{lost.entry}, []outcome{o})
-	}
-	return nil
 }
 
 // failureWait is the relay's wait after its failures-th failed batch in a
