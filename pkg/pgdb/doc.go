@@ -18,6 +18,13 @@
 // a savepoint). [DB] is both. A pattern package fixes its schema when it is
 // constructed, never per call.
 //
+// They are the only database handle interfaces of the packages and services:
+// a component takes the narrowest that fits, not a method set of its own. A
+// *pgxpool.Pool is taken only where a pool's own features are the point, and
+// says so where it is taken: a connection the component acquires and holds
+// (LISTEN, a session lock, a transaction pipelined on one connection), the
+// pool's statistics, or its lifecycle (Config, Close).
+//
 // # Pools
 //
 // Open opens the PostgreSQL connection pools of a service with
