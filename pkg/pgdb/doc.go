@@ -18,12 +18,12 @@
 // a savepoint). [DB] is both. A pattern package fixes its schema when it is
 // constructed, never per call.
 //
-// They are the only database handle interfaces of the packages and services:
-// a component takes the narrowest that fits, not a method set of its own. A
-// *pgxpool.Pool is taken only where a pool's own features are the point, and
-// says so where it is taken: a connection the component acquires and holds
-// (LISTEN, a session lock, a transaction pipelined on one connection), the
-// pool's statistics, or its lifecycle (Config, Close).
+// A component takes the narrowest of them that fits rather than declaring a
+// method set of its own, so any handle passes everywhere. It takes a
+// *pgxpool.Pool only where a pool's own features are the point, and says so
+// where it does: a connection it acquires and holds (LISTEN, a session lock,
+// a transaction pipelined on one connection), the pool's statistics, or its
+// lifecycle (Config, Close).
 //
 // # Pools
 //
