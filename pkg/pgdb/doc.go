@@ -18,6 +18,13 @@
 // a savepoint). [DB] is both. A pattern package fixes its schema when it is
 // constructed, never per call.
 //
+// A component takes the narrowest of them that fits rather than declaring a
+// method set of its own, so any handle passes everywhere. It takes a
+// *pgxpool.Pool only where a pool's own features are the point, and says so
+// where it does: a connection it acquires and holds (LISTEN, a session lock,
+// a transaction pipelined on one connection), the pool's statistics, or its
+// lifecycle (Config, Close).
+//
 // # Pools
 //
 // Open opens the PostgreSQL connection pools of a service with

@@ -12,12 +12,12 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	billingv1 "github.com/lossless-dev/lossless/gen/lossless/billing/v1"
 	moneyv1 "github.com/lossless-dev/lossless/gen/lossless/money/v1"
 	"github.com/lossless-dev/lossless/pkg/apierror"
+	"github.com/lossless-dev/lossless/pkg/pgdb"
 	"github.com/lossless-dev/lossless/pkg/server"
 	"github.com/lossless-dev/lossless/services/billing/internal/invoice"
 	"github.com/lossless-dev/lossless/services/billing/internal/store"
@@ -32,16 +32,16 @@ const (
 // Service implements BillingService.
 type Service struct {
 	billingv1.UnimplementedBillingServiceServer
-	pool   *pgxpool.Pool
+	db     pgdb.Executor
 	logger *slog.Logger
 }
 
-// NewService returns the service reading from pool.
-func NewService(pool *pgxpool.Pool, logger *slog.Logger) (*Service, error) {
-	if pool == nil || logger == nil {
-		return nil, errors.New("api: nil pool or logger")
+// NewService returns the service reading from db.
+func NewService(db pgdb.Executor, logger *slog.Logger) (*Service, error) {
+	if db == nil || logger == nil {
+		return nil, errors.New("api: nil database or logger")
 	}
-	return &Service{pool: pool, logger: logger}, nil
+	return &Service{db: db, logger: logger}, nil
 }
 
 // Register registers svc on the gRPC server and its REST gateway.
@@ -59,7 +59,7 @@ func (s *Service) GetInvoice(ctx context.Context, req *billingv1.GetInvoiceReque
 	if err != nil { // protovalidate already refused it; kept for direct callers
 		return nil, apierror.InvalidArgument(apierror.Violation{Field: "id", Description: "value must be a valid UUID"})
 	}
-	inv, err := store.Get(ctx, s.pool, id)
+	inv, err := store.Get(ctx, s.db, id)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, apierror.NotFound("invoice", req.GetId())
 	}
@@ -101,7 +101,7 @@ func (s *Service) ListInvoices(ctx context.Context, req *billingv1.ListInvoicesR
 		}
 		f.After = &c
 	}
-	invs, next, err := store.List(ctx, s.pool, f)
+	invs, next, err := store.List(ctx, s.db, f)
 	if err != nil {
 		return nil, fmt.Errorf("list invoices: %w", err) // see GetInvoice
 	}

@@ -155,7 +155,7 @@ func (p *Provider) submit(ctx context.Context, id uuid.UUID, req *providerv1.Sub
 // store.
 type Admin struct {
 	providerv1.UnimplementedProviderAdminServiceServer
-	db     DB
+	db     pgdb.Executor
 	dice   *faults.Dice
 	logger *slog.Logger
 	// update serialises UpdateFaults: each audit row's "before" is the
@@ -164,8 +164,9 @@ type Admin struct {
 }
 
 // NewAdmin returns the admin service; db is the engine's store: the jobs
-// are read from it, and the fault changes recorded in its operator_audit.
-func NewAdmin(db DB, d *faults.Dice, logger *slog.Logger) (*Admin, error) {
+// are read from it, and the fault changes recorded in its operator_audit
+// (operator.WriteAudit).
+func NewAdmin(db pgdb.Executor, d *faults.Dice, logger *slog.Logger) (*Admin, error) {
 	if db == nil || d == nil || logger == nil {
 		return nil, errors.New("api: NewAdmin: nil database, dice or logger")
 	}

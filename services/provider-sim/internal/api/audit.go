@@ -5,10 +5,9 @@ import (
 	"errors"
 	"log/slog"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/lossless-dev/lossless/pkg/operator"
 	opsv1 "github.com/lossless-dev/lossless/pkg/operator/opsv1"
+	"github.com/lossless-dev/lossless/pkg/pgdb"
 )
 
 // AuditLog is the operator API (pkg/operator's OperatorService) as the
@@ -25,7 +24,7 @@ type AuditLog struct {
 // the operator token (token from the variable tokenEnv; empty refuses every
 // call). Install AuthInterceptor as well, so a call is refused before its
 // request is validated.
-func NewAuditLog(db *pgxpool.Pool, token, tokenEnv string, logger *slog.Logger) (*AuditLog, error) {
+func NewAuditLog(db pgdb.DB, token, tokenEnv string, logger *slog.Logger) (*AuditLog, error) {
 	if db == nil {
 		return nil, errors.New("api: NewAuditLog: nil database")
 	}

@@ -10,7 +10,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -21,15 +20,6 @@ import (
 	"github.com/lossless-dev/lossless/pkg/operator"
 	"github.com/lossless-dev/lossless/pkg/server"
 )
-
-// DB is what the admin service needs: the job reads, and the fault
-// changes' audit rows (operator.WriteAudit). A pool, a connection or a
-// transaction.
-type DB interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
 
 // Page sizes of ListJobs, as the proto documents them.
 const (

@@ -75,7 +75,7 @@ var errCrashed = errors.New("crashed after publishing (publish_then_crash fault)
 
 // Engine accepts and executes jobs.
 type Engine struct {
-	pool    *pgxpool.Pool
+	pool    *pgxpool.Pool // a pool, not a pgdb.DB: claim pipelines its transaction on a connection it acquires
 	st      store
 	pub     Publisher
 	dice    *faults.Dice
@@ -139,7 +139,7 @@ func New(pool *pgxpool.Pool, pub Publisher, dice *faults.Dice, cfg Config, logge
 		return nil, err
 	}
 	e := &Engine{
-		pool: pool, st: store{pool: pool}, pub: pub, dice: dice, cfg: cfg,
+		pool: pool, st: store{db: pool}, pub: pub, dice: dice, cfg: cfg,
 		logger: logger, wake: make(chan struct{}, 1), metrics: m,
 		tracer: tracenoop.NewTracerProvider().Tracer(""),
 	}
@@ -497,7 +497,7 @@ func (e *Engine) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, 
 			return
 		case <-t.C:
 		}
-		err := e.st.fenced(ctx, e.pool, renewLease, j.ID, j.LeaseToken, e.cfg.Lease.Microseconds())
+		err := e.st.fenced(ctx, renewLease, j.ID, j.LeaseToken, e.cfg.Lease.Microseconds())
 		if errors.Is(err, errLeaseLost) {
 			cancel(errLeaseLost)
 			return
@@ -601,7 +601,7 @@ func (e *Engine) publishOne(parent context.Context, j *job, r eventRow, log *slo
 	defer stop()
 	crash := j.CrashPending && r.Kind == kindCompleted
 	if crash {
-		if err := e.st.fenced(ctx, e.pool, disarmCrash, j.ID, j.LeaseToken); err != nil {
+		if err := e.st.fenced(ctx, disarmCrash, j.ID, j.LeaseToken); err != nil {
 			return err
 		}
 		j.CrashPending = false

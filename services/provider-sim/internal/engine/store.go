@@ -7,9 +7,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/lossless-dev/lossless/pkg/pgdb"
 	"github.com/lossless-dev/lossless/services/provider-sim/internal/faults"
 )
 
@@ -225,13 +224,13 @@ ON CONFLICT (event_id) DO NOTHING`
 
 // store runs the queries above.
 type store struct {
-	pool *pgxpool.Pool
+	db pgdb.Executor
 }
 
 // fenced runs one write of the lease owner and reports errLeaseLost when it
 // matched nothing.
-func (s store) fenced(ctx context.Context, q pgxExec, sql string, args ...any) error {
-	tag, err := q.Exec(ctx, sql, args...)
+func (s store) fenced(ctx context.Context, sql string, args ...any) error {
+	tag, err := s.db.Exec(ctx, sql, args...)
 	if err != nil {
 		return err
 	}
@@ -239,10 +238,6 @@ func (s store) fenced(ctx context.Context, q pgxExec, sql string, args ...any) e
 		return errLeaseLost
 	}
 	return nil
-}
-
-type pgxExec interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
 // published is a message this owner published and has not recorded yet.
@@ -260,7 +255,7 @@ func (s store) step(ctx context.Context, sql string, j *job, out []published, ex
 		ids[i], ats[i] = p.EventID, p.At
 	}
 	var n int
-	if err := s.pool.QueryRow(ctx, sql, append([]any{j.ID, j.LeaseToken, ids, ats}, extra...)...).Scan(&n); err != nil {
+	if err := s.db.QueryRow(ctx, sql, append([]any{j.ID, j.LeaseToken, ids, ats}, extra...)...).Scan(&n); err != nil {
 		return err
 	}
 	if n == 0 {
@@ -302,7 +297,7 @@ func insertEventsArgs(jobIDs []uuid.UUID, rows []eventRow) []any {
 }
 
 func (s store) unpublished(ctx context.Context, jobID uuid.UUID) ([]eventRow, error) {
-	rows, err := s.pool.Query(ctx, selectUnpublished, jobID)
+	rows, err := s.db.Query(ctx, selectUnpublished, jobID)
 	if err != nil {
 		return nil, err
 	}

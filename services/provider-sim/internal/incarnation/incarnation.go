@@ -8,13 +8,8 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/lossless-dev/lossless/pkg/pgdb"
 )
-
-// Querier runs the query; *pgxpool.Pool and pgx.Tx implement it.
-type Querier interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
 
 // One row per instance, not a sequence shared by all: each instance's starts
 // count 1, 2, 3 whatever the other replicas do, so a multi-replica run with a
@@ -26,9 +21,9 @@ ON CONFLICT (instance) DO UPDATE SET starts = incarnations.starts + 1, started_a
 RETURNING starts`
 
 // Next records a start of instance and returns its number.
-func Next(ctx context.Context, q Querier, instance string) (int64, error) {
+func Next(ctx context.Context, db pgdb.Executor, instance string) (int64, error) {
 	var n int64
-	if err := q.QueryRow(ctx, recordStart, instance).Scan(&n); err != nil {
+	if err := db.QueryRow(ctx, recordStart, instance).Scan(&n); err != nil {
 		return 0, fmt.Errorf("record the start of instance %q: %w", instance, err)
 	}
 	return n, nil

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
@@ -23,6 +22,7 @@ import (
 	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
 	"github.com/lossless-dev/lossless/pkg/apierror"
 	"github.com/lossless-dev/lossless/pkg/idempotency"
+	"github.com/lossless-dev/lossless/pkg/pgdb"
 	"github.com/lossless-dev/lossless/pkg/server"
 	"github.com/lossless-dev/lossless/services/workorder/internal/orders"
 )
@@ -57,15 +57,15 @@ type Service struct {
 }
 
 // NewService returns the API: reads through repo, creates and cancels
-// through handlers writing on pool, with create's idempotency keys in keys.
+// through handlers writing on db, with create's idempotency keys in keys.
 // operators name (by subject or verified email) the callers that may read, list and cancel every
 // order (WORKORDER_OPERATOR_SUBJECTS); any other caller only its own. The
 // caller is the one pkg/server's WithCallerAuth verified: a call that did
 // not pass through it is refused. A nil meter disables metrics.
-func NewService(pool *pgxpool.Pool, repo *orders.Repository, keys *idempotency.Store, operators []string, logger *slog.Logger, meter metric.Meter) (*Service, error) {
+func NewService(db pgdb.DB, repo *orders.Repository, keys *idempotency.Store, operators []string, logger *slog.Logger, meter metric.Meter) (*Service, error) {
 	switch {
-	case pool == nil:
-		return nil, errors.New("api: pool is nil")
+	case db == nil:
+		return nil, errors.New("api: database is nil")
 	case repo == nil:
 		return nil, errors.New("api: repository is nil")
 	case keys == nil:
@@ -73,13 +73,13 @@ func NewService(pool *pgxpool.Pool, repo *orders.Repository, keys *idempotency.S
 	case logger == nil:
 		return nil, errors.New("api: logger is nil")
 	}
-	create, err := orders.NewCreateHandler(pool, keys, createScope, func(o orders.Order) *workorderv1.CreateWorkOrderResponse {
+	create, err := orders.NewCreateHandler(db, keys, createScope, func(o orders.Order) *workorderv1.CreateWorkOrderResponse {
 		return &workorderv1.CreateWorkOrderResponse{WorkOrder: toProto(o)}
 	}, logger, meter)
 	if err != nil {
 		return nil, fmt.Errorf("api: %w", err)
 	}
-	cancel, err := orders.NewCancelHandler(pool, logger, meter)
+	cancel, err := orders.NewCancelHandler(db, logger, meter)
 	if err != nil {
 		return nil, fmt.Errorf("api: %w", err)
 	}

@@ -11,11 +11,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
 
+	"github.com/lossless-dev/lossless/pkg/pgdb"
 	"github.com/lossless-dev/lossless/services/workorder/internal/orders"
 )
 
@@ -52,7 +52,7 @@ func (c Config) Validate() error {
 
 // Monitor refreshes the gauge on an interval.
 type Monitor struct {
-	pool   *pgxpool.Pool
+	db     pgdb.Executor
 	cfg    Config
 	logger *slog.Logger
 
@@ -61,9 +61,9 @@ type Monitor struct {
 }
 
 // New registers workorder.orders{status} on meter (nil: no metrics).
-func New(pool *pgxpool.Pool, cfg Config, logger *slog.Logger, meter metric.Meter) (*Monitor, error) {
-	if pool == nil || logger == nil {
-		return nil, errors.New("orderstats: New needs a pool and a logger")
+func New(db pgdb.Executor, cfg Config, logger *slog.Logger, meter metric.Meter) (*Monitor, error) {
+	if db == nil || logger == nil {
+		return nil, errors.New("orderstats: New needs a database and a logger")
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -74,7 +74,7 @@ func New(pool *pgxpool.Pool, cfg Config, logger *slog.Logger, meter metric.Meter
 	if meter == nil {
 		meter = noop.NewMeterProvider().Meter("")
 	}
-	m := &Monitor{pool: pool, cfg: cfg, logger: logger}
+	m := &Monitor{db: db, cfg: cfg, logger: logger}
 	g, err := meter.Int64ObservableGauge("workorder.orders",
 		metric.WithDescription("Work orders in each open status (CREATED, HANDED_OFF, COMPLETED; capped counts), refreshed every interval."))
 	if err != nil {
@@ -115,7 +115,7 @@ func (m *Monitor) Refresh(ctx context.Context) (map[string]int64, error) {
 	counts := make(map[string]int64, len(open))
 	for _, st := range open {
 		var n int64
-		if err := m.pool.QueryRow(ctx, countByStatus, string(st), countCap).Scan(&n); err != nil {
+		if err := m.db.QueryRow(ctx, countByStatus, string(st), countCap).Scan(&n); err != nil {
 			return nil, err
 		}
 		counts[string(st)] = n
