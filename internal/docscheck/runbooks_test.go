@@ -22,8 +22,8 @@ import (
 //     they may route to other runbooks, but must exist.
 //   - A log message is quoted in a code span right after "log line" or
 //     "logs" ("look for the log line `outbox event moved to FAILED`"), or in
-//     the first column of a table whose first header cell is "log message".
-//     It is quoted whole, as the code writes it.
+//     a table column headed "log message". It is quoted whole, as the code
+//     writes it.
 const (
 	runbookDir        = "docs/runbooks"
 	alertColumn       = "alert"
@@ -158,12 +158,27 @@ type tableState struct {
 }
 
 // cells returns the cells of a table row, nil for a line that is not one.
+// A pipe inside a code span or escaped (\|) does not end a cell.
 func cells(line string) []string {
 	l := strings.TrimSpace(line)
 	if !strings.HasPrefix(l, "|") {
 		return nil
 	}
-	return strings.Split(strings.Trim(l, "|"), "|")
+	l = strings.TrimSuffix(strings.TrimPrefix(l, "|"), "|")
+	var out []string
+	start, inCode := 0, false
+	for i := 0; i < len(l); i++ {
+		switch {
+		case l[i] == '\\':
+			i++
+		case l[i] == '`':
+			inCode = !inCode
+		case l[i] == '|' && !inCode:
+			out = append(out, l[start:i])
+			start = i + 1
+		}
+	}
+	return append(out, l[start:])
 }
 
 // columnSpans walks a runbook's lines and calls fn with the code spans of
@@ -296,22 +311,11 @@ func TestRunbooksQuoteExistingLogMessages(t *testing.T) {
 				}
 			}
 		}
-		st := false // inside a table whose first column is logMessageColumn
-		for _, l := range doc.lines {
-			cs := cells(l.text)
-			switch {
-			case cs == nil:
-				st = false
-			case strings.Trim(strings.TrimSpace(l.text), "|-: ") == "":
-			case strings.EqualFold(strings.TrimSpace(cs[0]), logMessageColumn):
-				st = true
-			case st:
-				spans, _ := inlineSpans(cs[0])
-				for _, s := range spans {
-					check(l, s.text)
-				}
+		columnSpans(doc.lines, logMessageColumn, func(l runbookLine, spans []span) {
+			for _, s := range spans {
+				check(l, s.text)
 			}
-		}
+		})
 	}
 	if checked == 0 {
 		t.Fatal("no log message quoted by any runbook: the extraction is broken")
