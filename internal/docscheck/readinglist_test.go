@@ -32,8 +32,9 @@ const (
 	notOnReadingList = "not on the reading list"
 )
 
-// requiredReading are the lessons the reading list must include: each a file
-// of its package directory, holding marker when one is given.
+// requiredReading are the lessons the reading list must include: each a
+// non-test file of its package directory (a lesson is in the code), holding
+// marker when one is given.
 var requiredReading = []struct {
 	lesson string
 	dir    string
@@ -175,7 +176,7 @@ func TestTourReadingList(t *testing.T) {
 			}
 		}
 		if !found {
-			want := "a file of " + req.dir
+			want := "a non-test file of " + req.dir
 			if req.marker != nil {
 				want += " holding " + req.hint
 			}
