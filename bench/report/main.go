@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
 	"strings"
@@ -97,7 +98,33 @@ func run(args []string) error {
 		buf.Reset()
 		buf.WriteString(strings.TrimRight(md, "\n") + "\n")
 	}
-	return os.WriteFile(*out, buf.Bytes(), 0o644)
+	return os.WriteFile(*out, repoRelative(buf.Bytes(), gitRoot()), 0o644)
+}
+
+// repoRelative rewrites the absolute paths under root (the repository's
+// directory) that the benchmarks log, such as their profiles' files, as
+// paths from the repository root, and root itself as ".": the report is
+// committed, and the directory it was written in on one machine is no part
+// of it.
+func repoRelative(md []byte, root string) []byte {
+	root = strings.TrimSuffix(root, "/")
+	if root == "" || !strings.HasPrefix(root, "/") {
+		return md
+	}
+	md = bytes.ReplaceAll(md, []byte(root+"/"), nil)
+	// The root alone, not a longer name that starts with it (/repo2).
+	bare := regexp.MustCompile(regexp.QuoteMeta(root) + `([^A-Za-z0-9_.-]|$)`)
+	return bare.ReplaceAll(md, []byte(".$1"))
+}
+
+// gitRoot is the top directory of the repository the report is written in;
+// "" outside one.
+func gitRoot() string {
+	top, err := exec.CommandContext(context.Background(), "git", "rev-parse", "--show-toplevel").Output()
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(top))
 }
 
 // makePlots draws every CSV of dataDir but the table files into plotDir;

@@ -512,3 +512,18 @@ func TestMerge_ALaterRunOfOneBenchmarkReplacesOnlyItsOwnRowsSectionsAndSeries(t 
 		t.Errorf("B7's Details section not before M1's:\n%s", merged)
 	}
 }
+
+func TestRepoRelative_PathsUnderTheRepositoryAreWrittenFromItsRoot(t *testing.T) {
+	in := "CPU profile of billing (/srv/repo/bench/data/b5/billing.pprof):\n" +
+		"profiles in /srv/repo\nrun in /srv/repo, not /srv/repo2/x\n"
+	want := "CPU profile of billing (bench/data/b5/billing.pprof):\n" +
+		"profiles in .\nrun in ., not /srv/repo2/x\n"
+	for _, root := range []string{"/srv/repo", "/srv/repo/"} {
+		if got := string(repoRelative([]byte(in), root)); got != want {
+			t.Errorf("root %q:\n got %q\nwant %q", root, got, want)
+		}
+	}
+	if got := string(repoRelative([]byte(in), "")); got != in {
+		t.Errorf("no root: changed the text to %q", got)
+	}
+}

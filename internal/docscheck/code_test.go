@@ -27,6 +27,7 @@ type index struct {
 
 	metrics    map[string]bool     // exported Prometheus names (families and their series)
 	literals   map[string]bool     // every UPPER_SNAKE string literal of non-test code, any module
+	strs       map[string]bool     // every string literal of non-test code, any module (log messages)
 	concats    map[string]bool     // UPPER_SNAKE literals appended to a prefix: prefix+"MAX_ATTEMPTS"
 	tests      map[string][]string // Test/Benchmark/Fuzz/Example func name -> package dirs
 	binaries   []string            // services/<name>, each a main package
@@ -52,7 +53,7 @@ func buildIndex(t testing.TB) *index {
 	root := repoRoot(t)
 	ix := &index{
 		root: root, imports: map[string]map[string]bool{}, words: map[string]map[string]bool{},
-		flags: map[string]map[string]bool{}, metrics: map[string]bool{}, literals: map[string]bool{},
+		flags: map[string]map[string]bool{}, metrics: map[string]bool{}, literals: map[string]bool{}, strs: map[string]bool{},
 		concats: map[string]bool{}, tests: map[string][]string{}, makeTarget: map[string]bool{},
 		makeVars: map[string]bool{}, deployEnv: map[string]bool{}, tables: map[string]bool{},
 	}
@@ -201,6 +202,10 @@ func (ix *index) readFile(dir string, f *ast.File, consts map[string]string) []p
 		switch n := n.(type) {
 		case *ast.FuncDecl:
 			fn = n
+		case *ast.BasicLit:
+			if s, ok := stringLit(n); ok {
+				ix.strs[s] = true
+			}
 		case *ast.BinaryExpr:
 			if n.Op == token.EQL || n.Op == token.NEQ {
 				for _, e := range []ast.Expr{n.X, n.Y} {

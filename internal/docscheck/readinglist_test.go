@@ -15,16 +15,41 @@ import (
 // The tour's reading list is the learner's path: the files the hops open,
 // in reading order, each with its line count. Its budget keeps the path
 // walkable; a file that grows past it means choosing what a learner may skip.
+// A pattern's core file (a pkg/ file on the list) is read whole, so it is
+// kept to lesson size: what does not fit moves to a file of its own that the
+// list need not name.
 const (
 	tourDoc             = "docs/tour.md"
 	readingListHeading  = "## Reading list"
 	readingListHeader   = "| # | file | lines | hop |"
-	maxReadingListFiles = 22
-	maxReadingListLines = 7500
+	maxReadingListFiles = 15
+	maxReadingListLines = 5000
+	maxCoreFileLines    = 400
+	// corePrefix marks a pattern package's file: what a forking team keeps.
+	corePrefix = "pkg/"
 	// notOnReadingList starts the bullet of a hop that names packages or
 	// files the learner may skip: "- **Not on the reading list:** `pkg/x` (why)".
 	notOnReadingList = "not on the reading list"
 )
+
+// requiredReading are the lessons the reading list must include: each a
+// non-test file of its package directory (a lesson is in the code), holding
+// marker when one is given.
+var requiredReading = []struct {
+	lesson string
+	dir    string
+	marker *regexp.Regexp // nil: any Go file of dir
+	hint   string         // what the marker finds, for the failure message
+}{
+	{
+		lesson: "the fenced lease", dir: "pkg/leasequeue",
+		// A fenced write that finds its lease lost turns into ErrLeaseLost.
+		marker: regexp.MustCompile(`(?m)[^!=<>]=\s*ErrLeaseLost\b|\breturn\b.*\bErrLeaseLost\b`),
+		hint:   "the fence check: a write that finds the lease lost returns or assigns ErrLeaseLost",
+	},
+	{lesson: "the API idempotency key", dir: "pkg/idempotency"},
+	{lesson: "the transaction primitive", dir: "pkg/pgdb"},
+}
 
 var (
 	hopHeadingRE = regexp.MustCompile(`^### (\d+)\. `)
@@ -55,7 +80,10 @@ type hopRef struct {
 //   - each row's line count is exactly what `wc -l` prints for the file
 //     (no tolerance: the failure prints the corrected table to paste), and
 //     the "Total: N files, M lines." line below the table is the sum;
-//   - at most maxReadingListFiles files and maxReadingListLines lines;
+//   - at most maxReadingListFiles files and maxReadingListLines lines, and
+//     each pkg/ file (a pattern's core) at most maxCoreFileLines lines;
+//   - it includes the lessons of requiredReading: the fenced lease, the API
+//     idempotency key and the transaction primitive;
 //   - the table's files are the files the hops name: every Go file or
 //     package a hop names (in a code span, as a path or a qualified name like
 //     `pkg/outbox.Relay.Run`, or as a link) has a file on the list (a package
@@ -76,6 +104,7 @@ func TestTourReadingList(t *testing.T) {
 	// Shape, order and existence.
 	listed := map[string]bool{}
 	listedDirs := map[string]bool{}
+	contents := map[string][]byte{}
 	actual := make([]int, len(rows))
 	sum := 0
 	stale := false
@@ -101,8 +130,14 @@ func TestTourReadingList(t *testing.T) {
 			actual[i] = r.lines
 			continue
 		}
+		contents[r.file] = content
 		actual[i] = bytes.Count(content, []byte("\n")) // what wc -l counts
 		sum += actual[i]
+		if strings.HasPrefix(r.file, corePrefix) && actual[i] > maxCoreFileLines {
+			t.Errorf("%s: %s has %d lines; a pattern's core file on the reading list has at most %d: "+
+				"move what a learner need not read first (options, metrics, operator tooling, a second mode) to a file of its own",
+				at, r.file, actual[i], maxCoreFileLines)
+		}
 		if actual[i] != r.lines {
 			stale = true
 			t.Errorf("%s: %s has %d lines (wc -l), the table says %d", at, r.file, actual[i], r.lines)
@@ -127,6 +162,26 @@ func TestTourReadingList(t *testing.T) {
 		t.Errorf("%s: the reading list has %d files and %d lines; the budget is %d files and %d lines: drop the least essential file "+
 			"(and name its package on its hop's \"- **Not on the reading list:**\" bullet), or shorten the code it lists",
 			tourDoc, len(rows), sum, maxReadingListFiles, maxReadingListLines)
+	}
+
+	// The lessons a learner must not miss.
+	for _, req := range requiredReading {
+		found := false
+		for _, r := range rows {
+			if path.Dir(r.file) != req.dir || strings.HasSuffix(r.file, "_test.go") {
+				continue
+			}
+			if req.marker == nil || req.marker.Match(contents[r.file]) {
+				found = true
+			}
+		}
+		if !found {
+			want := "a non-test file of " + req.dir
+			if req.marker != nil {
+				want += " holding " + req.hint
+			}
+			t.Errorf("%s: the reading list misses %s: add %s to the table (and name it in its hop)", tourDoc, req.lesson, want)
+		}
 	}
 
 	// The table's files are the files the hops name.
