@@ -210,8 +210,9 @@ func (q *Queue) Heartbeat(ctx context.Context, jobs []Job) (lost []Job, err erro
 // qComplete marks jobs done, fenced; the caller runs the jobs' effects in the
 // same transaction only for the (id, epoch) pairs returned: one batch may hold
 // two claims of one job (a stale one and its successor), and only the current
-// epoch's effects may run. The row locks taken here keep
-// any concurrent claim away until commit.
+// epoch's effects may run. The row locks taken here keep any concurrent claim
+// away until commit. Its first try, qCompleteAll (queries.go), fails in the
+// server unless every claim holds its job.
 const qComplete = `
 UPDATE {schema}.leasequeue_jobs j
 SET state = 'done', lease_owner = NULL, finished_at = $3
