@@ -186,9 +186,13 @@ func (r *Relay) Run(ctx context.Context) error {
 	wg.Go(func() { r.listen(ctx) })
 	wg.Go(func() { r.maintain(ctx) })
 
+	// The lock claim: BatchesInFlight loops of ProcessBatch, so that while
+	// one dispatches its batch another claims the next.
 	for range r.cfg.BatchesInFlight {
 		wg.Go(func() { r.loop(ctx) })
 	}
+	// The lease claim of the slow types: one loop, its dispatches in
+	// parallel (lease.go).
 	if len(r.slowTypes) > 0 {
 		wg.Go(func() { r.slowLoop(ctx) })
 	}
