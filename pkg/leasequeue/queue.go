@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -240,9 +241,15 @@ func (q *Queue) Enqueue(ctx context.Context, db pgdb.Executor, jobs ...NewJob) (
 	return int(n), nil
 }
 
+// truncate cuts s to at most n bytes on a rune boundary: a cut inside a
+// multi-byte character would be invalid UTF-8, which PostgreSQL rejects,
+// failing the statement that records a whole batch of failed attempts.
 func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
 	}
 	return s[:n]
 }
