@@ -14,6 +14,22 @@
 // Next hop: pkg/outbox; the issuer's Complete closure appends InvoiceIssued,
 // which pkg/outboxpubsub publishes back to the work order's pkg/consumer.
 //
+// # Reading the code
+//
+// Start with lease.go: claim, heartbeat, fenced completion, failure and
+// release, each beside the statement it runs, so that the epoch every write
+// checks stays in sight. Beside it:
+//
+//   - fencetx.go: the completion's transaction (BEGIN with the fenced done
+//     mark, COMMIT with the wake-ups);
+//   - worker.go: the Worker's loops (fetch, heartbeat, group-committed
+//     completion);
+//   - queue.go: Queue, New and its options, Enqueue; config.go: Config and
+//     WorkerConfig;
+//   - owner.go: lease owners and ReleaseInstance; job.go: Job, Handler,
+//     Complete; queries.go: the claims' and the operators' SQL;
+//   - ops.go: the operator operations; metrics.go: the instruments.
+//
 // # Guarantees
 //
 // A job is claimed in batches with FOR UPDATE SKIP LOCKED. The claim writes an

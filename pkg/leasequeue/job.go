@@ -42,12 +42,12 @@ type NewJob struct {
 // DefaultMaxAttempts is the attempt budget of a job enqueued without one:
 // with the default backoff (1s base, 5m cap) it spans roughly half an hour of
 // retries, enough to outlast a database failover or a deploy.
+const DefaultMaxAttempts = 10
+
 // cleanupTimeout bounds a rollback or a close that runs after its caller's
 // context ended, on a connection that may be dead (a half-open connection
 // answers nothing; without a deadline the wait ends only when TCP gives up).
 const cleanupTimeout = 5 * time.Second
-
-const DefaultMaxAttempts = 10
 
 // Job is a claimed job: the holder's view, fenced by Epoch.
 type Job struct {

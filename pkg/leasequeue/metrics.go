@@ -93,3 +93,16 @@ func newMetrics(meter metric.Meter, q *Queue) (*metrics, error) {
 	}
 	return m, nil
 }
+
+func (q *Queue) countFailures(ctx context.Context, res []failResult) {
+	for _, r := range res {
+		switch {
+		case r.err != nil:
+			q.m.fenced.Add(ctx, 1, q.m.attrs)
+		case r.dead:
+			q.m.dead.Add(ctx, 1, q.m.attrs)
+		default:
+			q.m.retried.Add(ctx, 1, q.m.attrs)
+		}
+	}
+}

@@ -15,6 +15,7 @@ package leasequeue
 // their owners here.
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -59,4 +60,38 @@ func ValidateOwner(owner, instance string) error {
 		return fmt.Errorf("owner %q must start with %q", owner, instance+"/")
 	}
 	return nil
+}
+
+// ReleaseInstance gives back the jobs held by earlier incarnations of
+// instance (lease owners "<instance>/…" other than owner): claimable at
+// once under a new epoch, so the dead incarnation's late writes are fenced
+// off. A job out of attempts is parked instead. Call it only from the process
+// that now is instance (Worker.Run does, when WorkerConfig.Instance is set):
+// two live processes sharing an instance name would take each other's jobs
+// (fenced, so no second effect, but wasted work).
+func (q *Queue) ReleaseInstance(ctx context.Context, instance, owner string) (released, parked int, err error) {
+	rows, err := q.pool.Query(ctx, q.sql.releaseInstance, q.cfg.Name, instance, owner, q.now(), q.channel)
+	if err != nil {
+		return 0, 0, fmt.Errorf("leasequeue: release instance %s: %w", instance, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id int64
+		var state string
+		if err := rows.Scan(&id, &state, nil); err != nil {
+			return 0, 0, fmt.Errorf("leasequeue: release instance %s: %w", instance, err)
+		}
+		if State(state) == StateDead {
+			parked++
+			q.m.dead.Add(ctx, 1, q.m.attrs)
+			q.logger.Error("job parked: its worker's instance restarted on its last attempt", "job_id", id, "instance", instance)
+			continue
+		}
+		released++
+	}
+	if err := rows.Err(); err != nil {
+		return 0, 0, fmt.Errorf("leasequeue: release instance %s: %w", instance, err)
+	}
+	q.m.released.Add(ctx, int64(released), q.m.attrs)
+	return released, parked, nil
 }

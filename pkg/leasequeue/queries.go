@@ -6,9 +6,10 @@ import "github.com/lossless-dev/lossless/pkg/pgmigrate"
 // fencing predicate (id AND epoch AND state = 'running') and the caller checks
 // which rows it affected; without the epoch, a worker whose lease was taken
 // over could still write (the state is 'running' again, for the new owner).
-// The constants name the tables {schema}.leasequeue_jobs and
-// {schema}.leasequeue_job_audit; New renders them once with the schema of
-// WithSchema.
+// The fenced writes of a claim (heartbeat, done mark, failure, release) sit
+// beside their callers in lease.go. The constants name the tables
+// {schema}.leasequeue_jobs and {schema}.leasequeue_job_audit; New renders
+// them once with the schema of WithSchema.
 
 // queries are the statements rendered for one schema.
 type queries struct {
@@ -112,36 +113,6 @@ WHERE id IN (
 )
 RETURNING id`
 
-// qHeartbeat extends the leases still held by this worker (fenced: a job
-// taken over by another worker is not returned, and its handler is told).
-const qHeartbeat = `
-UPDATE {schema}.leasequeue_jobs j
-SET due_at = $3
-FROM unnest($1::bigint[], $2::bigint[]) AS h(id, epoch)
-WHERE j.id = h.id AND j.epoch = h.epoch AND j.state = 'running'
-RETURNING j.id, j.epoch`
-
-// qSameEpoch returns the claims, among those a heartbeat did not extend,
-// whose job still carries their epoch: this very claim settled the job (done,
-// failed, parked) between the heartbeat's snapshot of in-flight jobs and its
-// UPDATE. Only a changed epoch means another claim took the job over.
-const qSameEpoch = `
-SELECT j.id, j.epoch
-FROM unnest($1::bigint[], $2::bigint[]) AS h(id, epoch)
-JOIN {schema}.leasequeue_jobs j ON j.id = h.id AND j.epoch = h.epoch`
-
-// qComplete marks jobs done, fenced; the caller runs the jobs' effects in the
-// same transaction only for the (id, epoch) pairs returned: one batch may hold
-// two claims of one job (a stale one and its successor), and only the current
-// epoch's effects may run. The row locks taken here keep
-// any concurrent claim away until commit.
-const qComplete = `
-UPDATE {schema}.leasequeue_jobs j
-SET state = 'done', lease_owner = NULL, finished_at = $3
-FROM unnest($1::bigint[], $2::bigint[]) AS c(id, epoch)
-WHERE j.id = c.id AND j.epoch = c.epoch AND j.state = 'running'
-RETURNING j.id, j.epoch`
-
 // qCompleteAll is qComplete for a completion that expects every claim to
 // hold its job, sent in one batch with BEGIN and the effects' first
 // statement before its result is known (fenceTx). It must therefore fail in
@@ -163,27 +134,6 @@ SELECT CASE WHEN count(*) = cardinality($1::bigint[]) THEN count(*)
     ELSE ('leasequeue: lease lost: ' || count(*) || ' of ' || cardinality($1::bigint[])
           || ' claims hold their job')::bigint END
 FROM done`
-
-// qFail records failed attempts, fenced: retry after a backoff, or park
-// ('dead') when permanent or out of attempts.
-const qFail = `
-UPDATE {schema}.leasequeue_jobs j
-SET state = CASE WHEN f.dead THEN 'dead' ELSE 'available' END,
-    due_at = f.due_at, last_error = f.err, lease_owner = NULL,
-    finished_at = CASE WHEN f.dead THEN $6::timestamptz END
-FROM unnest($1::bigint[], $2::bigint[], $3::bool[], $4::timestamptz[], $5::text[])
-    AS f(id, epoch, dead, due_at, err)
-WHERE j.id = f.id AND j.epoch = f.epoch AND j.state = 'running'
-RETURNING j.id, j.epoch`
-
-// qRelease gives claimed jobs back on graceful shutdown: claimable at once,
-// and the claim's attempt returned (a deploy is not the job's fault).
-const qRelease = `
-UPDATE {schema}.leasequeue_jobs j
-SET state = 'available', attempts = j.attempts - 1, due_at = $3, lease_owner = NULL
-FROM unnest($1::bigint[], $2::bigint[]) AS r(id, epoch)
-WHERE j.id = r.id AND j.epoch = r.epoch AND j.state = 'running'
-RETURNING j.id`
 
 // qReleaseInstance gives back, at a worker's start, the jobs a previous
 // incarnation of the same instance still holds: that process is dead (this

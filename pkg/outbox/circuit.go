@@ -1,8 +1,14 @@
 package outbox
 
 import (
+	"context"
+	"maps"
+	"slices"
 	"sync"
 	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 )
 
 // A Circuit stops the relay from dispatching to a dependency that cannot be
@@ -174,5 +180,61 @@ func (c *Circuit) set(to CircuitState) {
 	c.mu.Unlock()
 	if c.onChange != nil && from != to {
 		c.onChange(c.name, from, to)
+	}
+}
+
+// circuitChanged counts and logs a circuit's transition. When a circuit
+// closes, the rows of its dependency (left alone while it was open, never
+// backed off for the outage) are due: the relay rewinds its cursor to the
+// start of the index and wakes, so they go out now rather than at the next
+// sweep.
+func (r *Relay) circuitChanged(name string, from, to CircuitState) {
+	r.m.circuit.Add(context.Background(), 1, metric.WithAttributes(
+		attribute.String("dependency", name), attribute.String("to", to.String())))
+	switch to {
+	case CircuitOpen:
+		if from == CircuitClosed {
+			r.log.Warn("outbox dependency unavailable; circuit open, its events wait without being charged", "dependency", name,
+				"probe_interval", r.cfg.CircuitProbeInterval)
+		}
+	case CircuitClosed:
+		r.log.Info("outbox dependency answered; circuit closed, dispatching its events", "dependency", name)
+		r.rewindTo(1)
+		r.signal()
+	}
+}
+
+// unclaimable lists the event types whose circuit is open with no probe due:
+// the claim leaves their rows alone. Empty (and free in the claim) while
+// every dependency is reachable.
+func (r *Relay) unclaimable(now time.Time) []string {
+	types := []string{} // not nil: "<> ALL(NULL)" would exclude every row
+	for typ, c := range r.circuits {
+		if !c.Claimable(now) {
+			types = append(types, typ)
+		}
+	}
+	return types
+}
+
+// newCircuits gives each event type with a dispatcher the circuit of its
+// dependency (WithDependency; by default the type is its own), one circuit
+// per dependency.
+func (r *Relay) newCircuits(dependencies map[string]string) {
+	r.circuits = make(map[string]*Circuit, len(r.dispatchers))
+	byName := map[string]*Circuit{}
+	ccfg := CircuitConfig{Threshold: r.cfg.CircuitThreshold, ProbeInterval: r.cfg.CircuitProbeInterval, ProbeIntervalMax: r.cfg.CircuitProbeIntervalMax}
+	for _, typ := range slices.Sorted(maps.Keys(r.dispatchers)) {
+		name := dependencies[typ]
+		if name == "" {
+			name = typ
+		}
+		c, ok := byName[name]
+		if !ok {
+			c = NewCircuit(name, ccfg, r.circuitChanged)
+			byName[name] = c
+			r.circuitList = append(r.circuitList, c)
+		}
+		r.circuits[typ] = c
 	}
 }

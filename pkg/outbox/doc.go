@@ -21,6 +21,29 @@
 // comes back through Pub/Sub into pkg/inbox; events for Pub/Sub leave
 // through pkg/outboxpubsub.
 //
+// # Reading the code
+//
+// Start with relay.go: the claim → dispatch → settle loop, one batch per
+// turn (Relay.ProcessBatch). Each step it names is a file of its own:
+//
+//   - lockclaim.go: the lock claim, a batch locked in a transaction held
+//     across its dispatch;
+//   - lease.go: the lease claim of slow types, a committed lease and a
+//     settlement per event (WithSlowDispatch);
+//   - journal.go: the dispatch journal, which charges a crash to the event
+//     whose dispatch killed the process;
+//   - dispatch.go: the Dispatcher, and a batch's dispatch (aggregates in
+//     parallel, each in order);
+//   - circuit.go: the Circuit of each dependency;
+//   - settle.go: the outcomes recorded, sent with the COMMIT;
+//   - claimtx.go: the transactions whose BEGIN and COMMIT ride the batches
+//     of statements (one round trip saved at each end);
+//   - wake.go, maintain.go, metrics.go: NOTIFY wake-ups, gauges and
+//     cleanup, instruments;
+//   - event.go (Append), queries.go (the SQL and why each statement is
+//     shaped so), config.go, options.go; requeue.go and inspect.go for
+//     operators.
+//
 // # Guarantees
 //
 //   - Atomicity: an event exists if and only if the transaction that

@@ -130,6 +130,37 @@ func (j *journal) known(batchID int64) bool {
 	return slices.Contains(j.created, batchID) || slices.Contains(j.consumed, batchID)
 }
 
+// openJournal records the claimed rows in the journal (journalStart),
+// through Run's journal pool or, outside Run, a pool of its own. end, called
+// once the batch is over, forgets the journal rows of a batch that did not
+// settle and closes that pool.
+func (r *Relay) openJournal(ctx, tctx context.Context, rows []claimedRow) (j *journal, end func(settled bool), err error) {
+	jp := r.journalPool.Load()
+	closePool := func() {}
+	if jp == nil { // outside Run
+		if jp, err = r.newJournalPool(1); err != nil {
+			return nil, nil, err
+		}
+		closePool = jp.Close // after forget
+	}
+	j = &journal{db: jp, suspects: map[int64]bool{}, crashes: map[int64]int{}}
+	ids := make([]int64, len(rows))
+	for i := range rows {
+		ids[i] = rows[i].id
+	}
+	if err := r.journalStart(tctx, ids, false, j); err != nil {
+		r.forget(ctx, j)
+		closePool()
+		return nil, nil, err
+	}
+	return j, func(settled bool) {
+		if !settled {
+			r.forget(ctx, j)
+		}
+		closePool()
+	}, nil
+}
+
 // journalStart runs qJournal for ids and sorts the rows left behind. A row
 // left behind is consumed when the claim holds every id it names (it will
 // settle all of them); otherwise qJournalGC removes it later.

@@ -1,6 +1,10 @@
 package outbox
 
-import "github.com/lossless-dev/lossless/pkg/pgmigrate"
+import (
+	"strings"
+
+	"github.com/lossless-dev/lossless/pkg/pgmigrate"
+)
 
 // SQL of the outbox, one named constant per statement. The tables and the
 // reasons for their indexes are in migrations/00001_outbox.sql. Every table
@@ -363,3 +367,9 @@ WHERE event_id = $1 AND lease_owner = $2`
 const qLeaseRelease = `
 UPDATE {schema}.outbox SET lease_owner = NULL, lease_until = NULL, lease_alone = false
 WHERE event_id = $1 AND lease_owner = $2`
+
+// quoteLiteral quotes s as an SQL string literal (standard_conforming_strings,
+// the default since PostgreSQL 9.1), for the one SET that takes no parameters.
+func quoteLiteral(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
+}
