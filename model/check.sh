@@ -67,7 +67,7 @@ for run in "${runs[@]}"; do
 	read -r model defs want pass <<<"$run"
 	dir=$(compile "$model" "$defs" "$pass")
 	args=(-m100000 -n)
-	[ "$pass" = ltl ] && args+=(-a)
+	[ "$pass" = ltl ] && args+=(-a -f)
 	start=$(date +%s.%N)
 	out=$(cd "$dir" && ./pan "${args[@]}" 2>&1) || true
 	secs=$(echo "$(date +%s.%N) - $start" | bc)

@@ -44,17 +44,20 @@ proctype Consumer(byte c) {
 		fi;
 #ifdef MUTANT_NO_MARKER
 		effects[m]++;
+		printf("STORY consumer %d applies event %d: %d effect(s)\n", c, m, effects[m]);
 #else
 		if
-		:: !marker[m] -> marker[m] = true; effects[m]++
-		:: else -> skip    /* duplicate: nothing to do */
+		:: !marker[m] -> marker[m] = true; effects[m]++;
+			printf("STORY consumer %d claims event %d's marker and applies it: %d effect(s)\n", c, m, effects[m])
+		:: else -> printf("STORY consumer %d finds event %d's marker: a duplicate\n", c, m)
 		fi;
 #endif
 		holding = true }
 	/* the ack, after the commit */
-	:: atomic { holding -> acked[m] = true; holding = false; m = 0 }
+	:: atomic { holding -> acked[m] = true; printf("STORY consumer %d acks event %d\n", c, m); holding = false; m = 0 }
 	/* a crash between the commit and the ack: Pub/Sub redelivers */
-	:: atomic { holding && !crashed -> crashed = true; holding = false; m = 0 }
+	:: atomic { holding && !crashed -> crashed = true; holding = false; m = 0;
+		printf("STORY consumer %d crashes before its ack; Pub/Sub redelivers\n", c) }
 	od;
 	assert(effects[0] >= 1 && effects[1] >= 1)
 }

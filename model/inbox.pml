@@ -54,8 +54,9 @@ end:	atomic { !inv -> assert(inv) }
 /* pkg/inbox Store.Ingest: insert, ON CONFLICT (source, event_id) DO NOTHING. */
 inline ingest() {
 	if
-	:: entry[m] == ABSENT -> entry[m] = OPEN; id[m] = nextId; nextId++
-	:: else -> skip
+	:: entry[m] == ABSENT -> entry[m] = OPEN; id[m] = nextId; nextId++;
+		printf("STORY receiver %d stores completion %d (order %d) as entry %d\n", r, m, ord[m], id[m])
+	:: else -> printf("STORY receiver %d: completion %d is a duplicate\n", r, m)
 	fi
 }
 
@@ -73,8 +74,9 @@ proctype Receiver(byte r) {
 		:: !acked[1] -> m = 1
 		:: !acked[2] -> m = 2
 		fi;
+		printf("STORY Pub/Sub delivers completion %d to receiver %d\n", m, r);
 #ifdef MUTANT_ACK_BEFORE_INSERT
-		acked[m] = true;
+		acked[m] = true; printf("STORY receiver %d acks completion %d\n", r, m);
 #else
 		ingest();
 #endif
@@ -83,10 +85,11 @@ proctype Receiver(byte r) {
 #ifdef MUTANT_ACK_BEFORE_INSERT
 		ingest();
 #else
-		acked[m] = true;
+		acked[m] = true; printf("STORY receiver %d acks completion %d\n", r, m);
 #endif
 		holding = false; m = 0 }
-	:: atomic { holding && !crashed -> crashed = true; holding = false; m = 0 }
+	:: atomic { holding && !crashed -> crashed = true; holding = false; m = 0;
+		printf("STORY receiver %d crashes and restarts\n", r) }
 	od
 }
 
@@ -114,24 +117,30 @@ proctype InboxRelay(byte r) {
 		:: claimable(1) -> m = 1
 		:: claimable(2) -> m = 2
 		fi;
-		locked[m] = true; o = ord[m]; step = 1 }
+		locked[m] = true; o = ord[m]; step = 1;
+		printf("STORY relay %d claims entry %d (completion %d of order %d)\n", r, id[m], m, o) }
 	/* read the order (orders.QueueLock: FOR UPDATE) */
 #ifdef MUTANT_NO_SERIALISATION
-	:: atomic { step == 1 -> read = items[o]; step = 2 }
+	:: atomic { step == 1 -> read = items[o]; step = 2;
+		printf("STORY relay %d reads order %d: %d item(s) completed\n", r, o, read) }
 #else
-	:: atomic { step == 1 && orderLock[o] == NONE -> orderLock[o] = r; read = items[o]; step = 2 }
+	:: atomic { step == 1 && orderLock[o] == NONE -> orderLock[o] = r; read = items[o]; step = 2;
+		printf("STORY relay %d locks and reads order %d: %d item(s) completed\n", r, o, read) }
 #endif
 	/* decide and write; resolve the entry; commit (locks released) */
 	:: atomic { step == 2 ->
 		if
-		:: items[o] = read + 1; entry[m] = APPLIED
-		:: !rejected -> rejected = true; entry[m] = PARKED
+		:: items[o] = read + 1; entry[m] = APPLIED;
+			printf("STORY relay %d applies completion %d: order %d has %d item(s)\n", r, m, o, items[o])
+		:: !rejected -> rejected = true; entry[m] = PARKED;
+			printf("STORY relay %d parks completion %d (rejected by order %d)\n", r, m, o)
 		fi;
 		locked[m] = false;
 		if :: orderLock[o] == r -> orderLock[o] = NONE :: else -> skip fi;
 		step = 0; m = 0; o = 0; read = 0 }
 	/* a crash rolls the transaction back: every lock released, nothing written */
 	:: atomic { step != 0 && !crashed -> crashed = true;
+		printf("STORY relay %d crashes: its transaction rolls back\n", r);
 		locked[m] = false;
 		if :: orderLock[o] == r -> orderLock[o] = NONE :: else -> skip fi;
 		step = 0; m = 0; o = 0; read = 0 }

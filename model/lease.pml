@@ -118,9 +118,20 @@ proctype Worker(byte w) {
 		:: else -> printf("STORY worker %d fails job %d (epoch %d): ErrLeaseLost\n", w, j, mine)
 		fi;
 		letGo() }
-	/* The worker's process dies; it restarts with no claim. */
-	:: atomic { !crashed -> crashed = true; printf("STORY worker %d crashes and restarts\n", w);
-		if :: holding -> letGo() :: else -> skip fi }
+	/* The worker's process dies holding a claim and restarts with none. Its claim's
+	 * lease runs out (Clock), or the restarted instance hands the job back
+	 * at once (Queue.ReleaseInstance: epoch + 1, available). */
+	:: atomic { holding && !crashed -> crashed = true; printf("STORY worker %d crashes and restarts\n", w);
+		if
+		:: holder[j] == w && epoch[j] == mine && state[j] == RUNNING ->
+			if
+			:: skip
+			:: epoch[j]++; state[j] = AVAILABLE; expired[j] = false; holder[j] = NONE;
+				printf("STORY worker %d's restart releases job %d: epoch %d\n", w, j, epoch[j])
+			fi
+		:: else -> skip
+		fi;
+		letGo() }
 	od
 }
 

@@ -57,12 +57,14 @@ active proctype Client() {
 	:: o < N ->
 #ifdef MUTANT_NO_OUTBOX
 		order[o] = CREATED;
+		printf("STORY order %d is created (committed without its event)\n", o);
 		if
 		:: event[o] = PENDING    /* the second transaction commits */
-		:: skip                  /* the process dies between the two */
+		:: printf("STORY the service dies before order %d's event is written\n", o)
 		fi;
 #else
-		atomic { order[o] = CREATED; event[o] = PENDING };
+		atomic { order[o] = CREATED; event[o] = PENDING;
+			printf("STORY order %d and its hand-off event are created\n", o) };
 #endif
 		o++
 	:: else -> break
@@ -91,6 +93,7 @@ proctype Relay(byte r) {
 #ifdef CLAIM_LEASE
 		token[e]++; mine = token[e]; expired[e] = false; gone[e] = false;
 #endif
+		printf("STORY relay %d claims order %d's event\n", r, e);
 		step = CLAIMED }
 	/* Dispatcher.Dispatch: SubmitWorkOrder, keyed by the work order id. */
 	:: atomic { step == CLAIMED ->
@@ -99,9 +102,11 @@ proctype Relay(byte r) {
 #else
 		if :: jobs[e] == 0 -> jobs[e] = 1 :: else -> skip fi;   /* a repeat returns the job */
 #endif
+		printf("STORY relay %d submits order %d: the provider holds %d job(s) for it\n", r, e, jobs[e]);
 		if
 		:: step = ANSWERED
-		:: !lostAnswer -> lostAnswer = true; step = TIMED_OUT   /* accepted, answer lost */
+		:: !lostAnswer -> lostAnswer = true; step = TIMED_OUT;  /* accepted, answer lost */
+			printf("STORY relay %d's call times out: the acceptance is lost\n", r)
 		fi }
 	/* settle: the acceptance (Dispatcher.commit) and the event's outcome in
 	 * one transaction; a timeout leaves the event PENDING for a retry. */
@@ -116,25 +121,22 @@ proctype Relay(byte r) {
 			if
 			:: step == ANSWERED ->
 				event[e] = PUBLISHED;
-				if :: order[e] == CREATED -> order[e] = HANDED_OFF :: else -> skip fi
-			:: else -> skip
+				if :: order[e] == CREATED -> order[e] = HANDED_OFF :: else -> skip fi;
+				printf("STORY relay %d records order %d as handed off\n", r, e)
+			:: else -> printf("STORY relay %d leaves order %d's event pending for a retry\n", r, e)
 			fi;
 			owner[e] = NONE
-		:: else -> skip    /* lease lost: nothing recorded */
+		:: else -> printf("STORY relay %d's settlement of order %d is fenced off\n", r, e)
 		fi;
 		step = IDLE; e = 0; mine = 0 }
-	/* The relay's process dies at any step and restarts with nothing. */
-	:: atomic { !crashed -> crashed = true;
-		if
-		:: step != IDLE ->
+	/* The relay's process dies at any step of a claim and restarts with nothing. */
+	:: atomic { step != IDLE && !crashed -> crashed = true;
+		printf("STORY relay %d crashes and restarts\n", r);
 #ifdef CLAIM_LEASE
-			if :: owner[e] == r && token[e] == mine -> gone[e] = true :: else -> skip fi;
+		if :: owner[e] == r && token[e] == mine -> gone[e] = true :: else -> skip fi;
 #else
-			owner[e] = NONE;   /* the transaction dies with its connection */
+		owner[e] = NONE;   /* the transaction dies with its connection */
 #endif
-			skip
-		:: else -> skip
-		fi;
 		step = IDLE; e = 0; mine = 0 }
 	od
 }
@@ -148,9 +150,11 @@ active proctype Clock() {
 	do
 	:: allHandedOff -> break
 	:: atomic { event[0] == PENDING && owner[0] != NONE && !expired[0] && (gone[0] || stalls > 0) ->
-		if :: !gone[0] -> stalls-- :: else -> skip fi; expired[0] = true }
+		if :: !gone[0] -> stalls-- :: else -> skip fi; expired[0] = true;
+		printf("STORY the lease on order 0's event expires\n") }
 	:: atomic { event[1] == PENDING && owner[1] != NONE && !expired[1] && (gone[1] || stalls > 0) ->
-		if :: !gone[1] -> stalls-- :: else -> skip fi; expired[1] = true }
+		if :: !gone[1] -> stalls-- :: else -> skip fi; expired[1] = true;
+		printf("STORY the lease on order 1's event expires\n") }
 	od
 }
 #endif
