@@ -12,7 +12,8 @@
  *
  *   spin -a lease.pml                       the real protocol
  *   spin -a -DMUTANT_NO_FENCE lease.pml     Complete checks the state only,
- *                                           not the epoch (qComplete without
+ *                                           not the epoch (qComplete and
+ *                                           qCompleteAll without
  *                                           "j.epoch = c.epoch")
  *
  * Safety: at most one invoice per order, and the invoice that is visible was
@@ -118,9 +119,9 @@ proctype Worker(byte w) {
 		:: else -> printf("STORY worker %d fails job %d (epoch %d): ErrLeaseLost\n", w, j, mine)
 		fi;
 		letGo() }
-	/* The worker's process dies holding a claim and restarts with none. Its claim's
-	 * lease runs out (Clock), or the restarted instance hands the job back
-	 * at once (Queue.ReleaseInstance: epoch + 1, available). */
+	/* The worker's process dies holding a claim and restarts with none.
+	 * The claim's lease runs out (Clock), or the restarted instance hands
+	 * the job back at once (Queue.ReleaseInstance: epoch + 1, available). */
 	:: atomic { holding && !crashed -> crashed = true; printf("STORY worker %d crashes and restarts\n", w);
 		if
 		:: holder[j] == w && epoch[j] == mine && state[j] == RUNNING ->
