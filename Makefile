@@ -43,6 +43,10 @@ test: ## Run every test (unit, integration on real PostgreSQL and Pub/Sub emulat
 	cd deploy && $(GO) test $(GO_TEST_FLAGS) ./...
 	cd bench/report && $(GO) test $(GO_TEST_FLAGS) ./...
 
+.PHONY: model-check
+model-check: ## Model-check the protocol with Spin (model/, docs/protocol-model.md): every model holds, every mutant fails.
+	model/check.sh
+
 .PHONY: lint
 lint: ## Run gofmt, go vet, buf lint and golangci-lint (main, deploy/ and bench/ modules).
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^gen/')); \
