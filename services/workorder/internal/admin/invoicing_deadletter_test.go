@@ -16,7 +16,6 @@ import (
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/pubsubtest"
 	"github.com/lossless-dev/lossless/pkg/waitfor"
-	"github.com/lossless-dev/lossless/services/workorder/internal/admin"
 	"github.com/lossless-dev/lossless/services/workorder/internal/invoicing"
 )
 
@@ -29,7 +28,7 @@ import (
 func TestReplayInvoicingDeadLetters_InvoicesOnceParksTheRest(t *testing.T) {
 	t.Parallel()
 	emu := pubsubtest.New(t, topology.System())
-	b := setup(t, admin.Deps{PubSub: emu.Client})
+	b := setup(t, emu.Client)
 	ctx := context.Background()
 	order := uuid.New()
 	if _, err := b.pool.Exec(ctx, `INSERT INTO work_orders

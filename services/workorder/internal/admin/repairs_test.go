@@ -18,7 +18,6 @@ import (
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/pubsubtest"
 	"github.com/lossless-dev/lossless/pkg/waitfor"
-	"github.com/lossless-dev/lossless/services/workorder/internal/admin"
 	"github.com/lossless-dev/lossless/services/workorder/internal/invoicing"
 )
 
@@ -54,7 +53,7 @@ func (b bundle) orderStatus(t *testing.T, id uuid.UUID) string {
 func TestReplayParkedBillingEvent_OverGRPC(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := setup(t, admin.Deps{})
+	b := setup(t, nil)
 	order := uuid.New()
 	ev := invoiceIssued(order)
 	data, err := proto.Marshal(ev)
@@ -124,7 +123,7 @@ func TestReplayInvoicingDeadLetters_OverGRPC(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	emu := pubsubtest.New(t, topology.System())
-	b := setup(t, admin.Deps{PubSub: emu.Client})
+	b := setup(t, emu.Client)
 	order := uuid.New()
 	b.completedOrder(t, order)
 	pub, err := pubsub.NewPublisher(emu.Client, topology.TopicBillingEventsDeadLetter, pubsub.PublisherConfig{})
