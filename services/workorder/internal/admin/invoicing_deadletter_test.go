@@ -16,6 +16,7 @@ import (
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/pubsubtest"
 	"github.com/lossless-dev/lossless/pkg/waitfor"
+	"github.com/lossless-dev/lossless/services/workorder/internal/admin"
 	"github.com/lossless-dev/lossless/services/workorder/internal/invoicing"
 )
 
@@ -81,7 +82,7 @@ func TestReplayInvoicingDeadLetters_InvoicesOnceParksTheRest(t *testing.T) {
 	taken := 0
 	ops := inProcessOps(t, b)
 	waitfor.Condition(t, 30*time.Second, "all four dead letters replayed", func() bool {
-		res, err := ops.ReplayDeadLetters(ctx, &opsv1.ReplayDeadLettersRequest{Authorization: &opsv1.OperatorAuthorization{Ticket: "INC-4", Actor: "alice"},
+		res, err := ops.ReplayDeadLetters(ctx, &opsv1.ReplayDeadLettersRequest{Consumer: admin.ConsumerInvoicing, Authorization: &opsv1.OperatorAuthorization{Ticket: "INC-4", Actor: "alice"},
 			MaxMessages: 10})
 		if err != nil || len(res.GetFailedMessageIds()) > 0 {
 			t.Fatal(res, err)

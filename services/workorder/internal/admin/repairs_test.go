@@ -18,6 +18,7 @@ import (
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/pubsubtest"
 	"github.com/lossless-dev/lossless/pkg/waitfor"
+	"github.com/lossless-dev/lossless/services/workorder/internal/admin"
 	"github.com/lossless-dev/lossless/services/workorder/internal/invoicing"
 )
 
@@ -137,7 +138,7 @@ func TestReplayInvoicingDeadLetters_OverGRPC(t *testing.T) {
 	}
 	cl := servedOps(t, b, emu.Client)
 	octx := asOperator()
-	_, err = cl.ReplayDeadLetters(octx, &opsv1.ReplayDeadLettersRequest{MaxMessages: 5,
+	_, err = cl.ReplayDeadLetters(octx, &opsv1.ReplayDeadLettersRequest{Consumer: admin.ConsumerInvoicing, MaxMessages: 5,
 		Authorization: &opsv1.OperatorAuthorization{Actor: "dana"}})
 	wantViolation(t, "no ticket", err, "authorization.ticket")
 	if _, err := cl.ReplayDeadLetters(context.Background(), &opsv1.ReplayDeadLettersRequest{
@@ -146,7 +147,7 @@ func TestReplayInvoicingDeadLetters_OverGRPC(t *testing.T) {
 	}
 	var seen []string
 	waitfor.Condition(t, 30*time.Second, "the dry run sees the dead letter", func() bool {
-		res, err := cl.ReplayDeadLetters(octx, &opsv1.ReplayDeadLettersRequest{MaxMessages: 5, Authorization: opsAuth, DryRun: true})
+		res, err := cl.ReplayDeadLetters(octx, &opsv1.ReplayDeadLettersRequest{Consumer: admin.ConsumerInvoicing, MaxMessages: 5, Authorization: opsAuth, DryRun: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -157,7 +158,7 @@ func TestReplayInvoicingDeadLetters_OverGRPC(t *testing.T) {
 		t.Fatalf("order %s after the dry run, want COMPLETED", s)
 	}
 	waitfor.Condition(t, 30*time.Second, "the dead letter is applied", func() bool {
-		res, err := cl.ReplayDeadLetters(octx, &opsv1.ReplayDeadLettersRequest{MaxMessages: 5,
+		res, err := cl.ReplayDeadLetters(octx, &opsv1.ReplayDeadLettersRequest{Consumer: admin.ConsumerInvoicing, MaxMessages: 5,
 			Authorization: opsAuth, MessageIds: seen})
 		if err != nil {
 			t.Fatal(err)
