@@ -71,7 +71,7 @@ func fieldViolations(err error) []string {
 // through OperatorService as the worker left them (an invoice job's unique
 // key is its work order id): filtered, paged, refused
 // when invalid or unauthenticated.
-func TestBillingAdmin_ListsJobsAndParkedMessages(t *testing.T) {
+func TestOperatorService_ListsJobsAndParkedMessages(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	logger := slog.New(slog.DiscardHandler)

@@ -29,7 +29,7 @@ import (
 // operator_audit rows), a second retry finds nothing to do; the audit log
 // reads back newest first, filtered; malformed or unauthenticated calls are
 // refused with nothing changed.
-func TestRetryInvoiceJobs_DryRunThenOnceAudited(t *testing.T) {
+func TestRetryJobs_DryRunThenOnceAudited(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	r := newRepair(t, nil, intake.Config{JobMaxAttempts: 3}, nil)
