@@ -15,6 +15,7 @@ import (
 
 	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/operator"
+	"github.com/lossless-dev/lossless/pkg/pgdb"
 	"github.com/lossless-dev/lossless/pkg/pgmigrate"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
 )
@@ -24,7 +25,7 @@ var services = map[string]func() []pgmigrate.Set{
 	"workorder": migrations.WorkOrder, "billing": migrations.Billing, "providersim": migrations.ProviderSim,
 }
 
-func write(t *testing.T, db operator.AuditDB, e operator.AuditEntry) {
+func write(t *testing.T, db pgdb.Executor, e operator.AuditEntry) {
 	t.Helper()
 	if err := operator.WriteAudit(context.Background(), db, e); err != nil {
 		t.Fatal(err)

@@ -37,7 +37,7 @@ func TestRunCLI_InProcessNeedsNoTokenTheServiceStillDoes(t *testing.T) {
 	if out, err := f.cli(t, "outbox", "list", "--states", "FAILED,PUBLISHED"); err != nil || strings.Count(out, "\n") != 2 {
 		t.Fatalf("in process: %q %v, want both events", out, err)
 	}
-	for _, args := range [][]string{nil, {"outbox"}, {"outbox", "purge"}, {"inbox", "list"}, {"outbox", "list", "--limit", "501"},
+	for _, args := range [][]string{nil, {"outbox"}, {"outbox", "purge"}, {"queue", "list"}, {"outbox", "list", "--limit", "501"},
 		{"outbox", "requeue", "--ticket", "INC-21", "--actor", "frank"}, {"parked", "replay", "--ticket", "INC-21", "--actor", "frank"},
 		{"audit", "list", "--no-such-flag"}} {
 		if _, err := f.cli(t, args...); !errors.Is(err, operator.ErrUsage) {

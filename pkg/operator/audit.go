@@ -24,9 +24,9 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/lossless-dev/lossless/pkg/apierror"
+	"github.com/lossless-dev/lossless/pkg/pgdb"
 	"github.com/lossless-dev/lossless/pkg/pgtext"
 )
 
@@ -46,12 +46,6 @@ var (
 	// ErrInvalidAuditFilter refuses a AuditFilter out of range.
 	ErrInvalidAuditFilter = errors.New("operator: invalid filter")
 )
-
-// AuditDB is what WriteAudit and List need: a pool, a connection or a transaction.
-type AuditDB interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-}
 
 // AuditEntry is one privileged action to record.
 type AuditEntry struct {
@@ -110,7 +104,7 @@ VALUES ($1, $2, $3, $4, $5, $6)`
 // WriteAudit records e through tx, normally the transaction of the action, so
 // that the row exists if and only if the action committed. Ticket and actor
 // are stored trimmed.
-func WriteAudit(ctx context.Context, tx AuditDB, e AuditEntry) error {
+func WriteAudit(ctx context.Context, tx pgdb.Executor, e AuditEntry) error {
 	err := ValidateAuthorization(e.Ticket, e.Actor)
 	if strings.TrimSpace(e.Action) == "" {
 		err = errors.Join(err, errors.New("action is required"))
@@ -185,7 +179,7 @@ ORDER BY id DESC
 LIMIT $5`
 
 // ListAudit returns the rows matching f, newest first, and whether more follow.
-func ListAudit(ctx context.Context, db AuditDB, f AuditFilter) (records []AuditRecord, more bool, err error) {
+func ListAudit(ctx context.Context, db pgdb.Executor, f AuditFilter) (records []AuditRecord, more bool, err error) {
 	switch {
 	case f.Limit < 0 || f.Limit > MaxAuditLimit || f.BeforeID < 0:
 		return nil, false, fmt.Errorf("%w: limit %d (0..%d), before id %d", ErrInvalidAuditFilter, f.Limit, MaxAuditLimit, f.BeforeID)

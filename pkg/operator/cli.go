@@ -9,22 +9,31 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
+	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	opsv1 "github.com/lossless-dev/lossless/pkg/operator/opsv1"
 )
 
-// Operations are the six calls of OperatorService; *Service (token
-// checked) and Service.InProcess (the service's own command line) are two.
+// Operations are the calls of OperatorService; *Service (token checked)
+// and NewInProcess's (the service's own command line) are two.
 type Operations interface {
 	ListOutboxEvents(context.Context, *opsv1.ListOutboxEventsRequest) (*opsv1.ListOutboxEventsResponse, error)
 	RequeueOutboxEvents(context.Context, *opsv1.RequeueOutboxEventsRequest) (*opsv1.RequeueOutboxEventsResponse, error)
 	ListParkedMessages(context.Context, *opsv1.ListParkedMessagesRequest) (*opsv1.ListParkedMessagesResponse, error)
 	ReplayParkedMessage(context.Context, *opsv1.ReplayParkedMessageRequest) (*opsv1.ReplayParkedMessageResponse, error)
 	ReplayDeadLetters(context.Context, *opsv1.ReplayDeadLettersRequest) (*opsv1.ReplayDeadLettersResponse, error)
+	ListInboxEntries(context.Context, *opsv1.ListInboxEntriesRequest) (*opsv1.ListInboxEntriesResponse, error)
+	GetInboxEntry(context.Context, *opsv1.GetInboxEntryRequest) (*opsv1.GetInboxEntryResponse, error)
+	ReplayInboxEntries(context.Context, *opsv1.ReplayInboxEntriesRequest) (*opsv1.ReplayInboxEntriesResponse, error)
+	CleanupInbox(context.Context, *opsv1.CleanupInboxRequest) (*opsv1.CleanupInboxResponse, error)
+	ListJobs(context.Context, *opsv1.ListJobsRequest) (*opsv1.ListJobsResponse, error)
+	RetryJobs(context.Context, *opsv1.RetryJobsRequest) (*opsv1.RetryJobsResponse, error)
 	ListOperatorAudit(context.Context, *opsv1.ListOperatorAuditRequest) (*opsv1.ListOperatorAuditResponse, error)
 }
 
@@ -32,10 +41,11 @@ type Operations interface {
 var ErrUsage = errors.New("usage")
 
 // CLIGroups are the first words of the commands RunCLI runs.
-var CLIGroups = []string{"outbox", "parked", "dead-letters", "audit"}
+var CLIGroups = []string{"outbox", "parked", "dead-letters", "inbox", "jobs", "audit"}
 
-// CLIUsage documents the operator commands every service has, after the
-// service's name (`workorder outbox requeue ...`, `billing parked list`).
+// CLIUsage documents the operator commands of every service, after the
+// service's name (`workorder outbox requeue ...`, `billing parked list`);
+// a command over a store the service does not have answers UNIMPLEMENTED.
 // Flags take one or two dashes. Listings print one JSON object per line
 // (the API's message, proto field names); repairs print one line of text,
 // "dry run: would ..." on a dry run.
@@ -46,15 +56,25 @@ const CLIUsage = `operator commands (every repair needs --ticket and --actor and
                        events not FAILED are reported and left alone
   parked list          [--subject ID] [--subscription S] [--after-id N | --page-token T] [--limit 50]
                        (open parked messages, oldest first)
-  parked replay        --id N --ticket T --actor A [--dry-run]
+  parked replay        --id N [--consumer C] --ticket T --actor A [--dry-run]
                        re-apply a parked message through its consumer, once its cause is fixed
-  dead-letters replay  --max N [--message-ids a,b] --ticket T --actor A [--dry-run]
+  dead-letters replay  --max N [--message-ids a,b] [--consumer C] --ticket T --actor A [--dry-run]
                        replay the consumer's dead letters through its idempotent path
+  inbox list           [--status PARKED|OPEN|APPLIED|DUPLICATE (default PARKED)] [--reason R] [--after-id N] [--limit 50]
+  inbox show           --id N   (the entry with its payload, base64)
+  inbox replay         (--ids 1,2,3 | --from RFC3339 --to RFC3339) [--reason R] --ticket T --actor A [--dry-run]
+                       reopen PARKED inbox entries so the relay applies them again
+  inbox cleanup        [--retention-hours 744] --ticket T --actor A [--dry-run]
+                       delete resolved inbox entries older than the retention (24..87600 h)
+  jobs list            [--state available|running|done|dead] [--unique-key K] [--limit 50] [--page-token T]   (newest first)
+  jobs retry           --ids 1,2,3 --ticket T --actor A [--dry-run]
+                       requeue dead lease-queue jobs with a fresh attempt budget (at most 1000)
   audit list           [--action A] [--actor A] [--ticket T] [--limit 50] [--page-token T]   (newest first)
 `
 
-// RunCLI runs one operator command over ops for the service's consumer
-// (empty: the service's only one); args start with the group (CLIGroups).
+// RunCLI runs one operator command over ops; consumer is the default of
+// --consumer (empty: the service's only one); args start with the group
+// (CLIGroups).
 // Errors of the operations are the API's (gRPC status errors:
 // INVALID_ARGUMENT for a missing ticket, NOT_FOUND for a parked message no
 // longer open, ...).
@@ -73,6 +93,10 @@ func RunCLI(ctx context.Context, args []string, ops Operations, consumer string,
 			known = sub == "list" || sub == "replay"
 		case "dead-letters":
 			known = sub == "replay"
+		case "inbox":
+			known = sub == "list" || sub == "show" || sub == "replay" || sub == "cleanup"
+		case "jobs":
+			known = sub == "list" || sub == "retry"
 		case "audit":
 			known = sub == "list"
 		}
@@ -86,8 +110,9 @@ func RunCLI(ctx context.Context, args []string, ops Operations, consumer string,
 	var (
 		ticket, actor, ids, states, aggregate, eventType, pageToken    string
 		subject, subscription, msgIDs, action, auditActor, auditTicket string
+		status, reason, from, to, state, uniqueKey                     string
 		id, afterID                                                    int64
-		limit, maxMessages                                             int
+		limit, maxMessages, retentionHours                             int
 		dryRun                                                         bool
 	)
 	repairFlags := func() {
@@ -115,10 +140,36 @@ func RunCLI(ctx context.Context, args []string, ops Operations, consumer string,
 	case "parked replay":
 		repairFlags()
 		fs.Int64Var(&id, "id", 0, "parked message id (required)")
+		fs.StringVar(&consumer, "consumer", consumer, "the consumer that parked it")
 	case "dead-letters replay":
 		repairFlags()
 		fs.IntVar(&maxMessages, "max", 0, "dead letters to take (1..1000, required)")
 		fs.StringVar(&msgIDs, "message-ids", "", "comma-separated Pub/Sub message ids")
+		fs.StringVar(&consumer, "consumer", consumer, "the consumer whose dead letters to replay")
+	case "inbox list":
+		fs.StringVar(&status, "status", "PARKED", "entry status (PARKED, OPEN, APPLIED, DUPLICATE)")
+		fs.StringVar(&reason, "reason", "", "only this park reason")
+		fs.Int64Var(&afterID, "after-id", 0, "page after this id")
+		fs.IntVar(&limit, "limit", defaultPageSize, "max entries (<= 500)")
+	case "inbox show":
+		fs.Int64Var(&id, "id", 0, "inbox entry id (required)")
+	case "inbox replay":
+		repairFlags()
+		fs.StringVar(&ids, "ids", "", "comma-separated entry ids")
+		fs.StringVar(&from, "from", "", "received at or after (RFC 3339)")
+		fs.StringVar(&to, "to", "", "received before (RFC 3339)")
+		fs.StringVar(&reason, "reason", "", "only this park reason")
+	case "inbox cleanup":
+		repairFlags()
+		fs.IntVar(&retentionHours, "retention-hours", 0, "delete resolved entries older than this many hours (24..87600; 0: 744)")
+	case "jobs list":
+		fs.StringVar(&state, "state", "", "available, running, done or dead (default all)")
+		fs.StringVar(&uniqueKey, "unique-key", "", "only the job with this unique key")
+		fs.IntVar(&limit, "limit", defaultPageSize, "max jobs (<= 500)")
+		fs.StringVar(&pageToken, "page-token", "", "next_page_token of the previous page")
+	case "jobs retry":
+		repairFlags()
+		fs.StringVar(&ids, "ids", "", "comma-separated dead job ids (required)")
 	case "audit list":
 		fs.StringVar(&action, "action", "", "only this action (outbox.requeue, invoicing.replay-parked, ...)")
 		fs.StringVar(&auditActor, "actor", "", "only this actor")
@@ -203,6 +254,68 @@ func RunCLI(ctx context.Context, args []string, ops Operations, consumer string,
 			err = fmt.Errorf("operator: %d dead letters failed and were released: %v", len(res.GetFailedMessageIds()), res.GetFailedMessageIds())
 		}
 		return err
+	case "inbox list":
+		res, err := ops.ListInboxEntries(ctx, &opsv1.ListInboxEntriesRequest{Status: strings.ToUpper(status), Reason: reason,
+			AfterId: afterID, PageSize: int32(limit)})
+		if err != nil {
+			return err
+		}
+		return printPage(out, res.GetEntries(), "")
+	case "inbox show":
+		if id <= 0 {
+			return fmt.Errorf("%w: inbox show: --id is required", ErrUsage)
+		}
+		res, err := ops.GetInboxEntry(ctx, &opsv1.GetInboxEntryRequest{Id: id})
+		if err != nil {
+			return err
+		}
+		return printPage(out, []*opsv1.InboxEntry{res.GetEntry()}, "")
+	case "inbox replay":
+		req := &opsv1.ReplayInboxEntriesRequest{Authorization: authz, Reason: reason, DryRun: dryRun}
+		var err error
+		if req.Ids, err = parseIDs(cmd, ids); err != nil {
+			return err
+		}
+		if req.FromTime, err = parseTime(cmd, from); err != nil {
+			return err
+		}
+		if req.ToTime, err = parseTime(cmd, to); err != nil {
+			return err
+		}
+		res, err := ops.ReplayInboxEntries(ctx, req)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(out, "%s %d parked entries: %v\n", verb(res.GetDryRun(), "would reopen", "reopened"), len(res.GetIds()), res.GetIds())
+		return err
+	case "inbox cleanup":
+		res, err := ops.CleanupInbox(ctx, &opsv1.CleanupInboxRequest{Authorization: authz, RetentionHours: int32(retentionHours), DryRun: dryRun})
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(out, "%s %d resolved inbox entries\n", verb(res.GetDryRun(), "would delete", "deleted"), res.GetDeleted())
+		return err
+	case "jobs list":
+		res, err := ops.ListJobs(ctx, &opsv1.ListJobsRequest{State: strings.ToLower(state), UniqueKey: uniqueKey,
+			PageSize: int32(limit), PageToken: pageToken})
+		if err != nil {
+			return err
+		}
+		return printPage(out, res.GetJobs(), res.GetNextPageToken())
+	case "jobs retry":
+		jobIDs, err := parseIDs(cmd, ids)
+		if err != nil {
+			return err
+		}
+		if len(jobIDs) == 0 {
+			return fmt.Errorf("%w: jobs retry: --ids is required", ErrUsage)
+		}
+		res, err := ops.RetryJobs(ctx, &opsv1.RetryJobsRequest{Authorization: authz, Ids: jobIDs, DryRun: dryRun})
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(out, "%s %d dead jobs: %v\n", verb(res.GetDryRun(), "would requeue", "requeued"), len(res.GetIds()), res.GetIds())
+		return err
 	default: // audit list
 		res, err := ops.ListOperatorAudit(ctx, &opsv1.ListOperatorAuditRequest{Action: action, Actor: auditActor, Ticket: auditTicket,
 			PageSize: int32(limit), PageToken: pageToken})
@@ -247,6 +360,30 @@ func split(s string) []string {
 		parts[i] = strings.TrimSpace(p)
 	}
 	return parts
+}
+
+func parseIDs(cmd, s string) ([]int64, error) {
+	var out []int64
+	for _, part := range split(s) {
+		n, err := strconv.ParseInt(part, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s: --ids: %q is not an id", ErrUsage, cmd, part)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// parseTime reads an RFC 3339 time; empty is nil.
+func parseTime(cmd, s string) (*timestamppb.Timestamp, error) {
+	if s == "" {
+		return nil, nil
+	}
+	t, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %q is not an RFC 3339 time", ErrUsage, cmd, s)
+	}
+	return timestamppb.New(t), nil
 }
 
 func verb(dry bool, would, did string) string {

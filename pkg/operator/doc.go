@@ -1,10 +1,16 @@
 // Package operator operates a pipeline safely: authenticated, dry run
-// first, audited. It serves lossless.ops.v1.OperatorService (Service) once
-// for every service with an outbox (pkg/outbox), consumers that park
-// (pkg/parked) or dead letters to replay: list and requeue outbox events,
-// list and replay parked messages, replay dead letters, list the operator
-// audit. Each service constructs it over its own stores (Deps) and mounts it
-// next to its own admin service, which keeps only its specific repairs.
+// first, audited. It serves lossless.ops.v1.OperatorService (Service), the
+// one repair surface of every service, over the service's own stores
+// (Deps): list and requeue outbox events (pkg/outbox), list and replay
+// parked messages (pkg/parked) through their consumer, replay dead letters,
+// list, show, replay and clean up inbox entries (pkg/inbox), list and retry
+// dead lease-queue jobs (pkg/leasequeue), list the operator audit. The
+// pattern packages implement the repair interface (ParkedMessages,
+// InboxEntries, DeadJobs) beside their own schema without importing this
+// package; Service adds what every repair shares. RunCLI is the same
+// operations as every service's command line, `<service> <group>
+// <command>`. A service's admin service keeps only the repairs no pattern
+// package owns.
 //
 // The pieces it is made of are usable alone: Guard checks the operator
 // token (`authorization: Bearer <token>`; fails closed), WriteAudit and

@@ -64,6 +64,30 @@ func (p inProcess) ReplayDeadLetters(ctx context.Context, req *opsv1.ReplayDeadL
 	return p.s.ReplayDeadLetters(trusted(ctx), req)
 }
 
+func (p inProcess) ListInboxEntries(ctx context.Context, req *opsv1.ListInboxEntriesRequest) (*opsv1.ListInboxEntriesResponse, error) {
+	return p.s.ListInboxEntries(trusted(ctx), req)
+}
+
+func (p inProcess) GetInboxEntry(ctx context.Context, req *opsv1.GetInboxEntryRequest) (*opsv1.GetInboxEntryResponse, error) {
+	return p.s.GetInboxEntry(trusted(ctx), req)
+}
+
+func (p inProcess) ReplayInboxEntries(ctx context.Context, req *opsv1.ReplayInboxEntriesRequest) (*opsv1.ReplayInboxEntriesResponse, error) {
+	return p.s.ReplayInboxEntries(trusted(ctx), req)
+}
+
+func (p inProcess) CleanupInbox(ctx context.Context, req *opsv1.CleanupInboxRequest) (*opsv1.CleanupInboxResponse, error) {
+	return p.s.CleanupInbox(trusted(ctx), req)
+}
+
+func (p inProcess) ListJobs(ctx context.Context, req *opsv1.ListJobsRequest) (*opsv1.ListJobsResponse, error) {
+	return p.s.ListJobs(trusted(ctx), req)
+}
+
+func (p inProcess) RetryJobs(ctx context.Context, req *opsv1.RetryJobsRequest) (*opsv1.RetryJobsResponse, error) {
+	return p.s.RetryJobs(trusted(ctx), req)
+}
+
 func (p inProcess) ListOperatorAudit(ctx context.Context, req *opsv1.ListOperatorAuditRequest) (*opsv1.ListOperatorAuditResponse, error) {
 	return p.s.ListOperatorAudit(trusted(ctx), req)
 }

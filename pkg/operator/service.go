@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/lossless-dev/lossless/pkg/apierror"
+	"github.com/lossless-dev/lossless/pkg/inbox"
 	opsv1 "github.com/lossless-dev/lossless/pkg/operator/opsv1"
 	"github.com/lossless-dev/lossless/pkg/outbox"
 	"github.com/lossless-dev/lossless/pkg/parked"
@@ -72,10 +73,18 @@ type Deps struct {
 	// Outbox is the service's outbox schema options (nil: the default
 	// outbox).
 	Outbox []outbox.Option
-	// Parked is the parked-message store (nil: none).
-	Parked *parked.Store
+	// Parked is the parked-message store (nil: none): a *parked.Store.
+	Parked ParkedMessages
 	// Consumers whose parked messages and dead letters are replayed.
 	Consumers []Consumer
+	// Inbox are the service's inbox entries (nil: none), built by
+	// NewInboxOps; InboxSource is their source, for listing the entries
+	// of given event ids.
+	Inbox       InboxEntries
+	InboxSource string
+	// Jobs is the service's lease queue (nil: none), whose dead jobs are
+	// retried.
+	Jobs DeadJobs
 	// PubSub is needed to replay dead letters (nil: refused).
 	PubSub *gpubsub.Client
 	// Logger (required).
@@ -149,12 +158,14 @@ func pageSize(n int32) int {
 // the server's edge reports an outage as UNAVAILABLE.
 func repairStatus(err error) error {
 	switch {
-	case errors.Is(err, ErrInvalidRequest):
+	case errors.Is(err, ErrInvalidRequest), errors.Is(err, inbox.ErrInvalidRequest):
 		return status.Error(codes.InvalidArgument, err.Error())
-	case errors.Is(err, parked.ErrNotOpen):
+	case errors.Is(err, parked.ErrNotOpen), errors.Is(err, inbox.ErrNotFound):
 		return status.Error(codes.NotFound, err.Error())
 	case errors.Is(err, ErrStillRefused):
 		return status.Error(codes.FailedPrecondition, err.Error())
+	case errors.Is(err, errUnimplemented):
+		return status.Error(codes.Unimplemented, err.Error())
 	}
 	return err
 }

@@ -10,16 +10,13 @@
 //	                       role also from SERVICE_ROLE, see docs/adr/0013-api-and-worker-roles.md)
 //	billing migrate        apply the database migrations and exit
 //	billing provision      create the Pub/Sub topics and subscriptions (idempotent)
-//	billing jobs list [-state dead] [-limit 100] [-before ID]
-//	                       print invoice jobs as JSON lines, newest first
-//	billing jobs retry -ticket T -actor A -id N [-id N ...]
-//	                       requeue parked (dead) invoice jobs; audited in leasequeue_job_audit
 //	billing reconcile [-tolerance 5m] [-workorder-addr host:9090 -grace 10m]
 //	                       print discrepancies as JSON lines; exit status 3 when any
-//	billing outbox|parked|dead-letters|audit ...
+//	billing outbox|parked|dead-letters|jobs|audit ...
 //	                       the operator commands every service has (pkg/operator RunCLI: outbox
-//	                       list|requeue, parked list|replay, dead-letters replay, audit list) over the
-//	                       outbox and the intake; audited in operator_audit
+//	                       list|requeue, parked list|replay, dead-letters replay, jobs list|retry,
+//	                       audit list) over the outbox, the intake and the invoice jobs; audited in
+//	                       operator_audit (jobs retry also in leasequeue_job_audit)
 //	                       (docs/runbooks/replay-dead-letter-events.md, docs/runbooks/outbox-relay-stalled.md)
 //
 // Configuration comes from the environment; see internal/config. The operator
@@ -70,14 +67,14 @@ func main() { os.Exit(servicecmd.Main(service())) }
 func service() servicecmd.Service[config.Config, *app.App] {
 	return servicecmd.Service[config.Config, *app.App]{
 		Name:       config.ServiceName,
-		Usage:      `usage: billing [serve|migrate|provision|jobs list|jobs retry|reconcile|outbox list|outbox requeue|parked list|parked replay|dead-letters replay|audit list] (see services/billing/main.go)`,
+		Usage:      `usage: billing [serve|migrate|provision|reconcile|outbox list|outbox requeue|parked list|parked replay|dead-letters replay|jobs list|jobs retry|audit list] (see services/billing/main.go)`,
 		Config:     config.FromEnv,
 		Sections:   func(c *config.Config) (*server.Config, telemetry.Config) { return &c.Server, c.Telemetry },
 		PubSub:     func(c *config.Config) *pubsub.ClientConfig { return &c.PubSub },
 		New:        app.New,
 		Migrations: migrations.Billing(),
 		Commands: map[string]servicecmd.Command{
-			"jobs":         jobsCommand,
+			"jobs":         operatorCommand("jobs"),
 			"reconcile":    reconcileCmd,
 			"dead-letters": operatorCommand("dead-letters"),
 			"parked":       operatorCommand("parked"),
@@ -85,26 +82,6 @@ func service() servicecmd.Service[config.Config, *app.App] {
 			"audit":        operatorCommand("audit"),
 		},
 	}
-}
-
-// jobsCommand runs `billing jobs list|retry`; retry goes through the intake.
-func jobsCommand(ctx context.Context, env *envconfig.Reader, logger *slog.Logger, args []string) error {
-	if len(args) == 0 {
-		return errors.New("jobs: want list or retry")
-	}
-	if args[0] == "retry" {
-		pool, q, err := openQueue(ctx, env, logger)
-		if err != nil {
-			return err
-		}
-		defer pool.Close()
-		ops, err := admin.NewOps(pool, q, logger)
-		if err != nil {
-			return err
-		}
-		return admin.RunCLI(ctx, args, ops, os.Stdout)
-	}
-	return jobs(ctx, env, logger, args[0], args[1:])
 }
 
 func openQueue(ctx context.Context, env *envconfig.Reader, logger *slog.Logger) (*pgxpool.Pool, *leasequeue.Queue, error) {
@@ -122,37 +99,6 @@ func openQueue(ctx context.Context, env *envconfig.Reader, logger *slog.Logger) 
 		return nil, nil, err
 	}
 	return pool, q, nil
-}
-
-func jobs(ctx context.Context, env *envconfig.Reader, logger *slog.Logger, sub string, args []string) error {
-	fs := flag.NewFlagSet("billing jobs "+sub, flag.ContinueOnError)
-	switch sub {
-	case "list":
-		state := fs.String("state", "", "available, running, done or dead (default all)")
-		limit := fs.Int("limit", 100, "maximum jobs to print (at most 1000)")
-		before := fs.Int64("before", 0, "only jobs with a smaller id (paging)")
-		if err := fs.Parse(args); err != nil {
-			return err
-		}
-		pool, q, err := openQueue(ctx, env, logger)
-		if err != nil {
-			return err
-		}
-		defer pool.Close()
-		js, err := q.List(ctx, pool, leasequeue.ListFilter{State: leasequeue.State(*state), Limit: *limit, BeforeID: *before})
-		if err != nil {
-			return err
-		}
-		enc := json.NewEncoder(os.Stdout)
-		for _, j := range js {
-			if err := enc.Encode(j); err != nil {
-				return err
-			}
-		}
-		return nil
-	default:
-		return fmt.Errorf("jobs %q: want list or retry", sub)
-	}
 }
 
 func reconcileCmd(ctx context.Context, env *envconfig.Reader, _ *slog.Logger, args []string) error {
@@ -215,7 +161,7 @@ func reconcileCmd(ctx context.Context, env *envconfig.Reader, _ *slog.Logger, ar
 }
 
 // operatorCommand runs `billing <group> ...`, a command of the one operator
-// API (operator.RunCLI: outbox, parked, dead-letters, audit) over the
+// API (operator.RunCLI: outbox, parked, dead-letters, jobs, audit) over the
 // billing database, in process: holding DATABASE_URL is the privilege (the
 // binary could change these tables directly), so the calls skip the
 // operator token, the network's credential, exactly as this command line
@@ -245,7 +191,7 @@ func operatorCommand(group string) servicecmd.Command {
 			}
 			defer func() { _ = ps.Close() }()
 		}
-		deps, err := admin.OperatorDeps(pool, in, ps, logger)
+		deps, err := admin.OperatorDeps(pool, q, in, ps, logger)
 		if err != nil {
 			return err
 		}

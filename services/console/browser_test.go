@@ -565,7 +565,7 @@ func TestRepairAndAuditInABrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pconn.Close()
-	admin := workorderv1.NewWorkOrderAdminServiceClient(wconn)
+	admin := opsv1.NewOperatorServiceClient(wconn)
 	faults := providerv1.NewProviderAdminServiceClient(pconn)
 	setPoison := func(p float64) {
 		t.Helper()
@@ -587,7 +587,7 @@ func TestRepairAndAuditInABrowser(t *testing.T) {
 	}
 	var entry int64
 	waitfor.Condition(t, 2*time.Minute, "a poison message parked in the inbox", func() bool {
-		resp, err := admin.ListInboxEntries(op, &workorderv1.ListInboxEntriesRequest{Status: "PARKED", Reason: "POISON"})
+		resp, err := admin.ListInboxEntries(op, &opsv1.ListInboxEntriesRequest{Status: "PARKED", Reason: "POISON"})
 		if err != nil || len(resp.GetEntries()) == 0 {
 			return false
 		}

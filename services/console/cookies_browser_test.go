@@ -55,13 +55,13 @@ func TestCookiesLogInInChromium(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h, err := web.New(web.Sources{
-				Orders: workorderv1.NewWorkOrderServiceClient(conn), Inbox: workorderv1.NewWorkOrderAdminServiceClient(conn),
-				Repairs: workorderv1.NewWorkOrderAdminServiceClient(conn), BillingRepairs: billingv1.NewBillingAdminServiceClient(conn),
-				WorkOrderOps: opsv1.NewOperatorServiceClient(conn), BillingOps: opsv1.NewOperatorServiceClient(conn),
+				Orders: workorderv1.NewWorkOrderServiceClient(conn), Inbox: opsv1.NewOperatorServiceClient(conn),
+				BillingRepairs: opsv1.NewOperatorServiceClient(conn),
+				WorkOrderOps:   opsv1.NewOperatorServiceClient(conn), BillingOps: opsv1.NewOperatorServiceClient(conn),
 				ProviderAudit: opsv1.NewOperatorServiceClient(conn),
 				Faults:        providerv1.NewProviderAdminServiceClient(conn), Invoices: billingv1.NewBillingServiceClient(conn),
 				Figures: noFigures{}, Outbox: opsv1.NewOperatorServiceClient(conn),
-				ProviderJobs: providerv1.NewProviderAdminServiceClient(conn), InvoiceJobs: billingv1.NewBillingAdminServiceClient(conn),
+				ProviderJobs: providerv1.NewProviderAdminServiceClient(conn), InvoiceJobs: opsv1.NewOperatorServiceClient(conn),
 			}, web.Config{OperatorToken: token, SecureCookies: tc.secure, RunbookBaseURL: "https://example.invalid/",
 				RPCTimeout: time.Second}, slog.New(slog.DiscardHandler))
 			if err != nil {

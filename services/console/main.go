@@ -133,9 +133,8 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	}
 	console, err := web.New(web.Sources{
 		Orders:         workorderv1.NewWorkOrderServiceClient(wo),
-		Inbox:          workorderv1.NewWorkOrderAdminServiceClient(wo),
-		Repairs:        workorderv1.NewWorkOrderAdminServiceClient(wo),
-		BillingRepairs: billingv1.NewBillingAdminServiceClient(bi),
+		Inbox:          opsv1.NewOperatorServiceClient(wo),
+		BillingRepairs: opsv1.NewOperatorServiceClient(bi),
 		WorkOrderOps:   opsv1.NewOperatorServiceClient(wo),
 		BillingOps:     opsv1.NewOperatorServiceClient(bi),
 		ProviderAudit:  opsv1.NewOperatorServiceClient(pr),
@@ -145,7 +144,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		// The Order page's timeline.
 		Outbox:       opsv1.NewOperatorServiceClient(wo),
 		ProviderJobs: providerv1.NewProviderAdminServiceClient(pr),
-		InvoiceJobs:  billingv1.NewBillingAdminServiceClient(bi),
+		InvoiceJobs:  opsv1.NewOperatorServiceClient(bi),
 	}, web.Config{
 		OperatorToken:  cfg.OperatorToken,
 		Operators:      operators,

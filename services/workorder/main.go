@@ -9,14 +9,15 @@
 //	                    role also from SERVICE_ROLE, see docs/adr/0013-api-and-worker-roles.md)
 //	workorder migrate   apply the database migrations and exit
 //	workorder provision create the Pub/Sub topics and subscriptions (idempotent) and exit
-//	workorder inbox ... operator commands on the inbox (list, show, replay,
-//	                    replay-dead-letters, cleanup, re-hand-off); see
-//	                    docs/runbooks/repair-parked-inbox-entries.md
-//	workorder outbox|parked|dead-letters|audit ...
-//	                    the operator commands every service has (pkg/operator RunCLI: outbox
-//	                    list|requeue, parked list|replay, dead-letters replay, audit list) over
-//	                    the outbox and the InvoiceIssued consumer; see
-//	                    docs/runbooks/outbox-relay-stalled.md, docs/runbooks/replay-dead-letter-events.md
+//	workorder inbox|outbox|parked|dead-letters|audit ...
+//	                    the operator commands every service has (pkg/operator RunCLI: inbox
+//	                    list|show|replay|cleanup, outbox list|requeue, parked list|replay,
+//	                    dead-letters replay [--consumer inbox|invoicing], audit list) over the
+//	                    inbox, the outbox and the two consumers; see
+//	                    docs/runbooks/repair-parked-inbox-entries.md, docs/runbooks/outbox-relay-stalled.md,
+//	                    docs/runbooks/replay-dead-letter-events.md
+//	workorder orders re-hand-off
+//	                    record another waiting point for a handed-off order (F7)
 //	workorder invoicing replay|replay-dead-letters
 //	                    former names of parked replay and dead-letters replay
 //
@@ -53,14 +54,15 @@ func main() { os.Exit(servicecmd.Main(service())) }
 func service() servicecmd.Service[config.Config, *app.App] {
 	return servicecmd.Service[config.Config, *app.App]{
 		Name:       config.ServiceName,
-		Usage:      "usage: workorder [serve|migrate|provision|inbox|outbox|parked|dead-letters|audit|invoicing]  (configuration from the environment: services/workorder/internal/config)",
+		Usage:      "usage: workorder [serve|migrate|provision|inbox|outbox|parked|dead-letters|audit|orders|invoicing]  (configuration from the environment: services/workorder/internal/config)",
 		Config:     config.FromEnv,
 		Sections:   func(c *config.Config) (*server.Config, telemetry.Config) { return &c.Server, c.Telemetry },
 		PubSub:     func(c *config.Config) *pubsub.ClientConfig { return &c.PubSub },
 		New:        app.New,
 		Migrations: migrations.WorkOrder(),
 		Commands: map[string]servicecmd.Command{
-			"inbox":        inboxCommand,
+			"inbox":        operatorCommand("inbox"),
+			"orders":       ordersCommand,
 			"invoicing":    invoicingCommand,
 			"outbox":       operatorCommand("outbox"),
 			"parked":       operatorCommand("parked"),
@@ -70,12 +72,11 @@ func service() servicecmd.Service[config.Config, *app.App] {
 	}
 }
 
-// inboxCommand runs an operator command. Holding the database credentials is
-// the privilege; --ticket and --actor make each change audited.
-func inboxCommand(ctx context.Context, env *envconfig.Reader, logger *slog.Logger, args []string) error {
+// ordersCommand runs `workorder orders re-hand-off`, the service's own
+// repair. Holding the database credentials is the privilege; --ticket and
+// --actor make it audited.
+func ordersCommand(ctx context.Context, env *envconfig.Reader, logger *slog.Logger, args []string) error {
 	dsn := env.Required("DATABASE_URL")
-	psCfg := libenv.PubSub(env)
-	recvCfg := receiver.ConfigFromEnv(env, "WORKORDER_RECEIVER_")
 	if err := env.Err(); err != nil {
 		return err
 	}
@@ -84,31 +85,21 @@ func inboxCommand(ctx context.Context, env *envconfig.Reader, logger *slog.Logge
 		return fmt.Errorf("DATABASE_URL: %w", err)
 	}
 	defer pool.Close()
-	deps := admin.Deps{Pool: pool, Receiver: recvCfg, Logger: logger}
-	// Only dead-letter replay needs Pub/Sub; other commands work without it.
-	if len(args) > 0 && args[0] == "replay-dead-letters" {
-		ps, err := libenv.PubSubClient(ctx, psCfg)
-		if err != nil {
-			return err
-		}
-		defer ps.Close()
-		deps.PubSub = ps
-	}
-	ops, err := admin.NewOps(deps)
+	ops, err := admin.NewOps(pool, logger)
 	if err != nil {
 		return err
 	}
-	return admin.RunCLI(ctx, args, ops, os.Stdout)
+	return admin.RunOrdersCLI(ctx, args, ops, os.Stdout)
 }
 
 // operatorCommand runs `workorder <group> ...`, a command of the one
-// operator API (operator.RunCLI: outbox, parked, dead-letters, audit) over
-// the work-order database, in process: holding DATABASE_URL is the
+// operator API (operator.RunCLI: inbox, outbox, parked, dead-letters,
+// audit) over the work-order database, in process: holding DATABASE_URL is the
 // privilege (the binary could change these tables directly), so the calls
 // skip the operator token, the network's credential, exactly as this
 // command line always did; --ticket and --actor make each repair audited.
-// The InvoiceIssued consumer is configured as the running one; only the
-// dead-letter replay needs Pub/Sub.
+// The InvoiceIssued consumer and the receiver are configured as the
+// running ones; only the dead-letter replay needs Pub/Sub.
 func operatorCommand(group string) servicecmd.Command {
 	return func(ctx context.Context, env *envconfig.Reader, logger *slog.Logger, args []string) error {
 		return runOperatorCLI(ctx, env, logger, append([]string{group}, args...))
@@ -133,6 +124,7 @@ func invoicingCommand(ctx context.Context, env *envconfig.Reader, logger *slog.L
 func runOperatorCLI(ctx context.Context, env *envconfig.Reader, logger *slog.Logger, args []string) error {
 	dsn := env.Required("DATABASE_URL")
 	maxPayload := env.Int("WORKORDER_INVOICING_MAX_PAYLOAD_BYTES", invoicing.DefaultMaxPayloadBytes)
+	recvCfg := receiver.ConfigFromEnv(env, "WORKORDER_RECEIVER_")
 	psCfg := libenv.PubSub(env)
 	if err := env.Err(); err != nil {
 		return err
@@ -153,7 +145,7 @@ func runOperatorCLI(ctx context.Context, env *envconfig.Reader, logger *slog.Log
 	if err != nil {
 		return err
 	}
-	deps, err := admin.OperatorDeps(pool, inv, ps, logger)
+	deps, err := admin.OperatorDeps(pool, inv, recvCfg, ps, logger)
 	if err != nil {
 		return err
 	}

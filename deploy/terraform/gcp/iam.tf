@@ -4,7 +4,7 @@
 #     and log in as its IAM user (cloudsql.instanceUser), on this instance only;
 #   - Pub/Sub: publish on the topics it publishes, pull/ack on its own
 #     subscriptions (consumer and dead-letter inspection: the dead-letter
-#     monitor and `workorder inbox replay-dead-letters` pull there; replay
+#     monitor and `workorder dead-letters replay --consumer inbox` pull there; replay
 #     re-enters messages through the inbox, it publishes nothing). The client
 #     never reads topic or subscription metadata, so no viewer role;
 #   - telemetry: trace export and metric writes.

@@ -819,7 +819,7 @@ type ReplayParkedMessageRequest struct {
 	// why it is still refused; changes nothing but the audit row.
 	DryRun bool `protobuf:"varint,3,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
 	// The consumer (OperatorService serves those its service registered, by
-	// name, e.g. intake or invoicing); empty means the service's only one.
+	// name, e.g. intake, invoicing or inbox); empty means the service's only one.
 	Consumer      string `protobuf:"bytes,4,opt,name=consumer,proto3" json:"consumer,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -947,7 +947,7 @@ type ReplayDeadLettersRequest struct {
 	// Pull, report and release: nothing is applied or acked (still audited).
 	DryRun bool `protobuf:"varint,4,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
 	// The consumer (OperatorService serves those its service registered, by
-	// name, e.g. intake or invoicing); empty means the service's only one.
+	// name, e.g. intake, invoicing or inbox); empty means the service's only one.
 	Consumer      string `protobuf:"bytes,5,opt,name=consumer,proto3" json:"consumer,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1091,12 +1091,1036 @@ func (x *ReplayDeadLettersResponse) GetDryRun() bool {
 	return false
 }
 
+// One inbox entry (table inbox, pkg/inbox).
+type InboxEntry struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Id             int64                  `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Source         string                 `protobuf:"bytes,2,opt,name=source,proto3" json:"source,omitempty"`
+	EventId        string                 `protobuf:"bytes,3,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
+	EventType      string                 `protobuf:"bytes,4,opt,name=event_type,json=eventType,proto3" json:"event_type,omitempty"`
+	SchemaVersion  int32                  `protobuf:"varint,5,opt,name=schema_version,json=schemaVersion,proto3" json:"schema_version,omitempty"`
+	CorrelationKey string                 `protobuf:"bytes,6,opt,name=correlation_key,json=correlationKey,proto3" json:"correlation_key,omitempty"`
+	// OPEN, APPLIED, DUPLICATE or PARKED.
+	Status          string                 `protobuf:"bytes,7,opt,name=status,proto3" json:"status,omitempty"`
+	ParkReason      string                 `protobuf:"bytes,8,opt,name=park_reason,json=parkReason,proto3" json:"park_reason,omitempty"`
+	Attempts        int32                  `protobuf:"varint,9,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	LastError       string                 `protobuf:"bytes,10,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	ReceivedTime    *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=received_time,json=receivedTime,proto3" json:"received_time,omitempty"`
+	NextAttemptTime *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=next_attempt_time,json=nextAttemptTime,proto3" json:"next_attempt_time,omitempty"`
+	ProcessedTime   *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=processed_time,json=processedTime,proto3" json:"processed_time,omitempty"`
+	MessageId       string                 `protobuf:"bytes,14,opt,name=message_id,json=messageId,proto3" json:"message_id,omitempty"`
+	Attributes      map[string]string      `protobuf:"bytes,15,rep,name=attributes,proto3" json:"attributes,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Raw payload as received (GetInboxEntry only).
+	Payload       []byte `protobuf:"bytes,16,opt,name=payload,proto3" json:"payload,omitempty"`
+	Traceparent   string `protobuf:"bytes,17,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InboxEntry) Reset() {
+	*x = InboxEntry{}
+	mi := &file_lossless_ops_v1_ops_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InboxEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InboxEntry) ProtoMessage() {}
+
+func (x *InboxEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_lossless_ops_v1_ops_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InboxEntry.ProtoReflect.Descriptor instead.
+func (*InboxEntry) Descriptor() ([]byte, []int) {
+	return file_lossless_ops_v1_ops_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *InboxEntry) GetId() int64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *InboxEntry) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *InboxEntry) GetEventId() string {
+	if x != nil {
+		return x.EventId
+	}
+	return ""
+}
+
+func (x *InboxEntry) GetEventType() string {
+	if x != nil {
+		return x.EventType
+	}
+	return ""
+}
+
+func (x *InboxEntry) GetSchemaVersion() int32 {
+	if x != nil {
+		return x.SchemaVersion
+	}
+	return 0
+}
+
+func (x *InboxEntry) GetCorrelationKey() string {
+	if x != nil {
+		return x.CorrelationKey
+	}
+	return ""
+}
+
+func (x *InboxEntry) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *InboxEntry) GetParkReason() string {
+	if x != nil {
+		return x.ParkReason
+	}
+	return ""
+}
+
+func (x *InboxEntry) GetAttempts() int32 {
+	if x != nil {
+		return x.Attempts
+	}
+	return 0
+}
+
+func (x *InboxEntry) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
+func (x *InboxEntry) GetReceivedTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ReceivedTime
+	}
+	return nil
+}
+
+func (x *InboxEntry) GetNextAttemptTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NextAttemptTime
+	}
+	return nil
+}
+
+func (x *InboxEntry) GetProcessedTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ProcessedTime
+	}
+	return nil
+}
+
+func (x *InboxEntry) GetMessageId() string {
+	if x != nil {
+		return x.MessageId
+	}
+	return ""
+}
+
+func (x *InboxEntry) GetAttributes() map[string]string {
+	if x != nil {
+		return x.Attributes
+	}
+	return nil
+}
+
+func (x *InboxEntry) GetPayload() []byte {
+	if x != nil {
+		return x.Payload
+	}
+	return nil
+}
+
+func (x *InboxEntry) GetTraceparent() string {
+	if x != nil {
+		return x.Traceparent
+	}
+	return ""
+}
+
+type ListInboxEntriesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// OPEN, APPLIED, DUPLICATE or PARKED; empty means PARKED (or, with
+	// event_ids, every status).
+	Status string `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	// Only this park reason; must not contain NUL (U+0000).
+	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Page after this id.
+	AfterId int64 `protobuf:"varint,3,opt,name=after_id,json=afterId,proto3" json:"after_id,omitempty"`
+	// 0 means 50; at most 1000.
+	PageSize int32 `protobuf:"varint,4,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// Only the entries of these event ids of the service's inbox source (a
+	// work order's messages, as ProviderAdminService.GetJob lists them), in
+	// every status unless status is set. Each is a probe of the (source,
+	// event_id) unique index; the correlation key has no index outside OPEN
+	// entries, so an order's entries are found by their event ids.
+	EventIds      []string `protobuf:"bytes,5,rep,name=event_ids,json=eventIds,proto3" json:"event_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListInboxEntriesRequest) Reset() {
+	*x = ListInboxEntriesRequest{}
+	mi := &file_lossless_ops_v1_ops_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListInboxEntriesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListInboxEntriesRequest) ProtoMessage() {}
+
+func (x *ListInboxEntriesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lossless_ops_v1_ops_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListInboxEntriesRequest.ProtoReflect.Descriptor instead.
+func (*ListInboxEntriesRequest) Descriptor() ([]byte, []int) {
+	return file_lossless_ops_v1_ops_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ListInboxEntriesRequest) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *ListInboxEntriesRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ListInboxEntriesRequest) GetAfterId() int64 {
+	if x != nil {
+		return x.AfterId
+	}
+	return 0
+}
+
+func (x *ListInboxEntriesRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListInboxEntriesRequest) GetEventIds() []string {
+	if x != nil {
+		return x.EventIds
+	}
+	return nil
+}
+
+type ListInboxEntriesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Entries       []*InboxEntry          `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListInboxEntriesResponse) Reset() {
+	*x = ListInboxEntriesResponse{}
+	mi := &file_lossless_ops_v1_ops_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListInboxEntriesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListInboxEntriesResponse) ProtoMessage() {}
+
+func (x *ListInboxEntriesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lossless_ops_v1_ops_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListInboxEntriesResponse.ProtoReflect.Descriptor instead.
+func (*ListInboxEntriesResponse) Descriptor() ([]byte, []int) {
+	return file_lossless_ops_v1_ops_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ListInboxEntriesResponse) GetEntries() []*InboxEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+type GetInboxEntryRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            int64                  `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetInboxEntryRequest) Reset() {
+	*x = GetInboxEntryRequest{}
+	mi := &file_lossless_ops_v1_ops_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetInboxEntryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetInboxEntryRequest) ProtoMessage() {}
+
+func (x *GetInboxEntryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lossless_ops_v1_ops_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetInboxEntryRequest.ProtoReflect.Descriptor instead.
+func (*GetInboxEntryRequest) Descriptor() ([]byte, []int) {
+	return file_lossless_ops_v1_ops_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *GetInboxEntryRequest) GetId() int64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+type GetInboxEntryResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Entry         *InboxEntry            `protobuf:"bytes,1,opt,name=entry,proto3" json:"entry,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetInboxEntryResponse) Reset() {
+	*x = GetInboxEntryResponse{}
+	mi := &file_lossless_ops_v1_ops_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetInboxEntryResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetInboxEntryResponse) ProtoMessage() {}
+
+func (x *GetInboxEntryResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lossless_ops_v1_ops_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetInboxEntryResponse.ProtoReflect.Descriptor instead.
+func (*GetInboxEntryResponse) Descriptor() ([]byte, []int) {
+	return file_lossless_ops_v1_ops_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *GetInboxEntryResponse) GetEntry() *InboxEntry {
+	if x != nil {
+		return x.Entry
+	}
+	return nil
+}
+
+type ReplayInboxEntriesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Authorization *OperatorAuthorization `protobuf:"bytes,1,opt,name=authorization,proto3" json:"authorization,omitempty"`
+	// Explicit ids; or else from_time and to_time.
+	Ids      []int64                `protobuf:"varint,2,rep,packed,name=ids,proto3" json:"ids,omitempty"`
+	FromTime *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=from_time,json=fromTime,proto3" json:"from_time,omitempty"`
+	ToTime   *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=to_time,json=toTime,proto3" json:"to_time,omitempty"`
+	// Only entries parked for this reason; must not contain NUL (U+0000).
+	Reason string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Report, change nothing (still audited).
+	DryRun        bool `protobuf:"varint,6,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplayInboxEntriesRequest) Reset() {
+	*x = ReplayInboxEntriesRequest{}
+	mi := &file_lossless_ops_v1_ops_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplayInboxEntriesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplayInboxEntriesRequest) ProtoMessage() {}
+
+func (x *ReplayInboxEntriesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lossless_ops_v1_ops_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplayInboxEntriesRequest.ProtoReflect.Descriptor instead.
+func (*ReplayInboxEntriesRequest) Descriptor() ([]byte, []int) {
+	return file_lossless_ops_v1_ops_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ReplayInboxEntriesRequest) GetAuthorization() *OperatorAuthorization {
+	if x != nil {
+		return x.Authorization
+	}
+	return nil
+}
+
+func (x *ReplayInboxEntriesRequest) GetIds() []int64 {
+	if x != nil {
+		return x.Ids
+	}
+	return nil
+}
+
+func (x *ReplayInboxEntriesRequest) GetFromTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.FromTime
+	}
+	return nil
+}
+
+func (x *ReplayInboxEntriesRequest) GetToTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ToTime
+	}
+	return nil
+}
+
+func (x *ReplayInboxEntriesRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ReplayInboxEntriesRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+type ReplayInboxEntriesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ids           []int64                `protobuf:"varint,1,rep,packed,name=ids,proto3" json:"ids,omitempty"`
+	DryRun        bool                   `protobuf:"varint,2,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplayInboxEntriesResponse) Reset() {
+	*x = ReplayInboxEntriesResponse{}
+	mi := &file_lossless_ops_v1_ops_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplayInboxEntriesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplayInboxEntriesResponse) ProtoMessage() {}
+
+func (x *ReplayInboxEntriesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lossless_ops_v1_ops_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplayInboxEntriesResponse.ProtoReflect.Descriptor instead.
+func (*ReplayInboxEntriesResponse) Descriptor() ([]byte, []int) {
+	return file_lossless_ops_v1_ops_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ReplayInboxEntriesResponse) GetIds() []int64 {
+	if x != nil {
+		return x.Ids
+	}
+	return nil
+}
+
+func (x *ReplayInboxEntriesResponse) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+type CleanupInboxRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Authorization *OperatorAuthorization `protobuf:"bytes,1,opt,name=authorization,proto3" json:"authorization,omitempty"`
+	// Resolved entries older than this many hours; 0 means the default (744 h
+	// = 31 days); otherwise 24 to 87600 (ten years).
+	RetentionHours int32 `protobuf:"varint,2,opt,name=retention_hours,json=retentionHours,proto3" json:"retention_hours,omitempty"`
+	// Count, delete nothing (still audited).
+	DryRun        bool `protobuf:"varint,3,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CleanupInboxRequest) Reset() {
+	*x = CleanupInboxRequest{}
+	mi := &file_lossless_ops_v1_ops_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CleanupInboxRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CleanupInboxRequest) ProtoMessage() {}
+
+func (x *CleanupInboxRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lossless_ops_v1_ops_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CleanupInboxRequest.ProtoReflect.Descriptor instead.
+func (*CleanupInboxRequest) Descriptor() ([]byte, []int) {
+	return file_lossless_ops_v1_ops_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *CleanupInboxRequest) GetAuthorization() *OperatorAuthorization {
+	if x != nil {
+		return x.Authorization
+	}
+	return nil
+}
+
+func (x *CleanupInboxRequest) GetRetentionHours() int32 {
+	if x != nil {
+		return x.RetentionHours
+	}
+	return 0
+}
+
+func (x *CleanupInboxRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+type CleanupInboxResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Deleted       int32                  `protobuf:"varint,1,opt,name=deleted,proto3" json:"deleted,omitempty"`
+	DryRun        bool                   `protobuf:"varint,2,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CleanupInboxResponse) Reset() {
+	*x = CleanupInboxResponse{}
+	mi := &file_lossless_ops_v1_ops_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CleanupInboxResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CleanupInboxResponse) ProtoMessage() {}
+
+func (x *CleanupInboxResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lossless_ops_v1_ops_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CleanupInboxResponse.ProtoReflect.Descriptor instead.
+func (*CleanupInboxResponse) Descriptor() ([]byte, []int) {
+	return file_lossless_ops_v1_ops_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *CleanupInboxResponse) GetDeleted() int32 {
+	if x != nil {
+		return x.Deleted
+	}
+	return 0
+}
+
+func (x *CleanupInboxResponse) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+// One job of a lease queue (table leasequeue_jobs, pkg/leasequeue).
+type Job struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    int64                  `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The job's unique key (billing's invoice jobs: the work order id).
+	UniqueKey string `protobuf:"bytes,2,opt,name=unique_key,json=uniqueKey,proto3" json:"unique_key,omitempty"`
+	// available, running, done or dead (parked for an operator).
+	State string `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
+	// Claims so far, the running one included.
+	Attempts    int32 `protobuf:"varint,4,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	MaxAttempts int32 `protobuf:"varint,5,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
+	// Fencing token: +1 at every claim.
+	Epoch int64 `protobuf:"varint,6,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// The worker holding (or that last held) the lease.
+	LeaseOwner string `protobuf:"bytes,7,opt,name=lease_owner,json=leaseOwner,proto3" json:"lease_owner,omitempty"`
+	// available: not claimed before this time (backoff); running: the lease
+	// expiry, after which another worker takes it over.
+	DueTime    *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=due_time,json=dueTime,proto3" json:"due_time,omitempty"`
+	LastError  string                 `protobuf:"bytes,9,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// done or dead: when.
+	FinishTime    *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=finish_time,json=finishTime,proto3" json:"finish_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Job) Reset() {
+	*x = Job{}
+	mi := &file_lossless_ops_v1_ops_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Job) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Job) ProtoMessage() {}
+
+func (x *Job) ProtoReflect() protoreflect.Message {
+	mi := &file_lossless_ops_v1_ops_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Job.ProtoReflect.Descriptor instead.
+func (*Job) Descriptor() ([]byte, []int) {
+	return file_lossless_ops_v1_ops_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *Job) GetId() int64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *Job) GetUniqueKey() string {
+	if x != nil {
+		return x.UniqueKey
+	}
+	return ""
+}
+
+func (x *Job) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *Job) GetAttempts() int32 {
+	if x != nil {
+		return x.Attempts
+	}
+	return 0
+}
+
+func (x *Job) GetMaxAttempts() int32 {
+	if x != nil {
+		return x.MaxAttempts
+	}
+	return 0
+}
+
+func (x *Job) GetEpoch() int64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *Job) GetLeaseOwner() string {
+	if x != nil {
+		return x.LeaseOwner
+	}
+	return ""
+}
+
+func (x *Job) GetDueTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DueTime
+	}
+	return nil
+}
+
+func (x *Job) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
+func (x *Job) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+func (x *Job) GetFinishTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.FinishTime
+	}
+	return nil
+}
+
+type ListJobsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// available, running, done or dead; empty means all.
+	State string `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"`
+	// Maximum results; 0 means the default of 50; at most 500.
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// Opaque token from a previous response's next_page_token, valid only
+	// with the same filter.
+	PageToken string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Only the job with this unique key (at most one); must not contain NUL
+	// (U+0000).
+	UniqueKey     string `protobuf:"bytes,4,opt,name=unique_key,json=uniqueKey,proto3" json:"unique_key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListJobsRequest) Reset() {
+	*x = ListJobsRequest{}
+	mi := &file_lossless_ops_v1_ops_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListJobsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListJobsRequest) ProtoMessage() {}
+
+func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lossless_ops_v1_ops_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListJobsRequest.ProtoReflect.Descriptor instead.
+func (*ListJobsRequest) Descriptor() ([]byte, []int) {
+	return file_lossless_ops_v1_ops_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *ListJobsRequest) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *ListJobsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListJobsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+func (x *ListJobsRequest) GetUniqueKey() string {
+	if x != nil {
+		return x.UniqueKey
+	}
+	return ""
+}
+
+type ListJobsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Jobs  []*Job                 `protobuf:"bytes,1,rep,name=jobs,proto3" json:"jobs,omitempty"`
+	// Empty when there are no more results.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListJobsResponse) Reset() {
+	*x = ListJobsResponse{}
+	mi := &file_lossless_ops_v1_ops_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListJobsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListJobsResponse) ProtoMessage() {}
+
+func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lossless_ops_v1_ops_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListJobsResponse.ProtoReflect.Descriptor instead.
+func (*ListJobsResponse) Descriptor() ([]byte, []int) {
+	return file_lossless_ops_v1_ops_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *ListJobsResponse) GetJobs() []*Job {
+	if x != nil {
+		return x.Jobs
+	}
+	return nil
+}
+
+func (x *ListJobsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+type RetryJobsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Authorization *OperatorAuthorization `protobuf:"bytes,1,opt,name=authorization,proto3" json:"authorization,omitempty"`
+	// Jobs to requeue (1..1000); only dead ones are touched.
+	Ids []int64 `protobuf:"varint,2,rep,packed,name=ids,proto3" json:"ids,omitempty"`
+	// Report which of the ids are dead and would be requeued; change nothing
+	// (still audited).
+	DryRun        bool `protobuf:"varint,3,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetryJobsRequest) Reset() {
+	*x = RetryJobsRequest{}
+	mi := &file_lossless_ops_v1_ops_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetryJobsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetryJobsRequest) ProtoMessage() {}
+
+func (x *RetryJobsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lossless_ops_v1_ops_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetryJobsRequest.ProtoReflect.Descriptor instead.
+func (*RetryJobsRequest) Descriptor() ([]byte, []int) {
+	return file_lossless_ops_v1_ops_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *RetryJobsRequest) GetAuthorization() *OperatorAuthorization {
+	if x != nil {
+		return x.Authorization
+	}
+	return nil
+}
+
+func (x *RetryJobsRequest) GetIds() []int64 {
+	if x != nil {
+		return x.Ids
+	}
+	return nil
+}
+
+func (x *RetryJobsRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+type RetryJobsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The jobs requeued (on a dry run: that would be).
+	Ids           []int64 `protobuf:"varint,1,rep,packed,name=ids,proto3" json:"ids,omitempty"`
+	DryRun        bool    `protobuf:"varint,2,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetryJobsResponse) Reset() {
+	*x = RetryJobsResponse{}
+	mi := &file_lossless_ops_v1_ops_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetryJobsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetryJobsResponse) ProtoMessage() {}
+
+func (x *RetryJobsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lossless_ops_v1_ops_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetryJobsResponse.ProtoReflect.Descriptor instead.
+func (*RetryJobsResponse) Descriptor() ([]byte, []int) {
+	return file_lossless_ops_v1_ops_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *RetryJobsResponse) GetIds() []int64 {
+	if x != nil {
+		return x.Ids
+	}
+	return nil
+}
+
+func (x *RetryJobsResponse) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
 // One operator_audit row: a privileged action, dry runs included.
 type OperatorAuditRecord struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    int64                  `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
 	// e.g. outbox.requeue, invoicing.replay-parked,
-	// intake.replay-dead-letters, inbox.replay, workorder.re-hand-off.
+	// intake.replay-dead-letters, inbox.replay, inbox.cleanup, jobs.retry,
+	// workorder.re-hand-off.
 	Action string `protobuf:"bytes,2,opt,name=action,proto3" json:"action,omitempty"`
 	Actor  string `protobuf:"bytes,3,opt,name=actor,proto3" json:"actor,omitempty"`
 	Ticket string `protobuf:"bytes,4,opt,name=ticket,proto3" json:"ticket,omitempty"`
@@ -1112,7 +2136,7 @@ type OperatorAuditRecord struct {
 
 func (x *OperatorAuditRecord) Reset() {
 	*x = OperatorAuditRecord{}
-	mi := &file_lossless_ops_v1_ops_proto_msgTypes[14]
+	mi := &file_lossless_ops_v1_ops_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1124,7 +2148,7 @@ func (x *OperatorAuditRecord) String() string {
 func (*OperatorAuditRecord) ProtoMessage() {}
 
 func (x *OperatorAuditRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_lossless_ops_v1_ops_proto_msgTypes[14]
+	mi := &file_lossless_ops_v1_ops_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1137,7 +2161,7 @@ func (x *OperatorAuditRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperatorAuditRecord.ProtoReflect.Descriptor instead.
 func (*OperatorAuditRecord) Descriptor() ([]byte, []int) {
-	return file_lossless_ops_v1_ops_proto_rawDescGZIP(), []int{14}
+	return file_lossless_ops_v1_ops_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *OperatorAuditRecord) GetId() int64 {
@@ -1215,7 +2239,7 @@ type ListOperatorAuditRequest struct {
 
 func (x *ListOperatorAuditRequest) Reset() {
 	*x = ListOperatorAuditRequest{}
-	mi := &file_lossless_ops_v1_ops_proto_msgTypes[15]
+	mi := &file_lossless_ops_v1_ops_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1227,7 +2251,7 @@ func (x *ListOperatorAuditRequest) String() string {
 func (*ListOperatorAuditRequest) ProtoMessage() {}
 
 func (x *ListOperatorAuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lossless_ops_v1_ops_proto_msgTypes[15]
+	mi := &file_lossless_ops_v1_ops_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1240,7 +2264,7 @@ func (x *ListOperatorAuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOperatorAuditRequest.ProtoReflect.Descriptor instead.
 func (*ListOperatorAuditRequest) Descriptor() ([]byte, []int) {
-	return file_lossless_ops_v1_ops_proto_rawDescGZIP(), []int{15}
+	return file_lossless_ops_v1_ops_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListOperatorAuditRequest) GetAction() string {
@@ -1289,7 +2313,7 @@ type ListOperatorAuditResponse struct {
 
 func (x *ListOperatorAuditResponse) Reset() {
 	*x = ListOperatorAuditResponse{}
-	mi := &file_lossless_ops_v1_ops_proto_msgTypes[16]
+	mi := &file_lossless_ops_v1_ops_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1301,7 +2325,7 @@ func (x *ListOperatorAuditResponse) String() string {
 func (*ListOperatorAuditResponse) ProtoMessage() {}
 
 func (x *ListOperatorAuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lossless_ops_v1_ops_proto_msgTypes[16]
+	mi := &file_lossless_ops_v1_ops_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1314,7 +2338,7 @@ func (x *ListOperatorAuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOperatorAuditResponse.ProtoReflect.Descriptor instead.
 func (*ListOperatorAuditResponse) Descriptor() ([]byte, []int) {
-	return file_lossless_ops_v1_ops_proto_rawDescGZIP(), []int{16}
+	return file_lossless_ops_v1_ops_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListOperatorAuditResponse) GetRecords() []*OperatorAuditRecord {
@@ -1444,7 +2468,106 @@ const file_lossless_ops_v1_ops_proto_rawDesc = "" +
 	"\adry_run\x18\x04 \x01(\bR\x06dryRun\x1a;\n" +
 	"\rOutcomesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"\x8c\x02\n" +
+	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"\xe5\x05\n" +
+	"\n" +
+	"InboxEntry\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x16\n" +
+	"\x06source\x18\x02 \x01(\tR\x06source\x12\x19\n" +
+	"\bevent_id\x18\x03 \x01(\tR\aeventId\x12\x1d\n" +
+	"\n" +
+	"event_type\x18\x04 \x01(\tR\teventType\x12%\n" +
+	"\x0eschema_version\x18\x05 \x01(\x05R\rschemaVersion\x12'\n" +
+	"\x0fcorrelation_key\x18\x06 \x01(\tR\x0ecorrelationKey\x12\x16\n" +
+	"\x06status\x18\a \x01(\tR\x06status\x12\x1f\n" +
+	"\vpark_reason\x18\b \x01(\tR\n" +
+	"parkReason\x12\x1a\n" +
+	"\battempts\x18\t \x01(\x05R\battempts\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\n" +
+	" \x01(\tR\tlastError\x12?\n" +
+	"\rreceived_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\freceivedTime\x12F\n" +
+	"\x11next_attempt_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\x0fnextAttemptTime\x12A\n" +
+	"\x0eprocessed_time\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\rprocessedTime\x12\x1d\n" +
+	"\n" +
+	"message_id\x18\x0e \x01(\tR\tmessageId\x12K\n" +
+	"\n" +
+	"attributes\x18\x0f \x03(\v2+.lossless.ops.v1.InboxEntry.AttributesEntryR\n" +
+	"attributes\x12\x18\n" +
+	"\apayload\x18\x10 \x01(\fR\apayload\x12 \n" +
+	"\vtraceparent\x18\x11 \x01(\tR\vtraceparent\x1a=\n" +
+	"\x0fAttributesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa9\x03\n" +
+	"\x17ListInboxEntriesRequest\x12A\n" +
+	"\x06status\x18\x01 \x01(\tB)\xbaH&r$R\x00R\x04OPENR\aAPPLIEDR\tDUPLICATER\x06PARKEDR\x06status\x12v\n" +
+	"\x06reason\x18\x02 \x01(\tB^\xbaH[\xba\x01T\n" +
+	"\rstring.no_nul\x12)must not contain a NUL character (U+0000)\x1a\x18!this.contains('\\u0000')r\x02\x18@R\x06reason\x12\"\n" +
+	"\bafter_id\x18\x03 \x01(\x03B\a\xbaH\x04\"\x02(\x00R\aafterId\x12'\n" +
+	"\tpage_size\x18\x04 \x01(\x05B\n" +
+	"\xbaH\a\x1a\x05\x18\xe8\a(\x00R\bpageSize\x12\x85\x01\n" +
+	"\tevent_ids\x18\x05 \x03(\tBh\xbaHe\x92\x01b\x10d\"^\xba\x01T\n" +
+	"\rstring.no_nul\x12)must not contain a NUL character (U+0000)\x1a\x18!this.contains('\\u0000')r\x05\x10\x01\x18\xc8\x01R\beventIds\"Q\n" +
+	"\x18ListInboxEntriesResponse\x125\n" +
+	"\aentries\x18\x01 \x03(\v2\x1b.lossless.ops.v1.InboxEntryR\aentries\"/\n" +
+	"\x14GetInboxEntryRequest\x12\x17\n" +
+	"\x02id\x18\x01 \x01(\x03B\a\xbaH\x04\"\x02 \x00R\x02id\"J\n" +
+	"\x15GetInboxEntryResponse\x121\n" +
+	"\x05entry\x18\x01 \x01(\v2\x1b.lossless.ops.v1.InboxEntryR\x05entry\"\x8d\x03\n" +
+	"\x19ReplayInboxEntriesRequest\x12T\n" +
+	"\rauthorization\x18\x01 \x01(\v2&.lossless.ops.v1.OperatorAuthorizationB\x06\xbaH\x03\xc8\x01\x01R\rauthorization\x12\x1b\n" +
+	"\x03ids\x18\x02 \x03(\x03B\t\xbaH\x06\x92\x01\x03\x10\xe8\aR\x03ids\x127\n" +
+	"\tfrom_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\bfromTime\x123\n" +
+	"\ato_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x06toTime\x12v\n" +
+	"\x06reason\x18\x05 \x01(\tB^\xbaH[\xba\x01T\n" +
+	"\rstring.no_nul\x12)must not contain a NUL character (U+0000)\x1a\x18!this.contains('\\u0000')r\x02\x18@R\x06reason\x12\x17\n" +
+	"\adry_run\x18\x06 \x01(\bR\x06dryRun\"G\n" +
+	"\x1aReplayInboxEntriesResponse\x12\x10\n" +
+	"\x03ids\x18\x01 \x03(\x03R\x03ids\x12\x17\n" +
+	"\adry_run\x18\x02 \x01(\bR\x06dryRun\"\xba\x01\n" +
+	"\x13CleanupInboxRequest\x12T\n" +
+	"\rauthorization\x18\x01 \x01(\v2&.lossless.ops.v1.OperatorAuthorizationB\x06\xbaH\x03\xc8\x01\x01R\rauthorization\x124\n" +
+	"\x0fretention_hours\x18\x02 \x01(\x05B\v\xbaH\b\x1a\x06\x18\xb0\xac\x05(\x00R\x0eretentionHours\x12\x17\n" +
+	"\adry_run\x18\x03 \x01(\bR\x06dryRun\"I\n" +
+	"\x14CleanupInboxResponse\x12\x18\n" +
+	"\adeleted\x18\x01 \x01(\x05R\adeleted\x12\x17\n" +
+	"\adry_run\x18\x02 \x01(\bR\x06dryRun\"\x90\x03\n" +
+	"\x03Job\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x1d\n" +
+	"\n" +
+	"unique_key\x18\x02 \x01(\tR\tuniqueKey\x12\x14\n" +
+	"\x05state\x18\x03 \x01(\tR\x05state\x12\x1a\n" +
+	"\battempts\x18\x04 \x01(\x05R\battempts\x12!\n" +
+	"\fmax_attempts\x18\x05 \x01(\x05R\vmaxAttempts\x12\x14\n" +
+	"\x05epoch\x18\x06 \x01(\x03R\x05epoch\x12\x1f\n" +
+	"\vlease_owner\x18\a \x01(\tR\n" +
+	"leaseOwner\x125\n" +
+	"\bdue_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\adueTime\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\t \x01(\tR\tlastError\x12;\n" +
+	"\vcreate_time\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\x12;\n" +
+	"\vfinish_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"finishTime\"\xa2\x02\n" +
+	"\x0fListJobsRequest\x12=\n" +
+	"\x05state\x18\x01 \x01(\tB'\xbaH$r\"R\x00R\tavailableR\arunningR\x04doneR\x04deadR\x05state\x12'\n" +
+	"\tpage_size\x18\x02 \x01(\x05B\n" +
+	"\xbaH\a\x1a\x05\x18\xf4\x03(\x00R\bpageSize\x12'\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x04R\tpageToken\x12~\n" +
+	"\n" +
+	"unique_key\x18\x04 \x01(\tB_\xbaH\\\xba\x01T\n" +
+	"\rstring.no_nul\x12)must not contain a NUL character (U+0000)\x1a\x18!this.contains('\\u0000')r\x03\x18\xc8\x01R\tuniqueKey\"d\n" +
+	"\x10ListJobsResponse\x12(\n" +
+	"\x04jobs\x18\x01 \x03(\v2\x14.lossless.ops.v1.JobR\x04jobs\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xa8\x01\n" +
+	"\x10RetryJobsRequest\x12T\n" +
+	"\rauthorization\x18\x01 \x01(\v2&.lossless.ops.v1.OperatorAuthorizationB\x06\xbaH\x03\xc8\x01\x01R\rauthorization\x12%\n" +
+	"\x03ids\x18\x02 \x03(\x03B\x13\xbaH\x10\x92\x01\r\b\x01\x10\xe8\a\x18\x01\"\x04\"\x02 \x00R\x03ids\x12\x17\n" +
+	"\adry_run\x18\x03 \x01(\bR\x06dryRun\">\n" +
+	"\x11RetryJobsResponse\x12\x10\n" +
+	"\x03ids\x18\x01 \x03(\x03R\x03ids\x12\x17\n" +
+	"\adry_run\x18\x02 \x01(\bR\x06dryRun\"\x8c\x02\n" +
 	"\x13OperatorAuditRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x16\n" +
 	"\x06action\x18\x02 \x01(\tR\x06action\x12\x14\n" +
@@ -1468,13 +2591,19 @@ const file_lossless_ops_v1_ops_proto_rawDesc = "" +
 	"page_token\x18\x05 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x04R\tpageToken\"\x83\x01\n" +
 	"\x19ListOperatorAuditResponse\x12>\n" +
 	"\arecords\x18\x01 \x03(\v2$.lossless.ops.v1.OperatorAuditRecordR\arecords\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken2\xa5\x05\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken2\xdf\t\n" +
 	"\x0fOperatorService\x12g\n" +
 	"\x10ListOutboxEvents\x12(.lossless.ops.v1.ListOutboxEventsRequest\x1a).lossless.ops.v1.ListOutboxEventsResponse\x12p\n" +
 	"\x13RequeueOutboxEvents\x12+.lossless.ops.v1.RequeueOutboxEventsRequest\x1a,.lossless.ops.v1.RequeueOutboxEventsResponse\x12m\n" +
 	"\x12ListParkedMessages\x12*.lossless.ops.v1.ListParkedMessagesRequest\x1a+.lossless.ops.v1.ListParkedMessagesResponse\x12p\n" +
 	"\x13ReplayParkedMessage\x12+.lossless.ops.v1.ReplayParkedMessageRequest\x1a,.lossless.ops.v1.ReplayParkedMessageResponse\x12j\n" +
-	"\x11ReplayDeadLetters\x12).lossless.ops.v1.ReplayDeadLettersRequest\x1a*.lossless.ops.v1.ReplayDeadLettersResponse\x12j\n" +
+	"\x11ReplayDeadLetters\x12).lossless.ops.v1.ReplayDeadLettersRequest\x1a*.lossless.ops.v1.ReplayDeadLettersResponse\x12g\n" +
+	"\x10ListInboxEntries\x12(.lossless.ops.v1.ListInboxEntriesRequest\x1a).lossless.ops.v1.ListInboxEntriesResponse\x12^\n" +
+	"\rGetInboxEntry\x12%.lossless.ops.v1.GetInboxEntryRequest\x1a&.lossless.ops.v1.GetInboxEntryResponse\x12m\n" +
+	"\x12ReplayInboxEntries\x12*.lossless.ops.v1.ReplayInboxEntriesRequest\x1a+.lossless.ops.v1.ReplayInboxEntriesResponse\x12[\n" +
+	"\fCleanupInbox\x12$.lossless.ops.v1.CleanupInboxRequest\x1a%.lossless.ops.v1.CleanupInboxResponse\x12O\n" +
+	"\bListJobs\x12 .lossless.ops.v1.ListJobsRequest\x1a!.lossless.ops.v1.ListJobsResponse\x12R\n" +
+	"\tRetryJobs\x12!.lossless.ops.v1.RetryJobsRequest\x1a\".lossless.ops.v1.RetryJobsResponse\x12j\n" +
 	"\x11ListOperatorAudit\x12).lossless.ops.v1.ListOperatorAuditRequest\x1a*.lossless.ops.v1.ListOperatorAuditResponseB;Z9github.com/lossless-dev/lossless/pkg/operator/opsv1;opsv1b\x06proto3"
 
 var (
@@ -1489,7 +2618,7 @@ func file_lossless_ops_v1_ops_proto_rawDescGZIP() []byte {
 	return file_lossless_ops_v1_ops_proto_rawDescData
 }
 
-var file_lossless_ops_v1_ops_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_lossless_ops_v1_ops_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_lossless_ops_v1_ops_proto_goTypes = []any{
 	(*OperatorAuthorization)(nil),       // 0: lossless.ops.v1.OperatorAuthorization
 	(*OutboxEvent)(nil),                 // 1: lossless.ops.v1.OutboxEvent
@@ -1505,49 +2634,91 @@ var file_lossless_ops_v1_ops_proto_goTypes = []any{
 	(*ReplayParkedMessageResponse)(nil), // 11: lossless.ops.v1.ReplayParkedMessageResponse
 	(*ReplayDeadLettersRequest)(nil),    // 12: lossless.ops.v1.ReplayDeadLettersRequest
 	(*ReplayDeadLettersResponse)(nil),   // 13: lossless.ops.v1.ReplayDeadLettersResponse
-	(*OperatorAuditRecord)(nil),         // 14: lossless.ops.v1.OperatorAuditRecord
-	(*ListOperatorAuditRequest)(nil),    // 15: lossless.ops.v1.ListOperatorAuditRequest
-	(*ListOperatorAuditResponse)(nil),   // 16: lossless.ops.v1.ListOperatorAuditResponse
-	nil,                                 // 17: lossless.ops.v1.ParkedMessage.AttributesEntry
-	nil,                                 // 18: lossless.ops.v1.ReplayDeadLettersResponse.OutcomesEntry
-	(*timestamppb.Timestamp)(nil),       // 19: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),             // 20: google.protobuf.Struct
+	(*InboxEntry)(nil),                  // 14: lossless.ops.v1.InboxEntry
+	(*ListInboxEntriesRequest)(nil),     // 15: lossless.ops.v1.ListInboxEntriesRequest
+	(*ListInboxEntriesResponse)(nil),    // 16: lossless.ops.v1.ListInboxEntriesResponse
+	(*GetInboxEntryRequest)(nil),        // 17: lossless.ops.v1.GetInboxEntryRequest
+	(*GetInboxEntryResponse)(nil),       // 18: lossless.ops.v1.GetInboxEntryResponse
+	(*ReplayInboxEntriesRequest)(nil),   // 19: lossless.ops.v1.ReplayInboxEntriesRequest
+	(*ReplayInboxEntriesResponse)(nil),  // 20: lossless.ops.v1.ReplayInboxEntriesResponse
+	(*CleanupInboxRequest)(nil),         // 21: lossless.ops.v1.CleanupInboxRequest
+	(*CleanupInboxResponse)(nil),        // 22: lossless.ops.v1.CleanupInboxResponse
+	(*Job)(nil),                         // 23: lossless.ops.v1.Job
+	(*ListJobsRequest)(nil),             // 24: lossless.ops.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),            // 25: lossless.ops.v1.ListJobsResponse
+	(*RetryJobsRequest)(nil),            // 26: lossless.ops.v1.RetryJobsRequest
+	(*RetryJobsResponse)(nil),           // 27: lossless.ops.v1.RetryJobsResponse
+	(*OperatorAuditRecord)(nil),         // 28: lossless.ops.v1.OperatorAuditRecord
+	(*ListOperatorAuditRequest)(nil),    // 29: lossless.ops.v1.ListOperatorAuditRequest
+	(*ListOperatorAuditResponse)(nil),   // 30: lossless.ops.v1.ListOperatorAuditResponse
+	nil,                                 // 31: lossless.ops.v1.ParkedMessage.AttributesEntry
+	nil,                                 // 32: lossless.ops.v1.ReplayDeadLettersResponse.OutcomesEntry
+	nil,                                 // 33: lossless.ops.v1.InboxEntry.AttributesEntry
+	(*timestamppb.Timestamp)(nil),       // 34: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),             // 35: google.protobuf.Struct
 }
 var file_lossless_ops_v1_ops_proto_depIdxs = []int32{
-	19, // 0: lossless.ops.v1.OutboxEvent.next_attempt_time:type_name -> google.protobuf.Timestamp
-	19, // 1: lossless.ops.v1.OutboxEvent.lease_expire_time:type_name -> google.protobuf.Timestamp
-	19, // 2: lossless.ops.v1.OutboxEvent.occur_time:type_name -> google.protobuf.Timestamp
-	19, // 3: lossless.ops.v1.OutboxEvent.create_time:type_name -> google.protobuf.Timestamp
-	19, // 4: lossless.ops.v1.OutboxEvent.publish_time:type_name -> google.protobuf.Timestamp
+	34, // 0: lossless.ops.v1.OutboxEvent.next_attempt_time:type_name -> google.protobuf.Timestamp
+	34, // 1: lossless.ops.v1.OutboxEvent.lease_expire_time:type_name -> google.protobuf.Timestamp
+	34, // 2: lossless.ops.v1.OutboxEvent.occur_time:type_name -> google.protobuf.Timestamp
+	34, // 3: lossless.ops.v1.OutboxEvent.create_time:type_name -> google.protobuf.Timestamp
+	34, // 4: lossless.ops.v1.OutboxEvent.publish_time:type_name -> google.protobuf.Timestamp
 	1,  // 5: lossless.ops.v1.ListOutboxEventsResponse.events:type_name -> lossless.ops.v1.OutboxEvent
 	0,  // 6: lossless.ops.v1.RequeueOutboxEventsRequest.authorization:type_name -> lossless.ops.v1.OperatorAuthorization
 	5,  // 7: lossless.ops.v1.RequeueOutboxEventsResponse.skipped:type_name -> lossless.ops.v1.SkippedOutboxEvent
-	17, // 8: lossless.ops.v1.ParkedMessage.attributes:type_name -> lossless.ops.v1.ParkedMessage.AttributesEntry
-	19, // 9: lossless.ops.v1.ParkedMessage.park_time:type_name -> google.protobuf.Timestamp
+	31, // 8: lossless.ops.v1.ParkedMessage.attributes:type_name -> lossless.ops.v1.ParkedMessage.AttributesEntry
+	34, // 9: lossless.ops.v1.ParkedMessage.park_time:type_name -> google.protobuf.Timestamp
 	7,  // 10: lossless.ops.v1.ListParkedMessagesResponse.messages:type_name -> lossless.ops.v1.ParkedMessage
 	0,  // 11: lossless.ops.v1.ReplayParkedMessageRequest.authorization:type_name -> lossless.ops.v1.OperatorAuthorization
 	0,  // 12: lossless.ops.v1.ReplayDeadLettersRequest.authorization:type_name -> lossless.ops.v1.OperatorAuthorization
-	18, // 13: lossless.ops.v1.ReplayDeadLettersResponse.outcomes:type_name -> lossless.ops.v1.ReplayDeadLettersResponse.OutcomesEntry
-	20, // 14: lossless.ops.v1.OperatorAuditRecord.params:type_name -> google.protobuf.Struct
-	19, // 15: lossless.ops.v1.OperatorAuditRecord.occur_time:type_name -> google.protobuf.Timestamp
-	14, // 16: lossless.ops.v1.ListOperatorAuditResponse.records:type_name -> lossless.ops.v1.OperatorAuditRecord
-	2,  // 17: lossless.ops.v1.OperatorService.ListOutboxEvents:input_type -> lossless.ops.v1.ListOutboxEventsRequest
-	4,  // 18: lossless.ops.v1.OperatorService.RequeueOutboxEvents:input_type -> lossless.ops.v1.RequeueOutboxEventsRequest
-	8,  // 19: lossless.ops.v1.OperatorService.ListParkedMessages:input_type -> lossless.ops.v1.ListParkedMessagesRequest
-	10, // 20: lossless.ops.v1.OperatorService.ReplayParkedMessage:input_type -> lossless.ops.v1.ReplayParkedMessageRequest
-	12, // 21: lossless.ops.v1.OperatorService.ReplayDeadLetters:input_type -> lossless.ops.v1.ReplayDeadLettersRequest
-	15, // 22: lossless.ops.v1.OperatorService.ListOperatorAudit:input_type -> lossless.ops.v1.ListOperatorAuditRequest
-	3,  // 23: lossless.ops.v1.OperatorService.ListOutboxEvents:output_type -> lossless.ops.v1.ListOutboxEventsResponse
-	6,  // 24: lossless.ops.v1.OperatorService.RequeueOutboxEvents:output_type -> lossless.ops.v1.RequeueOutboxEventsResponse
-	9,  // 25: lossless.ops.v1.OperatorService.ListParkedMessages:output_type -> lossless.ops.v1.ListParkedMessagesResponse
-	11, // 26: lossless.ops.v1.OperatorService.ReplayParkedMessage:output_type -> lossless.ops.v1.ReplayParkedMessageResponse
-	13, // 27: lossless.ops.v1.OperatorService.ReplayDeadLetters:output_type -> lossless.ops.v1.ReplayDeadLettersResponse
-	16, // 28: lossless.ops.v1.OperatorService.ListOperatorAudit:output_type -> lossless.ops.v1.ListOperatorAuditResponse
-	23, // [23:29] is the sub-list for method output_type
-	17, // [17:23] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	32, // 13: lossless.ops.v1.ReplayDeadLettersResponse.outcomes:type_name -> lossless.ops.v1.ReplayDeadLettersResponse.OutcomesEntry
+	34, // 14: lossless.ops.v1.InboxEntry.received_time:type_name -> google.protobuf.Timestamp
+	34, // 15: lossless.ops.v1.InboxEntry.next_attempt_time:type_name -> google.protobuf.Timestamp
+	34, // 16: lossless.ops.v1.InboxEntry.processed_time:type_name -> google.protobuf.Timestamp
+	33, // 17: lossless.ops.v1.InboxEntry.attributes:type_name -> lossless.ops.v1.InboxEntry.AttributesEntry
+	14, // 18: lossless.ops.v1.ListInboxEntriesResponse.entries:type_name -> lossless.ops.v1.InboxEntry
+	14, // 19: lossless.ops.v1.GetInboxEntryResponse.entry:type_name -> lossless.ops.v1.InboxEntry
+	0,  // 20: lossless.ops.v1.ReplayInboxEntriesRequest.authorization:type_name -> lossless.ops.v1.OperatorAuthorization
+	34, // 21: lossless.ops.v1.ReplayInboxEntriesRequest.from_time:type_name -> google.protobuf.Timestamp
+	34, // 22: lossless.ops.v1.ReplayInboxEntriesRequest.to_time:type_name -> google.protobuf.Timestamp
+	0,  // 23: lossless.ops.v1.CleanupInboxRequest.authorization:type_name -> lossless.ops.v1.OperatorAuthorization
+	34, // 24: lossless.ops.v1.Job.due_time:type_name -> google.protobuf.Timestamp
+	34, // 25: lossless.ops.v1.Job.create_time:type_name -> google.protobuf.Timestamp
+	34, // 26: lossless.ops.v1.Job.finish_time:type_name -> google.protobuf.Timestamp
+	23, // 27: lossless.ops.v1.ListJobsResponse.jobs:type_name -> lossless.ops.v1.Job
+	0,  // 28: lossless.ops.v1.RetryJobsRequest.authorization:type_name -> lossless.ops.v1.OperatorAuthorization
+	35, // 29: lossless.ops.v1.OperatorAuditRecord.params:type_name -> google.protobuf.Struct
+	34, // 30: lossless.ops.v1.OperatorAuditRecord.occur_time:type_name -> google.protobuf.Timestamp
+	28, // 31: lossless.ops.v1.ListOperatorAuditResponse.records:type_name -> lossless.ops.v1.OperatorAuditRecord
+	2,  // 32: lossless.ops.v1.OperatorService.ListOutboxEvents:input_type -> lossless.ops.v1.ListOutboxEventsRequest
+	4,  // 33: lossless.ops.v1.OperatorService.RequeueOutboxEvents:input_type -> lossless.ops.v1.RequeueOutboxEventsRequest
+	8,  // 34: lossless.ops.v1.OperatorService.ListParkedMessages:input_type -> lossless.ops.v1.ListParkedMessagesRequest
+	10, // 35: lossless.ops.v1.OperatorService.ReplayParkedMessage:input_type -> lossless.ops.v1.ReplayParkedMessageRequest
+	12, // 36: lossless.ops.v1.OperatorService.ReplayDeadLetters:input_type -> lossless.ops.v1.ReplayDeadLettersRequest
+	15, // 37: lossless.ops.v1.OperatorService.ListInboxEntries:input_type -> lossless.ops.v1.ListInboxEntriesRequest
+	17, // 38: lossless.ops.v1.OperatorService.GetInboxEntry:input_type -> lossless.ops.v1.GetInboxEntryRequest
+	19, // 39: lossless.ops.v1.OperatorService.ReplayInboxEntries:input_type -> lossless.ops.v1.ReplayInboxEntriesRequest
+	21, // 40: lossless.ops.v1.OperatorService.CleanupInbox:input_type -> lossless.ops.v1.CleanupInboxRequest
+	24, // 41: lossless.ops.v1.OperatorService.ListJobs:input_type -> lossless.ops.v1.ListJobsRequest
+	26, // 42: lossless.ops.v1.OperatorService.RetryJobs:input_type -> lossless.ops.v1.RetryJobsRequest
+	29, // 43: lossless.ops.v1.OperatorService.ListOperatorAudit:input_type -> lossless.ops.v1.ListOperatorAuditRequest
+	3,  // 44: lossless.ops.v1.OperatorService.ListOutboxEvents:output_type -> lossless.ops.v1.ListOutboxEventsResponse
+	6,  // 45: lossless.ops.v1.OperatorService.RequeueOutboxEvents:output_type -> lossless.ops.v1.RequeueOutboxEventsResponse
+	9,  // 46: lossless.ops.v1.OperatorService.ListParkedMessages:output_type -> lossless.ops.v1.ListParkedMessagesResponse
+	11, // 47: lossless.ops.v1.OperatorService.ReplayParkedMessage:output_type -> lossless.ops.v1.ReplayParkedMessageResponse
+	13, // 48: lossless.ops.v1.OperatorService.ReplayDeadLetters:output_type -> lossless.ops.v1.ReplayDeadLettersResponse
+	16, // 49: lossless.ops.v1.OperatorService.ListInboxEntries:output_type -> lossless.ops.v1.ListInboxEntriesResponse
+	18, // 50: lossless.ops.v1.OperatorService.GetInboxEntry:output_type -> lossless.ops.v1.GetInboxEntryResponse
+	20, // 51: lossless.ops.v1.OperatorService.ReplayInboxEntries:output_type -> lossless.ops.v1.ReplayInboxEntriesResponse
+	22, // 52: lossless.ops.v1.OperatorService.CleanupInbox:output_type -> lossless.ops.v1.CleanupInboxResponse
+	25, // 53: lossless.ops.v1.OperatorService.ListJobs:output_type -> lossless.ops.v1.ListJobsResponse
+	27, // 54: lossless.ops.v1.OperatorService.RetryJobs:output_type -> lossless.ops.v1.RetryJobsResponse
+	30, // 55: lossless.ops.v1.OperatorService.ListOperatorAudit:output_type -> lossless.ops.v1.ListOperatorAuditResponse
+	44, // [44:56] is the sub-list for method output_type
+	32, // [32:44] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_lossless_ops_v1_ops_proto_init() }
@@ -1561,7 +2732,7 @@ func file_lossless_ops_v1_ops_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lossless_ops_v1_ops_proto_rawDesc), len(file_lossless_ops_v1_ops_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   19,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

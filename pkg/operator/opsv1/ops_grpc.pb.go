@@ -24,6 +24,12 @@ const (
 	OperatorService_ListParkedMessages_FullMethodName  = "/lossless.ops.v1.OperatorService/ListParkedMessages"
 	OperatorService_ReplayParkedMessage_FullMethodName = "/lossless.ops.v1.OperatorService/ReplayParkedMessage"
 	OperatorService_ReplayDeadLetters_FullMethodName   = "/lossless.ops.v1.OperatorService/ReplayDeadLetters"
+	OperatorService_ListInboxEntries_FullMethodName    = "/lossless.ops.v1.OperatorService/ListInboxEntries"
+	OperatorService_GetInboxEntry_FullMethodName       = "/lossless.ops.v1.OperatorService/GetInboxEntry"
+	OperatorService_ReplayInboxEntries_FullMethodName  = "/lossless.ops.v1.OperatorService/ReplayInboxEntries"
+	OperatorService_CleanupInbox_FullMethodName        = "/lossless.ops.v1.OperatorService/CleanupInbox"
+	OperatorService_ListJobs_FullMethodName            = "/lossless.ops.v1.OperatorService/ListJobs"
+	OperatorService_RetryJobs_FullMethodName           = "/lossless.ops.v1.OperatorService/RetryJobs"
 	OperatorService_ListOperatorAudit_FullMethodName   = "/lossless.ops.v1.OperatorService/ListOperatorAudit"
 )
 
@@ -31,19 +37,22 @@ const (
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
-// OperatorService is the operator surface every service with an outbox, a
-// consumer (parked messages, dead letters) or both mounts, implemented once
-// in pkg/operator over the service's own stores. Every call needs the
-// service's operator token as gRPC metadata `authorization: Bearer <token>`
-// (when the service has none configured it refuses every call). No token:
-// UNAUTHENTICATED; a wrong token: PERMISSION_DENIED; nothing is changed in
-// either case. The repairs need a ticket and an actor, offer a dry run and
-// leave an operator_audit row, dry runs included. The same operations are
-// the `<service> outbox|parked|dead-letters|audit ...` CLI commands
-// (pkg/operator RunCLI; docs/runbooks/). A service's own repairs stay on its
-// admin service (WorkOrderAdminService, BillingAdminService). provider-sim,
-// which has neither outbox nor consumer, mounts only ListOperatorAudit (its
-// fault-knob changes); the other methods answer UNIMPLEMENTED there.
+// OperatorService is the one operator surface of every service, implemented
+// once in pkg/operator over the service's own stores: its outbox, the
+// parked messages and dead letters of its consumers, its inbox entries and
+// its dead lease-queue jobs, whichever it has, and the operator_audit log.
+// Every call needs the service's operator token as gRPC metadata
+// `authorization: Bearer <token>` (when the service has none configured it
+// refuses every call). No token: UNAUTHENTICATED; a wrong token:
+// PERMISSION_DENIED; nothing is changed in either case. The repairs need a
+// ticket and an actor, offer a dry run and leave an operator_audit row, dry
+// runs included. The same operations are the `<service> <group> <command>`
+// command line (groups outbox, parked, dead-letters, inbox, jobs, audit;
+// pkg/operator RunCLI; docs/runbooks/). A method over a store the service
+// does not have answers UNIMPLEMENTED (provider-sim mounts only
+// ListOperatorAudit, for its fault-knob changes); a service's own repairs
+// that no pattern package owns stay on its admin service
+// (WorkOrderAdminService.RecordReHandOff).
 type OperatorServiceClient interface {
 	// Lists outbox events in claim order, oldest first: by default the
 	// undelivered ones (PENDING, FAILED). Read only.
@@ -62,6 +71,24 @@ type OperatorServiceClient interface {
 	// Applies dead-lettered messages of a consumer's subscription through its
 	// live path. Audited as <consumer>.replay-dead-letters.
 	ReplayDeadLetters(ctx context.Context, in *ReplayDeadLettersRequest, opts ...grpc.CallOption) (*ReplayDeadLettersResponse, error)
+	// Lists inbox entries (pkg/inbox), by default the PARKED ones, oldest
+	// first. Read only.
+	ListInboxEntries(ctx context.Context, in *ListInboxEntriesRequest, opts ...grpc.CallOption) (*ListInboxEntriesResponse, error)
+	// Returns one inbox entry with its raw payload. Read only.
+	GetInboxEntry(ctx context.Context, in *GetInboxEntryRequest, opts ...grpc.CallOption) (*GetInboxEntryResponse, error)
+	// Reopens PARKED inbox entries (explicit ids or a bounded time range) so
+	// the relay applies them through the normal path. Idempotent. Audited as
+	// inbox.replay.
+	ReplayInboxEntries(ctx context.Context, in *ReplayInboxEntriesRequest, opts ...grpc.CallOption) (*ReplayInboxEntriesResponse, error)
+	// Deletes resolved inbox entries older than the retention, in bounded
+	// batches; never a PARKED or OPEN one. Audited as inbox.cleanup.
+	CleanupInbox(ctx context.Context, in *CleanupInboxRequest, opts ...grpc.CallOption) (*CleanupInboxResponse, error)
+	// Lists the jobs of the service's lease queue (pkg/leasequeue), newest
+	// first. Read only.
+	ListJobs(ctx context.Context, in *ListJobsRequest, opts ...grpc.CallOption) (*ListJobsResponse, error)
+	// Requeues dead jobs with a fresh attempt budget (a leasequeue_job_audit
+	// row per job); jobs not dead are left alone. Audited as jobs.retry.
+	RetryJobs(ctx context.Context, in *RetryJobsRequest, opts ...grpc.CallOption) (*RetryJobsResponse, error)
 	// Lists the operator_audit log, newest first. Read only.
 	ListOperatorAudit(ctx context.Context, in *ListOperatorAuditRequest, opts ...grpc.CallOption) (*ListOperatorAuditResponse, error)
 }
@@ -124,6 +151,66 @@ func (c *operatorServiceClient) ReplayDeadLetters(ctx context.Context, in *Repla
 	return out, nil
 }
 
+func (c *operatorServiceClient) ListInboxEntries(ctx context.Context, in *ListInboxEntriesRequest, opts ...grpc.CallOption) (*ListInboxEntriesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListInboxEntriesResponse)
+	err := c.cc.Invoke(ctx, OperatorService_ListInboxEntries_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *operatorServiceClient) GetInboxEntry(ctx context.Context, in *GetInboxEntryRequest, opts ...grpc.CallOption) (*GetInboxEntryResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetInboxEntryResponse)
+	err := c.cc.Invoke(ctx, OperatorService_GetInboxEntry_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *operatorServiceClient) ReplayInboxEntries(ctx context.Context, in *ReplayInboxEntriesRequest, opts ...grpc.CallOption) (*ReplayInboxEntriesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReplayInboxEntriesResponse)
+	err := c.cc.Invoke(ctx, OperatorService_ReplayInboxEntries_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *operatorServiceClient) CleanupInbox(ctx context.Context, in *CleanupInboxRequest, opts ...grpc.CallOption) (*CleanupInboxResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CleanupInboxResponse)
+	err := c.cc.Invoke(ctx, OperatorService_CleanupInbox_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *operatorServiceClient) ListJobs(ctx context.Context, in *ListJobsRequest, opts ...grpc.CallOption) (*ListJobsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListJobsResponse)
+	err := c.cc.Invoke(ctx, OperatorService_ListJobs_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *operatorServiceClient) RetryJobs(ctx context.Context, in *RetryJobsRequest, opts ...grpc.CallOption) (*RetryJobsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RetryJobsResponse)
+	err := c.cc.Invoke(ctx, OperatorService_RetryJobs_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *operatorServiceClient) ListOperatorAudit(ctx context.Context, in *ListOperatorAuditRequest, opts ...grpc.CallOption) (*ListOperatorAuditResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListOperatorAuditResponse)
@@ -138,19 +225,22 @@ func (c *operatorServiceClient) ListOperatorAudit(ctx context.Context, in *ListO
 // All implementations must embed UnimplementedOperatorServiceServer
 // for forward compatibility.
 //
-// OperatorService is the operator surface every service with an outbox, a
-// consumer (parked messages, dead letters) or both mounts, implemented once
-// in pkg/operator over the service's own stores. Every call needs the
-// service's operator token as gRPC metadata `authorization: Bearer <token>`
-// (when the service has none configured it refuses every call). No token:
-// UNAUTHENTICATED; a wrong token: PERMISSION_DENIED; nothing is changed in
-// either case. The repairs need a ticket and an actor, offer a dry run and
-// leave an operator_audit row, dry runs included. The same operations are
-// the `<service> outbox|parked|dead-letters|audit ...` CLI commands
-// (pkg/operator RunCLI; docs/runbooks/). A service's own repairs stay on its
-// admin service (WorkOrderAdminService, BillingAdminService). provider-sim,
-// which has neither outbox nor consumer, mounts only ListOperatorAudit (its
-// fault-knob changes); the other methods answer UNIMPLEMENTED there.
+// OperatorService is the one operator surface of every service, implemented
+// once in pkg/operator over the service's own stores: its outbox, the
+// parked messages and dead letters of its consumers, its inbox entries and
+// its dead lease-queue jobs, whichever it has, and the operator_audit log.
+// Every call needs the service's operator token as gRPC metadata
+// `authorization: Bearer <token>` (when the service has none configured it
+// refuses every call). No token: UNAUTHENTICATED; a wrong token:
+// PERMISSION_DENIED; nothing is changed in either case. The repairs need a
+// ticket and an actor, offer a dry run and leave an operator_audit row, dry
+// runs included. The same operations are the `<service> <group> <command>`
+// command line (groups outbox, parked, dead-letters, inbox, jobs, audit;
+// pkg/operator RunCLI; docs/runbooks/). A method over a store the service
+// does not have answers UNIMPLEMENTED (provider-sim mounts only
+// ListOperatorAudit, for its fault-knob changes); a service's own repairs
+// that no pattern package owns stay on its admin service
+// (WorkOrderAdminService.RecordReHandOff).
 type OperatorServiceServer interface {
 	// Lists outbox events in claim order, oldest first: by default the
 	// undelivered ones (PENDING, FAILED). Read only.
@@ -169,6 +259,24 @@ type OperatorServiceServer interface {
 	// Applies dead-lettered messages of a consumer's subscription through its
 	// live path. Audited as <consumer>.replay-dead-letters.
 	ReplayDeadLetters(context.Context, *ReplayDeadLettersRequest) (*ReplayDeadLettersResponse, error)
+	// Lists inbox entries (pkg/inbox), by default the PARKED ones, oldest
+	// first. Read only.
+	ListInboxEntries(context.Context, *ListInboxEntriesRequest) (*ListInboxEntriesResponse, error)
+	// Returns one inbox entry with its raw payload. Read only.
+	GetInboxEntry(context.Context, *GetInboxEntryRequest) (*GetInboxEntryResponse, error)
+	// Reopens PARKED inbox entries (explicit ids or a bounded time range) so
+	// the relay applies them through the normal path. Idempotent. Audited as
+	// inbox.replay.
+	ReplayInboxEntries(context.Context, *ReplayInboxEntriesRequest) (*ReplayInboxEntriesResponse, error)
+	// Deletes resolved inbox entries older than the retention, in bounded
+	// batches; never a PARKED or OPEN one. Audited as inbox.cleanup.
+	CleanupInbox(context.Context, *CleanupInboxRequest) (*CleanupInboxResponse, error)
+	// Lists the jobs of the service's lease queue (pkg/leasequeue), newest
+	// first. Read only.
+	ListJobs(context.Context, *ListJobsRequest) (*ListJobsResponse, error)
+	// Requeues dead jobs with a fresh attempt budget (a leasequeue_job_audit
+	// row per job); jobs not dead are left alone. Audited as jobs.retry.
+	RetryJobs(context.Context, *RetryJobsRequest) (*RetryJobsResponse, error)
 	// Lists the operator_audit log, newest first. Read only.
 	ListOperatorAudit(context.Context, *ListOperatorAuditRequest) (*ListOperatorAuditResponse, error)
 	mustEmbedUnimplementedOperatorServiceServer()
@@ -195,6 +303,24 @@ func (UnimplementedOperatorServiceServer) ReplayParkedMessage(context.Context, *
 }
 func (UnimplementedOperatorServiceServer) ReplayDeadLetters(context.Context, *ReplayDeadLettersRequest) (*ReplayDeadLettersResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ReplayDeadLetters not implemented")
+}
+func (UnimplementedOperatorServiceServer) ListInboxEntries(context.Context, *ListInboxEntriesRequest) (*ListInboxEntriesResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ListInboxEntries not implemented")
+}
+func (UnimplementedOperatorServiceServer) GetInboxEntry(context.Context, *GetInboxEntryRequest) (*GetInboxEntryResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method GetInboxEntry not implemented")
+}
+func (UnimplementedOperatorServiceServer) ReplayInboxEntries(context.Context, *ReplayInboxEntriesRequest) (*ReplayInboxEntriesResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ReplayInboxEntries not implemented")
+}
+func (UnimplementedOperatorServiceServer) CleanupInbox(context.Context, *CleanupInboxRequest) (*CleanupInboxResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method CleanupInbox not implemented")
+}
+func (UnimplementedOperatorServiceServer) ListJobs(context.Context, *ListJobsRequest) (*ListJobsResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ListJobs not implemented")
+}
+func (UnimplementedOperatorServiceServer) RetryJobs(context.Context, *RetryJobsRequest) (*RetryJobsResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method RetryJobs not implemented")
 }
 func (UnimplementedOperatorServiceServer) ListOperatorAudit(context.Context, *ListOperatorAuditRequest) (*ListOperatorAuditResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ListOperatorAudit not implemented")
@@ -310,6 +436,114 @@ func _OperatorService_ReplayDeadLetters_Handler(srv interface{}, ctx context.Con
 	return interceptor(ctx, in, info, handler)
 }
 
+func _OperatorService_ListInboxEntries_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListInboxEntriesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperatorServiceServer).ListInboxEntries(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperatorService_ListInboxEntries_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperatorServiceServer).ListInboxEntries(ctx, req.(*ListInboxEntriesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OperatorService_GetInboxEntry_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetInboxEntryRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperatorServiceServer).GetInboxEntry(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperatorService_GetInboxEntry_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperatorServiceServer).GetInboxEntry(ctx, req.(*GetInboxEntryRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OperatorService_ReplayInboxEntries_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReplayInboxEntriesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperatorServiceServer).ReplayInboxEntries(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperatorService_ReplayInboxEntries_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperatorServiceServer).ReplayInboxEntries(ctx, req.(*ReplayInboxEntriesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OperatorService_CleanupInbox_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CleanupInboxRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperatorServiceServer).CleanupInbox(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperatorService_CleanupInbox_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperatorServiceServer).CleanupInbox(ctx, req.(*CleanupInboxRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OperatorService_ListJobs_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListJobsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperatorServiceServer).ListJobs(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperatorService_ListJobs_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperatorServiceServer).ListJobs(ctx, req.(*ListJobsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OperatorService_RetryJobs_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RetryJobsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperatorServiceServer).RetryJobs(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperatorService_RetryJobs_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperatorServiceServer).RetryJobs(ctx, req.(*RetryJobsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _OperatorService_ListOperatorAudit_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ListOperatorAuditRequest)
 	if err := dec(in); err != nil {
@@ -354,6 +588,30 @@ var OperatorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReplayDeadLetters",
 			Handler:    _OperatorService_ReplayDeadLetters_Handler,
+		},
+		{
+			MethodName: "ListInboxEntries",
+			Handler:    _OperatorService_ListInboxEntries_Handler,
+		},
+		{
+			MethodName: "GetInboxEntry",
+			Handler:    _OperatorService_GetInboxEntry_Handler,
+		},
+		{
+			MethodName: "ReplayInboxEntries",
+			Handler:    _OperatorService_ReplayInboxEntries_Handler,
+		},
+		{
+			MethodName: "CleanupInbox",
+			Handler:    _OperatorService_CleanupInbox_Handler,
+		},
+		{
+			MethodName: "ListJobs",
+			Handler:    _OperatorService_ListJobs_Handler,
+		},
+		{
+			MethodName: "RetryJobs",
+			Handler:    _OperatorService_RetryJobs_Handler,
 		},
 		{
 			MethodName: "ListOperatorAudit",

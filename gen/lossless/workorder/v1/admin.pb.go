@@ -8,9 +8,9 @@ package workorderv1
 
 import (
 	_ "buf.build/gen/go/bufbuild/protovalidate/protocolbuffers/go/buf/validate"
+	opsv1 "github.com/lossless-dev/lossless/pkg/operator/opsv1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
-	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -23,872 +23,17 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// Authorization of a mutating operator call.
-type OperatorAuthorization struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	// Change or incident reference; must not contain NUL (U+0000).
-	Ticket string `protobuf:"bytes,1,opt,name=ticket,proto3" json:"ticket,omitempty"`
-	// Who acts; must not contain NUL (U+0000).
-	Actor         string `protobuf:"bytes,2,opt,name=actor,proto3" json:"actor,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *OperatorAuthorization) Reset() {
-	*x = OperatorAuthorization{}
-	mi := &file_lossless_workorder_v1_admin_proto_msgTypes[0]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *OperatorAuthorization) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*OperatorAuthorization) ProtoMessage() {}
-
-func (x *OperatorAuthorization) ProtoReflect() protoreflect.Message {
-	mi := &file_lossless_workorder_v1_admin_proto_msgTypes[0]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use OperatorAuthorization.ProtoReflect.Descriptor instead.
-func (*OperatorAuthorization) Descriptor() ([]byte, []int) {
-	return file_lossless_workorder_v1_admin_proto_rawDescGZIP(), []int{0}
-}
-
-func (x *OperatorAuthorization) GetTicket() string {
-	if x != nil {
-		return x.Ticket
-	}
-	return ""
-}
-
-func (x *OperatorAuthorization) GetActor() string {
-	if x != nil {
-		return x.Actor
-	}
-	return ""
-}
-
-type InboxEntry struct {
-	state          protoimpl.MessageState `protogen:"open.v1"`
-	Id             int64                  `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
-	Source         string                 `protobuf:"bytes,2,opt,name=source,proto3" json:"source,omitempty"`
-	EventId        string                 `protobuf:"bytes,3,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
-	EventType      string                 `protobuf:"bytes,4,opt,name=event_type,json=eventType,proto3" json:"event_type,omitempty"`
-	SchemaVersion  int32                  `protobuf:"varint,5,opt,name=schema_version,json=schemaVersion,proto3" json:"schema_version,omitempty"`
-	CorrelationKey string                 `protobuf:"bytes,6,opt,name=correlation_key,json=correlationKey,proto3" json:"correlation_key,omitempty"`
-	// OPEN, APPLIED, DUPLICATE or PARKED.
-	Status          string                 `protobuf:"bytes,7,opt,name=status,proto3" json:"status,omitempty"`
-	ParkReason      string                 `protobuf:"bytes,8,opt,name=park_reason,json=parkReason,proto3" json:"park_reason,omitempty"`
-	Attempts        int32                  `protobuf:"varint,9,opt,name=attempts,proto3" json:"attempts,omitempty"`
-	LastError       string                 `protobuf:"bytes,10,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
-	ReceivedTime    *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=received_time,json=receivedTime,proto3" json:"received_time,omitempty"`
-	NextAttemptTime *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=next_attempt_time,json=nextAttemptTime,proto3" json:"next_attempt_time,omitempty"`
-	ProcessedTime   *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=processed_time,json=processedTime,proto3" json:"processed_time,omitempty"`
-	MessageId       string                 `protobuf:"bytes,14,opt,name=message_id,json=messageId,proto3" json:"message_id,omitempty"`
-	Attributes      map[string]string      `protobuf:"bytes,15,rep,name=attributes,proto3" json:"attributes,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	// Raw payload as received.
-	Payload       []byte `protobuf:"bytes,16,opt,name=payload,proto3" json:"payload,omitempty"`
-	Traceparent   string `protobuf:"bytes,17,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *InboxEntry) Reset() {
-	*x = InboxEntry{}
-	mi := &file_lossless_workorder_v1_admin_proto_msgTypes[1]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *InboxEntry) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*InboxEntry) ProtoMessage() {}
-
-func (x *InboxEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_lossless_workorder_v1_admin_proto_msgTypes[1]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use InboxEntry.ProtoReflect.Descriptor instead.
-func (*InboxEntry) Descriptor() ([]byte, []int) {
-	return file_lossless_workorder_v1_admin_proto_rawDescGZIP(), []int{1}
-}
-
-func (x *InboxEntry) GetId() int64 {
-	if x != nil {
-		return x.Id
-	}
-	return 0
-}
-
-func (x *InboxEntry) GetSource() string {
-	if x != nil {
-		return x.Source
-	}
-	return ""
-}
-
-func (x *InboxEntry) GetEventId() string {
-	if x != nil {
-		return x.EventId
-	}
-	return ""
-}
-
-func (x *InboxEntry) GetEventType() string {
-	if x != nil {
-		return x.EventType
-	}
-	return ""
-}
-
-func (x *InboxEntry) GetSchemaVersion() int32 {
-	if x != nil {
-		return x.SchemaVersion
-	}
-	return 0
-}
-
-func (x *InboxEntry) GetCorrelationKey() string {
-	if x != nil {
-		return x.CorrelationKey
-	}
-	return ""
-}
-
-func (x *InboxEntry) GetStatus() string {
-	if x != nil {
-		return x.Status
-	}
-	return ""
-}
-
-func (x *InboxEntry) GetParkReason() string {
-	if x != nil {
-		return x.ParkReason
-	}
-	return ""
-}
-
-func (x *InboxEntry) GetAttempts() int32 {
-	if x != nil {
-		return x.Attempts
-	}
-	return 0
-}
-
-func (x *InboxEntry) GetLastError() string {
-	if x != nil {
-		return x.LastError
-	}
-	return ""
-}
-
-func (x *InboxEntry) GetReceivedTime() *timestamppb.Timestamp {
-	if x != nil {
-		return x.ReceivedTime
-	}
-	return nil
-}
-
-func (x *InboxEntry) GetNextAttemptTime() *timestamppb.Timestamp {
-	if x != nil {
-		return x.NextAttemptTime
-	}
-	return nil
-}
-
-func (x *InboxEntry) GetProcessedTime() *timestamppb.Timestamp {
-	if x != nil {
-		return x.ProcessedTime
-	}
-	return nil
-}
-
-func (x *InboxEntry) GetMessageId() string {
-	if x != nil {
-		return x.MessageId
-	}
-	return ""
-}
-
-func (x *InboxEntry) GetAttributes() map[string]string {
-	if x != nil {
-		return x.Attributes
-	}
-	return nil
-}
-
-func (x *InboxEntry) GetPayload() []byte {
-	if x != nil {
-		return x.Payload
-	}
-	return nil
-}
-
-func (x *InboxEntry) GetTraceparent() string {
-	if x != nil {
-		return x.Traceparent
-	}
-	return ""
-}
-
-type ListInboxEntriesRequest struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	// OPEN, APPLIED, DUPLICATE or PARKED; empty means PARKED.
-	Status string `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
-	// Only this park reason; must not contain NUL (U+0000).
-	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
-	// Page after this id.
-	AfterId int64 `protobuf:"varint,3,opt,name=after_id,json=afterId,proto3" json:"after_id,omitempty"`
-	// 0 means 50; at most 1000.
-	PageSize int32 `protobuf:"varint,4,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
-	// Only the entries of these provider event ids (a work order's messages,
-	// as ProviderAdminService.GetJob lists them), in every status unless
-	// status is set. Each is a probe of the (source, event_id) unique index;
-	// the correlation key (the work order id) has no index outside OPEN
-	// entries, so an order's entries are found by their event ids.
-	EventIds      []string `protobuf:"bytes,5,rep,name=event_ids,json=eventIds,proto3" json:"event_ids,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *ListInboxEntriesRequest) Reset() {
-	*x = ListInboxEntriesRequest{}
-	mi := &file_lossless_workorder_v1_admin_proto_msgTypes[2]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *ListInboxEntriesRequest) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*ListInboxEntriesRequest) ProtoMessage() {}
-
-func (x *ListInboxEntriesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lossless_workorder_v1_admin_proto_msgTypes[2]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use ListInboxEntriesRequest.ProtoReflect.Descriptor instead.
-func (*ListInboxEntriesRequest) Descriptor() ([]byte, []int) {
-	return file_lossless_workorder_v1_admin_proto_rawDescGZIP(), []int{2}
-}
-
-func (x *ListInboxEntriesRequest) GetStatus() string {
-	if x != nil {
-		return x.Status
-	}
-	return ""
-}
-
-func (x *ListInboxEntriesRequest) GetReason() string {
-	if x != nil {
-		return x.Reason
-	}
-	return ""
-}
-
-func (x *ListInboxEntriesRequest) GetAfterId() int64 {
-	if x != nil {
-		return x.AfterId
-	}
-	return 0
-}
-
-func (x *ListInboxEntriesRequest) GetPageSize() int32 {
-	if x != nil {
-		return x.PageSize
-	}
-	return 0
-}
-
-func (x *ListInboxEntriesRequest) GetEventIds() []string {
-	if x != nil {
-		return x.EventIds
-	}
-	return nil
-}
-
-type ListInboxEntriesResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Entries       []*InboxEntry          `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *ListInboxEntriesResponse) Reset() {
-	*x = ListInboxEntriesResponse{}
-	mi := &file_lossless_workorder_v1_admin_proto_msgTypes[3]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *ListInboxEntriesResponse) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*ListInboxEntriesResponse) ProtoMessage() {}
-
-func (x *ListInboxEntriesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lossless_workorder_v1_admin_proto_msgTypes[3]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use ListInboxEntriesResponse.ProtoReflect.Descriptor instead.
-func (*ListInboxEntriesResponse) Descriptor() ([]byte, []int) {
-	return file_lossless_workorder_v1_admin_proto_rawDescGZIP(), []int{3}
-}
-
-func (x *ListInboxEntriesResponse) GetEntries() []*InboxEntry {
-	if x != nil {
-		return x.Entries
-	}
-	return nil
-}
-
-type GetInboxEntryRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            int64                  `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *GetInboxEntryRequest) Reset() {
-	*x = GetInboxEntryRequest{}
-	mi := &file_lossless_workorder_v1_admin_proto_msgTypes[4]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *GetInboxEntryRequest) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*GetInboxEntryRequest) ProtoMessage() {}
-
-func (x *GetInboxEntryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lossless_workorder_v1_admin_proto_msgTypes[4]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use GetInboxEntryRequest.ProtoReflect.Descriptor instead.
-func (*GetInboxEntryRequest) Descriptor() ([]byte, []int) {
-	return file_lossless_workorder_v1_admin_proto_rawDescGZIP(), []int{4}
-}
-
-func (x *GetInboxEntryRequest) GetId() int64 {
-	if x != nil {
-		return x.Id
-	}
-	return 0
-}
-
-type GetInboxEntryResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Entry         *InboxEntry            `protobuf:"bytes,1,opt,name=entry,proto3" json:"entry,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *GetInboxEntryResponse) Reset() {
-	*x = GetInboxEntryResponse{}
-	mi := &file_lossless_workorder_v1_admin_proto_msgTypes[5]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *GetInboxEntryResponse) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*GetInboxEntryResponse) ProtoMessage() {}
-
-func (x *GetInboxEntryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lossless_workorder_v1_admin_proto_msgTypes[5]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use GetInboxEntryResponse.ProtoReflect.Descriptor instead.
-func (*GetInboxEntryResponse) Descriptor() ([]byte, []int) {
-	return file_lossless_workorder_v1_admin_proto_rawDescGZIP(), []int{5}
-}
-
-func (x *GetInboxEntryResponse) GetEntry() *InboxEntry {
-	if x != nil {
-		return x.Entry
-	}
-	return nil
-}
-
-type ReplayInboxEntriesRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Authorization *OperatorAuthorization `protobuf:"bytes,1,opt,name=authorization,proto3" json:"authorization,omitempty"`
-	// Explicit ids; or else from_time and to_time.
-	Ids      []int64                `protobuf:"varint,2,rep,packed,name=ids,proto3" json:"ids,omitempty"`
-	FromTime *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=from_time,json=fromTime,proto3" json:"from_time,omitempty"`
-	ToTime   *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=to_time,json=toTime,proto3" json:"to_time,omitempty"`
-	// Only entries parked for this reason; must not contain NUL (U+0000).
-	Reason string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
-	// Report, change nothing (still audited).
-	DryRun        bool `protobuf:"varint,6,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *ReplayInboxEntriesRequest) Reset() {
-	*x = ReplayInboxEntriesRequest{}
-	mi := &file_lossless_workorder_v1_admin_proto_msgTypes[6]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *ReplayInboxEntriesRequest) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*ReplayInboxEntriesRequest) ProtoMessage() {}
-
-func (x *ReplayInboxEntriesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lossless_workorder_v1_admin_proto_msgTypes[6]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use ReplayInboxEntriesRequest.ProtoReflect.Descriptor instead.
-func (*ReplayInboxEntriesRequest) Descriptor() ([]byte, []int) {
-	return file_lossless_workorder_v1_admin_proto_rawDescGZIP(), []int{6}
-}
-
-func (x *ReplayInboxEntriesRequest) GetAuthorization() *OperatorAuthorization {
-	if x != nil {
-		return x.Authorization
-	}
-	return nil
-}
-
-func (x *ReplayInboxEntriesRequest) GetIds() []int64 {
-	if x != nil {
-		return x.Ids
-	}
-	return nil
-}
-
-func (x *ReplayInboxEntriesRequest) GetFromTime() *timestamppb.Timestamp {
-	if x != nil {
-		return x.FromTime
-	}
-	return nil
-}
-
-func (x *ReplayInboxEntriesRequest) GetToTime() *timestamppb.Timestamp {
-	if x != nil {
-		return x.ToTime
-	}
-	return nil
-}
-
-func (x *ReplayInboxEntriesRequest) GetReason() string {
-	if x != nil {
-		return x.Reason
-	}
-	return ""
-}
-
-func (x *ReplayInboxEntriesRequest) GetDryRun() bool {
-	if x != nil {
-		return x.DryRun
-	}
-	return false
-}
-
-type ReplayInboxEntriesResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Ids           []int64                `protobuf:"varint,1,rep,packed,name=ids,proto3" json:"ids,omitempty"`
-	DryRun        bool                   `protobuf:"varint,2,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *ReplayInboxEntriesResponse) Reset() {
-	*x = ReplayInboxEntriesResponse{}
-	mi := &file_lossless_workorder_v1_admin_proto_msgTypes[7]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *ReplayInboxEntriesResponse) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*ReplayInboxEntriesResponse) ProtoMessage() {}
-
-func (x *ReplayInboxEntriesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lossless_workorder_v1_admin_proto_msgTypes[7]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use ReplayInboxEntriesResponse.ProtoReflect.Descriptor instead.
-func (*ReplayInboxEntriesResponse) Descriptor() ([]byte, []int) {
-	return file_lossless_workorder_v1_admin_proto_rawDescGZIP(), []int{7}
-}
-
-func (x *ReplayInboxEntriesResponse) GetIds() []int64 {
-	if x != nil {
-		return x.Ids
-	}
-	return nil
-}
-
-func (x *ReplayInboxEntriesResponse) GetDryRun() bool {
-	if x != nil {
-		return x.DryRun
-	}
-	return false
-}
-
-type ReplayDeadLettersRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Authorization *OperatorAuthorization `protobuf:"bytes,1,opt,name=authorization,proto3" json:"authorization,omitempty"`
-	// Only dead letters with these Pub/Sub message ids; empty means any.
-	// Ids must not contain NUL (U+0000).
-	MessageIds []string `protobuf:"bytes,2,rep,name=message_ids,json=messageIds,proto3" json:"message_ids,omitempty"`
-	// Upper bound of dead letters taken in this call (required, 1..1000).
-	MaxMessages   int32 `protobuf:"varint,3,opt,name=max_messages,json=maxMessages,proto3" json:"max_messages,omitempty"`
-	DryRun        bool  `protobuf:"varint,4,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *ReplayDeadLettersRequest) Reset() {
-	*x = ReplayDeadLettersRequest{}
-	mi := &file_lossless_workorder_v1_admin_proto_msgTypes[8]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *ReplayDeadLettersRequest) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*ReplayDeadLettersRequest) ProtoMessage() {}
-
-func (x *ReplayDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lossless_workorder_v1_admin_proto_msgTypes[8]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use ReplayDeadLettersRequest.ProtoReflect.Descriptor instead.
-func (*ReplayDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_lossless_workorder_v1_admin_proto_rawDescGZIP(), []int{8}
-}
-
-func (x *ReplayDeadLettersRequest) GetAuthorization() *OperatorAuthorization {
-	if x != nil {
-		return x.Authorization
-	}
-	return nil
-}
-
-func (x *ReplayDeadLettersRequest) GetMessageIds() []string {
-	if x != nil {
-		return x.MessageIds
-	}
-	return nil
-}
-
-func (x *ReplayDeadLettersRequest) GetMaxMessages() int32 {
-	if x != nil {
-		return x.MaxMessages
-	}
-	return 0
-}
-
-func (x *ReplayDeadLettersRequest) GetDryRun() bool {
-	if x != nil {
-		return x.DryRun
-	}
-	return false
-}
-
-type ReplayDeadLettersResponse struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	// Message ids re-entered (or, on a dry run, seen).
-	MessageIds    []string `protobuf:"bytes,1,rep,name=message_ids,json=messageIds,proto3" json:"message_ids,omitempty"`
-	Inserted      int32    `protobuf:"varint,2,opt,name=inserted,proto3" json:"inserted,omitempty"`
-	Duplicates    int32    `protobuf:"varint,3,opt,name=duplicates,proto3" json:"duplicates,omitempty"`
-	Poison        int32    `protobuf:"varint,4,opt,name=poison,proto3" json:"poison,omitempty"`
-	Conflicts     int32    `protobuf:"varint,5,opt,name=conflicts,proto3" json:"conflicts,omitempty"`
-	DryRun        bool     `protobuf:"varint,6,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *ReplayDeadLettersResponse) Reset() {
-	*x = ReplayDeadLettersResponse{}
-	mi := &file_lossless_workorder_v1_admin_proto_msgTypes[9]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *ReplayDeadLettersResponse) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*ReplayDeadLettersResponse) ProtoMessage() {}
-
-func (x *ReplayDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lossless_workorder_v1_admin_proto_msgTypes[9]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use ReplayDeadLettersResponse.ProtoReflect.Descriptor instead.
-func (*ReplayDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_lossless_workorder_v1_admin_proto_rawDescGZIP(), []int{9}
-}
-
-func (x *ReplayDeadLettersResponse) GetMessageIds() []string {
-	if x != nil {
-		return x.MessageIds
-	}
-	return nil
-}
-
-func (x *ReplayDeadLettersResponse) GetInserted() int32 {
-	if x != nil {
-		return x.Inserted
-	}
-	return 0
-}
-
-func (x *ReplayDeadLettersResponse) GetDuplicates() int32 {
-	if x != nil {
-		return x.Duplicates
-	}
-	return 0
-}
-
-func (x *ReplayDeadLettersResponse) GetPoison() int32 {
-	if x != nil {
-		return x.Poison
-	}
-	return 0
-}
-
-func (x *ReplayDeadLettersResponse) GetConflicts() int32 {
-	if x != nil {
-		return x.Conflicts
-	}
-	return 0
-}
-
-func (x *ReplayDeadLettersResponse) GetDryRun() bool {
-	if x != nil {
-		return x.DryRun
-	}
-	return false
-}
-
-type CleanupInboxRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Authorization *OperatorAuthorization `protobuf:"bytes,1,opt,name=authorization,proto3" json:"authorization,omitempty"`
-	// Resolved entries older than this many hours; 0 means the default (744 h
-	// = 31 days); otherwise 24 to 87600 (ten years).
-	RetentionHours int32 `protobuf:"varint,2,opt,name=retention_hours,json=retentionHours,proto3" json:"retention_hours,omitempty"`
-	DryRun         bool  `protobuf:"varint,3,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
-}
-
-func (x *CleanupInboxRequest) Reset() {
-	*x = CleanupInboxRequest{}
-	mi := &file_lossless_workorder_v1_admin_proto_msgTypes[10]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *CleanupInboxRequest) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*CleanupInboxRequest) ProtoMessage() {}
-
-func (x *CleanupInboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lossless_workorder_v1_admin_proto_msgTypes[10]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use CleanupInboxRequest.ProtoReflect.Descriptor instead.
-func (*CleanupInboxRequest) Descriptor() ([]byte, []int) {
-	return file_lossless_workorder_v1_admin_proto_rawDescGZIP(), []int{10}
-}
-
-func (x *CleanupInboxRequest) GetAuthorization() *OperatorAuthorization {
-	if x != nil {
-		return x.Authorization
-	}
-	return nil
-}
-
-func (x *CleanupInboxRequest) GetRetentionHours() int32 {
-	if x != nil {
-		return x.RetentionHours
-	}
-	return 0
-}
-
-func (x *CleanupInboxRequest) GetDryRun() bool {
-	if x != nil {
-		return x.DryRun
-	}
-	return false
-}
-
-type CleanupInboxResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Deleted       int32                  `protobuf:"varint,1,opt,name=deleted,proto3" json:"deleted,omitempty"`
-	DryRun        bool                   `protobuf:"varint,2,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *CleanupInboxResponse) Reset() {
-	*x = CleanupInboxResponse{}
-	mi := &file_lossless_workorder_v1_admin_proto_msgTypes[11]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *CleanupInboxResponse) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*CleanupInboxResponse) ProtoMessage() {}
-
-func (x *CleanupInboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lossless_workorder_v1_admin_proto_msgTypes[11]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use CleanupInboxResponse.ProtoReflect.Descriptor instead.
-func (*CleanupInboxResponse) Descriptor() ([]byte, []int) {
-	return file_lossless_workorder_v1_admin_proto_rawDescGZIP(), []int{11}
-}
-
-func (x *CleanupInboxResponse) GetDeleted() int32 {
-	if x != nil {
-		return x.Deleted
-	}
-	return 0
-}
-
-func (x *CleanupInboxResponse) GetDryRun() bool {
-	if x != nil {
-		return x.DryRun
-	}
-	return false
-}
-
 type RecordReHandOffRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Authorization *OperatorAuthorization `protobuf:"bytes,1,opt,name=authorization,proto3" json:"authorization,omitempty"`
-	WorkOrderId   string                 `protobuf:"bytes,2,opt,name=work_order_id,json=workOrderId,proto3" json:"work_order_id,omitempty"`
+	state         protoimpl.MessageState       `protogen:"open.v1"`
+	Authorization *opsv1.OperatorAuthorization `protobuf:"bytes,1,opt,name=authorization,proto3" json:"authorization,omitempty"`
+	WorkOrderId   string                       `protobuf:"bytes,2,opt,name=work_order_id,json=workOrderId,proto3" json:"work_order_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RecordReHandOffRequest) Reset() {
 	*x = RecordReHandOffRequest{}
-	mi := &file_lossless_workorder_v1_admin_proto_msgTypes[12]
+	mi := &file_lossless_workorder_v1_admin_proto_msgTypes[0]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -900,7 +45,7 @@ func (x *RecordReHandOffRequest) String() string {
 func (*RecordReHandOffRequest) ProtoMessage() {}
 
 func (x *RecordReHandOffRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lossless_workorder_v1_admin_proto_msgTypes[12]
+	mi := &file_lossless_workorder_v1_admin_proto_msgTypes[0]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -913,10 +58,10 @@ func (x *RecordReHandOffRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordReHandOffRequest.ProtoReflect.Descriptor instead.
 func (*RecordReHandOffRequest) Descriptor() ([]byte, []int) {
-	return file_lossless_workorder_v1_admin_proto_rawDescGZIP(), []int{12}
+	return file_lossless_workorder_v1_admin_proto_rawDescGZIP(), []int{0}
 }
 
-func (x *RecordReHandOffRequest) GetAuthorization() *OperatorAuthorization {
+func (x *RecordReHandOffRequest) GetAuthorization() *opsv1.OperatorAuthorization {
 	if x != nil {
 		return x.Authorization
 	}
@@ -940,7 +85,7 @@ type RecordReHandOffResponse struct {
 
 func (x *RecordReHandOffResponse) Reset() {
 	*x = RecordReHandOffResponse{}
-	mi := &file_lossless_workorder_v1_admin_proto_msgTypes[13]
+	mi := &file_lossless_workorder_v1_admin_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -952,7 +97,7 @@ func (x *RecordReHandOffResponse) String() string {
 func (*RecordReHandOffResponse) ProtoMessage() {}
 
 func (x *RecordReHandOffResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lossless_workorder_v1_admin_proto_msgTypes[13]
+	mi := &file_lossless_workorder_v1_admin_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -965,7 +110,7 @@ func (x *RecordReHandOffResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordReHandOffResponse.ProtoReflect.Descriptor instead.
 func (*RecordReHandOffResponse) Descriptor() ([]byte, []int) {
-	return file_lossless_workorder_v1_admin_proto_rawDescGZIP(), []int{13}
+	return file_lossless_workorder_v1_admin_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *RecordReHandOffResponse) GetWaitingPointId() int64 {
@@ -986,104 +131,14 @@ var File_lossless_workorder_v1_admin_proto protoreflect.FileDescriptor
 
 const file_lossless_workorder_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"!lossless/workorder/v1/admin.proto\x12\x15lossless.workorder.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8b\x02\n" +
-	"\x15OperatorAuthorization\x12y\n" +
-	"\x06ticket\x18\x01 \x01(\tBa\xbaH^\xba\x01T\n" +
-	"\rstring.no_nul\x12)must not contain a NUL character (U+0000)\x1a\x18!this.contains('\\u0000')r\x05\x10\x01\x18\xc8\x01R\x06ticket\x12w\n" +
-	"\x05actor\x18\x02 \x01(\tBa\xbaH^\xba\x01T\n" +
-	"\rstring.no_nul\x12)must not contain a NUL character (U+0000)\x1a\x18!this.contains('\\u0000')r\x05\x10\x01\x18\xc8\x01R\x05actor\"\xeb\x05\n" +
-	"\n" +
-	"InboxEntry\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x16\n" +
-	"\x06source\x18\x02 \x01(\tR\x06source\x12\x19\n" +
-	"\bevent_id\x18\x03 \x01(\tR\aeventId\x12\x1d\n" +
-	"\n" +
-	"event_type\x18\x04 \x01(\tR\teventType\x12%\n" +
-	"\x0eschema_version\x18\x05 \x01(\x05R\rschemaVersion\x12'\n" +
-	"\x0fcorrelation_key\x18\x06 \x01(\tR\x0ecorrelationKey\x12\x16\n" +
-	"\x06status\x18\a \x01(\tR\x06status\x12\x1f\n" +
-	"\vpark_reason\x18\b \x01(\tR\n" +
-	"parkReason\x12\x1a\n" +
-	"\battempts\x18\t \x01(\x05R\battempts\x12\x1d\n" +
-	"\n" +
-	"last_error\x18\n" +
-	" \x01(\tR\tlastError\x12?\n" +
-	"\rreceived_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\freceivedTime\x12F\n" +
-	"\x11next_attempt_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\x0fnextAttemptTime\x12A\n" +
-	"\x0eprocessed_time\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\rprocessedTime\x12\x1d\n" +
-	"\n" +
-	"message_id\x18\x0e \x01(\tR\tmessageId\x12Q\n" +
-	"\n" +
-	"attributes\x18\x0f \x03(\v21.lossless.workorder.v1.InboxEntry.AttributesEntryR\n" +
-	"attributes\x12\x18\n" +
-	"\apayload\x18\x10 \x01(\fR\apayload\x12 \n" +
-	"\vtraceparent\x18\x11 \x01(\tR\vtraceparent\x1a=\n" +
-	"\x0fAttributesEntry\x12\x10\n" +
-	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa9\x03\n" +
-	"\x17ListInboxEntriesRequest\x12A\n" +
-	"\x06status\x18\x01 \x01(\tB)\xbaH&r$R\x00R\x04OPENR\aAPPLIEDR\tDUPLICATER\x06PARKEDR\x06status\x12v\n" +
-	"\x06reason\x18\x02 \x01(\tB^\xbaH[\xba\x01T\n" +
-	"\rstring.no_nul\x12)must not contain a NUL character (U+0000)\x1a\x18!this.contains('\\u0000')r\x02\x18@R\x06reason\x12\"\n" +
-	"\bafter_id\x18\x03 \x01(\x03B\a\xbaH\x04\"\x02(\x00R\aafterId\x12'\n" +
-	"\tpage_size\x18\x04 \x01(\x05B\n" +
-	"\xbaH\a\x1a\x05\x18\xe8\a(\x00R\bpageSize\x12\x85\x01\n" +
-	"\tevent_ids\x18\x05 \x03(\tBh\xbaHe\x92\x01b\x10d\"^\xba\x01T\n" +
-	"\rstring.no_nul\x12)must not contain a NUL character (U+0000)\x1a\x18!this.contains('\\u0000')r\x05\x10\x01\x18\xc8\x01R\beventIds\"W\n" +
-	"\x18ListInboxEntriesResponse\x12;\n" +
-	"\aentries\x18\x01 \x03(\v2!.lossless.workorder.v1.InboxEntryR\aentries\"/\n" +
-	"\x14GetInboxEntryRequest\x12\x17\n" +
-	"\x02id\x18\x01 \x01(\x03B\a\xbaH\x04\"\x02 \x00R\x02id\"P\n" +
-	"\x15GetInboxEntryResponse\x127\n" +
-	"\x05entry\x18\x01 \x01(\v2!.lossless.workorder.v1.InboxEntryR\x05entry\"\x93\x03\n" +
-	"\x19ReplayInboxEntriesRequest\x12Z\n" +
-	"\rauthorization\x18\x01 \x01(\v2,.lossless.workorder.v1.OperatorAuthorizationB\x06\xbaH\x03\xc8\x01\x01R\rauthorization\x12\x1b\n" +
-	"\x03ids\x18\x02 \x03(\x03B\t\xbaH\x06\x92\x01\x03\x10\xe8\aR\x03ids\x127\n" +
-	"\tfrom_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\bfromTime\x123\n" +
-	"\ato_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x06toTime\x12v\n" +
-	"\x06reason\x18\x05 \x01(\tB^\xbaH[\xba\x01T\n" +
-	"\rstring.no_nul\x12)must not contain a NUL character (U+0000)\x1a\x18!this.contains('\\u0000')r\x02\x18@R\x06reason\x12\x17\n" +
-	"\adry_run\x18\x06 \x01(\bR\x06dryRun\"G\n" +
-	"\x1aReplayInboxEntriesResponse\x12\x10\n" +
-	"\x03ids\x18\x01 \x03(\x03R\x03ids\x12\x17\n" +
-	"\adry_run\x18\x02 \x01(\bR\x06dryRun\"\xc4\x02\n" +
-	"\x18ReplayDeadLettersRequest\x12Z\n" +
-	"\rauthorization\x18\x01 \x01(\v2,.lossless.workorder.v1.OperatorAuthorizationB\x06\xbaH\x03\xc8\x01\x01R\rauthorization\x12\x83\x01\n" +
-	"\vmessage_ids\x18\x02 \x03(\tBb\xbaH_\x92\x01\\\x10\xe8\a\"W\xba\x01T\n" +
-	"\rstring.no_nul\x12)must not contain a NUL character (U+0000)\x1a\x18!this.contains('\\u0000')R\n" +
-	"messageIds\x12-\n" +
-	"\fmax_messages\x18\x03 \x01(\x05B\n" +
-	"\xbaH\a\x1a\x05\x18\xe8\a(\x01R\vmaxMessages\x12\x17\n" +
-	"\adry_run\x18\x04 \x01(\bR\x06dryRun\"\xc7\x01\n" +
-	"\x19ReplayDeadLettersResponse\x12\x1f\n" +
-	"\vmessage_ids\x18\x01 \x03(\tR\n" +
-	"messageIds\x12\x1a\n" +
-	"\binserted\x18\x02 \x01(\x05R\binserted\x12\x1e\n" +
-	"\n" +
-	"duplicates\x18\x03 \x01(\x05R\n" +
-	"duplicates\x12\x16\n" +
-	"\x06poison\x18\x04 \x01(\x05R\x06poison\x12\x1c\n" +
-	"\tconflicts\x18\x05 \x01(\x05R\tconflicts\x12\x17\n" +
-	"\adry_run\x18\x06 \x01(\bR\x06dryRun\"\xc0\x01\n" +
-	"\x13CleanupInboxRequest\x12Z\n" +
-	"\rauthorization\x18\x01 \x01(\v2,.lossless.workorder.v1.OperatorAuthorizationB\x06\xbaH\x03\xc8\x01\x01R\rauthorization\x124\n" +
-	"\x0fretention_hours\x18\x02 \x01(\x05B\v\xbaH\b\x1a\x06\x18\xb0\xac\x05(\x00R\x0eretentionHours\x12\x17\n" +
-	"\adry_run\x18\x03 \x01(\bR\x06dryRun\"I\n" +
-	"\x14CleanupInboxResponse\x12\x18\n" +
-	"\adeleted\x18\x01 \x01(\x05R\adeleted\x12\x17\n" +
-	"\adry_run\x18\x02 \x01(\bR\x06dryRun\"\xa2\x01\n" +
-	"\x16RecordReHandOffRequest\x12Z\n" +
-	"\rauthorization\x18\x01 \x01(\v2,.lossless.workorder.v1.OperatorAuthorizationB\x06\xbaH\x03\xc8\x01\x01R\rauthorization\x12,\n" +
+	"!lossless/workorder/v1/admin.proto\x12\x15lossless.workorder.v1\x1a\x1bbuf/validate/validate.proto\x1a\x19lossless/ops/v1/ops.proto\"\x9c\x01\n" +
+	"\x16RecordReHandOffRequest\x12T\n" +
+	"\rauthorization\x18\x01 \x01(\v2&.lossless.ops.v1.OperatorAuthorizationB\x06\xbaH\x03\xc8\x01\x01R\rauthorization\x12,\n" +
 	"\rwork_order_id\x18\x02 \x01(\tB\b\xbaH\x05r\x03\xb0\x01\x01R\vworkOrderId\"s\n" +
 	"\x17RecordReHandOffResponse\x12(\n" +
 	"\x10waiting_point_id\x18\x01 \x01(\x03R\x0ewaitingPointId\x12.\n" +
-	"\x13open_waiting_points\x18\x02 \x01(\x05R\x11openWaitingPoints2\xc6\x05\n" +
-	"\x15WorkOrderAdminService\x12s\n" +
-	"\x10ListInboxEntries\x12..lossless.workorder.v1.ListInboxEntriesRequest\x1a/.lossless.workorder.v1.ListInboxEntriesResponse\x12j\n" +
-	"\rGetInboxEntry\x12+.lossless.workorder.v1.GetInboxEntryRequest\x1a,.lossless.workorder.v1.GetInboxEntryResponse\x12y\n" +
-	"\x12ReplayInboxEntries\x120.lossless.workorder.v1.ReplayInboxEntriesRequest\x1a1.lossless.workorder.v1.ReplayInboxEntriesResponse\x12v\n" +
-	"\x11ReplayDeadLetters\x12/.lossless.workorder.v1.ReplayDeadLettersRequest\x1a0.lossless.workorder.v1.ReplayDeadLettersResponse\x12g\n" +
-	"\fCleanupInbox\x12*.lossless.workorder.v1.CleanupInboxRequest\x1a+.lossless.workorder.v1.CleanupInboxResponse\x12p\n" +
+	"\x13open_waiting_points\x18\x02 \x01(\x05R\x11openWaitingPoints2\x89\x01\n" +
+	"\x15WorkOrderAdminService\x12p\n" +
 	"\x0fRecordReHandOff\x12-.lossless.workorder.v1.RecordReHandOffRequest\x1a..lossless.workorder.v1.RecordReHandOffResponseBHZFgithub.com/lossless-dev/lossless/gen/lossless/workorder/v1;workorderv1b\x06proto3"
 
 var (
@@ -1098,55 +153,21 @@ func file_lossless_workorder_v1_admin_proto_rawDescGZIP() []byte {
 	return file_lossless_workorder_v1_admin_proto_rawDescData
 }
 
-var file_lossless_workorder_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_lossless_workorder_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
 var file_lossless_workorder_v1_admin_proto_goTypes = []any{
-	(*OperatorAuthorization)(nil),      // 0: lossless.workorder.v1.OperatorAuthorization
-	(*InboxEntry)(nil),                 // 1: lossless.workorder.v1.InboxEntry
-	(*ListInboxEntriesRequest)(nil),    // 2: lossless.workorder.v1.ListInboxEntriesRequest
-	(*ListInboxEntriesResponse)(nil),   // 3: lossless.workorder.v1.ListInboxEntriesResponse
-	(*GetInboxEntryRequest)(nil),       // 4: lossless.workorder.v1.GetInboxEntryRequest
-	(*GetInboxEntryResponse)(nil),      // 5: lossless.workorder.v1.GetInboxEntryResponse
-	(*ReplayInboxEntriesRequest)(nil),  // 6: lossless.workorder.v1.ReplayInboxEntriesRequest
-	(*ReplayInboxEntriesResponse)(nil), // 7: lossless.workorder.v1.ReplayInboxEntriesResponse
-	(*ReplayDeadLettersRequest)(nil),   // 8: lossless.workorder.v1.ReplayDeadLettersRequest
-	(*ReplayDeadLettersResponse)(nil),  // 9: lossless.workorder.v1.ReplayDeadLettersResponse
-	(*CleanupInboxRequest)(nil),        // 10: lossless.workorder.v1.CleanupInboxRequest
-	(*CleanupInboxResponse)(nil),       // 11: lossless.workorder.v1.CleanupInboxResponse
-	(*RecordReHandOffRequest)(nil),     // 12: lossless.workorder.v1.RecordReHandOffRequest
-	(*RecordReHandOffResponse)(nil),    // 13: lossless.workorder.v1.RecordReHandOffResponse
-	nil,                                // 14: lossless.workorder.v1.InboxEntry.AttributesEntry
-	(*timestamppb.Timestamp)(nil),      // 15: google.protobuf.Timestamp
+	(*RecordReHandOffRequest)(nil),      // 0: lossless.workorder.v1.RecordReHandOffRequest
+	(*RecordReHandOffResponse)(nil),     // 1: lossless.workorder.v1.RecordReHandOffResponse
+	(*opsv1.OperatorAuthorization)(nil), // 2: lossless.ops.v1.OperatorAuthorization
 }
 var file_lossless_workorder_v1_admin_proto_depIdxs = []int32{
-	15, // 0: lossless.workorder.v1.InboxEntry.received_time:type_name -> google.protobuf.Timestamp
-	15, // 1: lossless.workorder.v1.InboxEntry.next_attempt_time:type_name -> google.protobuf.Timestamp
-	15, // 2: lossless.workorder.v1.InboxEntry.processed_time:type_name -> google.protobuf.Timestamp
-	14, // 3: lossless.workorder.v1.InboxEntry.attributes:type_name -> lossless.workorder.v1.InboxEntry.AttributesEntry
-	1,  // 4: lossless.workorder.v1.ListInboxEntriesResponse.entries:type_name -> lossless.workorder.v1.InboxEntry
-	1,  // 5: lossless.workorder.v1.GetInboxEntryResponse.entry:type_name -> lossless.workorder.v1.InboxEntry
-	0,  // 6: lossless.workorder.v1.ReplayInboxEntriesRequest.authorization:type_name -> lossless.workorder.v1.OperatorAuthorization
-	15, // 7: lossless.workorder.v1.ReplayInboxEntriesRequest.from_time:type_name -> google.protobuf.Timestamp
-	15, // 8: lossless.workorder.v1.ReplayInboxEntriesRequest.to_time:type_name -> google.protobuf.Timestamp
-	0,  // 9: lossless.workorder.v1.ReplayDeadLettersRequest.authorization:type_name -> lossless.workorder.v1.OperatorAuthorization
-	0,  // 10: lossless.workorder.v1.CleanupInboxRequest.authorization:type_name -> lossless.workorder.v1.OperatorAuthorization
-	0,  // 11: lossless.workorder.v1.RecordReHandOffRequest.authorization:type_name -> lossless.workorder.v1.OperatorAuthorization
-	2,  // 12: lossless.workorder.v1.WorkOrderAdminService.ListInboxEntries:input_type -> lossless.workorder.v1.ListInboxEntriesRequest
-	4,  // 13: lossless.workorder.v1.WorkOrderAdminService.GetInboxEntry:input_type -> lossless.workorder.v1.GetInboxEntryRequest
-	6,  // 14: lossless.workorder.v1.WorkOrderAdminService.ReplayInboxEntries:input_type -> lossless.workorder.v1.ReplayInboxEntriesRequest
-	8,  // 15: lossless.workorder.v1.WorkOrderAdminService.ReplayDeadLetters:input_type -> lossless.workorder.v1.ReplayDeadLettersRequest
-	10, // 16: lossless.workorder.v1.WorkOrderAdminService.CleanupInbox:input_type -> lossless.workorder.v1.CleanupInboxRequest
-	12, // 17: lossless.workorder.v1.WorkOrderAdminService.RecordReHandOff:input_type -> lossless.workorder.v1.RecordReHandOffRequest
-	3,  // 18: lossless.workorder.v1.WorkOrderAdminService.ListInboxEntries:output_type -> lossless.workorder.v1.ListInboxEntriesResponse
-	5,  // 19: lossless.workorder.v1.WorkOrderAdminService.GetInboxEntry:output_type -> lossless.workorder.v1.GetInboxEntryResponse
-	7,  // 20: lossless.workorder.v1.WorkOrderAdminService.ReplayInboxEntries:output_type -> lossless.workorder.v1.ReplayInboxEntriesResponse
-	9,  // 21: lossless.workorder.v1.WorkOrderAdminService.ReplayDeadLetters:output_type -> lossless.workorder.v1.ReplayDeadLettersResponse
-	11, // 22: lossless.workorder.v1.WorkOrderAdminService.CleanupInbox:output_type -> lossless.workorder.v1.CleanupInboxResponse
-	13, // 23: lossless.workorder.v1.WorkOrderAdminService.RecordReHandOff:output_type -> lossless.workorder.v1.RecordReHandOffResponse
-	18, // [18:24] is the sub-list for method output_type
-	12, // [12:18] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	2, // 0: lossless.workorder.v1.RecordReHandOffRequest.authorization:type_name -> lossless.ops.v1.OperatorAuthorization
+	0, // 1: lossless.workorder.v1.WorkOrderAdminService.RecordReHandOff:input_type -> lossless.workorder.v1.RecordReHandOffRequest
+	1, // 2: lossless.workorder.v1.WorkOrderAdminService.RecordReHandOff:output_type -> lossless.workorder.v1.RecordReHandOffResponse
+	2, // [2:3] is the sub-list for method output_type
+	1, // [1:2] is the sub-list for method input_type
+	1, // [1:1] is the sub-list for extension type_name
+	1, // [1:1] is the sub-list for extension extendee
+	0, // [0:1] is the sub-list for field type_name
 }
 
 func init() { file_lossless_workorder_v1_admin_proto_init() }
@@ -1160,7 +181,7 @@ func file_lossless_workorder_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lossless_workorder_v1_admin_proto_rawDesc), len(file_lossless_workorder_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   15,
+			NumMessages:   2,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,42 +19,26 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	WorkOrderAdminService_ListInboxEntries_FullMethodName   = "/lossless.workorder.v1.WorkOrderAdminService/ListInboxEntries"
-	WorkOrderAdminService_GetInboxEntry_FullMethodName      = "/lossless.workorder.v1.WorkOrderAdminService/GetInboxEntry"
-	WorkOrderAdminService_ReplayInboxEntries_FullMethodName = "/lossless.workorder.v1.WorkOrderAdminService/ReplayInboxEntries"
-	WorkOrderAdminService_ReplayDeadLetters_FullMethodName  = "/lossless.workorder.v1.WorkOrderAdminService/ReplayDeadLetters"
-	WorkOrderAdminService_CleanupInbox_FullMethodName       = "/lossless.workorder.v1.WorkOrderAdminService/CleanupInbox"
-	WorkOrderAdminService_RecordReHandOff_FullMethodName    = "/lossless.workorder.v1.WorkOrderAdminService/RecordReHandOff"
+	WorkOrderAdminService_RecordReHandOff_FullMethodName = "/lossless.workorder.v1.WorkOrderAdminService/RecordReHandOff"
 )
 
 // WorkOrderAdminServiceClient is the client API for WorkOrderAdminService service.
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
-// WorkOrderAdminService is the privileged operator surface of the inbox
-// (I6). Every call needs the operator token as gRPC metadata
-// `authorization: Bearer <token>` (env WORKORDER_OPERATOR_TOKEN; when unset
-// the service refuses every call). No token: UNAUTHENTICATED; a wrong token:
-// PERMISSION_DENIED; nothing is changed in either case. Mutating calls need a
-// ticket and an actor and leave an operator_audit row. The same operations
-// exist as `workorder inbox ...` CLI commands (docs/runbooks/). The outbox,
-// the InvoiceIssued consumer's parked messages and dead letters and the
-// operator_audit log are served by lossless.ops.v1.OperatorService.
+// WorkOrderAdminService is the work-order service's own repair, the one no
+// pattern package owns. Its inbox, outbox, parked messages, dead letters and
+// the operator_audit log are lossless.ops.v1.OperatorService's. Every call
+// needs the operator token as gRPC metadata `authorization: Bearer <token>`
+// (env WORKORDER_OPERATOR_TOKEN; when unset the service refuses every
+// call). No token: UNAUTHENTICATED; a wrong token: PERMISSION_DENIED;
+// nothing is changed in either case. The call needs a ticket and an actor
+// and leaves an operator_audit row; it is also `workorder orders
+// re-hand-off` (docs/runbooks/).
 type WorkOrderAdminServiceClient interface {
-	// Lists inbox entries, by default the PARKED ones, oldest first.
-	ListInboxEntries(ctx context.Context, in *ListInboxEntriesRequest, opts ...grpc.CallOption) (*ListInboxEntriesResponse, error)
-	// Returns one inbox entry with its raw payload.
-	GetInboxEntry(ctx context.Context, in *GetInboxEntryRequest, opts ...grpc.CallOption) (*GetInboxEntryResponse, error)
-	// Reopens PARKED entries (explicit ids or a bounded time range) so the
-	// relay applies them through the normal path. Idempotent.
-	ReplayInboxEntries(ctx context.Context, in *ReplayInboxEntriesRequest, opts ...grpc.CallOption) (*ReplayInboxEntriesResponse, error)
-	// Re-enters dead-lettered completions (subscription workorder.completed)
-	// through the receiver's insert path into the inbox.
-	ReplayDeadLetters(ctx context.Context, in *ReplayDeadLettersRequest, opts ...grpc.CallOption) (*ReplayDeadLettersResponse, error)
-	// Deletes resolved entries older than the retention, in bounded batches.
-	CleanupInbox(ctx context.Context, in *CleanupInboxRequest, opts ...grpc.CallOption) (*CleanupInboxResponse, error)
 	// Records another waiting point for a handed-off order (a manual
-	// re-hand-off). Deliberately able to create the F7 ambiguity.
+	// re-hand-off). Deliberately able to create the F7 ambiguity. Audited as
+	// workorder.re-hand-off.
 	RecordReHandOff(ctx context.Context, in *RecordReHandOffRequest, opts ...grpc.CallOption) (*RecordReHandOffResponse, error)
 }
 
@@ -64,56 +48,6 @@ type workOrderAdminServiceClient struct {
 
 func NewWorkOrderAdminServiceClient(cc grpc.ClientConnInterface) WorkOrderAdminServiceClient {
 	return &workOrderAdminServiceClient{cc}
-}
-
-func (c *workOrderAdminServiceClient) ListInboxEntries(ctx context.Context, in *ListInboxEntriesRequest, opts ...grpc.CallOption) (*ListInboxEntriesResponse, error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(ListInboxEntriesResponse)
-	err := c.cc.Invoke(ctx, WorkOrderAdminService_ListInboxEntries_FullMethodName, in, out, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-func (c *workOrderAdminServiceClient) GetInboxEntry(ctx context.Context, in *GetInboxEntryRequest, opts ...grpc.CallOption) (*GetInboxEntryResponse, error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(GetInboxEntryResponse)
-	err := c.cc.Invoke(ctx, WorkOrderAdminService_GetInboxEntry_FullMethodName, in, out, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-func (c *workOrderAdminServiceClient) ReplayInboxEntries(ctx context.Context, in *ReplayInboxEntriesRequest, opts ...grpc.CallOption) (*ReplayInboxEntriesResponse, error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(ReplayInboxEntriesResponse)
-	err := c.cc.Invoke(ctx, WorkOrderAdminService_ReplayInboxEntries_FullMethodName, in, out, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-func (c *workOrderAdminServiceClient) ReplayDeadLetters(ctx context.Context, in *ReplayDeadLettersRequest, opts ...grpc.CallOption) (*ReplayDeadLettersResponse, error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(ReplayDeadLettersResponse)
-	err := c.cc.Invoke(ctx, WorkOrderAdminService_ReplayDeadLetters_FullMethodName, in, out, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-func (c *workOrderAdminServiceClient) CleanupInbox(ctx context.Context, in *CleanupInboxRequest, opts ...grpc.CallOption) (*CleanupInboxResponse, error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(CleanupInboxResponse)
-	err := c.cc.Invoke(ctx, WorkOrderAdminService_CleanupInbox_FullMethodName, in, out, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
 }
 
 func (c *workOrderAdminServiceClient) RecordReHandOff(ctx context.Context, in *RecordReHandOffRequest, opts ...grpc.CallOption) (*RecordReHandOffResponse, error) {
@@ -130,30 +64,19 @@ func (c *workOrderAdminServiceClient) RecordReHandOff(ctx context.Context, in *R
 // All implementations must embed UnimplementedWorkOrderAdminServiceServer
 // for forward compatibility.
 //
-// WorkOrderAdminService is the privileged operator surface of the inbox
-// (I6). Every call needs the operator token as gRPC metadata
-// `authorization: Bearer <token>` (env WORKORDER_OPERATOR_TOKEN; when unset
-// the service refuses every call). No token: UNAUTHENTICATED; a wrong token:
-// PERMISSION_DENIED; nothing is changed in either case. Mutating calls need a
-// ticket and an actor and leave an operator_audit row. The same operations
-// exist as `workorder inbox ...` CLI commands (docs/runbooks/). The outbox,
-// the InvoiceIssued consumer's parked messages and dead letters and the
-// operator_audit log are served by lossless.ops.v1.OperatorService.
+// WorkOrderAdminService is the work-order service's own repair, the one no
+// pattern package owns. Its inbox, outbox, parked messages, dead letters and
+// the operator_audit log are lossless.ops.v1.OperatorService's. Every call
+// needs the operator token as gRPC metadata `authorization: Bearer <token>`
+// (env WORKORDER_OPERATOR_TOKEN; when unset the service refuses every
+// call). No token: UNAUTHENTICATED; a wrong token: PERMISSION_DENIED;
+// nothing is changed in either case. The call needs a ticket and an actor
+// and leaves an operator_audit row; it is also `workorder orders
+// re-hand-off` (docs/runbooks/).
 type WorkOrderAdminServiceServer interface {
-	// Lists inbox entries, by default the PARKED ones, oldest first.
-	ListInboxEntries(context.Context, *ListInboxEntriesRequest) (*ListInboxEntriesResponse, error)
-	// Returns one inbox entry with its raw payload.
-	GetInboxEntry(context.Context, *GetInboxEntryRequest) (*GetInboxEntryResponse, error)
-	// Reopens PARKED entries (explicit ids or a bounded time range) so the
-	// relay applies them through the normal path. Idempotent.
-	ReplayInboxEntries(context.Context, *ReplayInboxEntriesRequest) (*ReplayInboxEntriesResponse, error)
-	// Re-enters dead-lettered completions (subscription workorder.completed)
-	// through the receiver's insert path into the inbox.
-	ReplayDeadLetters(context.Context, *ReplayDeadLettersRequest) (*ReplayDeadLettersResponse, error)
-	// Deletes resolved entries older than the retention, in bounded batches.
-	CleanupInbox(context.Context, *CleanupInboxRequest) (*CleanupInboxResponse, error)
 	// Records another waiting point for a handed-off order (a manual
-	// re-hand-off). Deliberately able to create the F7 ambiguity.
+	// re-hand-off). Deliberately able to create the F7 ambiguity. Audited as
+	// workorder.re-hand-off.
 	RecordReHandOff(context.Context, *RecordReHandOffRequest) (*RecordReHandOffResponse, error)
 	mustEmbedUnimplementedWorkOrderAdminServiceServer()
 }
@@ -165,21 +88,6 @@ type WorkOrderAdminServiceServer interface {
 // pointer dereference when methods are called.
 type UnimplementedWorkOrderAdminServiceServer struct{}
 
-func (UnimplementedWorkOrderAdminServiceServer) ListInboxEntries(context.Context, *ListInboxEntriesRequest) (*ListInboxEntriesResponse, error) {
-	return nil, status.Errorf(codes.Unimplemented, "method ListInboxEntries not implemented")
-}
-func (UnimplementedWorkOrderAdminServiceServer) GetInboxEntry(context.Context, *GetInboxEntryRequest) (*GetInboxEntryResponse, error) {
-	return nil, status.Errorf(codes.Unimplemented, "method GetInboxEntry not implemented")
-}
-func (UnimplementedWorkOrderAdminServiceServer) ReplayInboxEntries(context.Context, *ReplayInboxEntriesRequest) (*ReplayInboxEntriesResponse, error) {
-	return nil, status.Errorf(codes.Unimplemented, "method ReplayInboxEntries not implemented")
-}
-func (UnimplementedWorkOrderAdminServiceServer) ReplayDeadLetters(context.Context, *ReplayDeadLettersRequest) (*ReplayDeadLettersResponse, error) {
-	return nil, status.Errorf(codes.Unimplemented, "method ReplayDeadLetters not implemented")
-}
-func (UnimplementedWorkOrderAdminServiceServer) CleanupInbox(context.Context, *CleanupInboxRequest) (*CleanupInboxResponse, error) {
-	return nil, status.Errorf(codes.Unimplemented, "method CleanupInbox not implemented")
-}
 func (UnimplementedWorkOrderAdminServiceServer) RecordReHandOff(context.Context, *RecordReHandOffRequest) (*RecordReHandOffResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method RecordReHandOff not implemented")
 }
@@ -202,96 +110,6 @@ func RegisterWorkOrderAdminServiceServer(s grpc.ServiceRegistrar, srv WorkOrderA
 		t.testEmbeddedByValue()
 	}
 	s.RegisterService(&WorkOrderAdminService_ServiceDesc, srv)
-}
-
-func _WorkOrderAdminService_ListInboxEntries_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(ListInboxEntriesRequest)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	if interceptor == nil {
-		return srv.(WorkOrderAdminServiceServer).ListInboxEntries(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: WorkOrderAdminService_ListInboxEntries_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(WorkOrderAdminServiceServer).ListInboxEntries(ctx, req.(*ListInboxEntriesRequest))
-	}
-	return interceptor(ctx, in, info, handler)
-}
-
-func _WorkOrderAdminService_GetInboxEntry_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(GetInboxEntryRequest)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	if interceptor == nil {
-		return srv.(WorkOrderAdminServiceServer).GetInboxEntry(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: WorkOrderAdminService_GetInboxEntry_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(WorkOrderAdminServiceServer).GetInboxEntry(ctx, req.(*GetInboxEntryRequest))
-	}
-	return interceptor(ctx, in, info, handler)
-}
-
-func _WorkOrderAdminService_ReplayInboxEntries_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(ReplayInboxEntriesRequest)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	if interceptor == nil {
-		return srv.(WorkOrderAdminServiceServer).ReplayInboxEntries(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: WorkOrderAdminService_ReplayInboxEntries_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(WorkOrderAdminServiceServer).ReplayInboxEntries(ctx, req.(*ReplayInboxEntriesRequest))
-	}
-	return interceptor(ctx, in, info, handler)
-}
-
-func _WorkOrderAdminService_ReplayDeadLetters_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(ReplayDeadLettersRequest)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	if interceptor == nil {
-		return srv.(WorkOrderAdminServiceServer).ReplayDeadLetters(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: WorkOrderAdminService_ReplayDeadLetters_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(WorkOrderAdminServiceServer).ReplayDeadLetters(ctx, req.(*ReplayDeadLettersRequest))
-	}
-	return interceptor(ctx, in, info, handler)
-}
-
-func _WorkOrderAdminService_CleanupInbox_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(CleanupInboxRequest)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	if interceptor == nil {
-		return srv.(WorkOrderAdminServiceServer).CleanupInbox(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: WorkOrderAdminService_CleanupInbox_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(WorkOrderAdminServiceServer).CleanupInbox(ctx, req.(*CleanupInboxRequest))
-	}
-	return interceptor(ctx, in, info, handler)
 }
 
 func _WorkOrderAdminService_RecordReHandOff_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
@@ -319,26 +137,6 @@ var WorkOrderAdminService_ServiceDesc = grpc.ServiceDesc{
 	ServiceName: "lossless.workorder.v1.WorkOrderAdminService",
 	HandlerType: (*WorkOrderAdminServiceServer)(nil),
 	Methods: []grpc.MethodDesc{
-		{
-			MethodName: "ListInboxEntries",
-			Handler:    _WorkOrderAdminService_ListInboxEntries_Handler,
-		},
-		{
-			MethodName: "GetInboxEntry",
-			Handler:    _WorkOrderAdminService_GetInboxEntry_Handler,
-		},
-		{
-			MethodName: "ReplayInboxEntries",
-			Handler:    _WorkOrderAdminService_ReplayInboxEntries_Handler,
-		},
-		{
-			MethodName: "ReplayDeadLetters",
-			Handler:    _WorkOrderAdminService_ReplayDeadLetters_Handler,
-		},
-		{
-			MethodName: "CleanupInbox",
-			Handler:    _WorkOrderAdminService_CleanupInbox_Handler,
-		},
 		{
 			MethodName: "RecordReHandOff",
 			Handler:    _WorkOrderAdminService_RecordReHandOff_Handler,

@@ -19,7 +19,6 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	billingv1 "github.com/lossless-dev/lossless/gen/lossless/billing/v1"
 	eventsv1 "github.com/lossless-dev/lossless/gen/lossless/events/v1"
 	moneyv1 "github.com/lossless-dev/lossless/gen/lossless/money/v1"
 	"github.com/lossless-dev/lossless/internal/topology"
@@ -30,7 +29,6 @@ import (
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/retry"
 	"github.com/lossless-dev/lossless/pkg/server"
-	"github.com/lossless-dev/lossless/services/billing/internal/admin"
 	"github.com/lossless-dev/lossless/services/billing/internal/intake"
 )
 
@@ -70,9 +68,10 @@ func fieldViolations(err error) []string {
 }
 
 // Jobs and parked messages made by billing's own intake and queue come back
-// through the admin API as the worker left them: filtered, paged, refused
+// through OperatorService as the worker left them (an invoice job's unique
+// key is its work order id): filtered, paged, refused
 // when invalid or unauthenticated.
-func TestBillingAdmin_ListsJobsAndParkedMessages(t *testing.T) {
+func TestOperatorService_ListsJobsAndParkedMessages(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	logger := slog.New(slog.DiscardHandler)
@@ -109,19 +108,10 @@ func TestBillingAdmin_ListsJobsAndParkedMessages(t *testing.T) {
 		t.Fatalf("second claim: %v %v", running, err)
 	}
 
-	ops, err := admin.NewOps(pool, queue, logger)
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc, err := admin.NewService(ops, token, logger)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl := serve(t, svc)
-	octx := metadata.NewOutgoingContext(ctx, metadata.Pairs("authorization", "Bearer "+token))
-	ocl, _ := repair{pool: pool, in: in}.operatorService(t, nil)
+	ocl, octx := repair{pool: pool, queue: queue, in: in}.operatorService(t, nil)
+	cl := ocl
 
-	jobs, err := cl.ListInvoiceJobs(octx, &billingv1.ListInvoiceJobsRequest{})
+	jobs, err := cl.ListJobs(octx, &opsv1.ListJobsRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,41 +120,41 @@ func TestBillingAdmin_ListsJobsAndParkedMessages(t *testing.T) {
 		t.Fatalf("jobs: %v", js)
 	}
 	// Newest first.
-	if js[0].GetWorkOrderId() != orders[2] || js[0].GetState() != "available" || js[0].GetAttempts() != 0 || js[0].GetMaxAttempts() != 3 {
+	if js[0].GetUniqueKey() != orders[2] || js[0].GetState() != "available" || js[0].GetAttempts() != 0 || js[0].GetMaxAttempts() != 3 {
 		t.Errorf("available job: %v", js[0])
 	}
-	if j := js[1]; j.GetWorkOrderId() != orders[1] || j.GetState() != "running" || j.GetLeaseOwner() == "" ||
+	if j := js[1]; j.GetUniqueKey() != orders[1] || j.GetState() != "running" || j.GetLeaseOwner() == "" ||
 		j.GetEpoch() != 1 || j.GetAttempts() != 1 || !j.GetDueTime().AsTime().After(time.Now()) {
 		t.Errorf("running job: %v", j)
 	}
-	if j := js[2]; j.GetWorkOrderId() != orders[0] || j.GetState() != "dead" || j.GetLastError() == "" || j.GetFinishTime() == nil {
+	if j := js[2]; j.GetUniqueKey() != orders[0] || j.GetState() != "dead" || j.GetLastError() == "" || j.GetFinishTime() == nil {
 		t.Errorf("dead job: %v", j)
 	}
-	dead, err := cl.ListInvoiceJobs(octx, &billingv1.ListInvoiceJobsRequest{State: "dead"})
-	if err != nil || len(dead.GetJobs()) != 1 || dead.GetJobs()[0].GetWorkOrderId() != orders[0] {
+	dead, err := cl.ListJobs(octx, &opsv1.ListJobsRequest{State: "dead"})
+	if err != nil || len(dead.GetJobs()) != 1 || dead.GetJobs()[0].GetUniqueKey() != orders[0] {
 		t.Fatalf("dead jobs: %v %v", dead, err)
 	}
 	// By work order: its one job, or none in another state.
-	ofOrder, err := cl.ListInvoiceJobs(octx, &billingv1.ListInvoiceJobsRequest{WorkOrderId: orders[1]})
+	ofOrder, err := cl.ListJobs(octx, &opsv1.ListJobsRequest{UniqueKey: orders[1]})
 	if err != nil || len(ofOrder.GetJobs()) != 1 || ofOrder.GetJobs()[0].GetState() != "running" ||
 		ofOrder.GetJobs()[0].GetEpoch() != 1 || ofOrder.GetNextPageToken() != "" {
 		t.Fatalf("job of order %s: %v %v, want its running job", orders[1], ofOrder, err)
 	}
-	if none, err := cl.ListInvoiceJobs(octx, &billingv1.ListInvoiceJobsRequest{WorkOrderId: orders[1], State: "dead"}); err != nil || len(none.GetJobs()) != 0 {
+	if none, err := cl.ListJobs(octx, &opsv1.ListJobsRequest{UniqueKey: orders[1], State: "dead"}); err != nil || len(none.GetJobs()) != 0 {
 		t.Fatalf("dead job of order %s: %v %v, want none", orders[1], none, err)
 	}
 	var paged []string
-	req := &billingv1.ListInvoiceJobsRequest{PageSize: 2}
+	req := &opsv1.ListJobsRequest{PageSize: 2}
 	for page := 0; ; page++ {
 		if page > 2 {
 			t.Fatal("paging does not end")
 		}
-		resp, err := cl.ListInvoiceJobs(octx, req)
+		resp, err := cl.ListJobs(octx, req)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, j := range resp.GetJobs() {
-			paged = append(paged, j.GetWorkOrderId())
+			paged = append(paged, j.GetUniqueKey())
 		}
 		if req.PageToken = resp.GetNextPageToken(); req.PageToken == "" {
 			break
@@ -201,23 +191,23 @@ func TestBillingAdmin_ListsJobsAndParkedMessages(t *testing.T) {
 		field string
 	}{
 		"unknown state": {func() error {
-			_, err := cl.ListInvoiceJobs(octx, &billingv1.ListInvoiceJobsRequest{State: "parked"})
+			_, err := cl.ListJobs(octx, &opsv1.ListJobsRequest{State: "parked"})
 			return err
 		}, "state"},
 		"jobs page too large": {func() error {
-			_, err := cl.ListInvoiceJobs(octx, &billingv1.ListInvoiceJobsRequest{PageSize: 501})
+			_, err := cl.ListJobs(octx, &opsv1.ListJobsRequest{PageSize: 501})
 			return err
 		}, "page_size"},
 		"jobs token of another state": {func() error {
-			_, err := cl.ListInvoiceJobs(octx, &billingv1.ListInvoiceJobsRequest{State: "dead", PageToken: jobsToken(t, cl, octx)})
+			_, err := cl.ListJobs(octx, &opsv1.ListJobsRequest{State: "dead", PageToken: jobsToken(t, cl, octx)})
 			return err
 		}, "page_token"},
-		"jobs order not a UUID": {func() error {
-			_, err := cl.ListInvoiceJobs(octx, &billingv1.ListInvoiceJobsRequest{WorkOrderId: "nope"})
+		"NUL in unique key": {func() error {
+			_, err := cl.ListJobs(octx, &opsv1.ListJobsRequest{UniqueKey: "a\x00"})
 			return err
-		}, "work_order_id"},
+		}, "unique_key"},
 		"jobs token of another order": {func() error {
-			_, err := cl.ListInvoiceJobs(octx, &billingv1.ListInvoiceJobsRequest{WorkOrderId: orders[0], PageToken: jobsToken(t, cl, octx)})
+			_, err := cl.ListJobs(octx, &opsv1.ListJobsRequest{UniqueKey: orders[0], PageToken: jobsToken(t, cl, octx)})
 			return err
 		}, "page_token"},
 		"NUL in order": {func() error {
@@ -243,34 +233,26 @@ func TestBillingAdmin_ListsJobsAndParkedMessages(t *testing.T) {
 		}
 	}
 
-	if _, err := cl.ListInvoiceJobs(ctx, &billingv1.ListInvoiceJobsRequest{}); status.Code(err) != codes.Unauthenticated {
+	if _, err := cl.ListJobs(ctx, &opsv1.ListJobsRequest{}); status.Code(err) != codes.Unauthenticated {
 		t.Errorf("jobs without a token: %v", err)
 	}
 	if _, err := ocl.ListParkedMessages(ctx, &opsv1.ListParkedMessagesRequest{}); status.Code(err) != codes.Unauthenticated {
 		t.Errorf("parked without a token: %v", err)
 	}
 	wrong := metadata.NewOutgoingContext(ctx, metadata.Pairs("authorization", "Bearer guess"))
-	if _, err := cl.ListInvoiceJobs(wrong, &billingv1.ListInvoiceJobsRequest{}); status.Code(err) != codes.PermissionDenied {
+	if _, err := cl.ListJobs(wrong, &opsv1.ListJobsRequest{}); status.Code(err) != codes.PermissionDenied {
 		t.Errorf("jobs with a wrong token: %v", err)
 	}
 }
 
 // jobsToken is a next-page token of the unfiltered job listing.
-func jobsToken(t *testing.T, cl billingv1.BillingAdminServiceClient, ctx context.Context) string {
+func jobsToken(t *testing.T, cl opsv1.OperatorServiceClient, ctx context.Context) string {
 	t.Helper()
-	resp, err := cl.ListInvoiceJobs(ctx, &billingv1.ListInvoiceJobsRequest{PageSize: 1})
+	resp, err := cl.ListJobs(ctx, &opsv1.ListJobsRequest{PageSize: 1})
 	if err != nil || resp.GetNextPageToken() == "" {
 		t.Fatalf("token: %v %v", resp, err)
 	}
 	return resp.GetNextPageToken()
-}
-
-// serve serves svc as production does (pkg/server: the operator token
-// first, then request validation) and returns a client.
-func serve(t *testing.T, svc *admin.Service) billingv1.BillingAdminServiceClient {
-	t.Helper()
-	conn := serveGRPC(t, svc.AuthInterceptor(), func(s *grpc.Server) { billingv1.RegisterBillingAdminServiceServer(s, svc) })
-	return billingv1.NewBillingAdminServiceClient(conn)
 }
 
 // serveGRPC serves what register registers as production does (pkg/server:

@@ -18,12 +18,12 @@ import (
 var opsAuthz = &opsv1.OperatorAuthorization{Ticket: "INC-9", Actor: "carol"}
 
 // operatorService serves the billing database's OperatorService
-// (pkg/operator over admin.OperatorDeps) as the app mounts it: the outbox, operator_audit and r's
-// intake (consumer intake) with its parked messages and, with ps, its dead
-// letters. It returns a client and a context carrying the operator token.
+// (pkg/operator over admin.OperatorDeps) as the app mounts it: the outbox,
+// operator_audit, r's invoice jobs and r's intake (consumer intake) with
+// its parked messages and, with ps, its dead letters. It returns a client and a context carrying the operator token.
 func (r repair) operatorService(t *testing.T, ps *gpubsub.Client) (opsv1.OperatorServiceClient, context.Context) {
 	t.Helper()
-	deps, err := admin.OperatorDeps(r.pool, r.in, ps, slog.New(slog.DiscardHandler))
+	deps, err := admin.OperatorDeps(r.pool, r.queue, r.in, ps, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

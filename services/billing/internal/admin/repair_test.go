@@ -31,8 +31,7 @@ import (
 type repair struct {
 	pool  *pgxpool.Pool
 	queue *leasequeue.Queue
-	in    *intake.Intake // the intake the operator replays consume through
-	ops   *admin.Ops
+	in    *intake.Intake  // the intake the operator replays consume through
 	ps    *gpubsub.Client // nil: no dead-letter replay
 }
 
@@ -52,11 +51,7 @@ func newRepair(t *testing.T, pool *pgxpool.Pool, inCfg intake.Config, ps *gpubsu
 	if err != nil {
 		t.Fatal(err)
 	}
-	ops, err := admin.NewOps(pool, queue, logger)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return repair{pool: pool, queue: queue, in: in, ops: ops, ps: ps}
+	return repair{pool: pool, queue: queue, in: in, ps: ps}
 }
 
 func (r repair) count(t *testing.T, q string, args ...any) int {
@@ -71,12 +66,8 @@ func (r repair) count(t *testing.T, q string, args ...any) int {
 func (r repair) cli(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	var out bytes.Buffer
-	if args[0] == "jobs" {
-		err := admin.RunCLI(context.Background(), args[1:], r.ops, &out)
-		return out.String(), err
-	}
-	// The generic commands, as main runs them: in process, no token.
-	deps, err := admin.OperatorDeps(r.pool, r.in, r.ps, slog.New(slog.DiscardHandler))
+	// The commands, as main runs them: in process, no token.
+	deps, err := admin.OperatorDeps(r.pool, r.queue, r.in, r.ps, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

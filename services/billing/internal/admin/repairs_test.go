@@ -3,7 +3,6 @@ package admin_test
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"strconv"
 	"strings"
 	"testing"
@@ -11,40 +10,26 @@ import (
 
 	"github.com/google/uuid"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	billingv1 "github.com/lossless-dev/lossless/gen/lossless/billing/v1"
 	"github.com/lossless-dev/lossless/internal/topology"
+	"github.com/lossless-dev/lossless/pkg/operator"
 	opsv1 "github.com/lossless-dev/lossless/pkg/operator/opsv1"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/pubsubtest"
 	"github.com/lossless-dev/lossless/pkg/retry"
 	"github.com/lossless-dev/lossless/pkg/waitfor"
-	"github.com/lossless-dev/lossless/services/billing/internal/admin"
 	"github.com/lossless-dev/lossless/services/billing/internal/intake"
 )
 
-// service serves r's operations over gRPC as production does and returns a
-// client and a context carrying the operator token.
-func (r repair) service(t *testing.T) (billingv1.BillingAdminServiceClient, context.Context) {
-	t.Helper()
-	svc, err := admin.NewService(r.ops, token, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return serve(t, svc), metadata.NewOutgoingContext(context.Background(), metadata.Pairs("authorization", "Bearer "+token))
-}
-
-var opsAuth = &billingv1.OperatorAuthorization{Ticket: "INC-9", Actor: "carol"}
-
-// A dead invoice job is requeued over gRPC through the queue's own retry:
+// A dead invoice job is requeued over OperatorService (RetryJobs) through
+// the queue's own retry:
 // the dry run names it and changes nothing but the audit log, the retry
 // makes it available with a fresh budget once (leasequeue_job_audit and
 // operator_audit rows), a second retry finds nothing to do; the audit log
 // reads back newest first, filtered; malformed or unauthenticated calls are
 // refused with nothing changed.
-func TestRetryInvoiceJobs_DryRunThenOnceAudited(t *testing.T) {
+func TestRetryJobs_DryRunThenOnceAudited(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	r := newRepair(t, nil, intake.Config{JobMaxAttempts: 3}, nil)
@@ -59,44 +44,44 @@ func TestRetryInvoiceJobs_DryRunThenOnceAudited(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := claimed[0].ID
-	cl, octx := r.service(t)
+	cl, octx := r.operatorService(t, nil)
 
 	for name, c := range map[string]struct {
-		req   *billingv1.RetryInvoiceJobsRequest
+		req   *opsv1.RetryJobsRequest
 		field string
 	}{
-		"no authorization": {&billingv1.RetryInvoiceJobsRequest{Ids: []int64{id}}, "authorization"},
-		"no ticket":        {&billingv1.RetryInvoiceJobsRequest{Authorization: &billingv1.OperatorAuthorization{Actor: "carol"}, Ids: []int64{id}}, "authorization.ticket"},
-		"no actor":         {&billingv1.RetryInvoiceJobsRequest{Authorization: &billingv1.OperatorAuthorization{Ticket: "INC-9"}, Ids: []int64{id}}, "authorization.actor"},
-		"no ids":           {&billingv1.RetryInvoiceJobsRequest{Authorization: opsAuth}, "ids"},
+		"no authorization": {&opsv1.RetryJobsRequest{Ids: []int64{id}}, "authorization"},
+		"no ticket":        {&opsv1.RetryJobsRequest{Authorization: &opsv1.OperatorAuthorization{Actor: "carol"}, Ids: []int64{id}}, "authorization.ticket"},
+		"no actor":         {&opsv1.RetryJobsRequest{Authorization: &opsv1.OperatorAuthorization{Ticket: "INC-9"}, Ids: []int64{id}}, "authorization.actor"},
+		"no ids":           {&opsv1.RetryJobsRequest{Authorization: opsAuthz}, "ids"},
 	} {
-		_, err := cl.RetryInvoiceJobs(octx, c.req)
+		_, err := cl.RetryJobs(octx, c.req)
 		if got := fieldViolations(err); status.Code(err) != codes.InvalidArgument || len(got) != 1 || got[0] != c.field {
 			t.Errorf("%s: %v, violations %v; want INVALID_ARGUMENT on %s", name, err, got, c.field)
 		}
 	}
-	if _, err := cl.RetryInvoiceJobs(ctx, &billingv1.RetryInvoiceJobsRequest{Authorization: opsAuth, Ids: []int64{id}}); status.Code(err) != codes.Unauthenticated {
+	if _, err := cl.RetryJobs(ctx, &opsv1.RetryJobsRequest{Authorization: opsAuthz, Ids: []int64{id}}); status.Code(err) != codes.Unauthenticated {
 		t.Errorf("retry without a token: %v, want UNAUTHENTICATED", err)
 	}
 	if n := r.count(t, `SELECT count(*) FROM leasequeue_jobs WHERE state = 'dead'`) - r.count(t, `SELECT count(*) FROM operator_audit`); n != 1 {
 		t.Fatal("a refused call changed the job or wrote an audit row")
 	}
 
-	dry, err := cl.RetryInvoiceJobs(octx, &billingv1.RetryInvoiceJobsRequest{Authorization: opsAuth, Ids: []int64{id, id + 1000}, DryRun: true})
+	dry, err := cl.RetryJobs(octx, &opsv1.RetryJobsRequest{Authorization: opsAuthz, Ids: []int64{id, id + 1000}, DryRun: true})
 	if err != nil || !dry.GetDryRun() || len(dry.GetIds()) != 1 || dry.GetIds()[0] != id {
 		t.Fatalf("dry run: %v %v", dry, err)
 	}
 	if n := r.count(t, `SELECT count(*) FROM leasequeue_jobs WHERE state = 'dead'`) + r.count(t, `SELECT count(*) FROM leasequeue_job_audit`); n != 1 {
 		t.Fatal("the dry run changed the job")
 	}
-	done, err := cl.RetryInvoiceJobs(octx, &billingv1.RetryInvoiceJobsRequest{Authorization: opsAuth, Ids: dry.GetIds()})
+	done, err := cl.RetryJobs(octx, &opsv1.RetryJobsRequest{Authorization: opsAuthz, Ids: dry.GetIds()})
 	if err != nil || done.GetDryRun() || len(done.GetIds()) != 1 {
 		t.Fatalf("retry: %v %v", done, err)
 	}
 	if n := r.count(t, `SELECT count(*) FROM leasequeue_jobs WHERE id = $1 AND state = 'available' AND attempts = 0`, id); n != 1 {
 		t.Fatal("the retried job is not available with a fresh budget")
 	}
-	again, err := cl.RetryInvoiceJobs(octx, &billingv1.RetryInvoiceJobsRequest{Authorization: opsAuth, Ids: []int64{id}})
+	again, err := cl.RetryJobs(octx, &opsv1.RetryJobsRequest{Authorization: opsAuthz, Ids: []int64{id}})
 	if err != nil || len(again.GetIds()) != 0 {
 		t.Fatalf("second retry: %v %v", again, err)
 	}
@@ -104,7 +89,7 @@ func TestRetryInvoiceJobs_DryRunThenOnceAudited(t *testing.T) {
 		t.Fatalf("leasequeue_job_audit rows = %d, want 1", n)
 	}
 
-	ocl, _ := r.operatorService(t, nil)
+	ocl := cl
 	audit, err := ocl.ListOperatorAudit(octx, &opsv1.ListOperatorAuditRequest{Ticket: "INC-9"})
 	if err != nil {
 		t.Fatal(err)
@@ -212,7 +197,8 @@ func TestReplayParkedAndDeadLettersOverGRPC(t *testing.T) {
 }
 
 // `billing jobs retry` runs the same audited path as the RPC: a dry run
-// changes nothing but its audit row, the real run requeues the dead job once.
+// changes nothing but its audit row, the real run requeues the dead job
+// once; `billing jobs list` finds it by its work order.
 func TestJobsRetryCLI_DryRunThenOnceAudited(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -228,18 +214,25 @@ func TestJobsRetryCLI_DryRunThenOnceAudited(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := strconv.FormatInt(claimed[0].ID, 10)
-	if _, err := r.cli(t, "jobs", "retry", "-id", id); !errors.Is(err, admin.ErrInvalidRequest) {
+	if _, err := r.cli(t, "jobs", "retry", "--ids", id); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("retry without ticket and actor: %v", err)
 	}
-	out, err := r.cli(t, "jobs", "retry", "-id", id, "-ticket", "INC-7", "-actor", "dan", "-dry-run")
-	if err != nil || !strings.Contains(out, `"dry_run":true`) || !strings.Contains(out, `"requeued":[`+id+`]`) {
+	if _, err := r.cli(t, "jobs", "retry", "--ticket", "INC-7", "--actor", "dan"); !errors.Is(err, operator.ErrUsage) {
+		t.Fatalf("retry without ids: %v", err)
+	}
+	out, err := r.cli(t, "jobs", "retry", "-ids", id, "-ticket", "INC-7", "-actor", "dan", "-dry-run")
+	if err != nil || out != "dry run: would requeue 1 dead jobs: ["+id+"]\n" {
 		t.Fatalf("dry run: %q %v", out, err)
 	}
 	if n := r.count(t, `SELECT count(*) FROM leasequeue_jobs WHERE state = 'dead'`); n != 1 {
 		t.Fatalf("the dry run changed the job: %d dead", n)
 	}
-	if out, err = r.cli(t, "jobs", "retry", "-id", id, "-ticket", "INC-7", "-actor", "dan"); err != nil || !strings.Contains(out, `"requeued":[`+id+`]`) {
+	if out, err = r.cli(t, "jobs", "retry", "--ids", id, "--ticket", "INC-7", "--actor", "dan"); err != nil || out != "requeued 1 dead jobs: ["+id+"]\n" {
 		t.Fatalf("retry: %q %v", out, err)
+	}
+	if out, err = r.cli(t, "jobs", "list", "--unique-key", claimed[0].UniqueKey); err != nil ||
+		!strings.Contains(out, `"id":"`+id+`"`) || !strings.Contains(out, `"state":"available"`) {
+		t.Fatalf("jobs list: %q %v", out, err)
 	}
 	if n := r.count(t, `SELECT count(*) FROM leasequeue_jobs WHERE state = 'available' AND attempts = 0`); n != 1 {
 		t.Fatalf("%d jobs available with a fresh budget, want 1", n)

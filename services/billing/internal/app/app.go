@@ -18,7 +18,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/grpc"
 
-	billingv1 "github.com/lossless-dev/lossless/gen/lossless/billing/v1"
 	eventsv1 "github.com/lossless-dev/lossless/gen/lossless/events/v1"
 	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/pkg/consumer"
@@ -133,7 +132,7 @@ func (a *App) assemble(ctx context.Context, opts []server.Option) error {
 	if err != nil {
 		return err
 	}
-	adminSvc, opsSvc, err := a.adminService()
+	opsSvc, err := a.operatorService()
 	if err != nil {
 		return err
 	}
@@ -143,12 +142,12 @@ func (a *App) assemble(ctx context.Context, opts []server.Option) error {
 	// exempt (the operator token guards them); both before request
 	// validation.
 	callerAuth, err := a.cfg.Auth.Option(a.log,
-		billingv1.BillingAdminService_ServiceDesc.ServiceName, opsv1.OperatorService_ServiceDesc.ServiceName)
+		opsv1.OperatorService_ServiceDesc.ServiceName)
 	if err != nil {
 		return err
 	}
 	srvOpts := []server.Option{server.WithTelemetry(a.tel), callerAuth,
-		server.WithAuthInterceptors(adminSvc.AuthInterceptor(), opsSvc.AuthInterceptor())}
+		server.WithAuthInterceptors(opsSvc.AuthInterceptor())}
 	if a.cfg.Server.Role.RunsWorkers() {
 		loops, err := a.loops()
 		if err != nil {
@@ -166,48 +165,34 @@ func (a *App) assemble(ctx context.Context, opts []server.Option) error {
 	if !a.cfg.Server.Role.ServesAPI() {
 		return nil
 	}
-	billingv1.RegisterBillingAdminServiceServer(a.srv.GRPC(), adminSvc)
 	opsv1.RegisterOperatorServiceServer(a.srv.GRPC(), opsSvc)
 	return api.Register(ctx, a.srv, svc)
 }
 
-// adminService builds the operator reads and repairs on the workers' pool,
-// so that they work while the API is flooded. Its queue handle and intake
-// take no meter (the gauges and counters are the worker's); the intake is
-// configured as the live consumer's, so a replay consumes as it would.
-//
-// The one operator API (pkg/operator OperatorService) serves the outbox,
-// the intake's parked messages and dead letters and the operator_audit log
-// over the same stores.
-func (a *App) adminService() (*admin.Service, *operator.Service, error) {
-	logger := a.log.With("component", "admin")
+// operatorService builds the one operator API (pkg/operator
+// OperatorService: the outbox, the intake's parked messages and dead
+// letters, the invoice jobs and the operator_audit log) on the workers'
+// pool, so that it works while the API is flooded. Its queue handle and
+// intake take no meter (the gauges and counters are the worker's); the
+// intake is configured as the live consumer's, so a replay consumes as it
+// would.
+func (a *App) operatorService() (*operator.Service, error) {
+	logger := a.log.With("component", "operator")
 	queue, err := leasequeue.New(a.db.Workers, a.cfg.Queue, logger, nil)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	in, err := intake.New(a.db.Workers, queue, intake.Config{JobMaxAttempts: a.cfg.JobMaxAttempts, MaxPayloadBytes: a.cfg.IntakeMaxPayloadBytes},
 		logger, nil)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	ops, err := admin.NewOps(a.db.Workers, queue, logger)
+	deps, err := admin.OperatorDeps(a.db.Workers, queue, in, a.ps, logger)
 	if err != nil {
-		return nil, nil, err
-	}
-	adminSvc, err := admin.NewService(ops, a.cfg.OperatorToken, logger)
-	if err != nil {
-		return nil, nil, err
-	}
-	deps, err := admin.OperatorDeps(a.db.Workers, in, a.ps, logger)
-	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	deps.Token = a.cfg.OperatorToken
-	opsSvc, err := operator.NewService(deps)
-	if err != nil {
-		return nil, nil, err
-	}
-	return adminSvc, opsSvc, nil
+	return operator.NewService(deps)
 }
 
 // loops builds the background loops on the workers' pool. The

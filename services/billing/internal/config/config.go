@@ -116,8 +116,8 @@ type Config struct {
 	// one batch handed to it.
 	Subscriber pubsub.SubscriberConfig
 
-	// OperatorToken guards the admin gRPC service, BillingAdminService (env
-	// BILLING_OPERATOR_TOKEN, default "": the admin service refuses every
+	// OperatorToken guards the operator gRPC service, OperatorService (env
+	// BILLING_OPERATOR_TOKEN, default "": the service refuses every
 	// call; when set, at least operator.MinTokenLength characters). Pass it
 	// as a secret, like WORKORDER_OPERATOR_TOKEN.
 	OperatorToken string

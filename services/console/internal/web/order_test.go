@@ -39,23 +39,22 @@ func at(n int) *timestamppb.Timestamp {
 
 // orderBackend answers for one invoiced order as the three services would,
 // the operator reads behind the same operator guard as theirs; billing's
-// admin API is down.
+// job read is down.
 type orderBackend struct {
 	workorderv1.UnimplementedWorkOrderServiceServer
-	workorderv1.UnimplementedWorkOrderAdminServiceServer
 	providerv1.UnimplementedProviderAdminServiceServer
 	billingv1.UnimplementedBillingServiceServer
 }
 
-// orderOps is the workorder service's OperatorService outbox read.
+// orderOps is the workorder service's OperatorService outbox and inbox
+// reads.
 type orderOps struct {
 	opsv1.UnimplementedOperatorServiceServer
 }
 
-// billingAdminDown is billing's admin API with its database unreachable.
-type billingAdminDown struct {
-	billingv1.UnimplementedBillingAdminServiceServer
-}
+// billingJobsDown is billing's OperatorService job read with its database
+// unreachable.
+type billingJobsDown struct{}
 
 func (orderBackend) GetWorkOrder(context.Context, *workorderv1.GetWorkOrderRequest) (*workorderv1.GetWorkOrderResponse, error) {
 	return &workorderv1.GetWorkOrderResponse{WorkOrder: &workorderv1.WorkOrder{Id: orderID, CustomerId: "c-1", Positions: 2,
@@ -101,17 +100,17 @@ func (orderBackend) GetJob(context.Context, *providerv1.GetJobRequest) (*provide
 		}}, nil
 }
 
-func (orderBackend) ListInboxEntries(_ context.Context, req *workorderv1.ListInboxEntriesRequest) (*workorderv1.ListInboxEntriesResponse, error) {
+func (orderOps) ListInboxEntries(_ context.Context, req *opsv1.ListInboxEntriesRequest) (*opsv1.ListInboxEntriesResponse, error) {
 	if strings.Join(req.GetEventIds(), ",") != "ev-started,ev-done" {
 		return nil, status.Error(codes.InvalidArgument, "want the provider's event ids")
 	}
-	return &workorderv1.ListInboxEntriesResponse{Entries: []*workorderv1.InboxEntry{
+	return &opsv1.ListInboxEntriesResponse{Entries: []*opsv1.InboxEntry{
 		{Id: 1, EventId: "ev-started", Status: "APPLIED", ReceivedTime: at(2), ProcessedTime: at(2)},
 		{Id: 2, EventId: "ev-done", Status: "APPLIED", ReceivedTime: at(4), ProcessedTime: at(5)},
 	}}, nil
 }
 
-func (billingAdminDown) ListInvoiceJobs(context.Context, *billingv1.ListInvoiceJobsRequest) (*billingv1.ListInvoiceJobsResponse, error) {
+func (billingJobsDown) ListJobs(context.Context, *opsv1.ListJobsRequest, ...grpc.CallOption) (*opsv1.ListJobsResponse, error) {
 	return nil, status.Error(codes.Unavailable, "billing database unreachable")
 }
 
@@ -129,16 +128,12 @@ func orderConsole(t *testing.T, traceURL string) *httptest.Server {
 		t.Fatal(err)
 	}
 	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(
-		guard.ServiceInterceptor(workorderv1.WorkOrderAdminService_ServiceDesc.ServiceName),
 		guard.ServiceInterceptor(opsv1.OperatorService_ServiceDesc.ServiceName),
-		guard.ServiceInterceptor(billingv1.BillingAdminService_ServiceDesc.ServiceName),
 		guard.Interceptor(providerv1.ProviderAdminService_ListJobs_FullMethodName, providerv1.ProviderAdminService_GetJob_FullMethodName)))
 	var b orderBackend
 	workorderv1.RegisterWorkOrderServiceServer(srv, b)
-	workorderv1.RegisterWorkOrderAdminServiceServer(srv, b)
 	opsv1.RegisterOperatorServiceServer(srv, orderOps{})
 	providerv1.RegisterProviderAdminServiceServer(srv, b)
-	billingv1.RegisterBillingAdminServiceServer(srv, billingAdminDown{})
 	billingv1.RegisterBillingServiceServer(srv, b)
 	ln, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
 	if err != nil {
@@ -152,12 +147,12 @@ func orderConsole(t *testing.T, traceURL string) *httptest.Server {
 	}
 	t.Cleanup(func() { conn.Close() })
 	h, err := web.New(web.Sources{
-		Orders: workorderv1.NewWorkOrderServiceClient(conn), Inbox: workorderv1.NewWorkOrderAdminServiceClient(conn),
+		Orders: workorderv1.NewWorkOrderServiceClient(conn), Inbox: opsv1.NewOperatorServiceClient(conn),
 		Faults: providerv1.NewProviderAdminServiceClient(conn), Invoices: billingv1.NewBillingServiceClient(conn),
 		Figures: noFigures{}, Outbox: opsv1.NewOperatorServiceClient(conn),
-		ProviderJobs: providerv1.NewProviderAdminServiceClient(conn), InvoiceJobs: billingv1.NewBillingAdminServiceClient(conn),
-		Repairs: workorderv1.NewWorkOrderAdminServiceClient(conn), BillingRepairs: billingv1.NewBillingAdminServiceClient(conn),
-		WorkOrderOps: opsv1.NewOperatorServiceClient(conn), BillingOps: opsv1.NewOperatorServiceClient(conn),
+		ProviderJobs: providerv1.NewProviderAdminServiceClient(conn), InvoiceJobs: billingJobsDown{},
+		BillingRepairs: opsv1.NewOperatorServiceClient(conn),
+		WorkOrderOps:   opsv1.NewOperatorServiceClient(conn), BillingOps: opsv1.NewOperatorServiceClient(conn),
 		ProviderAudit: opsv1.NewOperatorServiceClient(conn),
 	}, web.Config{OperatorToken: token, ReadOpen: true, RunbookBaseURL: "https://example.invalid/", TraceURL: traceURL}, slog.New(slog.DiscardHandler))
 	if err != nil {

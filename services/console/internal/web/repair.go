@@ -8,8 +8,7 @@ import (
 	"strconv"
 	"strings"
 
-	billingv1 "github.com/lossless-dev/lossless/gen/lossless/billing/v1"
-	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
+	opsv1 "github.com/lossless-dev/lossless/pkg/operator/opsv1"
 )
 
 // repairPageSize bounds the parked entries listed (and replayable) at once.
@@ -18,7 +17,7 @@ const repairPageSize = 200
 type repairData struct {
 	Reason   string
 	Reasons  []reasonCount
-	Entries  []*workorderv1.InboxEntry
+	Entries  []*opsv1.InboxEntry
 	Ticket   string
 	Actor    string
 	Result   *replayResult
@@ -27,7 +26,7 @@ type repairData struct {
 	// The other sections (repairs.go); a section whose service is
 	// unreachable shows its error, the others still render.
 	Parked        []parkedSection
-	DeadJobs      []*billingv1.InvoiceJob
+	DeadJobs      []*opsv1.Job
 	FailedOutbox  []outboxSection
 	DeadLetters   []deadLetterSource
 	SectionErrors map[string]string
@@ -60,7 +59,7 @@ func (h *Handler) repairData(ctx context.Context, s session, reason string) (rep
 	ctx, cancel := context.WithTimeout(outgoing(ctx, s), h.cfg.RPCTimeout)
 	defer cancel()
 	h.repairSections(ctx, &d)
-	resp, err := h.src.Inbox.ListInboxEntries(ctx, &workorderv1.ListInboxEntriesRequest{Status: "PARKED", Reason: reason, PageSize: repairPageSize})
+	resp, err := h.src.Inbox.ListInboxEntries(ctx, &opsv1.ListInboxEntriesRequest{Status: "PARKED", Reason: reason, PageSize: repairPageSize})
 	if err != nil {
 		return d, describe("workorder", err)
 	}
@@ -113,8 +112,8 @@ func (h *Handler) replay(w http.ResponseWriter, r *http.Request) {
 		h.render(w, r, "repair", page{Title: "Repair", Error: errMsg, Data: d})
 		return
 	}
-	req := &workorderv1.ReplayInboxEntriesRequest{
-		Authorization: &workorderv1.OperatorAuthorization{Ticket: d.Ticket, Actor: d.Actor},
+	req := &opsv1.ReplayInboxEntriesRequest{
+		Authorization: &opsv1.OperatorAuthorization{Ticket: d.Ticket, Actor: d.Actor},
 		Ids:           ids, Reason: reason, DryRun: dry,
 	}
 	if len(ids) == 0 {

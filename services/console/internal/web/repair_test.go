@@ -13,17 +13,15 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	billingv1 "github.com/lossless-dev/lossless/gen/lossless/billing/v1"
 	"github.com/lossless-dev/lossless/pkg/operator"
 	opsv1 "github.com/lossless-dev/lossless/pkg/operator/opsv1"
 	"github.com/lossless-dev/lossless/services/console/internal/web"
 )
 
-// billingAdmin stands in for billing's BillingAdminService: dead jobs that
-// a retry makes available, an audit row per retry (dry runs too), the
+// billingAdmin stands in for billing's repair state: dead jobs that a
+// retry makes available, an audit row per retry (dry runs too), the
 // operator token checked by the same guard as the real service.
 type billingAdmin struct {
-	billingv1.UnimplementedBillingAdminServiceServer
 	guard *operator.Guard
 	mu    sync.Mutex
 	state map[int64]string
@@ -32,29 +30,29 @@ type billingAdmin struct {
 	outbox *fakeOutbox
 }
 
-func (b *billingAdmin) ListInvoiceJobs(ctx context.Context, req *billingv1.ListInvoiceJobsRequest) (*billingv1.ListInvoiceJobsResponse, error) {
+func (b billingOps) ListJobs(ctx context.Context, req *opsv1.ListJobsRequest) (*opsv1.ListJobsResponse, error) {
 	if err := b.guard.Authorize(ctx); err != nil {
 		return nil, err
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	resp := &billingv1.ListInvoiceJobsResponse{}
+	resp := &opsv1.ListJobsResponse{}
 	for id, st := range b.state {
 		if req.GetState() == "" || st == req.GetState() {
-			resp.Jobs = append(resp.Jobs, &billingv1.InvoiceJob{Id: id, State: st, WorkOrderId: "8a3c4c8e-1f0b-4a8e-9d7e-2b8b7f0a1c11"})
+			resp.Jobs = append(resp.Jobs, &opsv1.Job{Id: id, State: st, UniqueKey: "8a3c4c8e-1f0b-4a8e-9d7e-2b8b7f0a1c11"})
 		}
 	}
-	slices.SortFunc(resp.Jobs, func(x, y *billingv1.InvoiceJob) int { return int(y.GetId() - x.GetId()) })
+	slices.SortFunc(resp.Jobs, func(x, y *opsv1.Job) int { return int(y.GetId() - x.GetId()) })
 	return resp, nil
 }
 
-func (b *billingAdmin) RetryInvoiceJobs(ctx context.Context, req *billingv1.RetryInvoiceJobsRequest) (*billingv1.RetryInvoiceJobsResponse, error) {
+func (b billingOps) RetryJobs(ctx context.Context, req *opsv1.RetryJobsRequest) (*opsv1.RetryJobsResponse, error) {
 	if err := b.guard.Authorize(ctx); err != nil {
 		return nil, err
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	resp := &billingv1.RetryInvoiceJobsResponse{DryRun: req.GetDryRun()}
+	resp := &opsv1.RetryJobsResponse{DryRun: req.GetDryRun()}
 	for _, id := range req.GetIds() {
 		if b.state[id] == "dead" {
 			resp.Ids = append(resp.Ids, id)
@@ -79,8 +77,8 @@ func (b *billingAdmin) actors() (out []string) {
 	return out
 }
 
-// billingOps stands in for billing's OperatorService over the same state
-// as billingAdmin (its outbox, its operator_audit log).
+// billingOps stands in for billing's OperatorService over billingAdmin's
+// state (its invoice jobs, its outbox, its operator_audit log).
 type billingOps struct {
 	opsv1.UnimplementedOperatorServiceServer
 	*billingAdmin
@@ -124,7 +122,6 @@ func billingBackend(t *testing.T) (*billingAdmin, func(wo, bi *grpc.Server)) {
 	b := &billingAdmin{guard: guard, state: map[int64]string{7: "dead", 8: "dead", 9: "done"},
 		outbox: newFakeOutbox(map[string]string{billingFailed: "FAILED"})}
 	return b, func(_, bi *grpc.Server) {
-		billingv1.RegisterBillingAdminServiceServer(bi, b)
 		opsv1.RegisterOperatorServiceServer(bi, billingOps{billingAdmin: b})
 	}
 }

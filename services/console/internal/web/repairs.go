@@ -10,8 +10,6 @@ import (
 	"github.com/google/uuid"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	billingv1 "github.com/lossless-dev/lossless/gen/lossless/billing/v1"
-	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
 	opsv1 "github.com/lossless-dev/lossless/pkg/operator/opsv1"
 )
 
@@ -94,7 +92,7 @@ func (h *Handler) repairSections(ctx context.Context, d *repairData) {
 		}
 	}
 	d.Parked = []parkedSection{inv, bil}
-	if r, err := h.src.BillingRepairs.ListInvoiceJobs(ctx, &billingv1.ListInvoiceJobsRequest{State: "dead", PageSize: repairPageSize}); err != nil {
+	if r, err := h.src.BillingRepairs.ListJobs(ctx, &opsv1.ListJobsRequest{State: "dead", PageSize: repairPageSize}); err != nil {
 		d.SectionErrors["jobs"] = describe("billing", err)
 	} else {
 		d.DeadJobs = r.GetJobs()
@@ -247,11 +245,10 @@ func (h *Handler) replayDeadLetters(w http.ResponseWriter, r *http.Request) {
 	var err error
 	switch src.Key {
 	case "inbox":
-		var resp *workorderv1.ReplayDeadLettersResponse
-		resp, err = h.src.Repairs.ReplayDeadLetters(ctx, &workorderv1.ReplayDeadLettersRequest{
-			Authorization: &workorderv1.OperatorAuthorization{Ticket: f.ticket, Actor: f.actor}, MessageIds: ids, MaxMessages: max, DryRun: f.dry})
-		taken = resp.GetMessageIds()
-		detail = fmt.Sprintf("inserted %d, duplicates %d, poison %d, conflicts %d", resp.GetInserted(), resp.GetDuplicates(), resp.GetPoison(), resp.GetConflicts())
+		var resp *opsv1.ReplayDeadLettersResponse
+		resp, err = h.src.WorkOrderOps.ReplayDeadLetters(ctx, &opsv1.ReplayDeadLettersRequest{Consumer: "inbox",
+			Authorization: &opsv1.OperatorAuthorization{Ticket: f.ticket, Actor: f.actor}, MessageIds: ids, MaxMessages: max, DryRun: f.dry})
+		taken, failed, detail = resp.GetMessageIds(), resp.GetFailedMessageIds(), outcomes(resp.GetOutcomes())
 	case "invoicing":
 		var resp *opsv1.ReplayDeadLettersResponse
 		resp, err = h.src.WorkOrderOps.ReplayDeadLetters(ctx, &opsv1.ReplayDeadLettersRequest{Consumer: "invoicing",
@@ -345,8 +342,8 @@ func (h *Handler) retryJobs(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := h.rpcContext(r)
 	defer cancel()
-	resp, err := h.src.BillingRepairs.RetryInvoiceJobs(ctx, &billingv1.RetryInvoiceJobsRequest{
-		Authorization: &billingv1.OperatorAuthorization{Ticket: f.ticket, Actor: f.actor}, Ids: ids, DryRun: f.dry})
+	resp, err := h.src.BillingRepairs.RetryJobs(ctx, &opsv1.RetryJobsRequest{
+		Authorization: &opsv1.OperatorAuthorization{Ticket: f.ticket, Actor: f.actor}, Ids: ids, DryRun: f.dry})
 	res := &actionResult{Section: "jobs", DryRun: f.dry}
 	var fields []formField
 	for _, id := range resp.GetIds() {

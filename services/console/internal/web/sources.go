@@ -26,28 +26,24 @@ type Orders interface {
 	ListWorkOrderHistory(ctx context.Context, in *workorderv1.ListWorkOrderHistoryRequest, opts ...grpc.CallOption) (*workorderv1.ListWorkOrderHistoryResponse, error)
 }
 
-// Inbox is the workorder service's WorkOrderAdminService (operator token
-// on every call, reads included).
+// Inbox is the workorder service's OperatorService as the Repair page and
+// the Order page's timeline use its inbox entries (operator token on every
+// call, reads included).
 type Inbox interface {
-	ListInboxEntries(ctx context.Context, in *workorderv1.ListInboxEntriesRequest, opts ...grpc.CallOption) (*workorderv1.ListInboxEntriesResponse, error)
-	ReplayInboxEntries(ctx context.Context, in *workorderv1.ReplayInboxEntriesRequest, opts ...grpc.CallOption) (*workorderv1.ReplayInboxEntriesResponse, error)
+	ListInboxEntries(ctx context.Context, in *opsv1.ListInboxEntriesRequest, opts ...grpc.CallOption) (*opsv1.ListInboxEntriesResponse, error)
+	ReplayInboxEntries(ctx context.Context, in *opsv1.ReplayInboxEntriesRequest, opts ...grpc.CallOption) (*opsv1.ReplayInboxEntriesResponse, error)
 }
 
-// Repairs is the rest of the workorder service's WorkOrderAdminService the
-// Repair page uses: the inbox's dead letters (operator token).
-type Repairs interface {
-	ReplayDeadLetters(ctx context.Context, in *workorderv1.ReplayDeadLettersRequest, opts ...grpc.CallOption) (*workorderv1.ReplayDeadLettersResponse, error)
-}
-
-// BillingRepairs is billing's BillingAdminService as the Repair page uses
-// it: the invoice jobs (operator token on every call).
+// BillingRepairs is billing's OperatorService as the Repair page uses it
+// for the invoice jobs (operator token on every call).
 type BillingRepairs interface {
-	ListInvoiceJobs(ctx context.Context, in *billingv1.ListInvoiceJobsRequest, opts ...grpc.CallOption) (*billingv1.ListInvoiceJobsResponse, error)
-	RetryInvoiceJobs(ctx context.Context, in *billingv1.RetryInvoiceJobsRequest, opts ...grpc.CallOption) (*billingv1.RetryInvoiceJobsResponse, error)
+	ListJobs(ctx context.Context, in *opsv1.ListJobsRequest, opts ...grpc.CallOption) (*opsv1.ListJobsResponse, error)
+	RetryJobs(ctx context.Context, in *opsv1.RetryJobsRequest, opts ...grpc.CallOption) (*opsv1.RetryJobsResponse, error)
 }
 
 // Operator is one service's OperatorService (pkg/operator), as the Repair
-// and Audit pages use it: outbox, parked messages, dead letters and the
+// and Audit pages use it: outbox, parked messages, dead letters (the
+// workorder service's: of the consumers invoicing and inbox) and the
 // operator_audit log (operator token on every call).
 type Operator interface {
 	ListOutboxEvents(ctx context.Context, in *opsv1.ListOutboxEventsRequest, opts ...grpc.CallOption) (*opsv1.ListOutboxEventsResponse, error)
@@ -89,10 +85,10 @@ type ProviderJobs interface {
 	GetJob(ctx context.Context, in *providerv1.GetJobRequest, opts ...grpc.CallOption) (*providerv1.GetJobResponse, error)
 }
 
-// InvoiceJobs is billing's BillingAdminService job read, as the Order
-// page's timeline uses it (operator token).
+// InvoiceJobs is billing's OperatorService job read, as the Order page's
+// timeline uses it (operator token).
 type InvoiceJobs interface {
-	ListInvoiceJobs(ctx context.Context, in *billingv1.ListInvoiceJobsRequest, opts ...grpc.CallOption) (*billingv1.ListInvoiceJobsResponse, error)
+	ListJobs(ctx context.Context, in *opsv1.ListJobsRequest, opts ...grpc.CallOption) (*opsv1.ListJobsResponse, error)
 }
 
 // Figures are the services' metrics (package overview).
@@ -104,9 +100,8 @@ type Figures interface {
 type Sources struct {
 	Orders Orders
 	Inbox  Inbox
-	// Repairs, BillingRepairs and the two services' OperatorService
-	// (WorkOrderOps, BillingOps): the Repair and Audit pages.
-	Repairs        Repairs
+	// BillingRepairs and the two services' OperatorService (WorkOrderOps,
+	// BillingOps): the Repair and Audit pages.
 	BillingRepairs BillingRepairs
 	WorkOrderOps   Operator
 	BillingOps     Operator

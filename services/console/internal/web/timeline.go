@@ -258,7 +258,7 @@ func (h *Handler) providerPart(ctx context.Context, id string, c, inbox *collect
 // without a readable event id is keyed by its Pub/Sub message id instead:
 // the Repair page lists it.
 func (h *Handler) inboxPart(ctx context.Context, events []string, c *collected) {
-	resp, err := h.src.Inbox.ListInboxEntries(ctx, &workorderv1.ListInboxEntriesRequest{EventIds: events, PageSize: int32(len(events))})
+	resp, err := h.src.Inbox.ListInboxEntries(ctx, &opsv1.ListInboxEntriesRequest{EventIds: events, PageSize: int32(len(events))})
 	if err != nil {
 		c.note.Error = describe("workorder", err)
 		return
@@ -273,7 +273,7 @@ func (h *Handler) inboxPart(ctx context.Context, events []string, c *collected) 
 }
 
 func (h *Handler) invoiceJobPart(ctx context.Context, id string, c *collected) {
-	resp, err := h.src.InvoiceJobs.ListInvoiceJobs(ctx, &billingv1.ListInvoiceJobsRequest{WorkOrderId: id})
+	resp, err := h.src.InvoiceJobs.ListJobs(ctx, &opsv1.ListJobsRequest{UniqueKey: id})
 	if err != nil {
 		c.note.Error = describe("billing", err)
 		return

@@ -98,7 +98,7 @@ func New(src Sources, cfg Config, logger *slog.Logger) (*Handler, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if src.Orders == nil || src.Inbox == nil || src.Repairs == nil || src.BillingRepairs == nil || src.WorkOrderOps == nil || src.BillingOps == nil || src.ProviderAudit == nil || src.Faults == nil || src.Invoices == nil || src.Figures == nil || logger == nil {
+	if src.Orders == nil || src.Inbox == nil || src.BillingRepairs == nil || src.WorkOrderOps == nil || src.BillingOps == nil || src.ProviderAudit == nil || src.Faults == nil || src.Invoices == nil || src.Figures == nil || logger == nil {
 		return nil, errors.New("web: New needs every source and a logger")
 	}
 	if src.Outbox == nil || src.ProviderJobs == nil || src.InvoiceJobs == nil {

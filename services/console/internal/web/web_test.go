@@ -132,9 +132,8 @@ func consoleLogging(t *testing.T, cfg web.Config, logger *slog.Logger, register 
 	cfg.RunbookBaseURL = "https://example.invalid/docs/runbooks/"
 	h, err := web.New(web.Sources{
 		Orders:         workorderv1.NewWorkOrderServiceClient(conn),
-		Inbox:          workorderv1.NewWorkOrderAdminServiceClient(conn),
-		Repairs:        workorderv1.NewWorkOrderAdminServiceClient(conn),
-		BillingRepairs: billingv1.NewBillingAdminServiceClient(bi),
+		Inbox:          opsv1.NewOperatorServiceClient(conn),
+		BillingRepairs: opsv1.NewOperatorServiceClient(bi),
 		WorkOrderOps:   opsv1.NewOperatorServiceClient(conn),
 		BillingOps:     opsv1.NewOperatorServiceClient(bi),
 		ProviderAudit:  opsv1.NewOperatorServiceClient(pr),
@@ -144,7 +143,7 @@ func consoleLogging(t *testing.T, cfg web.Config, logger *slog.Logger, register 
 		// The Order page's timeline (order_test.go).
 		Outbox:       opsv1.NewOperatorServiceClient(conn),
 		ProviderJobs: providerv1.NewProviderAdminServiceClient(pr),
-		InvoiceJobs:  billingv1.NewBillingAdminServiceClient(bi),
+		InvoiceJobs:  opsv1.NewOperatorServiceClient(bi),
 	}, cfg, logger)
 	if err != nil {
 		t.Fatal(err)

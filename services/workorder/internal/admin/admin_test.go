@@ -3,6 +3,7 @@ package admin_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"net"
 	"os"
@@ -23,6 +24,8 @@ import (
 	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/inbox"
+	pkgoperator "github.com/lossless-dev/lossless/pkg/operator"
+	opsv1 "github.com/lossless-dev/lossless/pkg/operator/opsv1"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/pubsubtest"
@@ -43,19 +46,21 @@ type bundle struct {
 	ps  *gpubsub.Client
 }
 
-func setup(t *testing.T, deps admin.Deps) bundle {
+// setup builds the operations over a new work-order database; ps (nil:
+// none) replays dead letters.
+func setup(t *testing.T, ps *gpubsub.Client) bundle {
 	t.Helper()
-	deps.Pool = pgtest.NewPool(t, migrations.WorkOrder()...)
-	deps.Logger = slog.New(slog.DiscardHandler)
-	ops, err := admin.NewOps(deps)
+	pool := pgtest.NewPool(t, migrations.WorkOrder()...)
+	logger := slog.New(slog.DiscardHandler)
+	ops, err := admin.NewOps(pool, logger)
 	if err != nil {
 		t.Fatal(err)
 	}
-	inv, err := invoicing.New(deps.Pool, invoicing.Config{}, deps.Logger, nil)
+	inv, err := invoicing.New(pool, invoicing.Config{}, logger, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return bundle{pool: deps.Pool, ops: ops, inv: inv, ps: deps.PubSub}
+	return bundle{pool: pool, ops: ops, inv: inv, ps: ps}
 }
 
 // client serves svc on a loopback port and returns a client for it.
@@ -96,35 +101,40 @@ func (b bundle) count(t *testing.T, q string, args ...any) int {
 	return n
 }
 
+// The inbox repairs (OperatorService) and the re-hand-off
+// (WorkOrderAdminService) refuse a call without the right token and change
+// nothing; with it they work and are audited.
 func TestAdmin_UnauthorisedCallsAreRefusedAndChangeNothing(t *testing.T) {
 	t.Parallel()
-	b := setup(t, admin.Deps{})
+	b := setup(t, nil)
 	b.parked(t)
 	armed, _ := admin.NewService(b.ops, token, slog.New(slog.DiscardHandler))
 	disabled, _ := admin.NewService(b.ops, "", slog.New(slog.DiscardHandler))
-	replay := &workorderv1.ReplayInboxEntriesRequest{Authorization: &workorderv1.OperatorAuthorization{Ticket: "T-1", Actor: "mallory"}, Ids: []int64{1}}
+	armedOps, disabledOps := servedOpsWithToken(t, b, nil, token), servedOpsWithToken(t, b, nil, "")
+	authz := &opsv1.OperatorAuthorization{Ticket: "T-1", Actor: "mallory"}
+	replay := &opsv1.ReplayInboxEntriesRequest{Authorization: authz, Ids: []int64{1}}
 	for _, c := range []struct {
 		name string
 		svc  *admin.Service
+		ops  opsv1.OperatorServiceClient
 		md   metadata.MD
 		want codes.Code
 	}{
-		{"no token", armed, nil, codes.Unauthenticated},
-		{"wrong token", armed, metadata.Pairs("authorization", "Bearer guess"), codes.PermissionDenied},
-		{"not bearer", armed, metadata.Pairs("authorization", token), codes.PermissionDenied},
-		{"service without token configured", disabled, metadata.Pairs("authorization", "Bearer "), codes.PermissionDenied},
+		{"no token", armed, armedOps, nil, codes.Unauthenticated},
+		{"wrong token", armed, armedOps, metadata.Pairs("authorization", "Bearer guess"), codes.PermissionDenied},
+		{"not bearer", armed, armedOps, metadata.Pairs("authorization", token), codes.PermissionDenied},
+		{"service without token configured", disabled, disabledOps, metadata.Pairs("authorization", "Bearer "), codes.PermissionDenied},
 	} {
-		cl := client(t, c.svc)
 		ctx := metadata.NewOutgoingContext(context.Background(), c.md)
-		_, err := cl.ReplayInboxEntries(ctx, replay)
+		_, err := c.ops.ReplayInboxEntries(ctx, replay)
 		if status.Code(err) != c.want {
 			t.Errorf("%s: replay got %v, want %v", c.name, err, c.want)
 		}
-		_, err = cl.RecordReHandOff(ctx, &workorderv1.RecordReHandOffRequest{Authorization: replay.Authorization, WorkOrderId: uuid.NewString()})
+		_, err = client(t, c.svc).RecordReHandOff(ctx, &workorderv1.RecordReHandOffRequest{Authorization: authz, WorkOrderId: uuid.NewString()})
 		if status.Code(err) != c.want {
 			t.Errorf("%s: re-hand-off got %v, want %v", c.name, err, c.want)
 		}
-		if _, err := cl.ListInboxEntries(ctx, &workorderv1.ListInboxEntriesRequest{}); status.Code(err) != c.want {
+		if _, err := c.ops.ListInboxEntries(ctx, &opsv1.ListInboxEntriesRequest{}); status.Code(err) != c.want {
 			t.Errorf("%s: list got %v, want %v", c.name, err, c.want)
 		}
 	}
@@ -135,36 +145,35 @@ func TestAdmin_UnauthorisedCallsAreRefusedAndChangeNothing(t *testing.T) {
 		t.Fatal("a refused call wrote an audit row")
 	}
 	// With the token, the same call works and is audited.
-	ctx := metadata.NewOutgoingContext(context.Background(), metadata.Pairs("authorization", "Bearer "+token))
-	resp, err := client(t, armed).ReplayInboxEntries(ctx, replay)
+	ctx := asOperator()
+	resp, err := armedOps.ReplayInboxEntries(ctx, replay)
 	if err != nil || len(resp.GetIds()) != 1 {
 		t.Fatalf("authorised replay: %v %v", resp, err)
 	}
-	if n := b.count(t, `SELECT count(*) FROM operator_audit WHERE actor = 'mallory' AND ticket = 'T-1'`); n != 1 {
+	if n := b.count(t, `SELECT count(*) FROM operator_audit WHERE action = 'inbox.replay' AND actor = 'mallory' AND ticket = 'T-1'`); n != 1 {
 		t.Fatal("authorised replay not audited")
 	}
 	// Unbounded replay is refused as INVALID_ARGUMENT.
-	_, err = client(t, armed).ReplayInboxEntries(ctx, &workorderv1.ReplayInboxEntriesRequest{Authorization: replay.Authorization})
+	_, err = armedOps.ReplayInboxEntries(ctx, &opsv1.ReplayInboxEntriesRequest{Authorization: authz})
 	if status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("replay everything: %v", err)
 	}
 }
 
+// `workorder inbox ...` (operator.RunCLI) lists, shows, replays and cleans
+// up the inbox; `workorder orders re-hand-off` records the F7 trigger; each
+// repair is audited.
 func TestCLI_ListShowReplayReHandOff(t *testing.T) {
 	t.Parallel()
-	b := setup(t, admin.Deps{})
+	b := setup(t, nil)
 	b.parked(t)
 	ctx := context.Background()
-	run := func(args ...string) (string, error) {
-		var out bytes.Buffer
-		err := admin.RunCLI(ctx, args, b.ops, &out)
-		return out.String(), err
-	}
+	run := func(args ...string) (string, error) { return b.cli(t, append([]string{"inbox"}, args...)...) }
 	out, err := run("list", "--reason", "AMBIGUOUS")
-	if err != nil || !strings.Contains(out, "AMBIGUOUS") {
+	if err != nil || !strings.Contains(out, `"park_reason":"AMBIGUOUS"`) {
 		t.Fatalf("list: %q %v", out, err)
 	}
-	if out, err = run("show", "--id", "1"); err != nil || !strings.Contains(out, `"EventID": "e1"`) {
+	if out, err = run("show", "--id", "1"); err != nil || !strings.Contains(out, `"event_id":"e1"`) || !strings.Contains(out, `"payload":"eA=="`) {
 		t.Fatalf("show: %q %v", out, err)
 	}
 	if _, err = run("replay", "--ids", "1"); err == nil {
@@ -191,18 +200,27 @@ func TestCLI_ListShowReplayReHandOff(t *testing.T) {
 	if _, err := b.pool.Exec(ctx, `INSERT INTO waiting_points (work_order_id, cause) VALUES ($1, 'handoff')`, id); err != nil {
 		t.Fatal(err)
 	}
-	if out, err = run("re-hand-off", "--ticket", "INC-9", "--actor", "alice", "--order", id.String()); err != nil || !strings.Contains(out, "2 open waiting points") {
-		t.Fatalf("re-hand-off: %q %v", out, err)
+	var reOut bytes.Buffer
+	if err := admin.RunOrdersCLI(ctx, []string{"re-hand-off", "--ticket", "INC-9", "--actor", "alice"}, b.ops, &reOut); !errors.Is(err, pkgoperator.ErrUsage) {
+		t.Fatalf("re-hand-off without an order: %v", err)
+	}
+	reOut.Reset()
+	err = admin.RunOrdersCLI(ctx, []string{"re-hand-off", "--ticket", "INC-9", "--actor", "alice", "--order", id.String()}, b.ops, &reOut)
+	if err != nil || !strings.Contains(reOut.String(), "2 open waiting points") {
+		t.Fatalf("re-hand-off: %q %v", reOut.String(), err)
 	}
 	if n := b.count(t, `SELECT count(*) FROM operator_audit WHERE ticket = 'INC-9'`); n != 5 {
 		t.Fatalf("audit rows = %d, want 5", n)
 	}
 }
 
+// The completions' dead letters (consumer inbox) re-enter through the
+// receiver's insert path, once: a dry run inserts nothing, a replay
+// inserts each message once and acks it.
 func TestReplayDeadLetters_ReentersThroughReceiverPathOnce(t *testing.T) {
 	t.Parallel()
 	emu := pubsubtest.New(t, topology.System())
-	b := setup(t, admin.Deps{PubSub: emu.Client})
+	b := setup(t, emu.Client)
 	ctx := context.Background()
 	pub, err := pubsub.NewPublisher(emu.Client, topology.TopicWorkOrderCompletedDeadLetter, pubsub.PublisherConfig{})
 	if err != nil {
@@ -216,21 +234,25 @@ func TestReplayDeadLetters_ReentersThroughReceiverPathOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	auth := inbox.Authorization{Ticket: "INC-3", Actor: "alice"}
-	if _, err := b.ops.ReplayDeadLetters(ctx, admin.DeadLetterRequest{Authorization: auth}); err == nil {
+	ops := inProcessOps(t, b)
+	auth := &opsv1.OperatorAuthorization{Ticket: "INC-3", Actor: "alice"}
+	req := func(max int32, dry bool) *opsv1.ReplayDeadLettersRequest {
+		return &opsv1.ReplayDeadLettersRequest{Authorization: auth, Consumer: admin.ConsumerInbox, MaxMessages: max, DryRun: dry}
+	}
+	if _, err := ops.ReplayDeadLetters(ctx, req(0, false)); err == nil {
 		t.Fatal("replay without a max must be refused")
 	}
-	dry, err := b.ops.ReplayDeadLetters(ctx, admin.DeadLetterRequest{Authorization: auth, MaxMessages: 10, DryRun: true})
+	dry, err := ops.ReplayDeadLetters(ctx, req(10, true))
 	if err != nil || b.count(t, `SELECT count(*) FROM inbox`) != 0 {
-		t.Fatalf("dry run: %+v %v", dry, err)
+		t.Fatalf("dry run: %v %v", dry, err)
 	}
 	total := 0
 	for range 20 { // pstest may hand out the two messages over several pulls
-		res, err := b.ops.ReplayDeadLetters(ctx, admin.DeadLetterRequest{Authorization: auth, MaxMessages: 10})
+		res, err := ops.ReplayDeadLetters(ctx, req(10, false))
 		if err != nil {
 			t.Fatal(err)
 		}
-		total += res.Inserted
+		total += int(res.GetOutcomes()["inserted"])
 		if b.count(t, `SELECT count(*) FROM inbox`) == 2 {
 			break
 		}
@@ -239,9 +261,12 @@ func TestReplayDeadLetters_ReentersThroughReceiverPathOnce(t *testing.T) {
 		t.Fatalf("inbox rows %d, inserted %d; want 2", n, total)
 	}
 	// Everything was acked: another replay finds nothing and changes nothing.
-	res, err := b.ops.ReplayDeadLetters(ctx, admin.DeadLetterRequest{Authorization: auth, MaxMessages: 10})
-	if err != nil || len(res.MessageIDs) != 0 || b.count(t, `SELECT count(*) FROM inbox`) != 2 {
-		t.Fatalf("second replay: %+v %v", res, err)
+	res, err := ops.ReplayDeadLetters(ctx, req(10, false))
+	if err != nil || len(res.GetMessageIds()) != 0 || b.count(t, `SELECT count(*) FROM inbox`) != 2 {
+		t.Fatalf("second replay: %v %v", res, err)
+	}
+	if n := b.count(t, `SELECT count(*) FROM operator_audit WHERE action = 'inbox.replay-dead-letters' AND ticket = 'INC-3'`); n < 3 {
+		t.Fatalf("audit rows = %d, want one per replay", n)
 	}
 }
 
@@ -249,17 +274,17 @@ func TestReplayDeadLetters_ReentersThroughReceiverPathOnce(t *testing.T) {
 // about a day) is refused before anything is deleted.
 func TestAdmin_CleanupRetentionOutOfRangeIsRefused(t *testing.T) {
 	t.Parallel()
-	b := setup(t, admin.Deps{})
-	svc, _ := admin.NewService(b.ops, token, slog.New(slog.DiscardHandler))
-	ctx := metadata.NewOutgoingContext(context.Background(), metadata.Pairs("authorization", "Bearer "+token))
-	authz := &workorderv1.OperatorAuthorization{Ticket: "T-2", Actor: "alice"}
+	b := setup(t, nil)
+	cl := servedOps(t, b, nil)
+	ctx := asOperator()
+	authz := &opsv1.OperatorAuthorization{Ticket: "T-2", Actor: "alice"}
 	for _, h := range []int32{5124120, 87601, 1, -1} {
-		_, err := client(t, svc).CleanupInbox(ctx, &workorderv1.CleanupInboxRequest{Authorization: authz, RetentionHours: h, DryRun: true})
+		_, err := cl.CleanupInbox(ctx, &opsv1.CleanupInboxRequest{Authorization: authz, RetentionHours: h, DryRun: true})
 		if status.Code(err) != codes.InvalidArgument {
 			t.Errorf("retention_hours %d: %v, want INVALID_ARGUMENT", h, err)
 		}
 	}
-	if _, err := client(t, svc).CleanupInbox(ctx, &workorderv1.CleanupInboxRequest{Authorization: authz, RetentionHours: 48, DryRun: true}); err != nil {
+	if _, err := cl.CleanupInbox(ctx, &opsv1.CleanupInboxRequest{Authorization: authz, RetentionHours: 48, DryRun: true}); err != nil {
 		t.Fatalf("retention_hours 48: %v", err)
 	}
 }

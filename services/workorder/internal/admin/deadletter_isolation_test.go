@@ -9,7 +9,7 @@ import (
 
 	eventsv1 "github.com/lossless-dev/lossless/gen/lossless/events/v1"
 	"github.com/lossless-dev/lossless/internal/topology"
-	"github.com/lossless-dev/lossless/pkg/inbox"
+	opsv1 "github.com/lossless-dev/lossless/pkg/operator/opsv1"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/pubsubtest"
 	"github.com/lossless-dev/lossless/services/workorder/internal/admin"
@@ -22,7 +22,7 @@ import (
 func TestReplayDeadLetters_BadMessageParkedGoodOnesReplayed(t *testing.T) {
 	t.Parallel()
 	emu := pubsubtest.New(t, topology.System())
-	b := setup(t, admin.Deps{PubSub: emu.Client})
+	b := setup(t, emu.Client)
 	ctx := context.Background()
 	pub, err := pubsub.NewPublisher(emu.Client, topology.TopicWorkOrderCompletedDeadLetter, pubsub.PublisherConfig{})
 	if err != nil {
@@ -36,9 +36,11 @@ func TestReplayDeadLetters_BadMessageParkedGoodOnesReplayed(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	auth := inbox.Authorization{Ticket: "INC-7", Actor: "alice"}
+	ops := inProcessOps(t, b)
+	req := &opsv1.ReplayDeadLettersRequest{Authorization: &opsv1.OperatorAuthorization{Ticket: "INC-7", Actor: "alice"},
+		Consumer: admin.ConsumerInbox, MaxMessages: 10}
 	for range 20 { // pstest may hand out the messages over several pulls
-		if _, err := b.ops.ReplayDeadLetters(ctx, admin.DeadLetterRequest{Authorization: auth, MaxMessages: 10}); err != nil {
+		if _, err := ops.ReplayDeadLetters(ctx, req); err != nil {
 			t.Fatalf("one bad dead letter must not fail the replay: %v", err)
 		}
 		if b.count(t, `SELECT count(*) FROM inbox`) == 3 {
@@ -55,8 +57,8 @@ func TestReplayDeadLetters_BadMessageParkedGoodOnesReplayed(t *testing.T) {
 	if !strings.HasPrefix(key, "pubsub-message:") || !strings.Contains(lastErr, "NUL byte") {
 		t.Fatalf("parked under %q with %q", key, lastErr)
 	}
-	res, err := b.ops.ReplayDeadLetters(ctx, admin.DeadLetterRequest{Authorization: auth, MaxMessages: 10})
-	if err != nil || len(res.MessageIDs) != 0 || b.count(t, `SELECT count(*) FROM inbox`) != 3 {
-		t.Fatalf("everything must be acked after the replay: %+v %v", res, err)
+	res, err := ops.ReplayDeadLetters(ctx, req)
+	if err != nil || len(res.GetMessageIds()) != 0 || b.count(t, `SELECT count(*) FROM inbox`) != 3 {
+		t.Fatalf("everything must be acked after the replay: %v %v", res, err)
 	}
 }

@@ -2,21 +2,17 @@ package admin_test
 
 import (
 	"context"
-	"log/slog"
 	"testing"
 
-	"google.golang.org/grpc/metadata"
-
-	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
 	"github.com/lossless-dev/lossless/pkg/inbox"
-	"github.com/lossless-dev/lossless/services/workorder/internal/admin"
+	opsv1 "github.com/lossless-dev/lossless/pkg/operator/opsv1"
 )
 
 // An order's inbox entries are found by its provider messages' event ids,
 // in every status, and only the provider's: the console's order timeline.
 func TestListInboxEntries_ByProviderEventIDsInEveryStatus(t *testing.T) {
 	t.Parallel()
-	b := setup(t, admin.Deps{})
+	b := setup(t, nil)
 	b.parked(t) // provider e1, PARKED
 	store, err := inbox.NewStore(b.pool, nil)
 	if err != nil {
@@ -28,12 +24,9 @@ func TestListInboxEntries_ByProviderEventIDsInEveryStatus(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	svc, err := admin.NewService(b.ops, token, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := metadata.NewOutgoingContext(context.Background(), metadata.Pairs("authorization", "Bearer "+token))
-	resp, err := client(t, svc).ListInboxEntries(ctx, &workorderv1.ListInboxEntriesRequest{EventIds: []string{"e1", "e2", "e3"}})
+	cl := servedOps(t, b, nil)
+	ctx := asOperator()
+	resp, err := cl.ListInboxEntries(ctx, &opsv1.ListInboxEntriesRequest{EventIds: []string{"e1", "e2", "e3"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +34,7 @@ func TestListInboxEntries_ByProviderEventIDsInEveryStatus(t *testing.T) {
 	if len(es) != 2 || es[0].GetEventId() != "e1" || es[0].GetStatus() != "PARKED" || es[1].GetEventId() != "e2" || es[1].GetStatus() != "OPEN" {
 		t.Fatalf("entries by event id: %v, want e1 PARKED and e2 OPEN (not another source's e3)", es)
 	}
-	open, err := client(t, svc).ListInboxEntries(ctx, &workorderv1.ListInboxEntriesRequest{EventIds: []string{"e1", "e2"}, Status: "OPEN"})
+	open, err := cl.ListInboxEntries(ctx, &opsv1.ListInboxEntriesRequest{EventIds: []string{"e1", "e2"}, Status: "OPEN"})
 	if err != nil || len(open.GetEntries()) != 1 || open.GetEntries()[0].GetEventId() != "e2" {
 		t.Fatalf("OPEN entries by event id: %v %v", open, err)
 	}

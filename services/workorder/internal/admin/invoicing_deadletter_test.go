@@ -29,7 +29,7 @@ import (
 func TestReplayInvoicingDeadLetters_InvoicesOnceParksTheRest(t *testing.T) {
 	t.Parallel()
 	emu := pubsubtest.New(t, topology.System())
-	b := setup(t, admin.Deps{PubSub: emu.Client})
+	b := setup(t, emu.Client)
 	ctx := context.Background()
 	order := uuid.New()
 	if _, err := b.pool.Exec(ctx, `INSERT INTO work_orders
@@ -82,7 +82,7 @@ func TestReplayInvoicingDeadLetters_InvoicesOnceParksTheRest(t *testing.T) {
 	taken := 0
 	ops := inProcessOps(t, b)
 	waitfor.Condition(t, 30*time.Second, "all four dead letters replayed", func() bool {
-		res, err := ops.ReplayDeadLetters(ctx, &opsv1.ReplayDeadLettersRequest{Authorization: &opsv1.OperatorAuthorization{Ticket: "INC-4", Actor: "alice"},
+		res, err := ops.ReplayDeadLetters(ctx, &opsv1.ReplayDeadLettersRequest{Consumer: admin.ConsumerInvoicing, Authorization: &opsv1.OperatorAuthorization{Ticket: "INC-4", Actor: "alice"},
 			MaxMessages: 10})
 		if err != nil || len(res.GetFailedMessageIds()) > 0 {
 			t.Fatal(res, err)

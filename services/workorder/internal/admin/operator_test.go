@@ -12,6 +12,7 @@ import (
 	pkgoperator "github.com/lossless-dev/lossless/pkg/operator"
 	opsv1 "github.com/lossless-dev/lossless/pkg/operator/opsv1"
 	"github.com/lossless-dev/lossless/services/workorder/internal/admin"
+	"github.com/lossless-dev/lossless/services/workorder/internal/receiver"
 )
 
 // opsAuth authorizes the OperatorService repairs of these tests.
@@ -19,15 +20,23 @@ var opsAuth = &opsv1.OperatorAuthorization{Ticket: "INC-12", Actor: "dana"}
 
 // servedOps serves the work-order database's OperatorService
 // (pkg/operator over admin.OperatorDeps) as the app mounts it: the outbox,
-// operator_audit and the InvoiceIssued consumer (invoicing, b's) with its
-// parked messages and, with ps, its dead letters. It returns a client.
+// operator_audit, the inbox and the InvoiceIssued consumer (invoicing,
+// b's) with its parked messages and, with ps, the dead letters of both
+// consumers. It returns a client.
 func servedOps(t *testing.T, b bundle, ps *gpubsub.Client) opsv1.OperatorServiceClient {
 	t.Helper()
-	deps, err := admin.OperatorDeps(b.pool, b.inv, ps, slog.New(slog.DiscardHandler))
+	return servedOpsWithToken(t, b, ps, token)
+}
+
+// servedOpsWithToken is servedOps with the operator token tok (empty:
+// every call refused).
+func servedOpsWithToken(t *testing.T, b bundle, ps *gpubsub.Client, tok string) opsv1.OperatorServiceClient {
+	t.Helper()
+	deps, err := admin.OperatorDeps(b.pool, b.inv, receiver.Config{}, ps, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
-	deps.Token = token
+	deps.Token = tok
 	svc, err := pkgoperator.NewService(deps)
 	if err != nil {
 		t.Fatal(err)
@@ -40,7 +49,7 @@ func servedOps(t *testing.T, b bundle, ps *gpubsub.Client) opsv1.OperatorService
 // with b's Pub/Sub client.
 func inProcessOps(t *testing.T, b bundle) pkgoperator.Operations {
 	t.Helper()
-	deps, err := admin.OperatorDeps(b.pool, b.inv, b.ps, slog.New(slog.DiscardHandler))
+	deps, err := admin.OperatorDeps(b.pool, b.inv, receiver.Config{}, b.ps, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,8 +60,7 @@ func inProcessOps(t *testing.T, b bundle) pkgoperator.Operations {
 	return ops
 }
 
-// cli runs `workorder <args>`, one of the generic operator commands, as
-// main does.
+// cli runs `workorder <args>`, one of the operator commands, as main does.
 func (b bundle) cli(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	var out bytes.Buffer

@@ -17,12 +17,17 @@ import (
 
 	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
 	"github.com/lossless-dev/lossless/pkg/apierror"
+	pkgoperator "github.com/lossless-dev/lossless/pkg/operator"
+	opsv1 "github.com/lossless-dev/lossless/pkg/operator/opsv1"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
 	"github.com/lossless-dev/lossless/pkg/server"
 	"github.com/lossless-dev/lossless/services/workorder/internal/admin"
+	"github.com/lossless-dev/lossless/services/workorder/internal/invoicing"
+	"github.com/lossless-dev/lossless/services/workorder/internal/receiver"
 )
 
-// With its database unreachable, the admin API answers as the public API
+// With its database unreachable, the operator API (OperatorService and
+// WorkOrderAdminService) answers as the public API
 // does (apierror.Public through pkg/server): UNAVAILABLE with a retry hint,
 // so a client or the console retries, and none of the driver's text (host,
 // port, user, SQL) in the message.
@@ -43,7 +48,7 @@ func TestAdminDuringDatabaseOutageIsUnavailableWithoutDriverText(t *testing.T) {
 	}
 	t.Cleanup(pool.Close)
 	logger := slog.New(slog.DiscardHandler)
-	ops, err := admin.NewOps(admin.Deps{Pool: pool, Logger: logger})
+	ops, err := admin.NewOps(pool, logger)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,12 +56,26 @@ func TestAdminDuringDatabaseOutageIsUnavailableWithoutDriverText(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	inv, err := invoicing.New(pool, invoicing.Config{}, logger, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deps, err := admin.OperatorDeps(pool, inv, receiver.Config{}, nil, logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deps.Token = token
+	opsSvc, err := pkgoperator.NewService(deps)
+	if err != nil {
+		t.Fatal(err)
+	}
 	srv, err := server.New(server.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0"}, logger,
-		server.WithAuthInterceptors(svc.AuthInterceptor()))
+		server.WithAuthInterceptors(svc.AuthInterceptor(), opsSvc.AuthInterceptor()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	workorderv1.RegisterWorkOrderAdminServiceServer(srv.GRPC(), svc)
+	opsv1.RegisterOperatorServiceServer(srv.GRPC(), opsSvc)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(ctx) }()
@@ -71,21 +90,26 @@ func TestAdminDuringDatabaseOutageIsUnavailableWithoutDriverText(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	cl := workorderv1.NewWorkOrderAdminServiceClient(conn)
+	cl, adminCl := opsv1.NewOperatorServiceClient(conn), workorderv1.NewWorkOrderAdminServiceClient(conn)
 	authed := metadata.NewOutgoingContext(context.Background(), metadata.Pairs("authorization", "Bearer "+token))
 
 	calls := map[string]func() error{
 		"ListInboxEntries": func() error {
-			_, err := cl.ListInboxEntries(authed, &workorderv1.ListInboxEntriesRequest{})
+			_, err := cl.ListInboxEntries(authed, &opsv1.ListInboxEntriesRequest{})
 			return err
 		},
 		"GetInboxEntry": func() error {
-			_, err := cl.GetInboxEntry(authed, &workorderv1.GetInboxEntryRequest{Id: 1})
+			_, err := cl.GetInboxEntry(authed, &opsv1.GetInboxEntryRequest{Id: 1})
 			return err
 		},
 		"ReplayInboxEntries": func() error {
-			_, err := cl.ReplayInboxEntries(authed, &workorderv1.ReplayInboxEntriesRequest{Ids: []int64{1},
-				Authorization: &workorderv1.OperatorAuthorization{Ticket: "INC-1", Actor: "hal"}})
+			_, err := cl.ReplayInboxEntries(authed, &opsv1.ReplayInboxEntriesRequest{Ids: []int64{1},
+				Authorization: &opsv1.OperatorAuthorization{Ticket: "INC-1", Actor: "hal"}})
+			return err
+		},
+		"RecordReHandOff": func() error {
+			_, err := adminCl.RecordReHandOff(authed, &workorderv1.RecordReHandOffRequest{WorkOrderId: "0b9d6f4e-6f1c-4a8e-9a57-3d1c2b7e8f90",
+				Authorization: &opsv1.OperatorAuthorization{Ticket: "INC-1", Actor: "hal"}})
 			return err
 		},
 	}

@@ -13,7 +13,6 @@ import (
 	opsv1 "github.com/lossless-dev/lossless/pkg/operator/opsv1"
 	"github.com/lossless-dev/lossless/pkg/outbox"
 	"github.com/lossless-dev/lossless/pkg/retry"
-	"github.com/lossless-dev/lossless/services/workorder/internal/admin"
 	"github.com/lossless-dev/lossless/services/workorder/internal/handoff"
 	"github.com/lossless-dev/lossless/services/workorder/internal/orders"
 )
@@ -38,7 +37,7 @@ func (b bundle) outboxRow(t *testing.T, eventID string) (status string, attempts
 func TestRequeueOutboxEvents_OverGRPCAndCLI(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := setup(t, admin.Deps{})
+	b := setup(t, nil)
 	repo, err := orders.NewRepository(b.pool)
 	if err != nil {
 		t.Fatal(err)

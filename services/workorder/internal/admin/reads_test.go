@@ -15,24 +15,14 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
 	"github.com/lossless-dev/lossless/pkg/operator"
 	opsv1 "github.com/lossless-dev/lossless/pkg/operator/opsv1"
 	"github.com/lossless-dev/lossless/pkg/outbox"
 	"github.com/lossless-dev/lossless/pkg/retry"
 	"github.com/lossless-dev/lossless/pkg/server"
-	"github.com/lossless-dev/lossless/services/workorder/internal/admin"
 	"github.com/lossless-dev/lossless/services/workorder/internal/handoff"
 	"github.com/lossless-dev/lossless/services/workorder/internal/orders"
 )
-
-// served serves svc as production does (pkg/server: the operator token
-// first, then request validation) and returns a client.
-func served(t *testing.T, svc *admin.Service) workorderv1.WorkOrderAdminServiceClient {
-	t.Helper()
-	conn := serveGRPC(t, svc.AuthInterceptor(), func(s *grpc.Server) { workorderv1.RegisterWorkOrderAdminServiceServer(s, svc) })
-	return workorderv1.NewWorkOrderAdminServiceClient(conn)
-}
 
 // serveGRPC serves what register registers as production does (pkg/server:
 // auth first, then request validation) and returns a connection to it.
@@ -119,7 +109,7 @@ func createOrders(t *testing.T, pool interface {
 // request is invalid or unauthenticated.
 func TestListOutboxEvents(t *testing.T) {
 	t.Parallel()
-	b := setup(t, admin.Deps{})
+	b := setup(t, nil)
 	repo, err := orders.NewRepository(b.pool)
 	if err != nil {
 		t.Fatal(err)
@@ -237,25 +227,21 @@ func TestListOutboxEvents(t *testing.T) {
 // back newest first, filtered and paged.
 func TestListOperatorAudit(t *testing.T) {
 	t.Parallel()
-	b := setup(t, admin.Deps{})
+	b := setup(t, nil)
 	b.parked(t)
-	svc, err := admin.NewService(b.ops, token, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl := served(t, svc)
 	ocl := servedOps(t, b, nil)
+	cl := ocl
 	ctx := asOperator()
-	as := func(ticket, actor string) *workorderv1.OperatorAuthorization {
-		return &workorderv1.OperatorAuthorization{Ticket: ticket, Actor: actor}
+	as := func(ticket, actor string) *opsv1.OperatorAuthorization {
+		return &opsv1.OperatorAuthorization{Ticket: ticket, Actor: actor}
 	}
-	if _, err := cl.ReplayInboxEntries(ctx, &workorderv1.ReplayInboxEntriesRequest{Authorization: as("INC-1", "alice"), Ids: []int64{1}, DryRun: true}); err != nil {
+	if _, err := cl.ReplayInboxEntries(ctx, &opsv1.ReplayInboxEntriesRequest{Authorization: as("INC-1", "alice"), Ids: []int64{1}, DryRun: true}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cl.CleanupInbox(ctx, &workorderv1.CleanupInboxRequest{Authorization: as("INC-2", "bob"), DryRun: true}); err != nil {
+	if _, err := cl.CleanupInbox(ctx, &opsv1.CleanupInboxRequest{Authorization: as("INC-2", "bob"), DryRun: true}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cl.ReplayInboxEntries(ctx, &workorderv1.ReplayInboxEntriesRequest{Authorization: as("INC-3", "alice"), Ids: []int64{1}}); err != nil {
+	if _, err := cl.ReplayInboxEntries(ctx, &opsv1.ReplayInboxEntriesRequest{Authorization: as("INC-3", "alice"), Ids: []int64{1}}); err != nil {
 		t.Fatal(err)
 	}
 

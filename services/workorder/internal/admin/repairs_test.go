@@ -54,7 +54,7 @@ func (b bundle) orderStatus(t *testing.T, id uuid.UUID) string {
 func TestReplayParkedBillingEvent_OverGRPC(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := setup(t, admin.Deps{})
+	b := setup(t, nil)
 	order := uuid.New()
 	ev := invoiceIssued(order)
 	data, err := proto.Marshal(ev)
@@ -124,7 +124,7 @@ func TestReplayInvoicingDeadLetters_OverGRPC(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	emu := pubsubtest.New(t, topology.System())
-	b := setup(t, admin.Deps{PubSub: emu.Client})
+	b := setup(t, emu.Client)
 	order := uuid.New()
 	b.completedOrder(t, order)
 	pub, err := pubsub.NewPublisher(emu.Client, topology.TopicBillingEventsDeadLetter, pubsub.PublisherConfig{})
@@ -138,7 +138,7 @@ func TestReplayInvoicingDeadLetters_OverGRPC(t *testing.T) {
 	}
 	cl := servedOps(t, b, emu.Client)
 	octx := asOperator()
-	_, err = cl.ReplayDeadLetters(octx, &opsv1.ReplayDeadLettersRequest{MaxMessages: 5,
+	_, err = cl.ReplayDeadLetters(octx, &opsv1.ReplayDeadLettersRequest{Consumer: admin.ConsumerInvoicing, MaxMessages: 5,
 		Authorization: &opsv1.OperatorAuthorization{Actor: "dana"}})
 	wantViolation(t, "no ticket", err, "authorization.ticket")
 	if _, err := cl.ReplayDeadLetters(context.Background(), &opsv1.ReplayDeadLettersRequest{
@@ -147,7 +147,7 @@ func TestReplayInvoicingDeadLetters_OverGRPC(t *testing.T) {
 	}
 	var seen []string
 	waitfor.Condition(t, 30*time.Second, "the dry run sees the dead letter", func() bool {
-		res, err := cl.ReplayDeadLetters(octx, &opsv1.ReplayDeadLettersRequest{MaxMessages: 5, Authorization: opsAuth, DryRun: true})
+		res, err := cl.ReplayDeadLetters(octx, &opsv1.ReplayDeadLettersRequest{Consumer: admin.ConsumerInvoicing, MaxMessages: 5, Authorization: opsAuth, DryRun: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -158,7 +158,7 @@ func TestReplayInvoicingDeadLetters_OverGRPC(t *testing.T) {
 		t.Fatalf("order %s after the dry run, want COMPLETED", s)
 	}
 	waitfor.Condition(t, 30*time.Second, "the dead letter is applied", func() bool {
-		res, err := cl.ReplayDeadLetters(octx, &opsv1.ReplayDeadLettersRequest{MaxMessages: 5,
+		res, err := cl.ReplayDeadLetters(octx, &opsv1.ReplayDeadLettersRequest{Consumer: admin.ConsumerInvoicing, MaxMessages: 5,
 			Authorization: opsAuth, MessageIds: seen})
 		if err != nil {
 			t.Fatal(err)

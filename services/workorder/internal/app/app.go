@@ -148,7 +148,7 @@ func (a *App) assemble(ctx context.Context, opts []server.Option) error {
 	if err != nil {
 		return err
 	}
-	ops, err := admin.NewOps(admin.Deps{Pool: workerPool, PubSub: a.ps, Receiver: a.cfg.Receiver, Logger: a.log.With("component", "admin")})
+	ops, err := admin.NewOps(workerPool, a.log.With("component", "admin"))
 	if err != nil {
 		return err
 	}

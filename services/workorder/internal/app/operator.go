@@ -13,7 +13,7 @@ import (
 // work-order database (admin.OperatorDeps, as the CLI runs it), behind the
 // operator token.
 func (a *App) operatorService(pool *pgxpool.Pool, inv *invoicing.Invoicing) (*operator.Service, error) {
-	deps, err := admin.OperatorDeps(pool, inv, a.ps, a.log.With("component", "operator"))
+	deps, err := admin.OperatorDeps(pool, inv, a.cfg.Receiver, a.ps, a.log.With("component", "operator"))
 	if err != nil {
 		return nil, err
 	}
