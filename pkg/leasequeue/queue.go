@@ -14,7 +14,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
@@ -22,6 +21,7 @@ import (
 	"github.com/lossless-dev/lossless/pkg/pgmigrate"
 	"github.com/lossless-dev/lossless/pkg/pgnotify"
 	"github.com/lossless-dev/lossless/pkg/retry"
+	"github.com/lossless-dev/lossless/pkg/telemetry"
 )
 
 // Config of a Queue: its tunables. Zero fields take their defaults. The
@@ -145,9 +145,7 @@ func New(pool *pgxpool.Pool, cfg Config, logger *slog.Logger, meter metric.Meter
 	if logger == nil {
 		return nil, errors.New("leasequeue: nil logger")
 	}
-	if meter == nil {
-		meter = noop.NewMeterProvider().Meter("")
-	}
+	meter = telemetry.MeterOrNoop(meter)
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("leasequeue: config: %w", err)

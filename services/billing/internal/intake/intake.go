@@ -29,7 +29,6 @@ import (
 	"buf.build/go/protovalidate"
 	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/metric/noop"
 
 	eventsv1 "github.com/lossless-dev/lossless/gen/lossless/events/v1"
 	"github.com/lossless-dev/lossless/internal/orderhop"
@@ -125,9 +124,7 @@ func New(db pgdb.DB, queue *leasequeue.Queue, cfg Config, logger *slog.Logger, m
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("intake: %w", err)
 	}
-	if meter == nil {
-		meter = noop.NewMeterProvider().Meter("")
-	}
+	meter = telemetry.MeterOrNoop(meter)
 	messages, err := meter.Int64Counter("billing.intake.messages",
 		metric.WithDescription("Messages consumed, by outcome: enqueued, duplicate, order_already_queued, parked, unknown_type (parked too). Alert on parked and unknown_type."))
 	if err != nil {

@@ -39,7 +39,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/metric/noop"
 
 	eventsv1 "github.com/lossless-dev/lossless/gen/lossless/events/v1"
 	"github.com/lossless-dev/lossless/internal/orderhop"
@@ -49,6 +48,7 @@ import (
 	"github.com/lossless-dev/lossless/pkg/pgdb"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/retry"
+	"github.com/lossless-dev/lossless/pkg/telemetry"
 	"github.com/lossless-dev/lossless/services/workorder/internal/orders"
 )
 
@@ -148,9 +148,7 @@ func New(db pgdb.DB, cfg Config, logger *slog.Logger, meter metric.Meter, opts .
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("invoicing: %w", err)
 	}
-	if meter == nil {
-		meter = noop.NewMeterProvider().Meter("")
-	}
+	meter = telemetry.MeterOrNoop(meter)
 	messages, err := meter.Int64Counter("workorder.invoicing.messages",
 		metric.WithDescription("InvoiceIssued messages consumed, by outcome: invoiced, duplicate, parked, unknown_type (parked too). Alert on parked and unknown_type."))
 	if err != nil {
