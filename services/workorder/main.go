@@ -25,7 +25,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"os"
 
@@ -59,13 +58,10 @@ func service() servicecmd.Service[config.Config, *app.App] {
 		PubSub:     func(c *config.Config) *pubsub.ClientConfig { return &c.PubSub },
 		New:        app.New,
 		Migrations: migrations.WorkOrder(),
+		Operator:   openOperator,
 		Commands: map[string]servicecmd.Command{
-			"inbox":        inboxCommand,
-			"invoicing":    invoicingCommand,
-			"outbox":       operatorCommand("outbox"),
-			"parked":       operatorCommand("parked"),
-			"dead-letters": operatorCommand("dead-letters"),
-			"audit":        operatorCommand("audit"),
+			"inbox":     inboxCommand,
+			"invoicing": invoicingCommand,
 		},
 	}
 }
@@ -73,15 +69,11 @@ func service() servicecmd.Service[config.Config, *app.App] {
 // inboxCommand runs an operator command. Holding the database credentials is
 // the privilege; --ticket and --actor make each change audited.
 func inboxCommand(ctx context.Context, env *envconfig.Reader, logger *slog.Logger, args []string) error {
-	dsn := env.Required("DATABASE_URL")
 	psCfg := libenv.PubSub(env)
 	recvCfg := receiver.ConfigFromEnv(env, "WORKORDER_RECEIVER_")
-	if err := env.Err(); err != nil {
-		return err
-	}
-	pool, err := pgxpool.New(ctx, dsn)
+	pool, err := servicecmd.OpenDatabase(ctx, env)
 	if err != nil {
-		return fmt.Errorf("DATABASE_URL: %w", err)
+		return err
 	}
 	defer pool.Close()
 	deps := admin.Deps{Pool: pool, Receiver: recvCfg, Logger: logger}
@@ -101,20 +93,6 @@ func inboxCommand(ctx context.Context, env *envconfig.Reader, logger *slog.Logge
 	return admin.RunCLI(ctx, args, ops, os.Stdout)
 }
 
-// operatorCommand runs `workorder <group> ...`, a command of the one
-// operator API (operator.RunCLI: outbox, parked, dead-letters, audit) over
-// the work-order database, in process: holding DATABASE_URL is the
-// privilege (the binary could change these tables directly), so the calls
-// skip the operator token, the network's credential, exactly as this
-// command line always did; --ticket and --actor make each repair audited.
-// The InvoiceIssued consumer is configured as the running one; only the
-// dead-letter replay needs Pub/Sub.
-func operatorCommand(group string) servicecmd.Command {
-	return func(ctx context.Context, env *envconfig.Reader, logger *slog.Logger, args []string) error {
-		return runOperatorCLI(ctx, env, logger, append([]string{group}, args...))
-	}
-}
-
 // invoicingCommand keeps `workorder invoicing replay|replay-dead-letters`,
 // the former names of `workorder parked replay` and `workorder dead-letters
 // replay`.
@@ -127,39 +105,26 @@ func invoicingCommand(ctx context.Context, env *envconfig.Reader, logger *slog.L
 			args = append([]string{"dead-letters", "replay"}, args[1:]...)
 		}
 	}
-	return runOperatorCLI(ctx, env, logger, args)
+	return servicecmd.OperatorCommand(openOperator)(ctx, env, logger, args)
 }
 
-func runOperatorCLI(ctx context.Context, env *envconfig.Reader, logger *slog.Logger, args []string) error {
-	dsn := env.Required("DATABASE_URL")
+// openOperator is the work-order service's operator hook on the command
+// line: the one operator API (outbox, parked, dead-letters, audit) over the
+// work-order database, the InvoiceIssued consumer configured as the running
+// one.
+func openOperator(_ context.Context, env *envconfig.Reader, pool *pgxpool.Pool, ps *gpubsub.Client, logger *slog.Logger) (operator.Operations, string, error) {
 	maxPayload := env.Int("WORKORDER_INVOICING_MAX_PAYLOAD_BYTES", invoicing.DefaultMaxPayloadBytes)
-	psCfg := libenv.PubSub(env)
 	if err := env.Err(); err != nil {
-		return err
-	}
-	pool, err := pgxpool.New(ctx, dsn)
-	if err != nil {
-		return fmt.Errorf("DATABASE_URL: %w", err)
-	}
-	defer pool.Close()
-	var ps *gpubsub.Client
-	if len(args) > 0 && args[0] == "dead-letters" {
-		if ps, err = libenv.PubSubClient(ctx, psCfg); err != nil {
-			return err
-		}
-		defer func() { _ = ps.Close() }()
+		return nil, "", err
 	}
 	inv, err := invoicing.New(pool, invoicing.Config{MaxPayloadBytes: maxPayload}, logger, nil)
 	if err != nil {
-		return err
+		return nil, "", err
 	}
 	deps, err := admin.OperatorDeps(pool, inv, ps, logger)
 	if err != nil {
-		return err
+		return nil, "", err
 	}
 	ops, err := operator.NewInProcess(deps)
-	if err != nil {
-		return err
-	}
-	return operator.RunCLI(ctx, args, ops, admin.ConsumerInvoicing, os.Stdout)
+	return ops, admin.ConsumerInvoicing, err
 }

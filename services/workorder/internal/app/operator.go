@@ -1,9 +1,7 @@
 package app
 
 import (
-	"github.com/jackc/pgx/v5/pgxpool"
-	"google.golang.org/grpc"
-
+	"github.com/lossless-dev/lossless/internal/serviceapp"
 	"github.com/lossless-dev/lossless/pkg/operator"
 	"github.com/lossless-dev/lossless/services/workorder/internal/admin"
 	"github.com/lossless-dev/lossless/services/workorder/internal/invoicing"
@@ -12,20 +10,11 @@ import (
 // operatorService builds the one operator API (pkg/operator) over the
 // work-order database (admin.OperatorDeps, as the CLI runs it), behind the
 // operator token.
-func (a *App) operatorService(pool *pgxpool.Pool, inv *invoicing.Invoicing) (*operator.Service, error) {
-	deps, err := admin.OperatorDeps(pool, inv, a.ps, a.log.With("component", "operator"))
+func operatorService(p *serviceapp.Parts, token string, inv *invoicing.Invoicing) (*operator.Service, error) {
+	deps, err := admin.OperatorDeps(p.DB.Workers, inv, p.PubSub, p.Log.With("component", "operator"))
 	if err != nil {
 		return nil, err
 	}
-	deps.Token = a.cfg.OperatorToken
+	deps.Token = token
 	return operator.NewService(deps)
-}
-
-// GRPCServices is what the gRPC server mounts (empty in the worker role),
-// for tests that check every mounted method.
-func (a *App) GRPCServices() map[string]grpc.ServiceInfo {
-	if a.srv.GRPC() == nil {
-		return nil
-	}
-	return a.srv.GRPC().GetServiceInfo()
 }
