@@ -6,15 +6,9 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
-	"testing/fstest"
-
-	gpubsub "cloud.google.com/go/pubsub/v2"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/lossless-dev/lossless/internal/envconfig"
 	"github.com/lossless-dev/lossless/internal/servicecmd"
-	"github.com/lossless-dev/lossless/pkg/operator"
-	"github.com/lossless-dev/lossless/pkg/pgmigrate"
 	"github.com/lossless-dev/lossless/pkg/server"
 	"github.com/lossless-dev/lossless/pkg/telemetry"
 )
@@ -56,8 +50,7 @@ func service(built **testApp, commands map[string]servicecmd.Command) servicecmd
 			*built = &testApp{cfg: cfg, logger: logger, opts: len(opts)}
 			return *built, nil
 		},
-		Migrations: []pgmigrate.Set{{Name: "shipping", FS: fstest.MapFS{}}},
-		Commands:   commands,
+		Commands: commands,
 	}
 }
 
@@ -129,22 +122,13 @@ func TestCommands_TheServicesOwnGetTheirArgumentsAndUnknownOnesAreRefused(t *tes
 	}
 }
 
-func TestMigrate_NamesTheMissingDatabaseURL(t *testing.T) {
-	t.Parallel()
-	var a *testApp
-	err := service(&a, nil).Run(context.Background(), envconfig.FromMap(nil), []string{"migrate"})
-	if err == nil || !strings.Contains(err.Error(), "DATABASE_URL") {
-		t.Fatalf("err = %v, want it to name DATABASE_URL", err)
-	}
-}
-
-// A process without migrations, Pub/Sub or roles (the console) has no
-// migrate or provision command and refuses --role.
+// The shared command line alone (the console's) has no migrate or
+// provision command (serviceapp.CommandLine adds them), and a process
+// without roles refuses --role.
 func TestServe_AProcessWithoutDatabasePubSubOrRoles(t *testing.T) {
 	t.Parallel()
 	var a *testApp
 	s := service(&a, nil)
-	s.Migrations = nil
 	s.Sections = func(c *testConfig) (*server.Config, telemetry.Config) { return nil, c.Telemetry }
 	for _, cmd := range []string{"migrate", "provision"} {
 		err := s.Run(context.Background(), envconfig.FromMap(nil), []string{cmd})
@@ -157,31 +141,5 @@ func TestServe_AProcessWithoutDatabasePubSubOrRoles(t *testing.T) {
 	}
 	if err := s.Run(context.Background(), envconfig.FromMap(nil), []string{"serve"}); err != nil || a == nil || !a.ran {
 		t.Fatalf("serve: err = %v, app %+v; want it run", err, a)
-	}
-}
-
-// The operator groups run the service's operator hook on DATABASE_URL's
-// pool, and name the variable when it is missing; without a hook they are
-// unknown commands.
-func TestOperator_GroupsNeedTheHookAndTheDatabase(t *testing.T) {
-	t.Parallel()
-	var a *testApp
-	s := service(&a, nil)
-	if err := s.Run(context.Background(), envconfig.FromMap(nil), []string{"outbox", "list"}); err == nil || !strings.Contains(err.Error(), "unknown command") {
-		t.Fatalf("no hook: err = %v, want an unknown command", err)
-	}
-	opened := false
-	s.Operator = func(context.Context, *envconfig.Reader, *pgxpool.Pool, *gpubsub.Client, *slog.Logger) (operator.Operations, string, error) {
-		opened = true
-		return nil, "", errors.New("not reached")
-	}
-	for _, group := range []string{"outbox", "parked", "dead-letters", "audit"} {
-		err := s.Run(context.Background(), envconfig.FromMap(nil), []string{group, "list"})
-		if err == nil || !strings.Contains(err.Error(), "DATABASE_URL") {
-			t.Errorf("%s: err = %v, want it to name DATABASE_URL", group, err)
-		}
-	}
-	if opened || a != nil {
-		t.Fatal("the hook ran, or the app was assembled, without a database")
 	}
 }

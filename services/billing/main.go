@@ -46,6 +46,7 @@ import (
 	"github.com/lossless-dev/lossless/internal/clientauth"
 	"github.com/lossless-dev/lossless/internal/envconfig"
 	"github.com/lossless-dev/lossless/internal/libenv"
+	"github.com/lossless-dev/lossless/internal/serviceapp"
 	"github.com/lossless-dev/lossless/internal/servicecmd"
 	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/leasequeue"
@@ -68,20 +69,21 @@ func main() { os.Exit(servicecmd.Main(service())) }
 
 // service is the billing service's command line (internal/servicecmd).
 func service() servicecmd.Service[config.Config, *app.App] {
-	return servicecmd.Service[config.Config, *app.App]{
-		Name:       config.ServiceName,
-		Usage:      `usage: billing [serve|migrate|provision|jobs list|jobs retry|reconcile|outbox list|outbox requeue|parked list|parked replay|dead-letters replay|audit list] (see services/billing/main.go)`,
-		Config:     config.FromEnv,
-		Sections:   func(c *config.Config) (*server.Config, telemetry.Config) { return &c.Server, c.Telemetry },
-		PubSub:     func(c *config.Config) *pubsub.ClientConfig { return &c.PubSub },
-		New:        app.New,
-		Migrations: migrations.Billing(),
-		Operator:   openOperator,
+	return serviceapp.CommandLine(servicecmd.Service[config.Config, *app.App]{
+		Name:     config.ServiceName,
+		Usage:    `usage: billing [serve|migrate|provision|jobs list|jobs retry|reconcile|outbox list|outbox requeue|parked list|parked replay|dead-letters replay|audit list] (see services/billing/main.go)`,
+		Config:   config.FromEnv,
+		Sections: func(c *config.Config) (*server.Config, telemetry.Config) { return &c.Server, c.Telemetry },
+		New:      app.New,
 		Commands: map[string]servicecmd.Command{
 			"jobs":      jobsCommand,
 			"reconcile": reconcileCmd,
 		},
-	}
+	}, serviceapp.Commands[config.Config]{
+		PubSub:     func(c *config.Config) *pubsub.ClientConfig { return &c.PubSub },
+		Migrations: migrations.Billing(),
+		Operator:   openOperator,
+	})
 }
 
 // jobsCommand runs `billing jobs list|retry`; retry goes through the intake.
@@ -105,7 +107,7 @@ func jobsCommand(ctx context.Context, env *envconfig.Reader, logger *slog.Logger
 }
 
 func openQueue(ctx context.Context, env *envconfig.Reader, logger *slog.Logger) (*pgxpool.Pool, *leasequeue.Queue, error) {
-	pool, err := servicecmd.OpenDatabase(ctx, env)
+	pool, err := serviceapp.OpenDatabase(ctx, env)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -156,7 +158,7 @@ func reconcileCmd(ctx context.Context, env *envconfig.Reader, _ *slog.Logger, ar
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	pool, err := servicecmd.OpenDatabase(ctx, env)
+	pool, err := serviceapp.OpenDatabase(ctx, env)
 	if err != nil {
 		return err
 	}

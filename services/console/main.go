@@ -22,13 +22,16 @@ import (
 func main() { os.Exit(servicecmd.Main(service())) }
 
 // service is the console's command line (internal/servicecmd): serve alone,
-// without roles, migrations or Pub/Sub.
+// without roles, migrations or Pub/Sub. The console reads only its own
+// variables (ADR 0016): its telemetry is its log level.
 func service() servicecmd.Service[config.Config, *app.App] {
 	return servicecmd.Service[config.Config, *app.App]{
-		Name:     config.ServiceName,
-		Usage:    "usage: console [serve]  (configuration from the environment: services/console/internal/config)",
-		Config:   config.FromEnv,
-		Sections: func(c *config.Config) (*server.Config, telemetry.Config) { return nil, c.Telemetry },
-		New:      app.New,
+		Name:   config.ServiceName,
+		Usage:  "usage: console [serve]  (configuration from the environment: services/console/internal/config)",
+		Config: config.FromEnv,
+		Sections: func(c *config.Config) (*server.Config, telemetry.Config) {
+			return nil, telemetry.Config{ServiceName: config.ServiceName, LogLevel: c.LogLevel.String()}
+		},
+		New: app.New,
 	}
 }

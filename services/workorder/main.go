@@ -33,6 +33,7 @@ import (
 
 	"github.com/lossless-dev/lossless/internal/envconfig"
 	"github.com/lossless-dev/lossless/internal/libenv"
+	"github.com/lossless-dev/lossless/internal/serviceapp"
 	"github.com/lossless-dev/lossless/internal/servicecmd"
 	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/operator"
@@ -50,20 +51,21 @@ func main() { os.Exit(servicecmd.Main(service())) }
 
 // service is the work-order service's command line (internal/servicecmd).
 func service() servicecmd.Service[config.Config, *app.App] {
-	return servicecmd.Service[config.Config, *app.App]{
-		Name:       config.ServiceName,
-		Usage:      "usage: workorder [serve|migrate|provision|inbox|outbox|parked|dead-letters|audit|invoicing]  (configuration from the environment: services/workorder/internal/config)",
-		Config:     config.FromEnv,
-		Sections:   func(c *config.Config) (*server.Config, telemetry.Config) { return &c.Server, c.Telemetry },
-		PubSub:     func(c *config.Config) *pubsub.ClientConfig { return &c.PubSub },
-		New:        app.New,
-		Migrations: migrations.WorkOrder(),
-		Operator:   openOperator,
+	return serviceapp.CommandLine(servicecmd.Service[config.Config, *app.App]{
+		Name:     config.ServiceName,
+		Usage:    "usage: workorder [serve|migrate|provision|inbox|outbox|parked|dead-letters|audit|invoicing]  (configuration from the environment: services/workorder/internal/config)",
+		Config:   config.FromEnv,
+		Sections: func(c *config.Config) (*server.Config, telemetry.Config) { return &c.Server, c.Telemetry },
+		New:      app.New,
 		Commands: map[string]servicecmd.Command{
 			"inbox":     inboxCommand,
 			"invoicing": invoicingCommand,
 		},
-	}
+	}, serviceapp.Commands[config.Config]{
+		PubSub:     func(c *config.Config) *pubsub.ClientConfig { return &c.PubSub },
+		Migrations: migrations.WorkOrder(),
+		Operator:   openOperator,
+	})
 }
 
 // inboxCommand runs an operator command. Holding the database credentials is
@@ -71,7 +73,7 @@ func service() servicecmd.Service[config.Config, *app.App] {
 func inboxCommand(ctx context.Context, env *envconfig.Reader, logger *slog.Logger, args []string) error {
 	psCfg := libenv.PubSub(env)
 	recvCfg := receiver.ConfigFromEnv(env, "WORKORDER_RECEIVER_")
-	pool, err := servicecmd.OpenDatabase(ctx, env)
+	pool, err := serviceapp.OpenDatabase(ctx, env)
 	if err != nil {
 		return err
 	}
@@ -105,7 +107,7 @@ func invoicingCommand(ctx context.Context, env *envconfig.Reader, logger *slog.L
 			args = append([]string{"dead-letters", "replay"}, args[1:]...)
 		}
 	}
-	return servicecmd.OperatorCommand(openOperator)(ctx, env, logger, args)
+	return serviceapp.OperatorCommand(openOperator)(ctx, env, logger, args)
 }
 
 // openOperator is the work-order service's operator hook on the command

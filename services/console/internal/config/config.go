@@ -7,6 +7,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
 	"net/url"
@@ -15,10 +16,8 @@ import (
 
 	"github.com/lossless-dev/lossless/internal/clientauth"
 	"github.com/lossless-dev/lossless/internal/envconfig"
-	"github.com/lossless-dev/lossless/internal/libenv"
 	"github.com/lossless-dev/lossless/pkg/operator"
 	"github.com/lossless-dev/lossless/pkg/server"
-	"github.com/lossless-dev/lossless/pkg/telemetry"
 )
 
 // ServiceName is the console's name in logs and metrics.
@@ -45,7 +44,8 @@ const (
 	EnvLogLevel        = "LOG_LEVEL"
 	EnvPprofAddr       = "PPROF_ADDR"
 	// The TLS between processes: the names every service reads
-	// (libenv.TLS), named here for the console's errors.
+	// (libenv.TLS), read here because the console takes nothing else from
+	// libenv (its other readers require a database).
 	EnvServiceTLSCertFile   = "TLS_CERT_FILE"
 	EnvServiceTLSKeyFile    = "TLS_KEY_FILE"
 	EnvServiceTLSCAFile     = "TLS_CA_FILE"
@@ -165,11 +165,8 @@ type Config struct {
 	// ShutdownTimeout bounds the graceful stop on SIGTERM. Env
 	// SHUTDOWN_TIMEOUT, default 10s.
 	ShutdownTimeout time.Duration
-	// Telemetry: LOG_LEVEL (default info), LOG_FORMAT (default json; text;
-	// gcp) and the OpenTelemetry variables, read as every service reads
-	// them (libenv.Telemetry); /metrics serves the process's Go and
-	// process collectors.
-	Telemetry telemetry.Config
+	// LogLevel: debug, info, warn or error. Env LOG_LEVEL, default info.
+	LogLevel slog.Level
 	// TraceURL is the base URL of a trace store's HTTP API
 	// (internal/tracestore: GET <TraceURL>/v1/orders/{id}); an order's page
 	// then shows its spans as a waterfall. Env CONSOLE_TRACE_URL, default "":
@@ -233,13 +230,17 @@ func FromEnv(r *envconfig.Reader) (Config, error) {
 		IAPAudience:   r.String(EnvIAPAudience, ""),
 		WorkorderAuth: clientauth.FromEnv(r, "WORKORDER_AUDIENCE", "workorder"),
 		BillingAuth:   clientauth.FromEnv(r, "BILLING_AUDIENCE", "billing"),
-		Telemetry:     libenv.Telemetry(r, ServiceName),
 	}
 	if _, ok := r.Lookup("PPROF_ENABLED"); ok {
 		r.Record(fmt.Errorf("PPROF_ENABLED is gone: set %s to a loopback address (e.g. 127.0.0.1:6069)", EnvPprofAddr))
 	}
 	if c.TLSCertFile == "" && c.TLSKeyFile == "" {
 		c.TLSCertFile, c.TLSKeyFile = c.ServiceTLS.CertFile, c.ServiceTLS.KeyFile
+	}
+	if lv := r.String(EnvLogLevel, ""); lv != "" {
+		if err := c.LogLevel.UnmarshalText([]byte(lv)); err != nil {
+			return Config{}, errors.Join(r.Err(), fmt.Errorf("%s=%q: want debug, info, warn or error", EnvLogLevel, lv))
+		}
 	}
 	if err := r.Err(); err != nil {
 		return Config{}, err
@@ -288,7 +289,7 @@ func (c *Config) setDefaults() {
 
 // Validate checks the settings; each error names its variable.
 func (c Config) Validate() error {
-	errs := []error{c.WorkorderAuth.Validate(), c.BillingAuth.Validate(), c.Telemetry.Validate()}
+	errs := []error{c.WorkorderAuth.Validate(), c.BillingAuth.Validate()}
 	for name, u := range map[string]string{
 		EnvWorkorderHTTP: c.Workorder.HTTP, EnvProviderHTTP: c.Provider.HTTP, EnvBillingHTTP: c.Billing.HTTP,
 		EnvRunbookBaseURL: c.RunbookBaseURL,
