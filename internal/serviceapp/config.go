@@ -60,13 +60,15 @@ type Common struct {
 	Auth libenv.CallerAuth
 
 	// OperatorToken guards the operator services (env OperatorTokenEnv,
-	// e.g. BILLING_OPERATOR_TOKEN; default "": they refuse every call).
+	// e.g. BILLING_OPERATOR_TOKEN; default "": they refuse every call). The
+	// service reads it, with its own constant: the deployment checks find
+	// the names a binary reads by their literals and constants.
 	// Callers send it as "authorization: Bearer <token>". When set, at
 	// least operator.MinTokenLength (32) characters, e.g. the output of
 	// `openssl rand -hex 32`. Pass it as a secret.
 	OperatorToken string
-	// OperatorTokenEnv is the variable OperatorToken is read from
-	// (Defaults.OperatorTokenEnv), named in its errors.
+	// OperatorTokenEnv is the variable OperatorToken is read from, named
+	// in its errors.
 	OperatorTokenEnv string
 
 	// Telemetry: LOG_LEVEL (default info), LOG_FORMAT (default json; text;
@@ -86,21 +88,18 @@ type Defaults struct {
 	GRPCAddr, HTTPAddr string
 	// Database holds the service's pool defaults (zero: pkg/pgdb's).
 	Database pgdb.Config
-	// OperatorTokenEnv names the operator token's variable.
-	OperatorTokenEnv string
 }
 
-// ReadCommon reads the common configuration from r. Check r.Err() and
-// Validate afterwards (the service's config.FromEnv does both).
+// ReadCommon reads the common configuration from r, but for the operator
+// token (the service's own variable). Check r.Err() and Validate afterwards
+// (the service's config.FromEnv does both).
 func ReadCommon(r *envconfig.Reader, d Defaults) Common {
 	c := Common{
-		Database:         libenv.Postgres(r, d.Database),
-		Server:           libenv.Server(r, d.GRPCAddr, d.HTTPAddr),
-		PubSub:           libenv.PubSub(r),
-		Auth:             libenv.ReadCallerAuth(r),
-		OperatorToken:    r.String(d.OperatorTokenEnv, ""),
-		OperatorTokenEnv: d.OperatorTokenEnv,
-		Telemetry:        libenv.Telemetry(r, d.Service),
+		Database:  libenv.Postgres(r, d.Database),
+		Server:    libenv.Server(r, d.GRPCAddr, d.HTTPAddr),
+		PubSub:    libenv.PubSub(r),
+		Auth:      libenv.ReadCallerAuth(r),
+		Telemetry: libenv.Telemetry(r, d.Service),
 	}
 	c.Telemetry.ProjectID = c.PubSub.ProjectID
 	c.Subscriber = pubsub.DefaultSubscriberConfigFor(c.PubSub)

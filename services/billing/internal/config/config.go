@@ -106,7 +106,7 @@ func FromEnv(r *envconfig.Reader) (Config, error) {
 	lease := r.Duration("BILLING_JOBS_LEASE", 30*time.Second)
 	c := Config{
 		Common: serviceapp.ReadCommon(r, serviceapp.Defaults{
-			Service: ServiceName, GRPCAddr: ":9092", HTTPAddr: ":8082", OperatorTokenEnv: EnvOperatorToken,
+			Service: ServiceName, GRPCAddr: ":9092", HTTPAddr: ":8082",
 			Database: pgdb.Config{APIMaxConns: DefaultAPIMaxConns, WorkerMaxConns: DefaultWorkerMaxConns},
 		}),
 		Outbox: libenv.Outbox(r, "BILLING_OUTBOX_"),
@@ -136,6 +136,7 @@ func FromEnv(r *envconfig.Reader) (Config, error) {
 		},
 		IntakeMaxPayloadBytes: r.Int("BILLING_INTAKE_MAX_PAYLOAD_BYTES", intake.DefaultMaxPayloadBytes),
 	}
+	c.OperatorToken = r.String(EnvOperatorToken, "")
 	if err := r.Err(); err != nil {
 		return c, err
 	}

@@ -107,7 +107,7 @@ const DefaultPlanCacheMode = "force_generic_plan"
 func FromEnv(r *envconfig.Reader) (Config, error) {
 	c := Config{
 		Common: serviceapp.ReadCommon(r, serviceapp.Defaults{
-			Service: ServiceName, GRPCAddr: ":9090", HTTPAddr: ":8080", OperatorTokenEnv: EnvOperatorToken,
+			Service: ServiceName, GRPCAddr: ":9090", HTTPAddr: ":8080",
 			Database: pgdb.Config{PlanCacheMode: DefaultPlanCacheMode},
 		}),
 		ProviderAddr:     r.String("PROVIDER_ADDR", "localhost:9091"),
@@ -127,6 +127,7 @@ func FromEnv(r *envconfig.Reader) (Config, error) {
 		},
 		Inbox: libenv.Inbox(r, "WORKORDER_INBOX_"),
 	}
+	c.OperatorToken = r.String(EnvOperatorToken, "")
 	if err := r.Err(); err != nil {
 		return c, err
 	}
