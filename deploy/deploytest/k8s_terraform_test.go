@@ -142,9 +142,10 @@ func readConnBudget(t *testing.T) connBudget {
 	return b
 }
 
-// twoPoolServices: the services whose code opens pgdb.Open (an API and a
-// workers' pool, capped by DATABASE_API_MAX_CONNS and
-// DATABASE_WORKER_MAX_CONNS); the others open pgdb.New's one pool.
+// twoPoolServices: the services whose code opens pgdb.Open, itself or
+// through the skeleton (serviceapp.New): an API and a workers' pool, capped
+// by DATABASE_API_MAX_CONNS and DATABASE_WORKER_MAX_CONNS; the others open
+// pgdb.New's one pool.
 func twoPoolServices(t *testing.T, svcs []declaredService) map[string]bool {
 	t.Helper()
 	out := map[string]bool{}
@@ -154,7 +155,7 @@ func twoPoolServices(t *testing.T, svcs []declaredService) map[string]bool {
 				return err
 			}
 			b, err := os.ReadFile(path)
-			if err == nil && strings.Contains(string(b), "pgdb.Open(") {
+			if err == nil && (strings.Contains(string(b), "pgdb.Open(") || strings.Contains(string(b), "serviceapp.New(")) {
 				out[s.Name] = true
 			}
 			return err

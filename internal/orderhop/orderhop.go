@@ -28,8 +28,9 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/metric/noop"
 	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/lossless-dev/lossless/pkg/telemetry"
 )
 
 // Hop names one hop of the path (the value of the hop label).
@@ -66,9 +67,7 @@ type Recorder struct {
 
 // New returns a Recorder on meter; a nil meter observes nothing.
 func New(meter metric.Meter) (*Recorder, error) {
-	if meter == nil {
-		meter = noop.NewMeterProvider().Meter("")
-	}
+	meter = telemetry.MeterOrNoop(meter)
 	h, err := meter.Float64Histogram(InstrumentName, metric.WithUnit("s"),
 		metric.WithDescription("Latency of one hop of a work order's path, by hop, observed where the hop ends."),
 		metric.WithExplicitBucketBoundaries(Buckets...))

@@ -1,11 +1,14 @@
-// Package servicecmd is the command line every service shares, so that a
+// Package servicecmd is the command line every process shares, so that a
 // service's main.go only declares what is its own:
 //
 //	<name> [serve [--role api|worker|all]]   load the configuration from the environment,
 //	                                         set up telemetry, assemble the app and run it
-//	<name> migrate                           apply the service's migrations (DATABASE_URL)
-//	<name> provision                         create the system's Pub/Sub topology
-//	<name> <command> ...                     the service's operator commands
+//	<name> <command> ...                     the service's own commands
+//
+// A service with a database and Pub/Sub adds migrate, provision and the
+// operator API's commands with serviceapp.CommandLine; the console uses this
+// package alone, so its binary links no reader of the other services'
+// variables (ADR 0016).
 //
 // Main reads the process's arguments and environment and returns the exit
 // status (server.Main: 0, 1 after a JSON "<name> failed" line on stderr,
@@ -20,10 +23,6 @@ import (
 	"os"
 
 	"github.com/lossless-dev/lossless/internal/envconfig"
-	"github.com/lossless-dev/lossless/internal/libenv"
-	"github.com/lossless-dev/lossless/internal/topology"
-	"github.com/lossless-dev/lossless/pkg/pgmigrate"
-	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/server"
 	"github.com/lossless-dev/lossless/pkg/telemetry"
 )
@@ -45,17 +44,15 @@ type Service[C any, A server.Process] struct {
 	// errors name the variable.
 	Config func(*envconfig.Reader) (C, error)
 	// Sections returns the configuration's server section, whose Role the
-	// --role flag overrides, and its telemetry section.
+	// --role flag overrides (nil for a process without roles, the
+	// console), and its telemetry section.
 	Sections func(*C) (*server.Config, telemetry.Config)
-	// PubSub returns the configuration's Pub/Sub client section, whose
-	// project serve resolves (libenv.ResolvePubSubProject: the
-	// environment, else the GCE/GKE metadata server) before New; nil for a
-	// service without Pub/Sub.
-	PubSub func(*C) *pubsub.ClientConfig
+	// Prepare resolves, after Config and before New, what the environment
+	// leaves to the platform (serviceapp.CommandLine: the projects of
+	// Pub/Sub and of the traces), in cfg and tel. Optional.
+	Prepare func(ctx context.Context, cfg *C, tel *telemetry.Config) error
 	// New assembles the app (app.New).
 	New func(ctx context.Context, cfg C, logger *slog.Logger, tel telemetry.Providers, opts ...server.Option) (A, error)
-	// Migrations are the sets migrate applies (migrations.<Service>()).
-	Migrations []pgmigrate.Set
 	// Commands are the service's own commands by name (may be nil).
 	Commands map[string]Command
 }
@@ -79,18 +76,6 @@ func (s Service[C, A]) Run(ctx context.Context, env *envconfig.Reader, args []st
 	switch cmd {
 	case "serve":
 		return s.serve(ctx, env, args)
-	case "migrate":
-		return libenv.Migrate(ctx, env, logger, s.Migrations...)
-	case "provision":
-		cfg := libenv.PubSub(env)
-		if err := env.Err(); err != nil {
-			return err
-		}
-		cfg, err := libenv.ResolvePubSubProject(ctx, cfg)
-		if err != nil {
-			return err
-		}
-		return pubsub.ProvisionCommand(ctx, cfg, topology.System(), logger)
 	case "-h", "--help", "help":
 		fmt.Println(s.Usage)
 		return nil
@@ -110,21 +95,17 @@ func (s Service[C, A]) serve(ctx context.Context, env *envconfig.Reader, args []
 	if err != nil {
 		return fmt.Errorf("configuration: %w", err)
 	}
-	if s.PubSub != nil {
-		ps := s.PubSub(&cfg)
-		if *ps, err = libenv.ResolvePubSubProject(ctx, *ps); err != nil {
-			return fmt.Errorf("configuration: %w", err)
-		}
-	}
 	srv, tel := s.Sections(&cfg)
 	if role != "" {
+		if srv == nil {
+			return fmt.Errorf("--role: %s has no roles", s.Name)
+		}
 		srv.Role = role
 	}
-	if tel.ProjectID == "" && s.PubSub != nil {
-		tel.ProjectID = s.PubSub(&cfg).ProjectID // the traces' project is the system's
-	}
-	if tel, err = libenv.ResolveTelemetryProject(ctx, tel); err != nil {
-		return fmt.Errorf("configuration: %w", err)
+	if s.Prepare != nil {
+		if err := s.Prepare(ctx, &cfg, &tel); err != nil {
+			return fmt.Errorf("configuration: %w", err)
+		}
 	}
 	return server.Serve(ctx, tel, os.Stdout, func(ctx context.Context, logger *slog.Logger, tel telemetry.Providers, opts ...server.Option) (server.Process, error) {
 		return s.New(ctx, cfg, logger, tel, opts...)

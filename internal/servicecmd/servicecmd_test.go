@@ -122,11 +122,24 @@ func TestCommands_TheServicesOwnGetTheirArgumentsAndUnknownOnesAreRefused(t *tes
 	}
 }
 
-func TestMigrate_NamesTheMissingDatabaseURL(t *testing.T) {
+// The shared command line alone (the console's) has no migrate or
+// provision command (serviceapp.CommandLine adds them), and a process
+// without roles refuses --role.
+func TestServe_AProcessWithoutDatabasePubSubOrRoles(t *testing.T) {
 	t.Parallel()
 	var a *testApp
-	err := service(&a, nil).Run(context.Background(), envconfig.FromMap(nil), []string{"migrate"})
-	if err == nil || !strings.Contains(err.Error(), "DATABASE_URL") {
-		t.Fatalf("err = %v, want it to name DATABASE_URL", err)
+	s := service(&a, nil)
+	s.Sections = func(c *testConfig) (*server.Config, telemetry.Config) { return nil, c.Telemetry }
+	for _, cmd := range []string{"migrate", "provision"} {
+		err := s.Run(context.Background(), envconfig.FromMap(nil), []string{cmd})
+		if err == nil || !strings.Contains(err.Error(), "unknown command") {
+			t.Errorf("%s: err = %v, want an unknown command", cmd, err)
+		}
+	}
+	if err := s.Run(context.Background(), envconfig.FromMap(nil), []string{"serve", "--role", "api"}); err == nil || !strings.Contains(err.Error(), "--role") || a != nil {
+		t.Fatalf("serve --role: err = %v, app %v; want --role refused before assembling", err, a)
+	}
+	if err := s.Run(context.Background(), envconfig.FromMap(nil), []string{"serve"}); err != nil || a == nil || !a.ran {
+		t.Fatalf("serve: err = %v, app %+v; want it run", err, a)
 	}
 }

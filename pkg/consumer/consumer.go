@@ -84,6 +84,34 @@ func (c Config) Validate() error {
 	} else if p := pgtext.Problem(c.Subscription); p != "" {
 		errs = append(errs, fmt.Errorf("Config.Subscription %q: %s", c.Subscription, p))
 	}
+	return errors.Join(append(errs, c.validateTunables())...)
+}
+
+// Settings are the part of Config a service configures: the consumer's own
+// package fixes its subscription (For), so a service's configuration holds
+// these alone. The zero value of every field means its default.
+type Settings struct {
+	// MaxPayloadBytes is Config.MaxPayloadBytes.
+	MaxPayloadBytes int
+	// Concurrency is Config.Concurrency.
+	Concurrency int
+}
+
+// For is the Config of a consumer of subscription, tuned by s.
+func (s Settings) For(subscription string) Config {
+	return Config{Subscription: subscription, MaxPayloadBytes: s.MaxPayloadBytes, Concurrency: s.Concurrency}
+}
+
+// Validate reports unusable settings, naming the field; zero fields take
+// their defaults.
+func (s Settings) Validate() error {
+	c := s.For("")
+	c.setDefaults()
+	return c.validateTunables()
+}
+
+func (c Config) validateTunables() error {
+	var errs []error
 	if c.MaxPayloadBytes < 1 || c.MaxPayloadBytes > maxPayloadBytesLimit {
 		errs = append(errs, fmt.Errorf("MaxPayloadBytes %d: want 1..%d", c.MaxPayloadBytes, maxPayloadBytesLimit))
 	}

@@ -13,11 +13,11 @@ import (
 	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/metric/noop"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/lossless-dev/lossless/pkg/pgdb"
 	"github.com/lossless-dev/lossless/pkg/pgmigrate"
+	"github.com/lossless-dev/lossless/pkg/telemetry"
 )
 
 var (
@@ -112,9 +112,7 @@ func NewStore(db pgdb.Executor, cfg Config, logger *slog.Logger, meter metric.Me
 	if logger == nil {
 		return nil, errors.New("idempotency: logger is nil")
 	}
-	if meter == nil {
-		meter = noop.NewMeterProvider().Meter("")
-	}
+	meter = telemetry.MeterOrNoop(meter)
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("idempotency: config: %w", err)

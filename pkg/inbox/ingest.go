@@ -8,10 +8,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/lossless-dev/lossless/pkg/pgdb"
 	"github.com/lossless-dev/lossless/pkg/pgnotify"
+	"github.com/lossless-dev/lossless/pkg/telemetry"
 )
 
 // insertBatch is the receiver's write: one statement for the whole batch.
@@ -114,9 +114,7 @@ func NewStore(db pgdb.DB, meter metric.Meter, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	if meter == nil {
-		meter = noop.NewMeterProvider().Meter("")
-	}
+	meter = telemetry.MeterOrNoop(meter)
 	received, err := meter.Int64Counter("inbox.received",
 		metric.WithDescription("Messages stored by the inbox receiver, by outcome (inserted, poison, duplicate, conflict). conflict is a producer bug: alert."))
 	if err != nil {

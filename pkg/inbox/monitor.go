@@ -10,9 +10,9 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/lossless-dev/lossless/pkg/pgdb"
+	"github.com/lossless-dev/lossless/pkg/telemetry"
 )
 
 // countCap bounds every count the monitor runs: beyond it the exact number
@@ -96,9 +96,7 @@ func NewMonitor(db pgdb.Executor, cfg MonitorConfig, logger *slog.Logger, meter 
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if meter == nil {
-		meter = noop.NewMeterProvider().Meter("")
-	}
+	meter = telemetry.MeterOrNoop(meter)
 	m := &Monitor{db: db, q: newQueries(o.schema), cfg: cfg, logger: logger, parked: map[string]int64{}}
 	age, err1 := meter.Float64ObservableGauge("inbox.oldest_open_age", metric.WithUnit("s"),
 		metric.WithDescription("Age of the oldest OPEN inbox entry (alarm: stalled correlation)."))

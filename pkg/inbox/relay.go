@@ -11,12 +11,12 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/lossless-dev/lossless/pkg/pgdb"
 	"github.com/lossless-dev/lossless/pkg/pgnotify"
+	"github.com/lossless-dev/lossless/pkg/telemetry"
 )
 
 // claimDue picks the next due entries for this relay.
@@ -109,9 +109,7 @@ func NewRelay(pool *pgxpool.Pool, handler Handler, cfg Config, logger *slog.Logg
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if meter == nil {
-		meter = noop.NewMeterProvider().Meter("")
-	}
+	meter = telemetry.MeterOrNoop(meter)
 	outcomes, err1 := meter.Int64Counter("inbox.relay.outcomes",
 		metric.WithDescription("Inbox entries handled by the relay, by outcome (applied, duplicate, parked, deferred, technical) and park reason."))
 	latency, err2 := meter.Float64Histogram("inbox.correlation.latency", metric.WithUnit("s"),

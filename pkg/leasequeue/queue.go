@@ -14,13 +14,13 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/lossless-dev/lossless/pkg/pgdb"
 	"github.com/lossless-dev/lossless/pkg/pgmigrate"
 	"github.com/lossless-dev/lossless/pkg/pgnotify"
+	"github.com/lossless-dev/lossless/pkg/telemetry"
 )
 
 // Queue is one named queue in the leasequeue_jobs table: the fenced
@@ -90,9 +90,7 @@ func New(pool *pgxpool.Pool, cfg Config, logger *slog.Logger, meter metric.Meter
 	if logger == nil {
 		return nil, errors.New("leasequeue: nil logger")
 	}
-	if meter == nil {
-		meter = noop.NewMeterProvider().Meter("")
-	}
+	meter = telemetry.MeterOrNoop(meter)
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("leasequeue: config: %w", err)

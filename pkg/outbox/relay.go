@@ -34,10 +34,10 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/lossless-dev/lossless/pkg/pgdb"
 	"github.com/lossless-dev/lossless/pkg/retry"
+	"github.com/lossless-dev/lossless/pkg/telemetry"
 )
 
 // rollbackTimeout bounds the rollback of a batch that could not be recorded;
@@ -134,9 +134,7 @@ func NewRelay(pool *pgxpool.Pool, dispatchers map[string]Dispatcher, cfg Config,
 	if o.now == nil {
 		return nil, errors.New("outbox: NewRelay: nil clock")
 	}
-	if meter == nil {
-		meter = noop.NewMeterProvider().Meter("")
-	}
+	meter = telemetry.MeterOrNoop(meter)
 	r := &Relay{
 		pool:        pool,
 		dispatchers: dispatchers,

@@ -42,7 +42,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/metric/noop"
+
+	"github.com/lossless-dev/lossless/pkg/telemetry"
 )
 
 // Config tunes a Leader. The zero value of a field means its default.
@@ -139,9 +140,7 @@ func New(pool *pgxpool.Pool, cfg Config, logger *slog.Logger, meter metric.Meter
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(cfg.Name))
 	l := &Leader{pool: pool, cfg: cfg, key: int32(h.Sum32() & 0x7fffffff), logger: logger.With("lock", cfg.Name)}
-	if meter == nil {
-		meter = noop.NewMeterProvider().Meter("")
-	}
+	meter = telemetry.MeterOrNoop(meter)
 	g, err := meter.Int64ObservableGauge("pgleader.leading",
 		metric.WithDescription("1 while this replica holds the lock and runs the group's singleton loops, else 0."))
 	if err != nil {

@@ -12,9 +12,10 @@ import (
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/metric/noop"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/lossless-dev/lossless/pkg/telemetry"
 )
 
 // DeadLetterMonitorConfig tunes the DeadLetterMonitor.
@@ -92,9 +93,7 @@ func NewDeadLetterMonitor(c *gpubsub.Client, cfg DeadLetterMonitorConfig, logger
 	setDefault(&cfg.Interval, 30*time.Second)
 	setDefault(&cfg.Limit, 1000)
 	setDefault(&cfg.PullTimeout, 2*time.Second)
-	if meter == nil {
-		meter = noop.NewMeterProvider().Meter("")
-	}
+	meter = telemetry.MeterOrNoop(meter)
 	m := &DeadLetterMonitor{client: c, cfg: cfg, logger: logger, depth: map[string]int64{}}
 	gauge, err := meter.Int64ObservableGauge("pubsub.dead_letter.depth",
 		metric.WithDescription("Messages waiting on a dead-letter inspection subscription, counted by peeking every interval (capped). Alert on any."))

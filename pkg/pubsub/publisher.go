@@ -11,9 +11,10 @@ import (
 	gpubsub "cloud.google.com/go/pubsub/v2"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/propagation"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/lossless-dev/lossless/pkg/telemetry"
 )
 
 // Message attributes (docs/adr/0005-message-contract.md). Consumers read
@@ -186,9 +187,7 @@ func NewPublisher(c *gpubsub.Client, topicID string, cfg PublisherConfig, opts .
 	for _, o := range opts {
 		o(&deps)
 	}
-	if deps.meter == nil {
-		deps.meter = noop.NewMeterProvider().Meter("")
-	}
+	deps.meter = telemetry.MeterOrNoop(deps.meter)
 	published, err := deps.meter.Int64Counter("pubsub.publisher.messages",
 		metric.WithDescription("Publish results awaited, by topic and outcome (published, failed). A failed publish stays in its outbox and is retried."))
 	if err != nil {

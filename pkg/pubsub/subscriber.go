@@ -12,7 +12,6 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
@@ -251,9 +250,7 @@ func NewSubscriber(c *gpubsub.Client, subscriptionID string, cfg SubscriberConfi
 		return nil, fmt.Errorf("pubsub: NewSubscriber: %w", err)
 	}
 	cfg.setDefaults()
-	if meter == nil {
-		meter = noop.NewMeterProvider().Meter("")
-	}
+	meter = telemetry.MeterOrNoop(meter)
 	s := &Subscriber{
 		client: c,
 		id:     subscriptionID,

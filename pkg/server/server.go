@@ -312,6 +312,21 @@ func WithHTTPHandler(pattern string, handler http.Handler) Option {
 	return func(o *options) { o.handlers = append(o.handlers, route{pattern, handler}) }
 }
 
+// HTTPHandlers are the handlers opts add with WithHTTPHandler, by pattern:
+// for a process that serves HTTP without a Server (the console), given the
+// options Serve passes every process.
+func HTTPHandlers(opts ...Option) map[string]http.Handler {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	hs := make(map[string]http.Handler, len(o.handlers))
+	for _, r := range o.handlers {
+		hs[r.pattern] = r.handler
+	}
+	return hs
+}
+
 // WithGatewayOptions adds grpc-gateway ServeMux options.
 func WithGatewayOptions(opts ...runtime.ServeMuxOption) Option {
 	return func(o *options) { o.muxOpts = append(o.muxOpts, opts...) }

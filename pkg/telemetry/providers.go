@@ -35,3 +35,12 @@ func (p Providers) WithDefaults() Providers {
 	}
 	return p
 }
+
+// MeterOrNoop returns meter, or a no-op meter when it is nil: the fallback
+// of every constructor whose meter is optional.
+func MeterOrNoop(meter metric.Meter) metric.Meter {
+	if meter == nil {
+		return metricnoop.NewMeterProvider().Meter("")
+	}
+	return meter
+}

@@ -43,6 +43,7 @@ import (
 	"github.com/lossless-dev/lossless/internal/clientauth"
 	"github.com/lossless-dev/lossless/internal/envconfig"
 	"github.com/lossless-dev/lossless/internal/libenv"
+	"github.com/lossless-dev/lossless/internal/serviceapp"
 	"github.com/lossless-dev/lossless/internal/servicecmd"
 	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/leasequeue"
@@ -65,40 +66,20 @@ func main() { os.Exit(servicecmd.Main(service())) }
 
 // service is the billing service's command line (internal/servicecmd).
 func service() servicecmd.Service[config.Config, *app.App] {
-	return servicecmd.Service[config.Config, *app.App]{
-		Name:       config.ServiceName,
-		Usage:      `usage: billing [serve|migrate|provision|reconcile|outbox list|outbox requeue|parked list|parked replay|dead-letters replay|jobs list|jobs retry|audit list] (see services/billing/main.go)`,
-		Config:     config.FromEnv,
-		Sections:   func(c *config.Config) (*server.Config, telemetry.Config) { return &c.Server, c.Telemetry },
-		PubSub:     func(c *config.Config) *pubsub.ClientConfig { return &c.PubSub },
-		New:        app.New,
-		Migrations: migrations.Billing(),
+	return serviceapp.CommandLine(servicecmd.Service[config.Config, *app.App]{
+		Name:     config.ServiceName,
+		Usage:    `usage: billing [serve|migrate|provision|reconcile|outbox list|outbox requeue|parked list|parked replay|dead-letters replay|jobs list|jobs retry|audit list] (see services/billing/main.go)`,
+		Config:   config.FromEnv,
+		Sections: func(c *config.Config) (*server.Config, telemetry.Config) { return &c.Server, c.Telemetry },
+		New:      app.New,
 		Commands: map[string]servicecmd.Command{
-			"jobs":         operatorCommand("jobs"),
-			"reconcile":    reconcileCmd,
-			"dead-letters": operatorCommand("dead-letters"),
-			"parked":       operatorCommand("parked"),
-			"outbox":       operatorCommand("outbox"),
-			"audit":        operatorCommand("audit"),
+			"reconcile": reconcileCmd,
 		},
-	}
-}
-
-func openQueue(ctx context.Context, env *envconfig.Reader, logger *slog.Logger) (*pgxpool.Pool, *leasequeue.Queue, error) {
-	dsn := env.Required("DATABASE_URL")
-	if err := env.Err(); err != nil {
-		return nil, nil, err
-	}
-	pool, err := pgxpool.New(ctx, dsn)
-	if err != nil {
-		return nil, nil, fmt.Errorf("DATABASE_URL: %w", err)
-	}
-	q, err := leasequeue.New(pool, leasequeue.Config{Name: config.QueueName}, logger, nil)
-	if err != nil {
-		pool.Close()
-		return nil, nil, err
-	}
-	return pool, q, nil
+	}, serviceapp.Commands[config.Config]{
+		PubSub:     func(c *config.Config) *pubsub.ClientConfig { return &c.PubSub },
+		Migrations: migrations.Billing(),
+		Operator:   openOperator,
+	})
 }
 
 func reconcileCmd(ctx context.Context, env *envconfig.Reader, _ *slog.Logger, args []string) error {
@@ -109,13 +90,9 @@ func reconcileCmd(ctx context.Context, env *envconfig.Reader, _ *slog.Logger, ar
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	dsn := env.Required("DATABASE_URL")
-	if err := env.Err(); err != nil {
-		return err
-	}
-	pool, err := pgxpool.New(ctx, dsn)
+	pool, err := serviceapp.OpenDatabase(ctx, env)
 	if err != nil {
-		return fmt.Errorf("DATABASE_URL: %w", err)
+		return err
 	}
 	defer pool.Close()
 	found, err := reconcile.Local(ctx, pool, config.QueueName, time.Now(), *tolerance)
@@ -160,45 +137,30 @@ func reconcileCmd(ctx context.Context, env *envconfig.Reader, _ *slog.Logger, ar
 	return nil
 }
 
-// operatorCommand runs `billing <group> ...`, a command of the one operator
-// API (operator.RunCLI: outbox, parked, dead-letters, jobs, audit) over the
-// billing database, in process: holding DATABASE_URL is the privilege (the
-// binary could change these tables directly), so the calls skip the
-// operator token, the network's credential, exactly as this command line
-// always did; -ticket and -actor make each repair audited. The intake is
-// configured as the running consumer's (the same payload cap and job
-// attempt budget); only the dead-letter replay needs Pub/Sub.
-func operatorCommand(group string) servicecmd.Command {
-	return func(ctx context.Context, env *envconfig.Reader, logger *slog.Logger, args []string) error {
-		inCfg := intake.Config{
-			JobMaxAttempts:  env.Int("BILLING_JOBS_MAX_ATTEMPTS", leasequeue.DefaultMaxAttempts),
-			MaxPayloadBytes: env.Int("BILLING_INTAKE_MAX_PAYLOAD_BYTES", intake.DefaultMaxPayloadBytes),
-		}
-		psCfg := libenv.PubSub(env)
-		pool, q, err := openQueue(ctx, env, logger)
-		if err != nil {
-			return err
-		}
-		defer pool.Close()
-		in, err := intake.New(pool, q, inCfg, logger, nil)
-		if err != nil {
-			return err
-		}
-		var ps *gpubsub.Client
-		if group == "dead-letters" {
-			if ps, err = libenv.PubSubClient(ctx, psCfg); err != nil {
-				return err
-			}
-			defer func() { _ = ps.Close() }()
-		}
-		deps, err := admin.OperatorDeps(pool, q, in, ps, logger)
-		if err != nil {
-			return err
-		}
-		ops, err := operator.NewInProcess(deps)
-		if err != nil {
-			return err
-		}
-		return operator.RunCLI(ctx, append([]string{group}, args...), ops, admin.ConsumerIntake, os.Stdout)
+// openOperator is billing's operator hook on the command line: the one
+// operator API (outbox, parked, dead-letters, jobs, audit) over the billing
+// database. The intake is configured as the running consumer's (the same
+// payload cap and job attempt budget).
+func openOperator(_ context.Context, env *envconfig.Reader, pool *pgxpool.Pool, ps *gpubsub.Client, logger *slog.Logger) (operator.Operations, string, error) {
+	inCfg := intake.Config{
+		JobMaxAttempts:  env.Int("BILLING_JOBS_MAX_ATTEMPTS", leasequeue.DefaultMaxAttempts),
+		MaxPayloadBytes: env.Int("BILLING_INTAKE_MAX_PAYLOAD_BYTES", intake.DefaultMaxPayloadBytes),
 	}
+	if err := env.Err(); err != nil {
+		return nil, "", err
+	}
+	q, err := leasequeue.New(pool, leasequeue.Config{Name: config.QueueName}, logger, nil)
+	if err != nil {
+		return nil, "", err
+	}
+	in, err := intake.New(pool, q, inCfg, logger, nil)
+	if err != nil {
+		return nil, "", err
+	}
+	deps, err := admin.OperatorDeps(pool, q, in, ps, logger)
+	if err != nil {
+		return nil, "", err
+	}
+	ops, err := operator.NewInProcess(deps)
+	return ops, admin.ConsumerIntake, err
 }

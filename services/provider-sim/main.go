@@ -15,6 +15,7 @@ package main
 import (
 	"os"
 
+	"github.com/lossless-dev/lossless/internal/serviceapp"
 	"github.com/lossless-dev/lossless/internal/servicecmd"
 	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
@@ -27,13 +28,14 @@ func main() { os.Exit(servicecmd.Main(service())) }
 
 // service is the simulator's command line (internal/servicecmd).
 func service() servicecmd.Service[app.Config, *app.App] {
-	return servicecmd.Service[app.Config, *app.App]{
-		Name:       app.ServiceName,
-		Usage:      "usage: provider-sim [serve|migrate|provision]  (configuration from the environment: docs/failure-modes.md, services/provider-sim/README.md)",
-		Config:     app.ConfigFromEnv,
-		Sections:   func(c *app.Config) (*server.Config, telemetry.Config) { return &c.Server, c.Telemetry },
+	return serviceapp.CommandLine(servicecmd.Service[app.Config, *app.App]{
+		Name:     app.ServiceName,
+		Usage:    "usage: provider-sim [serve|migrate|provision]  (configuration from the environment: docs/failure-modes.md, services/provider-sim/README.md)",
+		Config:   app.ConfigFromEnv,
+		Sections: func(c *app.Config) (*server.Config, telemetry.Config) { return &c.Server, c.Telemetry },
+		New:      app.New,
+	}, serviceapp.Commands[app.Config]{
 		PubSub:     func(c *app.Config) *pubsub.ClientConfig { return &c.PubSub },
-		New:        app.New,
 		Migrations: migrations.ProviderSim(),
-	}
+	})
 }

@@ -26,7 +26,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"os"
 
@@ -34,7 +33,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/lossless-dev/lossless/internal/envconfig"
-	"github.com/lossless-dev/lossless/internal/libenv"
+	"github.com/lossless-dev/lossless/internal/serviceapp"
 	"github.com/lossless-dev/lossless/internal/servicecmd"
 	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/operator"
@@ -52,37 +51,30 @@ func main() { os.Exit(servicecmd.Main(service())) }
 
 // service is the work-order service's command line (internal/servicecmd).
 func service() servicecmd.Service[config.Config, *app.App] {
-	return servicecmd.Service[config.Config, *app.App]{
-		Name:       config.ServiceName,
-		Usage:      "usage: workorder [serve|migrate|provision|inbox|outbox|parked|dead-letters|audit|orders|invoicing]  (configuration from the environment: services/workorder/internal/config)",
-		Config:     config.FromEnv,
-		Sections:   func(c *config.Config) (*server.Config, telemetry.Config) { return &c.Server, c.Telemetry },
-		PubSub:     func(c *config.Config) *pubsub.ClientConfig { return &c.PubSub },
-		New:        app.New,
-		Migrations: migrations.WorkOrder(),
+	return serviceapp.CommandLine(servicecmd.Service[config.Config, *app.App]{
+		Name:     config.ServiceName,
+		Usage:    "usage: workorder [serve|migrate|provision|inbox|outbox|parked|dead-letters|audit|orders|invoicing]  (configuration from the environment: services/workorder/internal/config)",
+		Config:   config.FromEnv,
+		Sections: func(c *config.Config) (*server.Config, telemetry.Config) { return &c.Server, c.Telemetry },
+		New:      app.New,
 		Commands: map[string]servicecmd.Command{
-			"inbox":        operatorCommand("inbox"),
-			"orders":       ordersCommand,
-			"invoicing":    invoicingCommand,
-			"outbox":       operatorCommand("outbox"),
-			"parked":       operatorCommand("parked"),
-			"dead-letters": operatorCommand("dead-letters"),
-			"audit":        operatorCommand("audit"),
+			"orders":    ordersCommand,
+			"invoicing": invoicingCommand,
 		},
-	}
+	}, serviceapp.Commands[config.Config]{
+		PubSub:     func(c *config.Config) *pubsub.ClientConfig { return &c.PubSub },
+		Migrations: migrations.WorkOrder(),
+		Operator:   openOperator,
+	})
 }
 
 // ordersCommand runs `workorder orders re-hand-off`, the service's own
 // repair. Holding the database credentials is the privilege; --ticket and
 // --actor make it audited.
 func ordersCommand(ctx context.Context, env *envconfig.Reader, logger *slog.Logger, args []string) error {
-	dsn := env.Required("DATABASE_URL")
-	if err := env.Err(); err != nil {
-		return err
-	}
-	pool, err := pgxpool.New(ctx, dsn)
+	pool, err := serviceapp.OpenDatabase(ctx, env)
 	if err != nil {
-		return fmt.Errorf("DATABASE_URL: %w", err)
+		return err
 	}
 	defer pool.Close()
 	ops, err := admin.NewOps(pool, logger)
@@ -90,20 +82,6 @@ func ordersCommand(ctx context.Context, env *envconfig.Reader, logger *slog.Logg
 		return err
 	}
 	return admin.RunOrdersCLI(ctx, args, ops, os.Stdout)
-}
-
-// operatorCommand runs `workorder <group> ...`, a command of the one
-// operator API (operator.RunCLI: inbox, outbox, parked, dead-letters,
-// audit) over the work-order database, in process: holding DATABASE_URL is the
-// privilege (the binary could change these tables directly), so the calls
-// skip the operator token, the network's credential, exactly as this
-// command line always did; --ticket and --actor make each repair audited.
-// The InvoiceIssued consumer and the receiver are configured as the
-// running ones; only the dead-letter replay needs Pub/Sub.
-func operatorCommand(group string) servicecmd.Command {
-	return func(ctx context.Context, env *envconfig.Reader, logger *slog.Logger, args []string) error {
-		return runOperatorCLI(ctx, env, logger, append([]string{group}, args...))
-	}
 }
 
 // invoicingCommand keeps `workorder invoicing replay|replay-dead-letters`,
@@ -118,40 +96,27 @@ func invoicingCommand(ctx context.Context, env *envconfig.Reader, logger *slog.L
 			args = append([]string{"dead-letters", "replay"}, args[1:]...)
 		}
 	}
-	return runOperatorCLI(ctx, env, logger, args)
+	return serviceapp.OperatorCommand(openOperator)(ctx, env, logger, args)
 }
 
-func runOperatorCLI(ctx context.Context, env *envconfig.Reader, logger *slog.Logger, args []string) error {
-	dsn := env.Required("DATABASE_URL")
+// openOperator is the work-order service's operator hook on the command
+// line: the one operator API (inbox, outbox, parked, dead-letters, audit)
+// over the work-order database, the InvoiceIssued consumer and the receiver
+// configured as the running ones.
+func openOperator(_ context.Context, env *envconfig.Reader, pool *pgxpool.Pool, ps *gpubsub.Client, logger *slog.Logger) (operator.Operations, string, error) {
 	maxPayload := env.Int("WORKORDER_INVOICING_MAX_PAYLOAD_BYTES", invoicing.DefaultMaxPayloadBytes)
 	recvCfg := receiver.ConfigFromEnv(env, "WORKORDER_RECEIVER_")
-	psCfg := libenv.PubSub(env)
 	if err := env.Err(); err != nil {
-		return err
-	}
-	pool, err := pgxpool.New(ctx, dsn)
-	if err != nil {
-		return fmt.Errorf("DATABASE_URL: %w", err)
-	}
-	defer pool.Close()
-	var ps *gpubsub.Client
-	if len(args) > 0 && args[0] == "dead-letters" {
-		if ps, err = libenv.PubSubClient(ctx, psCfg); err != nil {
-			return err
-		}
-		defer func() { _ = ps.Close() }()
+		return nil, "", err
 	}
 	inv, err := invoicing.New(pool, invoicing.Config{MaxPayloadBytes: maxPayload}, logger, nil)
 	if err != nil {
-		return err
+		return nil, "", err
 	}
 	deps, err := admin.OperatorDeps(pool, inv, recvCfg, ps, logger)
 	if err != nil {
-		return err
+		return nil, "", err
 	}
 	ops, err := operator.NewInProcess(deps)
-	if err != nil {
-		return err
-	}
-	return operator.RunCLI(ctx, args, ops, admin.ConsumerInvoicing, os.Stdout)
+	return ops, admin.ConsumerInvoicing, err
 }

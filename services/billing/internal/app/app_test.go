@@ -26,6 +26,7 @@ import (
 	"github.com/lossless-dev/lossless/internal/libenv"
 	"github.com/lossless-dev/lossless/internal/orderhop"
 	"github.com/lossless-dev/lossless/internal/orderhop/orderhoptest"
+	"github.com/lossless-dev/lossless/internal/serviceapp"
 	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/consumer"
@@ -94,9 +95,9 @@ func setupOn(t testing.TB, pool *pgxpool.Pool) *testBundle {
 	}
 	t.Cleanup(b.pub.Stop)
 	b.cfg = config.Config{
-		Auth:  libenv.CallerAuth{Disabled: true}, // caller authentication: tested apart
-		Queue: leasequeue.Config{Name: config.QueueName, LeaseDuration: lease},
-		Clock: b.clock.Now,
+		Common: serviceapp.Common{Auth: libenv.CallerAuth{Disabled: true}}, // caller authentication: tested apart
+		Queue:  leasequeue.Config{Name: config.QueueName, LeaseDuration: lease},
+		Clock:  b.clock.Now,
 		Worker: leasequeue.WorkerConfig{
 			Owner: "main", Workers: 4, PollInterval: 5 * time.Millisecond, RescueInterval: 5 * time.Millisecond,
 			FullScanInterval: 5 * time.Millisecond, HeartbeatInterval: lease - time.Second,

@@ -13,6 +13,7 @@ import (
 
 	"github.com/lossless-dev/lossless/internal/libenv"
 	"github.com/lossless-dev/lossless/internal/roletest"
+	"github.com/lossless-dev/lossless/internal/serviceapp"
 	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/pkg/leasequeue"
 	"github.com/lossless-dev/lossless/pkg/outbox"
@@ -29,18 +30,20 @@ import (
 // roleConfig is a billing process on dsn and emu, with fast polls.
 func roleConfig(dsn string, emu *pubsubtest.Emulator) config.Config {
 	cfg := config.Config{
-		Auth:     libenv.CallerAuth{Disabled: true}, // caller authentication: tested apart
-		Database: pgdb.Config{URL: dsn},
-		Server:   server.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", ShutdownTimeout: 10 * time.Second},
-		PubSub:   pubsub.ClientConfig{ProjectID: emu.ProjectID, EmulatorHost: emu.Addr},
-		Outbox:   outbox.Config{PollInterval: 20 * time.Millisecond},
-		Queue:    leasequeue.Config{Name: config.QueueName, LeaseDuration: lease},
+		Common: serviceapp.Common{
+			Auth:      libenv.CallerAuth{Disabled: true}, // caller authentication: tested apart
+			Database:  pgdb.Config{URL: dsn},
+			Server:    server.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", ShutdownTimeout: 10 * time.Second},
+			PubSub:    pubsub.ClientConfig{ProjectID: emu.ProjectID, EmulatorHost: emu.Addr},
+			Telemetry: telemetry.Config{ServiceName: config.ServiceName},
+		},
+		Outbox: outbox.Config{PollInterval: 20 * time.Millisecond},
+		Queue:  leasequeue.Config{Name: config.QueueName, LeaseDuration: lease},
 		Worker: leasequeue.WorkerConfig{
 			Workers: 2, PollInterval: 20 * time.Millisecond, RescueInterval: 20 * time.Millisecond,
 			HeartbeatInterval: lease / 3, ShutdownGrace: time.Second,
 		},
 		JobMaxAttempts: 5,
-		Telemetry:      telemetry.Config{ServiceName: config.ServiceName},
 	}
 	cfg.Subscriber = pubsub.DefaultSubscriberConfigFor(cfg.PubSub)
 	return cfg

@@ -11,15 +11,12 @@ import (
 
 	"github.com/lossless-dev/lossless/internal/envconfig"
 	"github.com/lossless-dev/lossless/internal/libenv"
+	"github.com/lossless-dev/lossless/internal/serviceapp"
 	"github.com/lossless-dev/lossless/pkg/consumer"
 	"github.com/lossless-dev/lossless/pkg/leasequeue"
-	"github.com/lossless-dev/lossless/pkg/operator"
 	"github.com/lossless-dev/lossless/pkg/outbox"
 	"github.com/lossless-dev/lossless/pkg/pgdb"
-	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/retry"
-	"github.com/lossless-dev/lossless/pkg/server"
-	"github.com/lossless-dev/lossless/pkg/telemetry"
 	"github.com/lossless-dev/lossless/services/billing/internal/intake"
 )
 
@@ -35,30 +32,22 @@ const (
 	DefaultWorkerMaxConns = 16
 )
 
+// EnvOperatorToken names the operator token's variable.
+const EnvOperatorToken = "BILLING_OPERATOR_TOKEN"
+
 // Config of the billing service.
 type Config struct {
-	// Database is billing's own PostgreSQL database (env DATABASE_URL,
-	// required) and its bounds: DATABASE_STATEMENT_TIMEOUT (default 30s),
-	// DATABASE_LOCK_TIMEOUT (10s), DATABASE_CONNECT_TIMEOUT (5s),
-	// DATABASE_TCP_USER_TIMEOUT (10s), DATABASE_TCP_KEEPALIVE_IDLE (5s),
-	// DATABASE_TCP_KEEPALIVE_INTERVAL (1s), DATABASE_TCP_KEEPALIVE_COUNT (5),
-	// DATABASE_API_MAX_CONNS (default 5 here: the read API runs one short
-	// statement per request) and DATABASE_WORKER_MAX_CONNS (default 16
-	// here: the invoice worker holds one connection for LISTEN and up to
-	// BILLING_JOBS_COMPLETERS for completions, the consumer and the relay
-	// one per batch in flight). See pkg/pgdb for the connection arithmetic.
-	Database pgdb.Config
-
-	// Server holds the listeners: GRPC_ADDR (default ":9092"), HTTP_ADDR
-	// (default ":8082", REST gateway, /healthz, /readyz, /metrics) and
-	// SHUTDOWN_TIMEOUT (default 20s). The names are the same in every service.
-	Server server.Config
-
-	// PubSub selects the Pub/Sub endpoint: PUBSUB_PROJECT_ID (else
-	// GOOGLE_CLOUD_PROJECT, else "lossless-local" on an emulator, else the
-	// GCE/GKE metadata server's project, looked up at start),
-	// PUBSUB_EMULATOR_HOST (see pubsub.ClientConfig).
-	PubSub pubsub.ClientConfig
+	// Common is what every service reads the same way (see
+	// serviceapp.Common): DATABASE_*, the listeners (GRPC_ADDR default
+	// ":9092", HTTP_ADDR default ":8082"), PUBSUB_*, AUTH_* (every
+	// authenticated caller may read invoices), BILLING_OPERATOR_TOKEN
+	// (guards OperatorService) and the telemetry.
+	// The pools: DATABASE_API_MAX_CONNS (default 5 here: the read API runs
+	// one short statement per request) and DATABASE_WORKER_MAX_CONNS
+	// (default 16 here: the invoice worker holds one connection for LISTEN
+	// and up to BILLING_JOBS_COMPLETERS for completions, the consumer and
+	// the relay one per batch in flight).
+	serviceapp.Common
 
 	// Outbox configures the InvoiceIssued relay: BILLING_OUTBOX_* (see
 	// libenv.Outbox for names and defaults).
@@ -110,41 +99,17 @@ type Config struct {
 	// (BILLING_INTAKE_MAX_PAYLOAD_BYTES, default 1 MiB); larger ones are
 	// parked with their raw bytes.
 	IntakeMaxPayloadBytes int
-
-	// Subscriber tunes the consumer (pubsub.SubscriberConfig defaults):
-	// PUBSUB_MAX_BATCH_BYTES (default 16 MiB) bounds the message bytes of
-	// one batch handed to it.
-	Subscriber pubsub.SubscriberConfig
-
-	// OperatorToken guards the operator gRPC service, OperatorService (env
-	// BILLING_OPERATOR_TOKEN, default "": the service refuses every
-	// call; when set, at least operator.MinTokenLength characters). Pass it
-	// as a secret, like WORKORDER_OPERATOR_TOKEN.
-	OperatorToken string
-
-	// Auth authenticates the callers of the public BillingService:
-	// AUTH_ISSUER and AUTH_AUDIENCE (required), AUTH_JWKS_URL, AUTH_DISABLED;
-	// see libenv.CallerAuth and docs/adr/0017-caller-identity.md. Every
-	// authenticated caller may read invoices.
-	Auth libenv.CallerAuth
-
-	// Telemetry: LOG_LEVEL (default info), LOG_FORMAT (default json; text;
-	// gcp: Cloud Logging's fields, the trace field in the Pub/Sub project),
-	// and the OpenTelemetry variables (OTEL_EXPORTER_OTLP_ENDPOINT, default
-	// "": traces not exported; OTEL_EXPORTER_OTLP_HEADERS, _CERTIFICATE,
-	// OTEL_RESOURCE_ATTRIBUTES, OTEL_TRACES_SAMPLER, ...). See
-	// telemetry.Config and docs/production.md.
-	Telemetry telemetry.Config
 }
 
 // FromEnv reads the configuration from r and validates it.
 func FromEnv(r *envconfig.Reader) (Config, error) {
 	lease := r.Duration("BILLING_JOBS_LEASE", 30*time.Second)
 	c := Config{
-		Database: libenv.Postgres(r, pgdb.Config{APIMaxConns: DefaultAPIMaxConns, WorkerMaxConns: DefaultWorkerMaxConns}),
-		Server:   libenv.Server(r, ":9092", ":8082"),
-		PubSub:   libenv.PubSub(r),
-		Outbox:   libenv.Outbox(r, "BILLING_OUTBOX_"),
+		Common: serviceapp.ReadCommon(r, serviceapp.Defaults{
+			Service: ServiceName, GRPCAddr: ":9092", HTTPAddr: ":8082",
+			Database: pgdb.Config{APIMaxConns: DefaultAPIMaxConns, WorkerMaxConns: DefaultWorkerMaxConns},
+		}),
+		Outbox: libenv.Outbox(r, "BILLING_OUTBOX_"),
 		Queue: leasequeue.Config{
 			Name:          QueueName,
 			LeaseDuration: lease,
@@ -170,13 +135,8 @@ func FromEnv(r *envconfig.Reader) (Config, error) {
 			BatchSize: r.Int("BILLING_PROCESSED_EVENTS_CLEANUP_BATCH", 5000),
 		},
 		IntakeMaxPayloadBytes: r.Int("BILLING_INTAKE_MAX_PAYLOAD_BYTES", intake.DefaultMaxPayloadBytes),
-		OperatorToken:         r.String("BILLING_OPERATOR_TOKEN", ""),
-		Auth:                  libenv.ReadCallerAuth(r),
-		Telemetry:             libenv.Telemetry(r, ServiceName),
 	}
-	c.Telemetry.ProjectID = c.PubSub.ProjectID
-	c.Subscriber = pubsub.DefaultSubscriberConfigFor(c.PubSub)
-	c.Subscriber.MaxBatchBytes = r.Int("PUBSUB_MAX_BATCH_BYTES", c.Subscriber.MaxBatchBytes)
+	c.OperatorToken = r.String(EnvOperatorToken, "")
 	if err := r.Err(); err != nil {
 		return c, err
 	}
@@ -185,20 +145,14 @@ func FromEnv(r *envconfig.Reader) (Config, error) {
 
 // Validate reports settings that cannot work, naming the variable.
 func (c Config) Validate() error {
-	errs := []error{c.Database.Validate()}
-	errs = append(errs,
-		envconfig.Check(libenv.ServerEnvNames, c.Server.Validate()),
-		envconfig.Check("PUBSUB_MAX_BATCH_BYTES", c.Subscriber.Validate()),
+	c.OperatorTokenEnv = EnvOperatorToken
+	errs := []error{c.Common.Validate(),
 		envconfig.Check("BILLING_INTAKE_MAX_PAYLOAD_BYTES", intake.Config{MaxPayloadBytes: c.IntakeMaxPayloadBytes}.Validate()),
-		envconfig.Check("PUBSUB_*", c.PubSub.Validate()),
 		envconfig.Check("BILLING_OUTBOX_*", c.Outbox.Validate()),
 		envconfig.Check("BILLING_JOBS_LEASE / BILLING_JOBS_BACKOFF_*", c.Queue.Validate()),
 		envconfig.Check("BILLING_JOBS_* / INSTANCE_ID", c.Worker.ValidateFor(c.Queue)),
 		envconfig.Check("BILLING_PROCESSED_EVENTS_*", c.ProcessedEvents.Validate()),
-		operator.ValidateToken("BILLING_OPERATOR_TOKEN", c.OperatorToken),
-		c.Auth.Validate(),
-		c.Telemetry.Validate(),
-	)
+	}
 	if c.JobMaxAttempts < 1 || c.JobMaxAttempts > 1000 {
 		errs = append(errs, fmt.Errorf("BILLING_JOBS_MAX_ATTEMPTS: %d, want 1..1000", c.JobMaxAttempts))
 	}

@@ -29,7 +29,6 @@ import (
 	"buf.build/go/protovalidate"
 	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/metric/noop"
 
 	eventsv1 "github.com/lossless-dev/lossless/gen/lossless/events/v1"
 	"github.com/lossless-dev/lossless/internal/orderhop"
@@ -52,11 +51,9 @@ var EventType = string((&eventsv1.WorkOrderCompletionRecorded{}).ProtoReflect().
 // completion event is a few hundred bytes; Pub/Sub allows up to 10 MB.
 const DefaultMaxPayloadBytes = consumer.DefaultMaxPayloadBytes
 
-// Config of the consumer. The zero value of every field means its default.
+// Config of the consumer; its subscription is topology.SubWorkOrderEvents.
+// The zero value of every field means its default.
 type Config struct {
-	// Subscription the messages come from, recorded with parked messages.
-	// Default topology.SubWorkOrderEvents.
-	Subscription string
 	// JobMaxAttempts is the attempt budget of each invoice job. Default
 	// leasequeue.DefaultMaxAttempts.
 	JobMaxAttempts int
@@ -66,26 +63,19 @@ type Config struct {
 	MaxPayloadBytes int
 }
 
-func (c *Config) setDefaults() {
-	if c.Subscription == "" {
-		c.Subscription = topology.SubWorkOrderEvents
-	}
-}
-
-// consumerConfig is the skeleton's share of c.
-func (c Config) consumerConfig() consumer.Config {
-	return consumer.Config{Subscription: c.Subscription, MaxPayloadBytes: c.MaxPayloadBytes}
+// consumer is c's share of pkg/consumer's settings.
+func (c Config) consumer() consumer.Settings {
+	return consumer.Settings{MaxPayloadBytes: c.MaxPayloadBytes}
 }
 
 // Validate reports an unusable configuration; zero fields take their
 // defaults.
 func (c Config) Validate() error {
-	c.setDefaults()
 	var errs []error
 	if c.JobMaxAttempts < 0 || c.JobMaxAttempts > 1000 {
 		errs = append(errs, fmt.Errorf("JobMaxAttempts %d: want 0..1000", c.JobMaxAttempts))
 	}
-	errs = append(errs, c.consumerConfig().Validate())
+	errs = append(errs, c.consumer().Validate())
 	return errors.Join(errs...)
 }
 
@@ -121,13 +111,10 @@ func New(db pgdb.DB, queue *leasequeue.Queue, cfg Config, logger *slog.Logger, m
 	if db == nil || queue == nil || logger == nil {
 		return nil, errors.New("intake: nil pool, queue or logger")
 	}
-	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("intake: %w", err)
 	}
-	if meter == nil {
-		meter = noop.NewMeterProvider().Meter("")
-	}
+	meter = telemetry.MeterOrNoop(meter)
 	messages, err := meter.Int64Counter("billing.intake.messages",
 		metric.WithDescription("Messages consumed, by outcome: enqueued, duplicate, order_already_queued, parked, unknown_type (parked too). Alert on parked and unknown_type."))
 	if err != nil {
@@ -157,7 +144,7 @@ func New(db pgdb.DB, queue *leasequeue.Queue, cfg Config, logger *slog.Logger, m
 				hops.Observe(ctx, orderhop.BillingIntake, orderhop.Time(ev.GetCompletedAt()), time.Now())
 			}
 		},
-	}, cfg.consumerConfig(), logger, opts...)
+	}, cfg.consumer().For(topology.SubWorkOrderEvents), logger, opts...)
 }
 
 // applier enqueues the invoice job of an event.

@@ -14,7 +14,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -25,6 +24,7 @@ import (
 	"github.com/lossless-dev/lossless/pkg/leasequeue"
 	"github.com/lossless-dev/lossless/pkg/outbox"
 	"github.com/lossless-dev/lossless/pkg/retry"
+	"github.com/lossless-dev/lossless/pkg/telemetry"
 	"github.com/lossless-dev/lossless/services/billing/internal/invoice"
 	"github.com/lossless-dev/lossless/services/billing/internal/store"
 )
@@ -50,9 +50,7 @@ func New(now func() time.Time, logger *slog.Logger, meter metric.Meter) (*Issuer
 	if now == nil {
 		now = time.Now
 	}
-	if meter == nil {
-		meter = noop.NewMeterProvider().Meter("")
-	}
+	meter = telemetry.MeterOrNoop(meter)
 	issued, err := meter.Int64Counter("billing.invoices.issued", metric.WithDescription("Invoices issued."))
 	if err != nil {
 		return nil, err

@@ -31,7 +31,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
@@ -131,9 +130,7 @@ func New(pool *pgxpool.Pool, pub Publisher, dice *faults.Dice, cfg Config, logge
 	if cfg.Crash == nil {
 		cfg.Crash = func() { os.Exit(3) }
 	}
-	if meter == nil {
-		meter = noop.NewMeterProvider().Meter("")
-	}
+	meter = telemetry.MeterOrNoop(meter)
 	m, err := newMetrics(meter)
 	if err != nil {
 		return nil, err

@@ -29,6 +29,7 @@ import (
 	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
 	"github.com/lossless-dev/lossless/internal/clientauth"
 	"github.com/lossless-dev/lossless/internal/libenv"
+	"github.com/lossless-dev/lossless/internal/serviceapp"
 	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/idempotency"
@@ -79,17 +80,19 @@ func startProvider(t *testing.T, p providerv1.ProviderServiceServer) string {
 func testConfig(t *testing.T, dsn, providerAddr string) config.Config {
 	em := pubsubtest.New(t, topology.System())
 	return config.Config{
-		PubSub:       pubsub.ClientConfig{ProjectID: em.ProjectID, EmulatorHost: em.Addr},
-		Database:     pgdb.Config{URL: dsn},
-		Server:       server.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", ShutdownTimeout: 10 * time.Second},
+		Common: serviceapp.Common{
+			PubSub:    pubsub.ClientConfig{ProjectID: em.ProjectID, EmulatorHost: em.Addr},
+			Database:  pgdb.Config{URL: dsn},
+			Server:    server.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", ShutdownTimeout: 10 * time.Second},
+			Telemetry: telemetry.Config{ServiceName: config.ServiceName, LogLevel: "info"},
+			// Caller authentication is tested in package api and by the stack
+			// tests (internal/localstack); here every caller is anonymous.
+			Auth: libenv.CallerAuth{Disabled: true},
+		},
 		ProviderAddr: providerAddr,
 		HandOff:      handoff.Config{Deadline: 5 * time.Second},
 		Outbox:       outbox.Config{PollInterval: 20 * time.Millisecond, SweepInterval: 20 * time.Millisecond},
 		Idempotency:  idempotency.Config{},
-		Telemetry:    telemetry.Config{ServiceName: config.ServiceName, LogLevel: "info"},
-		// Caller authentication is tested in package api and by the stack
-		// tests (internal/localstack); here every caller is anonymous.
-		Auth:         libenv.CallerAuth{Disabled: true},
 		ProviderAuth: clientauth.Config{Disabled: true},
 	}
 }

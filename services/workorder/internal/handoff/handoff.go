@@ -38,7 +38,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	grpcbackoff "google.golang.org/grpc/backoff"
@@ -52,6 +51,7 @@ import (
 	"github.com/lossless-dev/lossless/pkg/inbox"
 	"github.com/lossless-dev/lossless/pkg/outbox"
 	"github.com/lossless-dev/lossless/pkg/retry"
+	"github.com/lossless-dev/lossless/pkg/telemetry"
 	"github.com/lossless-dev/lossless/services/workorder/internal/orders"
 )
 
@@ -131,9 +131,7 @@ func NewDispatcher(provider providerv1.ProviderServiceClient, repo *orders.Repos
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("handoff: %w", err)
 	}
-	if meter == nil {
-		meter = noop.NewMeterProvider().Meter("")
-	}
+	meter = telemetry.MeterOrNoop(meter)
 	d := &Dispatcher{provider: provider, inbox: completions, cfg: cfg, log: logger,
 		checks: &prechecks{read: repo.Statuses, timeout: cfg.Deadline}}
 	var errs [4]error

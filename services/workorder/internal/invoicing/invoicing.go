@@ -39,7 +39,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/metric/noop"
 
 	eventsv1 "github.com/lossless-dev/lossless/gen/lossless/events/v1"
 	"github.com/lossless-dev/lossless/internal/orderhop"
@@ -49,6 +48,7 @@ import (
 	"github.com/lossless-dev/lossless/pkg/pgdb"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/retry"
+	"github.com/lossless-dev/lossless/pkg/telemetry"
 	"github.com/lossless-dev/lossless/services/workorder/internal/orders"
 )
 
@@ -78,40 +78,10 @@ const MaxEventIDLength = consumer.MaxEventIDLength
 // DefaultConcurrency is Config.Concurrency's default.
 const DefaultConcurrency = consumer.DefaultConcurrency
 
-// Config of the consumer. The zero value of every field means its default.
-type Config struct {
-	// Subscription the messages come from, recorded with parked messages.
-	// Default topology.SubBillingEvents.
-	Subscription string
-	// MaxPayloadBytes caps a message's payload: a larger one is parked
-	// unparsed, with its raw bytes. Default DefaultMaxPayloadBytes; 1..10 MiB.
-	MaxPayloadBytes int
-	// Concurrency is how many messages are applied at once, each in a
-	// transaction of its own, when a batch's transaction failed
-	// (consumer.Config.Concurrency). Each holds a pooled connection while it
-	// runs: keep it well below the pool's size. Default DefaultConcurrency;
-	// 1..64.
-	Concurrency int
-}
-
-func (c *Config) setDefaults() {
-	if c.Subscription == "" {
-		c.Subscription = topology.SubBillingEvents
-	}
-}
-
-// consumerConfig is c as the skeleton reads it.
-func (c Config) consumerConfig() consumer.Config {
-	return consumer.Config{Subscription: c.Subscription, MaxPayloadBytes: c.MaxPayloadBytes,
-		Concurrency: c.Concurrency}
-}
-
-// Validate reports an unusable configuration; zero fields take their
-// defaults.
-func (c Config) Validate() error {
-	c.setDefaults()
-	return c.consumerConfig().Validate()
-}
+// Config of the consumer (pkg/consumer's Settings: MaxPayloadBytes,
+// Concurrency); its subscription is topology.SubBillingEvents. The zero
+// value of every field means its default.
+type Config = consumer.Settings
 
 // Invoicing applies InvoiceIssued events to work orders: Handle,
 // HandleBatch, Process and Replay are pkg/consumer's.
@@ -144,13 +114,10 @@ func New(db pgdb.DB, cfg Config, logger *slog.Logger, meter metric.Meter, opts .
 	if db == nil || logger == nil {
 		return nil, errors.New("invoicing: nil pool or logger")
 	}
-	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("invoicing: %w", err)
 	}
-	if meter == nil {
-		meter = noop.NewMeterProvider().Meter("")
-	}
+	meter = telemetry.MeterOrNoop(meter)
 	messages, err := meter.Int64Counter("workorder.invoicing.messages",
 		metric.WithDescription("InvoiceIssued messages consumed, by outcome: invoiced, duplicate, parked, unknown_type (parked too). Alert on parked and unknown_type."))
 	if err != nil {
@@ -175,7 +142,7 @@ func New(db pgdb.DB, cfg Config, logger *slog.Logger, meter metric.Meter, opts .
 					"invoice_id", ev.GetInvoiceId(), "invoice_number", ev.GetInvoiceNumber())
 			}
 		},
-	}, cfg.consumerConfig(), logger, opts...)
+	}, cfg.For(topology.SubBillingEvents), logger, opts...)
 }
 
 // refuse is apply's refusal: the skeleton rolls back ev's effects and its

@@ -10,12 +10,12 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/metric/noop"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/lossless-dev/lossless/pkg/idempotency"
 	"github.com/lossless-dev/lossless/pkg/pgdb"
 	"github.com/lossless-dev/lossless/pkg/pgnotify"
+	"github.com/lossless-dev/lossless/pkg/telemetry"
 )
 
 // The use cases of the API. A handler owns its transaction (pgnotify.InTx
@@ -68,9 +68,7 @@ func NewCreateHandler[R proto.Message](db pgdb.DB, keys *idempotency.Store, scop
 	case logger == nil:
 		return nil, errors.New("orders: logger is nil")
 	}
-	if meter == nil {
-		meter = noop.NewMeterProvider().Meter("")
-	}
+	meter = telemetry.MeterOrNoop(meter)
 	created, err := meter.Int64Counter("workorder.orders.created", metric.WithDescription("Work orders created (replays excluded)."))
 	if err != nil {
 		return nil, fmt.Errorf("orders: metrics: %w", err)
@@ -161,9 +159,7 @@ func NewCancelHandler(db pgdb.DB, logger *slog.Logger, meter metric.Meter) (*Can
 	case logger == nil:
 		return nil, errors.New("orders: logger is nil")
 	}
-	if meter == nil {
-		meter = noop.NewMeterProvider().Meter("")
-	}
+	meter = telemetry.MeterOrNoop(meter)
 	cancelled, err := meter.Int64Counter("workorder.orders.cancelled", metric.WithDescription("Work orders cancelled."))
 	if err != nil {
 		return nil, fmt.Errorf("orders: metrics: %w", err)

@@ -13,9 +13,9 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/lossless-dev/lossless/pkg/pgdb"
+	"github.com/lossless-dev/lossless/pkg/telemetry"
 	"github.com/lossless-dev/lossless/services/workorder/internal/orders"
 )
 
@@ -71,9 +71,7 @@ func New(db pgdb.Executor, cfg Config, logger *slog.Logger, meter metric.Meter) 
 	if cfg.Interval == 0 {
 		cfg.Interval = 15 * time.Second
 	}
-	if meter == nil {
-		meter = noop.NewMeterProvider().Meter("")
-	}
+	meter = telemetry.MeterOrNoop(meter)
 	m := &Monitor{db: db, cfg: cfg, logger: logger}
 	g, err := meter.Int64ObservableGauge("workorder.orders",
 		metric.WithDescription("Work orders in each open status (CREATED, HANDED_OFF, COMPLETED; capped counts), refreshed every interval."))
