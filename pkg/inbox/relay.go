@@ -255,9 +255,9 @@ func (e *batchFailedError) Unwrap() error { return e.err }
 
 // processBatch is one claiming transaction: claim, apply (whole batch through
 // bh when batched, else entry by entry in savepoints), resolve, commit,
-// pipelined (pgnotify.Begin, ADR 0023): the claim travels with the BEGIN,
-// the resolve with the COMMIT and the notifications the handlers' writes
-// announced (pgnotify.Send, e.g. by outbox.Append), which go out after the
+// pipelined (a pgdb.Tx, ADR 0023): the claim travels with the BEGIN, the
+// resolve with the COMMIT and the notifications the handlers' writes
+// announced (pgnotify.Notify, e.g. by outbox.Append), which go out after the
 // commit. A claim that finds nothing rolls back: it locked nothing.
 func (r *Relay) processBatch(ctx context.Context, from int64, bh BatchHandler, batched bool) ([]Entry, []outcome, error) {
 	var claimed []Entry
@@ -267,22 +267,24 @@ func (r *Relay) processBatch(ctx context.Context, from int64, bh BatchHandler, b
 		claimed, err = scanEntries(rows)
 		return err
 	})
-	txCtx, p, err := pgnotify.Begin(ctx, r.pool, r.logger, first)
+	tx, err := pgdb.Begin(ctx, r.pool, r.logger)
 	if err != nil {
 		return nil, nil, fmt.Errorf("inbox: claim: %w", err)
 	}
+	defer func() { _ = tx.Rollback(ctx) }() // a no-op once committed
+	if err := tx.SendBatch(ctx, first).Close(); err != nil {
+		return nil, nil, fmt.Errorf("inbox: claim: %w", err)
+	}
 	if len(claimed) == 0 {
-		p.Rollback(ctx)
 		return nil, nil, nil
 	}
-	outs, err := r.applyClaimed(txCtx, p.Tx(), claimed, bh, batched)
+	outs, err := r.applyClaimed(ctx, tx, claimed, bh, batched)
 	if err != nil {
-		p.Rollback(ctx)
 		return nil, nil, err
 	}
 	last := &pgx.Batch{}
 	r.queueResolve(last, outs)
-	if err := p.Commit(ctx, last); err != nil {
+	if err := tx.CommitWith(ctx, last); err != nil {
 		return nil, nil, err
 	}
 	return claimed, outs, nil
@@ -573,7 +575,7 @@ func (r *Relay) chargeLostPanic(ctx context.Context, lost *lostPanicError) error
 	r.logger.WarnContext(ctx, "inbox relay: a panic lost the batch's transaction; charging the entry alone",
 		"inbox_id", lost.entry.ID, "event_id", lost.entry.EventID, "error", lost.err)
 	var o outcome
-	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
+	err := pgdb.InTx(ctx, r.pool, r.logger, func(tx *pgdb.Tx) error {
 		var id int64
 		err := tx.QueryRow(ctx, r.q.lockUnchanged, lost.entry.ID, lost.entry.Attempts).Scan(&id)
 		if errors.Is(err, pgx.ErrNoRows) {
