@@ -3,8 +3,8 @@
 // relays of this system (outbox, inbox, lease queue) poll as a safety net
 // and listen to cut the wait. Writers announce new rows with Notify through
 // the handle they write with: in a pgdb.Tx the wake-up is queued on the
-// transaction and sent after its commit, in its round trip (pgdb.Tx.Notify
-// says why outside it), so a woken relay always sees the new rows and a
+// transaction and sent after its commit, in its round trip (pgdb's package
+// doc says why outside it), so a woken relay always sees the new rows and a
 // rolled-back transaction wakes nobody.
 //
 // Lesson: a notification is a hint, never the record: the rows are, so a
