@@ -7,7 +7,7 @@ import (
 
 	"github.com/lossless-dev/lossless/pkg/envelope"
 	"github.com/lossless-dev/lossless/pkg/parked"
-	"github.com/lossless-dev/lossless/pkg/pgnotify"
+	"github.com/lossless-dev/lossless/pkg/pgdb"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/retry"
 )
@@ -22,11 +22,11 @@ const (
 	qRollbackTo = `ROLLBACK TO SAVEPOINT consumer_message`
 )
 
-// commit handles ms in one transaction, pipelined (pgnotify.Begin, ADR
-// 0023): the BEGIN travels with the first message's savepoint and marker
-// claim, each later message's savepoint and claim with the release of the
-// previous one, and the COMMIT with the NOTIFYs Apply sent
-// (pgnotify.Send), which go out after the commit.
+// commit handles ms in one transaction, pipelined (a pgdb.Tx, ADR 0023):
+// the BEGIN travels with the first message's savepoint and marker claim,
+// each later message's savepoint and claim with the release of the
+// previous one, and the COMMIT with the wake-ups Apply announced
+// (pgnotify.Notify), which go out after the commit.
 func (c *Consumer[T]) commit(ctx context.Context, ms []*pubsub.Received, vs []envelope.Verdict[T]) ([]string, error) {
 	outcomes := make([]string, len(ms))
 	b := &batchTx[T]{c: c}
@@ -37,7 +37,8 @@ func (c *Consumer[T]) commit(ctx context.Context, ms []*pubsub.Received, vs []en
 			return nil, err
 		}
 	}
-	if err := b.p.Commit(ctx, nil); err != nil {
+	if err := b.tx.Commit(ctx); err != nil {
+		b.rollback(ctx)
 		return nil, err
 	}
 	return outcomes, nil
@@ -47,28 +48,31 @@ func (c *Consumer[T]) commit(ctx context.Context, ms []*pubsub.Received, vs []en
 // statements.
 type batchTx[T envelope.Event] struct {
 	c     *Consumer[T]
-	ctx   context.Context // the transaction's: Send collects into it
-	p     *pgnotify.Pipelined
+	tx    *pgdb.Tx
 	saved bool // a message's savepoint is open: the next message releases it
 }
 
 // send sends b in the transaction, beginning it with b when it has not
-// begun yet.
+// begun yet: a failure of that first batch leaves nothing open.
 func (b *batchTx[T]) send(ctx context.Context, batch *pgx.Batch) error {
-	if b.p != nil {
-		return b.p.Tx().SendBatch(b.ctx, batch).Close()
+	if b.tx != nil {
+		return b.tx.SendBatch(ctx, batch).Close()
 	}
-	txCtx, p, err := pgnotify.Begin(ctx, b.c.db, b.c.logger, batch)
+	tx, err := pgdb.Begin(ctx, b.c.db, b.c.logger)
 	if err != nil {
 		return err
 	}
-	b.ctx, b.p = txCtx, p
+	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
+		_ = tx.Rollback(ctx) // the BEGIN's batch failed: nothing left open
+		return err
+	}
+	b.tx = tx
 	return nil
 }
 
 func (b *batchTx[T]) rollback(ctx context.Context) {
-	if b.p != nil {
-		b.p.Rollback(ctx)
+	if b.tx != nil {
+		_ = b.tx.Rollback(ctx)
 	}
 }
 
@@ -82,7 +86,7 @@ func (b *batchTx[T]) handle(ctx context.Context, m *pubsub.Received, v envelope.
 		if err := b.send(ctx, &pgx.Batch{}); err != nil {
 			return "", err
 		}
-		return c.park(b.ctx, b.p.Tx(), m, v.Event, v.Outcome(OutcomeParked, OutcomeUnknownType), v.Reason())
+		return c.park(ctx, b.tx, m, v.Event, v.Outcome(OutcomeParked, OutcomeUnknownType), v.Reason())
 	}
 	batch := &pgx.Batch{}
 	if b.saved {
@@ -93,7 +97,7 @@ func (b *batchTx[T]) handle(ctx context.Context, m *pubsub.Received, v envelope.
 	if err != nil {
 		return "", err
 	}
-	began := b.p != nil
+	began := b.tx != nil
 	if err := b.send(ctx, batch); err != nil {
 		// The database refused the marker itself (pgdb.IsData): in a
 		// transaction begun before, the savepoint preceding the claim
@@ -107,13 +111,13 @@ func (b *batchTx[T]) handle(ctx context.Context, m *pubsub.Received, v envelope.
 			if err := b.send(ctx, &pgx.Batch{}); err != nil {
 				return "", err
 			}
-			return c.park(b.ctx, b.p.Tx(), m, v.Event, OutcomeParked, reason)
+			return c.park(ctx, b.tx, m, v.Event, OutcomeParked, reason)
 		}
 		b.saved = true
-		return b.refuse(m, v.Event, reason)
+		return b.refuse(ctx, m, v.Event, reason)
 	}
 	b.saved = true
-	outcome, err := c.applyClaimed(b.ctx, b.p.Tx(), cl, m, v.Event)
+	outcome, err := c.applyClaimed(ctx, b.tx, cl, m, v.Event)
 	if err == nil {
 		return outcome, nil
 	}
@@ -124,15 +128,14 @@ func (b *batchTx[T]) handle(ctx context.Context, m *pubsub.Received, v envelope.
 	if !ok {
 		return "", err
 	}
-	return b.refuse(m, v.Event, reason)
+	return b.refuse(ctx, m, v.Event, reason)
 }
 
 // refuse rolls the open savepoint back (the message's marker and effects)
 // and parks m with reason.
-func (b *batchTx[T]) refuse(m *pubsub.Received, ev T, reason string) (string, error) {
-	tx := b.p.Tx()
-	if _, err := tx.Exec(b.ctx, qRollbackTo); err != nil {
+func (b *batchTx[T]) refuse(ctx context.Context, m *pubsub.Received, ev T, reason string) (string, error) {
+	if _, err := b.tx.Exec(ctx, qRollbackTo); err != nil {
 		return "", err
 	}
-	return b.c.park(b.ctx, tx, m, ev, OutcomeParked, reason)
+	return b.c.park(ctx, b.tx, m, ev, OutcomeParked, reason)
 }

@@ -66,7 +66,7 @@
 // first message's savepoint and marker claim, each later message's
 // savepoint and claim with the release of the previous one (at most one
 // savepoint is open), and the COMMIT with the NOTIFYs Apply sent, which run
-// after it (pgnotify.Pipelined). A message that writes one statement costs
+// after it (a pgdb.Tx). A message that writes one statement costs
 // three round trips alone, two more in a batch.
 //
 // # Schema

@@ -46,7 +46,7 @@ func TestRoundTripsPerMessage(t *testing.T) {
 			if _, err := tx.Exec(ctx, `INSERT INTO shipments VALUES ($1)`, ev.GetOrderId()); err != nil {
 				return "", err
 			}
-			return "shipped", pgnotify.Send(ctx, tx, "shipments", "")
+			return "shipped", pgnotify.Notify(ctx, tx, pgnotify.Notification{Channel: "shipments"})
 		},
 	}, consumer.Config{Subscription: subscription}, slog.New(slog.DiscardHandler))
 	if err != nil {

@@ -20,7 +20,7 @@
 // therefore never leave a key without its effect, nor an effect without its
 // key; a request that fails rolls its key back and may simply be retried.
 // Do costs two round trips; a caller that pipelines its transaction
-// (pgnotify.Begin) splits it into Store.QueueClaim, sent with its BEGIN, and
+// (a pgdb.Tx) splits it into Store.QueueClaim, sent with its BEGIN, and
 // Finish, whose stored response travels with its COMMIT.
 // Rules, per (scope, principal, key):
 //

@@ -273,7 +273,7 @@ func Do[R proto.Message](ctx context.Context, s *Store, tx pgx.Tx, req Request, 
 
 // Claim is a key's claim queued in a batch (Store.QueueClaim), for a
 // caller that counts its round trips: the batch that carries it can carry
-// the transaction's BEGIN too (pgnotify.Begin). Finish completes it.
+// the transaction's BEGIN too (a pgdb.Tx). Finish completes it.
 type Claim struct {
 	s                     *Store
 	req                   Request
@@ -301,7 +301,7 @@ func (s *Store) QueueClaim(b *pgx.Batch, req Request) (*Claim, error) {
 
 // Finish is the rest of Do once c's batch has been sent in tx: fn runs when
 // the claim won, and its response is stored with the key, in last when
-// last is not nil (queued to travel with the COMMIT, pgnotify.Pipelined:
+// last is not nil (queued to travel with the COMMIT, pgdb.Tx.CommitWith:
 // the caller must send last in tx before committing), else at once; a key
 // already used is replayed or refused as Do does. Same errors as Do.
 func Finish[R proto.Message](ctx context.Context, c *Claim, tx pgx.Tx, fn func(ctx context.Context) (R, error), last *pgx.Batch) (resp R, replayed bool, err error) {

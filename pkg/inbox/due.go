@@ -31,7 +31,7 @@ WHERE id IN (
 
 // MakeDue makes the deferred entries of one correlation key due at once, in
 // the caller's transaction, and wakes the relays at its commit
-// (pgnotify.Send: after it, if the caller runs tx through pgnotify.InTx). Call it when
+// (pgnotify.Notify: after it, if tx is a pgdb.Tx). Call it when
 // the condition those entries wait for becomes true: the work-order service
 // calls it when it records a waiting point, so a completion that overtook
 // its hand-off (F5) applies right after the hand-off commits instead of
@@ -76,7 +76,7 @@ func (s *Store) announceDue(ctx context.Context, tx pgdb.Executor, n int64) (int
 	if n == 0 {
 		return 0, nil
 	}
-	if err := pgnotify.Send(ctx, tx, s.q.channel, ""); err != nil {
+	if err := pgnotify.Notify(ctx, tx, pgnotify.Notification{Channel: s.q.channel}); err != nil {
 		return 0, fmt.Errorf("inbox: %w", err)
 	}
 	return n, nil

@@ -157,7 +157,7 @@ func (s *Store) Ingest(ctx context.Context, msgs []Message) (IngestResult, error
 		// New OPEN entries wake the relays; parked poison wakes nobody.
 		// After the commit when Ingest owns the transaction (pgnotify).
 		if err == nil && res.Inserted > 0 {
-			if err := pgnotify.Announce(ctx, s.db, pgnotify.Notification{Channel: s.q.channel}); err != nil {
+			if err := pgnotify.Notify(ctx, s.db, pgnotify.Notification{Channel: s.q.channel}); err != nil {
 				if _, inTx := s.db.(pgx.Tx); inTx {
 					return IngestResult{}, err
 				}
@@ -176,8 +176,8 @@ func (s *Store) Ingest(ctx context.Context, msgs []Message) (IngestResult, error
 	return res, nil
 }
 
-// ingestBatch is the normal case, in one round trip on a pool
-// (pgnotify.InOneTrip, ADR 0023): BEGIN, the batch's insert, the conflicts
+// ingestBatch is the normal case, in one round trip on a pool (a pgdb.Tx
+// whose statements all ride with its COMMIT, ADR 0023): BEGIN, the batch's insert, the conflicts
 // of the copies it skipped, COMMIT, and the relays' wake-up after the
 // commit. recordConflicts is sent before the insert's result is read, so it
 // gets every row: those the insert stored carry the stored payload's hash
@@ -208,13 +208,18 @@ func (s *Store) ingestBatch(ctx context.Context, rows []row) (IngestResult, erro
 		}
 		return nil
 	})
-	wakeErr, err := pgnotify.InOneTrip(ctx, s.db, b, pgnotify.Notification{Channel: s.q.channel})
+	tx, err := pgdb.Begin(ctx, s.db, nil)
 	if err != nil {
+		return IngestResult{}, err
+	}
+	tx.Notify(s.q.channel, "")
+	if err := tx.CommitWith(ctx, b); err != nil {
+		_ = tx.Rollback(ctx)
 		return IngestResult{}, err
 	}
 	res.Conflicts = newConflicts
 	res.Duplicates = len(skipped(rows, inserted)) - newConflicts
-	res.WakeErr = wakeErr
+	res.WakeErr = tx.WakeErr()
 	return res, nil
 }
 
@@ -225,7 +230,7 @@ func (s *Store) ingestBatch(ctx context.Context, rows []row) (IngestResult, erro
 // with a concurrent batch either.
 func (s *Store) ingestIsolated(ctx context.Context, rows []row) (IngestResult, error) {
 	var res IngestResult
-	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+	err := pgdb.InTx(ctx, s.db, nil, func(tx *pgdb.Tx) error {
 		res = IngestResult{}
 		inserted := make(map[rowKey]bool, len(rows))
 		stored := make([]row, 0, len(rows))

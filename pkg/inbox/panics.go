@@ -7,6 +7,8 @@ import (
 	"runtime/debug"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/lossless-dev/lossless/pkg/pgdb"
 )
 
 // A handler that panics is recovered, charged an attempt and, after
@@ -82,7 +84,7 @@ func (r *Relay) chargeLostPanic(ctx context.Context, lost *lostPanicError) error
 	r.logger.WarnContext(ctx, "inbox relay: a panic lost the batch's transaction; charging the entry alone",
 		"inbox_id", lost.entry.ID, "event_id", lost.entry.EventID, "error", lost.err)
 	var o outcome
-	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
+	err := pgdb.InTx(ctx, r.pool, r.logger, func(tx *pgdb.Tx) error {
 		var id int64
 		err := tx.QueryRow(ctx, r.q.lockUnchanged, lost.entry.ID, lost.entry.Attempts).Scan(&id)
 		if errors.Is(err, pgx.ErrNoRows) {

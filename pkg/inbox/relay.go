@@ -235,9 +235,9 @@ func (r *Relay) ProcessBatch(ctx context.Context) (int, error) {
 
 // processBatch is one claiming transaction: claim, apply (whole batch through
 // bh when batched, else entry by entry in savepoints), resolve, commit,
-// pipelined (pgnotify.Begin, ADR 0023): the claim travels with the BEGIN,
-// the resolve with the COMMIT and the notifications the handlers' writes
-// announced (pgnotify.Send, e.g. by outbox.Append), which go out after the
+// pipelined (a pgdb.Tx, ADR 0023): the claim travels with the BEGIN, the
+// resolve with the COMMIT and the notifications the handlers' writes
+// announced (pgnotify.Notify, e.g. by outbox.Append), which go out after the
 // commit. A claim that finds nothing rolls back: it locked nothing.
 func (r *Relay) processBatch(ctx context.Context, from int64, bh BatchHandler, batched bool) ([]Entry, []outcome, error) {
 	var claimed []Entry
@@ -247,22 +247,24 @@ func (r *Relay) processBatch(ctx context.Context, from int64, bh BatchHandler, b
 		claimed, err = scanEntries(rows)
 		return err
 	})
-	txCtx, p, err := pgnotify.Begin(ctx, r.pool, r.logger, first)
+	tx, err := pgdb.Begin(ctx, r.pool, r.logger)
 	if err != nil {
 		return nil, nil, fmt.Errorf("inbox: claim: %w", err)
 	}
+	defer func() { _ = tx.Rollback(ctx) }() // a no-op once committed
+	if err := tx.SendBatch(ctx, first).Close(); err != nil {
+		return nil, nil, fmt.Errorf("inbox: claim: %w", err)
+	}
 	if len(claimed) == 0 {
-		p.Rollback(ctx)
 		return nil, nil, nil
 	}
-	outs, err := r.applyClaimed(txCtx, p.Tx(), claimed, bh, batched)
+	outs, err := r.applyClaimed(ctx, tx, claimed, bh, batched)
 	if err != nil {
-		p.Rollback(ctx)
 		return nil, nil, err
 	}
 	last := &pgx.Batch{}
 	r.queueResolve(last, outs)
-	if err := p.Commit(ctx, last); err != nil {
+	if err := tx.CommitWith(ctx, last); err != nil {
 		return nil, nil, err
 	}
 	return claimed, outs, nil

@@ -1,6 +1,11 @@
 package leasequeue
 
-import "github.com/lossless-dev/lossless/pkg/pgmigrate"
+import (
+	"fmt"
+
+	"github.com/lossless-dev/lossless/pkg/pgdb"
+	"github.com/lossless-dev/lossless/pkg/pgmigrate"
+)
 
 // The SQL of the queue. Every statement that writes a running job carries the
 // fencing predicate (id AND epoch AND state = 'running') and the caller checks
@@ -19,6 +24,8 @@ type queries struct {
 
 func renderQueries(schema string) queries {
 	r := func(sql string) string { return pgmigrate.Render(sql, schema) }
+	completeAll := fmt.Sprintf(qCompleteAll, pgdb.AssertSQL("count(*) = cardinality($1::bigint[])",
+		`'leasequeue: lease lost: ' || count(*) || ' of ' || cardinality($1::bigint[]) || ' claims hold their job'`))
 	return queries{
 		enqueue:         r(qEnqueue),
 		claimAvailable:  r(qClaimAvailable),
@@ -27,7 +34,7 @@ func renderQueries(schema string) queries {
 		heartbeat:       r(qHeartbeat),
 		sameEpoch:       r(qSameEpoch),
 		complete:        r(qComplete),
-		completeAll:     r(qCompleteAll),
+		completeAll:     r(completeAll),
 		fail:            r(qFail),
 		release:         r(qRelease),
 		releaseInstance: r(qReleaseInstance),
@@ -115,13 +122,11 @@ RETURNING id`
 
 // qCompleteAll is qComplete for a completion that expects every claim to
 // hold its job, sent in one batch with BEGIN and the effects' first
-// statement before its result is known (fenceTx). It must therefore fail in
+// statement before its result is known (a pgdb.Tx's queue). It must therefore fail in
 // the server when a claim does not hold its job: the error aborts the
 // transaction and makes the server skip the effects' statement behind it,
 // and the caller starts over with qComplete to learn which claims hold.
-// The error is a failed cast of a message, as SQL has no RAISE; it depends
-// on count(*), so the planner cannot fold it into an error of every call.
-// Two claims of one job in the batch can never both hold: it fails then too.
+// %s is that failure, pgdb.AssertSQL (renderQueries). Two claims of one job in the batch can never both hold: it fails then too.
 const qCompleteAll = `
 WITH done AS (
     UPDATE {schema}.leasequeue_jobs j
@@ -130,10 +135,7 @@ WITH done AS (
     WHERE j.id = c.id AND j.epoch = c.epoch AND j.state = 'running'
     RETURNING j.id
 )
-SELECT CASE WHEN count(*) = cardinality($1::bigint[]) THEN count(*)
-    ELSE ('leasequeue: lease lost: ' || count(*) || ' of ' || cardinality($1::bigint[])
-          || ' claims hold their job')::bigint END
-FROM done`
+SELECT %s FROM done`
 
 // qReleaseInstance gives back, at a worker's start, the jobs a previous
 // incarnation of the same instance still holds: that process is dead (this

@@ -189,9 +189,9 @@ const maxIdentifier = 63
 // Enqueue inserts jobs through db, normally the caller's business transaction
 // (the job exists if and only if the transaction commits). A job whose
 // UniqueKey already exists in the queue is skipped. It returns how many jobs
-// were inserted. New jobs wake idle workers (pgnotify.Announce): through a
-// transaction at its commit, after it if the caller runs it through
-// pgnotify.InTx; through a pool at once.
+// were inserted. New jobs wake idle workers (pgnotify.Notify): through a
+// transaction at its commit, after it if the transaction is a pgdb.Tx;
+// through a pool at once.
 func (q *Queue) Enqueue(ctx context.Context, db pgdb.Executor, jobs ...NewJob) (int, error) {
 	if len(jobs) == 0 {
 		return 0, nil
@@ -228,7 +228,7 @@ func (q *Queue) Enqueue(ctx context.Context, db pgdb.Executor, jobs ...NewJob) (
 	}
 	q.m.enqueued.Add(ctx, n, q.m.attrs)
 	if n > 0 {
-		if err := pgnotify.Announce(ctx, db, pgnotify.Notification{Channel: q.channel}); err != nil {
+		if err := pgnotify.Notify(ctx, db, pgnotify.Notification{Channel: q.channel}); err != nil {
 			if _, inTx := db.(pgx.Tx); inTx {
 				return 0, fmt.Errorf("leasequeue: enqueue: %w", err)
 			}

@@ -97,7 +97,7 @@ func TestPrimitiveRoundTrips(t *testing.T) {
 			if err := recordEffect(j)(ctx, tx); err != nil {
 				return err
 			}
-			return pgnotify.Send(ctx, tx, "effects", "")
+			return pgnotify.Notify(ctx, tx, pgnotify.Notification{Channel: "effects"})
 		}); err != nil {
 			t.Fatal(err)
 		}
@@ -146,7 +146,7 @@ func TestCompletionWakeUpsFollowTheCommit(t *testing.T) {
 			if err := recordEffect(j)(ctx, tx); err != nil {
 				return err
 			}
-			if err := pgnotify.Send(ctx, tx, "effects", payload); err != nil {
+			if err := pgnotify.Notify(ctx, tx, pgnotify.Notification{Channel: "effects", Payload: payload}); err != nil {
 				return err
 			}
 			if fail {

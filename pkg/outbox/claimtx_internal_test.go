@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/lossless-dev/lossless/pkg/pgdb"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
 )
 
@@ -23,27 +24,22 @@ func TestMarkPublishedShortfallIsNotCommitted(t *testing.T) {
 	if _, err := pool.Exec(ctx, `CREATE TABLE marker (n int)`); err != nil {
 		t.Fatal(err)
 	}
-	c, err := pool.Acquire(ctx)
+	tx, err := pgdb.Begin(ctx, pool, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Release()
-	tx := &claimTx{conn: c.Conn()}
 	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := tx.Exec(ctx, "begin"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, `INSERT INTO marker VALUES (1)`); err != nil {
+	if _, err := tx.Exec(ctx, `INSERT INTO marker VALUES ($1)`, 1); err != nil {
 		t.Fatal(err)
 	}
 	b := &pgx.Batch{}
 	queueExec(b, "mark published", newQueries(DefaultSchema).markPublished,
 		[]pgtype.TID{{BlockNumber: 4242, OffsetNumber: 1, Valid: true}}, time.Now())
-	err = tx.commitWith(ctx, b)
+	err = tx.CommitWith(ctx, b)
 	if err == nil || !strings.Contains(err.Error(), "moved 0 of 1 locked rows") {
 		t.Fatalf("commit after a shortfall: %v, want the shortfall", err)
 	}
-	if tx.closed {
+	if tx.Closed() {
 		t.Fatal("transaction reported closed: the COMMIT ran")
 	}
 	if err := tx.Rollback(ctx); err != nil {

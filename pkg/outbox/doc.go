@@ -89,8 +89,8 @@
 //   - outbox_dispatching: the dispatch journal (UNLOGGED), which charges a
 //     crash to the event being dispatched.
 //   - no trigger: Append notifies the channel "<schema>.outbox" with the
-//     lowest id it inserted (pgnotify.Send), after the commit when the
-//     writer ran its transaction through pgnotify.InTx, else
+//     lowest id it inserted (pgnotify.Notify), after the commit when the
+//     writer's transaction is a pgdb.Tx (pgdb.InTx), else
 //     at the commit. Relays LISTEN on it and also poll
 //     (Config.PollInterval), so a lost notification, or a row inserted by
 //     other means, costs latency, never an event. (Migration 00002 dropped

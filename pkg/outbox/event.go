@@ -116,9 +116,9 @@ func Append(ctx context.Context, tx pgx.Tx, evs ...Event) error {
 // Append inserts evs in the caller's transaction (the business transaction),
 // so the events exist if and only if the business change commits (I1). All
 // events go in one INSERT, announced by one notification that wakes the
-// relays (pgnotify.Send): run the transaction through pgnotify.InTx, which
-// sends it after the commit, or it is sent inside the transaction, whose commit
-// then holds PostgreSQL's global NOTIFY lock across its flush. It takes a
+// relays (pgnotify.Notify): run the transaction as a pgdb.Tx (pgdb.InTx),
+// which sends it after the commit, or it is sent inside the transaction, whose
+// commit then holds PostgreSQL's global NOTIFY lock across its flush. It takes a
 // pgx.Tx, not a connection: an event appended outside the business
 // transaction would lose that guarantee.
 func (w Writer) Append(ctx context.Context, tx pgx.Tx, evs ...Event) error {
@@ -153,7 +153,7 @@ func (w Writer) AppendWith(ctx context.Context, tx pgx.Tx, b *pgx.Batch, evs ...
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return err
 	}
-	return pgnotify.Send(ctx, tx, cmp.Or(w.channel, notifyChannelDefault), strconv.FormatInt(lowest, 10))
+	return pgnotify.Notify(ctx, tx, pgnotify.Notification{Channel: cmp.Or(w.channel, notifyChannelDefault), Payload: strconv.FormatInt(lowest, 10)})
 }
 
 // appendArgs are qAppend's arguments for evs: one array per column.

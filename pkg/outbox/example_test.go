@@ -15,8 +15,8 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/lossless-dev/lossless/pkg/outbox"
+	"github.com/lossless-dev/lossless/pkg/pgdb"
 	"github.com/lossless-dev/lossless/pkg/pgmigrate"
-	"github.com/lossless-dev/lossless/pkg/pgnotify"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
 )
 
@@ -80,14 +80,15 @@ func ExampleRelay() {
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 
 	// The business transaction: the order and its event commit together.
-	// The relays' wake-up goes after the commit (pgnotify.InTx): sent
-	// inside, it would hold PostgreSQL's notification lock across the
-	// commit's flush, and every notifying commit of the server would wait.
+	// The relays' wake-up goes after the commit, in its round trip (a
+	// pgdb.Tx): sent inside, it would hold PostgreSQL's notification lock
+	// across the commit's flush, and every notifying commit of the server
+	// would wait.
 	ev, err := outbox.NewEvent(ctx, "order", "o-1", wrapperspb.String("order o-1 placed"))
 	if err != nil {
 		panic(err)
 	}
-	err = pgnotify.InTx(ctx, pool, logger, func(ctx context.Context, tx pgx.Tx) error {
+	err = pgdb.InTx(ctx, pool, logger, func(tx *pgdb.Tx) error {
 		if _, err := tx.Exec(ctx, `INSERT INTO orders VALUES ('o-1', 'PLACED')`); err != nil {
 			return err
 		}

@@ -270,7 +270,7 @@ var errLeaseLost = errors.New("lease lost")
 // settleLeased records o for row in transactions of its own, fenced on the
 // claim's token. A published event's transaction sends its BEGIN, settings
 // and qLeasePublish with the Commit's first statements and its COMMIT with
-// nothing else the Commit left unsent (claimTx's pending statements); the
+// nothing else the Commit left unsent (the pgdb.Tx's queued statements); the
 // fence fails in the server when the lease was lost, so nothing of the
 // Commit commits. A Commit that fails turns the outcome into a transient
 // failure (o is updated), recorded in a second transaction, which like a

@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/lossless-dev/lossless/pkg/pgdb"
 )
 
 // The lock claim: a batch of due rows locked (FOR UPDATE SKIP LOCKED) in the
@@ -27,7 +29,7 @@ type claimedRow struct {
 }
 
 // claim begins tx and claims a batch in it, in one round trip.
-func (r *Relay) claim(ctx context.Context, tx *claimTx, now time.Time) ([]claimedRow, int, error) {
+func (r *Relay) claim(ctx context.Context, tx *pgdb.Tx, now time.Time) ([]claimedRow, int, error) {
 	from := r.cursor
 	if rw := r.rewind.Swap(math.MaxInt64); rw-1 < from {
 		from = rw - 1 // a late commit behind the cursor: go back for it
@@ -65,9 +67,6 @@ func (r *Relay) claim(ctx context.Context, tx *claimTx, now time.Time) ([]claime
 		scannedTo = from
 	)
 	b := &pgx.Batch{}
-	for _, q := range r.beginStmts {
-		b.Queue(q)
-	}
 	b.Queue(r.q.claim, from, r.cfg.BatchSize, now, excluded).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var (

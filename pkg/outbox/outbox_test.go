@@ -19,7 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/lossless-dev/lossless/pkg/outbox"
-	"github.com/lossless-dev/lossless/pkg/pgnotify"
+	"github.com/lossless-dev/lossless/pkg/pgdb"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
 	"github.com/lossless-dev/lossless/pkg/retry"
 	"github.com/lossless-dev/lossless/pkg/waitfor"
@@ -401,7 +401,7 @@ func TestClaimHoldsRowsUntilTheLeaseThenTheServerReleasesThem(t *testing.T) {
 // The commit-order trap (watermill #311): a row with a lower id that commits
 // after the cursor passed a higher id must still be dispatched: through
 // NOTIFY (Append announces its lowest id), sent in the transaction or after
-// its commit (pgnotify.Defer); when the notification was lost because nobody
+// its commit (a pgdb.Tx); when the notification was lost because nobody
 // listened, at the (re)connect of the listener; and, with no listener,
 // through the periodic sweep.
 func TestLateCommitWithLowerID_IsDispatched(t *testing.T) {
@@ -411,12 +411,16 @@ func TestLateCommitWithLowerID_IsDispatched(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
 			ctx := context.Background()
-			var notes *pgnotify.Deferred
-			if via == "notify-after-commit" {
-				ctx, notes = pgnotify.Defer(ctx)
-			}
 			late, early := event("late", 1), event("early", 1)
-			slow, err := b.pool.Begin(ctx)
+			var (
+				slow pgx.Tx
+				err  error
+			)
+			if via == "notify-after-commit" {
+				slow, err = pgdb.Begin(ctx, b.pool, nil)
+			} else {
+				slow, err = b.pool.Begin(ctx)
+			}
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -445,9 +449,6 @@ func TestLateCommitWithLowerID_IsDispatched(t *testing.T) {
 				waitfor.Value(t, 5*time.Second, "early event published", "PUBLISHED", func() string { return rowOf(t, b.pool, early.ID).Status })
 				if err := slow.Commit(ctx); err != nil {
 					t.Fatal(err)
-				}
-				if notes != nil {
-					notes.Flush(ctx, b.pool, slog.New(slog.DiscardHandler))
 				}
 				waitfor.Value(t, 5*time.Second, "late event published", "PUBLISHED", func() string { return rowOf(t, b.pool, late.ID).Status })
 				return

@@ -3,6 +3,9 @@ package outbox
 import (
 	"strings"
 
+	"fmt"
+
+	"github.com/lossless-dev/lossless/pkg/pgdb"
 	"github.com/lossless-dev/lossless/pkg/pgmigrate"
 )
 
@@ -31,7 +34,7 @@ const qAppend = `WITH ins AS (INSERT INTO {schema}.outbox` + appendRows
 const qAppendDefault = `WITH ins AS (INSERT INTO ` + DefaultSchema + `.outbox` + appendRows
 
 // notifyChannel is the channel Append notifies once the events commit (with
-// pgnotify.InTx, after the commit): one per schema, so that outboxes in
+// a pgdb.Tx, after the commit): one per schema, so that outboxes in
 // different schemas of one database do not wake each other's relays. The
 // payload is the lowest id inserted, so a relay whose cursor has already
 // passed it (a transaction that committed out of id order) rewinds at once.
@@ -51,9 +54,13 @@ type queries struct {
 
 func newQueries(schema string) queries {
 	r := func(q string) string { return pgmigrate.Render(q, schema) }
+	markPublished := fmt.Sprintf(qMarkPublished, pgdb.AssertSQL("count(*) = cardinality($1::tid[])",
+		`'mark published moved ' || count(*) || ' of ' || cardinality($1::tid[]) || ' locked rows'`))
+	leasePublish := fmt.Sprintf(qLeasePublish, pgdb.AssertSQL("count(*) = 1",
+		`'`+leaseLostMessage+`: moved ' || count(*) || ' rows'`))
 	return queries{
 		claim:             r(qClaim),
-		markPublished:     r(qMarkPublished),
+		markPublished:     r(markPublished),
 		markUnpublished:   r(qMarkUnpublished),
 		cleanup:           r(qCleanup),
 		stats:             r(qStats),
@@ -65,7 +72,7 @@ func newQueries(schema string) queries {
 		leaseClaim:        r(qLeaseClaim),
 		leaseExpired:      r(qLeaseExpired),
 		leaseClaimSuspect: r(qLeaseClaimSuspect),
-		leasePublish:      r(qLeasePublish),
+		leasePublish:      r(leasePublish),
 		leaseRecord:       r(qLeaseRecord),
 		leaseRelease:      r(qLeaseRelease),
 		notifyChannel:     r(notifyChannel),
@@ -175,9 +182,9 @@ ORDER BY c.id`
 // Every row given is locked by the claim, so each must move; a shortfall
 // means the schema or the lock discipline is broken, and the batch must not
 // commit. The statement goes out in one batch with the COMMIT, which runs
-// before the relay reads any result, so the check is made here: the cast of
-// the message to bigint fails the statement (SQL has no RAISE), and the
-// server skips the rest of the batch, COMMIT included.
+// before the relay reads any result, so the check is made here: %s is
+// pgdb.AssertSQL's failure of the statement (newQueries), and the server
+// skips the rest of the batch, COMMIT included.
 const qMarkPublished = `
 WITH moved AS (
     DELETE FROM {schema}.outbox
@@ -192,10 +199,7 @@ WITH moved AS (
     FROM moved
     RETURNING 1
 )
-SELECT CASE WHEN count(*) = cardinality($1::tid[]) THEN count(*)
-            ELSE ('mark published moved ' || count(*) || ' of ' || cardinality($1::tid[]) || ' locked rows')::bigint
-       END
-FROM published`
+SELECT %s FROM published`
 
 // qMarkUnpublished records the failed dispatches of a batch in one
 // statement: back to PENDING with a retry time (transient failure), or to
@@ -329,10 +333,9 @@ RETURNING o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, o.sc
 // first statements, which the server runs before the relay reads any
 // result: a lost lease must therefore fail the statement in the server, so
 // that the server skips the rest of the batch and nothing of the Commit is
-// committed. As in qMarkPublished, the cast of a message to bigint fails
-// it (the message holds count(*) so that the planner cannot fold the cast
-// of a constant and fail every execution); the relay recognises the
-// message (leaseLostMessage) and reports the lease lost.
+// committed. As in qMarkPublished, %s is pgdb.AssertSQL's failure
+// (newQueries); the relay recognises its message (leaseLostMessage) and
+// reports the lease lost.
 const qLeasePublish = `
 WITH moved AS (
     DELETE FROM {schema}.outbox
@@ -347,10 +350,7 @@ WITH moved AS (
     FROM moved
     RETURNING 1
 )
-SELECT CASE WHEN count(*) = 1 THEN 1
-            ELSE ('outbox lease lost: moved ' || count(*) || ' rows')::bigint
-       END
-FROM published`
+SELECT %s FROM published`
 
 // qLeaseRecord records a leased event's failed dispatch and ends its lease:
 // PENDING with a retry time (transient) or FAILED, as qMarkUnpublished does

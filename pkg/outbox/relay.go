@@ -248,17 +248,15 @@ func (r *Relay) ProcessBatch(ctx context.Context) (full bool, err error) {
 	// too little of the lease, and a batch dispatched but not recorded is
 	// dispatched again.
 	cutoff := time.Now().Add(r.cfg.LeaseDuration * 8 / 10)
-	// The claim's connection; its transaction begins in the claim's batch.
-	c, err := r.pool.Acquire(tctx)
+	// The claim's transaction; it begins in the claim's batch.
+	tx, err := r.beginTx(tctx)
 	if err != nil {
 		return false, fmt.Errorf("outbox: begin claim: %w", err)
 	}
-	tx := &claimTx{conn: c.Conn()}
 	defer func() { // a no-op after the commit; bounded even when tctx has expired
 		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
 		defer rcancel()
 		_ = tx.Rollback(rctx)
-		c.Release()
 	}()
 	r.claimMu.Lock()
 	rows, scanned, err := r.claim(tctx, tx, r.now())

@@ -120,8 +120,8 @@ func TestAppendWithSendsTheChangeAndTheEventsInOneRoundTrip(t *testing.T) {
 		}
 		return n, err
 	}
-	// Outside pgnotify.Defer the notification goes in the transaction: a
-	// second round trip.
+	// In a pgx.Tx (not a pgdb.Tx) the notification goes in the
+	// transaction: a second round trip.
 	if n, err := appendWith("a"); err != nil || n != 2 {
 		t.Fatalf("first: %d round trips, %v; want 2 (one for the batch, one for the notification)", n, err)
 	}

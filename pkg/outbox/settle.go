@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/lossless-dev/lossless/pkg/pgdb"
 )
 
 // settle records the outcome of a batch and commits it, in one round trip
@@ -24,17 +26,17 @@ import (
 // whose own Commit fails becomes a transient failure. Savepoints cost a
 // subtransaction each: one per batch with Commits, one per row only on this
 // rare path, each released; the batch's own is released by the COMMIT.
-func (r *Relay) settle(ctx context.Context, tx *claimTx, rows []claimedRow, outs []outcome, j *journal) error {
+func (r *Relay) settle(ctx context.Context, tx *pgdb.Tx, rows []claimedRow, outs []outcome, j *journal) error {
 	now := r.now()
 	var (
 		published []int
-		sp        *savepointTx
+		sp        *pgdb.Tx
 	)
 	for i := range outs {
 		if outs[i].kind == outcomePublished {
 			published = append(published, i)
 			if outs[i].commit != nil && sp == nil {
-				sp = tx.savepoint()
+				sp = tx.Savepoint()
 			}
 		}
 	}
@@ -43,23 +45,23 @@ func (r *Relay) settle(ctx context.Context, tx *claimTx, rows []claimedRow, outs
 	}
 	err := r.runCommits(ctx, sp, rows, outs, published)
 	if err == nil {
-		if err = r.commitSettled(ctx, tx, rows, outs, published, j, now); err == nil || tx.closed {
+		if err = r.commitSettled(ctx, tx, rows, outs, published, j, now); err == nil || tx.Closed() {
 			return err
 		}
 	}
-	if ctx.Err() != nil || tx.conn.IsClosed() {
+	if ctx.Err() != nil || tx.Conn().IsClosed() {
 		return fmt.Errorf("outbox: mark published: %w", err)
 	}
-	if rerr := sp.Rollback(ctx); rerr != nil || tx.conn.PgConn().TxStatus() != 'T' {
+	if rerr := sp.Rollback(ctx); rerr != nil || tx.Conn().PgConn().TxStatus() != 'T' {
 		// An aborted transaction with no savepoint to go back to: the
 		// settlement itself failed, not a Commit.
 		return fmt.Errorf("outbox: mark published: %w", errors.Join(err, rerr))
 	}
 	r.log.Warn("outbox batch mark failed; marking one by one", "error", err, "rows", len(published))
 	for _, i := range published {
-		err := pgx.BeginFunc(ctx, tx, func(sp pgx.Tx) error { return r.moveAndCommit(ctx, sp, rows, outs, []int{i}, now) })
+		err := pgdb.InTx(ctx, tx, r.log, func(sp *pgdb.Tx) error { return r.moveAndCommit(ctx, sp, rows, outs, []int{i}, now) })
 		if err != nil {
-			if ctx.Err() != nil || tx.conn.IsClosed() {
+			if ctx.Err() != nil || tx.Conn().IsClosed() {
 				return fmt.Errorf("outbox: mark published: %w", err)
 			}
 			outs[i] = outcome{kind: outcomeRetry, err: fmt.Errorf("commit after dispatch: %w", err)}
@@ -99,15 +101,15 @@ func publishedTIDs(rows []claimedRow, idx []int) []pgtype.TID {
 // (none: moved already), qMarkUnpublished for the failed rows and
 // qJournalDone for the batch's journal rows. qMarkPublished fails in the
 // server when it moves fewer rows than it was given, so such a batch is not
-// committed (claimTx.commitWith).
-func (r *Relay) commitSettled(ctx context.Context, tx *claimTx, rows []claimedRow, outs []outcome, published []int, j *journal, now time.Time) error {
+// committed (pgdb.Tx.CommitWith).
+func (r *Relay) commitSettled(ctx context.Context, tx *pgdb.Tx, rows []claimedRow, outs []outcome, published []int, j *journal, now time.Time) error {
 	b := &pgx.Batch{}
 	if len(published) > 0 {
 		queueExec(b, "mark published", r.q.markPublished, publishedTIDs(rows, published), now)
 	}
 	r.queueMarkUnpublished(b, rows, outs, now)
 	queueExec(b, "journal", r.q.journalDone, j.settledIDs())
-	if err := tx.commitWith(ctx, b); err != nil {
+	if err := tx.CommitWith(ctx, b); err != nil {
 		return fmt.Errorf("outbox: commit batch: %w", err)
 	}
 	return nil

@@ -1,7 +1,9 @@
 // Package pgdb is how every pattern package and service talks to
-// PostgreSQL: one database interface ([DB], [Executor], [Beginner]), pools
-// with bounds that fit the workload ([Open], [New]), and one classification of
-// errors ([IsData], [IsUnavailable]).
+// PostgreSQL: one database interface ([DB], [Executor], [Beginner]), one
+// transaction ([Tx], [InTx], [Begin]) whose BEGIN and COMMIT ride with its
+// statements and whose wake-ups follow its commit, pools with bounds that
+// fit the workload ([Open], [New]), and one classification of errors
+// ([IsData], [IsUnavailable]).
 //
 // Lesson: a library that takes an interface any pgx handle satisfies (a
 // *pgxpool.Pool, a *pgx.Conn or a pgx.Tx) lets the caller decide the
@@ -16,7 +18,41 @@
 //
 // [Executor] runs statements; [Beginner] starts a transaction (on a pgx.Tx,
 // a savepoint). [DB] is both. A pattern package fixes its schema when it is
-// constructed, never per call.
+// constructed, never per call. [Acquirer] is a pool, where a pool's own
+// features are the point: a [Tx] holds one of its connections for its whole
+// life so that its statements can share round trips.
+//
+// # Transactions
+//
+// A use case runs its transaction with one call, [InTx], and announces its
+// wake-ups on it (Tx.Notify, or pgnotify.Notify and outbox.Append, which
+// find the Tx), never through a context value:
+//
+//	err := pgdb.InTx(ctx, pool, logger, func(tx *pgdb.Tx) error {
+//		if _, err := tx.Exec(ctx, qInsertOrder, id); err != nil {
+//			return err
+//		}
+//		return outbox.Append(ctx, tx, ev) // wakes the relays after the commit
+//	})
+//
+// A [Tx] spends no round trip of its own: its BEGIN goes out with its first
+// statement and its COMMIT with the statements queued last (Tx.Queue,
+// Tx.CommitWith), followed in the same batch by the wake-up NOTIFY, which
+// runs after the COMMIT in a transaction of its own: inside the business
+// transaction it would hold PostgreSQL's global NOTIFY lock across the
+// commit's WAL flush, serialising every notifying commit of the server (ADR
+// 0002, revision 4). A transaction of a read and a write costs two round
+// trips where pgx's own costs four, and a fifth for the notification (ADR
+// 0023). Tx.AfterCommit runs Go code once committed, never after a
+// rollback. Begin on a Tx is a savepoint whose SAVEPOINT also rides with its
+// first statement; its rollback drops what was announced in it. Begin and
+// CommitWith are the parts InTx is made of, for a loop that decides between
+// its BEGIN's batch and its COMMIT's (the relays, the lease queue's
+// completion).
+//
+// A statement that shares the COMMIT's batch runs before its result is
+// read: when its outcome must stop the commit, it fails in the server,
+// through [AssertSQL], and [IsAssertion] recognises that failure.
 //
 // A component takes the narrowest of them that fits rather than declaring a
 // method set of its own, so any handle passes everywhere. It takes a

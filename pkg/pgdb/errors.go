@@ -79,3 +79,23 @@ func IsUnavailable(err error) bool {
 	msg := err.Error()
 	return strings.Contains(msg, "conn closed") || strings.Contains(msg, "closed pool")
 }
+
+// AssertSQL returns an SQL expression that is 1 when cond holds and
+// otherwise fails the statement in the server with message (an SQL text
+// expression), for a statement sent in a batch ahead of the COMMIT (Tx):
+// its outcome must stop the commit, and a callback reading its result runs
+// only after the whole batch, COMMIT included, has run. SQL has no RAISE
+// outside PL/pgSQL, so the failure is a cast of the message to bigint
+// (invalid_text_representation, 22P02, whose text carries the message).
+// Make cond depend on the statement's rows (count(*)), or the planner may
+// fold the cast into an error of every call. IsAssertion recognises it.
+func AssertSQL(cond, message string) string {
+	return "CASE WHEN " + cond + " THEN 1 ELSE (" + message + ")::bigint END"
+}
+
+// IsAssertion reports whether err is the failure of an AssertSQL
+// expression whose message contains msg, wrapped or not.
+func IsAssertion(err error, msg string) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "22P02" && strings.Contains(pe.Message, msg)
+}

@@ -26,7 +26,7 @@ import (
 // ROLLBACK (a statement in autocommit, read-only too, as pg_stat_database
 // counts it; a COMMIT; a batch that ends with one). A round trip that
 // commits twice (COMMIT, then a statement in an implicit transaction of its
-// own, as pgnotify.Pipelined sends its notifications) counts once.
+// own, as a pgdb.Tx sends its notifications) counts once.
 type RoundTrips struct {
 	n, returned, commits atomic.Int64
 }

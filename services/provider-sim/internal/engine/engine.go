@@ -36,7 +36,7 @@ import (
 
 	"github.com/lossless-dev/lossless/internal/orderhop"
 	"github.com/lossless-dev/lossless/pkg/leasequeue"
-	"github.com/lossless-dev/lossless/pkg/pgnotify"
+	"github.com/lossless-dev/lossless/pkg/pgdb"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/telemetry"
 	"github.com/lossless-dev/lossless/services/provider-sim/internal/faults"
@@ -192,10 +192,12 @@ func (e *Engine) Submit(ctx context.Context, o Order) (Acceptance, bool, error) 
 		status, runFor.Microseconds(), plan.EarlyCompletion, plan.Duplicate, plan.SplitFirst, string(plan.Poison),
 		plan.UnknownOrder, plan.PublishThenCrash, e.cfg.Owner, e.cfg.Lease.Microseconds(), traceparent, tracestate}
 	if plan.EarlyCompletion {
-		if tx, err = e.pool.Begin(ctx); err != nil {
+		ptx, err := pgdb.Begin(ctx, e.pool, e.logger)
+		if err != nil {
 			return Acceptance{}, false, err
 		}
-		defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+		tx = ptx
+		defer func() { _ = ptx.Rollback(ctx) }() // after the commit: a no-op
 		q = tx.QueryRow(ctx, insertJob, args...)
 	} else {
 		q = e.pool.QueryRow(ctx, insertJob, args...)
@@ -388,12 +390,15 @@ func (e *Engine) claim(ctx context.Context, n int) ([]*job, error) {
 		})
 		return err
 	})
-	ctx, p, err := pgnotify.Begin(ctx, e.pool, e.logger, first)
+	tx, err := pgdb.Begin(ctx, e.pool, e.logger)
 	if err != nil {
 		return nil, err
 	}
+	defer func() { _ = tx.Rollback(ctx) }() // after the commit: a no-op
+	if err := tx.SendBatch(ctx, first).Close(); err != nil {
+		return nil, err
+	}
 	if len(jobs) == 0 {
-		p.Rollback(ctx)
 		return nil, nil
 	}
 	var ids []uuid.UUID
@@ -407,7 +412,7 @@ func (e *Engine) claim(ctx context.Context, n int) ([]*job, error) {
 	if len(rows) > 0 {
 		last.Queue(insertEvents, insertEventsArgs(ids, rows)...)
 	}
-	if err := p.Commit(ctx, last); err != nil {
+	if err := tx.CommitWith(ctx, last); err != nil {
 		return nil, err
 	}
 	return jobs, nil

@@ -14,12 +14,11 @@ import (
 
 	"github.com/lossless-dev/lossless/pkg/idempotency"
 	"github.com/lossless-dev/lossless/pkg/pgdb"
-	"github.com/lossless-dev/lossless/pkg/pgnotify"
 	"github.com/lossless-dev/lossless/pkg/telemetry"
 )
 
-// The use cases of the API. A handler owns its transaction (pgnotify.InTx
-// or pgnotify.Begin: the outbox relay is woken after the commit), the
+// The use cases of the API. A handler owns its transaction (a pgdb.Tx: the
+// outbox relay is woken after the commit, in its round trip), the
 // idempotency key and the counters; its caller only turns a request into a
 // command and the outcome into a response.
 
@@ -105,25 +104,28 @@ func (h *CreateHandler[R]) Handle(ctx context.Context, cmd CreateOrder) (resp R,
 	}
 	var at time.Time
 	first.Queue(qNow).QueryRow(func(row pgx.Row) error { return row.Scan(&at) })
-	txCtx, p, err := pgnotify.Begin(ctx, h.db, h.log, first)
+	tx, err := pgdb.Begin(ctx, h.db, h.log)
 	if err != nil {
 		return zero, false, err
 	}
-	defer p.Rollback(ctx) // after Commit: a no-op
+	defer func() { _ = tx.Rollback(ctx) }() // after the commit: a no-op
+	if err := tx.SendBatch(ctx, first).Close(); err != nil {
+		return zero, false, err
+	}
 	create := func(ctx context.Context) (R, error) {
-		stored, err := InTx(p.Tx()).create(ctx, cmd.Order, at)
+		stored, err := InTx(tx).create(ctx, cmd.Order, at)
 		if err != nil {
 			return zero, err
 		}
 		return h.respond(stored), nil
 	}
 	if claim == nil {
-		resp, err = create(txCtx)
+		resp, err = create(ctx)
 	} else {
-		resp, replayed, err = idempotency.Finish(txCtx, claim, p.Tx(), create, last)
+		resp, replayed, err = idempotency.Finish(ctx, claim, tx, create, last)
 	}
 	if err == nil {
-		err = p.Commit(ctx, last)
+		err = tx.CommitWith(ctx, last)
 	}
 	if err != nil {
 		return zero, false, err
@@ -179,7 +181,7 @@ func (h *CancelHandler) Handle(ctx context.Context, cmd CancelOrder) (Order, err
 		o            Order
 		wasCancelled bool
 	)
-	err := pgnotify.InTx(ctx, h.db, h.log, func(ctx context.Context, tx pgx.Tx) error {
+	err := pgdb.InTx(ctx, h.db, h.log, func(tx *pgdb.Tx) error {
 		var err error
 		o, err = InTx(tx).Update(ctx, cmd.ID, func(o *Order) error {
 			wasCancelled = o.Status == StatusCancelled

@@ -219,7 +219,7 @@ func handOffEvent(ctx context.Context, o Order) (outbox.Event, error) {
 // InTx(tx).Update.
 func (r *Repository) Update(ctx context.Context, id uuid.UUID, fn func(*Order) error) (Order, error) {
 	var o Order
-	err := pgx.BeginFunc(ctx, r.db, func(tx pgx.Tx) error {
+	err := pgdb.InTx(ctx, r.db, nil, func(tx *pgdb.Tx) error {
 		var err error
 		o, err = InTx(tx).Update(ctx, id, fn)
 		return err
