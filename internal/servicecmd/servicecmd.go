@@ -4,7 +4,7 @@
 //	<name> [serve [--role api|worker|all]]   load the configuration from the environment,
 //	                                         set up telemetry, assemble the app and run it
 //	<name> migrate                           apply the service's migrations (DATABASE_URL)
-//	<name> provision                         create the system's Pub/Sub topology
+//	<name> provision                         create the service's part of the Pub/Sub topology
 //	<name> <command> ...                     the service's operator commands
 //
 // Main reads the process's arguments and environment and returns the exit
@@ -19,9 +19,9 @@ import (
 	"log/slog"
 	"os"
 
+	"github.com/lossless-dev/lossless/internal/catalog"
 	"github.com/lossless-dev/lossless/internal/envconfig"
 	"github.com/lossless-dev/lossless/internal/libenv"
-	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/pkg/pgmigrate"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/server"
@@ -56,6 +56,10 @@ type Service[C any, A server.Process] struct {
 	New func(ctx context.Context, cfg C, logger *slog.Logger, tel telemetry.Providers, opts ...server.Option) (A, error)
 	// Migrations are the sets migrate applies (migrations.<Service>()).
 	Migrations []pgmigrate.Set
+	// Declaration is the service's services/<name>/service.json, which its
+	// main package embeds: provision creates the topics it publishes and its
+	// subscriptions (catalog.Service.Topology). Empty: no provision command.
+	Declaration []byte
 	// Commands are the service's own commands by name (may be nil).
 	Commands map[string]Command
 }
@@ -82,15 +86,22 @@ func (s Service[C, A]) Run(ctx context.Context, env *envconfig.Reader, args []st
 	case "migrate":
 		return libenv.Migrate(ctx, env, logger, s.Migrations...)
 	case "provision":
+		if len(s.Declaration) == 0 {
+			return fmt.Errorf("%s declares no Pub/Sub topology to provision; %s", s.Name, s.Usage)
+		}
+		decl, err := catalog.ParseService(s.Declaration)
+		if err != nil {
+			return err
+		}
 		cfg := libenv.PubSub(env)
 		if err := env.Err(); err != nil {
 			return err
 		}
-		cfg, err := libenv.ResolvePubSubProject(ctx, cfg)
+		cfg, err = libenv.ResolvePubSubProject(ctx, cfg)
 		if err != nil {
 			return err
 		}
-		return pubsub.ProvisionCommand(ctx, cfg, topology.System(), logger)
+		return pubsub.ProvisionCommand(ctx, cfg, decl.Topology(), logger)
 	case "-h", "--help", "help":
 		fmt.Println(s.Usage)
 		return nil

@@ -84,6 +84,9 @@ func service() servicecmd.Service[config.Config, *app.App] {
 			"outbox":       operatorCommand("outbox"),
 			"audit":        operatorCommand("audit"),
 		},
+
+		// Its own declaration only (service.go).
+		Declaration: declaration,
 	}
 }
 

@@ -35,5 +35,8 @@ func service() servicecmd.Service[app.Config, *app.App] {
 		PubSub:     func(c *app.Config) *pubsub.ClientConfig { return &c.PubSub },
 		New:        app.New,
 		Migrations: migrations.ProviderSim(),
+
+		// Its own declaration only (service.go).
+		Declaration: declaration,
 	}
 }

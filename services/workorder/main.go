@@ -67,6 +67,9 @@ func service() servicecmd.Service[config.Config, *app.App] {
 			"dead-letters": operatorCommand("dead-letters"),
 			"audit":        operatorCommand("audit"),
 		},
+
+		// Its own declaration only (service.go).
+		Declaration: declaration,
 	}
 }
 

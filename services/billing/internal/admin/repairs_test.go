@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	billingv1 "github.com/lossless-dev/lossless/gen/lossless/billing/v1"
+	"github.com/lossless-dev/lossless/internal/testkit/declaredtest"
 	"github.com/lossless-dev/lossless/internal/topology"
 	opsv1 "github.com/lossless-dev/lossless/pkg/operator/opsv1"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
@@ -136,7 +137,7 @@ func TestRetryInvoiceJobs_DryRunThenOnceAudited(t *testing.T) {
 func TestReplayParkedAndDeadLettersOverGRPC(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	emu := pubsubtest.New(t, topology.System())
+	emu := pubsubtest.New(t, declaredtest.Topology(t))
 	tight := newRepair(t, nil, intake.Config{MaxPayloadBytes: 16}, nil)
 	parkedEv := completion(uuid.NewString())
 	if err := tight.in.Handle(ctx, message(t, 1, parkedEv)); err != nil {

@@ -20,6 +20,7 @@ import (
 
 	eventsv1 "github.com/lossless-dev/lossless/gen/lossless/events/v1"
 	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
+	"github.com/lossless-dev/lossless/internal/testkit/declaredtest"
 	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/inbox"
@@ -201,7 +202,7 @@ func TestCLI_ListShowReplayReHandOff(t *testing.T) {
 
 func TestReplayDeadLetters_ReentersThroughReceiverPathOnce(t *testing.T) {
 	t.Parallel()
-	emu := pubsubtest.New(t, topology.System())
+	emu := pubsubtest.New(t, declaredtest.Topology(t))
 	b := setup(t, admin.Deps{PubSub: emu.Client})
 	ctx := context.Background()
 	pub, err := pubsub.NewPublisher(emu.Client, topology.TopicWorkOrderCompletedDeadLetter, pubsub.PublisherConfig{})

@@ -29,7 +29,7 @@ import (
 	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
 	"github.com/lossless-dev/lossless/internal/clientauth"
 	"github.com/lossless-dev/lossless/internal/libenv"
-	"github.com/lossless-dev/lossless/internal/topology"
+	"github.com/lossless-dev/lossless/internal/testkit/declaredtest"
 	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/idempotency"
 	"github.com/lossless-dev/lossless/pkg/outbox"
@@ -77,7 +77,7 @@ func startProvider(t *testing.T, p providerv1.ProviderServiceServer) string {
 }
 
 func testConfig(t *testing.T, dsn, providerAddr string) config.Config {
-	em := pubsubtest.New(t, topology.System())
+	em := pubsubtest.New(t, declaredtest.Topology(t))
 	return config.Config{
 		PubSub:       pubsub.ClientConfig{ProjectID: em.ProjectID, EmulatorHost: em.Addr},
 		Database:     pgdb.Config{URL: dsn},
@@ -88,7 +88,7 @@ func testConfig(t *testing.T, dsn, providerAddr string) config.Config {
 		Idempotency:  idempotency.Config{},
 		Telemetry:    telemetry.Config{ServiceName: config.ServiceName, LogLevel: "info"},
 		// Caller authentication is tested in package api and by the stack
-		// tests (internal/localstack); here every caller is anonymous.
+		// tests (internal/devtools/localstack); here every caller is anonymous.
 		Auth:         libenv.CallerAuth{Disabled: true},
 		ProviderAuth: clientauth.Config{Disabled: true},
 	}
