@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path"
 	"regexp"
 	"slices"
@@ -114,6 +115,16 @@ func Parse(fsys fs.FS) (Catalog, error) {
 		return nil, err
 	}
 	return c.ordered()
+}
+
+// Load parses every <dir>/<name>/service.json: dir is a services folder
+// (the checkout's, or a copy of it mounted into a provisioning job).
+func Load(dir string) (Catalog, error) {
+	c, err := Parse(os.DirFS(dir))
+	if err != nil {
+		return nil, fmt.Errorf("%s/*/%s: %w", dir, FileName, err)
+	}
+	return c, nil
 }
 
 // ParseService reads one service's declaration (its service.json, which the

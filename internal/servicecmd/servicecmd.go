@@ -4,7 +4,8 @@
 //	<name> [serve [--role api|worker|all]]   load the configuration from the environment,
 //	                                         set up telemetry, assemble the app and run it
 //	<name> migrate                           apply the service's migrations (DATABASE_URL)
-//	<name> provision                         create the service's part of the Pub/Sub topology
+//	<name> provision [-system DIR]           create the service's part of the Pub/Sub topology
+//	                                         (-system: every service's, from DIR/*/service.json)
 //	<name> <command> ...                     the service's operator commands
 //
 // Main reads the process's arguments and environment and returns the exit
@@ -15,6 +16,7 @@ package servicecmd
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"log/slog"
 	"os"
@@ -58,7 +60,7 @@ type Service[C any, A server.Process] struct {
 	Migrations []pgmigrate.Set
 	// Declaration is the service's services/<name>/service.json, which its
 	// main package embeds: provision creates the topics it publishes and its
-	// subscriptions (catalog.Service.Topology). Empty: no provision command.
+	// subscriptions (catalog.Service.Topology). Empty: provision needs -system.
 	Declaration []byte
 	// Commands are the service's own commands by name (may be nil).
 	Commands map[string]Command
@@ -86,10 +88,7 @@ func (s Service[C, A]) Run(ctx context.Context, env *envconfig.Reader, args []st
 	case "migrate":
 		return libenv.Migrate(ctx, env, logger, s.Migrations...)
 	case "provision":
-		if len(s.Declaration) == 0 {
-			return fmt.Errorf("%s declares no Pub/Sub topology to provision; %s", s.Name, s.Usage)
-		}
-		decl, err := catalog.ParseService(s.Declaration)
+		topo, err := s.provisioned(args)
 		if err != nil {
 			return err
 		}
@@ -101,7 +100,7 @@ func (s Service[C, A]) Run(ctx context.Context, env *envconfig.Reader, args []st
 		if err != nil {
 			return err
 		}
-		return pubsub.ProvisionCommand(ctx, cfg, decl.Topology(), logger)
+		return pubsub.ProvisionCommand(ctx, cfg, topo, logger)
 	case "-h", "--help", "help":
 		fmt.Println(s.Usage)
 		return nil
@@ -110,6 +109,39 @@ func (s Service[C, A]) Run(ctx context.Context, env *envconfig.Reader, args []st
 		return c(ctx, env, logger, args)
 	}
 	return fmt.Errorf("unknown command %q; %s", cmd, s.Usage)
+}
+
+// provisioned is what provision creates: the service's own part of the
+// topology, or with -system DIR the whole system's as DIR/<name>/service.json
+// declare it (one job provisioning an emulator for every service, as
+// compose's: the binary embeds only its own declaration).
+func (s Service[C, A]) provisioned(args []string) (pubsub.Topology, error) {
+	fs := flag.NewFlagSet(s.Name+" provision", flag.ContinueOnError)
+	system := fs.String("system", "", "create every service's part, as `DIR`/*/service.json declare them")
+	if err := fs.Parse(args); err != nil {
+		return pubsub.Topology{}, err
+	}
+	if fs.NArg() > 0 {
+		return pubsub.Topology{}, fmt.Errorf("provision: unexpected arguments %q", fs.Args())
+	}
+	if *system != "" {
+		c, err := catalog.Load(*system)
+		if err != nil {
+			return pubsub.Topology{}, err
+		}
+		return c.Topology(), nil
+	}
+	if len(s.Declaration) == 0 {
+		return pubsub.Topology{}, fmt.Errorf("%s embeds no declaration to provision; %s", s.Name, s.Usage)
+	}
+	decl, err := catalog.ParseService(s.Declaration)
+	if err != nil {
+		return pubsub.Topology{}, err
+	}
+	if decl.Name != s.Name {
+		return pubsub.Topology{}, fmt.Errorf("%s embeds the declaration of %q", s.Name, decl.Name)
+	}
+	return decl.Topology(), nil
 }
 
 func (s Service[C, A]) serve(ctx context.Context, env *envconfig.Reader, args []string) error {

@@ -40,11 +40,7 @@ func Root(dir string) (string, error) {
 
 // Load parses every declaration under root's services folder.
 func Load(root string) (catalog.Catalog, error) {
-	c, err := catalog.Parse(os.DirFS(filepath.Join(root, Dir)))
-	if err != nil {
-		return nil, fmt.Errorf("%s/*/%s: %w", Dir, catalog.FileName, err)
-	}
-	return c, nil
+	return catalog.Load(filepath.Join(root, Dir))
 }
 
 // Catalog parses the declarations of the checkout holding the working
