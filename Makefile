@@ -85,7 +85,7 @@ run: ## Run the whole system locally without Docker (PostgreSQL, Pub/Sub emulato
 	TLS=$(TLS) exec $(BIN_DIR)/runlocal
 
 # The targets below work on the stack `make run` started in another terminal, found through the file
-# it writes (.run/env, or RUNLOCAL_ENV_FILE; internal/runenv); each fails, saying so, when none runs.
+# it writes (.run/env, or RUNLOCAL_ENV_FILE; internal/devtools/runenv); each fails, saying so, when none runs.
 # ARGS is taken unexpanded ($(value ...)) and split by the shell, so quotes and "$USER" in it work as
 # on a command line.
 LOCALOPS = @mkdir -p $(BIN_DIR) && $(GO) build -o $(BIN_DIR)/localops ./cmd/localops && exec $(BIN_DIR)/localops
@@ -112,7 +112,7 @@ token: ## Print an ID token of the demo client from the running `make run`'s loc
 	$(LOCALOPS) token '$(AUDIENCE)'
 
 # The network chaos run (e2e/netchaos_test.go, docs/failure-modes.md): two replicas of each service, every
-# replica's links through a proxy of internal/netfault, faults of 30 s and 60 s one link set at a time under
+# replica's links through a proxy of internal/testkit/netfault, faults of 30 s and 60 s one link set at a time under
 # load. Real packet loss needs root and nft (Debian's nftables); without, the summary says "loss by proxy".
 # make test runs the short version (8 s and 15 s windows).
 .PHONY: chaos-net
@@ -128,7 +128,7 @@ demo: ## Create orders against a running stack and print a summary, e.g. make de
 # 60 s after the release (vacuum's catch-up), B6's against the drain of 10,000 orders, whose one-deadline
 # tail of timed-out calls outweighs a shorter run (docs/performance.md). The pattern packages' benchmarks
 # (bench/outbox, bench/outboxpubsub, bench/leasequeue) are packages of the main module, which ./... reaches; the
-# fsync and pg_stat_statements knobs reach pkg/pgtest through internal/benchkit. The watermill and River comparisons are
+# fsync and pg_stat_statements knobs reach pkg/pgtest through internal/testkit/benchkit. The watermill and River comparisons are
 # modules of their own, which `./...` does not reach: each runs as bench-watermill / bench-river does, with
 # -json. The report is written even when a benchmark fails (its row says so); the target then exits non-zero.
 BENCH_DATA ?= bench/data
@@ -191,7 +191,7 @@ bench_merge = (cd bench/report && $(GO) run . -raw '$(abspath $(2))' -data '$(ab
 # directory, both it and the working tree built as `make build` builds (BIN_DIR), then e2e's
 # BenchmarkAB_Capacity runs B5's capacity probe and a 50 % load phase on each, A B then B A, against one
 # PostgreSQL server (fsync and pg_stat_statements on) and prints the ratios B/A. BASE's stack must keep
-# the env/config contract of the working tree's internal/localstack. AB_ROUNDS, AB_CAPACITY_N and
+# the env/config contract of the working tree's internal/devtools/localstack. AB_ROUNDS, AB_CAPACITY_N and
 # AB_DURATION are the knobs (LOSSLESS_AB_*: e2e/ab_bench_test.go); AB_DIR keeps the builds.
 BASE ?= HEAD
 AB_DIR ?= $(BIN_DIR)/ab

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lossless-dev/lossless/internal/benchkit"
-	"github.com/lossless-dev/lossless/internal/loadgen"
+	"github.com/lossless-dev/lossless/internal/devtools/loadgen"
+	"github.com/lossless-dev/lossless/internal/testkit/benchkit"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
 )
 
@@ -49,7 +49,7 @@ var abMetrics = []struct {
 // side's stack is stopped before the other starts. The ratios B/A are the
 // medians of the rounds' pairwise ratios, their range beside them
 // (docs/performance.md: A B A B). The base must keep the working tree's
-// env/config contract (internal/localstack starts both). Environment:
+// env/config contract (internal/devtools/localstack starts both). Environment:
 //
 //	LOSSLESS_AB_BASE_BIN, LOSSLESS_AB_HEAD_BIN  the two binary directories (skipped without them)
 //	LOSSLESS_AB_BASE_REV                        the base's revision, for the log

@@ -14,11 +14,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/lossless-dev/lossless/internal/benchkit"
-	"github.com/lossless-dev/lossless/internal/loadgen"
-	"github.com/lossless-dev/lossless/internal/localstack"
-	"github.com/lossless-dev/lossless/internal/netfault"
+	"github.com/lossless-dev/lossless/internal/devtools/loadgen"
+	"github.com/lossless-dev/lossless/internal/devtools/localstack"
 	"github.com/lossless-dev/lossless/internal/orderhop"
+	"github.com/lossless-dev/lossless/internal/testkit/benchkit"
+	"github.com/lossless-dev/lossless/internal/testkit/netfault"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
 )
 
@@ -49,7 +49,7 @@ const b7HistoryRead = `%FROM work_order_transitions%WHERE work_order_id = $1%ORD
 // BenchmarkB7_Distance measures what distance to PostgreSQL costs
 // (benchmark B7 of docs/performance.md). One stack runs with every replica's
 // PostgreSQL connection, provider-sim's excepted (b7Direct), through an
-// internal/netfault link; for each added round-trip time (RTT) in turn the
+// internal/testkit/netfault link; for each added round-trip time (RTT) in turn the
 // links are degraded by half of it each way (netfault's Degradation.Latency
 // is one way, per direction), and the benchmark runs
 //

@@ -8,7 +8,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/lossless-dev/lossless/internal/localstack"
+	"github.com/lossless-dev/lossless/internal/devtools/localstack"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
 )
 

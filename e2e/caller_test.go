@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lossless-dev/lossless/internal/localstack"
+	"github.com/lossless-dev/lossless/internal/devtools/localstack"
 )
 
 // callerHTTP is an HTTP client calling the stack's work-order API as its

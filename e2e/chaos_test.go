@@ -20,8 +20,8 @@ import (
 
 	eventsv1 "github.com/lossless-dev/lossless/gen/lossless/events/v1"
 	moneyv1 "github.com/lossless-dev/lossless/gen/lossless/money/v1"
-	"github.com/lossless-dev/lossless/internal/loadgen"
-	"github.com/lossless-dev/lossless/internal/localstack"
+	"github.com/lossless-dev/lossless/internal/devtools/loadgen"
+	"github.com/lossless-dev/lossless/internal/devtools/localstack"
 	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/waitfor"

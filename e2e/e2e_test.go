@@ -1,5 +1,5 @@
 // Package e2e boots the whole system as separate processes, the way `make
-// run` does (internal/localstack), drives it only through its public REST
+// run` does (internal/devtools/localstack), drives it only through its public REST
 // APIs with every provider fault knob on, crashes a service with SIGKILL
 // mid-run, and asserts the invariants of docs (I1-I7) on the databases.
 package e2e
@@ -22,14 +22,14 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/lossless-dev/lossless/internal/benchkit"
-	"github.com/lossless-dev/lossless/internal/loadgen"
-	"github.com/lossless-dev/lossless/internal/localstack"
+	"github.com/lossless-dev/lossless/internal/devtools/loadgen"
+	"github.com/lossless-dev/lossless/internal/devtools/localstack"
+	"github.com/lossless-dev/lossless/internal/testkit/benchkit"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
 	"github.com/lossless-dev/lossless/pkg/waitfor"
 )
 
-// TestMain takes the test server from the environment (internal/benchkit):
+// TestMain takes the test server from the environment (internal/testkit/benchkit):
 // make bench runs the benchmarks with fsync on.
 func TestMain(m *testing.M) {
 	code := benchkit.Main(m)

@@ -19,9 +19,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/lossless-dev/lossless/internal/benchkit"
-	"github.com/lossless-dev/lossless/internal/loadgen"
-	"github.com/lossless-dev/lossless/internal/localstack"
+	"github.com/lossless-dev/lossless/internal/devtools/loadgen"
+	"github.com/lossless-dev/lossless/internal/devtools/localstack"
+	"github.com/lossless-dev/lossless/internal/testkit/benchkit"
 )
 
 // Definitions of benchmark M1.

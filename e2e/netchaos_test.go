@@ -15,9 +15,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/lossless-dev/lossless/internal/loadgen"
-	"github.com/lossless-dev/lossless/internal/localstack"
-	"github.com/lossless-dev/lossless/internal/netfault"
+	"github.com/lossless-dev/lossless/internal/devtools/loadgen"
+	"github.com/lossless-dev/lossless/internal/devtools/localstack"
+	"github.com/lossless-dev/lossless/internal/testkit/netfault"
 	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/waitfor"
@@ -97,7 +97,7 @@ func countRefusals(logs string) refusals {
 // TestNetworkChaos_EachLinkCutOnItsOwn runs two replicas of every service
 // with every provider fault on under a steady load, every replica's links to
 // PostgreSQL and to the Pub/Sub emulator, and workorder's to provider-sim,
-// through a proxy of their own (internal/netfault), and applies in turn:
+// through a proxy of their own (internal/testkit/netfault), and applies in turn:
 // (1) the workorder replica that holds the singleton lock and outbox leases
 // cut off from PostgreSQL; (2) billing-1 cut off from PostgreSQL while it
 // holds invoice-job leases; (3) workorder-1's link to provider-sim-1

@@ -15,8 +15,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
-	"github.com/lossless-dev/lossless/internal/loadgen"
-	"github.com/lossless-dev/lossless/internal/localstack"
+	"github.com/lossless-dev/lossless/internal/devtools/loadgen"
+	"github.com/lossless-dev/lossless/internal/devtools/localstack"
 	"github.com/lossless-dev/lossless/pkg/server"
 )
 

@@ -1,7 +1,7 @@
 package outbox_test
 
 // Benchmarks B1 and B2 of docs/performance.md: the relay against PostgreSQL anchors
-// (internal/benchkit) measured on the same database in the same run, A B A B,
+// (internal/testkit/benchkit) measured on the same database in the same run, A B A B,
 // reported as medians of pairwise ratios. Run with `make bench` (fsync on).
 //
 //	OUTBOX_BENCH_EVENTS          B1 backlog size (default 200000; the design's figure is 1000000)
@@ -27,7 +27,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/lossless-dev/lossless/internal/benchkit"
+	"github.com/lossless-dev/lossless/internal/testkit/benchkit"
 	"github.com/lossless-dev/lossless/pkg/outbox"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
 )

@@ -34,7 +34,7 @@ import (
 
 	eventsv1 "github.com/lossless-dev/lossless/gen/lossless/events/v1"
 	moneyv1 "github.com/lossless-dev/lossless/gen/lossless/money/v1"
-	"github.com/lossless-dev/lossless/internal/benchkit"
+	"github.com/lossless-dev/lossless/internal/testkit/benchkit"
 	"github.com/lossless-dev/lossless/pkg/outbox"
 	"github.com/lossless-dev/lossless/pkg/outboxpubsub"
 	"github.com/lossless-dev/lossless/pkg/pgtest"

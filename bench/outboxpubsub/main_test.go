@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/lossless-dev/lossless/internal/benchkit"
+	"github.com/lossless-dev/lossless/internal/testkit/benchkit"
 )
 
 // TestMain runs the benchmark on the server benchkit reads from the

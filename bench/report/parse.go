@@ -84,7 +84,7 @@ var envInLog = []struct {
 	{"GOMAXPROCS", regexp.MustCompile(`\bGOMAXPROCS=(\d+)`)},
 	{"fsync", regexp.MustCompile(`\bfsync=(on|off)\b`)},
 	{"PostgreSQL", regexp.MustCompile(`\bPostgreSQL (\d+(?:\.\d+)*)`)},
-	// internal/benchkit's PinServer and B2's queue tables' storage
+	// internal/testkit/benchkit's PinServer and B2's queue tables' storage
 	// parameters: the conditions of the benchmarks that drain for minutes.
 	{"server settings", regexp.MustCompile(`server settings (pinned: .*)$`)},
 	{"B2 tables", regexp.MustCompile(`B2 queue tables: (.*)$`)},

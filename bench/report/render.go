@@ -93,7 +93,7 @@ func Render(w io.Writer, r *Run, meta Meta, plots []Plot, tables []Table) error 
 	p("| OS/arch | %s/%s |\n", orDefault(r.Env["goos"], "?"), orDefault(r.Env["goarch"], "?"))
 	env("PostgreSQL", "PostgreSQL", "not stated in the output")
 	env("fsync", "PostgreSQL fsync", "not stated in the output")
-	env("server settings", "PostgreSQL checkpoints and autovacuum (B1w, B2, B3: internal/benchkit PinnedSettings)", "not stated in the output")
+	env("server settings", "PostgreSQL checkpoints and autovacuum (B1w, B2, B3: internal/testkit/benchkit PinnedSettings)", "not stated in the output")
 	env("B2 tables", "B2's queue tables (autovacuum storage parameters)", "not stated in the output")
 	p("\n")
 

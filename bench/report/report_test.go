@@ -392,7 +392,7 @@ func TestParse_ServerConditionsOfB2AreInTheEnvironment(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{
-		"| PostgreSQL checkpoints and autovacuum (B1w, B2, B3: internal/benchkit PinnedSettings) | pinned: checkpoint_timeout=1800s max_wal_size=32768MB |",
+		"| PostgreSQL checkpoints and autovacuum (B1w, B2, B3: internal/testkit/benchkit PinnedSettings) | pinned: checkpoint_timeout=1800s max_wal_size=32768MB |",
 		"| B2's queue tables (autovacuum storage parameters) | outbox (autovacuum_vacuum_threshold=300000) |",
 	} {
 		if !strings.Contains(buf.String(), want) {

@@ -63,7 +63,7 @@ func (c Cmp) symbol() string {
 // whose function does not exist yet is still listed: the report shows it as
 // not run.
 var benchmarks = []Benchmark{
-	{"B1", "bench/outbox", "BenchmarkB1_RelayDrain", "keyset claim (internal/benchkit), same database, A B A B"},
+	{"B1", "bench/outbox", "BenchmarkB1_RelayDrain", "keyset claim (internal/testkit/benchkit), same database, A B A B"},
 	{"B1p", "bench/outboxpubsub", "BenchmarkB1p_RelayToPubSub", "min(keyset claim, publish-only ceiling on the same emulator)"},
 	{"B1w", "bench/watermill-compare", "BenchmarkB1w_RelayVsWatermill", "watermill-sql's forwarder at its best adapter (default, queue) per backlog size, on the same server"},
 	{"B2", "bench/outbox", "BenchmarkB2_SustainedDrain", "itself: the rate of its first 30 s"},

@@ -44,12 +44,12 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
 
-	"github.com/lossless-dev/lossless/internal/benchkit"
+	"github.com/lossless-dev/lossless/internal/testkit/benchkit"
 	"github.com/lossless-dev/lossless/pkg/leasequeue"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
 )
 
-// TestMain takes the test server from the environment (internal/benchkit:
+// TestMain takes the test server from the environment (internal/testkit/benchkit:
 // make bench runs the benchmarks with fsync on) and starts an ephemeral one
 // with track_commit_timestamp on: the continuous run reads each completion's
 // commit time (produce).

@@ -50,13 +50,13 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/lossless-dev/lossless/internal/benchkit"
+	"github.com/lossless-dev/lossless/internal/testkit/benchkit"
 	"github.com/lossless-dev/lossless/pkg/outbox"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
 	"github.com/lossless-dev/lossless/pkg/waitfor"
 )
 
-// TestMain takes the test server from the environment (internal/benchkit):
+// TestMain takes the test server from the environment (internal/testkit/benchkit):
 // make bench runs the benchmarks with fsync on.
 func TestMain(m *testing.M) { os.Exit(benchkit.Main(m)) }
 

@@ -12,7 +12,7 @@
 // Its calls carry an ID token (docs/adr/0017-caller-identity.md): with
 // AUTH_TOKEN_URL, AUTH_CLIENT_ID and AUTH_CLIENT_SECRET set, from that
 // issuer (compose's local issuer); else from the running `make run`'s
-// local issuer, found through its env file (internal/runenv); else a
+// local issuer, found through its env file (internal/devtools/runenv); else a
 // Google ID token of the ambient credentials. WORKORDER_AUDIENCE (default
 // "workorder") is the audience.
 package main
@@ -35,11 +35,11 @@ import (
 	"time"
 
 	"github.com/lossless-dev/lossless/internal/clientauth"
+	"github.com/lossless-dev/lossless/internal/devtools/loadgen"
+	"github.com/lossless-dev/lossless/internal/devtools/localops"
+	"github.com/lossless-dev/lossless/internal/devtools/runenv"
 	"github.com/lossless-dev/lossless/internal/envconfig"
 	"github.com/lossless-dev/lossless/internal/libenv"
-	"github.com/lossless-dev/lossless/internal/loadgen"
-	"github.com/lossless-dev/lossless/internal/localops"
-	"github.com/lossless-dev/lossless/internal/runenv"
 )
 
 // callerClient is base sending the demo's ID token for the work-order API:

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lossless-dev/lossless/internal/devtools/localca"
 	"github.com/lossless-dev/lossless/internal/envconfig"
-	"github.com/lossless-dev/lossless/internal/localca"
 )
 
 func TestRun(t *testing.T) {

@@ -1,9 +1,9 @@
-// Command localissuer serves internal/localissuer, a minimal OpenID Connect
+// Command localissuer serves internal/devtools/localissuer, a minimal OpenID Connect
 // issuer, for docker compose: the services verify their callers' ID tokens
 // against it (discovery and JWKS over HTTP) and get their own from it (the
 // client-credentials grant), exactly as they do with Google's on GCP
 // (docs/adr/0017-caller-identity.md). `make run` and the tests run the same
-// issuer in-process (internal/localstack). Never deploy it: its key lives
+// issuer in-process (internal/devtools/localstack). Never deploy it: its key lives
 // in memory and its clients are in its environment.
 //
 // Env:
@@ -25,8 +25,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/lossless-dev/lossless/internal/devtools/localissuer"
 	"github.com/lossless-dev/lossless/internal/envconfig"
-	"github.com/lossless-dev/lossless/internal/localissuer"
 )
 
 func main() {

@@ -1,6 +1,6 @@
 // Command localops is what `make psql`, `make ops`, `make metrics` and `make
 // trace` run: it finds the stack `make run` started through its env file
-// (internal/runenv: .run/env, or RUNLOCAL_ENV_FILE) and fails, saying so,
+// (internal/devtools/runenv: .run/env, or RUNLOCAL_ENV_FILE) and fails, saying so,
 // when none is running.
 //
 // Usage:
@@ -23,8 +23,8 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/lossless-dev/lossless/internal/localops"
-	"github.com/lossless-dev/lossless/internal/runenv"
+	"github.com/lossless-dev/lossless/internal/devtools/localops"
+	"github.com/lossless-dev/lossless/internal/devtools/runenv"
 )
 
 func main() {

@@ -159,6 +159,7 @@ func (n Names) targets() map[string]string {
 		"config.go.tmpl":          svc + "internal/config/config.go",
 		"config_test.go.tmpl":     svc + "internal/config/config_test.go",
 		"app.go.tmpl":             svc + "internal/app/app.go",
+		"service.go.tmpl":         svc + "service.go",
 		"api.go.tmpl":             svc + "internal/api/api.go",
 		"api_test.go.tmpl":        svc + "internal/api/api_test.go",
 		"app_test.go.tmpl":        svc + "internal/app/app_test.go",

@@ -30,9 +30,9 @@ import (
 
 	"cloud.google.com/go/pubsub/v2/pstest"
 
+	"github.com/lossless-dev/lossless/internal/devtools/declared"
 	"github.com/lossless-dev/lossless/internal/envconfig"
 	"github.com/lossless-dev/lossless/internal/libenv"
-	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 )
 
@@ -42,8 +42,10 @@ type config struct {
 	// 127.0.0.1:8085 (the Cloud SDK emulator's port, so PUBSUB_EMULATOR_HOST
 	// values work with either). Use 0.0.0.0:8085 inside a container.
 	Listen string
-	// Provision creates topology.System() at start. Env
-	// PUBSUB_EMULATOR_PROVISION, default false (services run `provision`).
+	// Provision creates the whole system's topology at start, as
+	// services/*/service.json of the checkout holding the working directory
+	// declare it (internal/devtools/declared). Env PUBSUB_EMULATOR_PROVISION,
+	// default false (services run `provision`).
 	Provision bool
 	// ProjectID is the project provisioned into. Env PUBSUB_PROJECT_ID,
 	// default "lossless-local".
@@ -108,8 +110,12 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger, ready func(addr
 	}()
 
 	if cfg.Provision {
+		topo, err := declared.Topology()
+		if err != nil {
+			return err
+		}
 		pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		err := pubsub.ProvisionCommand(pctx, pubsub.ClientConfig{ProjectID: cfg.ProjectID, EmulatorHost: srv.Addr}, topology.System(), logger)
+		err = pubsub.ProvisionCommand(pctx, pubsub.ClientConfig{ProjectID: cfg.ProjectID, EmulatorHost: srv.Addr}, topo, logger)
 		cancel()
 		if err != nil {
 			return err

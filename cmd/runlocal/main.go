@@ -6,9 +6,9 @@
 // starts that many replicas of every service. The operator endpoints are
 // guarded by a token generated for this run (or WORKORDER_OPERATOR_TOKEN /
 // PROVIDER_OPERATOR_TOKEN), printed in the banner. The services export their
-// traces to a store in this process (internal/tracestore). Once every service
+// traces to a store in this process (internal/devtools/tracestore). Once every service
 // is ready, the stack's addresses, database URLs and tokens are written to
-// .run/env (RUNLOCAL_ENV_FILE overrides the path; internal/runenv), which
+// .run/env (RUNLOCAL_ENV_FILE overrides the path; internal/devtools/runenv), which
 // `make psql`, `make ops`, `make metrics` and `make trace` read. Ctrl-C stops
 // every process, removes that file and the ephemeral cluster. TLS=1 (`make
 // run TLS=1`) runs TLS between every process, from a CA made for the run
@@ -28,9 +28,10 @@ import (
 	"time"
 
 	"github.com/lossless-dev/lossless/internal/catalog"
-	"github.com/lossless-dev/lossless/internal/localstack"
-	"github.com/lossless-dev/lossless/internal/runenv"
-	"github.com/lossless-dev/lossless/internal/tracestore"
+	"github.com/lossless-dev/lossless/internal/devtools/declared"
+	"github.com/lossless-dev/lossless/internal/devtools/localstack"
+	"github.com/lossless-dev/lossless/internal/devtools/runenv"
+	"github.com/lossless-dev/lossless/internal/devtools/tracestore"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
 )
 
@@ -68,9 +69,9 @@ func run(ports localstack.Ports) error {
 	}
 
 	// Run from the repository root, as make does.
-	svcs, err := catalog.Parse(os.DirFS("services"))
+	svcs, err := declared.Load(".")
 	if err != nil {
-		return fmt.Errorf("services/*/%s: %w", catalog.FileName, err)
+		return err
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -180,7 +181,7 @@ func operatorTokens(workorder, provider string) (string, map[string][]string, er
 	return token, nil, nil
 }
 
-// envVars are the env file's lines (internal/runenv documents the keys).
+// envVars are the env file's lines (internal/devtools/runenv documents the keys).
 func envVars(stack *localstack.Stack, pid int, binDir, traceURL string) []runenv.Var {
 	vars := []runenv.Var{
 		{Key: runenv.KeyPID, Value: strconv.Itoa(pid)},

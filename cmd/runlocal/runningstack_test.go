@@ -15,9 +15,9 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/lossless-dev/lossless/internal/localops"
-	"github.com/lossless-dev/lossless/internal/runenv"
-	"github.com/lossless-dev/lossless/internal/tracestore"
+	"github.com/lossless-dev/lossless/internal/devtools/localops"
+	"github.com/lossless-dev/lossless/internal/devtools/runenv"
+	"github.com/lossless-dev/lossless/internal/devtools/tracestore"
 	"github.com/lossless-dev/lossless/pkg/waitfor"
 )
 

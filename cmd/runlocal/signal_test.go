@@ -17,8 +17,9 @@ import (
 	"time"
 
 	"github.com/lossless-dev/lossless/internal/catalog"
-	"github.com/lossless-dev/lossless/internal/localstack"
-	"github.com/lossless-dev/lossless/internal/runenv"
+	"github.com/lossless-dev/lossless/internal/devtools/declared"
+	"github.com/lossless-dev/lossless/internal/devtools/localstack"
+	"github.com/lossless-dev/lossless/internal/devtools/runenv"
 )
 
 // envChildPorts, set by the tests below, makes the test binary run
@@ -105,7 +106,7 @@ func startChild(t *testing.T) *childRun {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	svcs, err := catalog.Parse(os.DirFS(filepath.Join(cmd.Dir, "services")))
+	svcs, err := declared.Load(cmd.Dir)
 	if err != nil {
 		t.Fatal(err)
 	}

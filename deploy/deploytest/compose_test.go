@@ -456,14 +456,15 @@ func TestComposeDependenciesCanBeSatisfied(t *testing.T) {
 
 // TestComposeServicesStartAfterMigrationAndProvisioning: every service built
 // from our Dockerfile and running `serve` waits for the `migrate` job of its
-// own image and for the `provision` job: start-up order is never luck.
+// own image and for the `provision` job, which provisions every service's
+// part: start-up order is never luck.
 func TestComposeServicesStartAfterMigrationAndProvisioning(t *testing.T) {
 	t.Parallel()
 	p := loadProject(t, rootComposeFile)
 	jobOf := func(cmd string, target string) []string {
 		var names []string
 		for _, s := range p.Services {
-			if ourTarget(p, s) != "" && slices.Equal([]string(s.Command), []string{cmd}) && (target == "" || ourTarget(p, s) == target) {
+			if ourTarget(p, s) != "" && len(s.Command) > 0 && s.Command[0] == cmd && (target == "" || ourTarget(p, s) == target) {
 				names = append(names, s.Name)
 			}
 		}
@@ -473,6 +474,11 @@ func TestComposeServicesStartAfterMigrationAndProvisioning(t *testing.T) {
 		t.Fatalf("want exactly one provisioning job, have %v", jobOf("provision", ""))
 	}
 	provision := jobOf("provision", "")[0]
+	// A binary embeds only its own declaration: the one job provisions every
+	// service's part with -system, from the services folder mounted into it.
+	if cmd := p.Services[provision].Command; len(cmd) != 3 || cmd[1] != "-system" || containerFile(p, p.Services[provision], cmd[2]) != repoPath(t, "services") {
+		t.Errorf("%s: command %q, want provision -system <the services folder mounted read-only>", provision, cmd)
+	}
 	noDatabase := map[string]bool{}
 	for _, d := range declaredServices(t) {
 		noDatabase[d.Name] = d.Database == ""

@@ -1,5 +1,5 @@
 // Package observability runs one work order through the whole system, the
-// three services as separate processes (internal/localstack), and checks the
+// three services as separate processes (internal/devtools/localstack), and checks the
 // two promises of docs/observability.md on what the processes really emit:
 //
 //   - traces: every service exports OTLP to a collector run by this test,
@@ -46,7 +46,7 @@ import (
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/grpc"
 
-	"github.com/lossless-dev/lossless/internal/localstack"
+	"github.com/lossless-dev/lossless/internal/devtools/localstack"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
 	"github.com/lossless-dev/lossless/pkg/waitfor"
 )

@@ -1,6 +1,6 @@
 // Package catalog reads the services' declarations: one service.json per
 // service folder (services/<name>/service.json), the single list of the
-// system's services. `make run` (internal/localstack) starts what it
+// system's services. `make run` (internal/devtools/localstack) starts what it
 // declares, the binaries' `provision` command creates the Pub/Sub topology
 // it declares, and deploy/deploytest checks the Makefile, the Dockerfile,
 // compose, Prometheus and the alert rules against it. Adding a service is
@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path"
 	"regexp"
 	"slices"
@@ -65,7 +66,7 @@ type Service struct {
 	// gRPC address of that service's replica with the same number) and
 	// {http:<service>} (the base URL of its HTTP listener, e.g.
 	// "http://127.0.0.1:8080": REST, /metrics) and {trace_url} (the base
-	// URL of the run's trace store, internal/tracestore; "" when the run
+	// URL of the run's trace store, internal/devtools/tracestore; "" when the run
 	// collects no traces).
 	LocalEnv map[string]string `json:"local_env,omitempty"`
 }
@@ -114,6 +115,35 @@ func Parse(fsys fs.FS) (Catalog, error) {
 		return nil, err
 	}
 	return c.ordered()
+}
+
+// Load parses every <dir>/<name>/service.json: dir is a services folder
+// (the checkout's, or a copy of it mounted into a provisioning job).
+func Load(dir string) (Catalog, error) {
+	c, err := Parse(os.DirFS(dir))
+	if err != nil {
+		return nil, fmt.Errorf("%s/*/%s: %w", dir, FileName, err)
+	}
+	return c, nil
+}
+
+// ParseService reads one service's declaration (its service.json, which the
+// service's main package embeds) on its own: the checks that need the other
+// services (ports, topic owners, placeholders naming them) are Parse's.
+func ParseService(b []byte) (Service, error) {
+	var s Service
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&s); err != nil {
+		return Service{}, fmt.Errorf("%s: %w", FileName, err)
+	}
+	if !nameRE.MatchString(s.Name) {
+		return Service{}, fmt.Errorf("%s: name %q must match %s", FileName, s.Name, nameRE)
+	}
+	if err := s.Topology().Validate(); err != nil {
+		return Service{}, fmt.Errorf("service %q: %w", s.Name, err)
+	}
+	return s, nil
 }
 
 // Replicas of a service under `make run` listen on its declared ports plus
@@ -259,11 +289,30 @@ func (c Catalog) Topology() pubsub.Topology {
 		}
 	}
 	for _, s := range c {
-		for _, tp := range s.Subscribes {
-			t.AddConsumer(pubsub.SubscriptionID(s.Name, tp), tp)
-		}
+		s.addConsumers(&t)
 	}
 	return t
+}
+
+// Topology is the part of the system's topology s declares, what its
+// `provision` command creates: the topics it publishes, and per topic it
+// consumes that topic, its consumer subscription, the dead-letter topic and
+// the inspection subscription. The topic of a consumed topic is created too
+// (with the same settings as its publisher's provisioning), so the
+// subscription can exist before its publisher is provisioned.
+func (s Service) Topology() pubsub.Topology {
+	var t pubsub.Topology
+	for _, tp := range s.Publishes {
+		t.AddTopic(tp)
+	}
+	s.addConsumers(&t)
+	return t
+}
+
+func (s Service) addConsumers(t *pubsub.Topology) {
+	for _, tp := range s.Subscribes {
+		t.AddConsumer(pubsub.SubscriptionID(s.Name, tp), tp)
+	}
 }
 
 // ExpandEnv returns s's LocalEnv as KEY=value pairs, sorted, with the

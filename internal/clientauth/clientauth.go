@@ -5,7 +5,7 @@
 //   - AUTH_TOKEN_URL set: the OAuth 2.0 client-credentials grant against
 //     that token endpoint with AUTH_CLIENT_ID and AUTH_CLIENT_SECRET (the
 //     local issuer of `make run`, compose and the tests,
-//     internal/localissuer); the caller's subject is its client id.
+//     internal/devtools/localissuer); the caller's subject is its client id.
 //   - AUTH_TOKEN_URL unset: Google-signed ID tokens of the workload's
 //     service account, from the GKE / GCE metadata server (Workload
 //     Identity); the caller's subject is the service account's unique id.

@@ -2,6 +2,7 @@ package serviceapp
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -10,10 +11,10 @@ import (
 	gpubsub "cloud.google.com/go/pubsub/v2"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/lossless-dev/lossless/internal/catalog"
 	"github.com/lossless-dev/lossless/internal/envconfig"
 	"github.com/lossless-dev/lossless/internal/libenv"
 	"github.com/lossless-dev/lossless/internal/servicecmd"
-	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/pkg/operator"
 	"github.com/lossless-dev/lossless/pkg/pgmigrate"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
@@ -37,24 +38,30 @@ type Commands[C any] struct {
 	Operator OperatorCLI
 }
 
-// CommandLine is s with c's commands: `migrate` (DATABASE_URL), `provision`
-// (the system's Pub/Sub topology), the operator API's commands, and serve
+// CommandLine is s with c's commands: `migrate` (DATABASE_URL), `provision
+// [-system DIR]` (the service's part of the Pub/Sub topology, from
+// s.Declaration; -system: every service's, from DIR/*/service.json), the
+// operator API's commands, and serve
 // resolving the projects before New. s's own Commands win over these.
 func CommandLine[C any, A server.Process](s servicecmd.Service[C, A], c Commands[C]) servicecmd.Service[C, A] {
 	cmds := map[string]servicecmd.Command{
 		"migrate": func(ctx context.Context, env *envconfig.Reader, logger *slog.Logger, _ []string) error {
 			return libenv.Migrate(ctx, env, logger, c.Migrations...)
 		},
-		"provision": func(ctx context.Context, env *envconfig.Reader, logger *slog.Logger, _ []string) error {
+		"provision": func(ctx context.Context, env *envconfig.Reader, logger *slog.Logger, args []string) error {
+			topo, err := provisioned(s.Name, s.Usage, s.Declaration, args)
+			if err != nil {
+				return err
+			}
 			cfg := libenv.PubSub(env)
 			if err := env.Err(); err != nil {
 				return err
 			}
-			cfg, err := libenv.ResolvePubSubProject(ctx, cfg)
+			cfg, err = libenv.ResolvePubSubProject(ctx, cfg)
 			if err != nil {
 				return err
 			}
-			return pubsub.ProvisionCommand(ctx, cfg, topology.System(), logger)
+			return pubsub.ProvisionCommand(ctx, cfg, topo, logger)
 		},
 	}
 	if c.Operator != nil {
@@ -129,4 +136,36 @@ func OperatorCommand(open OperatorCLI) servicecmd.Command {
 		}
 		return operator.RunCLI(ctx, args, ops, consumer, os.Stdout)
 	}
+}
+
+// provisioned is the topology `<name> provision [-system DIR]` creates: the
+// service's own part, from its embedded declaration, or with -system every
+// service's, as DIR/*/service.json declare them.
+func provisioned(name, usage string, declaration []byte, args []string) (pubsub.Topology, error) {
+	fs := flag.NewFlagSet(name+" provision", flag.ContinueOnError)
+	system := fs.String("system", "", "create every service's part, as `DIR`/*/service.json declare them")
+	if err := fs.Parse(args); err != nil {
+		return pubsub.Topology{}, err
+	}
+	if fs.NArg() > 0 {
+		return pubsub.Topology{}, fmt.Errorf("provision: unexpected arguments %q", fs.Args())
+	}
+	if *system != "" {
+		c, err := catalog.Load(*system)
+		if err != nil {
+			return pubsub.Topology{}, err
+		}
+		return c.Topology(), nil
+	}
+	if len(declaration) == 0 {
+		return pubsub.Topology{}, fmt.Errorf("%s embeds no declaration to provision; %s", name, usage)
+	}
+	decl, err := catalog.ParseService(declaration)
+	if err != nil {
+		return pubsub.Topology{}, err
+	}
+	if decl.Name != name {
+		return pubsub.Topology{}, fmt.Errorf("%s embeds the declaration of %q", name, decl.Name)
+	}
+	return decl.Topology(), nil
 }

@@ -36,9 +36,15 @@ func (a *testApp) Run(context.Context) error { return nil }
 // service is a service on the skeleton's command line; built holds the app
 // serve assembled, open the operator hook (nil: none).
 func service(built **testApp, open serviceapp.OperatorCLI) servicecmd.Service[testConfig, *testApp] {
+	return declaring(built, open, nil)
+}
+
+// declaring is service with declaration embedded (provision's own part).
+func declaring(built **testApp, open serviceapp.OperatorCLI, declaration []byte) servicecmd.Service[testConfig, *testApp] {
 	return serviceapp.CommandLine(servicecmd.Service[testConfig, *testApp]{
-		Name:  "shipping",
-		Usage: "usage: shipping [serve|migrate|provision|outbox|parked|dead-letters|audit]",
+		Name:        "shipping",
+		Declaration: declaration,
+		Usage:       "usage: shipping [serve|migrate|provision|outbox|parked|dead-letters|audit]",
 		Config: func(r *envconfig.Reader) (testConfig, error) {
 			return testConfig{PubSub: pubsub.ClientConfig{ProjectID: r.String("PUBSUB_PROJECT_ID", "")},
 				Telemetry: telemetry.Config{ServiceName: "shipping"}}, r.Err()

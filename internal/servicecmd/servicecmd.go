@@ -53,6 +53,11 @@ type Service[C any, A server.Process] struct {
 	Prepare func(ctx context.Context, cfg *C, tel *telemetry.Config) error
 	// New assembles the app (app.New).
 	New func(ctx context.Context, cfg C, logger *slog.Logger, tel telemetry.Providers, opts ...server.Option) (A, error)
+	// Declaration is the service's services/<name>/service.json, which its
+	// main package embeds (service.go): serviceapp.CommandLine's provision
+	// creates the topics it publishes and its subscriptions
+	// (catalog.Service.Topology). Empty: provision needs -system.
+	Declaration []byte
 	// Commands are the service's own commands by name (may be nil).
 	Commands map[string]Command
 }

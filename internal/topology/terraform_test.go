@@ -13,12 +13,12 @@ import (
 	"time"
 
 	"github.com/lossless-dev/lossless/internal/catalog"
+	"github.com/lossless-dev/lossless/internal/devtools/declared"
 	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
-	"github.com/lossless-dev/lossless/services"
 )
 
-var update = flag.Bool("update", false, "rewrite deploy/terraform/gcp/topology.json from System()")
+var update = flag.Bool("update", false, "rewrite deploy/terraform/gcp/topology.json from the declared topology")
 
 // terraformTopologyFile is what deploy/terraform/gcp iterates to create the
 // Pub/Sub resources and their IAM, relative to this package's directory.
@@ -95,9 +95,9 @@ const (
 
 func seconds(d time.Duration) string { return fmt.Sprintf("%ds", int64(d/time.Second)) }
 
-// renderTerraformTopology derives the file from System() (the settings)
-// and the catalog (the owners), with pkg/pubsub's naming rules; every topic
-// and subscription of System() must get an owner, or this fails.
+// renderTerraformTopology derives the file from topo, c.Topology() (the
+// settings), and the catalog (the owners), with pkg/pubsub's naming rules;
+// every topic and subscription of topo must get an owner, or this fails.
 func renderTerraformTopology(c catalog.Catalog, topo pubsub.Topology) (tfTopology, error) {
 	out := tfTopology{
 		Generated:      "by `go test ./internal/topology -run TestTerraformTopology -update` from services/*/service.json; do not edit",
@@ -187,14 +187,14 @@ func marshalTopology(t *testing.T, tf tfTopology) []byte {
 
 // TestTerraformTopology: the committed topology.json, from which the
 // Terraform module creates every topic, subscription and their IAM, equals
-// what System() (the topology `provision` creates) renders to. With -update
-// it rewrites the file.
+// what the declared topology (what the services' `provision` commands create
+// together) renders to. With -update it rewrites the file.
 func TestTerraformTopology(t *testing.T) {
-	c, err := services.Catalog()
+	c, err := declared.Catalog()
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, err := renderTerraformTopology(c, topology.System())
+	want, err := renderTerraformTopology(c, c.Topology())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +221,7 @@ func TestTerraformTopology(t *testing.T) {
 	if len(diffs) == 0 {
 		diffs = []string{"same content, different formatting or order"}
 	}
-	t.Errorf("%s differs from the topology `provision` creates (System()):\n  %s\nrun `go test ./internal/topology -run TestTerraformTopology -update` and commit the file",
+	t.Errorf("%s differs from the topology the services' `provision` commands create:\n  %s\nrun `go test ./internal/topology -run TestTerraformTopology -update` and commit the file",
 		path, strings.Join(diffs, "\n  "))
 }
 
@@ -229,11 +229,11 @@ func TestTerraformTopology(t *testing.T) {
 // missing and an extra subscription are each reported by name, so a failure
 // of TestTerraformTopology says what differs.
 func TestTerraformTopology_DiffNamesTheDifference(t *testing.T) {
-	c, err := services.Catalog()
+	c, err := declared.Catalog()
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, err := renderTerraformTopology(c, topology.System())
+	want, err := renderTerraformTopology(c, c.Topology())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,7 +250,7 @@ func TestTerraformTopology_DiffNamesTheDifference(t *testing.T) {
 		fmt.Sprintf("subscription %q: committed {", want.Subscriptions[0].ID),
 		`"ack_deadline_seconds":30`,
 		fmt.Sprintf("subscription %q: missing from the committed file", removed),
-		`subscription "stale.sub": in the committed file, not in System()`,
+		`subscription "stale.sub": in the committed file, not declared`,
 	} {
 		if !strings.Contains(got, frag) {
 			t.Errorf("diff does not contain %q:\n%s", frag, got)
@@ -259,7 +259,7 @@ func TestTerraformTopology_DiffNamesTheDifference(t *testing.T) {
 }
 
 // diffTopology names each service, topic and subscription that is missing,
-// extra or different between the committed file and System()'s rendering.
+// extra or different between the committed file and the declared topology's rendering.
 func diffTopology(committed, want tfTopology) []string {
 	var diffs []string
 	diffs = append(diffs, diffByID("service", committed.Services, want.Services, func(s tfService) string { return s.Name })...)
@@ -287,12 +287,12 @@ func diffByID[T any](what string, committed, want []T, id func(T) string) []stri
 		case !ok:
 			diffs = append(diffs, fmt.Sprintf("%s %q: missing from the committed file", what, k))
 		case h != enc(v):
-			diffs = append(diffs, fmt.Sprintf("%s %q: committed %s, System() %s", what, k, h, enc(v)))
+			diffs = append(diffs, fmt.Sprintf("%s %q: committed %s, declared %s", what, k, h, enc(v)))
 		}
 	}
 	for _, v := range committed {
 		if k := id(v); !seen[k] {
-			diffs = append(diffs, fmt.Sprintf("%s %q: in the committed file, not in System()", what, k))
+			diffs = append(diffs, fmt.Sprintf("%s %q: in the committed file, not declared", what, k))
 		}
 	}
 	return diffs

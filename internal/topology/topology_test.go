@@ -3,6 +3,7 @@ package topology_test
 import (
 	"testing"
 
+	"github.com/lossless-dev/lossless/internal/testkit/declaredtest"
 	"github.com/lossless-dev/lossless/internal/topology"
 )
 
@@ -11,7 +12,7 @@ import (
 // each consumer subscription with its dead-letter topic and inspection
 // subscription.
 func TestSystem_DeclaresEveryNameTheCodeUses(t *testing.T) {
-	topo := topology.System()
+	topo := declaredtest.Topology(t)
 	if err := topo.Validate(); err != nil {
 		t.Fatal(err)
 	}

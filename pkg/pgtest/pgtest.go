@@ -21,7 +21,7 @@
 //
 // pgtest reads no environment variable: a test binary that wants an external
 // server or the cluster's knobs (fsync, pg_stat_statements: the benchmarks)
-// reads them itself and calls MainWith (internal/benchkit.PGTestOptions does,
+// reads them itself and calls MainWith (internal/testkit/benchkit.PGTestOptions does,
 // for the benchmarks). One variable crosses processes: once the ephemeral
 // cluster runs, pgtest sets EnvServer to its DSN, so that the test binary's
 // own child processes (the workers of `go test -fuzz`, a test that re-executes

@@ -31,7 +31,7 @@ import (
 )
 
 // testCA is a throw-away certificate authority. (pkg/ imports nothing
-// outside pkg/, so this does not use internal/localca.)
+// outside pkg/, so this does not use internal/devtools/localca.)
 type testCA struct {
 	cert *x509.Certificate
 	key  *ecdsa.PrivateKey

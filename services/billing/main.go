@@ -67,11 +67,12 @@ func main() { os.Exit(servicecmd.Main(service())) }
 // service is the billing service's command line (internal/servicecmd).
 func service() servicecmd.Service[config.Config, *app.App] {
 	return serviceapp.CommandLine(servicecmd.Service[config.Config, *app.App]{
-		Name:     config.ServiceName,
-		Usage:    `usage: billing [serve|migrate|provision|reconcile|outbox list|outbox requeue|parked list|parked replay|dead-letters replay|jobs list|jobs retry|audit list] (see services/billing/main.go)`,
-		Config:   config.FromEnv,
-		Sections: func(c *config.Config) (*server.Config, telemetry.Config) { return &c.Server, c.Telemetry },
-		New:      app.New,
+		Name:        config.ServiceName,
+		Usage:       `usage: billing [serve|migrate|provision|reconcile|outbox list|outbox requeue|parked list|parked replay|dead-letters replay|jobs list|jobs retry|audit list] (see services/billing/main.go)`,
+		Config:      config.FromEnv,
+		Sections:    func(c *config.Config) (*server.Config, telemetry.Config) { return &c.Server, c.Telemetry },
+		New:         app.New,
+		Declaration: declaration, // its own service.json only (service.go)
 		Commands: map[string]servicecmd.Command{
 			"reconcile": reconcileCmd,
 		},

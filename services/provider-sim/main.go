@@ -29,11 +29,12 @@ func main() { os.Exit(servicecmd.Main(service())) }
 // service is the simulator's command line (internal/servicecmd).
 func service() servicecmd.Service[app.Config, *app.App] {
 	return serviceapp.CommandLine(servicecmd.Service[app.Config, *app.App]{
-		Name:     app.ServiceName,
-		Usage:    "usage: provider-sim [serve|migrate|provision]  (configuration from the environment: docs/failure-modes.md, services/provider-sim/README.md)",
-		Config:   app.ConfigFromEnv,
-		Sections: func(c *app.Config) (*server.Config, telemetry.Config) { return &c.Server, c.Telemetry },
-		New:      app.New,
+		Name:        app.ServiceName,
+		Usage:       "usage: provider-sim [serve|migrate|provision]  (configuration from the environment: docs/failure-modes.md, services/provider-sim/README.md)",
+		Config:      app.ConfigFromEnv,
+		Sections:    func(c *app.Config) (*server.Config, telemetry.Config) { return &c.Server, c.Telemetry },
+		New:         app.New,
+		Declaration: declaration, // its own service.json only (service.go)
 	}, serviceapp.Commands[app.Config]{
 		PubSub:     func(c *app.Config) *pubsub.ClientConfig { return &c.PubSub },
 		Migrations: migrations.ProviderSim(),

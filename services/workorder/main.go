@@ -52,11 +52,12 @@ func main() { os.Exit(servicecmd.Main(service())) }
 // service is the work-order service's command line (internal/servicecmd).
 func service() servicecmd.Service[config.Config, *app.App] {
 	return serviceapp.CommandLine(servicecmd.Service[config.Config, *app.App]{
-		Name:     config.ServiceName,
-		Usage:    "usage: workorder [serve|migrate|provision|inbox|outbox|parked|dead-letters|audit|orders|invoicing]  (configuration from the environment: services/workorder/internal/config)",
-		Config:   config.FromEnv,
-		Sections: func(c *config.Config) (*server.Config, telemetry.Config) { return &c.Server, c.Telemetry },
-		New:      app.New,
+		Name:        config.ServiceName,
+		Usage:       "usage: workorder [serve|migrate|provision|inbox|outbox|parked|dead-letters|audit|orders|invoicing]  (configuration from the environment: services/workorder/internal/config)",
+		Config:      config.FromEnv,
+		Sections:    func(c *config.Config) (*server.Config, telemetry.Config) { return &c.Server, c.Telemetry },
+		New:         app.New,
+		Declaration: declaration, // its own service.json only (service.go)
 		Commands: map[string]servicecmd.Command{
 			"orders":    ordersCommand,
 			"invoicing": invoicingCommand,

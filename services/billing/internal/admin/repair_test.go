@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	eventsv1 "github.com/lossless-dev/lossless/gen/lossless/events/v1"
+	"github.com/lossless-dev/lossless/internal/testkit/declaredtest"
 	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/leasequeue"
@@ -86,7 +87,7 @@ func (r repair) cli(t *testing.T, args ...string) (string, error) {
 // is audited.
 func TestReplayDeadLetters_EnqueuesOnceParksPoisonAudits(t *testing.T) {
 	t.Parallel()
-	emu := pubsubtest.New(t, topology.System())
+	emu := pubsubtest.New(t, declaredtest.Topology(t))
 	r := newRepair(t, nil, intake.Config{}, emu.Client)
 	ctx := context.Background()
 	pub, err := pubsub.NewPublisher(emu.Client, topology.TopicWorkOrderEventsDeadLetter, pubsub.PublisherConfig{})

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/lossless-dev/lossless/internal/testkit/declaredtest"
 	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/pkg/operator"
 	opsv1 "github.com/lossless-dev/lossless/pkg/operator/opsv1"
@@ -121,7 +122,7 @@ func TestRetryJobs_DryRunThenOnceAudited(t *testing.T) {
 func TestReplayParkedAndDeadLettersOverGRPC(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	emu := pubsubtest.New(t, topology.System())
+	emu := pubsubtest.New(t, declaredtest.Topology(t))
 	tight := newRepair(t, nil, intake.Config{MaxPayloadBytes: 16}, nil)
 	parkedEv := completion(uuid.NewString())
 	if err := tight.in.Handle(ctx, message(t, 1, parkedEv)); err != nil {

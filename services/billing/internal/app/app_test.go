@@ -22,11 +22,12 @@ import (
 
 	eventsv1 "github.com/lossless-dev/lossless/gen/lossless/events/v1"
 	moneyv1 "github.com/lossless-dev/lossless/gen/lossless/money/v1"
-	"github.com/lossless-dev/lossless/internal/benchkit"
 	"github.com/lossless-dev/lossless/internal/libenv"
 	"github.com/lossless-dev/lossless/internal/orderhop"
 	"github.com/lossless-dev/lossless/internal/orderhop/orderhoptest"
 	"github.com/lossless-dev/lossless/internal/serviceapp"
+	"github.com/lossless-dev/lossless/internal/testkit/benchkit"
+	"github.com/lossless-dev/lossless/internal/testkit/declaredtest"
 	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/consumer"
@@ -43,7 +44,7 @@ import (
 	"github.com/lossless-dev/lossless/services/billing/internal/reconcile"
 )
 
-// TestMain takes the test server from the environment (internal/benchkit):
+// TestMain takes the test server from the environment (internal/testkit/benchkit):
 // make bench runs the benchmarks with fsync on.
 func TestMain(m *testing.M) { os.Exit(benchkit.Main(m)) }
 
@@ -83,7 +84,7 @@ func setupOn(t testing.TB, pool *pgxpool.Pool) *testBundle {
 	t.Helper()
 	b := &testBundle{
 		pool:   pool,
-		emu:    pubsubtest.New(t, topology.System()),
+		emu:    pubsubtest.New(t, declaredtest.Topology(t)),
 		clock:  &clock{t: time.Date(2026, 4, 1, 9, 0, 0, 0, time.UTC)},
 		logger: slog.New(slog.NewJSONHandler(testLogOut(), nil)),
 		reader: sdkmetric.NewManualReader(),

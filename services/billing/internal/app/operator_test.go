@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	billingv1 "github.com/lossless-dev/lossless/gen/lossless/billing/v1"
-	"github.com/lossless-dev/lossless/internal/roletest"
-	"github.com/lossless-dev/lossless/internal/topology"
+	"github.com/lossless-dev/lossless/internal/testkit/declaredtest"
+	"github.com/lossless-dev/lossless/internal/testkit/roletest"
 	"github.com/lossless-dev/lossless/pkg/pubsubtest"
 	"github.com/lossless-dev/lossless/pkg/server"
 	"github.com/lossless-dev/lossless/pkg/telemetry"
@@ -19,7 +19,7 @@ import (
 func TestOperatorServiceIsMountedBehindTheToken(t *testing.T) {
 	t.Parallel()
 	pool := newPool(t)
-	emu := pubsubtest.New(t, topology.System())
+	emu := pubsubtest.New(t, declaredtest.Topology(t))
 	const token = "s3cret-billing-operator-token-32c"
 	a, _ := roletest.Start(t, func(r server.Role, logger *slog.Logger) (*app.App, error) {
 		cfg := roleConfig(pool.Config().ConnString(), emu)

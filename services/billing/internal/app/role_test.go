@@ -12,8 +12,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/lossless-dev/lossless/internal/libenv"
-	"github.com/lossless-dev/lossless/internal/roletest"
 	"github.com/lossless-dev/lossless/internal/serviceapp"
+	"github.com/lossless-dev/lossless/internal/testkit/declaredtest"
+	"github.com/lossless-dev/lossless/internal/testkit/roletest"
 	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/pkg/leasequeue"
 	"github.com/lossless-dev/lossless/pkg/outbox"
@@ -53,11 +54,11 @@ func roleConfig(dsn string, emu *pubsubtest.Emulator) config.Config {
 // event waits undelivered on its subscription and no invoice is issued. A
 // worker replica on the same database and subscription serves no API (no
 // gRPC listener, REST 404), consumes the event and issues the invoice, which
-// the api replica then serves (internal/roletest).
+// the api replica then serves (internal/testkit/roletest).
 func TestRoles_APIServesAndRunsNoLoop_WorkerRunsLoopsAndServesNoAPI(t *testing.T) {
 	t.Parallel()
 	pool := newPool(t)
-	emu := pubsubtest.New(t, topology.System())
+	emu := pubsubtest.New(t, declaredtest.Topology(t))
 	cfg := roleConfig(pool.Config().ConnString(), emu)
 
 	ctx := context.Background()

@@ -168,7 +168,7 @@ type Config struct {
 	// LogLevel: debug, info, warn or error. Env LOG_LEVEL, default info.
 	LogLevel slog.Level
 	// TraceURL is the base URL of a trace store's HTTP API
-	// (internal/tracestore: GET <TraceURL>/v1/orders/{id}); an order's page
+	// (internal/devtools/tracestore: GET <TraceURL>/v1/orders/{id}); an order's page
 	// then shows its spans as a waterfall. Env CONSOLE_TRACE_URL, default "":
 	// no trace section, the page points to Jaeger and `make trace` instead,
 	// because a deployment's tracing backend (Jaeger, Cloud Trace) has no

@@ -14,7 +14,7 @@ import (
 )
 
 // traceOrder is the part of the trace store's answer to
-// GET /v1/orders/{id} the waterfall uses (internal/tracestore documents the
+// GET /v1/orders/{id} the waterfall uses (internal/devtools/tracestore documents the
 // whole). The console reads it over HTTP, as it reads /metrics: it does not
 // link the store, which only `make run` has.
 type traceOrder struct {

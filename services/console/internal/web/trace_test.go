@@ -15,7 +15,7 @@ import (
 	resourcepb "go.opentelemetry.io/proto/otlp/resource/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 
-	"github.com/lossless-dev/lossless/internal/tracestore"
+	"github.com/lossless-dev/lossless/internal/devtools/tracestore"
 )
 
 // otlpSpan is one span exported to the trace store; ids are short readable

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	providerv1 "github.com/lossless-dev/lossless/gen/lossless/provider/v1"
+	"github.com/lossless-dev/lossless/internal/testkit/declaredtest"
 	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
@@ -38,7 +39,7 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 func TestSubmitRejectedByTheStoreIsInvalidArgumentNotUnavailable(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t, migrations.ProviderSim()...)
-	emu := pubsubtest.New(t, topology.System())
+	emu := pubsubtest.New(t, declaredtest.Topology(t))
 	pub, err := pubsub.NewPublisher(emu.Client, topology.TopicWorkOrderCompleted, pubsub.PublisherConfig{})
 	if err != nil {
 		t.Fatal(err)
@@ -77,7 +78,7 @@ func TestSubmitRejectedByTheStoreIsInvalidArgumentNotUnavailable(t *testing.T) {
 func served(t *testing.T, rates faults.Rates, opts ...api.Option) (providerv1.ProviderServiceClient, *pgxpool.Pool, *faults.Dice) {
 	t.Helper()
 	pool := pgtest.NewPool(t, migrations.ProviderSim()...)
-	emu := pubsubtest.New(t, topology.System())
+	emu := pubsubtest.New(t, declaredtest.Topology(t))
 	pub, err := pubsub.NewPublisher(emu.Client, topology.TopicWorkOrderCompleted, pubsub.PublisherConfig{})
 	if err != nil {
 		t.Fatal(err)

@@ -23,11 +23,11 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	providerv1 "github.com/lossless-dev/lossless/gen/lossless/provider/v1"
+	"github.com/lossless-dev/lossless/internal/devtools/localissuer"
 	"github.com/lossless-dev/lossless/internal/envconfig"
 	"github.com/lossless-dev/lossless/internal/libenv"
-	"github.com/lossless-dev/lossless/internal/localissuer"
-	"github.com/lossless-dev/lossless/internal/roletest"
-	"github.com/lossless-dev/lossless/internal/topology"
+	"github.com/lossless-dev/lossless/internal/testkit/declaredtest"
+	"github.com/lossless-dev/lossless/internal/testkit/roletest"
 	"github.com/lossless-dev/lossless/migrations"
 	opsv1 "github.com/lossless-dev/lossless/pkg/operator/opsv1"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
@@ -68,7 +68,7 @@ func setupWith(t *testing.T, exec time.Duration, token string, edit func(*app.Co
 	t.Helper()
 	// As the runtime role, as deployed: the grants must suffice.
 	_, dsn := pgtest.RuntimeRole(t, pgtest.NewDatabase(t, migrations.ProviderSim()...), migrations.ProviderSim()...)
-	emu := pubsubtest.New(t, topology.System())
+	emu := pubsubtest.New(t, declaredtest.Topology(t))
 	cfg := app.Config{
 		Auth:        libenv.CallerAuth{Disabled: true}, // caller authentication: tested apart
 		DatabaseURL: dsn,

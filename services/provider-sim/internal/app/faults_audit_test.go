@@ -18,7 +18,7 @@ import (
 
 	providerv1 "github.com/lossless-dev/lossless/gen/lossless/provider/v1"
 	"github.com/lossless-dev/lossless/internal/libenv"
-	"github.com/lossless-dev/lossless/internal/topology"
+	"github.com/lossless-dev/lossless/internal/testkit/declaredtest"
 	"github.com/lossless-dev/lossless/pkg/apierror"
 	"github.com/lossless-dev/lossless/pkg/operator"
 	opsv1 "github.com/lossless-dev/lossless/pkg/operator/opsv1"
@@ -180,7 +180,7 @@ func TestAFaultChangeIsNotMadeWhenItCannotBeRecorded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	emu := pubsubtest.New(t, topology.System())
+	emu := pubsubtest.New(t, declaredtest.Topology(t))
 	cfg := app.Config{
 		// Nothing listens there: every connection is refused.
 		DatabaseURL: fmt.Sprintf("postgres://provider@127.0.0.1:%d/providersim?sslmode=disable", port),

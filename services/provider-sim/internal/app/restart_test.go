@@ -17,7 +17,7 @@ import (
 	providerv1 "github.com/lossless-dev/lossless/gen/lossless/provider/v1"
 	"github.com/lossless-dev/lossless/internal/envconfig"
 	"github.com/lossless-dev/lossless/internal/libenv"
-	"github.com/lossless-dev/lossless/internal/topology"
+	"github.com/lossless-dev/lossless/internal/testkit/declaredtest"
 	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
@@ -112,7 +112,7 @@ func firstPlan(t *testing.T, dsn string, emu *pubsubtest.Emulator, incarnation s
 
 func TestARestartWithAFixedSeedDoesNotReplayTheFirstDraws(t *testing.T) {
 	t.Parallel()
-	emu := pubsubtest.New(t, topology.System())
+	emu := pubsubtest.New(t, declaredtest.Topology(t))
 	dsn := pgtest.NewDatabase(t, migrations.ProviderSim()...)
 	first, second := firstPlan(t, dsn, emu, "1"), firstPlan(t, dsn, emu, "2")
 	if first == second {

@@ -15,8 +15,8 @@ import (
 
 	providerv1 "github.com/lossless-dev/lossless/gen/lossless/provider/v1"
 	"github.com/lossless-dev/lossless/internal/libenv"
-	"github.com/lossless-dev/lossless/internal/roletest"
-	"github.com/lossless-dev/lossless/internal/topology"
+	"github.com/lossless-dev/lossless/internal/testkit/declaredtest"
+	"github.com/lossless-dev/lossless/internal/testkit/roletest"
 	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
@@ -31,12 +31,12 @@ import (
 // An api replica accepts the hand-off and runs no engine: the job stays
 // ACCEPTED and no completion is published. A worker replica on the same
 // database serves no API (no gRPC listener, REST 404) and its engine runs the
-// job to DONE, publishing the completion (internal/roletest).
+// job to DONE, publishing the completion (internal/testkit/roletest).
 func TestRoles_APIAcceptsAndRunsNoEngine_WorkerRunsTheEngineAndServesNoAPI(t *testing.T) {
 	t.Parallel()
 	// As the runtime role, as deployed: the grants must suffice.
 	_, dsn := pgtest.RuntimeRole(t, pgtest.NewDatabase(t, migrations.ProviderSim()...), migrations.ProviderSim()...)
-	emu := pubsubtest.New(t, topology.System())
+	emu := pubsubtest.New(t, declaredtest.Topology(t))
 	pool, err := pgxpool.New(context.Background(), dsn)
 	if err != nil {
 		t.Fatal(err)

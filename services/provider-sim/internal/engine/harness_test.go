@@ -19,7 +19,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	eventsv1 "github.com/lossless-dev/lossless/gen/lossless/events/v1"
-	"github.com/lossless-dev/lossless/internal/benchkit"
+	"github.com/lossless-dev/lossless/internal/testkit/benchkit"
+	"github.com/lossless-dev/lossless/internal/testkit/declaredtest"
 	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
@@ -29,7 +30,7 @@ import (
 	"github.com/lossless-dev/lossless/services/provider-sim/internal/faults"
 )
 
-// TestMain takes the test server from the environment (internal/benchkit):
+// TestMain takes the test server from the environment (internal/testkit/benchkit):
 // make bench runs the benchmarks with fsync on.
 func TestMain(m *testing.M) { os.Exit(benchkit.Main(m)) }
 
@@ -61,7 +62,7 @@ func setupB(b *testing.B) *bundle { return setupTB(b, options{}) }
 func setupTB(t testing.TB, o options) *bundle {
 	t.Helper()
 	out := &outage{}
-	emu := pubsubtest.New(t, topology.System(), pstest.ServerReactorOption{FuncName: "Publish", Reactor: out})
+	emu := pubsubtest.New(t, declaredtest.Topology(t), pstest.ServerReactorOption{FuncName: "Publish", Reactor: out})
 	pub, err := pubsub.NewPublisher(emu.Client, topology.TopicWorkOrderCompleted, pubsub.PublisherConfig{Timeout: o.timeout})
 	if err != nil {
 		t.Fatal(err)

@@ -21,6 +21,7 @@ import (
 
 	eventsv1 "github.com/lossless-dev/lossless/gen/lossless/events/v1"
 	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
+	"github.com/lossless-dev/lossless/internal/testkit/declaredtest"
 	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/inbox"
@@ -219,7 +220,7 @@ func TestCLI_ListShowReplayReHandOff(t *testing.T) {
 // inserts each message once and acks it.
 func TestReplayDeadLetters_ReentersThroughReceiverPathOnce(t *testing.T) {
 	t.Parallel()
-	emu := pubsubtest.New(t, topology.System())
+	emu := pubsubtest.New(t, declaredtest.Topology(t))
 	b := setup(t, emu.Client)
 	ctx := context.Background()
 	pub, err := pubsub.NewPublisher(emu.Client, topology.TopicWorkOrderCompletedDeadLetter, pubsub.PublisherConfig{})

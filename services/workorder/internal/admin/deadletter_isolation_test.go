@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 
 	eventsv1 "github.com/lossless-dev/lossless/gen/lossless/events/v1"
+	"github.com/lossless-dev/lossless/internal/testkit/declaredtest"
 	"github.com/lossless-dev/lossless/internal/topology"
 	opsv1 "github.com/lossless-dev/lossless/pkg/operator/opsv1"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
@@ -21,7 +22,7 @@ import (
 // them are acked (a further replay finds nothing).
 func TestReplayDeadLetters_BadMessageParkedGoodOnesReplayed(t *testing.T) {
 	t.Parallel()
-	emu := pubsubtest.New(t, topology.System())
+	emu := pubsubtest.New(t, declaredtest.Topology(t))
 	b := setup(t, emu.Client)
 	ctx := context.Background()
 	pub, err := pubsub.NewPublisher(emu.Client, topology.TopicWorkOrderCompletedDeadLetter, pubsub.PublisherConfig{})

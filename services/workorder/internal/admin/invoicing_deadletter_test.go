@@ -11,6 +11,7 @@ import (
 
 	eventsv1 "github.com/lossless-dev/lossless/gen/lossless/events/v1"
 	moneyv1 "github.com/lossless-dev/lossless/gen/lossless/money/v1"
+	"github.com/lossless-dev/lossless/internal/testkit/declaredtest"
 	"github.com/lossless-dev/lossless/internal/topology"
 	opsv1 "github.com/lossless-dev/lossless/pkg/operator/opsv1"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
@@ -28,7 +29,7 @@ import (
 // is audited in operator_audit.
 func TestReplayInvoicingDeadLetters_InvoicesOnceParksTheRest(t *testing.T) {
 	t.Parallel()
-	emu := pubsubtest.New(t, topology.System())
+	emu := pubsubtest.New(t, declaredtest.Topology(t))
 	b := setup(t, emu.Client)
 	ctx := context.Background()
 	order := uuid.New()

@@ -13,6 +13,7 @@ import (
 
 	eventsv1 "github.com/lossless-dev/lossless/gen/lossless/events/v1"
 	moneyv1 "github.com/lossless-dev/lossless/gen/lossless/money/v1"
+	"github.com/lossless-dev/lossless/internal/testkit/declaredtest"
 	"github.com/lossless-dev/lossless/internal/topology"
 	opsv1 "github.com/lossless-dev/lossless/pkg/operator/opsv1"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
@@ -123,7 +124,7 @@ func TestReplayParkedBillingEvent_OverGRPC(t *testing.T) {
 func TestReplayInvoicingDeadLetters_OverGRPC(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	emu := pubsubtest.New(t, topology.System())
+	emu := pubsubtest.New(t, declaredtest.Topology(t))
 	b := setup(t, emu.Client)
 	order := uuid.New()
 	b.completedOrder(t, order)

@@ -30,8 +30,8 @@ import (
 
 	eventsv1 "github.com/lossless-dev/lossless/gen/lossless/events/v1"
 	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
-	"github.com/lossless-dev/lossless/internal/benchkit"
-	"github.com/lossless-dev/lossless/internal/localissuer"
+	"github.com/lossless-dev/lossless/internal/devtools/localissuer"
+	"github.com/lossless-dev/lossless/internal/testkit/benchkit"
 	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/apierror"
 	"github.com/lossless-dev/lossless/pkg/idempotency"
@@ -41,7 +41,7 @@ import (
 	"github.com/lossless-dev/lossless/services/workorder/internal/orders"
 )
 
-// TestMain takes the test server from the environment (internal/benchkit):
+// TestMain takes the test server from the environment (internal/testkit/benchkit):
 // make bench runs the benchmarks with fsync on.
 func TestMain(m *testing.M) { os.Exit(benchkit.Main(m)) }
 

@@ -15,7 +15,7 @@ import (
 	"google.golang.org/protobuf/types/dynamicpb"
 
 	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
-	"github.com/lossless-dev/lossless/internal/localissuer"
+	"github.com/lossless-dev/lossless/internal/devtools/localissuer"
 )
 
 // publicMethods are the public service's methods, read from its descriptor:

@@ -30,7 +30,7 @@ import (
 	"github.com/lossless-dev/lossless/internal/clientauth"
 	"github.com/lossless-dev/lossless/internal/libenv"
 	"github.com/lossless-dev/lossless/internal/serviceapp"
-	"github.com/lossless-dev/lossless/internal/topology"
+	"github.com/lossless-dev/lossless/internal/testkit/declaredtest"
 	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/idempotency"
 	"github.com/lossless-dev/lossless/pkg/outbox"
@@ -78,7 +78,7 @@ func startProvider(t *testing.T, p providerv1.ProviderServiceServer) string {
 }
 
 func testConfig(t *testing.T, dsn, providerAddr string) config.Config {
-	em := pubsubtest.New(t, topology.System())
+	em := pubsubtest.New(t, declaredtest.Topology(t))
 	return config.Config{
 		Common: serviceapp.Common{
 			PubSub:    pubsub.ClientConfig{ProjectID: em.ProjectID, EmulatorHost: em.Addr},
@@ -86,7 +86,7 @@ func testConfig(t *testing.T, dsn, providerAddr string) config.Config {
 			Server:    server.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", ShutdownTimeout: 10 * time.Second},
 			Telemetry: telemetry.Config{ServiceName: config.ServiceName, LogLevel: "info"},
 			// Caller authentication is tested in package api and by the stack
-			// tests (internal/localstack); here every caller is anonymous.
+			// tests (internal/devtools/localstack); here every caller is anonymous.
 			Auth: libenv.CallerAuth{Disabled: true},
 		},
 		ProviderAddr: providerAddr,

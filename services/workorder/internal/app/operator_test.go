@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
-	"github.com/lossless-dev/lossless/internal/roletest"
+	"github.com/lossless-dev/lossless/internal/testkit/roletest"
 	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
 	"github.com/lossless-dev/lossless/pkg/server"

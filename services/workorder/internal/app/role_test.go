@@ -11,7 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/lossless-dev/lossless/internal/roletest"
+	"github.com/lossless-dev/lossless/internal/testkit/roletest"
 	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
 	"github.com/lossless-dev/lossless/pkg/server"
@@ -33,7 +33,7 @@ func outboxStatus(t *testing.T, pool *pgxpool.Pool, orderID string) string {
 
 // An api replica answers the API and runs no loop: the hand-off it commits
 // stays PENDING. A worker replica on the same database serves no API (no gRPC
-// listener, REST 404) and its relay hands the order off (internal/roletest).
+// listener, REST 404) and its relay hands the order off (internal/testkit/roletest).
 func TestRoles_APIServesAndRunsNoLoop_WorkerRunsLoopsAndServesNoAPI(t *testing.T) {
 	t.Parallel()
 	// As the runtime role, as deployed: the grants must suffice.

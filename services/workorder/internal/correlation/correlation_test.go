@@ -16,7 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	eventsv1 "github.com/lossless-dev/lossless/gen/lossless/events/v1"
-	"github.com/lossless-dev/lossless/internal/benchkit"
+	"github.com/lossless-dev/lossless/internal/testkit/benchkit"
 	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/inbox"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
@@ -25,7 +25,7 @@ import (
 	"github.com/lossless-dev/lossless/services/workorder/internal/correlation"
 )
 
-// TestMain takes the test server from the environment (internal/benchkit):
+// TestMain takes the test server from the environment (internal/testkit/benchkit):
 // make bench runs the benchmarks with fsync on.
 func TestMain(m *testing.M) { os.Exit(benchkit.Main(m)) }
 

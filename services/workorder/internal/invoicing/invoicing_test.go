@@ -24,6 +24,7 @@ import (
 	moneyv1 "github.com/lossless-dev/lossless/gen/lossless/money/v1"
 	"github.com/lossless-dev/lossless/internal/orderhop"
 	"github.com/lossless-dev/lossless/internal/orderhop/orderhoptest"
+	"github.com/lossless-dev/lossless/internal/testkit/declaredtest"
 	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
@@ -213,7 +214,7 @@ func TestConfigConcurrencyBounds(t *testing.T) {
 func TestF4_DuplicateOverPubSub(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	emu := pubsubtest.New(t, topology.System())
+	emu := pubsubtest.New(t, declaredtest.Topology(t))
 	ctx := context.Background()
 	id := b.order(t, "COMPLETED")
 	ev := issued(id)

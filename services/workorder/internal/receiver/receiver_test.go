@@ -16,7 +16,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	eventsv1 "github.com/lossless-dev/lossless/gen/lossless/events/v1"
-	"github.com/lossless-dev/lossless/internal/benchkit"
+	"github.com/lossless-dev/lossless/internal/testkit/benchkit"
+	"github.com/lossless-dev/lossless/internal/testkit/declaredtest"
 	"github.com/lossless-dev/lossless/internal/topology"
 	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/inbox"
@@ -30,7 +31,7 @@ import (
 	"github.com/lossless-dev/lossless/services/workorder/internal/receiver"
 )
 
-// TestMain takes the test server from the environment (internal/benchkit):
+// TestMain takes the test server from the environment (internal/testkit/benchkit):
 // make bench runs the benchmarks with fsync on.
 func TestMain(m *testing.M) { os.Exit(benchkit.Main(m)) }
 
@@ -52,7 +53,7 @@ func setup(t testing.TB, pool *pgxpool.Pool) bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	emu := pubsubtest.New(t, topology.System())
+	emu := pubsubtest.New(t, declaredtest.Topology(t))
 	pub, err := pubsub.NewPublisher(emu.Client, topology.TopicWorkOrderCompleted, pubsub.PublisherConfig{})
 	if err != nil {
 		t.Fatal(err)

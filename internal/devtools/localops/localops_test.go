@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/lossless-dev/lossless/internal/runenv"
+	"github.com/lossless-dev/lossless/internal/devtools/runenv"
 )
 
 func TestOpsCommand_ServiceBinaryWithItsDatabaseURLAndTheStacksEnv(t *testing.T) {

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lossless-dev/lossless/internal/netfault"
+	"github.com/lossless-dev/lossless/internal/testkit/netfault"
 )
 
 // echoServer answers every line with the same line, until the test ends.

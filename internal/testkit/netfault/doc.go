@@ -4,7 +4,7 @@
 //
 // A link is a TCP proxy on loopback in front of one upstream address, made
 // per (client process, target) pair: give each client the link's address
-// instead of the upstream's (internal/localstack's Config.Links does it for
+// instead of the upstream's (internal/devtools/localstack's Config.Links does it for
 // every replica's PostgreSQL, Pub/Sub and service addresses). A fault then
 // cuts exactly the links it names and leaves every other path alone:
 //

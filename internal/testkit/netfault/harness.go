@@ -131,7 +131,7 @@ func (h *Harness) Link(name, upstream string) (*Link, error) {
 }
 
 // Route starts the link "<from>-><to>" to addr and returns the address to
-// dial instead: the shape of internal/localstack's Config.Links.
+// dial instead: the shape of internal/devtools/localstack's Config.Links.
 func (h *Harness) Route(from, to, addr string) (string, error) {
 	l, err := h.Link(from+"->"+to, addr)
 	if err != nil {

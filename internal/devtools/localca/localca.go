@@ -1,5 +1,5 @@
 // Package localca is the certificate authority of a local run: `make run
-// TLS=1` (cmd/runlocal) and the stack tests (internal/localstack) create one
+// TLS=1` (cmd/runlocal) and the stack tests (internal/devtools/localstack) create one
 // at start, issue every process a certificate from it, and hand each process
 // the CA to verify its peers with. Nothing here is for production, where
 // cert-manager (deploy/k8s) or another issuer owns the keys; see

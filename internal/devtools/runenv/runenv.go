@@ -14,9 +14,9 @@
 // Keys: RUNLOCAL_PID (the runlocal process; a file whose process is gone is
 // stale), RUNLOCAL_SERVICES (the services in start order), RUNLOCAL_BIN_DIR
 // (the binaries the stack runs), RUNLOCAL_TRACE_URL (the local trace store,
-// internal/tracestore), PUBSUB_EMULATOR_HOST, PUBSUB_PROJECT_ID,
+// internal/devtools/tracestore), PUBSUB_EMULATOR_HOST, PUBSUB_PROJECT_ID,
 // AUTH_TOKEN_URL, AUTH_CLIENT_ID and AUTH_CLIENT_SECRET (the local issuer
-// and the demo client, internal/localstack), and per
+// and the demo client, internal/devtools/localstack), and per
 // service, with the name upper-cased and "-" as "_" (Key):
 // <SERVICE>_DATABASE_URL (services with a database), <SERVICE>_URL (REST
 // base URL, /metrics too), <SERVICE>_GRPC_ADDR (services with gRPC),

@@ -6,7 +6,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/lossless-dev/lossless/internal/localca"
+	"github.com/lossless-dev/lossless/internal/devtools/localca"
 )
 
 // TestIssuedCertificatesVerifyForLoopbackAndTheirHosts: an issued

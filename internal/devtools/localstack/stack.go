@@ -29,10 +29,10 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/lossless-dev/lossless/internal/catalog"
-	"github.com/lossless-dev/lossless/internal/localca"
+	"github.com/lossless-dev/lossless/internal/devtools/declared"
+	"github.com/lossless-dev/lossless/internal/devtools/localca"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
 	"github.com/lossless-dev/lossless/pkg/server"
-	"github.com/lossless-dev/lossless/services"
 )
 
 // ServicePorts are the listeners of one replica of a service.
@@ -79,7 +79,7 @@ func FreePortsFor(replicas int) (Ports, error) {
 	if replicas < 1 {
 		return Ports{}, errors.New("localstack: FreePortsFor needs at least one replica")
 	}
-	c, err := services.Catalog()
+	c, err := declared.Catalog()
 	if err != nil {
 		return Ports{}, err
 	}
@@ -120,7 +120,8 @@ type Config struct {
 	// creates its databases there. Default "": start an ephemeral cluster.
 	DatabaseURL string
 	// Services are the services to run, in start order. Default: the
-	// declarations compiled into this binary (services.Catalog).
+	// declarations of the checkout holding the working directory
+	// (declared.Catalog).
 	Services catalog.Catalog
 	// DatabasePrefix is prepended to the declared database names, so several
 	// stacks can share a server. Default "".
@@ -160,17 +161,17 @@ type Config struct {
 	// ReadyTimeout bounds each service's start-up. Default 60s.
 	ReadyTimeout time.Duration
 	// TraceEndpoint, when set, is every service's OTEL_EXPORTER_OTLP_ENDPOINT
-	// (e.g. internal/tracestore's "http://127.0.0.1:<port>"), with spans
+	// (e.g. internal/devtools/tracestore's "http://127.0.0.1:<port>"), with spans
 	// exported every 200 ms instead of the SDK's 5 s, so a trace is
 	// complete moments after the order. ExtraEnv may override both.
 	// Default "": no tracing.
 	TraceEndpoint string
 	// TraceURL is the {trace_url} of the declarations' local_env: the HTTP
-	// API of the trace store TraceEndpoint feeds (internal/tracestore's
+	// API of the trace store TraceEndpoint feeds (internal/devtools/tracestore's
 	// Server.URL), read by the console. Default "".
 	TraceURL string
 	// TLS turns on TLS between every process (docs/adr/0018): a CA made for
-	// this stack (internal/localca) issues each replica a certificate,
+	// this stack (internal/devtools/localca) issues each replica a certificate,
 	// passed as TLS_CERT_FILE, TLS_KEY_FILE and TLS_CA_FILE, so every gRPC
 	// and HTTP listener serves TLS and requires a client certificate of the
 	// CA on gRPC (mTLS); Instance.URL becomes https://. The ephemeral
@@ -186,7 +187,7 @@ type Config struct {
 	Pprof bool
 	// Links routes each replica's connections through addresses of the
 	// caller's (a fault-injecting or delaying proxy per link, e.g.
-	// internal/netfault's Harness.Route). It is called once per replica and
+	// internal/testkit/netfault's Harness.Route). It is called once per replica and
 	// target when the stack starts, with the replica's instance id
 	// ("workorder-1"), the target ("postgres": its DATABASE_URL's host;
 	// "pubsub": PUBSUB_EMULATOR_HOST; or the name of a service it dials,
@@ -260,7 +261,7 @@ func NewOperatorToken() (string, error) {
 // services/ folder and the Pub/Sub emulator into dir (static, like `make
 // build`), in one `go build`.
 func Build(ctx context.Context, repoRoot, dir string) error {
-	c, err := catalog.Parse(os.DirFS(filepath.Join(repoRoot, "services")))
+	c, err := declared.Load(repoRoot)
 	if err != nil {
 		return err
 	}
@@ -304,7 +305,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		cfg.Log = os.Stdout
 	}
 	if len(cfg.Services) == 0 {
-		c, err := services.Catalog()
+		c, err := declared.Catalog()
 		if err != nil {
 			return nil, err
 		}
@@ -380,21 +381,22 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		}
 	}
 
-	// One-shot jobs: provisioning (any service binary with a database
-	// provisions the whole system's topology), migrations.
-	var withDB []catalog.Service
+	// One-shot jobs: provisioning (each service with a Pub/Sub declaration
+	// provisions its own part; all of them before any service starts, so no
+	// publisher runs before every subscription to its topics exists),
+	// migrations.
 	for _, svc := range cfg.Services {
-		if svc.Database != "" {
-			withDB = append(withDB, svc)
+		if len(svc.Publishes)+len(svc.Subscribes) == 0 {
+			continue
+		}
+		if err := s.oneShot(ctx, "provision-"+svc.Name, svc.Name, "provision"); err != nil {
+			return nil, err
 		}
 	}
-	if len(withDB) == 0 {
-		return nil, errors.New("localstack: no service has a database to provision the topology with")
-	}
-	if err := s.oneShot(ctx, "provision", withDB[0].Name, "provision"); err != nil {
-		return nil, err
-	}
-	for _, svc := range withDB {
+	for _, svc := range cfg.Services {
+		if svc.Database == "" {
+			continue
+		}
 		if err := s.oneShot(ctx, "migrate-"+svc.Name, svc.Name, "migrate"); err != nil {
 			return nil, err
 		}

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/lossless-dev/lossless/internal/clientauth"
-	"github.com/lossless-dev/lossless/internal/localissuer"
+	"github.com/lossless-dev/lossless/internal/devtools/localissuer"
 )
 
 // DemoClient is the client id (and so the caller subject) of the stack's
@@ -19,7 +19,7 @@ import (
 // load generator, the end-to-end tests, curl (Stack.ClientSecret).
 const DemoClient = "demo"
 
-// issuer is the stack's OpenID Connect issuer (internal/localissuer),
+// issuer is the stack's OpenID Connect issuer (internal/devtools/localissuer),
 // served in this process on loopback: every service verifies its callers'
 // tokens against it (discovery and JWKS over HTTP) and gets its own tokens
 // from it (client credentials, its name as client id and subject).

@@ -1,5 +1,5 @@
 // Package localops implements the make targets that work on the stack `make
-// run` started, found through its env file (internal/runenv): `make psql`,
+// run` started, found through its env file (internal/devtools/runenv): `make psql`,
 // `make ops`, `make metrics` and `make trace`. cmd/localops is their command.
 package localops
 
@@ -24,8 +24,8 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/lossless-dev/lossless/internal/clientauth"
-	"github.com/lossless-dev/lossless/internal/runenv"
-	"github.com/lossless-dev/lossless/internal/tracestore"
+	"github.com/lossless-dev/lossless/internal/devtools/runenv"
+	"github.com/lossless-dev/lossless/internal/devtools/tracestore"
 	"github.com/lossless-dev/lossless/pkg/server"
 )
 

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lossless-dev/lossless/internal/loadgen"
+	"github.com/lossless-dev/lossless/internal/devtools/loadgen"
 )
 
 // fakeAPI answers the two calls loadgen makes: every create gets a new id,

@@ -8,12 +8,12 @@ import (
 	"testing"
 
 	"github.com/lossless-dev/lossless/internal/catalog"
-	"github.com/lossless-dev/lossless/services"
+	"github.com/lossless-dev/lossless/internal/devtools/declared"
 )
 
-func declared(t *testing.T) catalog.Catalog {
+func declaredServices(t *testing.T) catalog.Catalog {
 	t.Helper()
-	c, err := services.Catalog()
+	c, err := declared.Catalog()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -21,7 +21,7 @@ func declared(t *testing.T) catalog.Catalog {
 }
 
 func TestPorts_ReplicaOneKeepsTheDeclaredPortsAndLaterReplicasStepByTen(t *testing.T) {
-	c := declared(t)
+	c := declaredServices(t)
 	wo, _ := c.Service("workorder")
 	var p Ports
 	if got, want := p.replica(wo, 1), (ServicePorts{wo.GRPCPort, wo.HTTPPort}); got != want {
@@ -41,7 +41,7 @@ func TestFreePortsFor_EveryPortOfEveryReplicaOfEveryDeclaredServiceDistinct(t *t
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := declared(t)
+	c := declaredServices(t)
 	all := p.AllPorts(c, 3)
 	if len(all) != 2+2*3*len(c) { // the emulator, the issuer, the services
 		t.Fatalf("%d ports for %d services × 3 replicas", len(all), len(c))
@@ -70,7 +70,7 @@ func TestNewOperatorToken_32RandomBytesHex(t *testing.T) {
 }
 
 func TestInstances_WorkorderReplicaKHandsOffToProviderReplicaK(t *testing.T) {
-	c := declared(t)
+	c := declaredServices(t)
 	s := &Stack{cfg: Config{Replicas: 2, Services: c}}
 	provider, _ := c.Service("provider-sim")
 	if got := s.instance(provider, 2); got.ID != "provider-sim-2" || got.GRPC != "127.0.0.1:9101" || got.URL != "http://127.0.0.1:8091" {
@@ -87,7 +87,7 @@ func TestInstances_WorkorderReplicaKHandsOffToProviderReplicaK(t *testing.T) {
 }
 
 func TestReplicaEnv_LinksRouteEachReplicasDatabasePubSubAndServiceAddresses(t *testing.T) {
-	c := declared(t)
+	c := declaredServices(t)
 	var calls []string
 	s := &Stack{
 		cfg: Config{Replicas: 2, Services: c, Links: func(instance, target, addr string) (string, error) {

@@ -5,11 +5,11 @@ import (
 	"log"
 	"time"
 
-	"github.com/lossless-dev/lossless/internal/netfault"
+	"github.com/lossless-dev/lossless/internal/testkit/netfault"
 )
 
 // A service's link to its database is cut for a while, healed, and the
-// timeline tells when. With internal/localstack, Config.Links: h.Route makes
+// timeline tells when. With internal/devtools/localstack, Config.Links: h.Route makes
 // one link per (replica, target); h.Get("billing-1->postgres") finds it.
 func Example() {
 	h, err := netfault.New(netfault.Config{MaxFault: time.Minute})

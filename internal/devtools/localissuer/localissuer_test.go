@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/lossless-dev/lossless/internal/clientauth"
-	"github.com/lossless-dev/lossless/internal/localissuer"
+	"github.com/lossless-dev/lossless/internal/devtools/localissuer"
 	"github.com/lossless-dev/lossless/pkg/server"
 )
 
