@@ -156,3 +156,12 @@ var (
 	_ DB = (*pgx.Conn)(nil)
 	_ DB = (*pgxpool.Pool)(nil)
 )
+
+// Acquirer is a pool: a *pgxpool.Pool, where a pool's own feature is the
+// point: Begin holds one of its connections for the whole transaction, so
+// that the transaction's statements can share round trips.
+type Acquirer interface {
+	Acquire(ctx context.Context) (*pgxpool.Conn, error)
+}
+
+var _ Acquirer = (*pgxpool.Pool)(nil)

@@ -7,22 +7,11 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
-
-// Acquirer is a pool: a *pgxpool.Pool, where a pool's own feature is the
-// point: Begin holds one of its connections for the whole transaction, so
-// that the transaction's statements can share round trips.
-type Acquirer interface {
-	Acquire(ctx context.Context) (*pgxpool.Conn, error)
-}
-
-var _ Acquirer = (*pgxpool.Pool)(nil)
 
 // rollbackTimeout bounds a rollback sent after the caller's context ended.
 const rollbackTimeout = 5 * time.Second
@@ -168,32 +157,6 @@ func (tx *Tx) top() *Tx {
 	return tx
 }
 
-// Savepoint starts a savepoint without sending anything: its SAVEPOINT goes
-// out with its first statement, and one that sends nothing costs nothing.
-// Begin does the same, for pgx.Tx's sake.
-func (tx *Tx) Savepoint() *Tx {
-	r := tx.top()
-	r.savepoints++
-	sp := &Tx{root: r, name: "sp_" + strconv.FormatInt(r.savepoints, 10), notesMark: len(r.notes), afterMark: len(r.after)}
-	if tx.root != nil {
-		sp.parent = tx
-	}
-	return sp
-}
-
-// enter queues the SAVEPOINTs of tx and of its enclosing savepoints that
-// are not queued yet, before tx's first statement.
-func (tx *Tx) enter() {
-	if tx.root == nil || tx.spq != nil {
-		return
-	}
-	if tx.parent != nil {
-		tx.parent.enter()
-	}
-	tx.spq = &pgx.QueuedQuery{SQL: "savepoint " + tx.name}
-	tx.root.pending = append(tx.root.pending, tx.spq)
-}
-
 // Queue queues a statement to go out with the transaction's next batch:
 // with its first statement when nothing was sent yet (after the BEGIN), or
 // with the COMMIT. Its callback (QueuedQuery.Exec, Query, QueryRow) runs
@@ -234,14 +197,6 @@ func (tx *Tx) Closed() bool { return tx.closed || tx.top().closed }
 
 // Conn is the connection the transaction runs on.
 func (tx *Tx) Conn() *pgx.Conn { return tx.top().conn }
-
-// Begin starts a savepoint (Savepoint), for pgx.Tx's sake.
-func (tx *Tx) Begin(context.Context) (pgx.Tx, error) {
-	if tx.Closed() {
-		return nil, pgx.ErrTxClosed
-	}
-	return tx.Savepoint(), nil
-}
 
 // Commit commits the transaction, with the statements queued last and the
 // wake-ups (CommitWith), or releases the savepoint.
@@ -340,27 +295,6 @@ func (tx *Tx) queueNotes(b *pgx.Batch, q string) {
 	b.Queue(q, channels, payloads)
 }
 
-// releaseSavepoint releases a savepoint: nothing when it never entered or when
-// nothing follows its SAVEPOINT, still queued; else RELEASE, queued after
-// the statements still waiting, or sent now.
-func (tx *Tx) releaseSavepoint(ctx context.Context) error {
-	tx.closed = true
-	if tx.spq == nil {
-		return nil
-	}
-	r := tx.root
-	switch i := slices.Index(r.pending, tx.spq); {
-	case i >= 0 && i == len(r.pending)-1:
-		r.pending = r.pending[:i]
-		return nil
-	case i >= 0:
-		r.pending = append(r.pending, &pgx.QueuedQuery{SQL: "release savepoint " + tx.name})
-		return nil
-	}
-	_, err := r.conn.Exec(ctx, "release savepoint "+tx.name)
-	return err
-}
-
 // Rollback rolls the transaction back and gives its connection back, or
 // rolls back to the savepoint; what was queued and announced in it is
 // dropped. Nothing is sent when nothing was. After Commit it returns
@@ -420,94 +354,4 @@ func (tx *Tx) flush(ctx context.Context) error {
 		return nil
 	}
 	return tx.SendBatch(ctx, &pgx.Batch{}).Close()
-}
-
-// SendBatch sends the queued statements and b's in one batch. The returned
-// results are b's: those of the queued statements are read (their
-// callbacks run) before b's first.
-func (tx *Tx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	if tx.Closed() {
-		return errBatch{pgx.ErrTxClosed}
-	}
-	tx.enter()
-	r := tx.top()
-	queued := r.pending
-	if len(queued) > 0 {
-		b = &pgx.Batch{QueuedQueries: append(slices.Clip(queued), b.QueuedQueries...)}
-		r.pending, r.begun = nil, true
-	}
-	return &results{br: r.conn.SendBatch(ctx, b), tx: r, queued: queued}
-}
-
-func (tx *Tx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	if tx.Closed() {
-		return pgconn.CommandTag{}, pgx.ErrTxClosed
-	}
-	tx.enter()
-	if !batchable(args) {
-		if err := tx.flush(ctx); err != nil {
-			return pgconn.CommandTag{}, err
-		}
-		return tx.top().conn.Exec(ctx, sql, args...)
-	}
-	if len(tx.top().pending) == 0 {
-		return tx.top().conn.Exec(ctx, sql, args...)
-	}
-	var tag pgconn.CommandTag
-	b := &pgx.Batch{}
-	b.Queue(sql, args...).Exec(func(t pgconn.CommandTag) error { tag = t; return nil })
-	err := tx.SendBatch(ctx, b).Close()
-	return tag, err
-}
-
-// Query sends the queued statements alone first: the rows of a batch
-// carrying them would have to be read before the batch's end.
-func (tx *Tx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	if tx.Closed() {
-		return nil, pgx.ErrTxClosed
-	}
-	tx.enter()
-	if err := tx.flush(ctx); err != nil {
-		return nil, err
-	}
-	return tx.top().conn.Query(ctx, sql, args...)
-}
-
-func (tx *Tx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	if tx.Closed() {
-		return errRow{pgx.ErrTxClosed}
-	}
-	tx.enter()
-	if len(tx.top().pending) == 0 || !batchable(args) {
-		if err := tx.flush(ctx); err != nil {
-			return errRow{err}
-		}
-		return tx.top().conn.QueryRow(ctx, sql, args...)
-	}
-	b := &pgx.Batch{}
-	b.Queue(sql, args...)
-	br := tx.SendBatch(ctx, b)
-	return batchRow{row: br.QueryRow(), br: br}
-}
-
-func (tx *Tx) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error) {
-	if tx.Closed() {
-		return 0, pgx.ErrTxClosed
-	}
-	tx.enter()
-	if err := tx.flush(ctx); err != nil {
-		return 0, err
-	}
-	return tx.top().conn.CopyFrom(ctx, table, columns, src)
-}
-
-// LargeObjects is not available: pgx builds its LargeObjects only on its own
-// transactions.
-func (tx *Tx) LargeObjects() pgx.LargeObjects {
-	panic("pgdb: large objects are not available in a pgdb.Tx")
-}
-
-// Prepare names a statement on the connection; it needs no transaction.
-func (tx *Tx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
-	return tx.top().conn.Prepare(ctx, name, sql)
 }
