@@ -90,10 +90,9 @@ func (s *Service) retryJobs(ctx context.Context, ticket, actor string, ids []int
 	if err != nil {
 		return nil, err
 	}
-	err = pgx.BeginFunc(ctx, s.deps.DB, func(tx pgx.Tx) error {
-		return WriteAudit(ctx, tx, AuditEntry{Action: "jobs.retry", Actor: actor, Ticket: ticket,
-			DryRun: dryRun, Params: map[string]any{"requested": ids, "requeued": done}, Affected: len(done)})
-	})
+	// One statement: its own transaction, no BEGIN and COMMIT around it.
+	err = WriteAudit(ctx, s.deps.DB, AuditEntry{Action: "jobs.retry", Actor: actor, Ticket: ticket,
+		DryRun: dryRun, Params: map[string]any{"requested": ids, "requeued": done}, Affected: len(done)})
 	return done, err
 }
 
