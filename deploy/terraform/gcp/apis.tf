@@ -1,7 +1,7 @@
 locals {
   # compute and servicenetworking: the VPC and Cloud SQL's private IP;
   # iamcredentials: GKE Workload Identity exchanges tokens through it;
-  # cloudresourcemanager: the project lookup (the Pub/Sub service agent's number).
+  # cloudresourcemanager: project-level IAM members (iam.tf).
   apis = [
     "pubsub.googleapis.com",
     "sqladmin.googleapis.com",

@@ -48,15 +48,22 @@ resource "google_pubsub_subscription" "this" {
 # max_delivery_attempts, so it must publish to the dead-letter topic and
 # subscribe (acknowledge) on the source subscription. Without these grants
 # messages are redelivered for ever instead of dead-lettered.
-data "google_project" "this" {
-  project_id = var.project_id
+#
+# The agent is created lazily by Google, often after the first topic exists:
+# on an empty project a grant naming it by its address fails with "service
+# account does not exist". Creating it here (generateServiceIdentity) makes
+# the grants wait for it, so the first apply succeeds.
+resource "google_project_service_identity" "pubsub" {
+  provider = google-beta
 
-  # Read through the Cloud Resource Manager API, enabled in the same apply.
+  project = var.project_id
+  service = "pubsub.googleapis.com"
+
   depends_on = [google_project_service.api]
 }
 
 locals {
-  pubsub_service_agent = "serviceAccount:service-${data.google_project.this.number}@gcp-sa-pubsub.iam.gserviceaccount.com"
+  pubsub_service_agent = google_project_service_identity.pubsub.member
 }
 
 resource "google_pubsub_topic_iam_member" "dead_letter_publisher" {

@@ -6,6 +6,12 @@ terraform {
       source  = "hashicorp/google"
       version = "~> 7.0"
     }
+    # google_project_service_identity (pubsub.tf) exists only in the beta
+    # provider: it creates the Pub/Sub service agent before it is granted.
+    google-beta = {
+      source  = "hashicorp/google-beta"
+      version = "~> 7.0"
+    }
   }
 
   # State lives in a GCS bucket created once by hand (versioned, uniform
@@ -15,6 +21,11 @@ terraform {
 }
 
 provider "google" {
+  project = var.project_id
+  region  = var.region
+}
+
+provider "google-beta" {
   project = var.project_id
   region  = var.region
 }
