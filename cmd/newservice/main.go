@@ -41,7 +41,7 @@ func main() {
 
 func run(args []string) error {
 	fs := flag.NewFlagSet("newservice", flag.ContinueOnError)
-	name := fs.String("name", "", "the service's name: lowercase, [a-z][a-z0-9-]* (required)")
+	name := fs.String("name", "", "the service's name: lowercase, [a-z][a-z0-9-]*, 6 to 30 characters (required)")
 	root := fs.String("root", ".", "the repository root")
 	skipGenerate := fs.Bool("skip-generate", false, "do not run buf generate for the new proto (run `make proto` yourself)")
 	if err := fs.Parse(args); err != nil {

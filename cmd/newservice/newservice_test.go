@@ -26,12 +26,14 @@ func TestNewPlan_RefusesBadOrTakenNames(t *testing.T) {
 		"ship_ping":             "lowercase letters, digits and single hyphens",
 		"ship--ping":            "single hyphens",
 		"shipping-":             "single hyphens",
-		"func":                  "Go keyword",
-		"ty-pe":                 "Go keyword",
+		"func":                  "6 to 30 characters",
+		"ship":                  "6 to 30 characters",
+		"interface":             "Go keyword",
+		"swi-tch":               "Go keyword",
 		"billing":               "exists already",
 		"provider-sim":          "exists already",
 		"provider-s-im":         "exists already", // database providersim is taken
-		strings.Repeat("a", 31): "at most 30",
+		strings.Repeat("a", 31): "6 to 30 characters",
 	} {
 		if _, err := NewPlan(repoRoot, name); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("NAME %q: error %v, want one containing %q", name, err, want)

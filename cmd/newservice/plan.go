@@ -50,8 +50,10 @@ var reservedPorts = []int{8085, 9099}
 // NewPlan validates name against the repository at root and renders every
 // file.
 func NewPlan(root, name string) (*Plan, error) {
-	if len(name) > 30 || !nameRE.MatchString(name) {
-		return nil, fmt.Errorf("NAME %q: want lowercase letters, digits and single hyphens, starting with a letter ([a-z][a-z0-9-]*), at most 30 characters", name)
+	// 6 to 30 characters: the service's Google service account is named
+	// after it (deploy/terraform/gcp/iam.tf), and an account id has 6 to 30.
+	if len(name) < 6 || len(name) > 30 || !nameRE.MatchString(name) {
+		return nil, fmt.Errorf("NAME %q: want lowercase letters, digits and single hyphens, starting with a letter ([a-z][a-z0-9-]*), 6 to 30 characters (its Google service account is named after it)", name)
 	}
 	n := Names{Name: name, Ident: strings.ReplaceAll(name, "-", ""), Topic: name + "-events"}
 	if token.IsKeyword(n.Ident) {
