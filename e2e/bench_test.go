@@ -132,6 +132,7 @@ func BenchmarkB5_EndToEndLatency(b *testing.B) {
 		probeStats := b5ResetStatements(ctx, b, server)
 		commitsBefore := dbs.commits(ctx, b)
 		commitsByDB := b7Commits(ctx, b, server, dbs.names)
+		walBefore := walMarkNow(ctx, b, server)
 		cpuBefore := b5CPUNow(ctx, b, stack, dbs.workorder)
 		capRes := b5Load(ctx, b, "capacity probe", loadgen.Config{HTTP: callerHTTP(b, stack, 10*time.Second), BaseURL: base, Count: capN, Concurrency: 64, MaxPositions: 10, Wait: 5 * time.Minute, Seed: 7})
 		cpuAfter := b5CPUNow(ctx, b, stack, dbs.workorder)
@@ -145,6 +146,7 @@ func BenchmarkB5_EndToEndLatency(b *testing.B) {
 			probeStatements = b5Statements(ctx, b, server, dbs.names)
 		}
 		commitsPerOrder := float64(dbs.commits(ctx, b)-commitsBefore) / float64(capRes.Invoiced)
+		wal := walSince(ctx, b, server, walBefore)
 		var hopCost []b5HopCost
 		if probeStats {
 			after := b7Commits(ctx, b, server, dbs.names)
@@ -190,6 +192,12 @@ func BenchmarkB5_EndToEndLatency(b *testing.B) {
 		b.ReportMetric(capRes.InvoicedPerSec, "probe_orders/s")
 		b.ReportMetric(commitRate, "anchor_commits/s")
 		b.ReportMetric(commitsPerOrder, "commits/order")
+		// Durable cost (wal_bench_test.go): write transactions (commit
+		// records) and WAL flushes per order; the read-only transactions
+		// are commits/order less the first.
+		b.ReportMetric(perOrder(wal.writeXacts, capRes.Invoiced), "write_xacts/order")
+		b.ReportMetric(float64(wal.flushes)/float64(capRes.Invoiced), "wal_flushes/order")
+		b.ReportMetric(commitsPerOrder-perOrder(wal.writeXacts, capRes.Invoiced), "read_only_xacts/order")
 		b.ReportMetric(capRatio, "capacity/commit_bound")
 		b.ReportMetric(b5Ms(floor), "floor_ms")
 		for _, k := range append(b5CPUGroups(cpu), b5CPUMachine) {
