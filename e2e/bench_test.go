@@ -427,7 +427,7 @@ const (
 	b5Invoiced
 )
 
-func (d *b5DBs) times(ctx context.Context, b *testing.B, ids []string) []b5Order {
+func (d *b5DBs) times(ctx context.Context, b testing.TB, ids []string) []b5Order {
 	b.Helper()
 	byID := make(map[string]*b5Order, len(ids))
 	for _, id := range ids {

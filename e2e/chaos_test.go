@@ -139,6 +139,7 @@ func TestChaos_TwoReplicasKillsBadMessagesAndAPostgresRestart(t *testing.T) {
 	chaosWO, chaosBilling := openDB(t, woDSN), openDB(t, billingDSN)
 	orders := func() int { return tryCount(ctx, chaosWO, "SELECT count(*) FROM work_orders") }
 	invoices := func() int { return tryCount(ctx, chaosBilling, "SELECT count(*) FROM invoices") }
+	var events []chaosEvent // the faults injected, for the tail's table
 	kill := func(name string) {
 		t.Helper()
 		p := stack.Process(name)
@@ -146,6 +147,7 @@ func TestChaos_TwoReplicasKillsBadMessagesAndAPostgresRestart(t *testing.T) {
 		if err := p.Kill(); err != nil {
 			t.Fatal(err)
 		}
+		events = append(events, chaosEvent{"SIGKILL " + name, time.Now()})
 		t.Logf("chaos: SIGKILL %s at %s", name, time.Since(started).Round(time.Millisecond))
 		waitfor.Condition(t, 2*time.Minute, name+" restarted and ready", func() bool {
 			return p.Restarts() > before && stack.WaitReady(ctx, name) == nil
@@ -163,6 +165,7 @@ func TestChaos_TwoReplicasKillsBadMessagesAndAPostgresRestart(t *testing.T) {
 	waitfor.Condition(t, 2*time.Minute, "45 orders created", func() bool { return orders() >= 45 })
 	kill("workorder-2")
 	waitfor.Condition(t, 2*time.Minute, "75 orders created", func() bool { return orders() >= 75 })
+	events = append(events, chaosEvent{"PostgreSQL crash and restart", time.Now()})
 	if err := stack.RestartPostgres(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -190,6 +193,7 @@ func TestChaos_TwoReplicasKillsBadMessagesAndAPostgresRestart(t *testing.T) {
 	// the invoice the work-order service recorded; retried creates made no
 	// second order and malformed messages no invoice.
 	checkInvoicedOnce(ctx, t, accepted, wo, billing, provider)
+	tailReport(ctx, t, wo, provider, billing, accepted, events)
 	if n := count(t, wo, "SELECT count(*) FROM work_orders"); n != len(accepted) {
 		t.Errorf("work orders = %d, want the %d accepted (a retried create made a second order)", n, len(accepted))
 	}
