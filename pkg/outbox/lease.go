@@ -11,6 +11,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+
+	"github.com/lossless-dev/lossless/pkg/pgdb"
 )
 
 // Slow mode (WithSlowDispatch): the claim writes a lease and commits, each
@@ -241,10 +243,7 @@ func (r *Relay) dispatchLeased(ctx context.Context, row leasedRow) {
 	dctx, cancel := context.WithDeadline(ctx, start.Add(r.cfg.LeaseDuration*8/10))
 	o := r.dispatchOne(dctx, row.ev)
 	cancel()
-	// Not tied to ctx: a dispatched event is recorded even while Run stops.
-	sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), max(r.cfg.LeaseDuration/5, rollbackTimeout))
-	defer scancel()
-	err := r.settleLeased(sctx, row, &o)
+	err := r.settleLeasedUntil(ctx, row, &o, start.Add(r.cfg.LeaseDuration*9/10))
 	switch {
 	case errors.Is(err, errLeaseLost):
 		r.m.unsettled.Add(ctx, 1)
@@ -261,6 +260,44 @@ func (r *Relay) dispatchLeased(ctx context.Context, row leasedRow) {
 		return
 	}
 	r.count(ctx, []claimedRow{row.claimedRow}, []outcome{o})
+}
+
+// Settlement retries: the first wait, and the longest.
+const (
+	settleRetryBase = 100 * time.Millisecond
+	settleRetryMax  = 2 * time.Second
+)
+
+// settleLeasedUntil records o, and tries again while the database is
+// unavailable (a restart, a dropped connection) until by, 90 % of the
+// lease: the relay still knows the outcome, and the fence makes a repeat
+// harmless (a settlement that did commit leaves the next nothing to match,
+// errLeaseLost). Given up at once, the event would wait out the rest of its
+// lease and be dispatched again: a chaos run's slowest orders waited 20 to
+// 30 s for exactly that after a PostgreSQL restart. Not tied to ctx: a
+// dispatched event is recorded even while Run stops, though a stopping relay
+// does not wait between attempts.
+func (r *Relay) settleLeasedUntil(ctx context.Context, row leasedRow, o *outcome, by time.Time) error {
+	for attempt := 0; ; attempt++ {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(r.cfg.LeaseDuration/5, rollbackTimeout))
+		err := r.settleLeased(sctx, row, o)
+		cancel()
+		if err == nil || errors.Is(err, errLeaseLost) || !pgdb.IsUnavailable(err) {
+			return err
+		}
+		wait := min(settleRetryBase<<min(attempt, 5), settleRetryMax)
+		if time.Now().Add(wait).After(by) {
+			return err
+		}
+		r.log.Info("outbox leased event's outcome not recorded yet; trying again", "event_id", row.ev.ID, "error", err, "retry_in", wait)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+	}
 }
 
 // errLeaseLost means the event's lease was taken over by another claim: the
