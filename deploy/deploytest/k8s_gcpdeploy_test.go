@@ -34,7 +34,9 @@ const recordedOutputs = "deploy/deploytest/testdata/terraform-output.json"
 // The committed overlay's example values and the placeholders its files
 // start from: none may survive a render for another project.
 var (
-	exampleValues = []string{"my-project", "europe-west1", "lossless-pg"}
+	// ".lossless.svc": the committed namespace in a service's DNS name (the
+	// certificates'); the recorded outputs name another.
+	exampleValues = []string{"my-project", "europe-west1", "lossless-pg", ".lossless.svc"}
 	placeholder   = regexp.MustCompile(`\b(PROJECT_ID|INSTANCE_CONNECTION_NAME|NAME_PREFIX|PREFIX|CLUSTER_NAME|CLUSTER_LOCATION)\b`)
 )
 

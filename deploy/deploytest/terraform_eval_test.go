@@ -417,6 +417,14 @@ func (m *tfModule) computed(typ string, inst *tfBody) map[string]cty.Value {
 	switch typ {
 	case "google_project":
 		return map[string]cty.Value{"number": cty.StringVal(tfTestProjectNumber)}
+	case "google_project_service_identity":
+		// A Google-managed service agent: service-<project number>@gcp-sa-<api>.iam.gserviceaccount.com.
+		api := strings.TrimSuffix(inst.str("service"), ".googleapis.com")
+		email := str("service-", tfTestProjectNumber, "@gcp-sa-", api, ".iam.gserviceaccount.com")
+		if !email.IsKnown() {
+			return map[string]cty.Value{"email": email, "member": email}
+		}
+		return map[string]cty.Value{"email": email, "member": cty.StringVal("serviceAccount:" + email.AsString())}
 	case "google_pubsub_topic":
 		return map[string]cty.Value{"id": str("projects/", project, "/topics/", name)}
 	case "google_pubsub_subscription":

@@ -3,6 +3,7 @@ package deploytest
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -25,7 +26,7 @@ const (
 )
 
 // The Pub/Sub service agent, with the project number loadTerraform gives
-// data.google_project.
+// every project (google_project_service_identity's email).
 const tfPubSubAgent = "serviceAccount:service-" + tfTestProjectNumber + "@gcp-sa-pubsub.iam.gserviceaccount.com"
 
 // tfDeclaredService is the part of a service.json the module must cover.
@@ -171,8 +172,8 @@ func TestTerraformChecksCatchBreakage(t *testing.T) {
 		{"syntax error", "sql.tf", `resource "google_sql_database" "service" {`, `resource "google_sql_database" "service" {{`, nil, "sql.tf: syntax"},
 		{"unresolved reference", "iam.tf", `google_pubsub_topic.this[each.key].name`, `google_pubsub_topic.this[each.value.topic].name`, checkTFEvaluates,
 			`google_pubsub_topic_iam_member.publisher`},
-		{"hand-written topic", "pubsub.tf", `data "google_project" "this" {`,
-			"resource \"google_pubsub_topic\" \"extra\" {\n  name = \"" + "billing-events" + "\"\n}\n\ndata \"google_project\" \"this\" {", checkTFPubSub, "google_pubsub_topic.extra"},
+		{"hand-written topic", "pubsub.tf", `resource "google_project_service_identity" "pubsub" {`,
+			"resource \"google_pubsub_topic\" \"extra\" {\n  name = \"" + "billing-events" + "\"\n}\n\nresource \"google_project_service_identity\" \"pubsub\" {", checkTFPubSub, "google_pubsub_topic.extra"},
 		{"literal topic name", "iam.tf", `topic  = google_pubsub_topic.this[each.key].name`, `topic  = "workorder-events"`, checkTFPubSub, `iam.tf names "workorder-events"`},
 		{"drifted ack deadline", "pubsub.tf", `ack_deadline_seconds       = each.value.ack_deadline_seconds`, `ack_deadline_seconds = 30`, checkTFPubSub, "ack_deadline_seconds 30, topology.json 60"},
 		{"no dead-letter policy", "pubsub.tf", `for_each = each.value.dead_letter_policy == null ? [] : [each.value.dead_letter_policy]`, `for_each = []`, checkTFDeadLettering, "has no dead_letter_policy"},
@@ -188,7 +189,8 @@ func TestTerraformChecksCatchBreakage(t *testing.T) {
 		{"public IP", "sql.tf", `ipv4_enabled    = false`, `ipv4_enabled    = true`, checkTFPlatform, "ipv4_enabled"},
 		{"no PITR", "sql.tf", `point_in_time_recovery_enabled = true`, `point_in_time_recovery_enabled = false`, checkTFPlatform, "point_in_time_recovery_enabled"},
 		{"rapid channel", "gke.tf", `channel = "REGULAR"`, `channel = "RAPID"`, checkTFPlatform, "release channel"},
-		{"unpinned provider", "versions.tf", `version = "~> 7.0"`, `version = ">= 5.0"`, checkTFFiles, "pin a major version"},
+		{"unpinned provider", "versions.tf", "source  = \"hashicorp/google\"\n      version = \"~> 7.0\"", "source  = \"hashicorp/google\"\n      version = \">= 5.0\"", checkTFFiles, "required_providers google (hashicorp/google) version \">= 5.0\": pin a major version"},
+		{"unpinned beta provider", "versions.tf", "source  = \"hashicorp/google-beta\"\n      version = \"~> 7.0\"", "source  = \"hashicorp/google-beta\"\n      version = \">= 5.0\"", checkTFFiles, "google-beta (hashicorp/google-beta) version \">= 5.0\": pin a major version"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -241,7 +243,8 @@ func checkTFFiles(f tfFixture) []string {
 			problems = append(problems, "missing "+name)
 		}
 	}
-	var required, google string
+	var required string
+	pins := map[string]string{"google": "", "google-beta": ""} // provider -> version
 	for _, body := range f.m.bodies {
 		for _, blk := range body.Blocks {
 			if blk.Type != "terraform" {
@@ -254,11 +257,13 @@ func checkTFFiles(f tfFixture) []string {
 				}
 			}
 			for _, rp := range blk.Body.Blocks {
-				if a, ok := rp.Body.Attributes["google"]; rp.Type == "required_providers" && ok {
-					v, _ := a.Expr.Value(nil)
-					if v.Type().IsObjectType() && v.Type().HasAttribute("source") && v.Type().HasAttribute("version") &&
-						v.GetAttr("source").AsString() == "hashicorp/google" {
-						google = v.GetAttr("version").AsString()
+				for name := range pins {
+					if a, ok := rp.Body.Attributes[name]; rp.Type == "required_providers" && ok {
+						v, _ := a.Expr.Value(nil)
+						if v.Type().IsObjectType() && v.Type().HasAttribute("source") && v.Type().HasAttribute("version") &&
+							v.GetAttr("source").AsString() == "hashicorp/"+name {
+							pins[name] = v.GetAttr("version").AsString()
+						}
 					}
 				}
 			}
@@ -267,8 +272,10 @@ func checkTFFiles(f tfFixture) []string {
 	if required != ">= 1.6" {
 		problems = append(problems, fmt.Sprintf("terraform required_version %q, want \">= 1.6\"", required))
 	}
-	if !majorPinRE.MatchString(google) {
-		problems = append(problems, fmt.Sprintf("required_providers google (hashicorp/google) version %q: pin a major version (\"~> N.0\")", google))
+	for _, name := range slices.Sorted(maps.Keys(pins)) {
+		if !majorPinRE.MatchString(pins[name]) {
+			problems = append(problems, fmt.Sprintf("required_providers %s (hashicorp/%s) version %q: pin a major version (\"~> N.0\")", name, name, pins[name]))
+		}
 	}
 	return problems
 }

@@ -64,6 +64,35 @@ REGISTRY="$(out registry_url)"
 INSTANCE="$(out sql_instance_name)"
 echo "project $PROJECT, cluster $CLUSTER in $REGION, namespace $NAMESPACE, images $REGISTRY/<service>:$TAG"
 
+# wait_jobs WHAT SECONDS JOB...: until every Job completes; stops at the
+# first that fails (its last log lines shown), or when SECONDS pass.
+# `kubectl wait --for=condition=complete` alone waits out its timeout on a
+# Job that already failed.
+wait_jobs() {
+  local what="$1" deadline=$((SECONDS + $2)) job state pending
+  shift 2
+  [ "$#" -gt 0 ] || die "$what: no Job to wait for"
+  while :; do
+    pending=0
+    for job in "$@"; do
+      state="$(kubectl -n "$NAMESPACE" get "$job" -o jsonpath='{range .status.conditions[?(@.status=="True")]}{.type} {end}')"
+      case "$state" in
+        *Complete*) ;;
+        *Failed*)
+          kubectl -n "$NAMESPACE" logs "$job" --all-containers --tail=50 >&2 || true
+          die "$what: $job failed (its output is above; docs/deploy-gcp.md, \"When a step fails\")" ;;
+        *) pending=$((pending + 1)) ;;
+      esac
+    done
+    [ "$pending" -gt 0 ] || return 0
+    [ "$SECONDS" -lt "$deadline" ] || {
+      kubectl -n "$NAMESPACE" describe "$@" >&2 || true
+      die "$what did not finish within $(($2 / 60)) minutes (docs/deploy-gcp.md, \"When a step fails\")"
+    }
+    sleep 5
+  done
+}
+
 step "cluster credentials"
 gcloud container clusters get-credentials "$CLUSTER" --region "$REGION" --project "$PROJECT"
 
@@ -77,11 +106,20 @@ for id in $(out operator_token_secrets); do
     missing+=("$id")
   fi
 done
-if [ "${#missing[@]}" -gt 0 ] && [ "$present" -gt 0 ]; then
-  die "secrets ${missing[*]} have no enabled version while others do; the console forwards one token to every service, so add the same token to them (deploy/terraform/gcp/README.md, \"Operator tokens\")"
-fi
 if [ "${#missing[@]}" -gt 0 ]; then
-  token="$(openssl rand -base64 32)"
+  # One token for every service (the console forwards one): a service added
+  # since the last deploy (make new-service) gets the others' token, a first
+  # deploy a new one.
+  token=""
+  if [ "$present" -gt 0 ]; then
+    for id in $(out operator_token_secrets); do
+      case " ${missing[*]} " in *" $id "*) continue ;; esac
+      token="$(gcloud secrets versions access latest --secret "$id" --project "$PROJECT")" && break
+    done
+    [ -n "$token" ] || die "could not read the operator token of the services that have one (gcloud secrets versions access)"
+  else
+    token="$(openssl rand -base64 32)"
+  fi
   for id in "${missing[@]}"; do
     printf '%s' "$token" | gcloud secrets versions add "$id" --data-file=- --project "$PROJECT" >/dev/null
     echo "added a version to $id"
@@ -144,21 +182,7 @@ printf '%s' "$password" | kubectl -n "$NAMESPACE" create secret generic db-owner
 unset password
 kubectl -n "$NAMESPACE" delete job db-owner --ignore-not-found >/dev/null
 kubectl apply -f "$BUILD/ownership-job.yaml"
-deadline=$((SECONDS + 600))
-while :; do
-  state="$(kubectl -n "$NAMESPACE" get job db-owner -o jsonpath='{range .status.conditions[?(@.status=="True")]}{.type} {end}')"
-  case "$state" in
-    *Complete*) break ;;
-    *Failed*)
-      kubectl -n "$NAMESPACE" logs job/db-owner -c psql --tail=50 >&2 || true
-      die "the ownership Job failed (its psql output is above; docs/deploy-gcp.md, \"When a step fails\")" ;;
-  esac
-  [ "$SECONDS" -lt "$deadline" ] || {
-    kubectl -n "$NAMESPACE" describe job db-owner >&2 || true
-    die "the ownership Job did not finish within 10 minutes (docs/deploy-gcp.md, \"When a step fails\")"
-  }
-  sleep 5
-done
+wait_jobs "the ownership Job" 600 job/db-owner
 kubectl -n "$NAMESPACE" logs job/db-owner -c psql || true
 # The password leaves with the Job: replaced by one nobody knows, the Secret deleted.
 kubectl -n "$NAMESPACE" delete secret/db-owner-postgres job/db-owner --ignore-not-found >/dev/null
@@ -172,7 +196,7 @@ kubectl apply -f "$BUILD/manifests.yaml"
 
 step "wait: migrate Jobs, then the rollouts"
 # No provision Jobs on GCP: Terraform created the Pub/Sub topology.
-kubectl -n "$NAMESPACE" wait --for=condition=complete job -l app.kubernetes.io/component=migrate --timeout=15m
+wait_jobs "the migrate Jobs" 900 $(kubectl -n "$NAMESPACE" get job -l app.kubernetes.io/component=migrate -o name)
 for d in $(kubectl -n "$NAMESPACE" get deploy -o name); do
   kubectl -n "$NAMESPACE" rollout status "$d" --timeout=10m
 done

@@ -2,6 +2,7 @@ package gcpoverlay
 
 import (
 	"fmt"
+	"io/fs"
 	"maps"
 	"os"
 	"path"
@@ -65,6 +66,10 @@ data: {}
 		return err
 	}
 
+	if err := renameServiceDomains(dir, o.Namespace); err != nil {
+		return err
+	}
+
 	kfile := filepath.Join(dir, "kustomization.yaml")
 	b, err := os.ReadFile(kfile)
 	if err != nil {
@@ -107,4 +112,28 @@ data: {}
 		return err
 	}
 	return os.WriteFile(kfile, []byte(out), 0o644)
+}
+
+// committedDomain is the service DNS suffix of the committed namespace.
+const committedDomain = ".lossless.svc"
+
+// renameServiceDomains rewrites <service>.lossless.svc in the overlay's
+// files (the certificates' DNS names) to the output namespace's domain:
+// kustomize's namespace field renames objects, not the names written inside
+// their fields, and a certificate for the wrong domain fails every TLS
+// handshake by name.
+func renameServiceDomains(dir, namespace string) error {
+	if namespace == "" {
+		return fmt.Errorf("render: empty namespace")
+	}
+	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || (filepath.Ext(p) != ".yaml" && filepath.Ext(p) != ".yml") {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil || !strings.Contains(string(b), committedDomain) {
+			return err
+		}
+		return os.WriteFile(p, []byte(strings.ReplaceAll(string(b), committedDomain, "."+namespace+".svc")), 0o644)
+	})
 }

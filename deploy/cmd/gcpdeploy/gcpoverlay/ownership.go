@@ -24,8 +24,8 @@ import (
 const (
 	OwnershipName  = "db-owner"
 	PasswordSecret = "db-owner-postgres"
-	PsqlImage      = "postgres:15-alpine" // the instance's major version (sql.tf)
-	psqlUID        = 70                   // the postgres user of the alpine image
+	PsqlImage      = "postgres:15.18-alpine" // the instance's major version (sql.tf); pinned as compose and the local overlay pin it
+	psqlUID        = 70                      // the postgres user of the alpine image
 	proxyPatchFile = "cloud-sql-proxy.yaml"
 	proxyContainer = "cloud-sql-proxy"
 )
