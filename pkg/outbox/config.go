@@ -45,7 +45,11 @@ const DefaultSlowDispatchConcurrency = 32
 type Config struct {
 	// RelayID names this relay in logs and, while a batch is in flight, as
 	// the application_name of its session, so an operator can see which
-	// replica holds which rows. Default: "<hostname>-<pid>-<random>".
+	// replica holds which rows; it also starts the tokens of its leases. A
+	// relay ends, at its start, the live leases of a previous process with
+	// its id (the instance restarted), so it must be unique among live
+	// relays: a stable instance name (a pod's name) or the default,
+	// "<hostname>-<pid>-<random>".
 	RelayID string
 	// BatchSize is the most rows one claim takes. Default 500: large enough
 	// that the round trips and the commit of a batch cost little per row,

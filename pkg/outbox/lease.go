@@ -71,6 +71,7 @@ func (r *Relay) slowLoop(ctx context.Context) {
 		r.log.Warn("outbox lease claim failed; backing off", "error", err, "attempt", failures, "delay", delay)
 		sleep(ctx, delay)
 	}
+	r.endPredecessorLeases(ctx)
 	for ctx.Err() == nil {
 		if !suspects && time.Since(lastCheck) >= r.cfg.SweepInterval {
 			lastCheck = time.Now()
@@ -143,6 +144,24 @@ func (r *Relay) slowClaimable(now time.Time) []string {
 		}
 	}
 	return types
+}
+
+// endPredecessorLeases ends the leases a dead process with this relay's id
+// left behind (qLeaseEndPredecessor): the instance restarted after a kill
+// or a crash, and its events need not wait out the rest of their leases (30
+// s by default). Relay ids must be unique among live relays: a live relay
+// with the same id would have its events taken over, which the fence keeps
+// to a second dispatch. A failure is logged, not fatal: the leases then run
+// out as they would have.
+func (r *Relay) endPredecessorLeases(ctx context.Context) {
+	tag, err := r.pool.Exec(ctx, r.q.leaseEndPredecessor, r.slowTypes, r.cfg.RelayID+"/", r.now())
+	switch {
+	case err != nil:
+		r.log.Warn("outbox: the leases of this relay's previous process not ended; they expire on their own", "error", err)
+	case tag.RowsAffected() > 0:
+		r.log.Warn("outbox: ended the leases of this relay's previous process; their events are dispatched again, one at a time",
+			"leases", tag.RowsAffected())
+	}
 }
 
 // leasesExpired reports whether a lease of the slow types has expired.

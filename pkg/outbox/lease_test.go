@@ -221,6 +221,37 @@ func TestSlowDispatch_SettlementRetriedWhenItsConnectionDies(t *testing.T) {
 	}
 }
 
+// A relay that starts under the id of a process that died (the instance
+// restarted) ends the leases that process left at once: their events are
+// dispatched again as suspects without waiting out the lease. A lease of
+// another relay id is left to run.
+func TestSlowDispatch_RestartedRelayEndsItsPredecessorsLeases(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	mine, theirs := event("wo-1", 1), event("wo-2", 1)
+	appendCommitted(t, b.pool, mine, theirs)
+	for id, owner := range map[uuid.UUID]string{mine.ID: "relay-x/7", theirs.ID: "relay-y/3"} {
+		if _, err := b.pool.Exec(context.Background(),
+			`UPDATE outbox SET lease_owner = $2, lease_until = $3 WHERE event_id = $1`, id, owner, b.clock.Now().Add(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var dispatched sync.Map
+	b.rec.fn = func(ev outbox.Event) (outbox.Commit, error) {
+		dispatched.Store(ev.ID, true)
+		return nil, nil
+	}
+	cfg := outbox.Config{RelayID: "relay-x", PollInterval: 20 * time.Millisecond, SweepInterval: 20 * time.Millisecond}
+	runRelay(t, b.relay(t, b.pool, cfg, outbox.WithSlowDispatch(testType)))
+	waitfor.Value(t, 10*time.Second, "the predecessor's event published", "PUBLISHED", func() string { return rowOf(t, b.pool, mine.ID).Status })
+	if got := rowOf(t, b.pool, mine.ID); got.Attempts != 1 {
+		t.Fatalf("published %+v; want 1 attempt: the predecessor's lease was not alone, so its death is not charged", got)
+	}
+	if _, ok := dispatched.Load(theirs.ID); ok || !strings.HasPrefix(leaseOf(t, b.pool, theirs.ID), "relay-y/") {
+		t.Fatalf("relay-y's live lease was taken over (lease %q)", leaseOf(t, b.pool, theirs.ID))
+	}
+}
+
 // A transient failure ends the lease and backs off like the lock claim's:
 // PENDING with a retry time within the first backoff window, sent again
 // once the clock passes it.

@@ -48,6 +48,7 @@ type queries struct {
 	claim, markPublished, markUnpublished, cleanup, stats       string
 	journal, journalMove, journalDone, journalGC, chargeCrashes string
 	leaseClaim, leaseExpired, leaseClaimSuspect                 string
+	leaseEndPredecessor                                         string
 	leasePublish, leaseRecord, leaseRelease                     string
 	notifyChannel                                               string
 }
@@ -59,23 +60,24 @@ func newQueries(schema string) queries {
 	leasePublish := fmt.Sprintf(qLeasePublish, pgdb.AssertSQL("count(*) = 1",
 		`'`+leaseLostMessage+`: moved ' || count(*) || ' rows'`))
 	return queries{
-		claim:             r(qClaim),
-		markPublished:     r(markPublished),
-		markUnpublished:   r(qMarkUnpublished),
-		cleanup:           r(qCleanup),
-		stats:             r(qStats),
-		journal:           r(qJournal),
-		journalMove:       r(qJournalMove),
-		journalDone:       r(qJournalDone),
-		journalGC:         r(qJournalGC),
-		chargeCrashes:     r(qChargeCrashes),
-		leaseClaim:        r(qLeaseClaim),
-		leaseExpired:      r(qLeaseExpired),
-		leaseClaimSuspect: r(qLeaseClaimSuspect),
-		leasePublish:      r(leasePublish),
-		leaseRecord:       r(qLeaseRecord),
-		leaseRelease:      r(qLeaseRelease),
-		notifyChannel:     r(notifyChannel),
+		claim:               r(qClaim),
+		markPublished:       r(markPublished),
+		markUnpublished:     r(qMarkUnpublished),
+		cleanup:             r(qCleanup),
+		stats:               r(qStats),
+		journal:             r(qJournal),
+		journalMove:         r(qJournalMove),
+		journalDone:         r(qJournalDone),
+		journalGC:           r(qJournalGC),
+		chargeCrashes:       r(qChargeCrashes),
+		leaseClaim:          r(qLeaseClaim),
+		leaseExpired:        r(qLeaseExpired),
+		leaseEndPredecessor: r(qLeaseEndPredecessor),
+		leaseClaimSuspect:   r(qLeaseClaimSuspect),
+		leasePublish:        r(leasePublish),
+		leaseRecord:         r(qLeaseRecord),
+		leaseRelease:        r(qLeaseRelease),
+		notifyChannel:       r(notifyChannel),
 	}
 }
 
@@ -293,6 +295,17 @@ const qLeaseExpired = `
 SELECT EXISTS (
     SELECT 1 FROM {schema}.outbox
     WHERE lease_until <= $2 AND status = 'PENDING' AND event_type = ANY($1::text[]))`
+
+// qLeaseEndPredecessor ends, at $3, the live leases of the slow types $1
+// whose token starts with $2, this relay's id and "/": a relay runs them
+// once at its start, so any such lease was taken by an earlier process with
+// the same id, the same instance restarted, and nobody will settle it. They
+// become suspects at once instead of when their lease runs out. A prefix
+// comparison, not LIKE: an id may hold % or _.
+const qLeaseEndPredecessor = `
+UPDATE {schema}.outbox SET lease_until = $3
+WHERE lease_until > $3 AND status = 'PENDING' AND event_type = ANY($1::text[])
+  AND left(lease_owner, length($2)) = $2`
 
 // qLeaseClaimSuspect claims one row whose lease has expired: its relay died
 // or overran the lease mid-dispatch. The dispatch journal's reasoning
