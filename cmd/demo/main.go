@@ -13,7 +13,8 @@
 // AUTH_TOKEN_URL, AUTH_CLIENT_ID and AUTH_CLIENT_SECRET set, from that
 // issuer (compose's local issuer); else from the running `make run`'s
 // local issuer, found through its env file (internal/devtools/runenv); else a
-// Google ID token of the ambient credentials. WORKORDER_AUDIENCE (default
+// Google ID token of the ambient credentials, or with AUTH_IMPERSONATE of a
+// service account they may impersonate (make demo-gcp). WORKORDER_AUDIENCE (default
 // "workorder") is the audience.
 package main
 
@@ -51,7 +52,7 @@ func callerClient(ctx context.Context, base *http.Client) (*http.Client, error) 
 	if err := r.Err(); err != nil {
 		return nil, err
 	}
-	if c.TokenURL == "" && !c.Disabled {
+	if c.TokenURL == "" && c.Impersonate == "" && !c.Disabled {
 		if env, err := runenv.Load(runenv.Path(os.Getenv)); err == nil {
 			if c, err = localops.Caller(env, c.Audience); err != nil {
 				return nil, err

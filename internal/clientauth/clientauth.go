@@ -9,6 +9,12 @@
 //   - AUTH_TOKEN_URL unset: Google-signed ID tokens of the workload's
 //     service account, from the GKE / GCE metadata server (Workload
 //     Identity); the caller's subject is the service account's unique id.
+//   - AUTH_IMPERSONATE set (a service account's email): Google-signed ID
+//     tokens of that account, minted through the IAM Credentials API with
+//     the ambient credentials, such as a person's `gcloud auth
+//     application-default login`, which cannot mint ID tokens for an
+//     audience of their own (the person needs Service Account Token Creator
+//     on the account). How `make demo-gcp` calls the GKE deployment.
 //
 // Either way the token is minted for one audience, the called service's
 // (its AUTH_AUDIENCE), named by a variable of the caller (PROVIDER_AUDIENCE,
@@ -21,10 +27,12 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strings"
 
 	"golang.org/x/oauth2"
 	"golang.org/x/oauth2/clientcredentials"
 	"google.golang.org/api/idtoken"
+	"google.golang.org/api/impersonate"
 	"google.golang.org/grpc"
 
 	"github.com/lossless-dev/lossless/internal/envconfig"
@@ -36,6 +44,7 @@ const (
 	EnvTokenURL     = "AUTH_TOKEN_URL"
 	EnvClientID     = "AUTH_CLIENT_ID"
 	EnvClientSecret = "AUTH_CLIENT_SECRET"
+	EnvImpersonate  = "AUTH_IMPERSONATE"
 )
 
 // Config of one caller's tokens for one called service.
@@ -51,6 +60,10 @@ type Config struct {
 	// AUTH_CLIENT_ID, AUTH_CLIENT_SECRET; required with TokenURL).
 	ClientID     string
 	ClientSecret string
+	// Impersonate is a Google service account whose ID tokens the ambient
+	// credentials mint (env AUTH_IMPERSONATE). Default "": the ambient
+	// credentials' own. Not with TokenURL.
+	Impersonate string
 	// Audience is the called service's AUTH_AUDIENCE, read from
 	// AudienceVar. Required.
 	Audience    string
@@ -65,6 +78,7 @@ func FromEnv(r *envconfig.Reader, audienceVar, defaultAudience string) Config {
 		TokenURL:     r.String(EnvTokenURL, ""),
 		ClientID:     r.String(EnvClientID, ""),
 		ClientSecret: r.String(EnvClientSecret, ""),
+		Impersonate:  r.String(EnvImpersonate, ""),
 		Audience:     r.String(audienceVar, defaultAudience),
 		AudienceVar:  audienceVar,
 	}
@@ -78,6 +92,13 @@ func (c Config) Validate() error {
 	var errs []error
 	if c.Audience == "" {
 		errs = append(errs, fmt.Errorf("%s: must not be empty: the called service's AUTH_AUDIENCE", c.AudienceVar))
+	}
+	if c.Impersonate != "" && c.TokenURL != "" {
+		errs = append(errs, fmt.Errorf("%s and %s are both set: impersonation mints Google ID tokens, the token endpoint its own; set one",
+			EnvImpersonate, EnvTokenURL))
+	}
+	if c.Impersonate != "" && !strings.HasSuffix(c.Impersonate, ".gserviceaccount.com") {
+		errs = append(errs, fmt.Errorf("%s: %q is not a service account's email (<name>@<project>.iam.gserviceaccount.com)", EnvImpersonate, c.Impersonate))
 	}
 	if c.TokenURL == "" {
 		if c.ClientID != "" || c.ClientSecret != "" {
@@ -102,6 +123,14 @@ func (c Config) Validate() error {
 func (c Config) TokenSource(ctx context.Context) (oauth2.TokenSource, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
+	}
+	if c.Impersonate != "" {
+		ts, err := impersonate.IDTokenSource(ctx, impersonate.IDTokenConfig{
+			Audience: c.Audience, TargetPrincipal: c.Impersonate, IncludeEmail: true})
+		if err != nil {
+			return nil, fmt.Errorf("clientauth: ID tokens of %s (%s) for %s: %w", c.Impersonate, EnvImpersonate, c.Audience, err)
+		}
+		return ts, nil
 	}
 	if c.TokenURL == "" {
 		ts, err := idtoken.NewTokenSource(ctx, c.Audience)
