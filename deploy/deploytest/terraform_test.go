@@ -175,7 +175,7 @@ func TestTerraformChecksCatchBreakage(t *testing.T) {
 		{"hand-written topic", "pubsub.tf", `resource "google_project_service_identity" "pubsub" {`,
 			"resource \"google_pubsub_topic\" \"extra\" {\n  name = \"" + "billing-events" + "\"\n}\n\nresource \"google_project_service_identity\" \"pubsub\" {", checkTFPubSub, "google_pubsub_topic.extra"},
 		{"literal topic name", "iam.tf", `topic  = google_pubsub_topic.this[each.key].name`, `topic  = "workorder-events"`, checkTFPubSub, `iam.tf names "workorder-events"`},
-		{"drifted ack deadline", "pubsub.tf", `ack_deadline_seconds       = each.value.ack_deadline_seconds`, `ack_deadline_seconds = 30`, checkTFPubSub, "ack_deadline_seconds 30, topology.json 60"},
+		{"drifted ack deadline", "pubsub.tf", `ack_deadline_seconds       = each.value.ack_deadline_seconds`, `ack_deadline_seconds = 30`, checkTFPubSub, "ack_deadline_seconds 30, topology.json 20"},
 		{"no dead-letter policy", "pubsub.tf", `for_each = each.value.dead_letter_policy == null ? [] : [each.value.dead_letter_policy]`, `for_each = []`, checkTFDeadLettering, "has no dead_letter_policy"},
 		{"agent cannot publish", "pubsub.tf", `for_each = local.dead_letter_topics`, `for_each = {}`, checkTFDeadLettering, "Pub/Sub service agent has no roles/pubsub.publisher on dead-letter topic"},
 		{"agent cannot acknowledge", "pubsub.tf", `for_each = local.dead_lettering_subscriptions`, `for_each = {}`, checkTFDeadLettering, "Pub/Sub service agent has no roles/pubsub.subscriber on"},

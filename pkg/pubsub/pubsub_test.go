@@ -243,7 +243,7 @@ func TestProvisionRepairsDriftAndRefusesImmutableChanges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.GetAckDeadlineSeconds() != 60 || got.GetRetryPolicy() == nil || got.GetMessageRetentionDuration().AsDuration() != pubsub.MaxSubscriptionMessageRetention {
+	if got.GetAckDeadlineSeconds() != 20 || got.GetRetryPolicy() == nil || got.GetMessageRetentionDuration().AsDuration() != pubsub.MaxSubscriptionMessageRetention {
 		t.Fatalf("drift not repaired: %v", got)
 	}
 

@@ -82,7 +82,9 @@ type SubscriberConfig struct {
 	// flight at once. Default 2: one batch is pulled while another commits.
 	BatchConcurrency int
 	// BatchLeaseExtension is the ack deadline RunBatch sets, every 5 s, on
-	// the messages of a batch whose handler is still running. Default 60 s.
+	// the messages of a batch whose handler is still running. Default 20 s,
+	// the consumer subscriptions' own: a replica killed mid-batch holds its
+	// messages no longer than that.
 	BatchLeaseExtension time.Duration
 	// AckTimeout bounds one Acknowledge/ModifyAckDeadline call of RunBatch.
 	// Acks are sent even when ctx was cancelled after the handler succeeded:
@@ -145,7 +147,7 @@ func DefaultSubscriberConfig() SubscriberConfig {
 		BatchSize:              500,
 		MaxBatchBytes:          16 << 20,
 		BatchConcurrency:       2,
-		BatchLeaseExtension:    60 * time.Second,
+		BatchLeaseExtension:    20 * time.Second,
 		AckTimeout:             30 * time.Second,
 		PullBackoff:            retry.Backoff{Base: 100 * time.Millisecond, Max: 10 * time.Second},
 		ProbeInterval:          5 * time.Second,

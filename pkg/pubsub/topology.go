@@ -112,12 +112,14 @@ func consumerSubscription(id, topic, dlTopic string) Subscription {
 	return Subscription{
 		ID:    id,
 		Topic: topic,
-		// 60 s: the pre-ack work is one batched insert (milliseconds); the
-		// client extends the lease while a handler runs, so this only bounds
-		// how long a crashed consumer holds a message before redelivery (F10).
-		// Higher would slow recovery after a crash, the minimum 10 s would
-		// redeliver during a slow commit (a stalled fsync, a failover).
-		AckDeadline: 60 * time.Second,
+		// 20 s: the pre-ack work is one batched insert (milliseconds), and
+		// RunBatch extends the lease every 5 s while a handler runs, so this
+		// only bounds how long a crashed consumer holds a message before
+		// redelivery (F10): with 60 s the orders whose completion a killed
+		// workorder replica had pulled were the chaos test's p99. The minimum
+		// 10 s would leave one missed renewal (a stalled process) before a
+		// redelivery; 20 s leaves three.
+		AckDeadline: 20 * time.Second,
 		// 7 days, the maximum without topic retention: the time operators
 		// have to bring a dead consumer back before Pub/Sub drops unacked
 		// messages (retention is the final expiry, acked or not).
