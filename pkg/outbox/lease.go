@@ -339,6 +339,11 @@ func (r *Relay) settleLeased(ctx context.Context, row leasedRow, o *outcome) err
 		if !errors.As(err, &ce) {
 			return err
 		}
+		if pgdb.IsUnavailable(ce.err) {
+			// The database failed the Commit, not its own logic: the whole
+			// settlement is tried again (settleLeasedUntil), not charged.
+			return ce.err
+		}
 		*o = outcome{kind: outcomeRetry, err: fmt.Errorf("commit after dispatch: %w", ce.err)}
 	}
 	var (

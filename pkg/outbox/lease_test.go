@@ -177,47 +177,58 @@ func TestSlowDispatch_StaleRelayCannotSettle_AnotherRedoesIt(t *testing.T) {
 }
 
 // A settlement whose connection dies (a PostgreSQL restart, a dropped
-// link) is recorded again as soon as the database answers, not left to the
-// lease: the event is published after one dispatch, its lease never
-// expiring (the relay's clock stands still).
+// link), before its COMMIT or under the event's own Commit, is recorded
+// again as soon as the database answers, not left to the lease nor charged
+// as a failed attempt: the event is published after one dispatch, its lease
+// never expiring (the relay's clock stands still).
 func TestSlowDispatch_SettlementRetriedWhenItsConnectionDies(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	ev := event("wo-1", 1)
-	appendCommitted(t, b.pool, ev)
-	admin, err := pgx.Connect(context.Background(), b.pool.Config().ConnString())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = admin.Close(context.Background()) }()
-	var dispatches, commits atomic.Int64
-	b.rec.fn = func(outbox.Event) (outbox.Commit, error) {
-		dispatches.Add(1)
-		return func(ctx context.Context, tx pgx.Tx) error {
-			if commits.Add(1) > 1 {
-				return nil
+	for name, inCommit := range map[string]bool{"before its COMMIT": false, "under the event's Commit": true} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			ev := event("wo-1", 1)
+			appendCommitted(t, b.pool, ev)
+			admin, err := pgx.Connect(context.Background(), b.pool.Config().ConnString())
+			if err != nil {
+				t.Fatal(err)
 			}
-			// The first settlement's backend is terminated, and gone,
-			// before its COMMIT is sent.
-			var pid int
-			if err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
-				return err
+			defer func() { _ = admin.Close(context.Background()) }()
+			var dispatches, commits atomic.Int64
+			b.rec.fn = func(outbox.Event) (outbox.Commit, error) {
+				dispatches.Add(1)
+				return func(ctx context.Context, tx pgx.Tx) error {
+					if commits.Add(1) > 1 {
+						return nil
+					}
+					// The first settlement's backend is terminated, and gone.
+					var pid int
+					if err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+						return err
+					}
+					if _, err := admin.Exec(ctx, `SELECT pg_terminate_backend($1)`, pid); err != nil {
+						return err
+					}
+					// Not waitfor.Value: this runs on the relay's goroutine.
+					if !waitfor.Until(10*time.Second, func() bool {
+						var n int
+						return admin.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE pid = $1`, pid).Scan(&n) == nil && n == 0
+					}) {
+						return errors.New("the terminated backend is still there after 10 s")
+					}
+					if inCommit {
+						_, err := tx.Exec(ctx, `SELECT 1`)
+						return err
+					}
+					return nil
+				}, nil
 			}
-			if _, err := admin.Exec(ctx, `SELECT pg_terminate_backend($1)`, pid); err != nil {
-				return err
+			runRelay(t, b.relay(t, b.pool, outbox.Config{PollInterval: 20 * time.Millisecond}, outbox.WithSlowDispatch(testType)))
+			waitfor.Value(t, 10*time.Second, "event published", "PUBLISHED", func() string { return rowOf(t, b.pool, ev.ID).Status })
+			if dispatches.Load() != 1 || commits.Load() != 2 {
+				t.Fatalf("%d dispatches, %d settlement attempts; want 1 dispatch, recorded on the second attempt", dispatches.Load(), commits.Load())
 			}
-			waitfor.Value(t, 10*time.Second, "the settlement's backend gone", 0, func() int {
-				var n int
-				_ = admin.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE pid = $1`, pid).Scan(&n)
-				return n
-			})
-			return nil
-		}, nil
-	}
-	runRelay(t, b.relay(t, b.pool, outbox.Config{PollInterval: 20 * time.Millisecond}, outbox.WithSlowDispatch(testType)))
-	waitfor.Value(t, 10*time.Second, "event published", "PUBLISHED", func() string { return rowOf(t, b.pool, ev.ID).Status })
-	if dispatches.Load() != 1 || commits.Load() != 2 {
-		t.Fatalf("%d dispatches, %d settlement attempts; want 1 dispatch, recorded on the second attempt", dispatches.Load(), commits.Load())
+		})
 	}
 }
 
