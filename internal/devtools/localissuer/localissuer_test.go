@@ -65,12 +65,12 @@ func TestTokenEndpointRefusesBadClientsAndRequests(t *testing.T) {
 		form url.Values
 		want int
 	}{
-		"wrong secret":     {url.Values{"grant_type": {"client_credentials"}, "client_id": {"workorder"}, "client_secret": {"guess"}, "audience": {"x"}}, http.StatusUnauthorized},
-		"unknown client":   {url.Values{"grant_type": {"client_credentials"}, "client_id": {"intruder"}, "client_secret": {"s3cret"}, "audience": {"x"}}, http.StatusUnauthorized},
-		"no audience":      {url.Values{"grant_type": {"client_credentials"}, "client_id": {"workorder"}, "client_secret": {"s3cret"}}, http.StatusBadRequest},
+		"wrong secret":      {url.Values{"grant_type": {"client_credentials"}, "client_id": {"workorder"}, "client_secret": {"guess"}, "audience": {"x"}}, http.StatusUnauthorized},
+		"unknown client":    {url.Values{"grant_type": {"client_credentials"}, "client_id": {"intruder"}, "client_secret": {"s3cret"}, "audience": {"x"}}, http.StatusUnauthorized},
+		"no audience":       {url.Values{"grant_type": {"client_credentials"}, "client_id": {"workorder"}, "client_secret": {"s3cret"}}, http.StatusBadRequest},
 		"unlisted audience": {url.Values{"grant_type": {"client_credentials"}, "client_id": {"workorder"}, "client_secret": {"s3cret"}, "audience": {"workorder"}}, http.StatusBadRequest},
 		"audience prefix":   {url.Values{"grant_type": {"client_credentials"}, "client_id": {"workorder"}, "client_secret": {"s3cret"}, "audience": {"https://billing"}}, http.StatusBadRequest},
-		"other grant type": {url.Values{"grant_type": {"password"}, "client_id": {"workorder"}, "client_secret": {"s3cret"}, "audience": {"x"}}, http.StatusBadRequest},
+		"other grant type":  {url.Values{"grant_type": {"password"}, "client_id": {"workorder"}, "client_secret": {"s3cret"}, "audience": {"x"}}, http.StatusBadRequest},
 	} {
 		req, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, is.TokenURL(), strings.NewReader(c.form.Encode()))
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
