@@ -90,3 +90,48 @@ func checkGCPAuthz(t *testing.T, r rendered, o gcpoverlay.Outputs) {
 		}
 	}
 }
+
+// TestGCPOverlayConsoleLogsOperatorsInByTheOperatorsFile: on GKE the console
+// is not a shared-token login by default: CONSOLE_OPERATORS_FILE names a file
+// mounted from the ConfigMap of the overlay's console-operators, which holds
+// no operator until the deployer adds one (fail closed).
+func TestGCPOverlayConsoleLogsOperatorsInByTheOperatorsFile(t *testing.T) {
+	t.Parallel()
+	r := renderOverlay(t, "gcp")
+	cm, ok := configMaps(r)["console-operators"]
+	if !ok {
+		t.Fatal("gcp: no ConfigMap console-operators")
+	}
+	for _, line := range strings.Split(cm.Data["operators"], "\n") {
+		if l := strings.TrimSpace(line); l != "" && !strings.HasPrefix(l, "#") {
+			t.Errorf("console-operators holds an operator by default: %q", l)
+		}
+	}
+	d, ok := deployments(r)["console"]
+	if !ok {
+		t.Fatal("gcp: no Deployment console")
+	}
+	c := appContainer(workload{kind: "Deployment", name: d.Name, pod: d.Spec.Template})
+	var file string
+	for _, e := range c.Env {
+		if e.Name == "CONSOLE_OPERATORS_FILE" {
+			file = e.Value
+		}
+	}
+	if file == "" {
+		t.Fatal("gcp: the console does not set CONSOLE_OPERATORS_FILE: operators log in with the shared token")
+	}
+	mounted := false
+	for _, m := range c.VolumeMounts {
+		if strings.HasPrefix(file, m.MountPath+"/") {
+			for _, v := range d.Spec.Template.Spec.Volumes {
+				if v.Name == m.Name && v.ConfigMap != nil && v.ConfigMap.Name == cm.Name && file == m.MountPath+"/operators" {
+					mounted = true
+				}
+			}
+		}
+	}
+	if !mounted {
+		t.Errorf("gcp: CONSOLE_OPERATORS_FILE %q is not the mounted key operators of ConfigMap %s", file, cm.Name)
+	}
+}
