@@ -10,7 +10,8 @@
 //
 //	LOCALISSUER_URL      the issuer URL the services reach it at (the tokens' iss), e.g. http://localissuer:8086; required
 //	LOCALISSUER_LISTEN   listen address, default 0.0.0.0:8086
-//	LOCALISSUER_CLIENTS  the clients, id:secret[,id:secret...]; required
+//	LOCALISSUER_CLIENTS  the clients and the audiences each may get tokens for,
+//	                     id:secret:audience[|audience...][,...]; required
 package main
 
 import (

@@ -98,6 +98,8 @@ func scanEnv(t *testing.T, list []byte) codeEnv {
 	env := codeEnv{reads: map[string]bool{}, required: map[string]bool{}}
 	suffixes := map[string][]string{} // import path -> SUFFIX of prefix+"SUFFIX" reads
 	prefixes := map[string][]string{} // import path -> prefixes passed to it
+	passed := map[string][]string{}   // import path -> whole names passed to it
+	byParam := map[string]bool{}      // import path -> reads a name it is handed (a parameter)
 	for path, p := range pkgs {
 		for _, file := range p.files {
 			imports := importNames(file)
@@ -131,6 +133,11 @@ func scanEnv(t *testing.T, list []byte) codeEnv {
 							env.required[name] = true
 						}
 					}
+					if id, ok := call.Args[0].(*ast.Ident); ok {
+						if _, isConst := p.consts[id.Name]; !isConst {
+							byParam[path] = true
+						}
+					}
 					if bin, ok := call.Args[0].(*ast.BinaryExpr); ok && bin.Op == token.ADD {
 						if s, ok := stringLit(bin.Y); ok {
 							suffixes[path] = append(suffixes[path], s)
@@ -143,12 +150,23 @@ func scanEnv(t *testing.T, list []byte) codeEnv {
 						for _, a := range call.Args {
 							if s, ok := stringLit(a); ok && strings.HasSuffix(s, "_") && envNameRE.MatchString(s) {
 								prefixes[imports[x.Name]] = append(prefixes[imports[x.Name]], s)
+							} else if ok && envNameRE.MatchString(s) {
+								passed[imports[x.Name]] = append(passed[imports[x.Name]], s)
 							}
 						}
 					}
 				}
 				return true
 			})
+		}
+	}
+	// A name handed to a package that reads the name it is handed
+	// (clientauth.FromEnv(r, "PROVIDER_AUDIENCE", ...)).
+	for path, names := range passed {
+		if byParam[path] {
+			for _, n := range names {
+				env.reads[n] = true
+			}
 		}
 	}
 	for path, ps := range prefixes {
@@ -187,13 +205,14 @@ func stringLit(e ast.Expr) (string, bool) {
 }
 
 // TestK8sEnvScannerFindsEveryForm: the scanner sees the forms the services
-// use (literal, constant, imported constant, prefix + suffix), so a missing
+// use (literal, constant, imported constant, prefix + suffix, a name handed to
+// a package that reads it), so a missing
 // name in the manifests' check is the manifests', not the scanner's.
 func TestK8sEnvScannerFindsEveryForm(t *testing.T) {
 	t.Parallel()
 	env := envOfServices(t, []declaredService{{Name: "workorder"}, {Name: "provider-sim"}})
 	for svc, names := range map[string][]string{
-		"workorder":    {"DATABASE_URL", "SHUTDOWN_TIMEOUT", "PROVIDER_ADDR", "WORKORDER_OUTBOX_LEASE_DURATION", "WORKORDER_INBOX_BATCH_SIZE", "PUBSUB_EMULATOR_HOST"},
+		"workorder":    {"DATABASE_URL", "SHUTDOWN_TIMEOUT", "PROVIDER_ADDR", "WORKORDER_OUTBOX_LEASE_DURATION", "WORKORDER_INBOX_BATCH_SIZE", "PUBSUB_EMULATOR_HOST", "PROVIDER_AUDIENCE"},
 		"provider-sim": {"DATABASE_URL", "PROVIDER_OPERATOR_TOKEN", "PROVIDER_WORKERS", "INSTANCE_ID", "SERVICE_ROLE"},
 	} {
 		for _, n := range names {
@@ -205,7 +224,7 @@ func TestK8sEnvScannerFindsEveryForm(t *testing.T) {
 			t.Errorf("%s: scanner misses that DATABASE_URL is required", svc)
 		}
 	}
-	if env["workorder"].reads["PROVIDER_WORKERS"] || env["provider-sim"].reads["WORKORDER_OUTBOX_LEASE_DURATION"] {
+	if env["workorder"].reads["PROVIDER_WORKERS"] || env["provider-sim"].reads["WORKORDER_OUTBOX_LEASE_DURATION"] || env["provider-sim"].reads["PROVIDER_AUDIENCE"] {
 		t.Error("scanner attributes a service's variable to another")
 	}
 }

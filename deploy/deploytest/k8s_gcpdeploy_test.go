@@ -58,6 +58,13 @@ func renderFromOutputs(t *testing.T, tag string) (gcpoverlay.Outputs, string) {
 // copyK8s copies deploy/k8s to a temporary directory and returns its gcp overlay.
 func copyK8s(t *testing.T) string {
 	t.Helper()
+	return filepath.Join(copyK8sTree(t), "overlays", "gcp")
+}
+
+// copyK8sTree copies deploy/k8s, without the local overlay's generated
+// secrets, to a temporary directory and returns the copy.
+func copyK8sTree(t *testing.T) string {
+	t.Helper()
 	dst := filepath.Join(t.TempDir(), "k8s")
 	src := repoPath(t, "deploy/k8s")
 	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
@@ -65,6 +72,9 @@ func copyK8s(t *testing.T) string {
 			return err
 		}
 		rel, _ := filepath.Rel(src, p)
+		if filepath.ToSlash(rel) == localSecretsDir {
+			return filepath.SkipDir
+		}
 		if d.IsDir() {
 			return os.MkdirAll(filepath.Join(dst, rel), 0o755)
 		}
@@ -77,7 +87,7 @@ func copyK8s(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return filepath.Join(dst, "overlays", "gcp")
+	return dst
 }
 
 // TestGCPDeployRendersTheOverlayFromTerraformOutputs: the overlay rendered

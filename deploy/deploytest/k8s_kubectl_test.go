@@ -30,7 +30,7 @@ func TestK8sKubectlRendersAsTheLibraryDoes(t *testing.T) {
 		t.Skip("kubectl not on PATH")
 	}
 	for _, o := range k8sOverlays {
-		dir := repoPath(t, "deploy/k8s/overlays/"+o)
+		dir := overlayDir(t, o)
 		out, err := exec.CommandContext(t.Context(), kubectl, "kustomize", dir).Output()
 		if err != nil {
 			t.Fatalf("overlay %s: kubectl kustomize: %v", o, err)

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"os/exec"
+	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
@@ -194,7 +196,7 @@ type rendered struct {
 func renderOverlay(t *testing.T, name string) rendered {
 	t.Helper()
 	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
-	m, err := k.Run(filesys.MakeFsOnDisk(), repoPath(t, "deploy/k8s/overlays/"+name))
+	m, err := k.Run(filesys.MakeFsOnDisk(), overlayDir(t, name))
 	if err != nil {
 		t.Fatalf("overlay %s: kustomize build: %v", name, err)
 	}
@@ -350,4 +352,26 @@ func containerPort(c *corev1.Container, p intstr.IntOrString) int32 {
 		}
 	}
 	return 0
+}
+
+// localSecretsDir is where deploy/k8s/overlays/local/generate-secrets.sh
+// writes the secrets the local overlay's secretGenerator reads (git-ignored),
+// relative to deploy/k8s.
+const localSecretsDir = "overlays/local/secrets"
+
+// overlayDir is the directory to build overlay name from: the repository's,
+// or for the local overlay a copy of deploy/k8s whose secrets
+// generate-secrets.sh has just written, as a developer runs it before
+// applying.
+func overlayDir(t *testing.T, name string) string {
+	t.Helper()
+	if name != "local" {
+		return repoPath(t, "deploy/k8s/overlays/"+name)
+	}
+	dir := filepath.Join(copyK8sTree(t), "overlays", "local")
+	cmd := exec.CommandContext(t.Context(), "sh", filepath.Join(dir, "generate-secrets.sh"))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("generate-secrets.sh: %v\n%s", err, out)
+	}
+	return dir
 }

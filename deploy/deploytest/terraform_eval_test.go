@@ -201,6 +201,7 @@ func (m *tfModule) functions() map[string]function.Function {
 		"length":     stdlib.LengthFunc,
 		"trimsuffix": stdlib.TrimSuffixFunc,
 		"contains":   stdlib.ContainsFunc,
+		"join":       stdlib.JoinFunc,
 	}
 }
 

@@ -8,7 +8,27 @@ output "k8s_gcp_settings" {
     NAME_PREFIX              = var.name_prefix
     CLUSTER_NAME             = google_container_cluster.main.name
     CLUSTER_LOCATION         = google_container_cluster.main.location
+    # Each service's audience (callers.tf), and its callers' (PROVIDER_AUDIENCE
+    # of workorder, WORKORDER_AUDIENCE and BILLING_AUDIENCE of the console).
+    WORKORDER_AUDIENCE = local.audiences["workorder"]
+    BILLING_AUDIENCE   = local.audiences["billing"]
+    PROVIDER_AUDIENCE  = local.audiences["provider-sim"]
+    # Who may call (docs/adr/0025), by Google account email.
+    AUTH_CLIENTS             = join(",", [for name, customers in var.clients : "${google_service_account.client[name].email}=${customers}"])
+    AUTH_OPERATORS           = join(",", var.operators)
+    AUTH_CONSOLES            = google_service_account.service["console"].email
+    PROVIDER_ALLOWED_CALLERS = google_service_account.service["workorder"].email
   }
+}
+
+output "client_service_accounts" {
+  description = "Google service account email per client of var.clients (AUTH_CLIENTS): mint ID tokens as it for a service's audience."
+  value       = { for name, sa in google_service_account.client : name => sa.email }
+}
+
+output "audiences" {
+  description = "The audience (AUTH_AUDIENCE) of each service: callers mint their Google ID tokens for it."
+  value       = local.audiences
 }
 
 output "name_prefix" {

@@ -128,3 +128,18 @@ variable "sql_pitr_days" {
   type        = number
   default     = 7
 }
+
+# Who may call the public APIs and the admin listeners (docs/adr/0025): the
+# overlay's AUTH_CLIENTS and AUTH_OPERATORS, rendered from output
+# k8s_gcp_settings.
+variable "clients" {
+  description = "Client service accounts to create, account id suffix => the customers it may act for (\"*\": every customer, a trusted intake such as the demo; else cust-a|cust-b). Each becomes <name_prefix>-<key>@<project>.iam.gserviceaccount.com in AUTH_CLIENTS."
+  type        = map(string)
+  default     = { demo = "*" }
+}
+
+variable "operators" {
+  description = "Emails of the operators (people or service accounts) whose own Google ID tokens the admin listeners accept: AUTH_OPERATORS. Empty: only the console and the break-glass operator token."
+  type        = list(string)
+  default     = []
+}

@@ -3,7 +3,9 @@
 // discovery document and its signing keys (JWKS) over HTTP, as a real
 // issuer does, and mints RS256-signed ID tokens to registered clients by
 // the OAuth 2.0 client-credentials grant (RFC 6749 section 4.4), with the
-// audience the client asks for. The subject of a token is the client id.
+// audience the client asks for, if that audience is one the client is
+// registered for (else invalid_target, RFC 8707). The subject of a token is
+// the client id.
 //
 // The services verify its tokens exactly as Google's (pkg/server's
 // OIDCVerifier: discovery, JWKS, signature, issuer, audience, expiry), so
@@ -20,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -48,12 +51,20 @@ type Issuer struct {
 	ttl     time.Duration
 	now     func() time.Time
 	mu      sync.RWMutex
-	clients map[string]string // id -> secret
+	clients map[string]Client // by id
+}
+
+// Client is a registered client: its secret and the audiences (the called
+// services' AUTH_AUDIENCE) it may get tokens for. A client without
+// audiences gets none.
+type Client struct {
+	Secret    string
+	Audiences []string
 }
 
 // New returns an issuer whose tokens say iss = url (the URL it is served
-// at, without a trailing slash), for the clients (id -> secret).
-func New(url string, clients map[string]string) (*Issuer, error) {
+// at, without a trailing slash), for the clients (by id).
+func New(url string, clients map[string]Client) (*Issuer, error) {
 	url = strings.TrimSuffix(url, "/")
 	if url == "" {
 		return nil, errors.New("localissuer: empty issuer URL")
@@ -68,9 +79,9 @@ func New(url string, clients map[string]string) (*Issuer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("localissuer: signer: %w", err)
 	}
-	is := &Issuer{url: url, key: key, keyID: kid, signer: signer, ttl: DefaultTTL, now: time.Now, clients: map[string]string{}}
-	for id, secret := range clients {
-		if err := is.Register(id, secret); err != nil {
+	is := &Issuer{url: url, key: key, keyID: kid, signer: signer, ttl: DefaultTTL, now: time.Now, clients: map[string]Client{}}
+	for id, c := range clients {
+		if err := is.Register(id, c); err != nil {
 			return nil, err
 		}
 	}
@@ -84,13 +95,19 @@ func (is *Issuer) URL() string { return is.url }
 func (is *Issuer) TokenURL() string { return is.url + TokenPath }
 
 // Register adds (or replaces) a client.
-func (is *Issuer) Register(id, secret string) error {
-	if id == "" || secret == "" {
+func (is *Issuer) Register(id string, c Client) error {
+	if id == "" || c.Secret == "" {
 		return errors.New("localissuer: a client needs an id and a secret")
 	}
+	for _, aud := range c.Audiences {
+		if aud == "" {
+			return fmt.Errorf("localissuer: client %s: empty audience", id)
+		}
+	}
+	c.Audiences = slices.Clone(c.Audiences)
 	is.mu.Lock()
 	defer is.mu.Unlock()
-	is.clients[id] = secret
+	is.clients[id] = c
 	return nil
 }
 
@@ -189,15 +206,20 @@ func (is *Issuer) serveToken(w http.ResponseWriter, r *http.Request) {
 		id, secret = r.PostForm.Get("client_id"), r.PostForm.Get("client_secret")
 	}
 	is.mu.RLock()
-	want, known := is.clients[id]
+	c, known := is.clients[id]
 	is.mu.RUnlock()
-	if !known || subtle.ConstantTimeCompare([]byte(secret), []byte(want)) != 1 {
+	if !known || subtle.ConstantTimeCompare([]byte(secret), []byte(c.Secret)) != 1 {
 		tokenError(w, http.StatusUnauthorized, "invalid_client", "unknown client or wrong secret")
 		return
 	}
 	aud := r.PostForm.Get("audience")
 	if aud == "" {
 		tokenError(w, http.StatusBadRequest, "invalid_request", "audience is required: the service the token is for")
+		return
+	}
+	if !slices.Contains(c.Audiences, aud) {
+		tokenError(w, http.StatusBadRequest, "invalid_target",
+			fmt.Sprintf("client %s may not get tokens for audience %q", id, aud))
 		return
 	}
 	tok, err := is.Mint(Claims{Subject: id, Audience: aud})
@@ -210,29 +232,39 @@ func (is *Issuer) serveToken(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-// ParseClients parses "id:secret,id:secret" (the LOCALISSUER_CLIENTS
-// format).
-func ParseClients(s string) (map[string]string, error) {
-	out := map[string]string{}
-	for _, pair := range strings.Split(s, ",") {
-		pair = strings.TrimSpace(pair)
-		if pair == "" {
+// ParseClients parses "id:secret:aud|aud,id:secret:aud" (the
+// LOCALISSUER_CLIENTS format): each client with the audiences it may get
+// tokens for, at least one. An audience may contain ':' (a URL); ',' and
+// '|' separate.
+func ParseClients(s string) (map[string]Client, error) {
+	out := map[string]Client{}
+	for _, entry := range strings.Split(s, ",") {
+		entry = strings.TrimSpace(entry)
+		if entry == "" {
 			continue
 		}
-		id, secret, ok := strings.Cut(pair, ":")
-		if !ok || id == "" || secret == "" {
-			return nil, fmt.Errorf("client %q: want id:secret", pair)
+		id, rest, ok1 := strings.Cut(entry, ":")
+		secret, auds, ok2 := strings.Cut(rest, ":")
+		if !ok1 || !ok2 || id == "" || secret == "" || auds == "" {
+			return nil, fmt.Errorf("client %q: want id:secret:audience[|audience...]", entry)
 		}
-		out[id] = secret
+		c := Client{Secret: secret}
+		for _, aud := range strings.Split(auds, "|") {
+			if aud = strings.TrimSpace(aud); aud == "" {
+				return nil, fmt.Errorf("client %s: empty audience", id)
+			}
+			c.Audiences = append(c.Audiences, aud)
+		}
+		out[id] = c
 	}
 	if len(out) == 0 {
-		return nil, errors.New("no clients: want id:secret[,id:secret...]")
+		return nil, errors.New("no clients: want id:secret:audience[|audience...][,...]")
 	}
 	return out, nil
 }
 
 // FormatClients is the inverse of ParseClients, in id order.
-func FormatClients(clients map[string]string) string {
+func FormatClients(clients map[string]Client) string {
 	ids := make([]string, 0, len(clients))
 	for id := range clients {
 		ids = append(ids, id)
@@ -240,7 +272,8 @@ func FormatClients(clients map[string]string) string {
 	sort.Strings(ids)
 	parts := make([]string, 0, len(ids))
 	for _, id := range ids {
-		parts = append(parts, id+":"+clients[id])
+		c := clients[id]
+		parts = append(parts, id+":"+c.Secret+":"+strings.Join(c.Audiences, "|"))
 	}
 	return strings.Join(parts, ",")
 }

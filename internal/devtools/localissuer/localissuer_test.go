@@ -2,9 +2,11 @@ package localissuer_test
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 
@@ -17,7 +19,9 @@ import (
 func start(t *testing.T) *localissuer.Issuer {
 	t.Helper()
 	srv := httptest.NewUnstartedServer(nil)
-	is, err := localissuer.New("http://"+srv.Listener.Addr().String(), map[string]string{"workorder": "s3cret"})
+	is, err := localissuer.New("http://"+srv.Listener.Addr().String(), map[string]localissuer.Client{
+		"workorder": {Secret: "s3cret", Audiences: []string{"provider-sim", "x", "https://billing.lossless.svc"}},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,10 +65,12 @@ func TestTokenEndpointRefusesBadClientsAndRequests(t *testing.T) {
 		form url.Values
 		want int
 	}{
-		"wrong secret":     {url.Values{"grant_type": {"client_credentials"}, "client_id": {"workorder"}, "client_secret": {"guess"}, "audience": {"x"}}, http.StatusUnauthorized},
-		"unknown client":   {url.Values{"grant_type": {"client_credentials"}, "client_id": {"intruder"}, "client_secret": {"s3cret"}, "audience": {"x"}}, http.StatusUnauthorized},
-		"no audience":      {url.Values{"grant_type": {"client_credentials"}, "client_id": {"workorder"}, "client_secret": {"s3cret"}}, http.StatusBadRequest},
-		"other grant type": {url.Values{"grant_type": {"password"}, "client_id": {"workorder"}, "client_secret": {"s3cret"}, "audience": {"x"}}, http.StatusBadRequest},
+		"wrong secret":      {url.Values{"grant_type": {"client_credentials"}, "client_id": {"workorder"}, "client_secret": {"guess"}, "audience": {"x"}}, http.StatusUnauthorized},
+		"unknown client":    {url.Values{"grant_type": {"client_credentials"}, "client_id": {"intruder"}, "client_secret": {"s3cret"}, "audience": {"x"}}, http.StatusUnauthorized},
+		"no audience":       {url.Values{"grant_type": {"client_credentials"}, "client_id": {"workorder"}, "client_secret": {"s3cret"}}, http.StatusBadRequest},
+		"unlisted audience": {url.Values{"grant_type": {"client_credentials"}, "client_id": {"workorder"}, "client_secret": {"s3cret"}, "audience": {"workorder"}}, http.StatusBadRequest},
+		"audience prefix":   {url.Values{"grant_type": {"client_credentials"}, "client_id": {"workorder"}, "client_secret": {"s3cret"}, "audience": {"https://billing"}}, http.StatusBadRequest},
+		"other grant type":  {url.Values{"grant_type": {"password"}, "client_id": {"workorder"}, "client_secret": {"s3cret"}, "audience": {"x"}}, http.StatusBadRequest},
 	} {
 		req, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, is.TokenURL(), strings.NewReader(c.form.Encode()))
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
@@ -81,13 +87,53 @@ func TestTokenEndpointRefusesBadClientsAndRequests(t *testing.T) {
 
 func TestParseClients(t *testing.T) {
 	t.Parallel()
-	c, err := localissuer.ParseClients(" a:1, b:2 ,")
-	if err != nil || len(c) != 2 || c["a"] != "1" || c["b"] != "2" || localissuer.FormatClients(c) != "a:1,b:2" {
+	c, err := localissuer.ParseClients(" a:1:workorder|billing, b:2:https://provider-sim.lossless.svc ,")
+	if err != nil || len(c) != 2 || c["a"].Secret != "1" || !slices.Equal(c["a"].Audiences, []string{"workorder", "billing"}) ||
+		c["b"].Secret != "2" || !slices.Equal(c["b"].Audiences, []string{"https://provider-sim.lossless.svc"}) ||
+		localissuer.FormatClients(c) != "a:1:workorder|billing,b:2:https://provider-sim.lossless.svc" {
 		t.Fatalf("ParseClients = %v, %v", c, err)
 	}
-	for _, bad := range []string{"", "a", "a:", ":1"} {
+	for _, bad := range []string{"", "a", "a:", ":1", "a:1", "a:1:", "a:1:x||y", ":1:x", "a::x"} {
 		if _, err := localissuer.ParseClients(bad); err == nil {
 			t.Errorf("ParseClients(%q) accepted", bad)
 		}
+	}
+}
+
+// A registered client asking for an audience it is not registered for gets
+// the OAuth error invalid_target, and no token; its own audiences still work.
+func TestTokenEndpointRefusesAudiencesTheClientIsNotRegisteredFor(t *testing.T) {
+	t.Parallel()
+	is := start(t)
+	get := func(aud string) (int, map[string]any) {
+		form := url.Values{"grant_type": {"client_credentials"}, "audience": {aud}}
+		req, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, is.TokenURL(), strings.NewReader(form.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.SetBasicAuth("workorder", "s3cret")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var body map[string]any
+		if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, body
+	}
+	if code, body := get("billing"); code != http.StatusBadRequest || body["error"] != "invalid_target" || body["id_token"] != nil {
+		t.Errorf("audience billing: HTTP %d %v, want 400 invalid_target without a token", code, body)
+	}
+	if code, body := get("https://billing.lossless.svc"); code != http.StatusOK || body["id_token"] == nil {
+		t.Errorf("registered audience: HTTP %d %v, want 200 with an id_token", code, body)
+	}
+	// clientauth surfaces the refusal instead of a token.
+	ts, err := clientauth.Config{TokenURL: is.TokenURL(), ClientID: "workorder", ClientSecret: "s3cret",
+		Audience: "workorder", AudienceVar: "WORKORDER_AUDIENCE"}.TokenSource(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok, err := ts.Token(); err == nil || !strings.Contains(err.Error(), "invalid_target") {
+		t.Errorf("token for an unregistered audience: %v, %v; want an invalid_target error", tok, err)
 	}
 }

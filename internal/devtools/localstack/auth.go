@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/lossless-dev/lossless/internal/clientauth"
@@ -19,6 +20,10 @@ import (
 // load generator, the end-to-end tests, curl (Stack.ClientSecret).
 const DemoClient = "demo"
 
+// OperatorClient is the local issuer's client for an operator at the
+// command line (`make ops`): it may get tokens for every service.
+const OperatorClient = "operator"
+
 // issuer is the stack's OpenID Connect issuer (internal/devtools/localissuer),
 // served in this process on loopback: every service verifies its callers'
 // tokens against it (discovery and JWKS over HTTP) and gets its own tokens
@@ -29,26 +34,57 @@ type issuer struct {
 	secrets map[string]string // client id -> secret
 }
 
-// startIssuer serves the issuer on 127.0.0.1:port with a client per
-// service and DemoClient, each with a random secret.
-func (s *Stack) startIssuer(port int) error {
-	secrets := map[string]string{DemoClient: ""}
-	for _, svc := range s.cfg.Services {
-		secrets[svc.Name] = ""
+// clientAudiences are the audiences each client of the stack's issuer may
+// get tokens for: the services it calls. services are the stack's service
+// names (each its own audience).
+func clientAudiences(services []string) map[string][]string {
+	has := func(name string) []string {
+		if slices.Contains(services, name) {
+			return []string{name}
+		}
+		return nil
 	}
-	for id := range secrets {
+	auds := map[string][]string{
+		// The public APIs of orders and invoices (make demo, the load
+		// generator, the end-to-end tests, curl).
+		DemoClient:     append(has("workorder"), has("billing")...),
+		OperatorClient: slices.Clone(services),
+	}
+	for _, svc := range services {
+		auds[svc] = nil
+	}
+	// The work-order service hands work to the provider; billing's reconcile
+	// command reads orders; the console reads and acts on every service.
+	auds["workorder"] = has("provider-sim")
+	auds["billing"] = has("workorder")
+	auds["console"] = slices.Clone(services)
+	return auds
+}
+
+// startIssuer serves the issuer on 127.0.0.1:port with a client per
+// service, DemoClient and OperatorClient, each with a random secret and
+// the audiences of clientAudiences.
+func (s *Stack) startIssuer(port int) error {
+	var names []string
+	for _, svc := range s.cfg.Services {
+		names = append(names, svc.Name)
+	}
+	clients := map[string]localissuer.Client{}
+	secrets := map[string]string{}
+	for id, auds := range clientAudiences(names) {
 		b := make([]byte, 16)
 		if _, err := rand.Read(b); err != nil {
 			return err
 		}
 		secrets[id] = hex.EncodeToString(b)
+		clients[id] = localissuer.Client{Secret: secrets[id], Audiences: auds}
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	lis, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", addr)
 	if err != nil {
 		return fmt.Errorf("localstack: issuer: %w", err)
 	}
-	is, err := localissuer.New("http://"+addr, secrets)
+	is, err := localissuer.New("http://"+addr, clients)
 	if err != nil {
 		_ = lis.Close()
 		return err
@@ -84,7 +120,8 @@ func (s *Stack) IssuerURL() string { return s.issuer.URL() }
 // TokenURL is the issuer's client-credentials endpoint.
 func (s *Stack) TokenURL() string { return s.issuer.TokenURL() }
 
-// ClientSecret is the secret of client id (DemoClient, or a service name).
+// ClientSecret is the secret of client id (DemoClient, OperatorClient, or a
+// service name).
 func (s *Stack) ClientSecret(id string) string { return s.issuer.secrets[id] }
 
 // Caller is DemoClient's token configuration for the service named

@@ -60,7 +60,8 @@ func ParseOutputs(b []byte) (Outputs, error) {
 		}
 		return s
 	}
-	strMap := func(name string) map[string]string {
+	// mayBeEmpty are the values an output map may leave empty.
+	strMap := func(name string, mayBeEmpty ...string) map[string]string {
 		var m map[string]string
 		o, ok := raw[name]
 		if !ok {
@@ -72,21 +73,22 @@ func ParseOutputs(b []byte) (Outputs, error) {
 			return nil
 		}
 		for _, k := range slices.Sorted(maps.Keys(m)) {
-			if m[k] == "" {
+			if m[k] == "" && !slices.Contains(mayBeEmpty, k) {
 				problems = append(problems, fmt.Sprintf("%s[%q]: empty", name, k))
 			}
 		}
 		return m
 	}
 	o := Outputs{
-		ProjectID:             str("project_id"),
-		Region:                str("region"),
-		ClusterName:           str("cluster_name"),
-		Namespace:             str("namespace"),
-		NamePrefix:            str("name_prefix"),
-		RegistryURL:           str("registry_url"),
-		ConnectionName:        str("sql_instance_connection_name"),
-		Settings:              strMap("k8s_gcp_settings"),
+		ProjectID:      str("project_id"),
+		Region:         str("region"),
+		ClusterName:    str("cluster_name"),
+		Namespace:      str("namespace"),
+		NamePrefix:     str("name_prefix"),
+		RegistryURL:    str("registry_url"),
+		ConnectionName: str("sql_instance_connection_name"),
+		// No var.operators: only the console and break-glass operate.
+		Settings:              strMap("k8s_gcp_settings", "AUTH_OPERATORS"),
 		DatabaseUsers:         strMap("database_users"),
 		Databases:             strMap("databases"),
 		OperatorTokenSecrets:  strMap("operator_token_secrets"),
