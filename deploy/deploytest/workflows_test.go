@@ -135,7 +135,12 @@ func TestReleaseManifestsPinEveryImageByDigest(t *testing.T) {
 	}
 	script := workflowStep(t, imagesWorkflowFile, "release", "Render the overlays, every image pinned by digest")
 	dir := t.TempDir()
-	if err := os.Symlink(repoPath(t, "deploy"), filepath.Join(dir, "deploy")); err != nil {
+	// A copy of deploy/k8s: the step generates the local overlay's secrets
+	// into it, never into the checkout.
+	if err := os.Mkdir(filepath.Join(dir, "deploy"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(copyK8sTree(t), filepath.Join(dir, "deploy", "k8s")); err != nil {
 		t.Fatal(err)
 	}
 	// kubectl renders on the runner; here a stand-in that writes nothing,
