@@ -154,7 +154,7 @@ type callerAuth struct {
 	// reflection); streamGuards guard the others' streams.
 	builtin      map[string]bool
 	streamGuards map[string]grpc.StreamServerInterceptor
-	log    *slog.Logger
+	log          *slog.Logger
 	// refusals spaces the log lines of refused tokens per method: a client
 	// with an expired token refused on every call is one line, not a flood.
 	refusals *logThrottle
@@ -336,7 +336,7 @@ func isLoopbackHost(host string) bool {
 type OIDCVerifier struct {
 	cfg    OIDCConfig
 	client *http.Client
-	now     func() time.Time
+	now    func() time.Time
 
 	mu       sync.Mutex
 	verifier *oidc.IDTokenVerifier
