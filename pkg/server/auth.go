@@ -415,7 +415,7 @@ func NewOIDCVerifier(cfg OIDCConfig, client *http.Client) (*OIDCVerifier, error)
 // newVerifier verifies with the keys at jwksURL. go-oidc has no leeway: its
 // clock runs ClockLeeway late instead.
 func (v *OIDCVerifier) newVerifier(jwksURL string) *oidc.IDTokenVerifier {
-	keys := newKeySet(jwksURL, v.client, func() time.Time { return v.now() })
+	keys := newKeySet(jwksURL, v.client, KeyFetchTimeout, func() time.Time { return v.now() })
 	return oidc.NewVerifier(v.cfg.Issuer, keys, &oidc.Config{ClientID: v.cfg.Audience,
 		Now: func() time.Time { return v.now().Add(-ClockLeeway) }})
 }

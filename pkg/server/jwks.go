@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/coreos/go-oidc/v3/oidc"
 	"github.com/go-jose/go-jose/v4"
 )
 
@@ -43,9 +44,10 @@ var signingAlgs = []jose.SignatureAlgorithm{
 // keySet is an oidc.KeySet fetching the issuer's JWKS over HTTP, at most
 // once per KeyRefetchInterval whatever the tokens ask for.
 type keySet struct {
-	url    string
-	client *http.Client
-	now    func() time.Time
+	url     string
+	client  *http.Client
+	timeout time.Duration
+	now     func() time.Time
 
 	fetchMu sync.Mutex // one fetch at a time; waiters then reuse its result
 
@@ -56,8 +58,23 @@ type keySet struct {
 	lastErr   error     // of the last attempt
 }
 
-func newKeySet(url string, client *http.Client, now func() time.Time) *keySet {
-	return &keySet{url: url, client: client, now: now}
+func newKeySet(url string, client *http.Client, timeout time.Duration, now func() time.Time) *keySet {
+	return &keySet{url: url, client: client, timeout: timeout, now: now}
+}
+
+// NewKeySet returns a go-oidc key set of the JWKS at url, fetched with
+// client (nil: http.DefaultClient) within timeout (0: KeyFetchTimeout),
+// and again for a token of an unknown key at most once per
+// KeyRefetchInterval (go-oidc's RemoteKeySet fetches for every such token,
+// with no timeout of its own).
+func NewKeySet(url string, client *http.Client, timeout time.Duration) oidc.KeySet {
+	if client == nil {
+		client = http.DefaultClient
+	}
+	if timeout <= 0 {
+		timeout = KeyFetchTimeout
+	}
+	return newKeySet(url, client, timeout, time.Now)
 }
 
 // VerifySignature implements oidc.KeySet.
@@ -133,11 +150,11 @@ func (k *keySet) refetch(ctx context.Context, seen int) ([]jose.JSONWebKey, erro
 	return fetched, nil
 }
 
-// fetch reads the key set, within KeyFetchTimeout; ctx is the request's
+// fetch reads the key set, within k.timeout; ctx is the request's
 // without its cancellation, so one impatient caller does not fail a fetch
 // others wait for.
 func (k *keySet) fetch(ctx context.Context) ([]jose.JSONWebKey, error) {
-	ctx, cancel := context.WithTimeout(ctx, KeyFetchTimeout)
+	ctx, cancel := context.WithTimeout(ctx, k.timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, k.url, nil)
 	if err != nil {
