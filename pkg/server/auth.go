@@ -514,7 +514,9 @@ func (v *OIDCVerifier) verify(ctx context.Context, token string) (Caller, time.T
 // ts's tokens: give it a source of ID tokens (Google's idtoken package, or
 // a client-credentials source whose id_token is taken as the token).
 // requireTLS refuses to send the token over a connection without transport
-// security; false only on loopback or inside a trusted network (local runs).
+// security: true whenever the process dials with TLS, so a misconfigured
+// connection fails rather than sending the token in the clear; false only
+// where the process has no TLS (loopback, local runs).
 func TokenCredentials(ts oauth2.TokenSource, requireTLS bool) credentials.PerRPCCredentials {
 	return tokenCredentials{ts: ts, requireTLS: requireTLS}
 }
