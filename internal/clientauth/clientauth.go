@@ -36,6 +36,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/lossless-dev/lossless/internal/envconfig"
+	"github.com/lossless-dev/lossless/internal/libenv"
 	"github.com/lossless-dev/lossless/pkg/server"
 )
 
@@ -68,6 +69,11 @@ type Config struct {
 	// AudienceVar. Required.
 	Audience    string
 	AudienceVar string
+	// RequireTLS refuses to send a token on a connection without TLS.
+	// FromEnv sets it whenever the process dials with TLS (TLS_CA_FILE or
+	// TLS_CERT_FILE set), so a token never falls back to plaintext; false
+	// only where the process has no TLS at all (a trusted network).
+	RequireTLS bool
 }
 
 // FromEnv reads the token settings, the audience from audienceVar (default
@@ -81,6 +87,7 @@ func FromEnv(r *envconfig.Reader, audienceVar, defaultAudience string) Config {
 		Impersonate:  r.String(EnvImpersonate, ""),
 		Audience:     r.String(audienceVar, defaultAudience),
 		AudienceVar:  audienceVar,
+		RequireTLS:   libenv.TLS(r).Dials(),
 	}
 }
 
@@ -161,9 +168,8 @@ func (s idTokens) Token() (*oauth2.Token, error) {
 	return &oauth2.Token{AccessToken: id, TokenType: "Bearer", Expiry: t.Expiry}, nil
 }
 
-// DialOption sends the tokens on every call of a gRPC connection. The
-// token is sent whatever the transport: protect it with TLS outside a
-// trusted network.
+// DialOption sends the tokens on every call of a gRPC connection; with
+// RequireTLS only on a TLS connection (a call on another fails).
 func (c Config) DialOption(ctx context.Context) (grpc.DialOption, error) {
 	if c.Disabled {
 		return grpc.EmptyDialOption{}, nil
@@ -172,11 +178,12 @@ func (c Config) DialOption(ctx context.Context) (grpc.DialOption, error) {
 	if err != nil {
 		return nil, err
 	}
-	return grpc.WithPerRPCCredentials(server.TokenCredentials(ts, false)), nil
+	return grpc.WithPerRPCCredentials(server.TokenCredentials(ts, c.RequireTLS)), nil
 }
 
 // HTTPClient returns base (nil: http.DefaultClient's settings) sending the
-// tokens as Authorization: Bearer on every request.
+// tokens as Authorization: Bearer on every request; with RequireTLS only
+// to https URLs (a request to another fails unsent).
 func (c Config) HTTPClient(ctx context.Context, base *http.Client) (*http.Client, error) {
 	if c.Disabled {
 		if base == nil {
@@ -192,6 +199,20 @@ func (c Config) HTTPClient(ctx context.Context, base *http.Client) (*http.Client
 		base = &http.Client{}
 	}
 	out := *base
-	out.Transport = &oauth2.Transport{Source: ts, Base: base.Transport}
+	var rt http.RoundTripper = &oauth2.Transport{Source: ts, Base: base.Transport}
+	if c.RequireTLS {
+		rt = httpsOnly{rt}
+	}
+	out.Transport = rt
 	return &out, nil
+}
+
+// httpsOnly refuses requests that would carry the token in the clear.
+type httpsOnly struct{ next http.RoundTripper }
+
+func (t httpsOnly) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.URL.Scheme != "https" {
+		return nil, fmt.Errorf("clientauth: %s is not https: the token is sent over TLS only (TLS is configured)", r.URL.Redacted())
+	}
+	return t.next.RoundTrip(r)
 }

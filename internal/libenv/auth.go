@@ -16,6 +16,9 @@ const (
 	EnvAuthIssuer   = "AUTH_ISSUER"
 	EnvAuthAudience = "AUTH_AUDIENCE"
 	EnvAuthJWKSURL  = "AUTH_JWKS_URL"
+	// EnvAuthAllowHTTP accepts http:// AUTH_ISSUER and AUTH_JWKS_URL on
+	// hosts other than loopback: a private development network only.
+	EnvAuthAllowHTTP = "AUTH_ALLOW_HTTP"
 )
 
 // CallerAuth is how a service authenticates the callers of its public API
@@ -29,19 +32,22 @@ type CallerAuth struct {
 	// OIDC names the accepted ID tokens: AUTH_ISSUER (e.g.
 	// https://accounts.google.com) and AUTH_AUDIENCE (this service's
 	// audience), both required unless AUTH_DISABLED; AUTH_JWKS_URL
-	// (default "": from the issuer's discovery document).
+	// (default "": from the issuer's discovery document). Both https,
+	// except on a loopback host or with AUTH_ALLOW_HTTP=true (default
+	// false; compose and the local overlay, whose issuer is a container).
 	OIDC server.OIDCConfig
 }
 
 // ReadCallerAuth reads AUTH_DISABLED, AUTH_ISSUER, AUTH_AUDIENCE and
-// AUTH_JWKS_URL. Check r.Err() and Validate afterwards.
+// AUTH_JWKS_URL and AUTH_ALLOW_HTTP. Check r.Err() and Validate afterwards.
 func ReadCallerAuth(r *envconfig.Reader) CallerAuth {
 	return CallerAuth{
 		Disabled: r.Bool(EnvAuthDisabled, false),
 		OIDC: server.OIDCConfig{
-			Issuer:   r.String(EnvAuthIssuer, ""),
-			Audience: r.String(EnvAuthAudience, ""),
-			JWKSURL:  r.String(EnvAuthJWKSURL, ""),
+			Issuer:    r.String(EnvAuthIssuer, ""),
+			Audience:  r.String(EnvAuthAudience, ""),
+			JWKSURL:   r.String(EnvAuthJWKSURL, ""),
+			AllowHTTP: r.Bool(EnvAuthAllowHTTP, false),
 		},
 	}
 }
@@ -57,6 +63,16 @@ func (c CallerAuth) Validate() error {
 	}
 	if c.OIDC.Audience == "" {
 		errs = append(errs, fmt.Errorf("%s: required (this service's audience: tokens minted for another service are refused)", EnvAuthAudience))
+	}
+	if c.OIDC.Issuer != "" {
+		if err := server.CheckKeyURL(c.OIDC.Issuer, c.OIDC.AllowHTTP); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w (or %s=true on a private development network)", EnvAuthIssuer, err, EnvAuthAllowHTTP))
+		}
+	}
+	if c.OIDC.JWKSURL != "" {
+		if err := server.CheckKeyURL(c.OIDC.JWKSURL, c.OIDC.AllowHTTP); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w (or %s=true on a private development network)", EnvAuthJWKSURL, err, EnvAuthAllowHTTP))
+		}
 	}
 	if len(errs) > 0 {
 		return errors.Join(errs...)

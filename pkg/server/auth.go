@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strings"
 	"sync"
@@ -79,8 +80,9 @@ func (AnonymousAuthenticator) Authenticate(context.Context, string) (Caller, err
 	return AnonymousCaller, nil
 }
 
-// Services WithCallerAuth never authenticates: gRPC health checks (probes
-// and load balancers carry no token) and server reflection.
+// Services WithCallerAuth never authenticates, unary or streaming: gRPC
+// health checks (probes and load balancers carry no token) and server
+// reflection, which serve no data.
 const (
 	healthService        = "grpc.health.v1.Health"
 	reflectionServiceV1  = "grpc.reflection.v1.ServerReflection"
@@ -95,24 +97,64 @@ const (
 // The verified Caller is in the handler's context (CallerFrom).
 //
 // It fails closed: every method is authenticated except those of the gRPC
-// health and reflection services and of the services named in exempt (full
-// names, "package.Service"), which must guard themselves (the operator
-// services do, with the operator token of pkg/operator). A method added to
-// a public service later is authenticated without anyone remembering to.
+// health and reflection services and the unary methods of the services
+// named in exempt (full names, "package.Service"), which must guard
+// themselves (the operator services do, with the operator token of
+// pkg/operator). A method added to a public service later is authenticated
+// without anyone remembering to; a streaming method of an exempt service is
+// refused UNAUTHENTICATED: the unary interceptors that guard it do not run
+// for streams (WithCallerAuthExempting names its stream guard).
+//
+// An authorization value over MaxAuthorizationBytes is refused before it is
+// parsed or verified.
 func WithCallerAuth(a Authenticator, exempt ...string) Option {
+	services := make([]ExemptService, len(exempt))
+	for i, s := range exempt {
+		services[i] = ExemptService{Name: s}
+	}
+	return WithCallerAuthExempting(a, services...)
+}
+
+// ExemptService is a service WithCallerAuthExempting does not authenticate.
+type ExemptService struct {
+	// Name is the service's full name, "package.Service".
+	Name string
+	// Stream guards its streaming methods; nil: they are refused.
+	Stream grpc.StreamServerInterceptor
+}
+
+// WithCallerAuthExempting is WithCallerAuth with the exempt services' stream
+// guards: a streaming method of an exempt service runs behind its Stream
+// interceptor, or is refused without one.
+func WithCallerAuthExempting(a Authenticator, exempt ...ExemptService) Option {
 	return func(o *options) {
 		skip := map[string]bool{healthService: true, reflectionServiceV1: true, reflectionServiceV1a: true}
+		builtin := map[string]bool{healthService: true, reflectionServiceV1: true, reflectionServiceV1a: true}
+		guards := map[string]grpc.StreamServerInterceptor{}
 		for _, s := range exempt {
-			skip[s] = true
+			skip[s.Name] = true
+			if s.Stream != nil {
+				guards[s.Name] = s.Stream
+			}
 		}
-		o.callerAuth = &callerAuth{auth: a, exempt: skip, refusals: newLogThrottle(outageLogInterval)}
+		o.callerAuth = &callerAuth{auth: a, exempt: skip, builtin: builtin, streamGuards: guards,
+			refusals: newLogThrottle(outageLogInterval)}
 	}
 }
+
+// MaxAuthorizationBytes bounds the authorization metadata WithCallerAuth
+// reads: a longer value is refused UNAUTHENTICATED before it is parsed.
+// An ID token is 1 to 2 KiB; the bound leaves room for large claims sets.
+const MaxAuthorizationBytes = 8 << 10
 
 type callerAuth struct {
 	auth   Authenticator
 	exempt map[string]bool
-	log    *slog.Logger
+	// builtin are the exempt services whose streams pass too (health,
+	// reflection); streamGuards guard the others' streams.
+	builtin      map[string]bool
+	streamGuards map[string]grpc.StreamServerInterceptor
+	log          *slog.Logger
 	// refusals spaces the log lines of refused tokens per method: a client
 	// with an expired token refused on every call is one line, not a flood.
 	refusals *logThrottle
@@ -142,6 +184,9 @@ func (c *callerAuth) authenticate(ctx context.Context, fullMethod string) (conte
 		return ctx, status.Error(codes.Unauthenticated,
 			"missing credentials: send an OIDC ID token as authorization: Bearer <token> (HTTP: Authorization header)")
 	}
+	if len(vals[0]) > MaxAuthorizationBytes {
+		return ctx, status.Errorf(codes.Unauthenticated, "authorization over %d bytes refused", MaxAuthorizationBytes)
+	}
 	tok, ok := cutBearer(vals[0])
 	if !ok {
 		return ctx, status.Error(codes.Unauthenticated, "malformed authorization: want Bearer <token>")
@@ -154,7 +199,8 @@ func (c *callerAuth) authenticate(ctx context.Context, fullMethod string) (conte
 		if ok, skipped := c.refusals.allow(fullMethod, time.Now()); ok {
 			c.log.InfoContext(ctx, "bearer token refused", "method", fullMethod, "error", err, "similar_refusals_not_logged", skipped)
 		}
-		return ctx, status.Error(codes.Unauthenticated, "bearer token refused: "+err.Error())
+		// Why (which issuer or audience was expected) is for the log only.
+		return ctx, status.Error(codes.Unauthenticated, "bearer token refused")
 	}
 	return ContextWithCaller(ctx, caller), nil
 }
@@ -181,9 +227,17 @@ func (c *callerAuth) unary() grpc.UnaryServerInterceptor {
 }
 
 // stream guards streaming methods the same way, so a public streaming RPC
-// is not an unauthenticated way in.
+// is not an unauthenticated way in; nor is an exempt service's, which
+// passes only its own stream guard.
 func (c *callerAuth) stream() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if svc := serviceOf(info.FullMethod); c.exempt[svc] && !c.builtin[svc] {
+			guard, ok := c.streamGuards[svc]
+			if !ok {
+				return status.Error(codes.Unauthenticated, "streaming method of an unguarded service refused")
+			}
+			return guard(srv, ss, info, handler)
+		}
 		ctx, err := c.authenticate(ss.Context(), info.FullMethod)
 		if err != nil {
 			return err
@@ -212,6 +266,12 @@ type OIDCConfig struct {
 	// read from the issuer's discovery document
 	// (Issuer/.well-known/openid-configuration) at the first request.
 	JWKSURL string
+	// AllowHTTP accepts http:// issuer and JWKS URLs on any host. Default
+	// false: https only, except on loopback hosts (127.0.0.0/8, ::1,
+	// localhost), since keys fetched in the clear can be swapped on the
+	// way. For a private development network only (compose, the local
+	// overlay).
+	AllowHTTP bool
 }
 
 // Validate reports missing or malformed settings.
@@ -219,21 +279,24 @@ func (c OIDCConfig) Validate() error {
 	var errs []error
 	if c.Issuer == "" {
 		errs = append(errs, errors.New("issuer is empty"))
-	} else if err := checkURL(c.Issuer); err != nil {
+	} else if err := CheckKeyURL(c.Issuer, c.AllowHTTP); err != nil {
 		errs = append(errs, fmt.Errorf("issuer: %w", err))
 	}
 	if c.Audience == "" {
 		errs = append(errs, errors.New("audience is empty: a service must only accept tokens minted for it"))
 	}
 	if c.JWKSURL != "" {
-		if err := checkURL(c.JWKSURL); err != nil {
+		if err := CheckKeyURL(c.JWKSURL, c.AllowHTTP); err != nil {
 			errs = append(errs, fmt.Errorf("JWKS URL: %w", err))
 		}
 	}
 	return errors.Join(errs...)
 }
 
-func checkURL(s string) error {
+// CheckKeyURL checks a URL keys are fetched from (an issuer's, a JWKS): an
+// https URL, or an http one on a loopback host (or anywhere with
+// allowHTTP).
+func CheckKeyURL(s string, allowHTTP bool) error {
 	u, err := url.Parse(s)
 	if err != nil {
 		return err
@@ -241,7 +304,18 @@ func checkURL(s string) error {
 	if (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
 		return fmt.Errorf("%q is not an http(s) URL", s)
 	}
+	if u.Scheme == "http" && !allowHTTP && !isLoopbackHost(u.Hostname()) {
+		return fmt.Errorf("%q: want https (http only on a loopback host)", s)
+	}
 	return nil
+}
+
+func isLoopbackHost(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
 }
 
 // OIDCVerifier verifies OIDC ID tokens (signed JWTs) with the issuer's
@@ -255,13 +329,14 @@ func checkURL(s string) error {
 // signature again was most of what authentication cost per call (B5's
 // profiles). Only tokens that passed every check are remembered, by their
 // SHA-256, so a token is accepted from memory only if the very same bytes
-// were verified, and never after their expiry.
+// were verified, and never after their expiry (plus ClockLeeway).
+//
+// The keys are fetched again when a token names an unknown key, at most
+// once per KeyRefetchInterval, each fetch within KeyFetchTimeout.
 type OIDCVerifier struct {
 	cfg    OIDCConfig
 	client *http.Client
-	// keysCtx outlives requests: the key set fetches with it.
-	keysCtx context.Context
-	now     func() time.Time
+	now    func() time.Time
 
 	mu       sync.Mutex
 	verifier *oidc.IDTokenVerifier
@@ -269,6 +344,11 @@ type OIDCVerifier struct {
 	verdictsMu sync.Mutex
 	verdicts   verdicts
 }
+
+// ClockLeeway is how far the issuer's clock and ours may disagree: a token
+// is accepted until ClockLeeway past its expiry, and refused when issued
+// (iat) more than ClockLeeway in the future.
+const ClockLeeway = 30 * time.Second
 
 // VerdictTTL bounds how long OIDCVerifier accepts a verified token without
 // checking it again, whatever its expiry: a key the issuer withdrew stops
@@ -325,16 +405,19 @@ func NewOIDCVerifier(cfg OIDCConfig, client *http.Client) (*OIDCVerifier, error)
 	if client == nil {
 		client = &http.Client{Timeout: 10 * time.Second}
 	}
-	v := &OIDCVerifier{cfg: cfg, client: client, keysCtx: oidc.ClientContext(context.Background(), client),
-		now: time.Now, verdicts: make(verdicts)}
+	v := &OIDCVerifier{cfg: cfg, client: client, now: time.Now, verdicts: make(verdicts)}
 	if cfg.JWKSURL != "" {
-		v.verifier = v.newVerifier(oidc.NewRemoteKeySet(v.keysCtx, cfg.JWKSURL))
+		v.verifier = v.newVerifier(cfg.JWKSURL)
 	}
 	return v, nil
 }
 
-func (v *OIDCVerifier) newVerifier(keys oidc.KeySet) *oidc.IDTokenVerifier {
-	return oidc.NewVerifier(v.cfg.Issuer, keys, &oidc.Config{ClientID: v.cfg.Audience, Now: func() time.Time { return v.now() }})
+// newVerifier verifies with the keys at jwksURL. go-oidc has no leeway: its
+// clock runs ClockLeeway late instead.
+func (v *OIDCVerifier) newVerifier(jwksURL string) *oidc.IDTokenVerifier {
+	keys := newKeySet(jwksURL, v.client, KeyFetchTimeout, func() time.Time { return v.now() })
+	return oidc.NewVerifier(v.cfg.Issuer, keys, &oidc.Config{ClientID: v.cfg.Audience,
+		Now: func() time.Time { return v.now().Add(-ClockLeeway) }})
 }
 
 // idTokenVerifier returns the verifier, discovering the issuer's keys on
@@ -345,6 +428,8 @@ func (v *OIDCVerifier) idTokenVerifier(ctx context.Context) (*oidc.IDTokenVerifi
 	if v.verifier != nil {
 		return v.verifier, nil
 	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), KeyFetchTimeout)
+	defer cancel()
 	p, err := oidc.NewProvider(oidc.ClientContext(ctx, v.client), v.cfg.Issuer)
 	if err != nil {
 		return nil, err
@@ -355,7 +440,10 @@ func (v *OIDCVerifier) idTokenVerifier(ctx context.Context) (*oidc.IDTokenVerifi
 	if err := p.Claims(&meta); err != nil || meta.JWKSURL == "" {
 		return nil, fmt.Errorf("discovery document of %s has no jwks_uri", v.cfg.Issuer)
 	}
-	v.verifier = v.newVerifier(oidc.NewRemoteKeySet(v.keysCtx, meta.JWKSURL))
+	if err := CheckKeyURL(meta.JWKSURL, v.cfg.AllowHTTP); err != nil {
+		return nil, fmt.Errorf("discovery document of %s: jwks_uri: %w", v.cfg.Issuer, err)
+	}
+	v.verifier = v.newVerifier(meta.JWKSURL)
 	return v.verifier, nil
 }
 
@@ -376,8 +464,8 @@ func (v *OIDCVerifier) Authenticate(ctx context.Context, token string) (Caller, 
 	}
 	now := v.now()
 	until := now.Add(VerdictTTL)
-	if expiry.Before(until) {
-		until = expiry
+	if exp := expiry.Add(ClockLeeway); exp.Before(until) {
+		until = exp
 	}
 	v.verdictsMu.Lock()
 	v.verdicts.put(key, verdict{caller: caller, until: until}, now)
@@ -413,6 +501,9 @@ func (v *OIDCVerifier) verify(ctx context.Context, token string) (Caller, time.T
 	if idt.Subject == "" {
 		return Caller{}, time.Time{}, errors.New("token has no subject")
 	}
+	if idt.IssuedAt.After(v.now().Add(ClockLeeway)) {
+		return Caller{}, time.Time{}, fmt.Errorf("token issued in the future (iat %v)", idt.IssuedAt)
+	}
 	return Caller{Issuer: idt.Issuer, Subject: idt.Subject, Email: claims.Email}, idt.Expiry, nil
 }
 
@@ -423,7 +514,9 @@ func (v *OIDCVerifier) verify(ctx context.Context, token string) (Caller, time.T
 // ts's tokens: give it a source of ID tokens (Google's idtoken package, or
 // a client-credentials source whose id_token is taken as the token).
 // requireTLS refuses to send the token over a connection without transport
-// security; false only on loopback or inside a trusted network (local runs).
+// security: true whenever the process dials with TLS, so a misconfigured
+// connection fails rather than sending the token in the clear; false only
+// where the process has no TLS (loopback, local runs).
 func TokenCredentials(ts oauth2.TokenSource, requireTLS bool) credentials.PerRPCCredentials {
 	return tokenCredentials{ts: ts, requireTLS: requireTLS}
 }

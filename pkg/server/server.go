@@ -110,6 +110,9 @@ type Config struct {
 	// is then unused and GRPCAddr() returns "") and the REST gateway is not
 	// mounted (404). Scaling the two apart is docs/adr/0013.
 	Role Role
+	// GRPC bounds each gRPC connection's header list and concurrent calls
+	// (default 64 KiB, 256). See GRPCLimits.
+	GRPC GRPCLimits
 }
 
 // Role selects what a replica runs; see Config.Role.
@@ -196,6 +199,7 @@ func (c Config) Validate() error {
 	if err := c.TLS.Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	errs = append(errs, c.GRPC.Validate())
 	return errors.Join(errs...)
 }
 
@@ -386,7 +390,7 @@ func New(cfg Config, logger *slog.Logger, opts ...Option) (*Server, error) {
 	// Outermost: every error, including a recovered panic's and an auth
 	// refusal, leaves as a public status.
 	chain := []grpc.UnaryServerInterceptor{publicErrorsUnary(logger), recoverUnary(logger), deadlineUnary(cfg.RequestTimeout)}
-	serverOpts := serverKeepalive()
+	serverOpts := append(serverKeepalive(), cfg.GRPC.serverOptions()...)
 	if ca := s.opts.callerAuth; ca != nil {
 		ca.log = logger
 		chain = append(chain, ca.unary())

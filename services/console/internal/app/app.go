@@ -145,6 +145,7 @@ func (a *App) assemble(ctx context.Context, opts []server.Option) error {
 		Identity:       identity,
 		Sessions:       sessions.Config{TTL: cfg.SessionTTL, Idle: cfg.SessionIdle},
 		LoginLimit:     login.LimitConfig{Failures: cfg.LoginFailures, Window: cfg.LoginWindow},
+		TrustedProxies: cfg.TrustedProxies,
 		ReadOpen:       cfg.ReadOpen,
 		SecureCookies:  cfg.Secure(),
 		RunbookBaseURL: cfg.RunbookBaseURL,

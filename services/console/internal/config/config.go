@@ -18,6 +18,7 @@ import (
 	"github.com/lossless-dev/lossless/internal/envconfig"
 	"github.com/lossless-dev/lossless/pkg/operator"
 	"github.com/lossless-dev/lossless/pkg/server"
+	"github.com/lossless-dev/lossless/services/console/internal/login"
 )
 
 // ServiceName is the console's name in logs and metrics.
@@ -58,6 +59,7 @@ const (
 	EnvLoginFailures        = "CONSOLE_LOGIN_FAILURES"
 	EnvLoginWindow          = "CONSOLE_LOGIN_WINDOW"
 	EnvIAPAudience          = "CONSOLE_IAP_AUDIENCE"
+	EnvTrustedProxies       = "CONSOLE_TRUSTED_PROXIES"
 	DefaultHTTPAddr         = ":8089"
 	DefaultRunbookBase      = "https://github.com/lossless-dev/lossless/blob/main/docs/runbooks/"
 	DefaultRPCTimeout       = 5 * time.Second
@@ -118,12 +120,20 @@ type Config struct {
 	// SessionIdle ends a session unused for that long. Env
 	// CONSOLE_SESSION_IDLE, default 30m.
 	SessionIdle time.Duration
-	// LoginFailures failed logins from one address within LoginWindow
-	// lock that address out of the login form (429, Retry-After) until the
-	// window ends. Env CONSOLE_LOGIN_FAILURES (default 10) and
+	// LoginFailures failed logins for one operator name, or from one
+	// client address (an IPv6 one by its /64), within LoginWindow lock
+	// that name or address out of the login form (429, Retry-After) until
+	// the window ends. Env CONSOLE_LOGIN_FAILURES (default 10) and
 	// CONSOLE_LOGIN_WINDOW (default 15m).
 	LoginFailures int
 	LoginWindow   time.Duration
+	// TrustedProxies are the load balancers and proxies in front of the
+	// console, comma-separated CIDRs or addresses: a request from one of
+	// them is counted under the rightmost X-Forwarded-For hop that is not
+	// one of them. Env CONSOLE_TRUSTED_PROXIES, default "": none, the
+	// client address is the connection's peer (behind a load balancer,
+	// every client would share its address and its limit).
+	TrustedProxies login.TrustedProxies
 	// IAPAudience, when set, puts the console behind Google Cloud
 	// Identity-Aware Proxy: every request must carry IAP's signed
 	// x-goog-iap-jwt-assertion for this audience (internal/iap), and its
@@ -230,6 +240,11 @@ func FromEnv(r *envconfig.Reader) (Config, error) {
 		IAPAudience:   r.String(EnvIAPAudience, ""),
 		WorkorderAuth: clientauth.FromEnv(r, "WORKORDER_AUDIENCE", "workorder"),
 		BillingAuth:   clientauth.FromEnv(r, "BILLING_AUDIENCE", "billing"),
+	}
+	if tp, err := login.ParseTrustedProxies(r.String(EnvTrustedProxies, "")); err != nil {
+		r.Record(fmt.Errorf("%s: %w", EnvTrustedProxies, err))
+	} else {
+		c.TrustedProxies = tp
 	}
 	if _, ok := r.Lookup("PPROF_ENABLED"); ok {
 		r.Record(fmt.Errorf("PPROF_ENABLED is gone: set %s to a loopback address (e.g. 127.0.0.1:6069)", EnvPprofAddr))

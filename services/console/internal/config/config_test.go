@@ -39,6 +39,7 @@ func TestFromEnv_ErrorsNameTheVariable(t *testing.T) {
 		config.EnvLoginFailures:   "-3",
 		config.EnvLoginWindow:     "ten",
 		config.EnvIAPAudience:     "console",
+		config.EnvTrustedProxies:  "10.0.0.0/8,the-load-balancer",
 	} {
 		_, err := config.FromEnv(envconfig.FromMap(map[string]string{env: want}))
 		if err == nil || !strings.Contains(err.Error(), env) {

@@ -8,12 +8,14 @@
 package iap
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/coreos/go-oidc/v3/oidc"
+
+	"github.com/lossless-dev/lossless/pkg/server"
 )
 
 // Header carries IAP's signed assertion.
@@ -35,6 +37,9 @@ type Config struct {
 	Issuer, KeysURL string
 	// Client fetches the keys; default http.DefaultClient.
 	Client *http.Client
+	// KeysTimeout bounds each fetch of the keys, whatever Client's own
+	// timeout. Default 10s (server.KeyFetchTimeout).
+	KeysTimeout time.Duration
 }
 
 // Verifier checks the assertion of each request.
@@ -43,7 +48,8 @@ type Verifier struct {
 }
 
 // New returns a verifier. The keys are fetched on first use and again when
-// a token names a key not yet seen (IAP rotates them).
+// a token names a key not yet seen (IAP rotates them), at most once per
+// server.KeyRefetchInterval.
 func New(cfg Config) (*Verifier, error) {
 	if cfg.Audience == "" {
 		return nil, errors.New("iap: Audience is required")
@@ -54,11 +60,10 @@ func New(cfg Config) (*Verifier, error) {
 	if cfg.KeysURL == "" {
 		cfg.KeysURL = DefaultKeysURL
 	}
-	ctx := context.Background()
-	if cfg.Client != nil {
-		ctx = oidc.ClientContext(ctx, cfg.Client)
+	if cfg.KeysTimeout < 0 {
+		return nil, errors.New("iap: KeysTimeout must not be negative")
 	}
-	keys := oidc.NewRemoteKeySet(ctx, cfg.KeysURL)
+	keys := server.NewKeySet(cfg.KeysURL, cfg.Client, cfg.KeysTimeout)
 	return &Verifier{v: oidc.NewVerifier(cfg.Issuer, keys, &oidc.Config{
 		ClientID: cfg.Audience, SupportedSigningAlgs: []string{oidc.ES256},
 	})}, nil

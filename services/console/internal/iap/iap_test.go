@@ -1,6 +1,7 @@
 package iap_test
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -102,5 +103,38 @@ func TestVerify(t *testing.T) {
 	}
 	if _, err := iap.New(iap.Config{}); err == nil {
 		t.Fatal("a verifier without an audience")
+	}
+}
+
+// A key server that never answers fails the verification within
+// KeysTimeout, even for a request without a deadline.
+func TestKeyFetchTimesOut(t *testing.T) {
+	p := newProxy(t)
+	stop := make(chan struct{})
+	hang := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-stop:
+		}
+	}))
+	t.Cleanup(hang.Close)
+	t.Cleanup(func() { close(stop) })
+	v, err := iap.New(iap.Config{Audience: audience, KeysURL: hang.URL, KeysTimeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	r := httptest.NewRequestWithContext(context.Background(), http.MethodGet, "/", nil)
+	r.Header.Set(iap.Header, p.sign(t, p.key, jose.ES256, jwt.Claims{Issuer: issuer, Audience: jwt.Audience{audience},
+		IssuedAt: jwt.NewNumericDate(now), Expiry: jwt.NewNumericDate(now.Add(time.Minute))}, "alice@example.com"))
+	done := make(chan error, 1)
+	go func() { _, err := v.Verify(r); done <- err }()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("verified without keys")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Verify still waiting for the keys after 10s")
 	}
 }

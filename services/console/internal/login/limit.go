@@ -6,16 +6,17 @@ import (
 	"time"
 )
 
-// LimitConfig bounds failed logins per client address; zero fields take the
-// defaults.
+// LimitConfig bounds failed logins per key (the web handler counts each
+// attempt under the operator name and under the client address); zero
+// fields take the defaults.
 type LimitConfig struct {
-	// Failures allowed from one address within Window; the next attempt
-	// is refused until the window ends. Default 10.
+	// Failures allowed under one key within Window; the next attempt
+	// with that key is refused until the window ends. Default 10.
 	Failures int
-	// Window starts at an address's first failure. Default 15m.
+	// Window starts at a key's first failure. Default 15m.
 	Window time.Duration
-	// Addresses bounds the addresses tracked; at the bound the oldest
-	// window is dropped. Default 10000.
+	// Addresses bounds the keys tracked; at the bound the oldest window
+	// is dropped. Default 10000.
 	Addresses int
 	// Now is the clock; default time.Now.
 	Now func() time.Time
@@ -28,7 +29,7 @@ const (
 	DefaultAddresses = 10000
 )
 
-// Limiter counts failed logins per address in fixed windows. A guess of a
+// Limiter counts failed logins per key in fixed windows. A guess of a
 // 32-character token is hopeless anyway; the limit keeps a credential
 // spray slow and the log readable. Safe for concurrent use; no goroutine.
 type Limiter struct {
@@ -62,32 +63,41 @@ func NewLimiter(cfg LimitConfig) (*Limiter, error) {
 	return &Limiter{cfg: cfg, by: map[string]*window{}}, nil
 }
 
-// Allow reports whether addr may try to log in now, and if not, how long
-// until it may.
-func (l *Limiter) Allow(addr string) (bool, time.Duration) {
+// Allow reports whether an attempt under every one of keys (an address, a
+// name) may be made now, and if not, how long until it may.
+func (l *Limiter) Allow(keys ...string) (bool, time.Duration) {
 	now := l.cfg.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	w, ok := l.by[addr]
-	if !ok {
-		return true, 0
+	var wait time.Duration
+	for _, key := range keys {
+		w, ok := l.by[key]
+		if !ok {
+			continue
+		}
+		end := w.start.Add(l.cfg.Window)
+		if !now.Before(end) {
+			delete(l.by, key)
+			continue
+		}
+		if w.failures >= l.cfg.Failures {
+			wait = max(wait, end.Sub(now))
+		}
 	}
-	end := w.start.Add(l.cfg.Window)
-	if !now.Before(end) {
-		delete(l.by, addr)
-		return true, 0
-	}
-	if w.failures >= l.cfg.Failures {
-		return false, end.Sub(now)
-	}
-	return true, 0
+	return wait == 0, wait
 }
 
-// Fail counts a failed login from addr.
-func (l *Limiter) Fail(addr string) {
+// Fail counts a failed login under each of keys.
+func (l *Limiter) Fail(keys ...string) {
 	now := l.cfg.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	for _, key := range keys {
+		l.fail(key, now)
+	}
+}
+
+func (l *Limiter) fail(addr string, now time.Time) {
 	if w, ok := l.by[addr]; ok && now.Before(w.start.Add(l.cfg.Window)) {
 		w.failures++
 		return

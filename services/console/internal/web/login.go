@@ -27,30 +27,42 @@ func (h *Handler) loginData(next string) loginData {
 	return loginData{Next: next, Operators: h.auth.operators != nil, Proxied: h.auth.identity != nil}
 }
 
-// login checks the form's operator and credential, per client address at
-// most LoginLimit.Failures failures a window, and starts a session. The
+// login checks the form's operator and credential, at most
+// LoginLimit.Failures failures a window per operator name and per client
+// address (behind TrustedProxies, the forwarded one), and starts a session. The
 // credential travels in the POST body only and is never written to a page,
 // a URL, a cookie or a log line.
 func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 	next := safeNext(r.PostFormValue("next"))
 	peer := peerAddr(r)
+	client := h.cfg.TrustedProxies.ClientAddr(r)
 	log := h.logger.With("peer", peer)
+	if client != peer {
+		log = log.With("client", client)
+	}
 	if fwd := r.Header.Get("X-Forwarded-For"); fwd != "" {
-		// As the client sent it: not trusted, useful to read behind a proxy.
+		// As the client sent it: only the hops TrustedProxies vouch for
+		// count (client above).
 		log = log.With("forwarded_for", truncate(fwd, 200))
 	}
-	key := limitKey(peer)
-	if ok, wait := h.auth.limit.Allow(key); !ok {
-		log.WarnContext(r.Context(), "console: login refused: too many failures from this address")
+	name := strings.TrimSpace(r.PostFormValue("operator"))
+	// One address guessing many names, and many addresses guessing one
+	// name, are both bounded; another operator elsewhere is not.
+	keys := []string{"addr " + limitKey(client)}
+	if name != "" {
+		keys = append(keys, "name "+truncate(name, 100))
+	}
+	if ok, wait := h.auth.limit.Allow(keys...); !ok {
+		log.WarnContext(r.Context(), "console: login refused: too many failures for this operator or from this address", "operator", truncate(name, 100))
 		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(wait.Seconds()))))
 		w.WriteHeader(http.StatusTooManyRequests)
-		h.render(w, r, "login", page{Title: "Log in", Error: "Too many failed logins from your address: try again later.",
+		h.render(w, r, "login", page{Title: "Log in", Error: "Too many failed logins for this operator or from your address: try again later.",
 			Data: h.loginData(next)})
 		return
 	}
-	principal, op, digest, err := h.auth.check(r, strings.TrimSpace(r.PostFormValue("operator")), r.PostFormValue("token"))
+	principal, op, digest, err := h.auth.check(r, name, r.PostFormValue("token"))
 	if err != nil {
-		h.auth.limit.Fail(key)
+		h.auth.limit.Fail(keys...)
 		msg := "That is not the operator's credential."
 		switch {
 		case !h.auth.armed():

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -78,6 +79,48 @@ func TestLogin_FailuresLimitedPerAddress(t *testing.T) {
 	}
 	if strings.Contains(logs.String(), token) {
 		t.Fatal("the log carries the token")
+	}
+}
+
+// Behind a load balancer (CONSOLE_TRUSTED_PROXIES) the limit counts the
+// forwarded client address and the operator name: failures for one name
+// from one client lock out that name and that client, not the others.
+func TestLogin_BehindALoadBalancerLimitsPerNameAndPerClient(t *testing.T) {
+	lb, err := login.ParseTrustedProxies("127.0.0.0/8")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, ts := console(t, web.Config{OperatorToken: token, TrustedProxies: lb,
+		LoginLimit: login.LimitConfig{Failures: 3, Window: time.Hour}})
+	from := func(client string) *browser {
+		br := newBrowser(t, ts.URL)
+		br.header = http.Header{"X-Forwarded-For": {"198.51.100.9, " + client}} // the left hop is the client's to invent
+		return br
+	}
+	attacker := from("203.0.113.1")
+	for i := range 3 {
+		if code, _ := loginAs(attacker, "mallory", token+"-guess"); code != http.StatusUnauthorized {
+			t.Fatalf("failure %d: %d, want 401", i+1, code)
+		}
+	}
+	if code, _ := loginAs(from("203.0.113.2"), "alice", token); code != http.StatusSeeOther {
+		t.Fatalf("alice from another client after mallory's failures: %d, want 303 (logged in)", code)
+	}
+	if code, _ := loginAs(from("203.0.113.3"), "mallory", token); code != http.StatusTooManyRequests {
+		t.Fatalf("the failed name from another client: %d, want 429", code)
+	}
+	if code, _ := loginAs(attacker, "bob", token); code != http.StatusTooManyRequests {
+		t.Fatalf("another name from the failed client: %d, want 429", code)
+	}
+	// IPv6 clients are counted by their /64.
+	v6 := func(n int) *browser { return from(fmt.Sprintf("2001:db8:1:2::%d", n)) }
+	for i := range 3 {
+		if code, _ := loginAs(v6(i+1), fmt.Sprintf("guess%d", i), token+"-guess"); code != http.StatusUnauthorized {
+			t.Fatalf("IPv6 failure %d: %d, want 401", i+1, code)
+		}
+	}
+	if code, _ := loginAs(v6(99), "carol", token); code != http.StatusTooManyRequests {
+		t.Fatalf("another address of the failed /64: %d, want 429", code)
 	}
 }
 

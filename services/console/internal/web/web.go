@@ -48,8 +48,13 @@ type Config struct {
 	Identity IdentityVerifier
 	// Sessions bounds the sessions (lifetime, idle timeout, count).
 	Sessions sessions.Config
-	// LoginLimit bounds failed logins per client address.
+	// LoginLimit bounds failed logins per operator name and per client
+	// address.
 	LoginLimit login.LimitConfig
+	// TrustedProxies are the proxies whose X-Forwarded-For names the
+	// client address the login limit counts (config.Config.TrustedProxies).
+	// Zero: none, the client is the connection's peer.
+	TrustedProxies login.TrustedProxies
 	// ReadOpen shows the read-only pages without login.
 	ReadOpen bool
 	// SecureCookies marks the cookies Secure and names them with the
