@@ -36,7 +36,6 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/lossless-dev/lossless/internal/envconfig"
-	"github.com/lossless-dev/lossless/internal/libenv"
 	"github.com/lossless-dev/lossless/pkg/server"
 )
 
@@ -87,7 +86,10 @@ func FromEnv(r *envconfig.Reader, audienceVar, defaultAudience string) Config {
 		Impersonate:  r.String(EnvImpersonate, ""),
 		Audience:     r.String(audienceVar, defaultAudience),
 		AudienceVar:  audienceVar,
-		RequireTLS:   libenv.TLS(r).Dials(),
+		// The process dials with TLS (libenv.TLS's TLS_CA_FILE or
+		// TLS_CERT_FILE); read by name, as libenv carries every service's
+		// variables and a caller of this package needs none of them.
+		RequireTLS: r.String("TLS_CA_FILE", "") != "" || r.String("TLS_CERT_FILE", "") != "",
 	}
 }
 
