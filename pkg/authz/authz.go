@@ -3,9 +3,11 @@ package authz
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -21,7 +23,26 @@ const (
 	ReasonCallerNotAllowed = "CALLER_NOT_ALLOWED"
 	// ReasonNoRule: the method has no entry in the service's Policy.
 	ReasonNoRule = "METHOD_WITHOUT_AUTHORIZATION_RULE"
+	// ReasonCustomerNotAllowed: a client asked to act for a customer that
+	// is not one of its own (RefuseCustomer).
+	ReasonCustomerNotAllowed = "CUSTOMER_NOT_ALLOWED"
 )
+
+// RefuseCustomer is the answer to a client acting for a customer not its
+// own: PERMISSION_DENIED (HTTP 403) with reason CUSTOMER_NOT_ALLOWED and a
+// field violation on field (the request's customer field, e.g.
+// "work_order.customer_id"). It names only what the caller sent.
+func RefuseCustomer(field, customerID string) error {
+	msg := fmt.Sprintf("%s: the caller may not act for customer %q (%s)", field, customerID, "AUTH_CLIENTS")
+	st, err := status.New(codes.PermissionDenied, msg).WithDetails(
+		&errdetails.ErrorInfo{Reason: ReasonCustomerNotAllowed, Domain: apierror.Domain},
+		&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{{
+			Field: field, Description: "not one of the caller's customers"}}})
+	if err != nil {
+		return status.Error(codes.PermissionDenied, msg)
+	}
+	return st.Err()
+}
 
 // Authorizer enforces a Policy.
 type Authorizer struct {
