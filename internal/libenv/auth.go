@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/lossless-dev/lossless/internal/envconfig"
+	"github.com/lossless-dev/lossless/pkg/authz"
 	"github.com/lossless-dev/lossless/pkg/server"
 )
 
@@ -19,6 +20,7 @@ const (
 	// EnvAuthAllowHTTP accepts http:// AUTH_ISSUER and AUTH_JWKS_URL on
 	// hosts other than loopback: a private development network only.
 	EnvAuthAllowHTTP = "AUTH_ALLOW_HTTP"
+	EnvAuthClients   = "AUTH_CLIENTS"
 )
 
 // CallerAuth is how a service authenticates the callers of its public API
@@ -36,10 +38,18 @@ type CallerAuth struct {
 	// except on a loopback host or with AUTH_ALLOW_HTTP=true (default
 	// false; compose and the local overlay, whose issuer is a container).
 	OIDC server.OIDCConfig
+	// Clients are the callers of the public API and the customers each may
+	// act for (env AUTH_CLIENTS, authz.ParseClients: "id=cust-a|cust-b,
+	// other-id=*", an id being a token subject or verified email; "*" is
+	// every customer, for a trusted intake such as the load generator).
+	// Required unless AUTH_DISABLED: a verified caller not listed is refused
+	// on every public RPC (docs/adr/0025-authorization.md).
+	Clients string
 }
 
-// ReadCallerAuth reads AUTH_DISABLED, AUTH_ISSUER, AUTH_AUDIENCE and
-// AUTH_JWKS_URL and AUTH_ALLOW_HTTP. Check r.Err() and Validate afterwards.
+// ReadCallerAuth reads AUTH_DISABLED, AUTH_ISSUER, AUTH_AUDIENCE,
+// AUTH_JWKS_URL, AUTH_ALLOW_HTTP and AUTH_CLIENTS. Check r.Err() and
+// Validate afterwards.
 func ReadCallerAuth(r *envconfig.Reader) CallerAuth {
 	return CallerAuth{
 		Disabled: r.Bool(EnvAuthDisabled, false),
@@ -49,11 +59,43 @@ func ReadCallerAuth(r *envconfig.Reader) CallerAuth {
 			JWKSURL:   r.String(EnvAuthJWKSURL, ""),
 			AllowHTTP: r.Bool(EnvAuthAllowHTTP, false),
 		},
+		Clients: r.String(EnvAuthClients, ""),
 	}
 }
 
-// Validate reports missing or bad settings, naming the variables.
+// Validate reports missing or bad settings, naming the variables: those of
+// ValidateIdentity, and AUTH_CLIENTS (required unless AUTH_DISABLED).
 func (c CallerAuth) Validate() error {
+	if c.Disabled {
+		return nil
+	}
+	errs := []error{c.ValidateIdentity()}
+	if strings.TrimSpace(c.Clients) == "" {
+		errs = append(errs, fmt.Errorf("%s: required (the clients of the public API and their customers: id=cust-a|cust-b,other-id=*), or %s=true",
+			EnvAuthClients, EnvAuthDisabled))
+	} else if _, err := authz.ParseClients(c.Clients); err != nil {
+		errs = append(errs, envconfig.Check(EnvAuthClients, err))
+	}
+	return errors.Join(errs...)
+}
+
+// AuthorizedClients returns the parsed AUTH_CLIENTS. With AUTH_DISABLED,
+// the anonymous caller acts for every customer.
+func (c CallerAuth) AuthorizedClients() (authz.Clients, error) {
+	if c.Disabled {
+		return authz.Clients{server.AnonymousCaller.Subject: authz.All()}, nil
+	}
+	cs, err := authz.ParseClients(c.Clients)
+	if err != nil {
+		return nil, envconfig.Check(EnvAuthClients, err)
+	}
+	return cs, nil
+}
+
+// ValidateIdentity reports missing or bad settings of authentication alone
+// (AUTH_ISSUER, AUTH_AUDIENCE, AUTH_JWKS_URL), for a service whose API has
+// peers and operators but no clients (provider-sim).
+func (c CallerAuth) ValidateIdentity() error {
 	if c.Disabled {
 		return nil
 	}

@@ -14,7 +14,8 @@
 // New opens what every service opens (the API and workers' pools, failing
 // fast when the database is unreachable, and the Pub/Sub client), builds
 // the server with the telemetry, caller authentication (the operator
-// surfaces exempt, guarded by their own interceptors), the loops and the
+// surfaces exempt, guarded by their own interceptors), authorization (the
+// Spec's authz.Policy, docs/adr/0025-authorization.md), the loops and the
 // database readiness check, and Close releases it all in reverse.
 package serviceapp
 
@@ -28,6 +29,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/grpc"
 
+	"github.com/lossless-dev/lossless/pkg/authz"
 	"github.com/lossless-dev/lossless/pkg/pgdb"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/server"
@@ -52,6 +54,14 @@ type Spec struct {
 	// API builds the public API on the API's pool and registers it on srv;
 	// called only when the role serves the API.
 	API func(ctx context.Context, p *Parts, srv *server.Server) error
+	// Policy is the public API's authorization rules, one per method
+	// (pkg/authz). Health and reflection are Open and the operator
+	// surfaces Operator without being listed; a registered method with no
+	// rule fails the start.
+	Policy authz.Policy
+	// Clients are clients beyond AUTH_CLIENTS (the work-order service's
+	// operators, reading every customer's orders). Optional.
+	Clients authz.Clients
 }
 
 // Surface is one operator gRPC service: mounted with the API, exempt from
@@ -143,7 +153,12 @@ func (a *App) assemble(ctx context.Context, spec Spec, opts []server.Option) err
 	if err != nil {
 		return err
 	}
-	srvOpts := []server.Option{server.WithTelemetry(p.Tel), callerAuth, server.WithAuthInterceptors(guards...)}
+	authorizer, policy, err := a.authorizer(spec, surfaces)
+	if err != nil {
+		return err
+	}
+	srvOpts := append([]server.Option{server.WithTelemetry(p.Tel), callerAuth, server.WithAuthInterceptors(guards...)},
+		authorizer.ServerOptions()...)
 	if p.Config.Server.Role.RunsWorkers() && spec.Loops != nil {
 		loops, err := spec.Loops(ctx, p)
 		if err != nil {
@@ -164,10 +179,33 @@ func (a *App) assemble(ctx context.Context, spec Spec, opts []server.Option) err
 	for _, s := range surfaces {
 		a.srv.GRPC().RegisterService(s.Desc, s.Impl)
 	}
-	if spec.API == nil {
-		return nil
+	if spec.API != nil {
+		if err := spec.API(ctx, p, a.srv); err != nil {
+			return err
+		}
 	}
-	return spec.API(ctx, p, a.srv)
+	if missing := policy.Missing(a.srv.GRPC().GetServiceInfo()); len(missing) > 0 {
+		return fmt.Errorf("app: methods without an authorization rule (the service's authz.Policy): %v", missing)
+	}
+	return nil
+}
+
+// authorizer builds the authorization of every call (pkg/authz): the
+// service's policy, the shared rules and the operator surfaces'.
+func (a *App) authorizer(spec Spec, surfaces []Surface) (*authz.Authorizer, authz.Policy, error) {
+	clients, err := a.parts.Config.Auth.AuthorizedClients()
+	if err != nil {
+		return nil, nil, err
+	}
+	for id, c := range spec.Clients {
+		clients = clients.With(c, id)
+	}
+	policy := authz.Infrastructure().Merge(spec.Policy)
+	for _, s := range surfaces {
+		policy = policy.With(authz.Operator, s.Desc)
+	}
+	az, err := authz.New(policy, authz.Config{Clients: clients}, a.parts.Log.With("component", "authz"))
+	return az, policy, err
 }
 
 // Run serves until ctx is cancelled (SIGTERM), then shuts down gracefully

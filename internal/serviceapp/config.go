@@ -54,9 +54,10 @@ type Common struct {
 
 	// Auth authenticates the callers of the public API: AUTH_ISSUER and
 	// AUTH_AUDIENCE (required), AUTH_JWKS_URL (default: discovery),
-	// AUTH_DISABLED (default false). See libenv.CallerAuth and
-	// docs/adr/0017-caller-identity.md. The operator services are exempt:
-	// the operator token guards them.
+	// AUTH_DISABLED (default false); and names its clients with their
+	// customers: AUTH_CLIENTS (required). See libenv.CallerAuth,
+	// docs/adr/0017-caller-identity.md and docs/adr/0025-authorization.md.
+	// The operator services are exempt: the operator token guards them.
 	Auth libenv.CallerAuth
 
 	// OperatorToken guards the operator services (env OperatorTokenEnv,

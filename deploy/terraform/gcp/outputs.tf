@@ -14,7 +14,9 @@ output "k8s_gcp_settings" {
     BILLING_AUDIENCE   = local.audiences["billing"]
     PROVIDER_AUDIENCE  = local.audiences["provider-sim"]
     # Who may call (docs/adr/0025), by Google account email.
-    AUTH_CLIENTS             = join(",", [for name, customers in var.clients : "${google_service_account.client[name].email}=${customers}"])
+    # The console reads every customer's invoices (billing's public API).
+    AUTH_CLIENTS = join(",", concat([for name, customers in var.clients : "${google_service_account.client[name].email}=${customers}"],
+    ["${google_service_account.service["console"].email}=*"]))
     AUTH_OPERATORS           = join(",", var.operators)
     AUTH_CONSOLES            = google_service_account.service["console"].email
     PROVIDER_ALLOWED_CALLERS = google_service_account.service["workorder"].email

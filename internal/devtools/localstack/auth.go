@@ -102,12 +102,20 @@ func (s *Stack) stopIssuer() {
 	}
 }
 
+// Clients is the stack's AUTH_CLIENTS (docs/adr/0025-authorization.md):
+// DemoClient (make demo, the load generator, the end-to-end tests) and
+// the console, which reads billing's invoices for its operators, act for
+// every customer.
+const Clients = DemoClient + "=*,console=*"
+
 // authEnv is a service's caller authentication: its audience is its name,
-// its identity the client of that name (docs/adr/0017-caller-identity.md).
+// its identity the client of that name (docs/adr/0017-caller-identity.md),
+// its clients Clients.
 func (s *Stack) authEnv(service string) []string {
 	return []string{
 		"AUTH_ISSUER=" + s.issuer.URL(),
 		"AUTH_AUDIENCE=" + service,
+		"AUTH_CLIENTS=" + Clients,
 		"AUTH_TOKEN_URL=" + s.issuer.TokenURL(),
 		"AUTH_CLIENT_ID=" + service,
 		"AUTH_CLIENT_SECRET=" + s.issuer.secrets[service],

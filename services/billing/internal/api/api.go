@@ -12,11 +12,14 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	billingv1 "github.com/lossless-dev/lossless/gen/lossless/billing/v1"
 	moneyv1 "github.com/lossless-dev/lossless/gen/lossless/money/v1"
 	"github.com/lossless-dev/lossless/pkg/apierror"
+	"github.com/lossless-dev/lossless/pkg/authz"
 	"github.com/lossless-dev/lossless/pkg/pgdb"
 	"github.com/lossless-dev/lossless/pkg/server"
 	"github.com/lossless-dev/lossless/services/billing/internal/invoice"
@@ -53,7 +56,19 @@ func Register(ctx context.Context, srv *server.Server, svc *Service) error {
 	return nil
 }
 
-// GetInvoice returns one invoice; NOT_FOUND when unknown.
+// Policy is the authorization rule of every BillingService method
+// (docs/adr/0025-authorization.md): each is a client's, reading only its
+// customers' invoices. A method added to the service needs its line here,
+// or it is refused (and the app does not start).
+func Policy() authz.Policy {
+	return authz.Policy{
+		billingv1.BillingService_GetInvoice_FullMethodName:   authz.Client,
+		billingv1.BillingService_ListInvoices_FullMethodName: authz.Client,
+	}
+}
+
+// GetInvoice returns one invoice; NOT_FOUND when unknown, or of a customer
+// the caller does not act for (its existence does not leak).
 func (s *Service) GetInvoice(ctx context.Context, req *billingv1.GetInvoiceRequest) (*billingv1.GetInvoiceResponse, error) {
 	id, err := uuid.Parse(req.GetId())
 	if err != nil { // protovalidate already refused it; kept for direct callers
@@ -68,12 +83,23 @@ func (s *Service) GetInvoice(ctx context.Context, req *billingv1.GetInvoiceReque
 		// and logs this; the client never sees the driver's text.
 		return nil, fmt.Errorf("get invoice %s: %w", id, err)
 	}
+	if !authz.MayActFor(ctx, inv.CustomerID) {
+		return nil, apierror.NotFound("invoice", req.GetId())
+	}
 	return &billingv1.GetInvoiceResponse{Invoice: toProto(inv)}, nil
 }
 
-// ListInvoices pages invoices newest first, by work order and/or issue time.
+// ListInvoices pages invoices newest first, by work order and/or issue
+// time, of the customers the caller acts for only.
 func (s *Service) ListInvoices(ctx context.Context, req *billingv1.ListInvoicesRequest) (*billingv1.ListInvoicesResponse, error) {
-	f := store.Filter{Limit: int(req.GetPageSize())}
+	p, ok := authz.FromContext(ctx)
+	if !ok || p.Kind != authz.KindClient {
+		// Built without the authorizer: refuse rather than list everything.
+		return nil, status.Error(codes.Unauthenticated, "no authorized caller")
+	}
+	// In SQL, not after it: a page filtered afterwards could be short or
+	// empty while more follow.
+	f := store.Filter{Limit: int(req.GetPageSize()), Customers: p.Customers.IDs()}
 	if f.Limit == 0 {
 		f.Limit = DefaultPageSize
 	}

@@ -23,6 +23,7 @@ import (
 
 	billingv1 "github.com/lossless-dev/lossless/gen/lossless/billing/v1"
 	"github.com/lossless-dev/lossless/migrations"
+	"github.com/lossless-dev/lossless/pkg/authz"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
 	"github.com/lossless-dev/lossless/pkg/server"
 	"github.com/lossless-dev/lossless/services/billing/internal/api"
@@ -36,6 +37,7 @@ type testBundle struct {
 	pool *pgxpool.Pool
 	base string
 	grpc billingv1.BillingServiceClient
+	conn *grpc.ClientConn // without credentials
 }
 
 func setup(t *testing.T) testBundle {
@@ -43,15 +45,29 @@ func setup(t *testing.T) testBundle {
 	return setupOn(t, pgtest.NewPool(t, migrations.Billing()...))
 }
 
-// setupOn serves the API over pool.
+// setupOn serves the API over pool, authentication off (AUTH_DISABLED: the
+// anonymous caller reads every customer's invoices; the matrix,
+// authz_test.go, authenticates).
 func setupOn(t *testing.T, pool *pgxpool.Pool) testBundle {
+	t.Helper()
+	return setupAuth(t, pool, server.AnonymousAuthenticator{}, authz.Clients{server.AnonymousCaller.Subject: authz.All()})
+}
+
+// setupAuth serves the API over pool as the app assembles it: callers
+// authenticated by auth, authorized by the policy for clients.
+func setupAuth(t *testing.T, pool *pgxpool.Pool, auth server.Authenticator, clients authz.Clients) testBundle {
 	t.Helper()
 	logger := slog.New(slog.DiscardHandler)
 	svc, err := api.NewService(pool, logger)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := server.New(server.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0"}, logger)
+	az, err := authz.New(authz.Infrastructure().Merge(api.Policy()), authz.Config{Clients: clients}, logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := server.New(server.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0"}, logger,
+		append([]server.Option{server.WithCallerAuth(auth)}, az.ServerOptions()...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,14 +88,20 @@ func setupOn(t *testing.T, pool *pgxpool.Pool) testBundle {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	return testBundle{pool: pool, base: "http://" + srv.HTTPAddr(), grpc: billingv1.NewBillingServiceClient(conn)}
+	return testBundle{pool: pool, base: "http://" + srv.HTTPAddr(), grpc: billingv1.NewBillingServiceClient(conn), conn: conn}
 }
 
 // issue stores an invoice for a new order, as the invoice job's completion would.
 func (b testBundle) issue(t *testing.T, at time.Time) invoice.Invoice {
 	t.Helper()
+	return b.issueFor(t, "cust-1", at)
+}
+
+// issueFor stores an invoice of customer for a new order.
+func (b testBundle) issueFor(t *testing.T, customer string, at time.Time) invoice.Invoice {
+	t.Helper()
 	ctx := context.Background()
-	order := invoice.Order{WorkOrderID: uuid.New(), CustomerID: "cust-1", Description: "paint",
+	order := invoice.Order{WorkOrderID: uuid.New(), CustomerID: customer, Description: "paint",
 		CompletedItems: 2, Currency: "EUR", UnitPriceMinor: 1000}
 	inv, err := invoice.Compute(uuid.New(), order, at)
 	if err != nil {

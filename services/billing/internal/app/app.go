@@ -43,7 +43,8 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger, tel teleme
 		return nil, err
 	}
 	return serviceapp.New(ctx, cfg.Common, serviceapp.Spec{
-		Name: config.ServiceName,
+		Name:   config.ServiceName,
+		Policy: api.Policy(),
 		Operator: func(_ context.Context, p *serviceapp.Parts) ([]serviceapp.Surface, error) {
 			return operatorSurfaces(p, cfg)
 		},

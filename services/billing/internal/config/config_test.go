@@ -11,7 +11,7 @@ import (
 
 func TestDefaultsAreValid(t *testing.T) {
 	t.Parallel()
-	c, err := config.FromEnv(envconfig.FromMap(map[string]string{"AUTH_ISSUER": "https://issuer.example", "AUTH_AUDIENCE": "billing", "DATABASE_URL": "postgres://u@localhost/billing"}))
+	c, err := config.FromEnv(envconfig.FromMap(map[string]string{"AUTH_ISSUER": "https://issuer.example", "AUTH_AUDIENCE": "billing", "AUTH_CLIENTS": "demo=*", "DATABASE_URL": "postgres://u@localhost/billing"}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -22,7 +22,7 @@ func TestDefaultsAreValid(t *testing.T) {
 		d.ConnectTimeout != 5*time.Second || d.APIMaxConns != config.DefaultAPIMaxConns || d.WorkerMaxConns != config.DefaultWorkerMaxConns {
 		t.Fatalf("database defaults: %+v", d)
 	}
-	c, err = config.FromEnv(envconfig.FromMap(map[string]string{"AUTH_ISSUER": "https://issuer.example", "AUTH_AUDIENCE": "billing", "DATABASE_URL": "postgres://x", "DATABASE_API_MAX_CONNS": "2", "DATABASE_WORKER_MAX_CONNS": "8"}))
+	c, err = config.FromEnv(envconfig.FromMap(map[string]string{"AUTH_ISSUER": "https://issuer.example", "AUTH_AUDIENCE": "billing", "AUTH_CLIENTS": "demo=*", "DATABASE_URL": "postgres://x", "DATABASE_API_MAX_CONNS": "2", "DATABASE_WORKER_MAX_CONNS": "8"}))
 	if err != nil || c.Database.APIMaxConns != 2 || c.Database.WorkerMaxConns != 8 {
 		t.Fatalf("pool sizes from env: %v %+v", err, c.Database)
 	}
@@ -44,7 +44,7 @@ func TestErrorsNameTheVariable(t *testing.T) {
 		}
 	}
 	_, err = config.FromEnv(envconfig.FromMap(map[string]string{
-		"AUTH_ISSUER": "https://issuer.example", "AUTH_AUDIENCE": "billing", "DATABASE_URL": "postgres://u@localhost/billing", "BILLING_JOBS_MAX_ATTEMPTS": "0",
+		"AUTH_ISSUER": "https://issuer.example", "AUTH_AUDIENCE": "billing", "AUTH_CLIENTS": "demo=*", "DATABASE_URL": "postgres://u@localhost/billing", "BILLING_JOBS_MAX_ATTEMPTS": "0",
 		"BILLING_PROCESSED_EVENTS_RETENTION": "1h", "BILLING_JOBS_SHUTDOWN_GRACE": "30s",
 	}))
 	for _, name := range []string{"BILLING_JOBS_MAX_ATTEMPTS", "BILLING_PROCESSED_EVENTS_", "BILLING_JOBS_SHUTDOWN_GRACE"} {
@@ -53,7 +53,7 @@ func TestErrorsNameTheVariable(t *testing.T) {
 		}
 	}
 	_, err = config.FromEnv(envconfig.FromMap(map[string]string{
-		"AUTH_ISSUER": "https://issuer.example", "AUTH_AUDIENCE": "billing", "DATABASE_URL": "postgres://x", "DATABASE_STATEMENT_TIMEOUT": "-1s", "DATABASE_WORKER_MAX_CONNS": "1",
+		"AUTH_ISSUER": "https://issuer.example", "AUTH_AUDIENCE": "billing", "AUTH_CLIENTS": "demo=*", "DATABASE_URL": "postgres://x", "DATABASE_STATEMENT_TIMEOUT": "-1s", "DATABASE_WORKER_MAX_CONNS": "1",
 	}))
 	for _, name := range []string{"DATABASE_STATEMENT_TIMEOUT", "DATABASE_WORKER_MAX_CONNS"} {
 		if err == nil || !strings.Contains(err.Error(), name) {

@@ -99,6 +99,9 @@ type Filter struct {
 	// After is the last invoice of the previous page (keyset), or nil.
 	After *Cursor
 	Limit int
+	// Customers, when not nil, keeps only those customers' invoices (the
+	// caller's, authz.Customers.IDs); nil: every customer's.
+	Customers []string
 }
 
 // Cursor is a keyset position: the (issued_at, id) of the last row returned.
@@ -136,7 +139,9 @@ func ParseToken(s string) (Cursor, error) {
 // qList pages newest first by (issued_at, id), the order of
 // invoices_issued_idx; the row comparison is the keyset (stable under
 // concurrent inserts, unlike OFFSET). A work order has at most one invoice,
-// so that filter uses the unique index instead.
+// so that filter uses the unique index instead. The customers the caller
+// acts for ($7; NULL: every one) filter in the query, so a page is full
+// whenever more of the caller's invoices follow.
 const qList = `
 SELECT id, number, work_order_id, customer_id, currency_code, total_minor, issued_at
 FROM invoices
@@ -144,6 +149,7 @@ WHERE ($1::uuid IS NULL OR work_order_id = $1)
   AND ($2::timestamptz IS NULL OR issued_at >= $2)
   AND ($3::timestamptz IS NULL OR issued_at < $3)
   AND ($4::timestamptz IS NULL OR (issued_at, id) < ($4, $5::uuid))
+  AND ($7::text[] IS NULL OR customer_id = ANY($7))
 ORDER BY issued_at DESC, id DESC
 LIMIT $6`
 
@@ -169,7 +175,7 @@ func List(ctx context.Context, db pgdb.Executor, f Filter) ([]invoice.Invoice, *
 	if limit <= 0 {
 		limit = 50
 	}
-	rows, err := db.Query(ctx, qList, woID, after, before, curTime, curID, limit+1)
+	rows, err := db.Query(ctx, qList, woID, after, before, curTime, curID, limit+1, f.Customers)
 	if err != nil {
 		return nil, nil, fmt.Errorf("store: list invoices: %w", err)
 	}

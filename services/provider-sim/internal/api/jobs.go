@@ -4,21 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	providerv1 "github.com/lossless-dev/lossless/gen/lossless/provider/v1"
 	"github.com/lossless-dev/lossless/pkg/apierror"
 	"github.com/lossless-dev/lossless/pkg/operator"
-	"github.com/lossless-dev/lossless/pkg/server"
 )
 
 // Page sizes of ListJobs, as the proto documents them.
@@ -180,29 +174,3 @@ func (a *Admin) GetJob(ctx context.Context, req *providerv1.GetJobRequest) (*pro
 	}
 	return &providerv1.GetJobResponse{Job: job, Messages: msgs}, nil
 }
-
-// AllowedCallers refuses ProviderService calls (SubmitWorkOrder) from any
-// authenticated caller not named in subjects by its subject or verified
-// email (the work-order service's identity): a valid token proves who calls, not that it may
-// submit work. It runs after pkg/server's caller authentication (install
-// it only with authentication on).
-func AllowedCallers(subjects []string) grpc.UnaryServerInterceptor {
-	prefix := "/" + providerv1.ProviderService_ServiceDesc.ServiceName + "/"
-	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		if strings.HasPrefix(info.FullMethod, prefix) {
-			c, ok := server.CallerFrom(ctx)
-			if !ok {
-				return nil, status.Error(codes.Unauthenticated, "no authenticated caller")
-			}
-			if !slices.ContainsFunc(subjects, c.Is) {
-				return nil, apierror.PermissionDenied(ReasonCallerNotAllowed,
-					"caller "+c.Subject+" may not submit work orders (PROVIDER_ALLOWED_CALLERS)")
-			}
-		}
-		return handler(ctx, req)
-	}
-}
-
-// ReasonCallerNotAllowed is the ErrorInfo reason of a SubmitWorkOrder from
-// an authenticated caller outside PROVIDER_ALLOWED_CALLERS.
-const ReasonCallerNotAllowed = "CALLER_NOT_ALLOWED"

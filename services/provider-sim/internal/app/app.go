@@ -19,6 +19,7 @@ import (
 	"github.com/lossless-dev/lossless/internal/envconfig"
 	"github.com/lossless-dev/lossless/internal/libenv"
 	"github.com/lossless-dev/lossless/internal/topology"
+	"github.com/lossless-dev/lossless/pkg/authz"
 	"github.com/lossless-dev/lossless/pkg/operator"
 	opsv1 "github.com/lossless-dev/lossless/pkg/operator/opsv1"
 	"github.com/lossless-dev/lossless/pkg/pgdb"
@@ -97,7 +98,8 @@ type Config struct {
 	// AllowedCallers are the caller subjects that may submit work (env
 	// PROVIDER_ALLOWED_CALLERS, comma-separated; required unless
 	// AUTH_DISABLED): the work-order service's identity. Another
-	// authenticated caller is refused with PERMISSION_DENIED.
+	// authenticated caller is refused with PERMISSION_DENIED. They are the
+	// peers of api.Policy's Peer rule (pkg/authz).
 	AllowedCallers []string
 }
 
@@ -134,7 +136,8 @@ func (c Config) Validate() error {
 		errs = append(errs, envconfig.Check(libenv.ServerEnvNames, err))
 	}
 	errs = append(errs, c.PubSub.Validate(), c.Publisher.Validate(), c.Engine.Validate(), c.Faults.Validate(),
-		operator.ValidateToken(EnvOperatorToken, c.OperatorToken), c.Auth.Validate())
+		// No client API: AUTH_CLIENTS is not read here.
+		operator.ValidateToken(EnvOperatorToken, c.OperatorToken), c.Auth.ValidateIdentity())
 	if !c.Auth.Disabled && len(c.AllowedCallers) == 0 {
 		errs = append(errs, envconfig.Check(EnvAllowedCallers,
 			errors.New("required: the subjects that may submit work (the work-order service's), or AUTH_DISABLED=true")))
@@ -237,11 +240,19 @@ func (a *App) assemble(cfg Config, stream faults.Stream, tel telemetry.Providers
 	if err != nil {
 		return err
 	}
-	if !cfg.Auth.Disabled {
-		auth = append(auth, api.AllowedCallers(cfg.AllowedCallers))
+	// SubmitWorkOrder is the peers' (PROVIDER_ALLOWED_CALLERS; with
+	// AUTH_DISABLED, the anonymous caller's): api.Policy.
+	peers := cfg.AllowedCallers
+	if cfg.Auth.Disabled {
+		peers = []string{server.AnonymousCaller.Subject}
 	}
-	srv, err := server.New(cfg.Server, a.logger, append(opts, server.WithWorker("engine", eng.Run), server.WithTelemetry(tel),
-		callerAuth, server.WithAuthInterceptors(auth...))...)
+	policy := authz.Infrastructure().Merge(api.Policy())
+	az, err := authz.New(policy, authz.Config{Peers: peers, PeersVar: EnvAllowedCallers}, a.logger.With("component", "authz"))
+	if err != nil {
+		return err
+	}
+	srv, err := server.New(cfg.Server, a.logger, append(append(opts, server.WithWorker("engine", eng.Run), server.WithTelemetry(tel),
+		callerAuth, server.WithAuthInterceptors(auth...)), az.ServerOptions()...)...)
 	if err != nil {
 		return err
 	}
@@ -253,6 +264,9 @@ func (a *App) assemble(cfg Config, stream faults.Stream, tel telemetry.Providers
 	if cfg.Server.Role.ServesAPI() {
 		if err := a.registerAPI(provider, admin, audit); err != nil {
 			return err
+		}
+		if missing := policy.Missing(srv.GRPC().GetServiceInfo()); len(missing) > 0 {
+			return fmt.Errorf("app: methods without an authorization rule (api.Policy): %v", missing)
 		}
 	}
 	r := dice.Rates()

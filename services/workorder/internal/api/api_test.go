@@ -34,6 +34,7 @@ import (
 	"github.com/lossless-dev/lossless/internal/testkit/benchkit"
 	"github.com/lossless-dev/lossless/migrations"
 	"github.com/lossless-dev/lossless/pkg/apierror"
+	"github.com/lossless-dev/lossless/pkg/authz"
 	"github.com/lossless-dev/lossless/pkg/idempotency"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
 	"github.com/lossless-dev/lossless/pkg/server"
@@ -66,6 +67,13 @@ const (
 	operatorCaller = "ops-console"
 	testAudience   = "workorder"
 )
+
+// testClients is the tests' AUTH_CLIENTS: testCaller and otherCaller act
+// for every customer; the matrix's clients (authz_test.go) for one.
+var testClients = authz.Clients{
+	testCaller: authz.All(), otherCaller: authz.All(),
+	clientOfA: authz.Only(customerA), clientOfAll: authz.All(),
+}
 
 // token is a valid ID token of subject for the service.
 func (b testBundle) token(t testing.TB, subject string) string {
@@ -122,7 +130,15 @@ func setupOn(t testing.TB, pool *pgxpool.Pool) testBundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := server.New(server.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0"}, logger, server.WithCallerAuth(verifier))
+	// As the app assembles it (internal/serviceapp): the policy, AUTH_CLIENTS
+	// (testClients) and the operators as clients of every customer.
+	az, err := authz.New(authz.Infrastructure().Merge(api.Policy()),
+		authz.Config{Clients: testClients.With(authz.All(), operatorCaller)}, logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := server.New(server.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0"}, logger,
+		append([]server.Option{server.WithCallerAuth(verifier)}, az.ServerOptions()...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
 	"github.com/lossless-dev/lossless/migrations"
+	"github.com/lossless-dev/lossless/pkg/authz"
 	"github.com/lossless-dev/lossless/pkg/idempotency"
 	"github.com/lossless-dev/lossless/pkg/pgtest"
 	"github.com/lossless-dev/lossless/pkg/server"
@@ -23,9 +24,10 @@ import (
 // idempotency key, to show what the key costs. Compare the two ns/op in the
 // same run; absolute figures follow the machine's commit latency.
 func BenchmarkCreateWorkOrder(b *testing.B) {
-	// Called in-process: the caller pkg/server's authentication would have
-	// verified.
-	benchCaller := server.ContextWithCaller(context.Background(), server.Caller{Subject: "bench"})
+	// Called in-process: the principal pkg/server's authentication and
+	// pkg/authz would have admitted.
+	benchCaller := authz.ContextWithPrincipal(context.Background(),
+		authz.Principal{Caller: server.Caller{Subject: "bench"}, Kind: authz.KindClient, Customers: authz.All()})
 	pool := pgtest.NewPool(b, migrations.WorkOrder()...)
 	logger := slog.New(slog.DiscardHandler)
 	repo, err := orders.NewRepository(pool)

@@ -21,6 +21,7 @@ import (
 
 	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
 	"github.com/lossless-dev/lossless/pkg/apierror"
+	"github.com/lossless-dev/lossless/pkg/authz"
 	"github.com/lossless-dev/lossless/pkg/idempotency"
 	"github.com/lossless-dev/lossless/pkg/pgdb"
 	"github.com/lossless-dev/lossless/pkg/server"
@@ -108,12 +109,17 @@ func (s *Service) CreateWorkOrder(ctx context.Context, req *workorderv1.CreateWo
 	if err != nil {
 		return nil, err
 	}
+	// Before anything is written, the idempotency key included: a refused
+	// request leaves no trace a retry could replay.
+	if cust := req.GetWorkOrder().GetCustomerId(); !c.Customers.Has(cust) {
+		return nil, authz.RefuseCustomer("work_order.customer_id", cust)
+	}
 	req = withoutOutputOnly(req)
 	order, err := fromCreateRequest(req)
 	if err != nil {
 		return nil, toStatus(err, "")
 	}
-	order.CreatedBy = c.Subject
+	order.CreatedBy = c.Caller.Subject
 	cmd := orders.CreateOrder{Order: order}
 	if hasKey {
 		cmd.IdempotencyKey, cmd.Request = key, req
@@ -143,15 +149,17 @@ func (s *Service) GetWorkOrder(ctx context.Context, req *workorderv1.GetWorkOrde
 }
 
 // ListWorkOrders returns a page of the caller's orders (an operator's:
-// every order), newest first.
+// every order), newest first; only orders of the caller's customers.
 func (s *Service) ListWorkOrders(ctx context.Context, req *workorderv1.ListWorkOrdersRequest) (*workorderv1.ListWorkOrdersResponse, error) {
 	c, operator, err := s.caller(ctx)
 	if err != nil {
 		return nil, err
 	}
-	q := orders.ListQuery{}
+	// The caller's customers filter the page in SQL: filtered after the
+	// query, a page could come back short or empty with more to follow.
+	q := orders.ListQuery{Customers: c.Customers.IDs()}
 	if !operator {
-		q.CreatedBy = c.Subject
+		q.CreatedBy = c.Caller.Subject
 	}
 	filter := fromProtoStatus(req.GetStatus())
 	after, err := decodePageToken(req.GetPageToken(), filter, time.Now())

@@ -23,6 +23,7 @@ import (
 	"github.com/lossless-dev/lossless/internal/orderhop"
 	"github.com/lossless-dev/lossless/internal/serviceapp"
 	"github.com/lossless-dev/lossless/internal/topology"
+	"github.com/lossless-dev/lossless/pkg/authz"
 	"github.com/lossless-dev/lossless/pkg/consumer"
 	"github.com/lossless-dev/lossless/pkg/idempotency"
 	"github.com/lossless-dev/lossless/pkg/inbox"
@@ -64,6 +65,10 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger, tel teleme
 		Operator: a.operator,
 		Loops:    a.loops,
 		API:      a.api,
+		Policy:   api.Policy(),
+		// The operators read and cancel every customer's orders
+		// (docs/adr/0025-authorization.md).
+		Clients: authz.Clients{}.With(authz.All(), cfg.OperatorSubjects...),
 	}, logger, tel, opts...)
 }
 

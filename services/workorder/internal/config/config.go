@@ -48,7 +48,8 @@ type Config struct {
 	// OperatorSubjects are the caller subjects that may read, list and
 	// cancel every order (env WORKORDER_OPERATOR_SUBJECTS, comma-separated,
 	// default none: every caller sees only its own orders), e.g. the
-	// console's.
+	// console's. They are clients of every customer, whether AUTH_CLIENTS
+	// lists them or not (docs/adr/0025-authorization.md).
 	OperatorSubjects []string
 
 	// ProviderAuth is this service's ID token for the provider's

@@ -12,7 +12,7 @@ import (
 
 func TestDefaults(t *testing.T) {
 	t.Parallel()
-	c, err := config.FromEnv(envconfig.FromMap(map[string]string{"AUTH_ISSUER": "https://issuer.example", "AUTH_AUDIENCE": "workorder", "DATABASE_URL": "postgres://u@localhost/workorder"}))
+	c, err := config.FromEnv(envconfig.FromMap(map[string]string{"AUTH_ISSUER": "https://issuer.example", "AUTH_AUDIENCE": "workorder", "AUTH_CLIENTS": "demo=*", "DATABASE_URL": "postgres://u@localhost/workorder"}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,7 +32,7 @@ func TestDefaults(t *testing.T) {
 func TestDatabaseSettingsFromEnv(t *testing.T) {
 	t.Parallel()
 	c, err := config.FromEnv(envconfig.FromMap(map[string]string{
-		"AUTH_ISSUER": "https://issuer.example", "AUTH_AUDIENCE": "workorder", "DATABASE_URL": "postgres://u@localhost/workorder", "DATABASE_STATEMENT_TIMEOUT": "1m", "DATABASE_LOCK_TIMEOUT": "2s",
+		"AUTH_ISSUER": "https://issuer.example", "AUTH_AUDIENCE": "workorder", "AUTH_CLIENTS": "demo=*", "DATABASE_URL": "postgres://u@localhost/workorder", "DATABASE_STATEMENT_TIMEOUT": "1m", "DATABASE_LOCK_TIMEOUT": "2s",
 		"DATABASE_CONNECT_TIMEOUT": "3s", "DATABASE_API_MAX_CONNS": "4", "DATABASE_WORKER_MAX_CONNS": "6",
 	}))
 	if err != nil {
@@ -47,7 +47,7 @@ func TestDatabaseSettingsFromEnv(t *testing.T) {
 func TestOperatorTokenOfAtLeast32CharactersIsAccepted(t *testing.T) {
 	t.Parallel()
 	token := strings.Repeat("k", operator.MinTokenLength)
-	c, err := config.FromEnv(envconfig.FromMap(map[string]string{"AUTH_ISSUER": "https://issuer.example", "AUTH_AUDIENCE": "workorder", "DATABASE_URL": "postgres://x", "WORKORDER_OPERATOR_TOKEN": token}))
+	c, err := config.FromEnv(envconfig.FromMap(map[string]string{"AUTH_ISSUER": "https://issuer.example", "AUTH_AUDIENCE": "workorder", "AUTH_CLIENTS": "demo=*", "DATABASE_URL": "postgres://x", "WORKORDER_OPERATOR_TOKEN": token}))
 	if err != nil || c.OperatorToken != token {
 		t.Fatalf("token of %d characters: %v (%q)", len(token), err, c.OperatorToken)
 	}
@@ -61,22 +61,22 @@ func TestErrorsNameTheVariable(t *testing.T) {
 	}{
 		{map[string]string{}, []string{"DATABASE_URL"}},
 		{map[string]string{"DATABASE_URL": "mysql://x"}, []string{"DATABASE_URL"}},
-		{map[string]string{"AUTH_ISSUER": "https://issuer.example", "AUTH_AUDIENCE": "workorder", "DATABASE_URL": "postgres://x", "WORKORDER_HANDOFF_DEADLINE": "soon"}, []string{"WORKORDER_HANDOFF_DEADLINE"}},
-		{map[string]string{"AUTH_ISSUER": "https://issuer.example", "AUTH_AUDIENCE": "workorder", "DATABASE_URL": "postgres://x", "WORKORDER_HANDOFF_DEADLINE": "-1s"}, []string{"WORKORDER_HANDOFF_DEADLINE"}},
-		{map[string]string{"AUTH_ISSUER": "https://issuer.example", "AUTH_AUDIENCE": "workorder", "DATABASE_URL": "postgres://x", "WORKORDER_HANDOFF_DEADLINE": "25s"}, []string{"WORKORDER_HANDOFF_DEADLINE", "LEASE_DURATION"}},
-		{map[string]string{"AUTH_ISSUER": "https://issuer.example", "AUTH_AUDIENCE": "workorder", "DATABASE_URL": "postgres://x", "WORKORDER_HANDOFF_DEADLINE": "5s", "SHUTDOWN_TIMEOUT": "5s"}, []string{"WORKORDER_HANDOFF_DEADLINE", "SHUTDOWN_TIMEOUT"}},
-		{map[string]string{"AUTH_ISSUER": "https://issuer.example", "AUTH_AUDIENCE": "workorder", "DATABASE_URL": "postgres://x", "WORKORDER_IDEMPOTENCY_RETENTION": "1ms"}, []string{"WORKORDER_IDEMPOTENCY_"}},
-		{map[string]string{"AUTH_ISSUER": "https://issuer.example", "AUTH_AUDIENCE": "workorder", "DATABASE_URL": "postgres://x", "WORKORDER_OUTBOX_BATCH_SIZE": "x"}, []string{"WORKORDER_OUTBOX_BATCH_SIZE"}},
-		{map[string]string{"AUTH_ISSUER": "https://issuer.example", "AUTH_AUDIENCE": "workorder", "DATABASE_URL": "postgres://x", "LOG_LEVEL": "loud"}, []string{"LOG_LEVEL"}},
-		{map[string]string{"AUTH_ISSUER": "https://issuer.example", "AUTH_AUDIENCE": "workorder", "DATABASE_URL": "postgres://x", "LOG_FORMAT": "xml"}, []string{"LOG_FORMAT"}},
-		{map[string]string{"AUTH_ISSUER": "https://issuer.example", "AUTH_AUDIENCE": "workorder", "DATABASE_URL": "postgres://x", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"}, []string{"OTEL_EXPORTER_OTLP_PROTOCOL"}},
-		{map[string]string{"AUTH_ISSUER": "https://issuer.example", "AUTH_AUDIENCE": "workorder", "DATABASE_URL": "postgres://x", "WORKORDER_OPERATOR_TOKEN": "s3cret"}, []string{"WORKORDER_OPERATOR_TOKEN"}},
-		{map[string]string{"AUTH_ISSUER": "https://issuer.example", "AUTH_AUDIENCE": "workorder", "DATABASE_URL": "postgres://x", "WORKORDER_OPERATOR_TOKEN": strings.Repeat("k", 31)}, []string{"WORKORDER_OPERATOR_TOKEN"}},
-		{map[string]string{"AUTH_ISSUER": "https://issuer.example", "AUTH_AUDIENCE": "workorder", "DATABASE_URL": "postgres://x", "DATABASE_STATEMENT_TIMEOUT": "soon"}, []string{"DATABASE_STATEMENT_TIMEOUT"}},
-		{map[string]string{"AUTH_ISSUER": "https://issuer.example", "AUTH_AUDIENCE": "workorder", "DATABASE_URL": "postgres://x", "DATABASE_LOCK_TIMEOUT": "-1s"}, []string{"DATABASE_LOCK_TIMEOUT"}},
-		{map[string]string{"AUTH_ISSUER": "https://issuer.example", "AUTH_AUDIENCE": "workorder", "DATABASE_URL": "postgres://x", "DATABASE_CONNECT_TIMEOUT": "x"}, []string{"DATABASE_CONNECT_TIMEOUT"}},
-		{map[string]string{"AUTH_ISSUER": "https://issuer.example", "AUTH_AUDIENCE": "workorder", "DATABASE_URL": "postgres://x", "DATABASE_API_MAX_CONNS": "-3"}, []string{"DATABASE_API_MAX_CONNS"}},
-		{map[string]string{"AUTH_ISSUER": "https://issuer.example", "AUTH_AUDIENCE": "workorder", "DATABASE_URL": "postgres://x", "DATABASE_WORKER_MAX_CONNS": "many"}, []string{"DATABASE_WORKER_MAX_CONNS"}},
+		{map[string]string{"AUTH_ISSUER": "https://issuer.example", "AUTH_AUDIENCE": "workorder", "AUTH_CLIENTS": "demo=*", "DATABASE_URL": "postgres://x", "WORKORDER_HANDOFF_DEADLINE": "soon"}, []string{"WORKORDER_HANDOFF_DEADLINE"}},
+		{map[string]string{"AUTH_ISSUER": "https://issuer.example", "AUTH_AUDIENCE": "workorder", "AUTH_CLIENTS": "demo=*", "DATABASE_URL": "postgres://x", "WORKORDER_HANDOFF_DEADLINE": "-1s"}, []string{"WORKORDER_HANDOFF_DEADLINE"}},
+		{map[string]string{"AUTH_ISSUER": "https://issuer.example", "AUTH_AUDIENCE": "workorder", "AUTH_CLIENTS": "demo=*", "DATABASE_URL": "postgres://x", "WORKORDER_HANDOFF_DEADLINE": "25s"}, []string{"WORKORDER_HANDOFF_DEADLINE", "LEASE_DURATION"}},
+		{map[string]string{"AUTH_ISSUER": "https://issuer.example", "AUTH_AUDIENCE": "workorder", "AUTH_CLIENTS": "demo=*", "DATABASE_URL": "postgres://x", "WORKORDER_HANDOFF_DEADLINE": "5s", "SHUTDOWN_TIMEOUT": "5s"}, []string{"WORKORDER_HANDOFF_DEADLINE", "SHUTDOWN_TIMEOUT"}},
+		{map[string]string{"AUTH_ISSUER": "https://issuer.example", "AUTH_AUDIENCE": "workorder", "AUTH_CLIENTS": "demo=*", "DATABASE_URL": "postgres://x", "WORKORDER_IDEMPOTENCY_RETENTION": "1ms"}, []string{"WORKORDER_IDEMPOTENCY_"}},
+		{map[string]string{"AUTH_ISSUER": "https://issuer.example", "AUTH_AUDIENCE": "workorder", "AUTH_CLIENTS": "demo=*", "DATABASE_URL": "postgres://x", "WORKORDER_OUTBOX_BATCH_SIZE": "x"}, []string{"WORKORDER_OUTBOX_BATCH_SIZE"}},
+		{map[string]string{"AUTH_ISSUER": "https://issuer.example", "AUTH_AUDIENCE": "workorder", "AUTH_CLIENTS": "demo=*", "DATABASE_URL": "postgres://x", "LOG_LEVEL": "loud"}, []string{"LOG_LEVEL"}},
+		{map[string]string{"AUTH_ISSUER": "https://issuer.example", "AUTH_AUDIENCE": "workorder", "AUTH_CLIENTS": "demo=*", "DATABASE_URL": "postgres://x", "LOG_FORMAT": "xml"}, []string{"LOG_FORMAT"}},
+		{map[string]string{"AUTH_ISSUER": "https://issuer.example", "AUTH_AUDIENCE": "workorder", "AUTH_CLIENTS": "demo=*", "DATABASE_URL": "postgres://x", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"}, []string{"OTEL_EXPORTER_OTLP_PROTOCOL"}},
+		{map[string]string{"AUTH_ISSUER": "https://issuer.example", "AUTH_AUDIENCE": "workorder", "AUTH_CLIENTS": "demo=*", "DATABASE_URL": "postgres://x", "WORKORDER_OPERATOR_TOKEN": "s3cret"}, []string{"WORKORDER_OPERATOR_TOKEN"}},
+		{map[string]string{"AUTH_ISSUER": "https://issuer.example", "AUTH_AUDIENCE": "workorder", "AUTH_CLIENTS": "demo=*", "DATABASE_URL": "postgres://x", "WORKORDER_OPERATOR_TOKEN": strings.Repeat("k", 31)}, []string{"WORKORDER_OPERATOR_TOKEN"}},
+		{map[string]string{"AUTH_ISSUER": "https://issuer.example", "AUTH_AUDIENCE": "workorder", "AUTH_CLIENTS": "demo=*", "DATABASE_URL": "postgres://x", "DATABASE_STATEMENT_TIMEOUT": "soon"}, []string{"DATABASE_STATEMENT_TIMEOUT"}},
+		{map[string]string{"AUTH_ISSUER": "https://issuer.example", "AUTH_AUDIENCE": "workorder", "AUTH_CLIENTS": "demo=*", "DATABASE_URL": "postgres://x", "DATABASE_LOCK_TIMEOUT": "-1s"}, []string{"DATABASE_LOCK_TIMEOUT"}},
+		{map[string]string{"AUTH_ISSUER": "https://issuer.example", "AUTH_AUDIENCE": "workorder", "AUTH_CLIENTS": "demo=*", "DATABASE_URL": "postgres://x", "DATABASE_CONNECT_TIMEOUT": "x"}, []string{"DATABASE_CONNECT_TIMEOUT"}},
+		{map[string]string{"AUTH_ISSUER": "https://issuer.example", "AUTH_AUDIENCE": "workorder", "AUTH_CLIENTS": "demo=*", "DATABASE_URL": "postgres://x", "DATABASE_API_MAX_CONNS": "-3"}, []string{"DATABASE_API_MAX_CONNS"}},
+		{map[string]string{"AUTH_ISSUER": "https://issuer.example", "AUTH_AUDIENCE": "workorder", "AUTH_CLIENTS": "demo=*", "DATABASE_URL": "postgres://x", "DATABASE_WORKER_MAX_CONNS": "many"}, []string{"DATABASE_WORKER_MAX_CONNS"}},
 		{map[string]string{"GRPC_ADDR": " ", "LOG_LEVEL": "debug"}, []string{"DATABASE_URL"}},
 	} {
 		_, err := config.FromEnv(envconfig.FromMap(tc.env))
@@ -105,7 +105,7 @@ func TestLogTraceProjectIsThePubSubProject(t *testing.T) {
 		if env == "PUBSUB_EMULATOR_HOST" {
 			value = "localhost:8085"
 		}
-		c, err := config.FromEnv(envconfig.FromMap(map[string]string{"AUTH_ISSUER": "https://issuer.example", "AUTH_AUDIENCE": "workorder", "DATABASE_URL": "postgres://x", "LOG_FORMAT": "gcp", env: value}))
+		c, err := config.FromEnv(envconfig.FromMap(map[string]string{"AUTH_ISSUER": "https://issuer.example", "AUTH_AUDIENCE": "workorder", "AUTH_CLIENTS": "demo=*", "DATABASE_URL": "postgres://x", "LOG_FORMAT": "gcp", env: value}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -126,6 +126,8 @@ func TestCallerAuthIsRequiredUnlessDisabled(t *testing.T) {
 		{map[string]string{}, "AUTH_ISSUER"},
 		{map[string]string{"AUTH_ISSUER": "https://accounts.google.com"}, "AUTH_AUDIENCE"},
 		{map[string]string{"AUTH_ISSUER": "accounts.google.com", "AUTH_AUDIENCE": "workorder"}, "AUTH_ISSUER"},
+		{map[string]string{"AUTH_ISSUER": "https://accounts.google.com", "AUTH_AUDIENCE": "workorder"}, "AUTH_CLIENTS"},
+		{map[string]string{"AUTH_ISSUER": "https://accounts.google.com", "AUTH_AUDIENCE": "workorder", "AUTH_CLIENTS": "demo="}, "AUTH_CLIENTS"},
 		{map[string]string{"AUTH_DISABLED": "true", "AUTH_TOKEN_URL": "http://127.0.0.1:1/token"}, "AUTH_CLIENT_ID"},
 	} {
 		tc.env["DATABASE_URL"] = "postgres://x"
@@ -142,7 +144,7 @@ func TestCallerAuthIsRequiredUnlessDisabled(t *testing.T) {
 		}
 	}
 	c, err := config.FromEnv(envconfig.FromMap(map[string]string{"DATABASE_URL": "postgres://x", "AUTH_ISSUER": "https://accounts.google.com",
-		"AUTH_AUDIENCE": "workorder", "WORKORDER_OPERATOR_SUBJECTS": " console, billing ,"}))
+		"AUTH_AUDIENCE": "workorder", "AUTH_CLIENTS": "demo=*", "WORKORDER_OPERATOR_SUBJECTS": " console, billing ,"}))
 	if err != nil || len(c.OperatorSubjects) != 2 || c.OperatorSubjects[0] != "console" || c.OperatorSubjects[1] != "billing" ||
 		c.ProviderAuth.Audience != "provider-sim" {
 		t.Fatalf("auth settings: %v %+v %+v", err, c.OperatorSubjects, c.ProviderAuth)

@@ -33,10 +33,16 @@ SELECT ` + orderColumns + ` FROM work_orders
 WHERE status = $4 AND (created_at, id) < ($1, $2)
 ORDER BY created_at DESC, id DESC
 LIMIT $3`
-	// One caller's orders, on the (created_by, created_at, id) index.
+	// One caller's orders, on the (created_by, created_at, id) index,
+	// restricted to the customers the caller acts for ($5; NULL: every
+	// one). The restriction is in SQL, not applied to the page afterwards,
+	// so a page is full whenever more rows follow (a client whose
+	// AUTH_CLIENTS entry lost a customer no longer sees that customer's
+	// orders, even those it created).
 	qListByCreator = `
 SELECT ` + orderColumns + ` FROM work_orders
 WHERE created_by = $4 AND (created_at, id) < ($1, $2)
+  AND ($5::text[] IS NULL OR customer_id = ANY($5))
 ORDER BY created_at DESC, id DESC
 LIMIT $3`
 	// One caller's orders in one status: the same index range, filtered (a
@@ -45,6 +51,7 @@ LIMIT $3`
 	qListByCreatorStatus = `
 SELECT ` + orderColumns + ` FROM work_orders
 WHERE created_by = $5 AND status = $4 AND (created_at, id) < ($1, $2)
+  AND ($6::text[] IS NULL OR customer_id = ANY($6))
 ORDER BY created_at DESC, id DESC
 LIMIT $3`
 
@@ -75,6 +82,10 @@ type ListQuery struct {
 	Limit int
 	// CreatedBy, when not empty, lists only the orders of that creator.
 	CreatedBy string
+	// Customers, when not nil, lists only the orders of those customers
+	// (the caller's, authz.Customers.IDs). Only with CreatedBy: the
+	// operators who list every creator's orders act for every customer.
+	Customers []string
 }
 
 // List returns up to q.Limit orders and, when more may follow, the cursor of
@@ -89,14 +100,17 @@ func (r *Repository) List(ctx context.Context, q ListQuery) ([]Order, *Cursor, e
 		after = pgtype.Timestamptz{Time: q.After.CreatedAt, Valid: true}
 		afterID = q.After.ID
 	}
+	if q.Customers != nil && q.CreatedBy == "" {
+		return nil, nil, fmt.Errorf("orders: list by customers needs a creator")
+	}
 	// One row more than asked tells whether a next page exists.
 	var rows pgx.Rows
 	var err error
 	switch {
 	case q.CreatedBy != "" && q.Status == "":
-		rows, err = r.db.Query(ctx, qListByCreator, after, afterID, q.Limit+1, q.CreatedBy)
+		rows, err = r.db.Query(ctx, qListByCreator, after, afterID, q.Limit+1, q.CreatedBy, q.Customers)
 	case q.CreatedBy != "":
-		rows, err = r.db.Query(ctx, qListByCreatorStatus, after, afterID, q.Limit+1, string(q.Status), q.CreatedBy)
+		rows, err = r.db.Query(ctx, qListByCreatorStatus, after, afterID, q.Limit+1, string(q.Status), q.CreatedBy, q.Customers)
 	case q.Status == "":
 		rows, err = r.db.Query(ctx, qList, after, afterID, q.Limit+1)
 	default:
