@@ -71,7 +71,8 @@ func checkGCPAuthz(t *testing.T, r rendered, o gcpoverlay.Outputs) {
 		}
 	}
 	for key, want := range map[string]string{
-		"AUTH_CLIENTS":   sa(o.NamePrefix+"-demo") + "=*",
+		// The demo intake, and the console for billing's invoices.
+		"AUTH_CLIENTS":   sa(o.NamePrefix+"-demo") + "=*," + sa("console") + "=*",
 		"AUTH_CONSOLES":  sa("console"),
 		"AUTH_OPERATORS": "",
 	} {

@@ -202,6 +202,7 @@ func (m *tfModule) functions() map[string]function.Function {
 		"trimsuffix": stdlib.TrimSuffixFunc,
 		"contains":   stdlib.ContainsFunc,
 		"join":       stdlib.JoinFunc,
+		"concat":     stdlib.ConcatFunc,
 	}
 }
 
