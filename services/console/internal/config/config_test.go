@@ -14,8 +14,9 @@ func TestFromEnv_DefaultsAreTheDeclaredPortsAndClosed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.HTTPAddr != ":8089" || c.Workorder.GRPC != "localhost:9090" || c.Provider.HTTP != "http://localhost:8081" ||
-		c.Billing.GRPC != "localhost:9092" || c.ReadOpen || c.OperatorToken != "" || c.RPCTimeout != 5*time.Second ||
+	if c.HTTPAddr != ":8089" || c.Workorder.GRPC != "localhost:9090" || c.Provider.HTTP != "http://localhost:8181" ||
+		c.Billing.GRPC != "localhost:9092" || c.Workorder.AdminGRPC != "localhost:9190" || c.Provider.AdminGRPC != "localhost:9191" ||
+		c.Billing.AdminGRPC != "localhost:9192" || c.Workorder.HTTP != "http://localhost:8180" || c.ReadOpen || c.OperatorToken != "" || c.RPCTimeout != 5*time.Second ||
 		c.TraceURL != "" {
 		t.Fatalf("defaults %+v", c)
 	}
@@ -23,6 +24,7 @@ func TestFromEnv_DefaultsAreTheDeclaredPortsAndClosed(t *testing.T) {
 
 func TestFromEnv_ErrorsNameTheVariable(t *testing.T) {
 	for env, want := range map[string]string{
+		"CONSOLE_PROVIDER_GRPC_ADDR": "provider-sim:9091",
 		config.EnvOperatorToken:   "short",
 		config.EnvReadOpen:        "maybe",
 		config.EnvWorkorderHTTP:   "localhost:8080",

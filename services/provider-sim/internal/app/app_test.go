@@ -504,7 +504,7 @@ func TestAdminServicesAreNotOnThePublicListeners(t *testing.T) {
 	roletest.AdminServicesNotOnThePublicListener(t, b.app.GRPCAddr(), b.app.GRPCServices(), b.app.AdminGRPCServices())
 	for _, r := range []struct{ method, path, body string }{
 		{http.MethodGet, "/v1/faults", ""}, {http.MethodPut, "/v1/faults" + authQuery, `{"duplicate": 0.5}`},
-		{http.MethodGet, "/v1/jobs", ""},
+		{http.MethodGet, "/v1/jobs/" + uuid.NewString(), ""},
 	} {
 		if got := b.httpAuth(t, r.method, r.path, r.body, "Bearer "+operatorToken); got.status != http.StatusNotFound {
 			t.Errorf("%s %s on the public HTTP listener: %d %s, want 404", r.method, r.path, got.status, got.body)

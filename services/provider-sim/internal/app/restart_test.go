@@ -75,7 +75,7 @@ func firstPlan(t *testing.T, dsn string, emu *pubsubtest.Emulator, incarnation s
 	defer conn.Close()
 	var header http.Header
 	waitfor.Condition(t, 5*time.Second, "GET /v1/faults answers", func() bool {
-		req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, "http://"+a.HTTPAddr()+"/v1/faults", nil)
+		req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, "http://"+a.AdminHTTPAddr()+"/v1/faults", nil)
 		if err != nil {
 			t.Fatal(err)
 		}
