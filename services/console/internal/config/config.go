@@ -25,29 +25,29 @@ const ServiceName = "console"
 
 // Environment variables read by FromEnv.
 const (
-	EnvHTTPAddr        = "HTTP_ADDR"
-	EnvWorkorderGRPC   = "CONSOLE_WORKORDER_GRPC_ADDR"
-	EnvBillingGRPC     = "CONSOLE_BILLING_GRPC_ADDR"
+	EnvHTTPAddr      = "HTTP_ADDR"
+	EnvWorkorderGRPC = "CONSOLE_WORKORDER_GRPC_ADDR"
+	EnvBillingGRPC   = "CONSOLE_BILLING_GRPC_ADDR"
 	// The services' admin gRPC listeners (their ADMIN_GRPC_ADDR): the
 	// operator services. provider-sim's is the only one the console calls
 	// (it calls no public provider API).
 	EnvWorkorderAdminGRPC = "CONSOLE_WORKORDER_ADMIN_GRPC_ADDR"
 	EnvProviderAdminGRPC  = "CONSOLE_PROVIDER_ADMIN_GRPC_ADDR"
 	EnvBillingAdminGRPC   = "CONSOLE_BILLING_ADMIN_GRPC_ADDR"
-	EnvWorkorderHTTP   = "CONSOLE_WORKORDER_HTTP_URL"
-	EnvProviderHTTP    = "CONSOLE_PROVIDER_HTTP_URL"
-	EnvBillingHTTP     = "CONSOLE_BILLING_HTTP_URL"
-	EnvOperatorToken   = "CONSOLE_OPERATOR_TOKEN"
-	EnvReadOpen        = "CONSOLE_READ_OPEN"
-	EnvTLSCertFile     = "CONSOLE_TLS_CERT_FILE"
-	EnvTLSKeyFile      = "CONSOLE_TLS_KEY_FILE"
-	EnvSecureCookies   = "CONSOLE_SECURE_COOKIES"
-	EnvRunbookBaseURL  = "CONSOLE_RUNBOOK_BASE_URL"
-	EnvRPCTimeout      = "CONSOLE_RPC_TIMEOUT"
-	EnvScrapeTimeout   = "CONSOLE_SCRAPE_TIMEOUT"
-	EnvShutdownTimeout = "SHUTDOWN_TIMEOUT"
-	EnvLogLevel        = "LOG_LEVEL"
-	EnvPprofAddr       = "PPROF_ADDR"
+	EnvWorkorderHTTP      = "CONSOLE_WORKORDER_HTTP_URL"
+	EnvProviderHTTP       = "CONSOLE_PROVIDER_HTTP_URL"
+	EnvBillingHTTP        = "CONSOLE_BILLING_HTTP_URL"
+	EnvOperatorToken      = "CONSOLE_OPERATOR_TOKEN"
+	EnvReadOpen           = "CONSOLE_READ_OPEN"
+	EnvTLSCertFile        = "CONSOLE_TLS_CERT_FILE"
+	EnvTLSKeyFile         = "CONSOLE_TLS_KEY_FILE"
+	EnvSecureCookies      = "CONSOLE_SECURE_COOKIES"
+	EnvRunbookBaseURL     = "CONSOLE_RUNBOOK_BASE_URL"
+	EnvRPCTimeout         = "CONSOLE_RPC_TIMEOUT"
+	EnvScrapeTimeout      = "CONSOLE_SCRAPE_TIMEOUT"
+	EnvShutdownTimeout    = "SHUTDOWN_TIMEOUT"
+	EnvLogLevel           = "LOG_LEVEL"
+	EnvPprofAddr          = "PPROF_ADDR"
 	// The TLS between processes: the names every service reads
 	// (libenv.TLS), read here because the console takes nothing else from
 	// libenv (its other readers require a database).
@@ -212,7 +212,7 @@ type Config struct {
 // errors name the variable.
 func FromEnv(r *envconfig.Reader) (Config, error) {
 	c := Config{
-		HTTPAddr:        r.String(EnvHTTPAddr, ""),
+		HTTPAddr: r.String(EnvHTTPAddr, ""),
 		Workorder: Endpoints{GRPC: r.String(EnvWorkorderGRPC, ""), AdminGRPC: r.String(EnvWorkorderAdminGRPC, ""),
 			HTTP: r.String(EnvWorkorderHTTP, "")},
 		Provider: Endpoints{AdminGRPC: r.String(EnvProviderAdminGRPC, ""), HTTP: r.String(EnvProviderHTTP, "")},
