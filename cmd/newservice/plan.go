@@ -92,7 +92,7 @@ func NewPlan(root, name string) (*Plan, error) {
 	if n.GRPCPort, n.HTTPPort, err = freePorts(decls); err != nil {
 		return nil, err
 	}
-	// catalog.AdminPortOffset: this command builds without the module's packages.
+	// The public ports plus 100, as catalog.AdminPortOffset says.
 	n.AdminGRPCPort, n.AdminHTTPPort = n.GRPCPort+100, n.HTTPPort+100
 
 	p := &Plan{root: root, names: n, files: map[string][]byte{}, edits: map[string][]byte{}}
