@@ -169,7 +169,7 @@ func b6Run(ctx context.Context, b *testing.B, binDir string, p b6Params) {
 	}
 	ids := b6CreateOrders(ctx, b, callerHTTP(b, stack, 30*time.Second), base, p.n)
 
-	before := b6AcceptLatency(ctx, b, base)
+	before := b6AcceptLatency(ctx, b, stack.MetricsURLs()["workorder"])
 	if err := provider.Start(); err != nil {
 		b.Fatal(err)
 	}
@@ -178,7 +178,7 @@ func b6Run(ctx context.Context, b *testing.B, binDir string, p b6Params) {
 	}
 	start := time.Now()
 	samples := b6Sampler(ctx, b, woDSN, start, p.n, 10*time.Minute)
-	after := b6AcceptLatency(ctx, b, base)
+	after := b6AcceptLatency(ctx, b, stack.MetricsURLs()["workorder"])
 	last := samples[len(samples)-1]
 	if last.handedOff < p.n {
 		b.Fatalf("%d of %d orders handed off within 10 min", last.handedOff, p.n)

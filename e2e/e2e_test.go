@@ -207,7 +207,7 @@ func TestEndToEnd_EveryValidOrderInvoicedExactlyOnceUnderFaultsAndACrash(t *test
 	}
 	// F4: duplicates are absorbed by the inbox's unique key at insert, so
 	// they leave no row; the receiver counts them.
-	if n := duplicatesAbsorbed(t, stack.URLs()["workorder"]); n == 0 {
+	if n := duplicatesAbsorbed(t, stack.MetricsURLs()["workorder"]); n == 0 {
 		t.Errorf("no duplicate absorbed although duplicate=0.2 (F4)")
 	}
 	// Reconciliation: every completed-and-invoiced order has a done job and

@@ -636,7 +636,7 @@ func scrapeSum(ctx context.Context, stack *localstack.Stack, instance, metric st
 	var url string
 	for _, in := range stack.Instances() {
 		if in.ID == instance {
-			url = in.URL + "/metrics"
+			url = in.MetricsURL() + "/metrics"
 		}
 	}
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)

@@ -77,7 +77,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	var (
 		workorder   = fs.String("workorder-url", envOr("WORKORDER_URL", "http://127.0.0.1:8080"), "work-order REST base URL")
-		provider    = fs.String("provider-url", envOr("PROVIDER_URL", "http://127.0.0.1:8081"), "provider-sim REST base URL (fault knobs)")
+		woAdmin     = fs.String("workorder-admin-url", envOr("WORKORDER_ADMIN_URL", "http://127.0.0.1:8180"), "work-order admin HTTP base URL (its /metrics)")
+		provider    = fs.String("provider-admin-url", envOr("PROVIDER_ADMIN_URL", "http://127.0.0.1:8181"), "provider-sim admin HTTP base URL (fault knobs)")
 		n           = fs.Int("n", 100, "number of orders (closed loop)")
 		rate        = fs.Float64("rate", 0, "offered load in orders/s (open loop; 0 = closed loop with -n)")
 		duration    = fs.Duration("duration", 10*time.Second, "open-loop duration")
@@ -131,7 +132,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	inbox, _ := loadgen.Scrape(ctx, hc, *workorder+"/metrics",
+	inbox, _ := loadgen.Scrape(ctx, hc, *woAdmin+"/metrics",
 		// parked entries by reason; received by outcome (duplicate = absorbed); open payload conflicts.
 		"lossless_inbox_parked_entries", "lossless_inbox_received_total", "lossless_inbox_open_conflicts")
 	if *asJSON {

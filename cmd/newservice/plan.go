@@ -30,6 +30,10 @@ type Names struct {
 	Module    string // go.mod's module path
 	GRPCPort  int
 	HTTPPort  int
+	// The admin listeners' ports: the public ones plus
+	// catalog.AdminPortOffset (ADR 0026).
+	AdminGRPCPort int
+	AdminHTTPPort int
 }
 
 // Plan is everything the scaffold writes: new files and edits of shared
@@ -90,6 +94,8 @@ func NewPlan(root, name string) (*Plan, error) {
 	if n.GRPCPort, n.HTTPPort, err = freePorts(decls); err != nil {
 		return nil, err
 	}
+	// The public ports plus 100, as catalog.AdminPortOffset says.
+	n.AdminGRPCPort, n.AdminHTTPPort = n.GRPCPort+100, n.HTTPPort+100
 
 	p := &Plan{root: root, names: n, files: map[string][]byte{}, edits: map[string][]byte{}}
 	if err := p.render(); err != nil {

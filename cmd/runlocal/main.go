@@ -209,7 +209,10 @@ func envVars(stack *localstack.Stack, pid int, binDir, traceURL string) []runenv
 		vars = append(vars, runenv.Var{Key: runenv.Key(svc.Name, runenv.SuffixURL), Value: urls[svc.Name]},
 			runenv.Var{Key: runenv.Key(svc.Name, runenv.SuffixClientSecret), Value: stack.ClientSecret(svc.Name)})
 		if svc.GRPCPort != 0 {
-			vars = append(vars, runenv.Var{Key: runenv.Key(svc.Name, runenv.SuffixGRPCAddr), Value: addrs[svc.Name]})
+			in := stack.Replicas(svc.Name)[0]
+			vars = append(vars, runenv.Var{Key: runenv.Key(svc.Name, runenv.SuffixGRPCAddr), Value: addrs[svc.Name]},
+				runenv.Var{Key: runenv.Key(svc.Name, runenv.SuffixAdminGRPCAddr), Value: in.AdminGRPC},
+				runenv.Var{Key: runenv.Key(svc.Name, runenv.SuffixAdminURL), Value: in.AdminURL})
 		}
 		// The token variables the service reads, as its process got them
 		// (a provider token set apart included); later entries win.
@@ -242,7 +245,7 @@ func banner(stack *localstack.Stack, envFile string) string {
 			fmt.Fprintf(&b, "  %-15s open %s%s  (log in with your name and the operator token below)\n", in.ID, in.URL, api[in.Service])
 			continue
 		}
-		fmt.Fprintf(&b, "  %-15s REST %s%-16s gRPC %s   metrics %s/metrics\n", in.ID, in.URL, api[in.Service], in.GRPC, in.URL)
+		fmt.Fprintf(&b, "  %-15s REST %s%-16s gRPC %s   admin gRPC %s   metrics %s/metrics\n", in.ID, in.URL, api[in.Service], in.GRPC, in.AdminGRPC, in.AdminURL)
 	}
 	fmt.Fprintf(&b, "  Pub/Sub emulator  %s\n", stack.Emulator)
 	if stack.CA != nil {

@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -867,6 +868,10 @@ func TestComposePrometheusScrapesEveryService(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := net.JoinHostPort(s.Name, u.Port())
+		if port, err := strconv.Atoi(u.Port()); err == nil && s.Name != "console" {
+			// /metrics is on the admin HTTP listener, the public port + 100.
+			want = net.JoinHostPort(s.Name, strconv.Itoa(port+100))
+		}
 		job, ok := targets[want]
 		if !ok {
 			t.Errorf("prometheus.yml does not scrape %s", want)

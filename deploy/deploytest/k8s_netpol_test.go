@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -117,16 +118,17 @@ func ruleAdmits(t *testing.T, rule networkingv1.NetworkPolicyIngressRule, src ne
 	return false
 }
 
-var callRef = regexp.MustCompile(`\{(grpc|http):([a-z0-9-]+)\}`)
+var callRef = regexp.MustCompile(`\{(grpc|http|admin_grpc|admin_http):([a-z0-9-]+)\}`)
 
 // TestK8sNetworkPoliciesAdmitExactlyTheDeclaredPaths: in each overlay,
 // ingress is denied by default, and for every pair of workloads (and a
 // client outside the namespace) a port is reachable exactly when a
 // service.json declares the path: "public" admits everyone to the service's
-// ports, {grpc:<s>} or {http:<s>} in a caller's local_env admits that
-// caller to that port of s. The local overlay's PostgreSQL and Pub/Sub
-// emulator admit the namespace's pods only; on GKE, Managed Prometheus's
-// collector reaches every service's http port.
+// public ports, {grpc:<s>}, {http:<s>}, {admin_grpc:<s>} or {admin_http:<s>}
+// in a caller's local_env admits that caller to that port of s (the admin
+// ports, ADR 0026, are never public). The local overlay's PostgreSQL and
+// Pub/Sub emulator admit the namespace's pods only; on GKE, Managed
+// Prometheus's collector reaches every service's admin-http port (/metrics).
 func TestK8sNetworkPoliciesAdmitExactlyTheDeclaredPaths(t *testing.T) {
 	t.Parallel()
 	svcs := map[string]declaredService{}
@@ -139,7 +141,8 @@ func TestK8sNetworkPoliciesAdmitExactlyTheDeclaredPaths(t *testing.T) {
 				if calls[m[2]] == nil {
 					calls[m[2]] = map[string][]string{}
 				}
-				calls[m[2]][m[1]] = append(calls[m[2]][m[1]], s.Name)
+				port := strings.ReplaceAll(m[1], "_", "-") // admin_grpc: the port named admin-grpc
+				calls[m[2]][port] = append(calls[m[2]][port], s.Name)
 			}
 		}
 	}
@@ -166,10 +169,10 @@ func TestK8sNetworkPoliciesAdmitExactlyTheDeclaredPaths(t *testing.T) {
 					switch {
 					case !ours: // infrastructure of the local overlay
 						want = src.namespace == k8sNamespace
-					case svc.Public:
+					case o == "gcp" && src.what == gmpCollector.what && port.Name == "admin-http":
 						want = true
-					case o == "gcp" && src.what == gmpCollector.what:
-						want = port.Name == "http"
+					case svc.Public && !strings.HasPrefix(port.Name, "admin-"):
+						want = true
 					default:
 						want = slices.Contains(calls[svc.Name][port.Name], src.labels[labelName])
 					}

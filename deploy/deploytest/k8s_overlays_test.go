@@ -341,8 +341,12 @@ func checkPodMonitorings(t *testing.T, r rendered) {
 			if sel.Matches(labels.Set(w.pod.Labels)) != serving {
 				t.Errorf("gcp: PodMonitoring %s selects %s: %v, want %v (every serving pod of the service, nothing else)", s.Name, w, !serving, serving)
 			}
-			if serving && containerPort(c, pm.Spec.Endpoints[0].Port) != int32(s.HTTPPort) {
-				t.Errorf("gcp: PodMonitoring %s scrapes port %s of %s, want the HTTP port %d", s.Name, pm.Spec.Endpoints[0].Port.String(), w, s.HTTPPort)
+			metricsPort := int32(s.HTTPPort)
+			if s.GRPCPort != 0 {
+				metricsPort += 100 // the admin HTTP port (ADR 0026)
+			}
+			if serving && containerPort(c, pm.Spec.Endpoints[0].Port) != metricsPort {
+				t.Errorf("gcp: PodMonitoring %s scrapes port %s of %s, want the /metrics port %d", s.Name, pm.Spec.Endpoints[0].Port.String(), w, metricsPort)
 			}
 		}
 	}

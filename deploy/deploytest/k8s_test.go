@@ -104,6 +104,10 @@ func TestK8sEveryDeclaredServiceIsDeployed(t *testing.T) {
 					t.Errorf("%s: %s: args %q, want [serve --role=%s]", o, w, c.Args, role)
 				}
 				want := map[string]int32{"http": int32(s.HTTPPort)}
+				if s.GRPCPort != 0 {
+					// The admin listeners run in every role (ADR 0026).
+					want["admin-grpc"], want["admin-http"] = int32(s.GRPCPort+100), int32(s.HTTPPort+100)
+				}
 				if role != "worker" {
 					if s.GRPCPort != 0 {
 						want["grpc"] = int32(s.GRPCPort)
@@ -185,6 +189,7 @@ func checkService(t *testing.T, o string, svc *corev1.Service, s declaredService
 	want := map[string]int32{"http": int32(s.HTTPPort)}
 	if s.GRPCPort != 0 {
 		want["grpc"] = int32(s.GRPCPort)
+		want["admin-grpc"], want["admin-http"] = int32(s.GRPCPort+100), int32(s.HTTPPort+100)
 	}
 	if !mapsEqual(got, want) {
 		t.Errorf("%s: Service %s ports %v, want %v (service.json)", o, svc.Name, got, want)

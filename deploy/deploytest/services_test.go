@@ -252,7 +252,12 @@ func TestServicesPrometheusScrapesAndAlertsOnTheDeclaredServices(t *testing.T) {
 		}
 	}
 	for _, s := range svcs {
-		want := s.Name + ":" + strconv.Itoa(s.HTTPPort)
+		// /metrics is on the admin HTTP listener of a service that has one.
+		port := s.HTTPPort
+		if s.GRPCPort != 0 {
+			port += 100 // catalog.AdminPortOffset
+		}
+		want := s.Name + ":" + strconv.Itoa(port)
 		if !slices.Equal(jobs[s.Name], []string{want}) {
 			t.Errorf("prometheus.yml job %q scrapes %v, want [%s]", s.Name, jobs[s.Name], want)
 		}

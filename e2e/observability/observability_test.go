@@ -254,7 +254,7 @@ func TestObservability_OneOrderTracedAcrossEveryHopAndEveryContractMetricExporte
 		var missing, have []string
 		if waitfor.Until(60*time.Second, func() bool {
 			exported := map[string]string{}
-			for svc, url := range stack.URLs() {
+			for svc, url := range stack.MetricsURLs() {
 				for fam := range scrapeFamilies(t, url+"/metrics") {
 					exported[fam] += svc + " "
 				}

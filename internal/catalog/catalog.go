@@ -37,10 +37,11 @@ type Service struct {
 	// service has no database (the console, which reads and acts through
 	// the other services' APIs): no DATABASE_URL, no `migrate` command.
 	Database string `json:"database,omitempty"`
-	// GRPCPort and HTTPPort are the listeners of replica 1 (GRPC_ADDR,
-	// HTTP_ADDR; HTTP also serves /healthz, /readyz and /metrics). GRPCPort
-	// 0: the service serves no gRPC API (a {grpc:<name>} placeholder cannot
-	// name it).
+	// GRPCPort and HTTPPort are the public listeners of replica 1
+	// (GRPC_ADDR, HTTP_ADDR; HTTP also serves /healthz and /readyz).
+	// GRPCPort 0: the service serves no gRPC API (a {grpc:<name>}
+	// placeholder cannot name it) and has no admin listeners. A service
+	// with a gRPC API also listens on AdminGRPCPort and AdminHTTPPort.
 	GRPCPort int `json:"grpc_port,omitempty"`
 	HTTPPort int `json:"http_port"`
 	// RESTPath is an example REST resource, printed by `make run`.
@@ -65,10 +66,35 @@ type Service struct {
 	// {operator_token} (the run's operator token), {grpc:<service>} (the
 	// gRPC address of that service's replica with the same number) and
 	// {http:<service>} (the base URL of its HTTP listener, e.g.
-	// "http://127.0.0.1:8080": REST, /metrics) and {trace_url} (the base
+	// "http://127.0.0.1:8080": REST), {admin_grpc:<service>} and
+	// {admin_http:<service>} (the same of its admin listeners: the
+	// operator services, /metrics) and {trace_url} (the base
 	// URL of the run's trace store, internal/devtools/tracestore; "" when the run
 	// collects no traces).
 	LocalEnv map[string]string `json:"local_env,omitempty"`
+}
+
+// AdminPortOffset is what a service's admin ports add to its public ones
+// (the admin gRPC listener of a service on 9090 is 9190; its admin HTTP
+// listener, of 8080, 8180).
+const AdminPortOffset = 100
+
+// AdminGRPCPort is replica 1's admin gRPC port (ADMIN_GRPC_ADDR), 0 when
+// the service has no gRPC API.
+func (s Service) AdminGRPCPort() int {
+	if s.GRPCPort == 0 {
+		return 0
+	}
+	return s.GRPCPort + AdminPortOffset
+}
+
+// AdminHTTPPort is replica 1's admin HTTP port (ADMIN_HTTP_ADDR: the admin
+// REST gateway, /metrics), 0 when the service has no gRPC API.
+func (s Service) AdminHTTPPort() int {
+	if s.GRPCPort == 0 {
+		return 0
+	}
+	return s.HTTPPort + AdminPortOffset
 }
 
 // Catalog is every declared service, in start order: a service after every
@@ -180,7 +206,7 @@ func (c Catalog) validate() error {
 		}
 		listeners := []int{s.HTTPPort}
 		if s.GRPCPort != 0 {
-			listeners = append(listeners, s.GRPCPort)
+			listeners = append(listeners, s.GRPCPort, s.AdminGRPCPort(), s.AdminHTTPPort())
 		}
 		for _, p := range listeners {
 			if p < 1024 || p+ReplicaPortStep*(MaxReplicas-1) > 65535 {
@@ -214,7 +240,7 @@ func (c Catalog) validate() error {
 		for name, v := range s.LocalEnv {
 			for _, m := range placeRE.FindAllStringSubmatch(v, -1) {
 				switch {
-				case m[1] == "grpc" && hasGRPC[m[2]]:
+				case (m[1] == "grpc" || m[1] == "admin_grpc" || m[1] == "admin_http") && hasGRPC[m[2]]:
 				case m[1] == "http" && names[m[2]]:
 				case (m[1] == "instance" || m[1] == "operator_token" || m[1] == "trace_url") && m[2] == "":
 				default:
@@ -318,7 +344,9 @@ func (s Service) addConsumers(t *pubsub.Topology) {
 // ExpandEnv returns s's LocalEnv as KEY=value pairs, sorted, with the
 // placeholders replaced: {instance} by instance, {operator_token} by token,
 // {grpc:<service>} by addr("grpc", service), {http:<service>} by
-// addr("http", service) and {trace_url} by addr("trace_url", "").
+// addr("http", service), {admin_grpc:<service>} and {admin_http:<service>}
+// by addr("admin_grpc", service) and addr("admin_http", service) and
+// {trace_url} by addr("trace_url", "").
 func (s Service) ExpandEnv(instance, token string, addr func(kind, service string) string) []string {
 	out := make([]string, 0, len(s.LocalEnv))
 	for name, v := range s.LocalEnv {
@@ -329,7 +357,7 @@ func (s Service) ExpandEnv(instance, token string, addr func(kind, service strin
 				return instance
 			case "operator_token":
 				return token
-			case "grpc", "http", "trace_url":
+			case "grpc", "http", "admin_grpc", "admin_http", "trace_url":
 				return addr(m[1], m[2])
 			}
 			return p

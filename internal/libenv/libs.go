@@ -44,20 +44,22 @@ func Postgres(r *envconfig.Reader, def pgdb.Config) pgdb.Config {
 }
 
 // Server reads the listeners and limits with the names every service
-// shares (each process has its own environment): GRPC_ADDR and HTTP_ADDR
-// (defaults grpcAddr and httpAddr, the service's own ports),
-// SHUTDOWN_TIMEOUT, HTTP_MAX_BODY_BYTES, HTTP_READ_HEADER_TIMEOUT,
+// shares (each process has its own environment): GRPC_ADDR, HTTP_ADDR,
+// ADMIN_GRPC_ADDR and ADMIN_HTTP_ADDR (defaults def, the service's own
+// ports), SHUTDOWN_TIMEOUT, HTTP_MAX_BODY_BYTES, HTTP_READ_HEADER_TIMEOUT,
 // HTTP_READ_TIMEOUT, HTTP_WRITE_TIMEOUT, HTTP_IDLE_TIMEOUT and
 // REQUEST_TIMEOUT (defaults: the server.Default constants; 0 means the
 // default), PPROF_ADDR (default "": no profiles; a loopback address),
 // SERVICE_ROLE (default "all") and the TLS_* variables of TLS.
-func Server(r *envconfig.Reader, grpcAddr, httpAddr string) server.Config {
+func Server(r *envconfig.Reader, def Listeners) server.Config {
 	if _, ok := r.Lookup("PPROF_ENABLED"); ok {
 		r.Record(errors.New("PPROF_ENABLED is gone: set PPROF_ADDR to a loopback address (e.g. 127.0.0.1:6060) to serve profiles on a listener of their own"))
 	}
 	return server.Config{
-		GRPCAddr:          r.String("GRPC_ADDR", grpcAddr),
-		HTTPAddr:          r.String("HTTP_ADDR", httpAddr),
+		GRPCAddr:          r.String("GRPC_ADDR", def.GRPC),
+		HTTPAddr:          r.String("HTTP_ADDR", def.HTTP),
+		AdminGRPCAddr:     r.String(EnvAdminGRPCAddr, def.AdminGRPC),
+		AdminHTTPAddr:     r.String(EnvAdminHTTPAddr, def.AdminHTTP),
 		ShutdownTimeout:   r.Duration("SHUTDOWN_TIMEOUT", server.DefaultShutdownTimeout),
 		MaxBodyBytes:      int64(r.Int("HTTP_MAX_BODY_BYTES", server.DefaultMaxBodyBytes)),
 		ReadHeaderTimeout: r.Duration("HTTP_READ_HEADER_TIMEOUT", server.DefaultReadHeaderTimeout),
@@ -71,8 +73,20 @@ func Server(r *envconfig.Reader, grpcAddr, httpAddr string) server.Config {
 	}
 }
 
+// The admin listeners' variables.
+const (
+	EnvAdminGRPCAddr = "ADMIN_GRPC_ADDR"
+	EnvAdminHTTPAddr = "ADMIN_HTTP_ADDR"
+)
+
+// Listeners are a service's default listen addresses.
+type Listeners struct {
+	GRPC, HTTP           string // the public API, health and readiness
+	AdminGRPC, AdminHTTP string // the operator services, their gateway, /metrics
+}
+
 // ServerEnvNames lists the variables Server reads, for errors that name them.
-const ServerEnvNames = "GRPC_ADDR / HTTP_ADDR / SHUTDOWN_TIMEOUT / HTTP_MAX_BODY_BYTES / HTTP_READ_HEADER_TIMEOUT / HTTP_READ_TIMEOUT / HTTP_WRITE_TIMEOUT / HTTP_IDLE_TIMEOUT / REQUEST_TIMEOUT / PPROF_ADDR / SERVICE_ROLE / " + TLSEnvNames
+const ServerEnvNames = "GRPC_ADDR / HTTP_ADDR / ADMIN_GRPC_ADDR / ADMIN_HTTP_ADDR / SHUTDOWN_TIMEOUT / HTTP_MAX_BODY_BYTES / HTTP_READ_HEADER_TIMEOUT / HTTP_READ_TIMEOUT / HTTP_WRITE_TIMEOUT / HTTP_IDLE_TIMEOUT / REQUEST_TIMEOUT / PPROF_ADDR / SERVICE_ROLE / " + TLSEnvNames
 
 // Environment variables read by TLS.
 const (

@@ -79,6 +79,28 @@ func TestPostgresVerifyFullWithTheURLsRootCertificate(t *testing.T) {
 	}
 }
 
+var listeners = libenv.Listeners{GRPC: ":9090", HTTP: ":8080", AdminGRPC: ":9190", AdminHTTP: ":8180"}
+
+// The admin listeners default to the service's own ports and are read from
+// ADMIN_GRPC_ADDR and ADMIN_HTTP_ADDR.
+func TestServerAdminListenersFromTheEnvironment(t *testing.T) {
+	t.Parallel()
+	c := libenv.Server(envconfig.FromMap(nil), listeners)
+	if c.GRPCAddr != ":9090" || c.HTTPAddr != ":8080" || c.AdminGRPCAddr != ":9190" || c.AdminHTTPAddr != ":8180" {
+		t.Fatalf("defaults: %+v", c)
+	}
+	r := envconfig.FromMap(map[string]string{"ADMIN_GRPC_ADDR": "10.0.0.1:7000", "ADMIN_HTTP_ADDR": ":7001"})
+	c = libenv.Server(r, listeners)
+	if err := r.Err(); err != nil || c.AdminGRPCAddr != "10.0.0.1:7000" || c.AdminHTTPAddr != ":7001" {
+		t.Fatalf("from the environment: %+v, %v", c, err)
+	}
+	r = envconfig.FromMap(map[string]string{"ADMIN_HTTP_ADDR": ":8080"})
+	err := envconfig.Check(libenv.ServerEnvNames, libenv.Server(r, listeners).Validate())
+	if err == nil || !strings.Contains(err.Error(), "ADMIN_HTTP_ADDR") || !strings.Contains(err.Error(), "is also the") {
+		t.Fatalf("admin HTTP on the public port: %v, want the clash refused naming ADMIN_HTTP_ADDR", err)
+	}
+}
+
 // TestServerTLSAndPprofFromTheEnvironment: the TLS_* variables and
 // PPROF_ADDR fill server.Config; the retired PPROF_ENABLED and a bad TLS
 // setting stop the start with an error naming them.
@@ -88,7 +110,7 @@ func TestServerTLSAndPprofFromTheEnvironment(t *testing.T) {
 		"TLS_CERT_FILE": "/c.crt", "TLS_KEY_FILE": "/c.key", "TLS_CA_FILE": "/ca.crt", "TLS_CLIENT_AUTH": "verify-if-given",
 		"PPROF_ADDR": "127.0.0.1:6060",
 	})
-	c := libenv.Server(r, ":9090", ":8080")
+	c := libenv.Server(r, listeners)
 	if err := r.Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +120,7 @@ func TestServerTLSAndPprofFromTheEnvironment(t *testing.T) {
 	}
 
 	r = envconfig.FromMap(map[string]string{"PPROF_ENABLED": "true"})
-	_ = libenv.Server(r, ":9090", ":8080")
+	_ = libenv.Server(r, listeners)
 	if err := r.Err(); err == nil || !strings.Contains(err.Error(), "PPROF_ADDR") {
 		t.Errorf("PPROF_ENABLED: %v, want an error pointing to PPROF_ADDR", err)
 	}
@@ -112,7 +134,7 @@ func TestServerTLSAndPprofFromTheEnvironment(t *testing.T) {
 			m["PPROF_ADDR"] = "0.0.0.0:6060"
 		}
 		r := envconfig.FromMap(m)
-		c := libenv.Server(r, ":9090", ":8080")
+		c := libenv.Server(r, listeners)
 		err := envconfig.Check(libenv.ServerEnvNames, c.Validate())
 		if err == nil || !strings.Contains(err.Error(), wantErr) || !strings.Contains(err.Error(), env) {
 			t.Errorf("bad %s: %v, want an error naming it and saying %q", env, err, wantErr)

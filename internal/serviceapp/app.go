@@ -7,7 +7,8 @@
 //   - Connect: connections of its own (the work-order service's provider
 //     client), after the database and Pub/Sub;
 //   - Operator: the operator hook, mounting its repair surfaces (one call
-//     into the service's admin package);
+//     into the service's admin package) on the admin listener, in every
+//     role;
 //   - Loops: its background loops, built only where the role runs them;
 //   - API: its public API, registered only where the role serves it.
 //
@@ -64,8 +65,9 @@ type Spec struct {
 	Clients authz.Clients
 }
 
-// Surface is one operator gRPC service: mounted with the API, exempt from
-// caller authentication, guarded by Auth (the operator token).
+// Surface is one operator gRPC service: mounted on the admin listener only
+// (server.Config.AdminGRPCAddr) in every role, exempt from caller
+// authentication, guarded by Auth (the operator token).
 type Surface struct {
 	Desc *grpc.ServiceDesc
 	Impl any
@@ -173,11 +175,12 @@ func (a *App) assemble(ctx context.Context, spec Spec, opts []server.Option) err
 	// back-pressure, not a reason to leave the load balancer. Every role
 	// needs the database, so the check is the same.
 	a.srv.AddReadinessCheck("database", p.DB.Workers.Ping)
+	// Operators repair through any replica, worker ones included.
+	for _, s := range surfaces {
+		a.srv.AdminGRPC().RegisterService(s.Desc, s.Impl)
+	}
 	if !p.Config.Server.Role.ServesAPI() {
 		return nil
-	}
-	for _, s := range surfaces {
-		a.srv.GRPC().RegisterService(s.Desc, s.Impl)
 	}
 	if spec.API != nil {
 		if err := spec.API(ctx, p, a.srv); err != nil {
@@ -223,13 +226,21 @@ func (a *App) GRPCAddr() string { return a.srv.GRPCAddr() }
 // HTTPAddr is the bound HTTP address.
 func (a *App) HTTPAddr() string { return a.srv.HTTPAddr() }
 
-// GRPCServices is what the gRPC server mounts (empty in the worker role),
-// for tests that check every mounted method.
+// AdminGRPCAddr is the bound admin gRPC address (the operator services).
+func (a *App) AdminGRPCAddr() string { return a.srv.AdminGRPCAddr() }
+
+// AdminHTTPAddr is the bound admin HTTP address (/metrics).
+func (a *App) AdminHTTPAddr() string { return a.srv.AdminHTTPAddr() }
+
+// GRPCServices is what the public gRPC server mounts (not served in the
+// worker role), for tests that check every mounted method.
 func (a *App) GRPCServices() map[string]grpc.ServiceInfo {
-	if a.srv.GRPC() == nil {
-		return nil
-	}
 	return a.srv.GRPC().GetServiceInfo()
+}
+
+// AdminGRPCServices is what the admin gRPC server mounts.
+func (a *App) AdminGRPCServices() map[string]grpc.ServiceInfo {
+	return a.srv.AdminGRPC().GetServiceInfo()
 }
 
 // Close releases what the hooks registered (last first), the Pub/Sub

@@ -85,8 +85,11 @@ type Common struct {
 type Defaults struct {
 	// Service is the service's name (telemetry's service.name).
 	Service string
-	// GRPCAddr and HTTPAddr are the listeners' default addresses.
-	GRPCAddr, HTTPAddr string
+	// GRPCAddr and HTTPAddr are the public listeners' default addresses,
+	// AdminGRPCAddr and AdminHTTPAddr the admin ones (the operator
+	// services, their gateway, /metrics).
+	GRPCAddr, HTTPAddr           string
+	AdminGRPCAddr, AdminHTTPAddr string
 	// Database holds the service's pool defaults (zero: pkg/pgdb's).
 	Database pgdb.Config
 }
@@ -97,7 +100,7 @@ type Defaults struct {
 func ReadCommon(r *envconfig.Reader, d Defaults) Common {
 	c := Common{
 		Database:  libenv.Postgres(r, d.Database),
-		Server:    libenv.Server(r, d.GRPCAddr, d.HTTPAddr),
+		Server:    libenv.Server(r, libenv.Listeners{GRPC: d.GRPCAddr, HTTP: d.HTTPAddr, AdminGRPC: d.AdminGRPCAddr, AdminHTTP: d.AdminHTTPAddr}),
 		PubSub:    libenv.PubSub(r),
 		Auth:      libenv.ReadCallerAuth(r),
 		Telemetry: libenv.Telemetry(r, d.Service),

@@ -48,13 +48,14 @@ func Main(name string, stderr io.Writer, run func(ctx context.Context) error) in
 }
 
 // NewProcess assembles a service from its telemetry: the logger, the
-// providers and the options it must pass to New (the /metrics handler).
+// providers and the options it must pass to New (the admin /metrics handler).
 type NewProcess func(ctx context.Context, logger *slog.Logger, tel telemetry.Providers, opts ...Option) (Process, error)
 
 // Serve is the serve command of a service whose configuration is loaded
 // and validated: it sets up telemetry from tcfg (log lines to stdout),
 // assembles the service with newProcess, passing it the telemetry's logger
-// and providers and WithHTTPHandler("GET /metrics", ...), runs it until ctx
+// and providers and WithAdminHTTPHandler("GET /metrics", ...) (metrics are
+// served on the admin listener only), runs it until ctx
 // ends, and then flushes the telemetry, whose error joins Run's.
 func Serve(ctx context.Context, tcfg telemetry.Config, stdout io.Writer, newProcess NewProcess) (err error) {
 	tel, err := telemetry.Setup(ctx, tcfg, stdout)
@@ -65,7 +66,7 @@ func Serve(ctx context.Context, tcfg telemetry.Config, stdout io.Writer, newProc
 		err = errors.Join(err, tel.Shutdown(context.WithoutCancel(ctx)))
 	}()
 	p, err := newProcess(ctx, tel.Logger, tel.Providers(),
-		WithHTTPHandler("GET /metrics", tel.MetricsHandler))
+		WithAdminHTTPHandler("GET /metrics", tel.MetricsHandler))
 	if err != nil {
 		return err
 	}

@@ -50,22 +50,25 @@ func TestMain_ExitStatusAndTheFailureLine(t *testing.T) {
 }
 
 // Serve hands the process the telemetry's logger (lines on stdout, with the
-// service name) and the /metrics handler, and runs it until ctx ends.
+// service name) and the /metrics handler, on the admin listener only, and
+// runs it until ctx ends.
 func TestServe_AssemblesWithTelemetryAndServesMetrics(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var stdout logBuffer
-	metrics := make(chan int, 1)
+	metrics, public := make(chan int, 1), make(chan int, 1)
 	err := server.Serve(ctx, telemetry.Config{ServiceName: "shipping"}, &stdout,
 		func(ctx context.Context, logger *slog.Logger, _ telemetry.Providers, opts ...server.Option) (server.Process, error) {
-			srv, err := server.New(server.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", ShutdownTimeout: 5 * time.Second}, logger, opts...)
+			srv, err := server.New(server.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
+				AdminHTTPAddr: "127.0.0.1:0", ShutdownTimeout: 5 * time.Second}, logger, opts...)
 			if err != nil {
 				return nil, err
 			}
 			go func() {
 				defer cancel()
-				metrics <- statusOf(ctx, "http://"+srv.HTTPAddr()+"/metrics")
+				metrics <- statusOf(ctx, "http://"+srv.AdminHTTPAddr()+"/metrics")
+				public <- statusOf(ctx, "http://"+srv.HTTPAddr()+"/metrics")
 			}()
 			return srv, nil
 		})
@@ -73,7 +76,10 @@ func TestServe_AssemblesWithTelemetryAndServesMetrics(t *testing.T) {
 		t.Fatalf("Serve: %v", err)
 	}
 	if code := <-metrics; code != http.StatusOK {
-		t.Fatalf("GET /metrics = %d, want 200", code)
+		t.Fatalf("GET /metrics on the admin listener = %d, want 200", code)
+	}
+	if code := <-public; code != http.StatusNotFound {
+		t.Fatalf("GET /metrics on the public listener = %d, want 404", code)
 	}
 	if !strings.Contains(stdout.String(), `"service":"shipping"`) {
 		t.Fatalf("the process's log lines on stdout lack the service name:\n%s", stdout.String())

@@ -1,14 +1,16 @@
-// Package server is the process plumbing every lossless service shares: a gRPC
-// server and an HTTP server (grpc-gateway REST, health, readiness, metrics),
-// background workers (relays, subscribers), request validation, and a
-// graceful shutdown that is actually reached and actually bounded.
+// Package server is the process plumbing every lossless service shares: a
+// public gRPC server and HTTP server (grpc-gateway REST, health, readiness),
+// an admin pair of them (the operator services, their REST gateway,
+// metrics; see Config.AdminGRPCAddr), background workers (relays,
+// subscribers), request validation, and a graceful shutdown that is
+// actually reached and actually bounded.
 //
 // Shutdown order on context cancellation:
 //  1. readiness turns false (HTTP /readyz 503, gRPC health NOT_SERVING), so
 //     load balancers stop sending new work;
 //  2. workers' contexts are cancelled: they stop claiming and finish or
-//     release in-flight work; in parallel gRPC drains (GracefulStop) and HTTP
-//     drains (Shutdown);
+//     release in-flight work; in parallel both gRPC servers drain
+//     (GracefulStop) and both HTTP servers drain (Shutdown);
 //  3. everything is awaited up to ShutdownTimeout; past it, gRPC is stopped
 //     hard and Run returns an error, so the exit code tells the truth.
 //
@@ -31,6 +33,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -58,9 +61,23 @@ type Config struct {
 	// own (workorder ":9090", provider-sim ":9091", billing ":9092"). Use
 	// "127.0.0.1:0" in tests for a free port.
 	GRPCAddr string
-	// HTTPAddr is the HTTP (REST gateway, health, metrics) listen address. No
-	// default: workorder ":8080", provider-sim ":8081", billing ":8082".
+	// HTTPAddr is the HTTP (REST gateway, health, readiness) listen address.
+	// No default: workorder ":8080", provider-sim ":8081", billing ":8082".
 	HTTPAddr string
+	// AdminGRPCAddr is the admin gRPC listen address (env ADMIN_GRPC_ADDR):
+	// the services registered on AdminGRPC() (the operator services) are
+	// served there and only there. No default here: each service passes its
+	// own (workorder ":9190", provider-sim ":9191", billing ":9192"). ""
+	// binds no admin gRPC listener (the admin services are then served
+	// nowhere). Bound in every role: operators repair through worker
+	// replicas too. The deployment lets only the console reach it.
+	AdminGRPCAddr string
+	// AdminHTTPAddr is the admin HTTP listen address (env ADMIN_HTTP_ADDR):
+	// the admin REST gateway (AdminGateway()) and the WithAdminHTTPHandler
+	// routes (/metrics). No default here: workorder ":8180", provider-sim
+	// ":8181", billing ":8182". "" binds none. Bound in every role; the
+	// gateway is mounted when AdminGRPCAddr is set.
+	AdminHTTPAddr string
 	// ShutdownTimeout bounds the graceful shutdown. Default 20s: longer than
 	// one outbox batch or invoice job, shorter than Kubernetes' default 30 s
 	// termination grace period, so we exit before being SIGKILLed.
@@ -98,17 +115,18 @@ type Config struct {
 	// refuses any other): reach it with `kubectl port-forward` or from the
 	// host the process runs on (benchmarks profile every service this way).
 	PprofAddr string
-	// TLS of the gRPC and HTTP listeners and of the gateway's loopback
-	// connection (env TLS_CERT_FILE, TLS_KEY_FILE, TLS_CA_FILE,
+	// TLS of the gRPC and HTTP listeners (public and admin) and of the
+	// gateways' loopback connections (env TLS_CERT_FILE, TLS_KEY_FILE, TLS_CA_FILE,
 	// TLS_CLIENT_AUTH). Default: plaintext. See TLSConfig.
 	TLS TLSConfig
 	// Role is what this replica runs (env SERVICE_ROLE, flag serve --role):
 	// RoleAll (default, "" too) the API and the workers; RoleAPI the gRPC and
 	// REST API only, WithWorker loops are not started; RoleWorker the
 	// workers only, with /healthz, /readyz and the WithHTTPHandler routes
-	// (/metrics) on the HTTP listener: no gRPC listener is bound (GRPCAddr
-	// is then unused and GRPCAddr() returns "") and the REST gateway is not
-	// mounted (404). Scaling the two apart is docs/adr/0013.
+	// on the HTTP listener: no public gRPC listener is bound (GRPCAddr is
+	// then unused and GRPCAddr() returns "") and the public REST gateway is
+	// not mounted (404). The admin listeners run in every role. Scaling the
+	// two apart is docs/adr/0013.
 	Role Role
 	// GRPC bounds each gRPC connection's header list and concurrent calls
 	// (default 64 KiB, 256). See GRPCLimits.
@@ -167,6 +185,21 @@ func (c Config) Validate() error {
 	}
 	if c.HTTPAddr == "" {
 		errs = append(errs, errors.New("HTTP listen address is empty"))
+	}
+	// Two listeners on one address would fail to bind, or, with port 0,
+	// would be told apart by nobody; say which.
+	addrs := map[string]string{}
+	for _, a := range []struct{ name, addr string }{
+		{"gRPC", c.GRPCAddr}, {"HTTP", c.HTTPAddr}, {"admin gRPC", c.AdminGRPCAddr}, {"admin HTTP", c.AdminHTTPAddr},
+	} {
+		if a.addr == "" || strings.HasSuffix(a.addr, ":0") || (a.name == "gRPC" && !c.Role.ServesAPI()) {
+			continue
+		}
+		if other, dup := addrs[a.addr]; dup {
+			errs = append(errs, fmt.Errorf("%s listen address %s is also the %s one", a.name, a.addr, other))
+			continue
+		}
+		addrs[a.addr] = a.name
 	}
 	if c.ShutdownTimeout < 0 {
 		errs = append(errs, errors.New("shutdown timeout must not be negative"))
@@ -254,6 +287,7 @@ type options struct {
 	interceptors []grpc.UnaryServerInterceptor
 	grpcOpts     []grpc.ServerOption
 	handlers     []route
+	adminRoutes  []route
 	muxOpts      []runtime.ServeMuxOption
 }
 
@@ -311,21 +345,29 @@ func WithTelemetry(tel telemetry.Providers) Option {
 	)))
 }
 
-// WithHTTPHandler serves handler at pattern on the HTTP listener (e.g. "/metrics").
+// WithHTTPHandler serves handler at pattern on the public HTTP listener.
 func WithHTTPHandler(pattern string, handler http.Handler) Option {
 	return func(o *options) { o.handlers = append(o.handlers, route{pattern, handler}) }
 }
 
-// HTTPHandlers are the handlers opts add with WithHTTPHandler, by pattern:
-// for a process that serves HTTP without a Server (the console), given the
-// options Serve passes every process.
+// WithAdminHTTPHandler serves handler at pattern on the admin HTTP listener
+// only (e.g. "GET /metrics"): what operators and the scraper read, not
+// clients.
+func WithAdminHTTPHandler(pattern string, handler http.Handler) Option {
+	return func(o *options) { o.adminRoutes = append(o.adminRoutes, route{pattern, handler}) }
+}
+
+// HTTPHandlers are the handlers opts add with WithHTTPHandler and
+// WithAdminHTTPHandler, by pattern: for a process that serves HTTP on one
+// listener without a Server (the console), given the options Serve passes
+// every process.
 func HTTPHandlers(opts ...Option) map[string]http.Handler {
 	var o options
 	for _, opt := range opts {
 		opt(&o)
 	}
-	hs := make(map[string]http.Handler, len(o.handlers))
-	for _, r := range o.handlers {
+	hs := make(map[string]http.Handler, len(o.handlers)+len(o.adminRoutes))
+	for _, r := range append(o.handlers, o.adminRoutes...) {
 		hs[r.pattern] = r.handler
 	}
 	return hs
@@ -347,11 +389,13 @@ type Server struct {
 	http    *http.Server
 	grpcLis net.Listener
 	httpLis net.Listener
-	ready   atomic.Bool
-	mu      sync.Mutex
-	checks  map[string]func(context.Context) error
-	gwConn  *grpc.ClientConn
-	tls     *TLS // nil: plaintext
+	// admin is the operator surface, on listeners of its own.
+	admin  surface
+	ready  atomic.Bool
+	mu     sync.Mutex
+	checks map[string]func(context.Context) error
+	gwConn *grpc.ClientConn
+	tls    *TLS // nil: plaintext
 	// pprof serves the profiles on pprofLis (Config.PprofAddr); nil when off.
 	pprof    *http.Server
 	pprofLis net.Listener
@@ -360,9 +404,21 @@ type Server struct {
 	readyLog *logThrottle
 }
 
-// New binds both listeners (so ":0" addresses are resolved before Run) and
-// builds the servers. Register services on GRPC() and gateway handlers on
-// Gateway() before calling Run.
+// surface is the admin gRPC server, its REST gateway and HTTP server, on
+// the listeners Config.AdminGRPCAddr and AdminHTTPAddr (nil when unset).
+type surface struct {
+	grpc    *grpc.Server
+	mux     *runtime.ServeMux
+	http    *http.Server
+	gwConn  *grpc.ClientConn
+	grpcLis net.Listener
+	httpLis net.Listener
+}
+
+// New binds the listeners (so ":0" addresses are resolved before Run) and
+// builds the servers. Register the public services on GRPC() and their
+// gateway handlers on Gateway(), the operator services on AdminGRPC() and
+// AdminGateway(), before calling Run.
 func New(cfg Config, logger *slog.Logger, opts ...Option) (*Server, error) {
 	if logger == nil {
 		return nil, errors.New("server: logger is nil")
@@ -403,43 +459,34 @@ func New(cfg Config, logger *slog.Logger, opts ...Option) (*Server, error) {
 		s.opts.workers = nil
 	}
 	serverOpts = append(serverOpts, grpc.ChainUnaryInterceptor(chain...))
+	// The admin server has the same interceptors, bounds and TLS: only
+	// what it serves differs.
 	s.grpc = grpc.NewServer(append(serverOpts, s.opts.grpcOpts...)...)
+	s.admin.grpc = grpc.NewServer(append(serverOpts, s.opts.grpcOpts...)...)
 	s.health = health.NewServer()
 	// Not serving until Run has started every listener and worker.
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 
-	lc := net.ListenConfig{}
-	if cfg.Role.ServesAPI() {
-		if s.grpcLis, err = lc.Listen(context.Background(), "tcp", cfg.GRPCAddr); err != nil {
-			return nil, fmt.Errorf("server: listen gRPC on %s: %w", cfg.GRPCAddr, err)
-		}
-	}
-	if s.httpLis, err = lc.Listen(context.Background(), "tcp", cfg.HTTPAddr); err != nil {
+	if err := s.listen(); err != nil {
 		s.closeListeners()
-		return nil, fmt.Errorf("server: listen HTTP on %s: %w", cfg.HTTPAddr, err)
+		return nil, err
 	}
 	if s.grpcLis != nil {
-		// The gateway calls our own gRPC server over loopback, so REST
-		// requests pass through exactly the same interceptors (validation,
-		// auth, tracing) as gRPC requests. RegisterXHandlerServer would
-		// bypass them.
-		// With TLS it presents the process's own certificate, and verifies
-		// the listener's as "localhost".
-		gwOpts := []grpc.DialOption{s.tls.DialOption(), ClientKeepalive()}
-		if s.tls != nil {
-			gwOpts = append(gwOpts, grpc.WithAuthority("localhost"))
-		}
-		s.gwConn, err = grpc.NewClient(dialTarget(s.grpcLis.Addr()), gwOpts...)
-		if err != nil {
+		if s.gwConn, err = s.dialSelf(s.grpcLis); err != nil {
 			s.closeListeners()
-			return nil, fmt.Errorf("server: gateway connection: %w", err)
+			return nil, err
 		}
 	}
-	s.mux = runtime.NewServeMux(append([]runtime.ServeMuxOption{
-		runtime.WithErrorHandler(GatewayErrorHandler),
-		runtime.WithIncomingHeaderMatcher(HeaderMatcher),
-	}, s.opts.muxOpts...)...)
+	if s.admin.grpcLis != nil {
+		if s.admin.gwConn, err = s.dialSelf(s.admin.grpcLis); err != nil {
+			s.closeConns()
+			s.closeListeners()
+			return nil, err
+		}
+	}
+	s.mux = s.newGatewayMux()
+	s.admin.mux = s.newGatewayMux()
 
 	httpMux := http.NewServeMux()
 	httpMux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -453,34 +500,128 @@ func New(cfg Config, logger *slog.Logger, opts ...Option) (*Server, error) {
 	if cfg.Role.ServesAPI() {
 		httpMux.Handle("/", s.mux)
 	}
-	s.http = &http.Server{
-		Handler:           s.boundHTTP(httpMux),
-		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
-		ReadTimeout:       cfg.ReadTimeout,
-		WriteTimeout:      cfg.WriteTimeout,
-		IdleTimeout:       cfg.IdleTimeout,
-		// Failed TLS handshakes and the like, as log lines of the service
-		// rather than bare lines on stderr.
-		ErrorLog: slog.NewLogLogger(logger.With("component", "http").Handler(), slog.LevelWarn),
-	}
-	if s.tls != nil {
-		s.http.TLSConfig = s.tls.HTTPServerConfig()
+	s.http = s.newHTTPServer(httpMux, "http")
+	if s.admin.httpLis != nil {
+		adminMux := http.NewServeMux()
+		for _, r := range s.opts.adminRoutes {
+			adminMux.Handle(r.pattern, r.handler)
+		}
+		if s.admin.grpcLis != nil {
+			adminMux.Handle("/", s.admin.mux)
+		}
+		s.admin.http = s.newHTTPServer(adminMux, "admin-http")
 	}
 	if cfg.PprofAddr != "" {
-		if s.pprofLis, err = lc.Listen(context.Background(), "tcp", cfg.PprofAddr); err != nil {
-			s.closeListeners()
-			if s.gwConn != nil {
-				_ = s.gwConn.Close()
-			}
-			return nil, fmt.Errorf("server: listen pprof on %s: %w", cfg.PprofAddr, err)
-		}
 		s.pprof = newPprofServer(cfg.WriteTimeout)
 	}
 	return s, nil
 }
 
-// GRPC is the gRPC server to register services on.
+// listen binds every configured listener.
+func (s *Server) listen() error {
+	lc := net.ListenConfig{}
+	bind := func(lis *net.Listener, name, addr string) error {
+		l, err := lc.Listen(context.Background(), "tcp", addr)
+		if err != nil {
+			return fmt.Errorf("server: listen %s on %s: %w", name, addr, err)
+		}
+		*lis = l
+		return nil
+	}
+	if s.cfg.Role.ServesAPI() {
+		if err := bind(&s.grpcLis, "gRPC", s.cfg.GRPCAddr); err != nil {
+			return err
+		}
+	}
+	if err := bind(&s.httpLis, "HTTP", s.cfg.HTTPAddr); err != nil {
+		return err
+	}
+	if s.cfg.AdminGRPCAddr != "" {
+		if err := bind(&s.admin.grpcLis, "admin gRPC", s.cfg.AdminGRPCAddr); err != nil {
+			return err
+		}
+	}
+	if s.cfg.AdminHTTPAddr != "" {
+		if err := bind(&s.admin.httpLis, "admin HTTP", s.cfg.AdminHTTPAddr); err != nil {
+			return err
+		}
+	}
+	if s.cfg.PprofAddr != "" {
+		return bind(&s.pprofLis, "pprof", s.cfg.PprofAddr)
+	}
+	return nil
+}
+
+// dialSelf connects a gateway to our own gRPC listener lis, so REST
+// requests pass through exactly the same interceptors (validation, auth,
+// tracing) as gRPC requests; RegisterXHandlerServer would bypass them.
+// With TLS it presents the process's own certificate, and verifies the
+// listener's as "localhost".
+func (s *Server) dialSelf(lis net.Listener) (*grpc.ClientConn, error) {
+	gwOpts := []grpc.DialOption{s.tls.DialOption(), ClientKeepalive()}
+	if s.tls != nil {
+		gwOpts = append(gwOpts, grpc.WithAuthority("localhost"))
+	}
+	conn, err := grpc.NewClient(dialTarget(lis.Addr()), gwOpts...)
+	if err != nil {
+		return nil, fmt.Errorf("server: gateway connection: %w", err)
+	}
+	return conn, nil
+}
+
+func (s *Server) newGatewayMux() *runtime.ServeMux {
+	return runtime.NewServeMux(append([]runtime.ServeMuxOption{
+		runtime.WithErrorHandler(GatewayErrorHandler),
+		runtime.WithIncomingHeaderMatcher(HeaderMatcher),
+	}, s.opts.muxOpts...)...)
+}
+
+// newHTTPServer serves h with every bound of Config and the TLS.
+func (s *Server) newHTTPServer(h http.Handler, component string) *http.Server {
+	srv := &http.Server{
+		Handler:           s.boundHTTP(h),
+		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
+		ReadTimeout:       s.cfg.ReadTimeout,
+		WriteTimeout:      s.cfg.WriteTimeout,
+		IdleTimeout:       s.cfg.IdleTimeout,
+		// Failed TLS handshakes and the like, as log lines of the service
+		// rather than bare lines on stderr.
+		ErrorLog: slog.NewLogLogger(s.log.With("component", component).Handler(), slog.LevelWarn),
+	}
+	if s.tls != nil {
+		srv.TLSConfig = s.tls.HTTPServerConfig()
+	}
+	return srv
+}
+
+// GRPC is the public gRPC server to register the public API on.
 func (s *Server) GRPC() *grpc.Server { return s.grpc }
+
+// AdminGRPC is the admin gRPC server to register the operator services on:
+// served on Config.AdminGRPCAddr only, never on the public listener.
+func (s *Server) AdminGRPC() *grpc.Server { return s.admin.grpc }
+
+// AdminGateway is the REST mux of the admin services, served on
+// Config.AdminHTTPAddr.
+func (s *Server) AdminGateway() *runtime.ServeMux { return s.admin.mux }
+
+// AdminGatewayConn is a client connection to the admin gRPC listener, for
+// RegisterXHandler(ctx, s.AdminGateway(), s.AdminGatewayConn()). Nil when
+// Config.AdminGRPCAddr is unset.
+func (s *Server) AdminGatewayConn() *grpc.ClientConn { return s.admin.gwConn }
+
+// AdminGRPCAddr is the bound admin gRPC address; "" when not configured.
+func (s *Server) AdminGRPCAddr() string { return addrOf(s.admin.grpcLis) }
+
+// AdminHTTPAddr is the bound admin HTTP address; "" when not configured.
+func (s *Server) AdminHTTPAddr() string { return addrOf(s.admin.httpLis) }
+
+func addrOf(l net.Listener) string {
+	if l == nil {
+		return ""
+	}
+	return l.Addr().String()
+}
 
 // Gateway is the REST mux to register grpc-gateway handlers on.
 func (s *Server) Gateway() *runtime.ServeMux { return s.mux }
@@ -528,31 +669,43 @@ func (s *Server) Run(ctx context.Context) error {
 	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelWork()
 
-	failed := make(chan error, 3+len(s.opts.workers))
+	failed := make(chan error, 5+len(s.opts.workers))
 	var serving, working sync.WaitGroup
-	if s.grpcLis != nil {
+	serveGRPC := func(name string, srv *grpc.Server, lis net.Listener) {
+		if lis == nil {
+			return
+		}
 		serving.Add(1)
 		go func() {
 			defer serving.Done()
-			if err := s.grpc.Serve(s.grpcLis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-				failed <- fmt.Errorf("gRPC server: %w", err)
+			if err := srv.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+				failed <- fmt.Errorf("%s server: %w", name, err)
 			}
 		}()
 	}
-	serving.Add(1)
-	go func() {
-		defer serving.Done()
-		var err error
-		if s.tls != nil {
-			// The certificate comes from TLSConfig.GetConfigForClient.
-			err = s.http.ServeTLS(s.httpLis, "", "")
-		} else {
-			err = s.http.Serve(s.httpLis)
+	serveHTTP := func(name string, srv *http.Server, lis net.Listener) {
+		if lis == nil {
+			return
 		}
-		if err != nil && !errors.Is(err, http.ErrServerClosed) {
-			failed <- fmt.Errorf("HTTP server: %w", err)
-		}
-	}()
+		serving.Add(1)
+		go func() {
+			defer serving.Done()
+			var err error
+			if s.tls != nil {
+				// The certificate comes from TLSConfig.GetConfigForClient.
+				err = srv.ServeTLS(lis, "", "")
+			} else {
+				err = srv.Serve(lis)
+			}
+			if err != nil && !errors.Is(err, http.ErrServerClosed) {
+				failed <- fmt.Errorf("%s server: %w", name, err)
+			}
+		}()
+	}
+	serveGRPC("gRPC", s.grpc, s.grpcLis)
+	serveHTTP("HTTP", s.http, s.httpLis)
+	serveGRPC("admin gRPC", s.admin.grpc, s.admin.grpcLis)
+	serveHTTP("admin HTTP", s.admin.http, s.admin.httpLis)
 	if s.pprof != nil {
 		serving.Add(1)
 		go func() {
@@ -578,7 +731,8 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	s.ready.Store(true)
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	s.log.Info("serving", "role", s.cfg.Role, "grpc_addr", s.GRPCAddr(), "http_addr", s.HTTPAddr(), "workers", len(s.opts.workers))
+	s.log.Info("serving", "role", s.cfg.Role, "grpc_addr", s.GRPCAddr(), "http_addr", s.HTTPAddr(),
+		"admin_grpc_addr", s.AdminGRPCAddr(), "admin_http_addr", s.AdminHTTPAddr(), "workers", len(s.opts.workers))
 
 	var cause error
 	select {
@@ -599,19 +753,27 @@ func (s *Server) Run(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() {
 		var drain sync.WaitGroup
-		drain.Add(2)
 		if s.pprof != nil {
 			// A CPU profile in progress is cut short: it is a diagnosis,
 			// not work to finish.
 			_ = s.pprof.Close()
 		}
-		go func() { defer drain.Done(); s.grpc.GracefulStop() }()
-		go func() {
-			defer drain.Done()
-			if err := s.http.Shutdown(deadline); err != nil {
-				s.log.Warn("HTTP shutdown", "error", err)
+		for _, g := range []*grpc.Server{s.grpc, s.admin.grpc} {
+			drain.Go(g.GracefulStop)
+		}
+		for _, h := range []struct {
+			name string
+			srv  *http.Server
+		}{{"HTTP", s.http}, {"admin HTTP", s.admin.http}} {
+			if h.srv == nil {
+				continue
 			}
-		}()
+			drain.Go(func() {
+				if err := h.srv.Shutdown(deadline); err != nil {
+					s.log.Warn(h.name+" shutdown", "error", err)
+				}
+			})
+		}
 		drain.Wait()
 		working.Wait()
 		serving.Wait()
@@ -622,14 +784,24 @@ func (s *Server) Run(ctx context.Context) error {
 		s.log.Info("shutdown complete")
 	case <-deadline.Done():
 		s.grpc.Stop()
+		s.admin.grpc.Stop()
 		_ = s.http.Close()
+		if s.admin.http != nil {
+			_ = s.admin.http.Close()
+		}
 		cause = errors.Join(cause, fmt.Errorf("server: shutdown exceeded %v", s.cfg.ShutdownTimeout))
 		s.log.Error("shutdown timed out; stopped hard", "timeout", s.cfg.ShutdownTimeout)
 	}
-	if s.gwConn != nil {
-		_ = s.gwConn.Close()
-	}
+	s.closeConns()
 	return cause
+}
+
+func (s *Server) closeConns() {
+	for _, c := range []*grpc.ClientConn{s.gwConn, s.admin.gwConn} {
+		if c != nil {
+			_ = c.Close()
+		}
+	}
 }
 
 func (s *Server) serveReadyz(w http.ResponseWriter, r *http.Request) {
@@ -661,14 +833,10 @@ func (s *Server) serveReadyz(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) closeListeners() {
-	if s.grpcLis != nil {
-		_ = s.grpcLis.Close()
-	}
-	if s.httpLis != nil {
-		_ = s.httpLis.Close()
-	}
-	if s.pprofLis != nil {
-		_ = s.pprofLis.Close()
+	for _, l := range []net.Listener{s.grpcLis, s.httpLis, s.admin.grpcLis, s.admin.httpLis, s.pprofLis} {
+		if l != nil {
+			_ = l.Close()
+		}
 	}
 }
 

@@ -160,7 +160,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	}
 	defer wconn.Close()
 	orders := workorderv1.NewWorkOrderServiceClient(wconn)
-	pconn, err := grpc.NewClient(grpcs["provider-sim"], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	pconn, err := grpc.NewClient(stack.AdminGRPCAddrs()["provider-sim"], grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -560,12 +560,17 @@ func TestRepairAndAuditInABrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer wconn.Close()
-	pconn, err := grpc.NewClient(grpcs["provider-sim"], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	pconn, err := grpc.NewClient(stack.AdminGRPCAddrs()["provider-sim"], grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer pconn.Close()
-	admin := opsv1.NewOperatorServiceClient(wconn)
+	woAdmin, err := grpc.NewClient(stack.AdminGRPCAddrs()["workorder"], grpc.WithTransportCredentials(insecure.NewCredentials()), demo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer woAdmin.Close()
+	admin := opsv1.NewOperatorServiceClient(woAdmin)
 	faults := providerv1.NewProviderAdminServiceClient(pconn)
 	setPoison := func(p float64) {
 		t.Helper()
@@ -642,7 +647,7 @@ func TestRepairAndAuditInABrowser(t *testing.T) {
 	waitfor.Condition(t, 30*time.Second, "the page reports the replay", func() bool {
 		return text("#res-h") == "Replayed 1 entries"
 	})
-	audit, err := opsv1.NewOperatorServiceClient(wconn).ListOperatorAudit(op, &opsv1.ListOperatorAuditRequest{Ticket: ticket})
+	audit, err := opsv1.NewOperatorServiceClient(woAdmin).ListOperatorAudit(op, &opsv1.ListOperatorAuditRequest{Ticket: ticket})
 	if err != nil {
 		t.Fatal(err)
 	}

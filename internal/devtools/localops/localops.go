@@ -166,7 +166,7 @@ func Metrics(ctx context.Context, env runenv.Env, w io.Writer) error {
 	hc := clientTLS.HTTPClient(0)
 	var errs []error
 	for _, svc := range withDatabase(env) {
-		u := env.Get(runenv.Key(svc, runenv.SuffixURL)) + "/metrics"
+		u := env.Get(runenv.Key(svc, runenv.SuffixAdminURL)) + "/metrics"
 		fams, err := scrape(ctx, hc, u)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", svc, err))

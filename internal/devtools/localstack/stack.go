@@ -35,8 +35,10 @@ import (
 	"github.com/lossless-dev/lossless/pkg/server"
 )
 
-// ServicePorts are the listeners of one replica of a service.
-type ServicePorts struct{ GRPC, HTTP int }
+// ServicePorts are the listeners of one replica of a service: the public
+// ones and the admin ones (operator services, /metrics; none for a service
+// without gRPC).
+type ServicePorts struct{ GRPC, HTTP, AdminGRPC, AdminHTTP int }
 
 // Ports of one stack. Zero values take the defaults.
 type Ports struct {
@@ -66,6 +68,16 @@ func (p Ports) replica(svc catalog.Service, k int) ServicePorts {
 	if r.HTTP == 0 {
 		r.HTTP = svc.HTTPPort + off
 	}
+	if svc.GRPCPort == 0 {
+		r.AdminGRPC, r.AdminHTTP = 0, 0
+		return r
+	}
+	if r.AdminGRPC == 0 {
+		r.AdminGRPC = svc.AdminGRPCPort() + off
+	}
+	if r.AdminHTTP == 0 {
+		r.AdminHTTP = svc.AdminHTTPPort() + off
+	}
 	return r
 }
 
@@ -83,7 +95,7 @@ func FreePortsFor(replicas int) (Ports, error) {
 	if err != nil {
 		return Ports{}, err
 	}
-	ps, err := pgtest.FreePorts(2 + 2*replicas*len(c))
+	ps, err := pgtest.FreePorts(2 + 4*replicas*len(c))
 	if err != nil {
 		return Ports{}, err
 	}
@@ -91,8 +103,8 @@ func FreePortsFor(replicas int) (Ports, error) {
 	ps = ps[2:]
 	for _, svc := range c {
 		for range replicas {
-			p.Services[svc.Name] = append(p.Services[svc.Name], ServicePorts{GRPC: ps[0], HTTP: ps[1]})
-			ps = ps[2:]
+			p.Services[svc.Name] = append(p.Services[svc.Name], ServicePorts{GRPC: ps[0], HTTP: ps[1], AdminGRPC: ps[2], AdminHTTP: ps[3]})
+			ps = ps[4:]
 		}
 	}
 	return p, nil
@@ -107,6 +119,9 @@ func (p Ports) AllPorts(c catalog.Catalog, replicas int) []int {
 		for k := 1; k <= replicas; k++ {
 			r := p.replica(svc, k)
 			out = append(out, r.GRPC, r.HTTP)
+			if r.AdminGRPC != 0 {
+				out = append(out, r.AdminGRPC, r.AdminHTTP)
+			}
 		}
 	}
 	return out
@@ -242,7 +257,12 @@ type Instance struct {
 	Service string // a declared service name
 	Replica int    // 1-based
 	GRPC    string // host:port
-	URL     string // REST base URL, also /healthz, /readyz, /metrics
+	URL     string // REST base URL, also /healthz, /readyz
+	// AdminGRPC (host:port) and AdminURL (base URL: the admin REST
+	// gateway, /metrics) are the admin listeners; "" for a service without
+	// gRPC (the console).
+	AdminGRPC string
+	AdminURL  string
 	// PprofURL is the base URL of the replica's profiles listener
 	// (<PprofURL>/debug/pprof/heap) with Config.Pprof, else "".
 	PprofURL string
@@ -402,8 +422,9 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		}
 	}
 
-	// Every service reads its listen addresses from GRPC_ADDR and HTTP_ADDR;
-	// the rest comes from its declaration's local_env.
+	// Every service reads its listen addresses from GRPC_ADDR, HTTP_ADDR,
+	// ADMIN_GRPC_ADDR and ADMIN_HTTP_ADDR; the rest comes from its
+	// declaration's local_env.
 	for _, svc := range cfg.Services {
 		for k := 1; k <= cfg.Replicas; k++ {
 			in := s.instance(svc, k)
@@ -412,6 +433,10 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 				"HTTP_ADDR=" + in.httpAddr(),
 				"INSTANCE_ID=" + in.ID,
 				"OTEL_RESOURCE_ATTRIBUTES=service.instance.id=" + in.ID,
+			}
+			if in.AdminGRPC != "" {
+				_, adminHTTP, _ := strings.Cut(in.AdminURL, "://")
+				env = append(env, "ADMIN_GRPC_ADDR="+in.AdminGRPC, "ADMIN_HTTP_ADDR="+adminHTTP)
 			}
 			if cfg.Pprof {
 				port, err := pgtest.FreePort()
@@ -490,9 +515,16 @@ func (s *Stack) replicaEnv(svc catalog.Service, in Instance, k int) ([]string, e
 		}
 		d, _ := cfg.Services.Service(dep) // the catalog checked that it exists
 		peer := s.instance(d, (k-1)%cfg.Replicas+1)
-		if kind == "http" {
-			scheme, addr, _ := strings.Cut(peer.URL, "://")
+		switch kind {
+		case "http", "admin_http":
+			u := peer.URL
+			if kind == "admin_http" {
+				u = peer.AdminURL
+			}
+			scheme, addr, _ := strings.Cut(u, "://")
 			return scheme + "://" + route(dep, addr)
+		case "admin_grpc":
+			return route(dep, peer.AdminGRPC)
 		}
 		return route(dep, peer.GRPC)
 	})
@@ -518,13 +550,18 @@ func (s *Stack) instance(svc catalog.Service, k int) Instance {
 	if s.cfg.TLS {
 		scheme = "https"
 	}
-	return Instance{
+	in := Instance{
 		ID:      fmt.Sprintf("%s-%d", svc.Name, k),
 		Service: svc.Name,
 		Replica: k,
 		GRPC:    fmt.Sprintf("127.0.0.1:%d", r.GRPC),
 		URL:     fmt.Sprintf("%s://127.0.0.1:%d", scheme, r.HTTP),
 	}
+	if r.AdminGRPC != 0 {
+		in.AdminGRPC = fmt.Sprintf("127.0.0.1:%d", r.AdminGRPC)
+		in.AdminURL = fmt.Sprintf("%s://127.0.0.1:%d", scheme, r.AdminHTTP)
+	}
+	return in
 }
 
 // httpAddr is the host:port of the instance's HTTP listener.
@@ -606,6 +643,38 @@ func (s *Stack) URLs() map[string]string {
 	for _, in := range s.instances {
 		if in.Replica == 1 {
 			out[in.Service] = in.URL
+		}
+	}
+	return out
+}
+
+// MetricsURL is the base URL where the instance serves /metrics: its admin
+// HTTP listener, the console's one listener.
+func (in Instance) MetricsURL() string {
+	if in.AdminURL != "" {
+		return in.AdminURL
+	}
+	return in.URL
+}
+
+// MetricsURLs are the MetricsURL of the services' replica 1.
+func (s *Stack) MetricsURLs() map[string]string {
+	out := map[string]string{}
+	for _, in := range s.instances {
+		if in.Replica == 1 {
+			out[in.Service] = in.MetricsURL()
+		}
+	}
+	return out
+}
+
+// AdminGRPCAddrs are the admin gRPC addresses (the operator services) of
+// the services' replica 1; the console has none.
+func (s *Stack) AdminGRPCAddrs() map[string]string {
+	out := map[string]string{}
+	for _, in := range s.instances {
+		if in.Replica == 1 && in.AdminGRPC != "" {
+			out[in.Service] = in.AdminGRPC
 		}
 	}
 	return out

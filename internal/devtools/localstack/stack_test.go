@@ -24,10 +24,10 @@ func TestPorts_ReplicaOneKeepsTheDeclaredPortsAndLaterReplicasStepByTen(t *testi
 	c := declaredServices(t)
 	wo, _ := c.Service("workorder")
 	var p Ports
-	if got, want := p.replica(wo, 1), (ServicePorts{wo.GRPCPort, wo.HTTPPort}); got != want {
+	if got, want := p.replica(wo, 1), (ServicePorts{wo.GRPCPort, wo.HTTPPort, wo.GRPCPort + 100, wo.HTTPPort + 100}); got != want {
 		t.Fatalf("replica 1 = %+v, want the declared %+v", got, want)
 	}
-	if got, want := p.replica(wo, 2), (ServicePorts{wo.GRPCPort + 10, wo.HTTPPort + 10}); got != want {
+	if got, want := p.replica(wo, 2), (ServicePorts{wo.GRPCPort + 10, wo.HTTPPort + 10, wo.GRPCPort + 110, wo.HTTPPort + 110}); got != want {
 		t.Fatalf("replica 2 = %+v, want %+v", got, want)
 	}
 	p.Services = map[string][]ServicePorts{"workorder": {{}, {HTTP: 18080}}}
@@ -43,7 +43,14 @@ func TestFreePortsFor_EveryPortOfEveryReplicaOfEveryDeclaredServiceDistinct(t *t
 	}
 	c := declaredServices(t)
 	all := p.AllPorts(c, 3)
-	if len(all) != 2+2*3*len(c) { // the emulator, the issuer, the services
+	withAdmin := 0
+	for _, svc := range c {
+		if svc.GRPCPort != 0 {
+			withAdmin++
+		}
+	}
+	// The emulator, the issuer, the services' public and admin listeners.
+	if len(all) != 2+2*3*len(c)+2*3*withAdmin {
 		t.Fatalf("%d ports for %d services × 3 replicas", len(all), len(c))
 	}
 	seen := map[int]bool{}

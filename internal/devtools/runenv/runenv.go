@@ -71,6 +71,10 @@ const (
 	SuffixDatabaseURL = "_DATABASE_URL"
 	SuffixURL         = "_URL"
 	SuffixGRPCAddr    = "_GRPC_ADDR"
+	// The admin listeners: the operator services, the admin REST gateway
+	// and /metrics.
+	SuffixAdminURL      = "_ADMIN_URL"
+	SuffixAdminGRPCAddr = "_ADMIN_GRPC_ADDR"
 	// The service's client secret at the stack's local issuer (its client
 	// id is its name): `make ops` runs its commands as the service.
 	SuffixClientSecret = "_CLIENT_SECRET"

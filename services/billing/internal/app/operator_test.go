@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"testing"
 
-	billingv1 "github.com/lossless-dev/lossless/gen/lossless/billing/v1"
 	"github.com/lossless-dev/lossless/internal/testkit/declaredtest"
 	"github.com/lossless-dev/lossless/internal/testkit/roletest"
 	"github.com/lossless-dev/lossless/pkg/pubsubtest"
@@ -27,11 +26,10 @@ func TestOperatorServiceIsMountedBehindTheToken(t *testing.T) {
 		cfg.Server.Role = r
 		return app.New(context.Background(), cfg, logger, telemetry.Providers{})
 	}, server.RoleAll)
-	roletest.OperatorServiceIsMounted(t, a.GRPCAddr(), token)
-	// Every other mounted service is an admin service: each of its
+	roletest.OperatorServiceIsMounted(t, a.AdminGRPCAddr(), token)
+	// Every service on the admin listener is an admin service: each of its
 	// methods, as the descriptors list them, refuses a call without the token.
-	roletest.AdminRPCsRefuseWithoutToken(t, roletest.Guarded{
-		Addr: a.GRPCAddr(), Mounted: a.GRPCServices(),
-		Public: []string{billingv1.BillingService_ServiceDesc.ServiceName},
-	})
+	roletest.AdminRPCsRefuseWithoutToken(t, roletest.Guarded{Addr: a.AdminGRPCAddr(), Mounted: a.AdminGRPCServices()})
+	// The public listener serves none of them.
+	roletest.AdminServicesNotOnThePublicListener(t, a.GRPCAddr(), a.GRPCServices(), a.AdminGRPCServices())
 }

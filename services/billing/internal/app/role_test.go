@@ -34,7 +34,7 @@ func roleConfig(dsn string, emu *pubsubtest.Emulator) config.Config {
 		Common: serviceapp.Common{
 			Auth:      libenv.CallerAuth{Disabled: true}, // caller authentication: tested apart
 			Database:  pgdb.Config{URL: dsn},
-			Server:    server.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", ShutdownTimeout: 10 * time.Second},
+			Server:    server.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", AdminGRPCAddr: "127.0.0.1:0", AdminHTTPAddr: "127.0.0.1:0", ShutdownTimeout: 10 * time.Second},
 			PubSub:    pubsub.ClientConfig{ProjectID: emu.ProjectID, EmulatorHost: emu.Addr},
 			Telemetry: telemetry.Config{ServiceName: config.ServiceName},
 		},

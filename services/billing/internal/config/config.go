@@ -39,7 +39,8 @@ const EnvOperatorToken = "BILLING_OPERATOR_TOKEN"
 type Config struct {
 	// Common is what every service reads the same way (see
 	// serviceapp.Common): DATABASE_*, the listeners (GRPC_ADDR default
-	// ":9092", HTTP_ADDR default ":8082"), PUBSUB_*, AUTH_* (every
+	// ":9092", HTTP_ADDR default ":8082", ADMIN_GRPC_ADDR ":9192",
+	// ADMIN_HTTP_ADDR ":8182"), PUBSUB_*, AUTH_* (every
 	// authenticated caller may read invoices), BILLING_OPERATOR_TOKEN
 	// (guards OperatorService) and the telemetry.
 	// The pools: DATABASE_API_MAX_CONNS (default 5 here: the read API runs
@@ -106,7 +107,7 @@ func FromEnv(r *envconfig.Reader) (Config, error) {
 	lease := r.Duration("BILLING_JOBS_LEASE", 30*time.Second)
 	c := Config{
 		Common: serviceapp.ReadCommon(r, serviceapp.Defaults{
-			Service: ServiceName, GRPCAddr: ":9092", HTTPAddr: ":8082",
+			Service: ServiceName, GRPCAddr: ":9092", HTTPAddr: ":8082", AdminGRPCAddr: ":9192", AdminHTTPAddr: ":8182",
 			Database: pgdb.Config{APIMaxConns: DefaultAPIMaxConns, WorkerMaxConns: DefaultWorkerMaxConns},
 		}),
 		Outbox: libenv.Outbox(r, "BILLING_OUTBOX_"),

@@ -79,6 +79,7 @@ func (a *App) assemble(ctx context.Context, opts []server.Option) error {
 	// with the operator token (the admin services) is sent with it alone
 	// (server.TokenCredentials). The web layer puts a logged-in operator's
 	// token on every call: publicCalls takes it off the public services'.
+	var wo, woAdmin, prAdmin, bi, biAdmin *grpc.ClientConn
 	woToken, err := cfg.WorkorderAuth.DialOption(ctx)
 	if err != nil {
 		return err
@@ -87,21 +88,27 @@ func (a *App) assemble(ctx context.Context, opts []server.Option) error {
 	if err != nil {
 		return err
 	}
-	wo, err := dial(cfg.Workorder.GRPC, woToken, publicCalls(workorderv1.WorkOrderService_ServiceDesc.ServiceName))
-	if err != nil {
-		return fmt.Errorf("%s: %w", config.EnvWorkorderGRPC, err)
+	// The public APIs and the operator services are on listeners of their
+	// own (each service's ADMIN_GRPC_ADDR): one connection to each.
+	conns := []struct {
+		conn      **grpc.ClientConn
+		addr, env string
+		opts      []grpc.DialOption
+	}{
+		{&wo, cfg.Workorder.GRPC, config.EnvWorkorderGRPC, []grpc.DialOption{woToken, publicCalls(workorderv1.WorkOrderService_ServiceDesc.ServiceName)}},
+		{&woAdmin, cfg.Workorder.AdminGRPC, config.EnvWorkorderAdminGRPC, nil},
+		{&prAdmin, cfg.Provider.AdminGRPC, config.EnvProviderAdminGRPC, nil},
+		{&bi, cfg.Billing.GRPC, config.EnvBillingGRPC, []grpc.DialOption{biToken, publicCalls(billingv1.BillingService_ServiceDesc.ServiceName)}},
+		{&biAdmin, cfg.Billing.AdminGRPC, config.EnvBillingAdminGRPC, nil},
 	}
-	a.closers = append(a.closers, func() { _ = wo.Close() })
-	pr, err := dial(cfg.Provider.GRPC)
-	if err != nil {
-		return fmt.Errorf("%s: %w", config.EnvProviderGRPC, err)
+	for _, c := range conns {
+		conn, err := dial(c.addr, c.opts...)
+		if err != nil {
+			return fmt.Errorf("%s: %w", c.env, err)
+		}
+		a.closers = append(a.closers, func() { _ = conn.Close() })
+		*c.conn = conn
 	}
-	a.closers = append(a.closers, func() { _ = pr.Close() })
-	bi, err := dial(cfg.Billing.GRPC, biToken, publicCalls(billingv1.BillingService_ServiceDesc.ServiceName))
-	if err != nil {
-		return fmt.Errorf("%s: %w", config.EnvBillingGRPC, err)
-	}
-	a.closers = append(a.closers, func() { _ = bi.Close() })
 
 	figures, err := overview.NewReader([]overview.Target{
 		{Service: "workorder", URL: cfg.Workorder.HTTP + "/metrics"},
@@ -127,18 +134,18 @@ func (a *App) assemble(ctx context.Context, opts []server.Option) error {
 	}
 	console, err := web.New(web.Sources{
 		Orders:         workorderv1.NewWorkOrderServiceClient(wo),
-		Inbox:          opsv1.NewOperatorServiceClient(wo),
-		BillingRepairs: opsv1.NewOperatorServiceClient(bi),
-		WorkOrderOps:   opsv1.NewOperatorServiceClient(wo),
-		BillingOps:     opsv1.NewOperatorServiceClient(bi),
-		ProviderAudit:  opsv1.NewOperatorServiceClient(pr),
-		Faults:         providerv1.NewProviderAdminServiceClient(pr),
+		Inbox:          opsv1.NewOperatorServiceClient(woAdmin),
+		BillingRepairs: opsv1.NewOperatorServiceClient(biAdmin),
+		WorkOrderOps:   opsv1.NewOperatorServiceClient(woAdmin),
+		BillingOps:     opsv1.NewOperatorServiceClient(biAdmin),
+		ProviderAudit:  opsv1.NewOperatorServiceClient(prAdmin),
+		Faults:         providerv1.NewProviderAdminServiceClient(prAdmin),
 		Invoices:       billingv1.NewBillingServiceClient(bi),
 		Figures:        figures,
 		// The Order page's timeline.
-		Outbox:       opsv1.NewOperatorServiceClient(wo),
-		ProviderJobs: providerv1.NewProviderAdminServiceClient(pr),
-		InvoiceJobs:  opsv1.NewOperatorServiceClient(bi),
+		Outbox:       opsv1.NewOperatorServiceClient(woAdmin),
+		ProviderJobs: providerv1.NewProviderAdminServiceClient(prAdmin),
+		InvoiceJobs:  opsv1.NewOperatorServiceClient(biAdmin),
 	}, web.Config{
 		OperatorToken:  cfg.OperatorToken,
 		Operators:      operators,

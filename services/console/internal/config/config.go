@@ -26,24 +26,29 @@ const ServiceName = "console"
 
 // Environment variables read by FromEnv.
 const (
-	EnvHTTPAddr        = "HTTP_ADDR"
-	EnvWorkorderGRPC   = "CONSOLE_WORKORDER_GRPC_ADDR"
-	EnvProviderGRPC    = "CONSOLE_PROVIDER_GRPC_ADDR"
-	EnvBillingGRPC     = "CONSOLE_BILLING_GRPC_ADDR"
-	EnvWorkorderHTTP   = "CONSOLE_WORKORDER_HTTP_URL"
-	EnvProviderHTTP    = "CONSOLE_PROVIDER_HTTP_URL"
-	EnvBillingHTTP     = "CONSOLE_BILLING_HTTP_URL"
-	EnvOperatorToken   = "CONSOLE_OPERATOR_TOKEN"
-	EnvReadOpen        = "CONSOLE_READ_OPEN"
-	EnvTLSCertFile     = "CONSOLE_TLS_CERT_FILE"
-	EnvTLSKeyFile      = "CONSOLE_TLS_KEY_FILE"
-	EnvSecureCookies   = "CONSOLE_SECURE_COOKIES"
-	EnvRunbookBaseURL  = "CONSOLE_RUNBOOK_BASE_URL"
-	EnvRPCTimeout      = "CONSOLE_RPC_TIMEOUT"
-	EnvScrapeTimeout   = "CONSOLE_SCRAPE_TIMEOUT"
-	EnvShutdownTimeout = "SHUTDOWN_TIMEOUT"
-	EnvLogLevel        = "LOG_LEVEL"
-	EnvPprofAddr       = "PPROF_ADDR"
+	EnvHTTPAddr      = "HTTP_ADDR"
+	EnvWorkorderGRPC = "CONSOLE_WORKORDER_GRPC_ADDR"
+	EnvBillingGRPC   = "CONSOLE_BILLING_GRPC_ADDR"
+	// The services' admin gRPC listeners (their ADMIN_GRPC_ADDR): the
+	// operator services. provider-sim's is the only one the console calls
+	// (it calls no public provider API).
+	EnvWorkorderAdminGRPC = "CONSOLE_WORKORDER_ADMIN_GRPC_ADDR"
+	EnvProviderAdminGRPC  = "CONSOLE_PROVIDER_ADMIN_GRPC_ADDR"
+	EnvBillingAdminGRPC   = "CONSOLE_BILLING_ADMIN_GRPC_ADDR"
+	EnvWorkorderHTTP      = "CONSOLE_WORKORDER_HTTP_URL"
+	EnvProviderHTTP       = "CONSOLE_PROVIDER_HTTP_URL"
+	EnvBillingHTTP        = "CONSOLE_BILLING_HTTP_URL"
+	EnvOperatorToken      = "CONSOLE_OPERATOR_TOKEN"
+	EnvReadOpen           = "CONSOLE_READ_OPEN"
+	EnvTLSCertFile        = "CONSOLE_TLS_CERT_FILE"
+	EnvTLSKeyFile         = "CONSOLE_TLS_KEY_FILE"
+	EnvSecureCookies      = "CONSOLE_SECURE_COOKIES"
+	EnvRunbookBaseURL     = "CONSOLE_RUNBOOK_BASE_URL"
+	EnvRPCTimeout         = "CONSOLE_RPC_TIMEOUT"
+	EnvScrapeTimeout      = "CONSOLE_SCRAPE_TIMEOUT"
+	EnvShutdownTimeout    = "SHUTDOWN_TIMEOUT"
+	EnvLogLevel           = "LOG_LEVEL"
+	EnvPprofAddr          = "PPROF_ADDR"
 	// The TLS between processes: the names every service reads
 	// (libenv.TLS), read here because the console takes nothing else from
 	// libenv (its other readers require a database).
@@ -73,13 +78,17 @@ const (
 
 // Endpoints of one service the console talks to.
 type Endpoints struct {
-	// GRPC is the host:port of the service's gRPC API, dialled with
-	// ServiceTLS (TLS when TLS_CA_FILE or TLS_CERT_FILE is set).
+	// GRPC is the host:port of the service's public gRPC API, dialled with
+	// ServiceTLS (TLS when TLS_CA_FILE or TLS_CERT_FILE is set). Unused for
+	// provider-sim.
 	GRPC string
-	// HTTP is the base URL of the service's HTTP listener (https:// when
-	// the services serve TLS, verified with ServiceTLS); the console reads
-	// <HTTP>/metrics (Prometheus text format) for the Overview's gauges and
-	// rates, nothing else.
+	// AdminGRPC is the host:port of the service's admin gRPC listener (the
+	// operator services), dialled the same way.
+	AdminGRPC string
+	// HTTP is the base URL of the service's admin HTTP listener (https://
+	// when the services serve TLS, verified with ServiceTLS); the console
+	// reads <HTTP>/metrics (Prometheus text format) for the Overview's
+	// gauges and rates, nothing else.
 	HTTP string
 }
 
@@ -89,10 +98,12 @@ type Config struct {
 	HTTPAddr string
 	// Workorder, Provider and Billing are the services read and acted on.
 	// Env CONSOLE_WORKORDER_GRPC_ADDR (default "localhost:9090"),
-	// CONSOLE_WORKORDER_HTTP_URL ("http://localhost:8080"), and the same
-	// with PROVIDER (9091, 8081) and BILLING (9092, 8082): the ports the
-	// services' declarations name, so a console started next to `make run`
-	// finds them without settings.
+	// CONSOLE_WORKORDER_ADMIN_GRPC_ADDR ("localhost:9190"),
+	// CONSOLE_WORKORDER_HTTP_URL (the admin HTTP listener,
+	// "http://localhost:8180"), and the same with BILLING (9092, 9192,
+	// 8182) and PROVIDER (only CONSOLE_PROVIDER_ADMIN_GRPC_ADDR, 9191, and
+	// _HTTP_URL, 8181): the ports the services' declarations name, so a
+	// console started next to `make run` finds them without settings.
 	Workorder, Provider, Billing Endpoints
 	// OperatorToken is the operator token of the services
 	// (WORKORDER_OPERATOR_TOKEN, PROVIDER_OPERATOR_TOKEN). The console adds
@@ -211,10 +222,12 @@ type Config struct {
 // errors name the variable.
 func FromEnv(r *envconfig.Reader) (Config, error) {
 	c := Config{
-		HTTPAddr:        r.String(EnvHTTPAddr, ""),
-		Workorder:       Endpoints{GRPC: r.String(EnvWorkorderGRPC, ""), HTTP: r.String(EnvWorkorderHTTP, "")},
-		Provider:        Endpoints{GRPC: r.String(EnvProviderGRPC, ""), HTTP: r.String(EnvProviderHTTP, "")},
-		Billing:         Endpoints{GRPC: r.String(EnvBillingGRPC, ""), HTTP: r.String(EnvBillingHTTP, "")},
+		HTTPAddr: r.String(EnvHTTPAddr, ""),
+		Workorder: Endpoints{GRPC: r.String(EnvWorkorderGRPC, ""), AdminGRPC: r.String(EnvWorkorderAdminGRPC, ""),
+			HTTP: r.String(EnvWorkorderHTTP, "")},
+		Provider: Endpoints{AdminGRPC: r.String(EnvProviderAdminGRPC, ""), HTTP: r.String(EnvProviderHTTP, "")},
+		Billing: Endpoints{GRPC: r.String(EnvBillingGRPC, ""), AdminGRPC: r.String(EnvBillingAdminGRPC, ""),
+			HTTP: r.String(EnvBillingHTTP, "")},
 		OperatorToken:   r.String(EnvOperatorToken, ""),
 		ReadOpen:        r.Bool(EnvReadOpen, false),
 		TLSCertFile:     r.String(EnvTLSCertFile, ""),
@@ -249,6 +262,9 @@ func FromEnv(r *envconfig.Reader) (Config, error) {
 	if _, ok := r.Lookup("PPROF_ENABLED"); ok {
 		r.Record(fmt.Errorf("PPROF_ENABLED is gone: set %s to a loopback address (e.g. 127.0.0.1:6069)", EnvPprofAddr))
 	}
+	if _, ok := r.Lookup("CONSOLE_PROVIDER_GRPC_ADDR"); ok {
+		r.Record(fmt.Errorf("CONSOLE_PROVIDER_GRPC_ADDR is gone: the console calls only provider-sim's admin services; set %s (its ADMIN_GRPC_ADDR)", EnvProviderAdminGRPC))
+	}
 	if c.TLSCertFile == "" && c.TLSKeyFile == "" {
 		c.TLSCertFile, c.TLSKeyFile = c.ServiceTLS.CertFile, c.ServiceTLS.KeyFile
 	}
@@ -273,11 +289,13 @@ func (c *Config) setDefaults() {
 	}
 	def(&c.HTTPAddr, DefaultHTTPAddr)
 	def(&c.Workorder.GRPC, "localhost:9090")
-	def(&c.Provider.GRPC, "localhost:9091")
 	def(&c.Billing.GRPC, "localhost:9092")
-	def(&c.Workorder.HTTP, "http://localhost:8080")
-	def(&c.Provider.HTTP, "http://localhost:8081")
-	def(&c.Billing.HTTP, "http://localhost:8082")
+	def(&c.Workorder.AdminGRPC, "localhost:9190")
+	def(&c.Provider.AdminGRPC, "localhost:9191")
+	def(&c.Billing.AdminGRPC, "localhost:9192")
+	def(&c.Workorder.HTTP, "http://localhost:8180")
+	def(&c.Provider.HTTP, "http://localhost:8181")
+	def(&c.Billing.HTTP, "http://localhost:8182")
 	def(&c.RunbookBaseURL, DefaultRunbookBase)
 	if c.RPCTimeout == 0 {
 		c.RPCTimeout = DefaultRPCTimeout
@@ -318,7 +336,10 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("%s=%q: want an absolute http:// or https:// URL, or empty for no traces", EnvTraceURL, c.TraceURL))
 		}
 	}
-	for name, a := range map[string]string{EnvWorkorderGRPC: c.Workorder.GRPC, EnvProviderGRPC: c.Provider.GRPC, EnvBillingGRPC: c.Billing.GRPC} {
+	for name, a := range map[string]string{
+		EnvWorkorderGRPC: c.Workorder.GRPC, EnvBillingGRPC: c.Billing.GRPC,
+		EnvWorkorderAdminGRPC: c.Workorder.AdminGRPC, EnvProviderAdminGRPC: c.Provider.AdminGRPC, EnvBillingAdminGRPC: c.Billing.AdminGRPC,
+	} {
 		if a == "" {
 			errs = append(errs, fmt.Errorf("%s: want host:port", name))
 		}

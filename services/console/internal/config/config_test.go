@@ -14,8 +14,9 @@ func TestFromEnv_DefaultsAreTheDeclaredPortsAndClosed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.HTTPAddr != ":8089" || c.Workorder.GRPC != "localhost:9090" || c.Provider.HTTP != "http://localhost:8081" ||
-		c.Billing.GRPC != "localhost:9092" || c.ReadOpen || c.OperatorToken != "" || c.RPCTimeout != 5*time.Second ||
+	if c.HTTPAddr != ":8089" || c.Workorder.GRPC != "localhost:9090" || c.Provider.HTTP != "http://localhost:8181" ||
+		c.Billing.GRPC != "localhost:9092" || c.Workorder.AdminGRPC != "localhost:9190" || c.Provider.AdminGRPC != "localhost:9191" ||
+		c.Billing.AdminGRPC != "localhost:9192" || c.Workorder.HTTP != "http://localhost:8180" || c.ReadOpen || c.OperatorToken != "" || c.RPCTimeout != 5*time.Second ||
 		c.TraceURL != "" {
 		t.Fatalf("defaults %+v", c)
 	}
@@ -23,23 +24,24 @@ func TestFromEnv_DefaultsAreTheDeclaredPortsAndClosed(t *testing.T) {
 
 func TestFromEnv_ErrorsNameTheVariable(t *testing.T) {
 	for env, want := range map[string]string{
-		config.EnvOperatorToken:   "short",
-		config.EnvReadOpen:        "maybe",
-		config.EnvWorkorderHTTP:   "localhost:8080",
-		config.EnvRPCTimeout:      "five",
-		config.EnvTLSCertFile:     "cert.pem",
-		config.EnvLogLevel:        "loud",
-		config.EnvRunbookBaseURL:  "docs/runbooks",
-		config.EnvProviderHTTP:    "ftp://x",
-		config.EnvShutdownTimeout: "-1s",
-		config.EnvTraceURL:        "127.0.0.1:4318",
-		config.EnvOperatorsFile:   "/etc/console/operators",
-		config.EnvSessionTTL:      "-1h",
-		config.EnvSessionIdle:     "soon",
-		config.EnvLoginFailures:   "-3",
-		config.EnvLoginWindow:     "ten",
-		config.EnvIAPAudience:     "console",
-		config.EnvTrustedProxies:  "10.0.0.0/8,the-load-balancer",
+		"CONSOLE_PROVIDER_GRPC_ADDR": "provider-sim:9091",
+		config.EnvOperatorToken:      "short",
+		config.EnvReadOpen:           "maybe",
+		config.EnvWorkorderHTTP:      "localhost:8080",
+		config.EnvRPCTimeout:         "five",
+		config.EnvTLSCertFile:        "cert.pem",
+		config.EnvLogLevel:           "loud",
+		config.EnvRunbookBaseURL:     "docs/runbooks",
+		config.EnvProviderHTTP:       "ftp://x",
+		config.EnvShutdownTimeout:    "-1s",
+		config.EnvTraceURL:           "127.0.0.1:4318",
+		config.EnvOperatorsFile:      "/etc/console/operators",
+		config.EnvSessionTTL:         "-1h",
+		config.EnvSessionIdle:        "soon",
+		config.EnvLoginFailures:      "-3",
+		config.EnvLoginWindow:        "ten",
+		config.EnvIAPAudience:        "console",
+		config.EnvTrustedProxies:     "10.0.0.0/8,the-load-balancer",
 	} {
 		_, err := config.FromEnv(envconfig.FromMap(map[string]string{env: want}))
 		if err == nil || !strings.Contains(err.Error(), env) {

@@ -107,7 +107,7 @@ type Config struct {
 func ConfigFromEnv(env *envconfig.Reader) (Config, error) {
 	cfg := Config{
 		DatabaseURL:    env.Required(EnvDatabaseURL),
-		Server:         libenv.Server(env, ":9091", ":8081"),
+		Server:         libenv.Server(env, libenv.Listeners{GRPC: ":9091", HTTP: ":8081", AdminGRPC: ":9191", AdminHTTP: ":8181"}),
 		PubSub:         libenv.PubSub(env),
 		Publisher:      pubsub.DefaultPublisherConfig(),
 		Engine:         engine.ConfigFromEnv(env),
@@ -261,8 +261,11 @@ func (a *App) assemble(cfg Config, stream faults.Stream, tel telemetry.Providers
 	a.srv = srv
 	// The engine (the only loop) is started by the server unless the role
 	// is api; the API is served unless it is worker (docs/adr/0013).
+	if err := a.registerAdmin(admin, audit); err != nil {
+		return err
+	}
 	if cfg.Server.Role.ServesAPI() {
-		if err := a.registerAPI(provider, admin, audit); err != nil {
+		if err := a.registerAPI(provider); err != nil {
 			return err
 		}
 		if missing := policy.Missing(srv.GRPC().GetServiceInfo()); len(missing) > 0 {
@@ -279,17 +282,24 @@ func (a *App) assemble(cfg Config, stream faults.Stream, tel telemetry.Providers
 	return nil
 }
 
-func (a *App) registerAPI(provider providerv1.ProviderServiceServer, admin providerv1.ProviderAdminServiceServer, audit opsv1.OperatorServiceServer) error {
+// registerAPI mounts the public API. The gateway calls our own gRPC
+// listener, so REST requests pass through the same validation interceptor.
+// Registration only builds handlers.
+func (a *App) registerAPI(provider providerv1.ProviderServiceServer) error {
 	providerv1.RegisterProviderServiceServer(a.srv.GRPC(), provider)
-	providerv1.RegisterProviderAdminServiceServer(a.srv.GRPC(), admin)
+	return providerv1.RegisterProviderServiceHandler(context.Background(), a.srv.Gateway(), a.srv.GatewayConn())
+}
+
+// registerAdmin mounts the admin services on the admin listeners, in every
+// role: the fault knobs and the job reads work through worker replicas too.
+func (a *App) registerAdmin(admin providerv1.ProviderAdminServiceServer, audit opsv1.OperatorServiceServer) error {
+	providerv1.RegisterProviderAdminServiceServer(a.srv.AdminGRPC(), admin)
 	// gRPC only, as every service's OperatorService: the fault changes' audit.
-	opsv1.RegisterOperatorServiceServer(a.srv.GRPC(), audit)
-	// The gateway calls our own gRPC listener, so REST requests pass through
-	// the same validation interceptor. Registration only builds handlers.
-	if err := providerv1.RegisterProviderServiceHandler(context.Background(), a.srv.Gateway(), a.srv.GatewayConn()); err != nil {
-		return err
+	opsv1.RegisterOperatorServiceServer(a.srv.AdminGRPC(), audit)
+	if a.srv.AdminGatewayConn() == nil {
+		return nil
 	}
-	return providerv1.RegisterProviderAdminServiceHandler(context.Background(), a.srv.Gateway(), a.srv.GatewayConn())
+	return providerv1.RegisterProviderAdminServiceHandler(context.Background(), a.srv.AdminGateway(), a.srv.AdminGatewayConn())
 }
 
 // GRPCAddr is the bound gRPC address ("" in the worker role).
@@ -298,6 +308,14 @@ func (a *App) GRPCAddr() string { return a.srv.GRPCAddr() }
 // HTTPAddr is the bound HTTP address.
 func (a *App) HTTPAddr() string { return a.srv.HTTPAddr() }
 
+// AdminGRPCAddr is the bound admin gRPC address (ProviderAdminService,
+// OperatorService).
+func (a *App) AdminGRPCAddr() string { return a.srv.AdminGRPCAddr() }
+
+// AdminHTTPAddr is the bound admin HTTP address (the admin REST gateway,
+// /metrics).
+func (a *App) AdminHTTPAddr() string { return a.srv.AdminHTTPAddr() }
+
 // Run serves until ctx is cancelled, shuts down gracefully (the engine stops
 // claiming and releases its in-flight jobs) and closes the connections.
 func (a *App) Run(ctx context.Context) error {
@@ -305,11 +323,13 @@ func (a *App) Run(ctx context.Context) error {
 	return a.srv.Run(ctx)
 }
 
-// GRPCServices is what the gRPC server mounts (empty in the worker role),
-// for tests that check every mounted method.
+// GRPCServices is what the public gRPC server mounts (not served in the
+// worker role), for tests that check every mounted method.
 func (a *App) GRPCServices() map[string]grpc.ServiceInfo {
-	if a.srv.GRPC() == nil {
-		return nil
-	}
 	return a.srv.GRPC().GetServiceInfo()
+}
+
+// AdminGRPCServices is what the admin gRPC server mounts.
+func (a *App) AdminGRPCServices() map[string]grpc.ServiceInfo {
+	return a.srv.AdminGRPC().GetServiceInfo()
 }

@@ -47,7 +47,11 @@ type bundle struct {
 	pool *pgxpool.Pool
 	base string
 	conn *grpc.ClientConn
-	stop func() error
+	// admin and adminBase reach the admin listeners (ProviderAdminService,
+	// OperatorService, /v1/faults).
+	admin     *grpc.ClientConn
+	adminBase string
+	stop      func() error
 }
 
 // operatorToken guards the fault knobs of the test servers.
@@ -72,7 +76,7 @@ func setupWith(t *testing.T, exec time.Duration, token string, edit func(*app.Co
 	cfg := app.Config{
 		Auth:        libenv.CallerAuth{Disabled: true}, // caller authentication: tested apart
 		DatabaseURL: dsn,
-		Server:      server.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", ShutdownTimeout: 5 * time.Second},
+		Server:      server.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", AdminGRPCAddr: "127.0.0.1:0", AdminHTTPAddr: "127.0.0.1:0", ShutdownTimeout: 5 * time.Second},
 		PubSub:      pubsub.ClientConfig{ProjectID: emu.ProjectID, EmulatorHost: emu.Addr},
 		Engine: engine.Config{
 			Workers: 2, PollInterval: 20 * time.Millisecond, Lease: time.Second,
@@ -105,12 +109,18 @@ func setupWith(t *testing.T, exec time.Duration, token string, edit func(*app.Co
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
+	adminConn, err := grpc.NewClient(a.AdminGRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = adminConn.Close() })
 	pool, err := pgxpool.New(context.Background(), dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	b := &bundle{app: a, pool: pool, base: "http://" + a.HTTPAddr(), conn: conn, stop: stop}
+	b := &bundle{app: a, pool: pool, base: "http://" + a.HTTPAddr(), conn: conn,
+		admin: adminConn, adminBase: "http://" + a.AdminHTTPAddr(), stop: stop}
 	waitfor.Condition(t, 5*time.Second, "ready", func() bool { return b.http(t, http.MethodGet, "/readyz", "").status == 200 })
 	return b
 }
@@ -128,7 +138,18 @@ func (b *bundle) http(t *testing.T, method, path, body string) reply {
 // httpAuth sends auth, when not empty, as the Authorization header.
 func (b *bundle) httpAuth(t *testing.T, method, path, body, auth string) reply {
 	t.Helper()
-	req, err := http.NewRequestWithContext(context.Background(), method, b.base+path, strings.NewReader(body))
+	return request(t, method, b.base+path, body, auth)
+}
+
+// adminHTTP is httpAuth on the admin HTTP listener.
+func (b *bundle) adminHTTP(t *testing.T, method, path, body, auth string) reply {
+	t.Helper()
+	return request(t, method, b.adminBase+path, body, auth)
+}
+
+func request(t *testing.T, method, url, body, auth string) reply {
+	t.Helper()
+	req, err := http.NewRequestWithContext(context.Background(), method, url, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +168,7 @@ func (b *bundle) httpAuth(t *testing.T, method, path, body, auth string) reply {
 func TestAdminRejectsARateOutsideTheUnitIntervalNamingTheField(t *testing.T) {
 	t.Parallel()
 	b := setup(t, time.Millisecond)
-	admin := providerv1.NewProviderAdminServiceClient(b.conn)
+	admin := providerv1.NewProviderAdminServiceClient(b.admin)
 	ctx := operatorContext(operatorToken)
 
 	_, err := admin.UpdateFaults(ctx, &providerv1.UpdateFaultsRequest{Faults: &providerv1.Faults{Duplicate: 1.5}, Authorization: opAuth})
@@ -163,7 +184,7 @@ func TestAdminRejectsARateOutsideTheUnitIntervalNamingTheField(t *testing.T) {
 	if st.Code() != codes.InvalidArgument || len(fields) != 1 || fields[0] != "faults.duplicate" {
 		t.Fatalf("gRPC: %v %v, want INVALID_ARGUMENT naming faults.duplicate", st.Code(), fields)
 	}
-	if r := b.httpAuth(t, http.MethodPut, "/v1/faults"+authQuery, `{"duplicate": 1.5}`, "Bearer "+operatorToken); r.status != http.StatusBadRequest || !strings.Contains(r.body, "faults.duplicate") {
+	if r := b.adminHTTP(t, http.MethodPut, "/v1/faults"+authQuery, `{"duplicate": 1.5}`, "Bearer "+operatorToken); r.status != http.StatusBadRequest || !strings.Contains(r.body, "faults.duplicate") {
 		t.Fatalf("HTTP %d %s, want 400 naming faults.duplicate", r.status, r.body)
 	}
 
@@ -174,7 +195,7 @@ func TestAdminRejectsARateOutsideTheUnitIntervalNamingTheField(t *testing.T) {
 	if err != nil || upd.GetFaults().GetSplitCompletion() != 0.5 || upd.GetFaults().GetSeed() != 9 {
 		t.Fatalf("update: %v %v", upd, err)
 	}
-	r := b.http(t, http.MethodGet, "/v1/faults", "")
+	r := b.adminHTTP(t, http.MethodGet, "/v1/faults", "", "")
 	if r.status != http.StatusOK || !strings.Contains(r.body, `"splitCompletion":0.5`) || !strings.Contains(r.body, `"seed":"9"`) {
 		t.Fatalf("GET /v1/faults: %d %s", r.status, r.body)
 	}
@@ -186,15 +207,15 @@ func TestAcceptLatencyKnobsOverRESTAreValidatedAndInForce(t *testing.T) {
 	t.Parallel()
 	b := setup(t, time.Millisecond)
 	auth := "Bearer " + operatorToken
-	r := b.httpAuth(t, http.MethodPut, "/v1/faults"+authQuery, `{"acceptLatencyP50":"1s","acceptLatencyP99":"0.1s"}`, auth)
+	r := b.adminHTTP(t, http.MethodPut, "/v1/faults"+authQuery, `{"acceptLatencyP50":"1s","acceptLatencyP99":"0.1s"}`, auth)
 	if r.status != http.StatusBadRequest || !strings.Contains(r.body, "faults.accept_latency_p99") {
 		t.Fatalf("p99 below p50: HTTP %d %s, want 400 naming faults.accept_latency_p99", r.status, r.body)
 	}
-	r = b.httpAuth(t, http.MethodPut, "/v1/faults"+authQuery, `{"acceptTimeout":1.5}`, auth)
+	r = b.adminHTTP(t, http.MethodPut, "/v1/faults"+authQuery, `{"acceptTimeout":1.5}`, auth)
 	if r.status != http.StatusBadRequest || !strings.Contains(r.body, "accept_timeout") {
 		t.Fatalf("timeout rate 1.5: HTTP %d %s, want 400 naming accept_timeout", r.status, r.body)
 	}
-	r = b.httpAuth(t, http.MethodPut, "/v1/faults"+authQuery, `{"acceptLatencyP50":"0.100s","acceptLatencyP99":"1s","acceptTimeout":0.02}`, auth)
+	r = b.adminHTTP(t, http.MethodPut, "/v1/faults"+authQuery, `{"acceptLatencyP50":"0.100s","acceptLatencyP99":"1s","acceptTimeout":0.02}`, auth)
 	if r.status != http.StatusOK {
 		t.Fatalf("valid accept knobs: HTTP %d %s", r.status, r.body)
 	}
@@ -219,7 +240,7 @@ func operatorContext(token string) context.Context {
 // faultsInForce reads the knobs through the open GET.
 func (b *bundle) faultsInForce(t *testing.T) string {
 	t.Helper()
-	r := b.http(t, http.MethodGet, "/v1/faults", "")
+	r := b.adminHTTP(t, http.MethodGet, "/v1/faults", "", "")
 	if r.status != http.StatusOK {
 		t.Fatalf("GET /v1/faults: %d %s", r.status, r.body)
 	}
@@ -229,7 +250,7 @@ func (b *bundle) faultsInForce(t *testing.T) string {
 func TestFaultKnobsChangeOnlyWithTheOperatorToken(t *testing.T) {
 	t.Parallel()
 	b := setup(t, time.Millisecond)
-	admin := providerv1.NewProviderAdminServiceClient(b.conn)
+	admin := providerv1.NewProviderAdminServiceClient(b.admin)
 	crashLoop := &providerv1.UpdateFaultsRequest{Faults: &providerv1.Faults{PublishThenCrash: 1}, Authorization: opAuth}
 
 	for _, c := range []struct {
@@ -252,7 +273,7 @@ func TestFaultKnobsChangeOnlyWithTheOperatorToken(t *testing.T) {
 		{"wrong token", "Bearer not-the-operator-token-0123456789", http.StatusForbidden},
 		{"token without scheme", operatorToken, http.StatusForbidden},
 	} {
-		if r := b.httpAuth(t, http.MethodPut, "/v1/faults"+authQuery, `{"publishThenCrash": 1}`, c.auth); r.status != c.want {
+		if r := b.adminHTTP(t, http.MethodPut, "/v1/faults"+authQuery, `{"publishThenCrash": 1}`, c.auth); r.status != c.want {
 			t.Errorf("PUT /v1/faults with %s: HTTP %d %s, want %d", c.name, r.status, r.body, c.want)
 		}
 	}
@@ -260,7 +281,7 @@ func TestFaultKnobsChangeOnlyWithTheOperatorToken(t *testing.T) {
 		t.Fatalf("knobs changed by an unauthenticated caller: %s", body)
 	}
 
-	if r := b.httpAuth(t, http.MethodPut, "/v1/faults"+authQuery, `{"duplicate": 0.25}`, "Bearer "+operatorToken); r.status != http.StatusOK {
+	if r := b.adminHTTP(t, http.MethodPut, "/v1/faults"+authQuery, `{"duplicate": 0.25}`, "Bearer "+operatorToken); r.status != http.StatusOK {
 		t.Fatalf("PUT /v1/faults with the token: HTTP %d %s", r.status, r.body)
 	}
 	if body := b.faultsInForce(t); !strings.Contains(body, `"duplicate":0.25`) {
@@ -271,12 +292,12 @@ func TestFaultKnobsChangeOnlyWithTheOperatorToken(t *testing.T) {
 func TestWithoutATokenTheFaultKnobsRefuseEveryCallButTheHandOffWorks(t *testing.T) {
 	t.Parallel()
 	b := setupWithToken(t, time.Millisecond, "")
-	admin := providerv1.NewProviderAdminServiceClient(b.conn)
+	admin := providerv1.NewProviderAdminServiceClient(b.admin)
 	_, err := admin.UpdateFaults(operatorContext(operatorToken), &providerv1.UpdateFaultsRequest{Faults: &providerv1.Faults{Poison: 1}, Authorization: opAuth})
 	if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), app.EnvOperatorToken) {
 		t.Fatalf("UpdateFaults on a server without %s: %v, want PERMISSION_DENIED naming it", app.EnvOperatorToken, err)
 	}
-	if r := b.httpAuth(t, http.MethodPut, "/v1/faults"+authQuery, `{"poison": 1}`, "Bearer "+operatorToken); r.status != http.StatusForbidden {
+	if r := b.adminHTTP(t, http.MethodPut, "/v1/faults"+authQuery, `{"poison": 1}`, "Bearer "+operatorToken); r.status != http.StatusForbidden {
 		t.Fatalf("PUT /v1/faults: HTTP %d %s, want 403", r.status, r.body)
 	}
 	if body := b.faultsInForce(t); strings.Contains(body, `"poison":1`) {
@@ -400,7 +421,7 @@ func TestConfigFromEnvNamesEachBadVariable(t *testing.T) {
 	}
 	cfg, err := app.ConfigFromEnv(envconfig.FromMap(map[string]string{"DATABASE_URL": "postgres://u@127.0.0.1:5432/providersim",
 		"AUTH_ISSUER": "https://accounts.google.com", "AUTH_AUDIENCE": "provider-sim", "PROVIDER_ALLOWED_CALLERS": "workorder"}))
-	if err != nil || cfg.Server.GRPCAddr != ":9091" || cfg.Server.HTTPAddr != ":8081" || len(cfg.AllowedCallers) != 1 {
+	if err != nil || cfg.Server.GRPCAddr != ":9091" || cfg.Server.HTTPAddr != ":8081" || cfg.Server.AdminGRPCAddr != ":9191" || cfg.Server.AdminHTTPAddr != ":8181" || len(cfg.AllowedCallers) != 1 {
 		t.Fatalf("defaults: %+v %+v %v", cfg.Server, cfg.AllowedCallers, err)
 	}
 }
@@ -449,14 +470,14 @@ func TestSubmitWorkOrderOnlyFromAllowedCallers(t *testing.T) {
 	if err := b.pool.QueryRow(context.Background(), `SELECT count(*) FROM jobs`).Scan(&jobs); err != nil || jobs != 1 {
 		t.Fatalf("jobs = %d (%v), want 1: only the allowed caller's", jobs, err)
 	}
-	if r := b.httpAuth(t, http.MethodGet, "/v1/faults", "", ""); r.status != http.StatusOK {
+	if r := b.adminHTTP(t, http.MethodGet, "/v1/faults", "", ""); r.status != http.StatusOK {
 		t.Fatalf("reading the knobs: HTTP %d %s, want 200 (open)", r.status, r.body)
 	}
 	// The operator token alone changes the knobs and reads their audit.
-	if r := b.httpAuth(t, http.MethodPut, "/v1/faults"+authQuery, `{"duplicate": 0.5}`, "Bearer "+operatorToken); r.status != http.StatusOK {
+	if r := b.adminHTTP(t, http.MethodPut, "/v1/faults"+authQuery, `{"duplicate": 0.5}`, "Bearer "+operatorToken); r.status != http.StatusOK {
 		t.Fatalf("changing the knobs with the operator token: HTTP %d %s", r.status, r.body)
 	}
-	if resp, err := opsv1.NewOperatorServiceClient(b.conn).ListOperatorAudit(operatorContext(operatorToken),
+	if resp, err := opsv1.NewOperatorServiceClient(b.admin).ListOperatorAudit(operatorContext(operatorToken),
 		&opsv1.ListOperatorAuditRequest{}); err != nil || len(resp.GetRecords()) != 1 {
 		t.Fatalf("the knobs' audit with the operator token: %v %v", resp, err)
 	}
@@ -469,9 +490,27 @@ func TestEveryAdminMethodButGetFaultsNeedsTheToken(t *testing.T) {
 	t.Parallel()
 	b := setup(t, time.Millisecond)
 	roletest.AdminRPCsRefuseWithoutToken(t, roletest.Guarded{
-		Addr:    b.app.GRPCAddr(),
-		Mounted: b.app.GRPCServices(),
-		Public:  []string{providerv1.ProviderService_ServiceDesc.ServiceName},
+		Addr:    b.app.AdminGRPCAddr(),
+		Mounted: b.app.AdminGRPCServices(),
 		Open:    []string{providerv1.ProviderAdminService_GetFaults_FullMethodName},
 	})
+}
+
+// The public listeners serve none of the admin services, over gRPC or
+// REST, even to a caller with the operator token.
+func TestAdminServicesAreNotOnThePublicListeners(t *testing.T) {
+	t.Parallel()
+	b := setup(t, time.Millisecond)
+	roletest.AdminServicesNotOnThePublicListener(t, b.app.GRPCAddr(), b.app.GRPCServices(), b.app.AdminGRPCServices())
+	for _, r := range []struct{ method, path, body string }{
+		{http.MethodGet, "/v1/faults", ""}, {http.MethodPut, "/v1/faults" + authQuery, `{"duplicate": 0.5}`},
+		{http.MethodGet, "/v1/jobs/" + uuid.NewString(), ""},
+	} {
+		if got := b.httpAuth(t, r.method, r.path, r.body, "Bearer "+operatorToken); got.status != http.StatusNotFound {
+			t.Errorf("%s %s on the public HTTP listener: %d %s, want 404", r.method, r.path, got.status, got.body)
+		}
+	}
+	if got := b.adminHTTP(t, http.MethodGet, "/v1/faults", "", ""); got.status != http.StatusOK {
+		t.Fatalf("GET /v1/faults on the admin listener: %d %s", got.status, got.body)
+	}
 }

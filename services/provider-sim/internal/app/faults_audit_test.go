@@ -57,7 +57,7 @@ func knob(r operator.AuditRecord, when, field string) any {
 func TestAFaultChangeNeedsAnAuthorizationAndIsRecorded(t *testing.T) {
 	t.Parallel()
 	b := setup(t, time.Millisecond)
-	admin := providerv1.NewProviderAdminServiceClient(b.conn)
+	admin := providerv1.NewProviderAdminServiceClient(b.admin)
 	ctx := operatorContext(operatorToken)
 	crash := &providerv1.Faults{PublishThenCrash: 1}
 	before := b.faultsInForce(t)
@@ -82,7 +82,7 @@ func TestAFaultChangeNeedsAnAuthorizationAndIsRecorded(t *testing.T) {
 		"?authorization.ticket=INC-7": "authorization.actor",
 		"?authorization.ticket=%20&authorization.actor=alice": "authorization.ticket",
 	} {
-		r := b.httpAuth(t, http.MethodPut, "/v1/faults"+query, `{"publishThenCrash": 1}`, "Bearer "+operatorToken)
+		r := b.adminHTTP(t, http.MethodPut, "/v1/faults"+query, `{"publishThenCrash": 1}`, "Bearer "+operatorToken)
 		if r.status != http.StatusBadRequest || !strings.Contains(r.body, `"`+field+`"`) {
 			t.Errorf("PUT /v1/faults%s: HTTP %d %s, want 400 naming %s", query, r.status, r.body, field)
 		}
@@ -98,7 +98,7 @@ func TestAFaultChangeNeedsAnAuthorizationAndIsRecorded(t *testing.T) {
 		Authorization: &opsv1.OperatorAuthorization{Ticket: " INC-7 ", Actor: "alice"}}); err != nil {
 		t.Fatal(err)
 	}
-	r := b.httpAuth(t, http.MethodPut, "/v1/faults?authorization.ticket=INC-8&authorization.actor=bob", `{"poison": 0.5}`, "Bearer "+operatorToken)
+	r := b.adminHTTP(t, http.MethodPut, "/v1/faults?authorization.ticket=INC-8&authorization.actor=bob", `{"poison": 0.5}`, "Bearer "+operatorToken)
 	if r.status != http.StatusOK {
 		t.Fatalf("PUT with an authorization: HTTP %d %s", r.status, r.body)
 	}
@@ -141,8 +141,8 @@ func TestAFaultChangeNeedsAnAuthorizationAndIsRecorded(t *testing.T) {
 func TestFaultChangesAreListedThroughOperatorService(t *testing.T) {
 	t.Parallel()
 	b := setup(t, time.Millisecond)
-	admin := providerv1.NewProviderAdminServiceClient(b.conn)
-	ops := opsv1.NewOperatorServiceClient(b.conn)
+	admin := providerv1.NewProviderAdminServiceClient(b.admin)
+	ops := opsv1.NewOperatorServiceClient(b.admin)
 	ctx := operatorContext(operatorToken)
 	for _, a := range []*opsv1.OperatorAuthorization{{Ticket: "INC-1", Actor: "alice"}, {Ticket: "INC-2", Actor: "bob"}} {
 		if _, err := admin.UpdateFaults(ctx, &providerv1.UpdateFaultsRequest{Faults: &providerv1.Faults{Seed: 1}, Authorization: a}); err != nil {
@@ -184,7 +184,7 @@ func TestAFaultChangeIsNotMadeWhenItCannotBeRecorded(t *testing.T) {
 	cfg := app.Config{
 		// Nothing listens there: every connection is refused.
 		DatabaseURL: fmt.Sprintf("postgres://provider@127.0.0.1:%d/providersim?sslmode=disable", port),
-		Server: server.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", ShutdownTimeout: 5 * time.Second,
+		Server: server.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", AdminGRPCAddr: "127.0.0.1:0", AdminHTTPAddr: "127.0.0.1:0", ShutdownTimeout: 5 * time.Second,
 			Role: server.RoleAPI},
 		PubSub:        pubsub.ClientConfig{ProjectID: emu.ProjectID, EmulatorHost: emu.Addr},
 		Engine:        engine.Config{Workers: 1},
@@ -204,7 +204,7 @@ func TestAFaultChangeIsNotMadeWhenItCannotBeRecorded(t *testing.T) {
 			t.Errorf("run: %v", err)
 		}
 	})
-	conn, err := grpc.NewClient(a.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(a.AdminGRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,7 +25,7 @@ func TestJobsAreListedAndFetchedWithTheirMessages(t *testing.T) {
 	t.Parallel()
 	b := setup(t, time.Millisecond)
 	ctx := operatorContext(operatorToken)
-	admin := providerv1.NewProviderAdminServiceClient(b.conn)
+	admin := providerv1.NewProviderAdminServiceClient(b.admin)
 	intake := providerv1.NewProviderServiceClient(b.conn)
 	submit := func(f *providerv1.Faults) string {
 		t.Helper()
@@ -182,10 +182,10 @@ func TestJobsAreListedAndFetchedWithTheirMessages(t *testing.T) {
 		}
 	}
 	path := "/v1/jobs/" + d.GetJob().GetJobId()
-	if r := b.http(t, http.MethodGet, path, ""); r.status != http.StatusUnauthorized {
+	if r := b.adminHTTP(t, http.MethodGet, path, "", ""); r.status != http.StatusUnauthorized {
 		t.Errorf("GET %s without a token: HTTP %d, want 401", path, r.status)
 	}
-	if r := b.httpAuth(t, http.MethodGet, path, "", "Bearer "+operatorToken); r.status != http.StatusOK ||
+	if r := b.adminHTTP(t, http.MethodGet, path, "", "Bearer "+operatorToken); r.status != http.StatusOK ||
 		!strings.Contains(r.body, `"publishCount":2`) {
 		t.Errorf("GET %s: HTTP %d %s, want the job with its duplicated completion", path, r.status, r.body)
 	}

@@ -47,7 +47,7 @@ func firstPlan(t *testing.T, dsn string, emu *pubsubtest.Emulator, incarnation s
 	cfg := app.Config{
 		Auth:        libenv.CallerAuth{Disabled: true}, // caller authentication: tested apart
 		DatabaseURL: dsn,
-		Server:      server.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", ShutdownTimeout: 5 * time.Second},
+		Server:      server.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", AdminGRPCAddr: "127.0.0.1:0", AdminHTTPAddr: "127.0.0.1:0", ShutdownTimeout: 5 * time.Second},
 		PubSub:      pubsub.ClientConfig{ProjectID: emu.ProjectID, EmulatorHost: emu.Addr},
 		// Executions outlast the test: only the draws matter here.
 		Engine: engine.Config{Workers: 1, ExecBase: time.Hour, ExecJitter: 0.5},
@@ -75,7 +75,7 @@ func firstPlan(t *testing.T, dsn string, emu *pubsubtest.Emulator, incarnation s
 	defer conn.Close()
 	var header http.Header
 	waitfor.Condition(t, 5*time.Second, "GET /v1/faults answers", func() bool {
-		req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, "http://"+a.HTTPAddr()+"/v1/faults", nil)
+		req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, "http://"+a.AdminHTTPAddr()+"/v1/faults", nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -45,7 +45,7 @@ func TestRoles_APIAcceptsAndRunsNoEngine_WorkerRunsTheEngineAndServesNoAPI(t *te
 	cfg := app.Config{
 		Auth:        libenv.CallerAuth{Disabled: true}, // caller authentication: tested apart
 		DatabaseURL: dsn,
-		Server:      server.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", ShutdownTimeout: 5 * time.Second},
+		Server:      server.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", AdminGRPCAddr: "127.0.0.1:0", AdminHTTPAddr: "127.0.0.1:0", ShutdownTimeout: 5 * time.Second},
 		PubSub:      pubsub.ClientConfig{ProjectID: emu.ProjectID, EmulatorHost: emu.Addr},
 		Engine: engine.Config{
 			Workers: 2, PollInterval: 20 * time.Millisecond, Lease: time.Second,

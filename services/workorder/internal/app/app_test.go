@@ -83,7 +83,7 @@ func testConfig(t *testing.T, dsn, providerAddr string) config.Config {
 		Common: serviceapp.Common{
 			PubSub:    pubsub.ClientConfig{ProjectID: em.ProjectID, EmulatorHost: em.Addr},
 			Database:  pgdb.Config{URL: dsn},
-			Server:    server.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", ShutdownTimeout: 10 * time.Second},
+			Server:    server.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", AdminGRPCAddr: "127.0.0.1:0", AdminHTTPAddr: "127.0.0.1:0", ShutdownTimeout: 10 * time.Second},
 			Telemetry: telemetry.Config{ServiceName: config.ServiceName, LogLevel: "info"},
 			// Caller authentication is tested in package api and by the stack
 			// tests (internal/devtools/localstack); here every caller is anonymous.
@@ -266,7 +266,7 @@ func TestAdminRefusesMissingTokenBeforeValidating(t *testing.T) {
 			t.Errorf("run: %v", err)
 		}
 	})
-	conn, err := grpc.NewClient(a.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(a.AdminGRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,7 +28,8 @@ type Config struct {
 	// Common is what every service reads the same way (see
 	// serviceapp.Common): DATABASE_* (DATABASE_API_MAX_CONNS default 10,
 	// DATABASE_WORKER_MAX_CONNS 12), the listeners (GRPC_ADDR default
-	// ":9090", HTTP_ADDR default ":8080"; the same TLS dials
+	// ":9090", HTTP_ADDR default ":8080", ADMIN_GRPC_ADDR ":9190",
+	// ADMIN_HTTP_ADDR ":8180"; the same TLS dials
 	// PROVIDER_ADDR), PUBSUB_* (PUBSUB_MAX_BATCH_BYTES bounds a batch of
 	// either consumer), AUTH_*, WORKORDER_OPERATOR_TOKEN (guards
 	// WorkOrderAdminService and OperatorService) and the telemetry. Here
@@ -108,7 +109,7 @@ const DefaultPlanCacheMode = "force_generic_plan"
 func FromEnv(r *envconfig.Reader) (Config, error) {
 	c := Config{
 		Common: serviceapp.ReadCommon(r, serviceapp.Defaults{
-			Service: ServiceName, GRPCAddr: ":9090", HTTPAddr: ":8080",
+			Service: ServiceName, GRPCAddr: ":9090", HTTPAddr: ":8080", AdminGRPCAddr: ":9190", AdminHTTPAddr: ":8180",
 			Database: pgdb.Config{PlanCacheMode: DefaultPlanCacheMode},
 		}),
 		ProviderAddr:     r.String("PROVIDER_ADDR", "localhost:9091"),
