@@ -11,13 +11,14 @@ import (
 // (NewInProcess); only this package can set it, so no remote call carries it.
 type inProcessKey struct{}
 
-// authorize lets in-process calls through and checks the operator token of
-// the others.
-func (s *Service) authorize(ctx context.Context) error {
+// authorize lets in-process calls through and verifies the operator of the
+// others, returning ctx with the operator (PrincipalFrom). An in-process
+// call names its operator with LogIn; its repairs are refused without one.
+func (s *Service) authorize(ctx context.Context) (context.Context, error) {
 	if ctx.Value(inProcessKey{}) != nil {
-		return nil
+		return ctx, nil
 	}
-	return s.guard.Authorize(ctx)
+	return s.guard.Verify(ctx)
 }
 
 // NewInProcess returns the operations over deps for a caller inside the

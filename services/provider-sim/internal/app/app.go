@@ -99,6 +99,9 @@ type Config struct {
 	// AUTH_DISABLED): the work-order service's identity. Another
 	// authenticated caller is refused with PERMISSION_DENIED.
 	AllowedCallers []string
+	// Operators may call the operator services with an ID token
+	// (AUTH_OPERATORS, AUTH_CONSOLES; libenv.OperatorIdentities).
+	Operators libenv.OperatorIdentities
 }
 
 // ConfigFromEnv reads every setting; the error names each bad variable.
@@ -114,6 +117,7 @@ func ConfigFromEnv(env *envconfig.Reader) (Config, error) {
 		OperatorToken:  env.String(EnvOperatorToken, ""),
 		Auth:           libenv.ReadCallerAuth(env),
 		AllowedCallers: libenv.SplitSubjects(env.String(EnvAllowedCallers, "")),
+		Operators:      libenv.ReadOperatorIdentities(env),
 	}
 	cfg.Telemetry.ProjectID = cfg.PubSub.ProjectID
 	if err := env.Err(); err != nil {
@@ -134,7 +138,7 @@ func (c Config) Validate() error {
 		errs = append(errs, envconfig.Check(libenv.ServerEnvNames, err))
 	}
 	errs = append(errs, c.PubSub.Validate(), c.Publisher.Validate(), c.Engine.Validate(), c.Faults.Validate(),
-		operator.ValidateToken(EnvOperatorToken, c.OperatorToken), c.Auth.Validate())
+		operator.ValidateToken(EnvOperatorToken, c.OperatorToken), c.Auth.Validate(), c.Operators.Validate(c.Auth))
 	if !c.Auth.Disabled && len(c.AllowedCallers) == 0 {
 		errs = append(errs, envconfig.Check(EnvAllowedCallers,
 			errors.New("required: the subjects that may submit work (the work-order service's), or AUTH_DISABLED=true")))
@@ -226,7 +230,15 @@ func (a *App) assemble(cfg Config, stream faults.Stream, tel telemetry.Providers
 	if err != nil {
 		return err
 	}
-	guard, err := operator.NewGuard(cfg.OperatorToken, EnvOperatorToken, a.logger)
+	mark, err := operator.NewGatewayMark()
+	if err != nil {
+		return err
+	}
+	guardOpts, err := cfg.Operators.GuardOptions(cfg.Auth, mark)
+	if err != nil {
+		return err
+	}
+	guard, err := operator.NewGuard(cfg.OperatorToken, EnvOperatorToken, a.logger, guardOpts...)
 	if err != nil {
 		return err
 	}
@@ -241,7 +253,7 @@ func (a *App) assemble(cfg Config, stream faults.Stream, tel telemetry.Providers
 		auth = append(auth, api.AllowedCallers(cfg.AllowedCallers))
 	}
 	srv, err := server.New(cfg.Server, a.logger, append(opts, server.WithWorker("engine", eng.Run), server.WithTelemetry(tel),
-		callerAuth, server.WithAuthInterceptors(auth...))...)
+		callerAuth, server.WithAuthInterceptors(auth...), server.WithGatewayOptions(mark.ServeMuxOption()))...)
 	if err != nil {
 		return err
 	}
