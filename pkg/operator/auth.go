@@ -206,7 +206,7 @@ func (g *Guard) Verify(ctx context.Context) (context.Context, error) {
 	}
 	if wait, first := g.limit.blocked(addr); wait > 0 {
 		if first { // once per block: the refusals that follow are its echo
-			g.logger.WarnContext(ctx, "operator: address blocked: too many refused operator credentials",
+			g.logger.WarnContext(ctx, "operator: address blocked: too many wrong operator tokens",
 				"peer", addr, "retry_after", wait)
 		}
 		return ctx, tooManyFailures(wait)
@@ -214,7 +214,7 @@ func (g *Guard) Verify(ctx context.Context) (context.Context, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
 	vals := md.Get("authorization")
 	if len(vals) == 0 {
-		g.logger.InfoContext(ctx, "operator: call without an operator credential refused", "peer", addr)
+		g.logger.InfoContext(ctx, "operator: call without an operator token refused", "peer", addr)
 		return ctx, status.Error(codes.Unauthenticated, "missing operator credential (authorization: Bearer <ID token or operator token>)")
 	}
 	tok, ok := strings.CutPrefix(vals[0], "Bearer ")
