@@ -49,7 +49,7 @@ var (
 	// ErrNoOperator refuses an AuditEntry without an actor because no guard
 	// verified an operator for the call (UNAUTHENTICATED); it wraps
 	// ErrInvalidAuditEntry.
-	ErrNoOperator = fmt.Errorf("%w: no verified operator", ErrInvalidAuditEntry)
+	ErrNoOperator = fmt.Errorf("%w: actor is required: no verified operator", ErrInvalidAuditEntry)
 )
 
 // AuditEntry is one privileged action to record.
@@ -75,9 +75,9 @@ type AuditEntry struct {
 }
 
 // ValidateAuthorization reports a missing, overlong or unstorable ticket or
-// an overlong or unstorable stated actor (optional: the verified operator is
-// recorded), naming the field. A service calls it to refuse a request before
-// doing anything.
+// actor, naming the field. A service calls it to refuse a request before
+// doing anything. The request's actor stays required for compatibility but
+// is only stated: the verified operator is recorded (AuditEntry).
 func ValidateAuthorization(ticket, actor string) error {
 	return joinViolations(AuthorizationViolations("", ticket, actor))
 }
@@ -95,7 +95,7 @@ func joinViolations(vs []apierror.Violation) error {
 // e.g. "authorization."), for an INVALID_ARGUMENT answer
 // (apierror.InvalidArgument). Empty when both are valid.
 func AuthorizationViolations(prefix, ticket, actor string) []apierror.Violation {
-	return violations(prefix, ticket, actor, false)
+	return violations(prefix, ticket, actor, true)
 }
 
 func violations(prefix, ticket, actor string, actorRequired bool) []apierror.Violation {

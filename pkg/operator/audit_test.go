@@ -19,7 +19,7 @@ func TestAuthorizationViolationsNameEachField(t *testing.T) {
 		{"INC-1", "alice", ""},
 		{strings.Repeat("é", operator.MaxAuditLength), " alice ", ""},
 		{"", "alice", "authorization.ticket is required"},
-		{" \t", "", "authorization.ticket is required"}, // the actor is only stated: the verified operator is recorded
+		{" \t", "", "authorization.ticket is required; authorization.actor is required"},
 		{strings.Repeat("x", operator.MaxAuditLength+1), "alice", "authorization.ticket must be at most 200 characters"},
 		{"INC-1", "al\x00ice", "authorization.actor contains a NUL byte"},
 	} {

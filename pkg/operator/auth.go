@@ -240,6 +240,23 @@ func (g *Guard) Verify(ctx context.Context) (context.Context, error) {
 	return ctx, status.Error(codes.PermissionDenied, "operator token refused")
 }
 
+// LogIn verifies the credential of an operator command run in process
+// (bearer: an ID token or the break-glass token; operatorName: the
+// OperatorHeader a console sends, "" for none) as Verify does a call's, and
+// returns the principal for ActingAs.
+func (g *Guard) LogIn(ctx context.Context, bearer, operatorName string) (string, error) {
+	md := metadata.Pairs("authorization", "Bearer "+bearer)
+	if operatorName != "" {
+		md.Append(OperatorHeader, operatorName)
+	}
+	ctx, err := g.Verify(metadata.NewIncomingContext(ctx, md))
+	if err != nil {
+		return "", err
+	}
+	p, _ := PrincipalFrom(ctx)
+	return p, nil
+}
+
 // tooManyFailures is RESOURCE_EXHAUSTED with the rest of the window as its
 // RetryInfo (HTTP 429 through the gateway).
 func tooManyFailures(wait time.Duration) error {
