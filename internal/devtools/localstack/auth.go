@@ -19,6 +19,15 @@ import (
 // load generator, the end-to-end tests, curl (Stack.ClientSecret).
 const DemoClient = "demo"
 
+// OperatorClient is the local operator: every service lists it in
+// AUTH_OPERATORS, so an operator command with OPERATOR_TOKEN_URL,
+// OPERATOR_CLIENT_ID=operator and its secret (Stack.ClientSecret) runs as
+// it. ConsoleClient is the console's identity, listed in AUTH_CONSOLES.
+const (
+	OperatorClient = "operator"
+	ConsoleClient  = "console"
+)
+
 // issuer is the stack's OpenID Connect issuer (internal/devtools/localissuer),
 // served in this process on loopback: every service verifies its callers'
 // tokens against it (discovery and JWKS over HTTP) and gets its own tokens
@@ -32,7 +41,7 @@ type issuer struct {
 // startIssuer serves the issuer on 127.0.0.1:port with a client per
 // service and DemoClient, each with a random secret.
 func (s *Stack) startIssuer(port int) error {
-	secrets := map[string]string{DemoClient: ""}
+	secrets := map[string]string{DemoClient: "", OperatorClient: "", ConsoleClient: ""}
 	for _, svc := range s.cfg.Services {
 		secrets[svc.Name] = ""
 	}
@@ -67,7 +76,8 @@ func (s *Stack) stopIssuer() {
 }
 
 // authEnv is a service's caller authentication: its audience is its name,
-// its identity the client of that name (docs/adr/0017-caller-identity.md).
+// its identity the client of that name (docs/adr/0017-caller-identity.md);
+// its operators the local OperatorClient and ConsoleClient.
 func (s *Stack) authEnv(service string) []string {
 	return []string{
 		"AUTH_ISSUER=" + s.issuer.URL(),
@@ -75,6 +85,8 @@ func (s *Stack) authEnv(service string) []string {
 		"AUTH_TOKEN_URL=" + s.issuer.TokenURL(),
 		"AUTH_CLIENT_ID=" + service,
 		"AUTH_CLIENT_SECRET=" + s.issuer.secrets[service],
+		"AUTH_OPERATORS=" + OperatorClient,
+		"AUTH_CONSOLES=" + ConsoleClient,
 	}
 }
 

@@ -132,7 +132,7 @@ func TestRequeueOutboxEvents_OverGRPCAndCLI(t *testing.T) {
 		EventIds: []string{failed, published}}); err != nil {
 		t.Fatal(err)
 	}
-	if st, n, e := r.outboxRow(t, failed); st != "PENDING" || n != 0 || e != "requeued by carol, ticket INC-9; was: "+failedWith {
+	if st, n, e := r.outboxRow(t, failed); st != "PENDING" || n != 0 || e != "requeued by break-glass, ticket INC-9; was: "+failedWith {
 		t.Fatalf("requeued event: %s, %d attempts, %q", st, n, e)
 	}
 	again, err := cl.RequeueOutboxEvents(octx, &opsv1.RequeueOutboxEventsRequest{Authorization: opsAuthz, EventIds: []string{failed}})

@@ -106,7 +106,7 @@ func TestRequeueOutboxEvents_OverGRPCAndCLI(t *testing.T) {
 		EventIds: []string{failed, published}}); err != nil {
 		t.Fatal(err)
 	}
-	if st, n, e := b.outboxRow(t, failed); st != "PENDING" || n != 0 || e != "requeued by dana, ticket INC-12; was: "+failedWith {
+	if st, n, e := b.outboxRow(t, failed); st != "PENDING" || n != 0 || e != "requeued by break-glass, ticket INC-12; was: "+failedWith {
 		t.Fatalf("requeued event: %s, %d attempts, %q", st, n, e)
 	}
 	again, err := cl.RequeueOutboxEvents(octx, &opsv1.RequeueOutboxEventsRequest{Authorization: opsAuth, EventIds: []string{failed}})
