@@ -297,7 +297,7 @@ func TestService_RequeueOutboxEvents_DryRunThenOnceAudited(t *testing.T) {
 	}
 	recs := audit.GetRecords()
 	if len(recs) != 3 || recs[0].GetAffected() != 0 || recs[1].GetAffected() != 1 || recs[1].GetDryRun() || !recs[2].GetDryRun() ||
-		recs[2].GetAffected() != 1 || recs[1].GetActor() != "frank" {
+		recs[2].GetAffected() != 1 || recs[1].GetActor() != operator.BreakGlass {
 		t.Fatalf("audit, newest first: %v", recs)
 	}
 	if got := recs[1].GetParams().AsMap()["requeued"]; fmt.Sprint(got) != "["+f.failed+"]" {
@@ -349,7 +349,7 @@ func TestService_ReplayParkedMessage_DryRunThenOnceAudited(t *testing.T) {
 	if left, err := cl.ListParkedMessages(ctx, &opsv1.ListParkedMessagesRequest{}); err != nil || len(left.GetMessages()) != 0 {
 		t.Fatalf("replayed message still listed: %v %v", left, err)
 	}
-	if n := f.count(t, `SELECT count(*) FROM operator_audit WHERE action = 'demo.replay-parked' AND ticket = 'INC-21' AND actor = 'frank'
+	if n := f.count(t, `SELECT count(*) FROM operator_audit WHERE action = 'demo.replay-parked' AND ticket = 'INC-21' AND actor = 'break-glass'
 		AND affected = 1 AND (params->>'parked_id')::bigint = $1 AND params->>'outcome' = 'applied'`, f.parkedID); n != 2 {
 		t.Fatalf("audit rows = %d, want the dry run's and the replay's", n)
 	}

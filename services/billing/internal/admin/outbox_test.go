@@ -139,7 +139,7 @@ func TestRequeueOutboxEvents_OverGRPCAndCLI(t *testing.T) {
 	if err != nil || len(again.GetEventIds()) != 0 || again.GetSkipped()[0].GetState() != "PENDING" {
 		t.Fatalf("second requeue: %v %v, want nothing requeued", again, err)
 	}
-	if n := r.count(t, `SELECT count(*) FROM operator_audit WHERE action = 'outbox.requeue' AND ticket = 'INC-9' AND actor = 'carol'`); n != 3 {
+	if n := r.count(t, `SELECT count(*) FROM operator_audit WHERE action = 'outbox.requeue' AND ticket = 'INC-9' AND actor = 'break-glass'`); n != 3 {
 		t.Fatalf("audit rows = %d, want 3 (dry run, requeue, second requeue)", n)
 	}
 	if n := r.count(t, `SELECT count(*) FROM operator_audit WHERE action = 'outbox.requeue' AND affected = 1 AND dry_run = false

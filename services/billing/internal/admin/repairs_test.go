@@ -97,7 +97,7 @@ func TestRetryJobs_DryRunThenOnceAudited(t *testing.T) {
 	}
 	recs := audit.GetRecords()
 	if len(recs) != 3 || recs[0].GetAffected() != 0 || recs[1].GetAffected() != 1 || recs[1].GetDryRun() ||
-		!recs[2].GetDryRun() || recs[2].GetAffected() != 1 || recs[2].GetAction() != "jobs.retry" || recs[2].GetActor() != "carol" {
+		!recs[2].GetDryRun() || recs[2].GetAffected() != 1 || recs[2].GetAction() != "jobs.retry" || recs[2].GetActor() != "break-glass" {
 		t.Fatalf("audit, newest first: %v", recs)
 	}
 	page, err := ocl.ListOperatorAudit(octx, &opsv1.ListOperatorAuditRequest{PageSize: 2})

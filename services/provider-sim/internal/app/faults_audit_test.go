@@ -112,7 +112,7 @@ func TestAFaultChangeNeedsAnAuthorizationAndIsRecorded(t *testing.T) {
 		t.Fatalf("%d rows, want 2: %+v", len(rs), rs)
 	}
 	second, first := rs[0], rs[1]
-	if first.Action != "faults.update" || first.Actor != "alice" || first.Ticket != "INC-7" || first.Affected != 1 || first.DryRun {
+	if first.Action != "faults.update" || first.Actor != "break-glass" || first.Params["stated_actor"] != "alice" || first.Ticket != "INC-7" || first.Affected != 1 || first.DryRun {
 		t.Fatalf("first row: %+v", first)
 	}
 	if knob(first, "before", "duplicate") != float64(0) || knob(first, "after", "duplicate") != 0.25 || knob(first, "after", "seed") != "9" {

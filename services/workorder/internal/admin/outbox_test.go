@@ -113,7 +113,7 @@ func TestRequeueOutboxEvents_OverGRPCAndCLI(t *testing.T) {
 	if err != nil || len(again.GetEventIds()) != 0 || again.GetSkipped()[0].GetState() != "PENDING" {
 		t.Fatalf("second requeue: %v %v, want nothing requeued", again, err)
 	}
-	if n := b.count(t, `SELECT count(*) FROM operator_audit WHERE action = 'outbox.requeue' AND ticket = 'INC-12' AND actor = 'dana'`); n != 3 {
+	if n := b.count(t, `SELECT count(*) FROM operator_audit WHERE action = 'outbox.requeue' AND ticket = 'INC-12' AND actor = 'break-glass'`); n != 3 {
 		t.Fatalf("audit rows = %d, want 3 (dry run, requeue, second requeue)", n)
 	}
 	if n := b.count(t, `SELECT count(*) FROM operator_audit WHERE action = 'outbox.requeue' AND affected = 1 AND dry_run = false
