@@ -78,7 +78,6 @@ func loggedIn(t *testing.T, ops pkgoperator.Operations, args []string, def strin
 	return ops
 }
 
-
 // cli runs `workorder <args>`, one of the operator commands, as main does.
 func (b bundle) cli(t *testing.T, args ...string) (string, error) {
 	t.Helper()
