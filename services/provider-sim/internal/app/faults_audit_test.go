@@ -118,7 +118,7 @@ func TestAFaultChangeNeedsAnAuthorizationAndIsRecorded(t *testing.T) {
 	if knob(first, "before", "duplicate") != float64(0) || knob(first, "after", "duplicate") != 0.25 || knob(first, "after", "seed") != "9" {
 		t.Fatalf("first row's knobs: %v", first.Params)
 	}
-	if second.Actor != "bob" || second.Ticket != "INC-8" ||
+	if second.Actor != "break-glass" || second.Params["stated_actor"] != "bob" || second.Ticket != "INC-8" ||
 		knob(second, "before", "duplicate") != 0.25 || knob(second, "after", "duplicate") != float64(0) || knob(second, "after", "poison") != 0.5 {
 		t.Fatalf("second row: %+v", second)
 	}
