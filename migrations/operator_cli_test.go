@@ -21,8 +21,26 @@ import (
 func (f fixture) cli(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	var out bytes.Buffer
-	err := operator.RunCLI(context.Background(), args, f.inProcess(t), "demo", &out)
+	err := operator.RunCLI(context.Background(), args, loggedIn(t, f.inProcess(t), args, "frank"), "demo", &out)
 	return out.String(), err
+}
+
+// loggedIn is ops run by the operator the command names with --actor (the
+// test stands in for the command line's login, operator.ActingAs), or by
+// def.
+func loggedIn(t *testing.T, ops operator.Operations, args []string, def string) operator.Operations {
+	t.Helper()
+	as := def
+	for i, a := range args {
+		if (a == "--actor" || a == "-actor") && i+1 < len(args) && args[i+1] != "" {
+			as = args[i+1]
+		}
+	}
+	ops, err := operator.ActingAs(ops, as)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ops
 }
 
 // The service's own command line runs inside the trust boundary: without

@@ -284,7 +284,7 @@ func TestService_RequeueOutboxEvents_DryRunThenOnceAudited(t *testing.T) {
 		t.Fatal(err)
 	}
 	if n := f.count(t, `SELECT count(*) FROM outbox_events WHERE event_id = $1 AND status = 'PENDING' AND attempts = 0
-		AND last_error LIKE 'requeued by frank, ticket INC-21; was: %'`, f.failed); n != 1 {
+		AND last_error LIKE 'requeued by break-glass, ticket INC-21; was: %'`, f.failed); n != 1 {
 		t.Fatal("the requeued event is not PENDING with a fresh budget")
 	}
 	again, err := cl.RequeueOutboxEvents(ctx, &opsv1.RequeueOutboxEventsRequest{Authorization: demoAuth, EventIds: []string{f.failed}})
@@ -297,7 +297,7 @@ func TestService_RequeueOutboxEvents_DryRunThenOnceAudited(t *testing.T) {
 	}
 	recs := audit.GetRecords()
 	if len(recs) != 3 || recs[0].GetAffected() != 0 || recs[1].GetAffected() != 1 || recs[1].GetDryRun() || !recs[2].GetDryRun() ||
-		recs[2].GetAffected() != 1 || recs[1].GetActor() != "frank" {
+		recs[2].GetAffected() != 1 || recs[1].GetActor() != operator.BreakGlass {
 		t.Fatalf("audit, newest first: %v", recs)
 	}
 	if got := recs[1].GetParams().AsMap()["requeued"]; fmt.Sprint(got) != "["+f.failed+"]" {
@@ -343,14 +343,97 @@ func TestService_ReplayParkedMessage_DryRunThenOnceAudited(t *testing.T) {
 	if _, err := cl.ReplayParkedMessage(ctx, &opsv1.ReplayParkedMessageRequest{Authorization: demoAuth, Id: f.parkedID}); status.Code(err) != codes.NotFound {
 		t.Fatalf("second replay: %v, want NOT_FOUND", err)
 	}
-	if n := f.count(t, `SELECT count(*) FROM parked_messages WHERE id = $1 AND replayed_by = 'frank' AND ticket = 'INC-21'`, f.parkedID); n != 1 {
+	if n := f.count(t, `SELECT count(*) FROM parked_messages WHERE id = $1 AND replayed_by = 'break-glass' AND ticket = 'INC-21'`, f.parkedID); n != 1 {
 		t.Fatal("the parked message is not closed by the actor under the ticket")
 	}
 	if left, err := cl.ListParkedMessages(ctx, &opsv1.ListParkedMessagesRequest{}); err != nil || len(left.GetMessages()) != 0 {
 		t.Fatalf("replayed message still listed: %v %v", left, err)
 	}
-	if n := f.count(t, `SELECT count(*) FROM operator_audit WHERE action = 'demo.replay-parked' AND ticket = 'INC-21' AND actor = 'frank'
+	if n := f.count(t, `SELECT count(*) FROM operator_audit WHERE action = 'demo.replay-parked' AND ticket = 'INC-21' AND actor = 'break-glass'
 		AND affected = 1 AND (params->>'parked_id')::bigint = $1 AND params->>'outcome' = 'applied'`, f.parkedID); n != 2 {
 		t.Fatalf("audit rows = %d, want the dry run's and the replay's", n)
+	}
+}
+
+// idTokens stands in for the service's ID-token verifier: a token is the
+// caller it names.
+type idTokens map[string]server.Caller
+
+func (i idTokens) Authenticate(_ context.Context, tok string) (server.Caller, error) {
+	if c, ok := i[tok]; ok {
+		return c, nil
+	}
+	return server.Caller{}, errors.New("token signature invalid")
+}
+
+// The audit records who the guard verified, never the request's actor:
+// break-glass for the operator token, alice for her ID token, the console
+// acting for bob as console:<console>/bob; the stated actor ("mallory") is
+// kept as such in the params.
+func TestService_AuditRecordsTheVerifiedOperator(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	deps := f.deps(t, opsToken)
+	deps.Guard = []operator.GuardOption{operator.WithIdentities(operator.Identities{
+		Auth:      idTokens{"alice-id": {Subject: "1001", Email: "alice@example.com"}, "console-id": {Subject: "console-client"}},
+		Operators: []string{"alice@example.com"}, Consoles: []string{"console-client"},
+	})}
+	svc, err := operator.NewService(deps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := server.New(server.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0"}, slog.New(slog.DiscardHandler),
+		server.WithAuthInterceptors(svc.AuthInterceptor()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	opsv1.RegisterOperatorServiceServer(srv.GRPC(), svc)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("server shutdown: %v", err)
+		}
+	})
+	conn, err := grpc.NewClient(srv.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	cl := opsv1.NewOperatorServiceClient(conn)
+	for _, c := range []struct {
+		ticket string
+		md     []string
+		want   string
+	}{
+		{"INC-BG", []string{"authorization", "Bearer " + opsToken}, operator.BreakGlass},
+		{"INC-ALICE", []string{"authorization", "Bearer alice-id"}, "alice@example.com"},
+		{"INC-BOB", []string{"authorization", "Bearer console-id", operator.OperatorHeader, "bob"}, "console:console-client/bob"},
+	} {
+		octx := metadata.NewOutgoingContext(context.Background(), metadata.Pairs(c.md...))
+		_, err := cl.RequeueOutboxEvents(octx, &opsv1.RequeueOutboxEventsRequest{
+			Authorization: &opsv1.OperatorAuthorization{Ticket: c.ticket, Actor: "mallory"}, EventIds: []string{f.failed}, DryRun: true})
+		if err != nil {
+			t.Fatalf("%s: %v", c.ticket, err)
+		}
+		var actor, stated string
+		if err := f.pool.QueryRow(context.Background(), `SELECT actor, params->>'stated_actor' FROM operator_audit WHERE ticket = $1`,
+			c.ticket).Scan(&actor, &stated); err != nil {
+			t.Fatalf("%s: %v", c.ticket, err)
+		}
+		if actor != c.want || stated != "mallory" {
+			t.Errorf("%s: recorded actor %q (stated %q), want %q (stated mallory)", c.ticket, actor, stated, c.want)
+		}
+	}
+	// A console without the operator it acts for is refused; nothing recorded.
+	octx := metadata.NewOutgoingContext(context.Background(), metadata.Pairs("authorization", "Bearer console-id"))
+	if _, err := cl.RequeueOutboxEvents(octx, &opsv1.RequeueOutboxEventsRequest{
+		Authorization: &opsv1.OperatorAuthorization{Ticket: "INC-X", Actor: "mallory"}, EventIds: []string{f.failed}}); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("console without x-lossless-operator: %v, want PERMISSION_DENIED", err)
+	}
+	if n := f.count(t, `SELECT count(*) FROM operator_audit WHERE actor = 'mallory' OR ticket = 'INC-X'`); n != 0 {
+		t.Fatalf("%d rows recorded mallory or the refused call", n)
 	}
 }

@@ -334,12 +334,6 @@ func TestK8sAutoscalersTargetOnlyTheAPI(t *testing.T) {
 // goRuntimeEnv are variables the Go runtime reads, not internal/envconfig.
 var goRuntimeEnv = map[string]bool{"GOMEMLIMIT": true}
 
-// contractEnv are the shared authorization contract's variables
-// (docs/adr/0025) that internal/libenv reads in every service: the overlays
-// set them in lossless-env. Tolerated here while the code that reads them
-// lands separately; once envOfServices finds them, this set is redundant.
-var contractEnv = map[string]bool{"AUTH_CLIENTS": true, "AUTH_OPERATORS": true, "AUTH_CONSOLES": true}
-
 // containerEnv returns the variables a container gets (env, and the keys of
 // the ConfigMaps and Secrets of envFrom, which must be in the overlay) and
 // the env entries by name.
@@ -424,7 +418,7 @@ func TestK8sEnvironmentIsWhatTheCodeReads(t *testing.T) {
 			}
 			names, vars := containerEnv(t, o, w, c, cms, secs)
 			for n := range names {
-				if !env.reads[n] && !goRuntimeEnv[n] && !contractEnv[n] {
+				if !env.reads[n] && !goRuntimeEnv[n] {
 					t.Errorf("%s: %s sets %s, which %s does not read", o, w, n, svc)
 				}
 			}

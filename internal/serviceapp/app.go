@@ -31,6 +31,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/lossless-dev/lossless/pkg/authz"
+	"github.com/lossless-dev/lossless/pkg/operator"
 	"github.com/lossless-dev/lossless/pkg/pgdb"
 	"github.com/lossless-dev/lossless/pkg/pubsub"
 	"github.com/lossless-dev/lossless/pkg/server"
@@ -82,7 +83,12 @@ type Parts struct {
 	DB     *pgdb.Pools         // API and workers' pools, kept apart (pkg/pgdb)
 	PubSub *gpubsub.Client
 	Config Common
+	// OperatorGuard are the options of the operator services' guards
+	// (operator.NewGuard, operator.Deps.Guard): Config.Operators' identities
+	// and the REST gateway's mark.
+	OperatorGuard []operator.GuardOption
 
+	gateway *operator.GatewayMark
 	closers []func()
 }
 
@@ -112,6 +118,14 @@ func New(ctx context.Context, cfg Common, spec Spec, logger *slog.Logger, tel te
 		return nil, fmt.Errorf("app: database pool: %w", err)
 	}
 	a := &App{parts: &Parts{Log: logger, Tel: tel, Meter: tel.MeterProvider.Meter(spec.Name), DB: db, Config: cfg}}
+	if a.parts.gateway, err = operator.NewGatewayMark(); err != nil {
+		a.Close()
+		return nil, err
+	}
+	if a.parts.OperatorGuard, err = cfg.Operators.GuardOptions(cfg.Auth, a.parts.gateway); err != nil {
+		a.Close()
+		return nil, err
+	}
 	if err := db.Workers.Ping(ctx); err != nil {
 		a.Close()
 		return nil, fmt.Errorf("app: database unreachable (DATABASE_URL): %w", err)
@@ -159,8 +173,8 @@ func (a *App) assemble(ctx context.Context, spec Spec, opts []server.Option) err
 	if err != nil {
 		return err
 	}
-	srvOpts := append([]server.Option{server.WithTelemetry(p.Tel), callerAuth, server.WithAuthInterceptors(guards...)},
-		authorizer.ServerOptions()...)
+	srvOpts := append([]server.Option{server.WithTelemetry(p.Tel), callerAuth, server.WithAuthInterceptors(guards...),
+		server.WithGatewayOptions(p.gateway.ServeMuxOption())}, authorizer.ServerOptions()...)
 	if p.Config.Server.Role.RunsWorkers() && spec.Loops != nil {
 		loops, err := spec.Loops(ctx, p)
 		if err != nil {

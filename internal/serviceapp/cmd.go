@@ -112,9 +112,11 @@ func OpenDatabase(ctx context.Context, env *envconfig.Reader) (*pgxpool.Pool, er
 }
 
 // OperatorCommand runs `<name> <group> ...` (args[0] is the group) through
-// open, in process: holding DATABASE_URL is the privilege (the binary could
-// change these tables directly), so the calls skip the operator token, the
-// network's credential; -ticket and -actor make each repair audited.
+// open, in process: holding DATABASE_URL is the privilege for reads; a
+// repair is recorded as the operator the environment authenticates
+// (OPERATOR_ID_TOKEN, OPERATOR_ID_TOKEN_FILE, OPERATOR_TOKEN_URL with
+// OPERATOR_CLIENT_ID/_SECRET, or OPERATOR_BREAK_GLASS=true; operatorlogin.go)
+// and refused without one. -ticket makes each repair audited.
 func OperatorCommand(open OperatorCLI) servicecmd.Command {
 	return func(ctx context.Context, env *envconfig.Reader, logger *slog.Logger, args []string) error {
 		psCfg := libenv.PubSub(env)
@@ -132,6 +134,9 @@ func OperatorCommand(open OperatorCLI) servicecmd.Command {
 		}
 		ops, consumer, err := open(ctx, env, pool, ps, logger)
 		if err != nil {
+			return err
+		}
+		if ops, err = operatorLogIn(ctx, env, ops, logger); err != nil {
 			return err
 		}
 		return operator.RunCLI(ctx, args, ops, consumer, os.Stdout)

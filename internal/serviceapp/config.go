@@ -60,8 +60,15 @@ type Common struct {
 	// The operator services are exempt: the operator token guards them.
 	Auth libenv.CallerAuth
 
-	// OperatorToken guards the operator services (env OperatorTokenEnv,
-	// e.g. BILLING_OPERATOR_TOKEN; default "": they refuse every call). The
+	// Operators are the identities admitted to the operator services with
+	// an ID token (AUTH_OPERATORS, AUTH_CONSOLES; default none). See
+	// libenv.OperatorIdentities.
+	Operators libenv.OperatorIdentities
+
+	// OperatorToken is the break-glass token of the operator services (env
+	// OperatorTokenEnv, e.g. BILLING_OPERATOR_TOKEN; default "": none),
+	// recorded as "break-glass". Without it and without Operators they
+	// refuse every call. The
 	// service reads it, with its own constant: the deployment checks find
 	// the names a binary reads by their literals and constants.
 	// Callers send it as "authorization: Bearer <token>". When set, at
@@ -103,6 +110,7 @@ func ReadCommon(r *envconfig.Reader, d Defaults) Common {
 		Server:    libenv.Server(r, libenv.Listeners{GRPC: d.GRPCAddr, HTTP: d.HTTPAddr, AdminGRPC: d.AdminGRPCAddr, AdminHTTP: d.AdminHTTPAddr}),
 		PubSub:    libenv.PubSub(r),
 		Auth:      libenv.ReadCallerAuth(r),
+		Operators: libenv.ReadOperatorIdentities(r),
 		Telemetry: libenv.Telemetry(r, d.Service),
 	}
 	c.Telemetry.ProjectID = c.PubSub.ProjectID
@@ -119,6 +127,7 @@ func (c Common) Validate() error {
 		envconfig.Check("PUBSUB_*", c.PubSub.Validate()),
 		envconfig.Check("PUBSUB_MAX_BATCH_BYTES", c.Subscriber.Validate()),
 		c.Auth.Validate(),
+		c.Operators.Validate(c.Auth),
 		operator.ValidateToken(cmp.Or(c.OperatorTokenEnv, "the operator token"), c.OperatorToken),
 		c.Telemetry.Validate(),
 	)

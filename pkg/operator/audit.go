@@ -19,6 +19,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -45,6 +46,10 @@ var (
 	ErrInvalidAuditEntry = errors.New("operator: invalid entry")
 	// ErrInvalidAuditFilter refuses a AuditFilter out of range.
 	ErrInvalidAuditFilter = errors.New("operator: invalid filter")
+	// ErrNoOperator refuses an AuditEntry without an actor because no guard
+	// verified an operator for the call (UNAUTHENTICATED); it wraps
+	// ErrInvalidAuditEntry.
+	ErrNoOperator = fmt.Errorf("%w: actor is required: no verified operator", ErrInvalidAuditEntry)
 )
 
 // AuditEntry is one privileged action to record.
@@ -53,7 +58,14 @@ type AuditEntry struct {
 	Action string
 	// Actor is who acted and Ticket the change or incident it was done
 	// under (both required, at most MaxAuditLength characters; trimmed).
+	// The operator a Guard verified for ctx (PrincipalFrom) replaces Actor:
+	// a service leaves Actor empty and puts its request's own actor field in
+	// StatedActor, so a request never names who is recorded.
 	Actor, Ticket string
+	// StatedActor is the actor a request stated (free text, optional, at
+	// most MaxAuditLength characters): kept in Params as "stated_actor"
+	// when it differs from the recorded actor.
+	StatedActor string
 	// DryRun: the action reported what it would do and changed nothing.
 	DryRun bool
 	// Params are the request's parameters and results, stored as JSON.
@@ -63,11 +75,16 @@ type AuditEntry struct {
 }
 
 // ValidateAuthorization reports a missing, overlong or unstorable ticket or
-// actor, naming the field. Write checks the same; a service calls it to
-// refuse a request before doing anything.
+// actor, naming the field. A service calls it to refuse a request before
+// doing anything. The request's actor stays required for compatibility but
+// is only stated: the verified operator is recorded (AuditEntry).
 func ValidateAuthorization(ticket, actor string) error {
+	return joinViolations(AuthorizationViolations("", ticket, actor))
+}
+
+func joinViolations(vs []apierror.Violation) error {
 	var errs []error
-	for _, v := range AuthorizationViolations("", ticket, actor) {
+	for _, v := range vs {
 		errs = append(errs, fmt.Errorf("%s %s", v.Field, v.Description))
 	}
 	return errors.Join(errs...)
@@ -78,10 +95,18 @@ func ValidateAuthorization(ticket, actor string) error {
 // e.g. "authorization."), for an INVALID_ARGUMENT answer
 // (apierror.InvalidArgument). Empty when both are valid.
 func AuthorizationViolations(prefix, ticket, actor string) []apierror.Violation {
+	return violations(prefix, ticket, actor, true)
+}
+
+func violations(prefix, ticket, actor string, actorRequired bool) []apierror.Violation {
 	var vs []apierror.Violation
-	for _, f := range [...]struct{ name, v string }{{"ticket", ticket}, {"actor", actor}} {
+	for _, f := range [...]struct {
+		name, v  string
+		required bool
+	}{{"ticket", ticket, true}, {"actor", actor, actorRequired}} {
 		var problem string
 		switch v := strings.TrimSpace(f.v); {
+		case v == "" && !f.required:
 		case v == "":
 			problem = "is required"
 		case utf8.RuneCountInString(v) > MaxAuditLength:
@@ -102,10 +127,27 @@ INSERT INTO operator_audit (action, actor, ticket, dry_run, params, affected)
 VALUES ($1, $2, $3, $4, $5, $6)`
 
 // WriteAudit records e through tx, normally the transaction of the action, so
-// that the row exists if and only if the action committed. Ticket and actor
-// are stored trimmed.
+// that the row exists if and only if the action committed. The actor is the
+// operator verified for ctx (PrincipalFrom), else e.Actor; neither is
+// ErrNoOperator. Ticket and actor are stored trimmed.
 func WriteAudit(ctx context.Context, tx pgdb.Executor, e AuditEntry) error {
-	err := ValidateAuthorization(e.Ticket, e.Actor)
+	if p, ok := PrincipalFrom(ctx); ok {
+		e.Actor = p
+	}
+	if strings.TrimSpace(e.Actor) == "" {
+		return ErrNoOperator
+	}
+	if stated := strings.TrimSpace(e.StatedActor); stated != "" && stated != strings.TrimSpace(e.Actor) {
+		e.Params = maps.Clone(e.Params)
+		if e.Params == nil {
+			e.Params = map[string]any{}
+		}
+		e.Params["stated_actor"] = stated
+	}
+	err := joinViolations(violations("", e.Ticket, e.Actor, true))
+	if v := violations("stated_", "-", e.StatedActor, false); len(v) > 0 {
+		err = errors.Join(err, joinViolations(v))
+	}
 	if strings.TrimSpace(e.Action) == "" {
 		err = errors.Join(err, errors.New("action is required"))
 	}

@@ -14,13 +14,17 @@ import (
 // violations before a handler runs; inbox.Ops checks what the proto cannot
 // (ids or a bounded time range, the retention's bounds).
 
-func inboxAuth(a *opsv1.OperatorAuthorization) inbox.Authorization {
-	return inbox.Authorization{Ticket: a.GetTicket(), Actor: a.GetActor()}
+// inboxAuth is the inbox's authorization: the ticket, and the verified
+// operator as its actor (the request's actor is only stated).
+func inboxAuth(ctx context.Context, a *opsv1.OperatorAuthorization) (inbox.Authorization, error) {
+	who, err := validateAuth(ctx, a)
+	return inbox.Authorization{Ticket: a.GetTicket(), Actor: who}, err
 }
 
 // ListInboxEntries implements OperatorService.
 func (s *Service) ListInboxEntries(ctx context.Context, req *opsv1.ListInboxEntriesRequest) (*opsv1.ListInboxEntriesResponse, error) {
-	if err := s.authorize(ctx); err != nil {
+	ctx, err := s.authorize(ctx)
+	if err != nil {
 		return nil, err
 	}
 	if s.deps.Inbox == nil {
@@ -40,7 +44,8 @@ func (s *Service) ListInboxEntries(ctx context.Context, req *opsv1.ListInboxEntr
 
 // GetInboxEntry implements OperatorService.
 func (s *Service) GetInboxEntry(ctx context.Context, req *opsv1.GetInboxEntryRequest) (*opsv1.GetInboxEntryResponse, error) {
-	if err := s.authorize(ctx); err != nil {
+	ctx, err := s.authorize(ctx)
+	if err != nil {
 		return nil, err
 	}
 	if s.deps.Inbox == nil {
@@ -56,13 +61,18 @@ func (s *Service) GetInboxEntry(ctx context.Context, req *opsv1.GetInboxEntryReq
 // ReplayInboxEntries implements OperatorService: inbox.Ops.Replay, audited
 // (action inbox.replay) in its transaction.
 func (s *Service) ReplayInboxEntries(ctx context.Context, req *opsv1.ReplayInboxEntriesRequest) (*opsv1.ReplayInboxEntriesResponse, error) {
-	if err := s.authorize(ctx); err != nil {
+	ctx, err := s.authorize(ctx)
+	if err != nil {
 		return nil, err
 	}
 	if s.deps.Inbox == nil {
 		return nil, repairStatus(errNoStore("inbox"))
 	}
-	r := inbox.ReplayRequest{Authorization: inboxAuth(req.GetAuthorization()), IDs: req.GetIds(), Reason: req.GetReason(), DryRun: req.GetDryRun()}
+	auth, err := inboxAuth(ctx, req.GetAuthorization())
+	if err != nil {
+		return nil, repairStatus(err)
+	}
+	r := inbox.ReplayRequest{Authorization: auth, IDs: req.GetIds(), Reason: req.GetReason(), DryRun: req.GetDryRun()}
 	if req.GetFromTime() != nil {
 		r.From = req.GetFromTime().AsTime()
 	}
@@ -79,7 +89,8 @@ func (s *Service) ReplayInboxEntries(ctx context.Context, req *opsv1.ReplayInbox
 // CleanupInbox implements OperatorService: inbox.Ops.Cleanup, audited
 // (action inbox.cleanup) after its batches.
 func (s *Service) CleanupInbox(ctx context.Context, req *opsv1.CleanupInboxRequest) (*opsv1.CleanupInboxResponse, error) {
-	if err := s.authorize(ctx); err != nil {
+	ctx, err := s.authorize(ctx)
+	if err != nil {
 		return nil, err
 	}
 	if s.deps.Inbox == nil {
@@ -89,7 +100,11 @@ func (s *Service) CleanupInbox(ctx context.Context, req *opsv1.CleanupInboxReque
 	if err != nil {
 		return nil, repairStatus(err)
 	}
-	n, err := s.deps.Inbox.Cleanup(ctx, inbox.CleanupRequest{Authorization: inboxAuth(req.GetAuthorization()),
+	auth, err := inboxAuth(ctx, req.GetAuthorization())
+	if err != nil {
+		return nil, repairStatus(err)
+	}
+	n, err := s.deps.Inbox.Cleanup(ctx, inbox.CleanupRequest{Authorization: auth,
 		Retention: retention, DryRun: req.GetDryRun()})
 	if err != nil {
 		return nil, repairStatus(err)

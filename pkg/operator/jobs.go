@@ -11,7 +11,8 @@ import (
 
 // ListJobs implements OperatorService over Deps.Jobs.
 func (s *Service) ListJobs(ctx context.Context, req *opsv1.ListJobsRequest) (*opsv1.ListJobsResponse, error) {
-	if err := s.authorize(ctx); err != nil {
+	ctx, err := s.authorize(ctx)
+	if err != nil {
 		return nil, err
 	}
 	if s.deps.Jobs == nil {
@@ -47,14 +48,14 @@ func (s *Service) ListJobs(ctx context.Context, req *opsv1.ListJobsRequest) (*op
 // RetryJobs implements OperatorService: the dead jobs among ids requeued
 // (pkg/leasequeue Retry), audited as jobs.retry.
 func (s *Service) RetryJobs(ctx context.Context, req *opsv1.RetryJobsRequest) (*opsv1.RetryJobsResponse, error) {
-	if err := s.authorize(ctx); err != nil {
+	ctx, err := s.authorize(ctx)
+	if err != nil {
 		return nil, err
 	}
 	if s.deps.Jobs == nil {
 		return nil, repairStatus(errNoStore("lease queue"))
 	}
-	a := req.GetAuthorization()
-	ids, err := s.retryJobs(ctx, a.GetTicket(), a.GetActor(), req.GetIds(), req.GetDryRun())
+	ids, err := s.retryJobs(ctx, req.GetAuthorization(), req.GetIds(), req.GetDryRun())
 	if err != nil {
 		return nil, repairStatus(err)
 	}

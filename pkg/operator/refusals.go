@@ -32,6 +32,8 @@ type guardOptions struct {
 	window   time.Duration
 	peers    int
 	now      func() time.Time
+	ids      Identities
+	gateway  *GatewayMark
 }
 
 // WithRefusalLimit sets how many wrong tokens one peer address may present
@@ -140,13 +142,14 @@ func (r *refusals) evict(now time.Time) {
 	}
 }
 
-// peerAddress is the caller's IP address (no port: each new connection has
-// its own), or "unknown". A call that reaches us over loopback with an
-// x-forwarded-for header is our own REST gateway relaying an HTTP client
-// (grpc-gateway appends the client's address last), so that last entry is
-// the caller: every REST client would otherwise share the address 127.0.0.1.
-// Only loopback peers are believed: any remote client can send the header.
-func peerAddress(ctx context.Context) string {
+// peerAddress keys the limiter: the caller's IP address (no port: each new
+// connection has its own), an IPv6 address by its /64 (one host commonly
+// holds the whole prefix), or "unknown". A call our own REST gateway
+// relays (it carries the process's GatewayMark) is keyed by the HTTP
+// client's address, the last x-forwarded-for entry (grpc-gateway appends
+// it): every REST client would otherwise share the gateway's address. No
+// other caller's header is believed: any client can send one.
+func (g *Guard) peerAddress(ctx context.Context) string {
 	p, ok := peer.FromContext(ctx)
 	if !ok || p.Addr == nil {
 		return "unknown"
@@ -155,16 +158,27 @@ func peerAddress(ctx context.Context) string {
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		host = h
 	}
-	ip, err := netip.ParseAddr(host)
-	if err != nil || !ip.IsLoopback() {
-		return host
-	}
 	md, _ := metadata.FromIncomingContext(ctx)
-	if xff := md.Get("x-forwarded-for"); len(xff) > 0 {
-		parts := strings.Split(xff[len(xff)-1], ",")
-		if fwd := strings.TrimSpace(parts[len(parts)-1]); fwd != "" {
-			return fwd
+	if g.gateway.relayed(md) {
+		if xff := md.Get("x-forwarded-for"); len(xff) > 0 {
+			parts := strings.Split(xff[len(xff)-1], ",")
+			if fwd := strings.TrimSpace(parts[len(parts)-1]); fwd != "" {
+				host = fwd
+			}
 		}
 	}
-	return host
+	return addressKey(host)
+}
+
+// addressKey is host itself, or for an IPv6 address its /64 prefix.
+func addressKey(host string) string {
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return host
+	}
+	ip = ip.Unmap()
+	if ip.Is4() {
+		return ip.String()
+	}
+	return netip.PrefixFrom(ip.WithZone(""), 64).Masked().String()
 }

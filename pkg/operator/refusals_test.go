@@ -70,11 +70,20 @@ func healthClient(t *testing.T, g *operator.Guard) healthpb.HealthClient {
 	return healthpb.NewHealthClient(conn)
 }
 
+// gatewayMark is the process's mark the tests' "gateway" (from) sends.
+var gatewayMark = func() *operator.GatewayMark {
+	m, err := operator.NewGatewayMark()
+	if err != nil {
+		panic(err)
+	}
+	return m
+}()
+
 // from is a call relayed by the REST gateway for the HTTP client at ip
-// (the gateway appends the client's address to x-forwarded-for), carrying
-// auth when not empty.
+// (the gateway appends the client's address to x-forwarded-for and adds
+// the process's mark), carrying auth when not empty.
 func from(ip, auth string) context.Context {
-	md := metadata.Pairs("x-forwarded-for", ip)
+	md := metadata.Join(metadata.Pairs("x-forwarded-for", ip), operator.GatewayMarkPairs(gatewayMark))
 	if auth != "" {
 		md.Append("authorization", auth)
 	}
@@ -86,7 +95,7 @@ func TestWrongTokensFromOneAddressAreLimitedAndLogged(t *testing.T) {
 	clk := &clock{t: time.Unix(1_700_000_000, 0)}
 	logs := &syncBuffer{}
 	g, err := operator.NewGuard(token, "X_TOKEN", slog.New(slog.NewTextHandler(logs, nil)),
-		operator.WithRefusalLimit(3, time.Minute, 0), operator.WithClock(clk.now))
+		operator.WithRefusalLimit(3, time.Minute, 0), operator.WithClock(clk.now), operator.WithGatewayMark(gatewayMark))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,23 +158,76 @@ func TestWrongTokensFromOneAddressAreLimitedAndLogged(t *testing.T) {
 	}
 }
 
-// A remote peer cannot choose its address with x-forwarded-for: only a
-// loopback peer (the service's own REST gateway) is believed.
-func TestForwardedForIsBelievedOnlyFromLoopback(t *testing.T) {
+// A peer cannot choose its address with x-forwarded-for: only a call that
+// carries the process's gateway mark (its own REST gateway) is believed, from
+// a remote address or from loopback (another local process) alike.
+func TestForwardedForIsBelievedOnlyFromTheGateway(t *testing.T) {
+	t.Parallel()
+	for _, peerIP := range []string{"203.0.113.9", "127.0.0.1"} {
+		g, err := operator.NewGuard(token, "X_TOKEN", slog.New(slog.DiscardHandler), operator.WithRefusalLimit(1, time.Minute, 0),
+			operator.WithGatewayMark(gatewayMark))
+		if err != nil {
+			t.Fatal(err)
+		}
+		remote := func(forwarded string, marked bool) context.Context {
+			ctx := peer.NewContext(context.Background(), &peer.Peer{Addr: &net.TCPAddr{IP: net.ParseIP(peerIP), Port: 40000}})
+			md := metadata.Pairs("x-forwarded-for", forwarded, "authorization", "Bearer guess")
+			if marked {
+				md = metadata.Join(md, operator.GatewayMarkPairs(gatewayMark))
+			}
+			return metadata.NewIncomingContext(ctx, md)
+		}
+		if err := g.Authorize(remote("192.0.2.1", false)); status.Code(err) != codes.PermissionDenied {
+			t.Fatalf("%s: first wrong token: %v", peerIP, err)
+		}
+		if err := g.Authorize(remote("192.0.2.2", false)); status.Code(err) != codes.ResourceExhausted {
+			t.Fatalf("%s: second wrong token from the same peer, other x-forwarded-for: %v, want RESOURCE_EXHAUSTED", peerIP, err)
+		}
+		// The gateway's calls are keyed by their HTTP client: another client
+		// is not blocked by the peer's refusals.
+		if err := g.Authorize(remote("192.0.2.3", true)); status.Code(err) != codes.PermissionDenied {
+			t.Fatalf("%s: the gateway relaying another client: %v, want PERMISSION_DENIED", peerIP, err)
+		}
+		// A forged mark is not the process's.
+		ctx := peer.NewContext(context.Background(), &peer.Peer{Addr: &net.TCPAddr{IP: net.ParseIP(peerIP), Port: 1}})
+		forged := metadata.Join(metadata.Pairs("x-forwarded-for", "192.0.2.4", "authorization", "Bearer guess"),
+			operator.GatewayMarkPairs(mustMark(t)))
+		if err := g.Authorize(metadata.NewIncomingContext(ctx, forged)); status.Code(err) != codes.ResourceExhausted {
+			t.Fatalf("%s: another process's mark: %v, want RESOURCE_EXHAUSTED (keyed by the peer)", peerIP, err)
+		}
+	}
+}
+
+func mustMark(t *testing.T) *operator.GatewayMark {
+	t.Helper()
+	m, err := operator.NewGatewayMark()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// IPv6 callers are keyed by their /64: a host holding the prefix cannot
+// escape the limit by changing its interface id; another /64 is not
+// affected.
+func TestIPv6IsLimitedPerSlash64(t *testing.T) {
 	t.Parallel()
 	g, err := operator.NewGuard(token, "X_TOKEN", slog.New(slog.DiscardHandler), operator.WithRefusalLimit(1, time.Minute, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
-	remote := func(forwarded string) context.Context {
-		ctx := peer.NewContext(context.Background(), &peer.Peer{Addr: &net.TCPAddr{IP: net.ParseIP("203.0.113.9"), Port: 40000}})
-		return metadata.NewIncomingContext(ctx, metadata.Pairs("x-forwarded-for", forwarded, "authorization", "Bearer guess"))
+	at := func(ip string) error {
+		ctx := peer.NewContext(context.Background(), &peer.Peer{Addr: &net.TCPAddr{IP: net.ParseIP(ip), Port: 1}})
+		return g.Authorize(metadata.NewIncomingContext(ctx, metadata.Pairs("authorization", "Bearer guess")))
 	}
-	if err := g.Authorize(remote("192.0.2.1")); status.Code(err) != codes.PermissionDenied {
+	if err := at("2001:db8:1:2::1"); status.Code(err) != codes.PermissionDenied {
 		t.Fatalf("first wrong token: %v", err)
 	}
-	if err := g.Authorize(remote("192.0.2.2")); status.Code(err) != codes.ResourceExhausted {
-		t.Fatalf("second wrong token from the same remote peer, other x-forwarded-for: %v, want RESOURCE_EXHAUSTED", err)
+	if err := at("2001:db8:1:2:ffff::9"); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("same /64: %v, want RESOURCE_EXHAUSTED", err)
+	}
+	if err := at("2001:db8:1:3::1"); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("another /64: %v, want PERMISSION_DENIED", err)
 	}
 }
 

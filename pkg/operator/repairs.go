@@ -9,6 +9,7 @@ import (
 
 	"github.com/lossless-dev/lossless/pkg/inbox"
 	"github.com/lossless-dev/lossless/pkg/leasequeue"
+	opsv1 "github.com/lossless-dev/lossless/pkg/operator/opsv1"
 	"github.com/lossless-dev/lossless/pkg/parked"
 	"github.com/lossless-dev/lossless/pkg/pgdb"
 )
@@ -73,25 +74,26 @@ const MaxRetryJobs = 1000
 // job), then audits the run (action jobs.retry), a dry run too. Retry
 // commits its own transaction, so the audit row is a separate one right
 // after it.
-func (s *Service) retryJobs(ctx context.Context, ticket, actor string, ids []int64, dryRun bool) ([]int64, error) {
-	if err := ValidateAuthorization(ticket, actor); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+func (s *Service) retryJobs(ctx context.Context, a *opsv1.OperatorAuthorization, ids []int64, dryRun bool) ([]int64, error) {
+	who, err := validateAuth(ctx, a)
+	if err != nil {
+		return nil, err
 	}
+	ticket := a.GetTicket()
 	if len(ids) == 0 || len(ids) > MaxRetryJobs {
 		return nil, fmt.Errorf("%w: 1..%d job ids, got %d", ErrInvalidRequest, MaxRetryJobs, len(ids))
 	}
 	var done []int64
-	var err error
 	if dryRun {
 		done, err = s.deps.Jobs.RetryDryRun(ctx, s.deps.DB, ids)
 	} else {
-		done, err = s.deps.Jobs.Retry(ctx, ids, ticket, actor)
+		done, err = s.deps.Jobs.Retry(ctx, ids, ticket, who)
 	}
 	if err != nil {
 		return nil, err
 	}
 	// One statement: its own transaction, no BEGIN and COMMIT around it.
-	err = WriteAudit(ctx, s.deps.DB, AuditEntry{Action: "jobs.retry", Actor: actor, Ticket: ticket,
+	err = WriteAudit(ctx, s.deps.DB, AuditEntry{Action: "jobs.retry", StatedActor: a.GetActor(), Ticket: ticket,
 		DryRun: dryRun, Params: map[string]any{"requested": ids, "requeued": done}, Affected: len(done)})
 	return done, err
 }

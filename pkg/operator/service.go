@@ -66,10 +66,14 @@ type Deps struct {
 	// DB is the service's database (required): the outbox, parked_messages
 	// and operator_audit tables are there.
 	DB pgdb.DB
-	// Token is the operator token; empty refuses every call, shorter than
-	// MinTokenLength is an error. TokenEnv names where it came from (for
-	// errors and logs; required).
+	// Token is the break-glass operator token; shorter than MinTokenLength
+	// is an error. TokenEnv names where it came from (for errors and logs;
+	// required). Without it and without identities (Guard) every call is
+	// refused.
 	Token, TokenEnv string
+	// Guard are the guard's options: the operator identities
+	// (WithIdentities), the gateway mark (WithGatewayMark).
+	Guard []GuardOption
 	// Outbox is the service's outbox schema options (nil: the default
 	// outbox).
 	Outbox []outbox.Option
@@ -107,7 +111,7 @@ func NewService(deps Deps) (*Service, error) {
 	if deps.DB == nil || deps.Logger == nil || deps.TokenEnv == "" {
 		return nil, errors.New("operator: NewService needs a database, a logger and the token's variable name")
 	}
-	guard, err := NewGuard(deps.Token, deps.TokenEnv, deps.Logger)
+	guard, err := NewGuard(deps.Token, deps.TokenEnv, deps.Logger, deps.Guard...)
 	if err != nil {
 		return nil, err
 	}
@@ -139,9 +143,10 @@ func newService(deps Deps, guard *Guard) (*Service, error) {
 	return s, nil
 }
 
-// AuthInterceptor refuses calls to this service without the operator token
-// before anything else runs, request validation included. Other services on
-// the server pass through.
+// AuthInterceptor refuses calls to this service without an operator's
+// credential before anything else runs, request validation included, and
+// puts the verified operator in the context. Other services on the server
+// pass through.
 func (s *Service) AuthInterceptor() grpc.UnaryServerInterceptor {
 	return s.guard.ServiceInterceptor(opsv1.OperatorService_ServiceDesc.ServiceName)
 }
@@ -166,15 +171,24 @@ func repairStatus(err error) error {
 		return status.Error(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, errUnimplemented):
 		return status.Error(codes.Unimplemented, err.Error())
+	case errors.Is(err, ErrNoOperator):
+		return status.Error(codes.Unauthenticated, "no verified operator: repairs need an operator's ID token or the break-glass token")
 	}
 	return err
 }
 
-func validateAuth(a *opsv1.OperatorAuthorization) error {
+// validateAuth checks a repair's authorization and returns who acts: the
+// operator verified for ctx (PrincipalFrom). The request's actor is only
+// what the operator stated (AuditEntry.StatedActor).
+func validateAuth(ctx context.Context, a *opsv1.OperatorAuthorization) (string, error) {
 	if err := ValidateAuthorization(a.GetTicket(), a.GetActor()); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+		return "", fmt.Errorf("%w: %w", ErrInvalidRequest, err)
 	}
-	return nil
+	who, ok := PrincipalFrom(ctx)
+	if !ok {
+		return "", ErrNoOperator
+	}
+	return who, nil
 }
 
 // consumer picks the named consumer among those that can (ok); an empty
@@ -198,7 +212,8 @@ func (s *Service) consumer(name string, ok func(Consumer) bool) (Consumer, error
 
 // ListOutboxEvents implements OperatorService.
 func (s *Service) ListOutboxEvents(ctx context.Context, req *opsv1.ListOutboxEventsRequest) (*opsv1.ListOutboxEventsResponse, error) {
-	if err := s.authorize(ctx); err != nil {
+	ctx, err := s.authorize(ctx)
+	if err != nil {
 		return nil, err
 	}
 	// The token is bound to the set of states, whatever their order; a
@@ -243,7 +258,8 @@ func (s *Service) ListOutboxEvents(ctx context.Context, req *opsv1.ListOutboxEve
 // last_error), audited (action outbox.requeue), a dry run too, in the same
 // transaction.
 func (s *Service) RequeueOutboxEvents(ctx context.Context, req *opsv1.RequeueOutboxEventsRequest) (*opsv1.RequeueOutboxEventsResponse, error) {
-	if err := s.authorize(ctx); err != nil {
+	ctx, err := s.authorize(ctx)
+	if err != nil {
 		return nil, err
 	}
 	res, err := s.requeueOutbox(ctx, req)
@@ -258,7 +274,8 @@ func (s *Service) RequeueOutboxEvents(ctx context.Context, req *opsv1.RequeueOut
 }
 
 func (s *Service) requeueOutbox(ctx context.Context, req *opsv1.RequeueOutboxEventsRequest) (res outbox.RequeueResult, err error) {
-	if err := validateAuth(req.GetAuthorization()); err != nil {
+	who, err := validateAuth(ctx, req.GetAuthorization())
+	if err != nil {
 		return res, err
 	}
 	ids := make([]uuid.UUID, 0, len(req.GetEventIds()))
@@ -270,7 +287,7 @@ func (s *Service) requeueOutbox(ctx context.Context, req *opsv1.RequeueOutboxEve
 		ids = append(ids, id)
 	}
 	a := req.GetAuthorization()
-	note := fmt.Sprintf("requeued by %s, ticket %s", strings.TrimSpace(a.GetActor()), strings.TrimSpace(a.GetTicket()))
+	note := fmt.Sprintf("requeued by %s, ticket %s", who, strings.TrimSpace(a.GetTicket()))
 	err = pgx.BeginFunc(ctx, s.deps.DB, func(tx pgx.Tx) error {
 		res, err = s.requeue.Requeue(ctx, tx, outbox.RequeueRequest{EventIDs: ids, Note: note, DryRun: req.GetDryRun()})
 		if err != nil {
@@ -284,7 +301,7 @@ func (s *Service) requeueOutbox(ctx context.Context, req *opsv1.RequeueOutboxEve
 		for _, sk := range res.Skipped {
 			skipped[sk.EventID.String()] = string(sk.State)
 		}
-		return WriteAudit(ctx, tx, AuditEntry{Action: "outbox.requeue", Actor: a.GetActor(), Ticket: a.GetTicket(),
+		return WriteAudit(ctx, tx, AuditEntry{Action: "outbox.requeue", StatedActor: a.GetActor(), Ticket: a.GetTicket(),
 			DryRun: req.GetDryRun(), Params: map[string]any{"requested": requested, "requeued": requeuedIDs(res), "skipped": skipped},
 			Affected: len(res.Requeued)})
 	})
@@ -304,7 +321,8 @@ func requeuedIDs(res outbox.RequeueResult) []string {
 
 // ListParkedMessages implements OperatorService.
 func (s *Service) ListParkedMessages(ctx context.Context, req *opsv1.ListParkedMessagesRequest) (*opsv1.ListParkedMessagesResponse, error) {
-	if err := s.authorize(ctx); err != nil {
+	ctx, err := s.authorize(ctx)
+	if err != nil {
 		return nil, err
 	}
 	if s.deps.Parked == nil {
@@ -340,7 +358,8 @@ func (s *Service) ListParkedMessages(ctx context.Context, req *opsv1.ListParkedM
 // <consumer>.replay-parked) in one transaction. A message still refused
 // changes nothing and is not audited.
 func (s *Service) ReplayParkedMessage(ctx context.Context, req *opsv1.ReplayParkedMessageRequest) (*opsv1.ReplayParkedMessageResponse, error) {
-	if err := s.authorize(ctx); err != nil {
+	ctx, err := s.authorize(ctx)
+	if err != nil {
 		return nil, err
 	}
 	outcome, err := s.replayParked(ctx, req)
@@ -351,7 +370,8 @@ func (s *Service) ReplayParkedMessage(ctx context.Context, req *opsv1.ReplayPark
 }
 
 func (s *Service) replayParked(ctx context.Context, req *opsv1.ReplayParkedMessageRequest) (outcome string, err error) {
-	if err := validateAuth(req.GetAuthorization()); err != nil {
+	who, err := validateAuth(ctx, req.GetAuthorization())
+	if err != nil {
 		return "", err
 	}
 	if req.GetId() <= 0 {
@@ -364,13 +384,13 @@ func (s *Service) replayParked(ctx context.Context, req *opsv1.ReplayParkedMessa
 	a := req.GetAuthorization()
 	err = pgx.BeginFunc(ctx, s.deps.DB, func(tx pgx.Tx) error {
 		err := InSavepoint(ctx, tx, req.GetDryRun(), func(sp pgx.Tx) (err error) {
-			outcome, err = c.Replay(ctx, sp, req.GetId(), a.GetTicket(), a.GetActor())
+			outcome, err = c.Replay(ctx, sp, req.GetId(), a.GetTicket(), who)
 			return err
 		})
 		if err != nil {
 			return err
 		}
-		return WriteAudit(ctx, tx, AuditEntry{Action: c.Name + ".replay-parked", Actor: a.GetActor(), Ticket: a.GetTicket(),
+		return WriteAudit(ctx, tx, AuditEntry{Action: c.Name + ".replay-parked", StatedActor: a.GetActor(), Ticket: a.GetTicket(),
 			DryRun: req.GetDryRun(), Params: map[string]any{"parked_id": req.GetId(), "outcome": outcome}, Affected: 1})
 	})
 	return outcome, err
@@ -383,10 +403,11 @@ func (s *Service) replayParked(ctx context.Context, req *opsv1.ReplayParkedMessa
 // after the messages' own transactions, also when some failed: those are
 // released and listed, and the others' effects are answered.
 func (s *Service) ReplayDeadLetters(ctx context.Context, req *opsv1.ReplayDeadLettersRequest) (*opsv1.ReplayDeadLettersResponse, error) {
-	if err := s.authorize(ctx); err != nil {
+	ctx, err := s.authorize(ctx)
+	if err != nil {
 		return nil, err
 	}
-	if err := validateAuth(req.GetAuthorization()); err != nil {
+	if _, err := validateAuth(ctx, req.GetAuthorization()); err != nil {
 		return nil, repairStatus(err)
 	}
 	c, err := s.consumer(req.GetConsumer(), func(c Consumer) bool { return c.DeadLetterSubscription != "" })
@@ -416,7 +437,7 @@ func (s *Service) ReplayDeadLetters(ctx context.Context, req *opsv1.ReplayDeadLe
 	}
 	a := req.GetAuthorization()
 	err = pgx.BeginFunc(ctx, s.deps.DB, func(tx pgx.Tx) error {
-		return WriteAudit(ctx, tx, AuditEntry{Action: c.Name + ".replay-dead-letters", Actor: a.GetActor(), Ticket: a.GetTicket(),
+		return WriteAudit(ctx, tx, AuditEntry{Action: c.Name + ".replay-dead-letters", StatedActor: a.GetActor(), Ticket: a.GetTicket(),
 			DryRun: req.GetDryRun(), Affected: len(res.MessageIDs) - len(res.Failed), Params: map[string]any{
 				"subscription": c.DeadLetterSubscription, "message_ids": res.MessageIDs, "max_messages": req.GetMaxMessages(),
 				"outcomes": outcomes, "failed": res.Failed,
@@ -437,7 +458,8 @@ func (s *Service) ReplayDeadLetters(ctx context.Context, req *opsv1.ReplayDeadLe
 
 // ListOperatorAudit implements OperatorService.
 func (s *Service) ListOperatorAudit(ctx context.Context, req *opsv1.ListOperatorAuditRequest) (*opsv1.ListOperatorAuditResponse, error) {
-	if err := s.authorize(ctx); err != nil {
+	ctx, err := s.authorize(ctx)
+	if err != nil {
 		return nil, err
 	}
 	filter := []string{req.GetAction(), req.GetActor(), req.GetTicket()}

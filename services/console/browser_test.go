@@ -273,7 +273,8 @@ func TestConsoleInABrowser(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if rs := audit.GetRecords(); len(rs) != 1 || rs[0].GetAction() != "faults.update" || rs[0].GetActor() != "browser-operator (shared token)" ||
+		if rs := audit.GetRecords(); len(rs) != 1 || rs[0].GetAction() != "faults.update" || rs[0].GetActor() != "break-glass" ||
+			rs[0].GetParams().GetFields()["stated_actor"].GetStringValue() != "browser-operator (shared token)" ||
 			rs[0].GetParams().GetFields()["after"].GetStructValue().GetFields()["duplicate"].GetNumberValue() != 0.25 {
 			t.Fatalf("provider-sim's audit rows of CHG-browser: %v; want the change by browser-operator (shared token)", rs)
 		}
@@ -652,7 +653,7 @@ func TestRepairAndAuditInABrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	if rs := audit.GetRecords(); len(rs) != 2 || rs[0].GetDryRun() || !rs[1].GetDryRun() || rs[0].GetAction() != "inbox.replay" ||
-		rs[0].GetActor() != "browser-operator (shared token)" || rs[0].GetAffected() != 1 {
+		rs[0].GetActor() != "break-glass" || rs[0].GetAffected() != 1 { // the console's shared token is break-glass
 		t.Fatalf("audit rows of %s: %v; want the replay over its dry run, one entry each", ticket, rs)
 	}
 	run("open the Audit page for the ticket",

@@ -20,9 +20,14 @@ import (
 // load generator, the end-to-end tests, curl (Stack.ClientSecret).
 const DemoClient = "demo"
 
-// OperatorClient is the local issuer's client for an operator at the
-// command line (`make ops`): it may get tokens for every service.
-const OperatorClient = "operator"
+// OperatorClient is the local operator (`make ops`; it may get tokens for
+// every service): every service lists it in AUTH_OPERATORS, so an operator command with OPERATOR_TOKEN_URL,
+// OPERATOR_CLIENT_ID=operator and its secret (Stack.ClientSecret) runs as
+// it. ConsoleClient is the console's identity, listed in AUTH_CONSOLES.
+const (
+	OperatorClient = "operator"
+	ConsoleClient  = "console"
+)
 
 // issuer is the stack's OpenID Connect issuer (internal/devtools/localissuer),
 // served in this process on loopback: every service verifies its callers'
@@ -110,7 +115,8 @@ const Clients = DemoClient + "=*,console=*"
 
 // authEnv is a service's caller authentication: its audience is its name,
 // its identity the client of that name (docs/adr/0017-caller-identity.md),
-// its clients Clients.
+// its clients Clients, its operators the local OperatorClient and
+// ConsoleClient.
 func (s *Stack) authEnv(service string) []string {
 	return []string{
 		"AUTH_ISSUER=" + s.issuer.URL(),
@@ -119,6 +125,8 @@ func (s *Stack) authEnv(service string) []string {
 		"AUTH_TOKEN_URL=" + s.issuer.TokenURL(),
 		"AUTH_CLIENT_ID=" + service,
 		"AUTH_CLIENT_SECRET=" + s.issuer.secrets[service],
+		"AUTH_OPERATORS=" + OperatorClient,
+		"AUTH_CONSOLES=" + ConsoleClient,
 	}
 }
 

@@ -132,14 +132,14 @@ func TestRequeueOutboxEvents_OverGRPCAndCLI(t *testing.T) {
 		EventIds: []string{failed, published}}); err != nil {
 		t.Fatal(err)
 	}
-	if st, n, e := r.outboxRow(t, failed); st != "PENDING" || n != 0 || e != "requeued by carol, ticket INC-9; was: "+failedWith {
+	if st, n, e := r.outboxRow(t, failed); st != "PENDING" || n != 0 || e != "requeued by break-glass, ticket INC-9; was: "+failedWith {
 		t.Fatalf("requeued event: %s, %d attempts, %q", st, n, e)
 	}
 	again, err := cl.RequeueOutboxEvents(octx, &opsv1.RequeueOutboxEventsRequest{Authorization: opsAuthz, EventIds: []string{failed}})
 	if err != nil || len(again.GetEventIds()) != 0 || again.GetSkipped()[0].GetState() != "PENDING" {
 		t.Fatalf("second requeue: %v %v, want nothing requeued", again, err)
 	}
-	if n := r.count(t, `SELECT count(*) FROM operator_audit WHERE action = 'outbox.requeue' AND ticket = 'INC-9' AND actor = 'carol'`); n != 3 {
+	if n := r.count(t, `SELECT count(*) FROM operator_audit WHERE action = 'outbox.requeue' AND ticket = 'INC-9' AND actor = 'break-glass'`); n != 3 {
 		t.Fatalf("audit rows = %d, want 3 (dry run, requeue, second requeue)", n)
 	}
 	if n := r.count(t, `SELECT count(*) FROM operator_audit WHERE action = 'outbox.requeue' AND affected = 1 AND dry_run = false

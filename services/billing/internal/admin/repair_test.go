@@ -76,7 +76,7 @@ func (r repair) cli(t *testing.T, args ...string) (string, error) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = operator.RunCLI(context.Background(), args, ops, admin.ConsumerIntake, &out)
+	err = operator.RunCLI(context.Background(), args, loggedIn(t, ops, args, "alice"), admin.ConsumerIntake, &out)
 	return out.String(), err
 }
 
@@ -235,4 +235,22 @@ func TestReplayParked_AfterCauseFixedEnqueuesOnce(t *testing.T) {
 	if out, _ := fixed.cli(t, "parked", "list"); out != "" {
 		t.Fatalf("replayed row still listed: %q", out)
 	}
+}
+
+// loggedIn is ops run by the operator the command names with --actor (the
+// test stands in for the command line's login, operator.ActingAs), or by
+// def.
+func loggedIn(t *testing.T, ops operator.Operations, args []string, def string) operator.Operations {
+	t.Helper()
+	as := def
+	for i, a := range args {
+		if (a == "--actor" || a == "-actor") && i+1 < len(args) && args[i+1] != "" {
+			as = args[i+1]
+		}
+	}
+	ops, err := operator.ActingAs(ops, as)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ops
 }

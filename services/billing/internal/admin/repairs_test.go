@@ -86,7 +86,7 @@ func TestRetryJobs_DryRunThenOnceAudited(t *testing.T) {
 	if err != nil || len(again.GetIds()) != 0 {
 		t.Fatalf("second retry: %v %v", again, err)
 	}
-	if n := r.count(t, `SELECT count(*) FROM leasequeue_job_audit WHERE job_id = $1 AND ticket = 'INC-9' AND actor = 'carol'`, id); n != 1 {
+	if n := r.count(t, `SELECT count(*) FROM leasequeue_job_audit WHERE job_id = $1 AND ticket = 'INC-9' AND actor = 'break-glass'`, id); n != 1 {
 		t.Fatalf("leasequeue_job_audit rows = %d, want 1", n)
 	}
 
@@ -97,7 +97,7 @@ func TestRetryJobs_DryRunThenOnceAudited(t *testing.T) {
 	}
 	recs := audit.GetRecords()
 	if len(recs) != 3 || recs[0].GetAffected() != 0 || recs[1].GetAffected() != 1 || recs[1].GetDryRun() ||
-		!recs[2].GetDryRun() || recs[2].GetAffected() != 1 || recs[2].GetAction() != "jobs.retry" || recs[2].GetActor() != "carol" {
+		!recs[2].GetDryRun() || recs[2].GetAffected() != 1 || recs[2].GetAction() != "jobs.retry" || recs[2].GetActor() != "break-glass" {
 		t.Fatalf("audit, newest first: %v", recs)
 	}
 	page, err := ocl.ListOperatorAudit(octx, &opsv1.ListOperatorAuditRequest{PageSize: 2})
@@ -188,7 +188,7 @@ func TestReplayParkedAndDeadLettersOverGRPC(t *testing.T) {
 	if n := r.count(t, `SELECT count(*) FROM leasequeue_jobs`); n != 2 {
 		t.Fatalf("%d jobs after the dead-letter replay, want 2", n)
 	}
-	if n := r.count(t, `SELECT count(*) FROM operator_audit WHERE ticket = 'INC-9' AND actor = 'carol'
+	if n := r.count(t, `SELECT count(*) FROM operator_audit WHERE ticket = 'INC-9' AND actor = 'break-glass'
 		AND ((action = 'intake.replay-parked' AND affected = 1) OR (action = 'intake.replay-dead-letters' AND dry_run AND affected = 1))`); n < 3 {
 		t.Fatalf("audit rows = %d, want the parked dry run and replay and the dead-letter dry run", n)
 	}

@@ -129,6 +129,7 @@ func operatorSurfaces(p *serviceapp.Parts, cfg config.Config) ([]serviceapp.Surf
 		return nil, err
 	}
 	deps.Token = cfg.OperatorToken
+	deps.Guard = p.OperatorGuard
 	opsSvc, err := operator.NewService(deps)
 	if err != nil {
 		return nil, err

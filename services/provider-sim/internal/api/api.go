@@ -236,7 +236,7 @@ func (a *Admin) UpdateFaults(ctx context.Context, req *providerv1.UpdateFaultsRe
 	if err != nil {
 		return nil, err
 	}
-	if err := operator.WriteAudit(ctx, a.db, operator.AuditEntry{Action: ActionUpdateFaults, Actor: auth.GetActor(),
+	if err := operator.WriteAudit(ctx, a.db, operator.AuditEntry{Action: ActionUpdateFaults, StatedActor: auth.GetActor(),
 		Ticket: auth.GetTicket(), Params: params, Affected: 1}); err != nil {
 		return nil, fmt.Errorf("record the fault change: %w", err)
 	}

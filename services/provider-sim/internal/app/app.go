@@ -101,6 +101,9 @@ type Config struct {
 	// authenticated caller is refused with PERMISSION_DENIED. They are the
 	// peers of api.Policy's Peer rule (pkg/authz).
 	AllowedCallers []string
+	// Operators may call the operator services with an ID token
+	// (AUTH_OPERATORS, AUTH_CONSOLES; libenv.OperatorIdentities).
+	Operators libenv.OperatorIdentities
 }
 
 // ConfigFromEnv reads every setting; the error names each bad variable.
@@ -116,6 +119,7 @@ func ConfigFromEnv(env *envconfig.Reader) (Config, error) {
 		OperatorToken:  env.String(EnvOperatorToken, ""),
 		Auth:           libenv.ReadCallerAuth(env),
 		AllowedCallers: libenv.SplitSubjects(env.String(EnvAllowedCallers, "")),
+		Operators:      libenv.ReadOperatorIdentities(env),
 	}
 	cfg.Telemetry.ProjectID = cfg.PubSub.ProjectID
 	if err := env.Err(); err != nil {
@@ -137,7 +141,7 @@ func (c Config) Validate() error {
 	}
 	errs = append(errs, c.PubSub.Validate(), c.Publisher.Validate(), c.Engine.Validate(), c.Faults.Validate(),
 		// No client API: AUTH_CLIENTS is not read here.
-		operator.ValidateToken(EnvOperatorToken, c.OperatorToken), c.Auth.ValidateIdentity())
+		operator.ValidateToken(EnvOperatorToken, c.OperatorToken), c.Auth.ValidateIdentity(), c.Operators.Validate(c.Auth))
 	if !c.Auth.Disabled && len(c.AllowedCallers) == 0 {
 		errs = append(errs, envconfig.Check(EnvAllowedCallers,
 			errors.New("required: the subjects that may submit work (the work-order service's), or AUTH_DISABLED=true")))
@@ -229,7 +233,15 @@ func (a *App) assemble(cfg Config, stream faults.Stream, tel telemetry.Providers
 	if err != nil {
 		return err
 	}
-	guard, err := operator.NewGuard(cfg.OperatorToken, EnvOperatorToken, a.logger)
+	mark, err := operator.NewGatewayMark()
+	if err != nil {
+		return err
+	}
+	guardOpts, err := cfg.Operators.GuardOptions(cfg.Auth, mark)
+	if err != nil {
+		return err
+	}
+	guard, err := operator.NewGuard(cfg.OperatorToken, EnvOperatorToken, a.logger, guardOpts...)
 	if err != nil {
 		return err
 	}
@@ -252,7 +264,7 @@ func (a *App) assemble(cfg Config, stream faults.Stream, tel telemetry.Providers
 		return err
 	}
 	srv, err := server.New(cfg.Server, a.logger, append(append(opts, server.WithWorker("engine", eng.Run), server.WithTelemetry(tel),
-		callerAuth, server.WithAuthInterceptors(auth...)), az.ServerOptions()...)...)
+		callerAuth, server.WithAuthInterceptors(auth...), server.WithGatewayOptions(mark.ServeMuxOption())), az.ServerOptions()...)...)
 	if err != nil {
 		return err
 	}

@@ -112,13 +112,13 @@ func TestAFaultChangeNeedsAnAuthorizationAndIsRecorded(t *testing.T) {
 		t.Fatalf("%d rows, want 2: %+v", len(rs), rs)
 	}
 	second, first := rs[0], rs[1]
-	if first.Action != "faults.update" || first.Actor != "alice" || first.Ticket != "INC-7" || first.Affected != 1 || first.DryRun {
+	if first.Action != "faults.update" || first.Actor != "break-glass" || first.Params["stated_actor"] != "alice" || first.Ticket != "INC-7" || first.Affected != 1 || first.DryRun {
 		t.Fatalf("first row: %+v", first)
 	}
 	if knob(first, "before", "duplicate") != float64(0) || knob(first, "after", "duplicate") != 0.25 || knob(first, "after", "seed") != "9" {
 		t.Fatalf("first row's knobs: %v", first.Params)
 	}
-	if second.Actor != "bob" || second.Ticket != "INC-8" ||
+	if second.Actor != "break-glass" || second.Params["stated_actor"] != "bob" || second.Ticket != "INC-8" ||
 		knob(second, "before", "duplicate") != 0.25 || knob(second, "after", "duplicate") != float64(0) || knob(second, "after", "poison") != 0.5 {
 		t.Fatalf("second row: %+v", second)
 	}
@@ -157,10 +157,12 @@ func TestFaultChangesAreListedThroughOperatorService(t *testing.T) {
 	for _, r := range resp.GetRecords() {
 		got = append(got, r.GetAction()+" "+r.GetActor()+" "+r.GetTicket())
 	}
-	if strings.Join(got, ", ") != "faults.update bob INC-2, faults.update alice INC-1" {
+	// The operator token is break-glass: the requests' actors are only stated.
+	if strings.Join(got, ", ") != "faults.update break-glass INC-2, faults.update break-glass INC-1" {
 		t.Fatalf("ListOperatorAudit: %v", got)
 	}
-	if resp, err := ops.ListOperatorAudit(ctx, &opsv1.ListOperatorAuditRequest{Actor: "alice"}); err != nil || len(resp.GetRecords()) != 1 {
+	if resp, err := ops.ListOperatorAudit(ctx, &opsv1.ListOperatorAuditRequest{Actor: "break-glass", Ticket: "INC-1"}); err != nil || len(resp.GetRecords()) != 1 ||
+		resp.GetRecords()[0].GetParams().GetFields()["stated_actor"].GetStringValue() != "alice" {
 		t.Fatalf("filtered by actor: %v %v", resp, err)
 	}
 	if _, err := ops.ListOperatorAudit(context.Background(), &opsv1.ListOperatorAuditRequest{}); status.Code(err) != codes.Unauthenticated {

@@ -151,7 +151,7 @@ func TestAdmin_UnauthorisedCallsAreRefusedAndChangeNothing(t *testing.T) {
 	if err != nil || len(resp.GetIds()) != 1 {
 		t.Fatalf("authorised replay: %v %v", resp, err)
 	}
-	if n := b.count(t, `SELECT count(*) FROM operator_audit WHERE action = 'inbox.replay' AND actor = 'mallory' AND ticket = 'T-1'`); n != 1 {
+	if n := b.count(t, `SELECT count(*) FROM operator_audit WHERE action = 'inbox.replay' AND actor = 'break-glass' AND ticket = 'T-1'`); n != 1 {
 		t.Fatal("authorised replay not audited")
 	}
 	// Unbounded replay is refused as INVALID_ARGUMENT.

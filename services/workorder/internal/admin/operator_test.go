@@ -57,6 +57,24 @@ func inProcessOps(t *testing.T, b bundle) pkgoperator.Operations {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return loggedIn(t, ops, nil, "alice")
+}
+
+// loggedIn is ops run by the operator the command names with --actor (the
+// test stands in for the command line's login, operator.ActingAs), or by
+// def.
+func loggedIn(t *testing.T, ops pkgoperator.Operations, args []string, def string) pkgoperator.Operations {
+	t.Helper()
+	as := def
+	for i, a := range args {
+		if (a == "--actor" || a == "-actor") && i+1 < len(args) && args[i+1] != "" {
+			as = args[i+1]
+		}
+	}
+	ops, err := pkgoperator.ActingAs(ops, as)
+	if err != nil {
+		t.Fatal(err)
+	}
 	return ops
 }
 
@@ -64,6 +82,6 @@ func inProcessOps(t *testing.T, b bundle) pkgoperator.Operations {
 func (b bundle) cli(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	var out bytes.Buffer
-	err := pkgoperator.RunCLI(context.Background(), args, inProcessOps(t, b), admin.ConsumerInvoicing, &out)
+	err := pkgoperator.RunCLI(context.Background(), args, loggedIn(t, inProcessOps(t, b), args, "alice"), admin.ConsumerInvoicing, &out)
 	return out.String(), err
 }

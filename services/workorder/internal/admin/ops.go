@@ -72,7 +72,7 @@ func (o *Ops) RecordReHandOff(ctx context.Context, ticket, actor string, orderID
 		// The new waiting point has the highest id: it is the last open one.
 		points := wo.OpenWaitingPoints()
 		wpID, open = points[len(points)-1], len(points)
-		return operator.WriteAudit(ctx, tx, operator.AuditEntry{Action: "workorder.re-hand-off", Actor: actor, Ticket: ticket,
+		return operator.WriteAudit(ctx, tx, operator.AuditEntry{Action: "workorder.re-hand-off", Actor: actor, StatedActor: actor, Ticket: ticket,
 			Params: map[string]any{"work_order_id": orderID.String(), "waiting_point_id": wpID, "open_waiting_points": open}, Affected: 1})
 	})
 	return wpID, open, err

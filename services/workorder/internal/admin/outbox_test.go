@@ -106,14 +106,14 @@ func TestRequeueOutboxEvents_OverGRPCAndCLI(t *testing.T) {
 		EventIds: []string{failed, published}}); err != nil {
 		t.Fatal(err)
 	}
-	if st, n, e := b.outboxRow(t, failed); st != "PENDING" || n != 0 || e != "requeued by dana, ticket INC-12; was: "+failedWith {
+	if st, n, e := b.outboxRow(t, failed); st != "PENDING" || n != 0 || e != "requeued by break-glass, ticket INC-12; was: "+failedWith {
 		t.Fatalf("requeued event: %s, %d attempts, %q", st, n, e)
 	}
 	again, err := cl.RequeueOutboxEvents(octx, &opsv1.RequeueOutboxEventsRequest{Authorization: opsAuth, EventIds: []string{failed}})
 	if err != nil || len(again.GetEventIds()) != 0 || again.GetSkipped()[0].GetState() != "PENDING" {
 		t.Fatalf("second requeue: %v %v, want nothing requeued", again, err)
 	}
-	if n := b.count(t, `SELECT count(*) FROM operator_audit WHERE action = 'outbox.requeue' AND ticket = 'INC-12' AND actor = 'dana'`); n != 3 {
+	if n := b.count(t, `SELECT count(*) FROM operator_audit WHERE action = 'outbox.requeue' AND ticket = 'INC-12' AND actor = 'break-glass'`); n != 3 {
 		t.Fatalf("audit rows = %d, want 3 (dry run, requeue, second requeue)", n)
 	}
 	if n := b.count(t, `SELECT count(*) FROM operator_audit WHERE action = 'outbox.requeue' AND affected = 1 AND dry_run = false

@@ -263,14 +263,14 @@ func TestListOperatorAudit(t *testing.T) {
 	if got := tickets(all); len(got) != 3 || got[0] != "INC-3" || got[1] != "INC-2" || got[2] != "INC-1" {
 		t.Fatalf("newest first: %v", got)
 	}
-	if r := all[0]; r.GetActor() != "alice" || r.GetDryRun() || r.GetAffected() != 1 || r.GetOccurTime() == nil ||
+	if r := all[0]; r.GetActor() != "break-glass" || r.GetDryRun() || r.GetAffected() != 1 || r.GetOccurTime() == nil ||
 		r.GetAction() == "" || r.GetParams() == nil || len(r.GetParams().GetFields()) == 0 {
 		t.Errorf("replay record: %v", r)
 	}
-	if r := all[2]; !r.GetDryRun() || r.GetActor() != "alice" {
+	if r := all[2]; !r.GetDryRun() || r.GetActor() != "break-glass" {
 		t.Errorf("dry-run record: %v", r)
 	}
-	if got := tickets(list(&opsv1.ListOperatorAuditRequest{Actor: "alice"}).GetRecords()); len(got) != 2 || got[0] != "INC-3" || got[1] != "INC-1" {
+	if got := tickets(list(&opsv1.ListOperatorAuditRequest{Actor: "break-glass"}).GetRecords()); len(got) != 3 || got[0] != "INC-3" || got[2] != "INC-1" {
 		t.Errorf("by actor: %v", got)
 	}
 	if got := tickets(list(&opsv1.ListOperatorAuditRequest{Ticket: "INC-2"}).GetRecords()); len(got) != 1 || got[0] != "INC-2" {

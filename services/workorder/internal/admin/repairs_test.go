@@ -110,7 +110,7 @@ func TestReplayParkedBillingEvent_OverGRPC(t *testing.T) {
 	if n := b.count(t, `SELECT count(*) FROM work_order_transitions WHERE work_order_id = $1 AND to_status = 'INVOICED'`, order); n != 1 {
 		t.Fatalf("%d INVOICED transitions, want 1", n)
 	}
-	if n := b.count(t, `SELECT count(*) FROM operator_audit WHERE action = 'invoicing.replay-parked' AND ticket = 'INC-12' AND actor = 'dana'`); n != 2 {
+	if n := b.count(t, `SELECT count(*) FROM operator_audit WHERE action = 'invoicing.replay-parked' AND ticket = 'INC-12' AND actor = 'break-glass' AND params->>'stated_actor' = 'dana'`); n != 2 {
 		t.Fatalf("audit rows = %d, want 2 (dry run and replay)", n)
 	}
 	if left, err := cl.ListParkedMessages(octx, &opsv1.ListParkedMessagesRequest{}); err != nil || len(left.GetMessages()) != 0 {

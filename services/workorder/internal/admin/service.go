@@ -25,21 +25,22 @@ type Service struct {
 	guard *operator.Guard
 }
 
-// NewService returns the admin service. token is the operator token (from
-// EnvOperatorToken); when it is empty the service refuses every call, and a
-// token shorter than operator.MinTokenLength is an error.
-func NewService(ops *Ops, token string, logger *slog.Logger) (*Service, error) {
+// NewService returns the admin service. token is the break-glass operator
+// token (from EnvOperatorToken), opts name the operator identities
+// (operator.WithIdentities); with neither the service refuses every call,
+// and a token shorter than operator.MinTokenLength is an error.
+func NewService(ops *Ops, token string, logger *slog.Logger, opts ...operator.GuardOption) (*Service, error) {
 	if ops == nil || logger == nil {
 		return nil, errors.New("admin: NewService needs ops and a logger")
 	}
-	guard, err := operator.NewGuard(token, EnvOperatorToken, logger)
+	guard, err := operator.NewGuard(token, EnvOperatorToken, logger, opts...)
 	if err != nil {
 		return nil, err
 	}
 	return &Service{ops: ops, guard: guard}, nil
 }
 
-// AuthInterceptor refuses calls to this service without the operator token
+// AuthInterceptor refuses calls to this service without an operator's credential
 // before anything else runs, request validation included: an unauthenticated
 // caller gets UNAUTHENTICATED or PERMISSION_DENIED whatever its request, and
 // nothing is read or changed. Other services on the server pass through.
@@ -65,7 +66,8 @@ func toStatus(err error) error {
 
 // RecordReHandOff implements WorkOrderAdminService.
 func (s *Service) RecordReHandOff(ctx context.Context, req *workorderv1.RecordReHandOffRequest) (*workorderv1.RecordReHandOffResponse, error) {
-	if err := s.guard.Authorize(ctx); err != nil {
+	ctx, err := s.guard.Verify(ctx)
+	if err != nil {
 		return nil, err
 	}
 	id, err := uuid.Parse(req.GetWorkOrderId())

@@ -126,7 +126,7 @@ func (a *assembly) operator(_ context.Context, p *serviceapp.Parts) ([]serviceap
 	if err != nil {
 		return nil, err
 	}
-	adminSvc, err := admin.NewService(ops, a.cfg.OperatorToken, p.Log.With("component", "admin"))
+	adminSvc, err := admin.NewService(ops, a.cfg.OperatorToken, p.Log.With("component", "admin"), p.OperatorGuard...)
 	if err != nil {
 		return nil, err
 	}
@@ -142,6 +142,7 @@ func (a *assembly) operator(_ context.Context, p *serviceapp.Parts) ([]serviceap
 		return nil, err
 	}
 	deps.Token = a.cfg.OperatorToken
+	deps.Guard = p.OperatorGuard
 	opsSvc, err := operator.NewService(deps)
 	if err != nil {
 		return nil, err
