@@ -55,7 +55,7 @@ func StartEtcd(t testing.TB, bin string) *Etcd {
 	client, peer := freePort(t), freePort(t)
 	clientURL := "http://127.0.0.1:" + client
 	peerURL := "http://127.0.0.1:" + peer
-	start(t, "etcd", bin,
+	p := start(t, "etcd", bin,
 		"--name=apitest",
 		"--data-dir="+filepath.Join(dir, "data"),
 		"--listen-client-urls="+clientURL,
@@ -63,9 +63,10 @@ func StartEtcd(t testing.TB, bin string) *Etcd {
 		"--listen-peer-urls="+peerURL,
 		"--initial-advertise-peer-urls="+peerURL,
 		"--initial-cluster=apitest="+peerURL,
+		"--logger=zap",
 		"--log-level=warn",
 	)
-	waitReady(t, "etcd", http.DefaultClient, clientURL+"/health", "")
+	p.waitReady(t, http.DefaultClient, clientURL+"/health", "")
 	return &Etcd{URL: clientURL}
 }
 
@@ -91,7 +92,7 @@ func StartServer(t testing.TB, e *Etcd, b Binaries, prefix string) *Server {
 	}
 	port := freePort(t)
 	url := "https://127.0.0.1:" + port
-	start(t, "kube-apiserver", b.KubeAPIServer,
+	p := start(t, "kube-apiserver", b.KubeAPIServer,
 		"--etcd-servers="+e.URL,
 		"--etcd-prefix="+prefix,
 		"--bind-address=127.0.0.1",
@@ -111,7 +112,7 @@ func StartServer(t testing.TB, e *Etcd, b Binaries, prefix string) *Server {
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(certPEM)
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
-	waitReady(t, "kube-apiserver", client, url+"/readyz", token)
+	p.waitReady(t, client, url+"/readyz", token)
 
 	kubeconfig := filepath.Join(dir, "kubeconfig")
 	cfg := fmt.Sprintf(`apiVersion: v1
@@ -150,36 +151,48 @@ func (s *Server) Kubectl(ctx context.Context, stdin []byte, args ...string) ([]b
 	return out, nil
 }
 
+// process is a program started for a test.
+type process struct {
+	name   string
+	log    *lockedBuffer
+	exited chan struct{} // closed when it has exited
+	err    error         // its exit, once exited is closed
+}
+
 // start runs bin with args until the test ends, its output in the test's
 // log when the test fails.
-func start(t testing.TB, name, bin string, args ...string) {
+func start(t testing.TB, name, bin string, args ...string) *process {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := exec.CommandContext(ctx, bin, args...)
-	var log lockedBuffer
-	cmd.Stdout, cmd.Stderr = &log, &log
+	p := &process{name: name, log: &lockedBuffer{}, exited: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = p.log, p.log
 	cmd.WaitDelay = 10 * time.Second
 	if err := cmd.Start(); err != nil {
 		cancel()
 		t.Fatalf("%s: %v", name, err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	go func() {
+		p.err = cmd.Wait()
+		close(p.exited)
+	}()
 	t.Cleanup(func() {
 		cancel()
-		<-exited
+		<-p.exited
 		if t.Failed() {
-			t.Logf("%s output (last 8 KiB):\n%s", name, log.tail(8<<10))
+			t.Logf("%s output (last 8 KiB):\n%s", name, p.log.tail(8<<10))
 		}
 	})
+	return p
 }
 
 // readyTimeout bounds a start: kube-apiserver installs its APIs and
 // bootstrap RBAC before /readyz is ok, seconds on a loaded 2-core machine.
 const readyTimeout = 2 * time.Minute
 
-// waitReady polls url until it answers 200 or readyTimeout passes.
-func waitReady(t testing.TB, name string, client *http.Client, url, token string) {
+// waitReady polls url until it answers 200; fails when the process exits
+// first or readyTimeout passes.
+func (p *process) waitReady(t testing.TB, client *http.Client, url, token string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
 	defer cancel()
@@ -204,8 +217,10 @@ func waitReady(t testing.TB, name string, client *http.Client, url, token string
 		}
 		last = err
 		select {
+		case <-p.exited:
+			t.Fatalf("%s exited before %s answered (%v):\n%s", p.name, url, p.err, p.log.tail(8<<10))
 		case <-ctx.Done():
-			t.Fatalf("%s: %s not ready within %s: %v", name, url, readyTimeout, last)
+			t.Fatalf("%s: %s not ready within %s: %v", p.name, url, readyTimeout, last)
 		case <-tick.C:
 		}
 	}
