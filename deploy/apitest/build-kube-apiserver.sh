@@ -27,7 +27,7 @@ mod=$(go mod download -json "k8s.io/kubernetes@$KUBE_VERSION" | sed -n 's/^[[:sp
 printf 'package main\n\nimport _ "k8s.io/kubernetes/cmd/kube-apiserver"\n' >"$tmp/tools.go"
 echo "kube-apiserver $KUBE_VERSION: building into $out (staging modules $staging)"
 start=$(date +%s)
-(cd "$tmp" && GOFLAGS=-mod=mod go mod tidy >/dev/null 2>&1 || true)
+(cd "$tmp" && GOFLAGS=-mod=mod go mod tidy) || { echo "kube-apiserver $KUBE_VERSION: go mod tidy of the build module failed"; exit 1; }
 mkdir -p "$out.tmp"
 (cd "$tmp" && GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -o "$OLDPWD/$out.tmp/kube-apiserver" \
   -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$KUBE_VERSION -X k8s.io/client-go/pkg/version.gitVersion=$KUBE_VERSION" \
