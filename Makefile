@@ -354,6 +354,19 @@ demo-gcp: ## Orders against the GKE deployment through a port-forward, until the
 terraform-fmt: ## Fail when `terraform fmt` would change a file of deploy/terraform (terraform on PATH; no provider needed).
 	terraform fmt -check -recursive -diff deploy/terraform
 
+# kube-apiserver for deploy/apitest (which applies both Kubernetes overlays server-side to it), built from
+# k8s.io/kubernetes through the Go module proxy into .cache/kube-apiserver/<KUBE_VERSION>, once per version;
+# deploy/apitest finds it there and reads KUBE_VERSION from this line. etcd is Debian's etcd-server.
+KUBE_VERSION ?= v1.34.4
+
+.PHONY: kube-apiserver
+kube-apiserver: ## Build kube-apiserver KUBE_VERSION into .cache/kube-apiserver/ for deploy/apitest (once per version).
+	KUBE_VERSION=$(KUBE_VERSION) deploy/apitest/build-kube-apiserver.sh
+
+.PHONY: apitest
+apitest: kube-apiserver ## Apply both Kubernetes overlays server-side to a real kube-apiserver on etcd (deploy/apitest).
+	cd deploy && $(GO) test $(GO_TEST_FLAGS) ./apitest/...
+
 # ── images and workflows ─────────────────────────────────────────────────────
 # The version .github/workflows' linter runs at, in `make actionlint` and .ci/run.
 ACTIONLINT_VERSION ?= v1.7.12
@@ -362,7 +375,8 @@ ACTIONLINT_VERSION ?= v1.7.12
 actionlint: ## Lint every GitHub workflow (.github/workflows) with actionlint (run through the Go module proxy).
 	$(GO) run github.com/rhysd/actionlint/cmd/actionlint@$(ACTIONLINT_VERSION)
 
-# The images .github/workflows/images.yml builds (one Dockerfile target per service), for this machine's
+# The images .github/workflows/images.yml builds (one Dockerfile target per service, and localissuer's, which
+# the local overlay runs), for this machine's
 # platform, tagged as compose runs them (lossless/<service>:local), so `docker compose up` without --build
 # uses them. PLATFORMS=linux/amd64,linux/arm64 builds both, as the workflow does (loading a multi-platform
 # image needs Docker's containerd image store). ko is not used: the images carry cmd/healthcheck beside the
@@ -371,11 +385,11 @@ IMAGE_PREFIX ?= lossless
 IMAGE_TAG    ?= local
 
 .PHONY: images
-images: ## Build every service's image (lossless/<service>:local) with Docker buildx, as the images workflow does; PLATFORMS=... for others.
+images: ## Build every service's image and the local issuer's (lossless/<name>:local) with Docker buildx, as the images workflow does; PLATFORMS=... for others.
 	@command -v docker >/dev/null 2>&1 || { echo "make images: needs Docker (with buildx) and its engine; none found on PATH. Without Docker, 'make run' runs the system from local binaries."; exit 1; }
 	@docker info >/dev/null 2>&1 || { echo "make images: docker is installed but its engine does not answer (docker info failed): start the Docker daemon, or check DOCKER_HOST."; exit 1; }
 	@docker buildx version >/dev/null 2>&1 || { echo "make images: needs the docker buildx plugin (docker-buildx-plugin)."; exit 1; }
-	@for s in $(SERVICES); do \
+	@for s in $(SERVICES) localissuer; do \
 		echo "image $(IMAGE_PREFIX)/$$s:$(IMAGE_TAG)"; \
 		docker buildx build --load -f deploy/docker/Dockerfile --target $$s $(if $(PLATFORMS),--platform $(PLATFORMS)) \
 			-t $(IMAGE_PREFIX)/$$s:$(IMAGE_TAG) . || exit 1; \

@@ -9,7 +9,8 @@
 #      Registry (docker buildx, else ko);
 #   4. renders deploy/k8s/overlays/gcp for the outputs into $BUILD (gcpdeploy
 #      render: settings, namespace, images; the committed overlay is untouched);
-#   5. installs External Secrets Operator (helm) when it is missing;
+#   5. installs External Secrets Operator and cert-manager (helm) when they
+#      are missing (the overlay's SecretStores and Certificates need them);
 #   6. hands each database to its service's IAM user: a Job runs the
 #      ownership SQL as postgres through the Cloud SQL Auth Proxy, with a
 #      password set for the Job and replaced by an unknown one after it;
@@ -23,6 +24,7 @@
 #   TAG          image tag (default: the commit, plus a timestamp when dirty)
 #   SERVICES     the services to build (Makefile's SERVICES)
 #   ESO_VERSION  External Secrets Operator Helm chart version
+#   CERT_MANAGER_VERSION  cert-manager Helm chart version
 #   PLATFORM     image platform (linux/amd64: Autopilot's default nodes)
 #   GO           go command
 set -euo pipefail
@@ -32,6 +34,7 @@ TF_DIR="${TF_DIR:-deploy/terraform/gcp}"
 BUILD="${BUILD:-bin/gcp}"
 SERVICES="${SERVICES:-workorder provider-sim console billing}"
 ESO_VERSION="${ESO_VERSION:-1.0.0}"
+CERT_MANAGER_VERSION="${CERT_MANAGER_VERSION:-v1.18.2}"
 PLATFORM="${PLATFORM:-linux/amd64}"
 GO="${GO:-go}"
 if [ -z "${TAG:-}" ]; then
@@ -46,7 +49,7 @@ need() { command -v "$1" >/dev/null 2>&1 || die "$1 is not on PATH: $2"; }
 need terraform "install Terraform >= 1.6 (deploy/terraform/gcp/README.md)"
 need gcloud "install the Google Cloud CLI and run: gcloud auth login && gcloud auth application-default login"
 need kubectl "install kubectl (gcloud components install kubectl) and gke-gcloud-auth-plugin"
-need helm "install Helm 3 (https://helm.sh/docs/intro/install/): it installs External Secrets Operator"
+need helm "install Helm 3 (https://helm.sh/docs/intro/install/): it installs External Secrets Operator and cert-manager"
 need openssl "install openssl: it generates the operator token and the one-off postgres password"
 
 mkdir -p "$BUILD"
@@ -166,6 +169,23 @@ else
     --set resources.requests.cpu=50m --set resources.requests.memory=128Mi \
     --set webhook.resources.requests.cpu=50m --set webhook.resources.requests.memory=64Mi \
     --set certController.resources.requests.cpu=50m --set certController.resources.requests.memory=128Mi \
+    --wait --timeout 10m
+fi
+
+step "cert-manager $CERT_MANAGER_VERSION"
+# The overlay's tls/ Issuers and Certificates: without cert-manager's CRDs the
+# API server refuses them (deploy/apitest shows it). Chart defaults (no
+# requests: Autopilot bills each of its 3 pods at 0.5 vCPU and 2 GiB); the
+# leader-election lease in its own namespace, as Autopilot denies writes to
+# kube-system.
+if helm status cert-manager -n cert-manager >/dev/null 2>&1; then
+  echo "already installed (helm -n cert-manager list); upgrade it on your own schedule"
+else
+  helm repo add jetstack https://charts.jetstack.io >/dev/null 2>&1 || true
+  helm repo update jetstack >/dev/null
+  helm install cert-manager jetstack/cert-manager -n cert-manager --create-namespace \
+    --version "$CERT_MANAGER_VERSION" --set crds.enabled=true \
+    --set global.leaderElection.namespace=cert-manager \
     --wait --timeout 10m
 fi
 

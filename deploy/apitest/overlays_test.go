@@ -1,0 +1,310 @@
+package apitest
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+	"sigs.k8s.io/yaml"
+)
+
+// overlays are deploy/k8s/overlays/*, as people apply them.
+var overlays = []string{"local", "gcp"}
+
+// crdStubs are testdata/crds: kinds of the gcp overlay that no Kubernetes
+// ships, each with what installs the real definitions in a cluster (checked
+// by TestAPIServerStubbedKindsAreInstalledByTheDeploy).
+var crdStubs = map[string]string{
+	"cert-manager.yaml":     "deploy-gcp.sh: helm install cert-manager",
+	"external-secrets.yaml": "deploy-gcp.sh: helm install external-secrets",
+	"gmp.yaml":              "GKE: managed collection of Managed Service for Prometheus",
+}
+
+// TestAPIServerAcceptsEveryOverlay: each overlay, rendered by kubectl, is
+// applied server-side to a real kube-apiserver (its own, on a shared etcd):
+// every object passes the API server's validation, defaulting and admission,
+// field by field (kubectl's strict field validation), and is stored.
+func TestAPIServerAcceptsEveryOverlay(t *testing.T) {
+	t.Parallel()
+	b := binaries(t)
+	etcd := StartEtcd(t, b.Etcd)
+	for _, o := range overlays {
+		t.Run(o, func(t *testing.T) {
+			t.Parallel()
+			s := StartServer(t, etcd, b, "/"+o)
+			applyCRDStubs(t, s)
+			rendered := render(t, b.Kubectl, o)
+			out, err := s.Kubectl(t.Context(), rendered, "apply", "--server-side", "--field-manager=apitest", "-f", "-")
+			if err != nil {
+				t.Fatalf("overlay %s is not accepted by kube-apiserver: %v", o, err)
+			}
+			// One "<kind>/<name> serverside-applied" line per object rendered.
+			want := objectRefs(t, rendered)
+			var got []string
+			for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+				ref, ok := strings.CutSuffix(line, " serverside-applied")
+				if !ok {
+					t.Errorf("overlay %s: kubectl apply: %q", o, line)
+					continue
+				}
+				got = append(got, ref)
+			}
+			slices.Sort(got)
+			if !slices.Equal(got, want) {
+				t.Errorf("overlay %s: the API server applied\n%v\nthe render has\n%v", o, got, want)
+			}
+		})
+	}
+}
+
+// TestAPIServerRejectsKindsNoneDefines: without the definitions of
+// testdata/crds the gcp overlay is refused, naming cert-manager's kinds
+// (what a cluster without cert-manager answers); and a field the schema
+// lacks is refused too. The check above can fail.
+func TestAPIServerRejectsKindsNoneDefines(t *testing.T) {
+	t.Parallel()
+	b := binaries(t)
+	s := StartServer(t, StartEtcd(t, b.Etcd), b, "/reject")
+	out, err := s.Kubectl(t.Context(), render(t, b.Kubectl, "gcp"), "apply", "--server-side", "--field-manager=apitest", "-f", "-")
+	if err == nil {
+		t.Fatalf("gcp overlay accepted without cert-manager's kinds:\n%s", out)
+	}
+	for _, kind := range []string{`"Issuer" in version "cert-manager.io/v1"`, `"Certificate" in version "cert-manager.io/v1"`} {
+		if !bytes.Contains(out, []byte(kind)) {
+			t.Errorf("kubectl apply without the CRDs does not name %s:\n%s", kind, out)
+		}
+	}
+	bad := []byte(`apiVersion: v1
+kind: ConfigMap
+metadata: {name: bad, namespace: default}
+data: {a: b}
+binaryDataa: {}
+`)
+	out, err = s.Kubectl(t.Context(), bad, "apply", "--server-side", "--field-manager=apitest", "-f", "-")
+	if err == nil || !bytes.Contains(out, []byte("binaryDataa")) {
+		t.Errorf("a ConfigMap with an unknown field: err %v, want a refusal naming the field:\n%s", err, out)
+	}
+}
+
+// TestAPIServerStubbedKindsAreInstalledByTheDeploy: each stub of
+// testdata/crds stands for definitions the deploy installs (or GKE does):
+// deploy-gcp.sh installs each chart it is named after, pinned by a version.
+func TestAPIServerStubbedKindsAreInstalledByTheDeploy(t *testing.T) {
+	t.Parallel()
+	files, err := filepath.Glob("testdata/crds/*.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, f := range files {
+		names = append(names, filepath.Base(f))
+	}
+	slices.Sort(names)
+	var listed []string
+	for name := range crdStubs {
+		listed = append(listed, name)
+	}
+	slices.Sort(listed)
+	if !slices.Equal(names, listed) {
+		t.Fatalf("testdata/crds holds %v, crdStubs lists %v", names, listed)
+	}
+	script, err := os.ReadFile(filepath.Join(repoRoot(t), "deploy/cmd/gcpdeploy/deploy-gcp.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, by := range crdStubs {
+		chart, ok := strings.CutPrefix(by, "deploy-gcp.sh: helm install ")
+		if !ok {
+			continue
+		}
+		re := regexp.MustCompile(`(?m)^\s*helm (upgrade --install|install) ` + regexp.QuoteMeta(chart) + ` \S+.*\\\n(.*\\\n)*.*--version "\$[A-Z_]+_VERSION"`)
+		if !re.Match(script) {
+			t.Errorf("testdata/crds/%s stands in for %s, but deploy-gcp.sh has no `helm install %s ... --version \"$..._VERSION\"`", name, by, chart)
+		}
+	}
+}
+
+// TestKindJobLoadsEveryImageTheLocalOverlayRuns: the kind workflow loads
+// into its cluster exactly the images of ours (lossless/<name>:local) the
+// local overlay runs; one missing is a pod that never pulls.
+func TestKindJobLoadsEveryImageTheLocalOverlayRuns(t *testing.T) {
+	t.Parallel()
+	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), filepath.Join(repoRoot(t), "deploy/k8s/overlays/local"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rendered, err := m.AsYaml()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs []string
+	for _, sm := range regexp.MustCompile(`(?m)^\s*image: lossless/([a-z0-9-]+):local$`).FindAllSubmatch(rendered, -1) {
+		if !slices.Contains(runs, string(sm[1])) {
+			runs = append(runs, string(sm[1]))
+		}
+	}
+	slices.Sort(runs)
+
+	wf, err := os.ReadFile(filepath.Join(repoRoot(t), ".github/workflows/kind.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var parsed struct {
+		Jobs map[string]struct {
+			Steps []struct {
+				Name string `json:"name"`
+				Run  string `json:"run"`
+			} `json:"steps"`
+		} `json:"jobs"`
+	}
+	if err := yaml.Unmarshal(wf, &parsed); err != nil {
+		t.Fatal(err)
+	}
+	var script string
+	for _, st := range parsed.Jobs["local-overlay"].Steps {
+		if st.Name == "Build and load every image" {
+			script = st.Run
+		}
+	}
+	loop := regexp.MustCompile(`(?m)^\s*for image in ([^;]+); do\s*\n\s*kind load docker-image "lossless/\$image:local"`).FindStringSubmatch(script)
+	if loop == nil {
+		t.Fatalf("kind.yml: job local-overlay has no step \"Build and load every image\" with a `for image in ...; do kind load docker-image \"lossless/$image:local\"` loop:\n%s", script)
+	}
+	loads := strings.Fields(loop[1])
+	slices.Sort(loads)
+	if !slices.Equal(loads, runs) {
+		t.Errorf("kind.yml loads lossless/{%s}:local, the local overlay runs lossless/{%s}:local", strings.Join(loads, ","), strings.Join(runs, ","))
+	}
+	if !strings.Contains(script, "make images") {
+		t.Errorf("kind.yml: the step that loads the images does not build them with make images:\n%s", script)
+	}
+}
+
+// applyCRDStubs applies testdata/crds and waits until each is served.
+func applyCRDStubs(t *testing.T, s *Server) {
+	t.Helper()
+	if _, err := s.Kubectl(t.Context(), nil, "apply", "--server-side", "--field-manager=apitest", "-f", "testdata/crds"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Kubectl(t.Context(), nil, "wait", "--for=condition=Established", "--timeout=60s", "crd", "--all"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// render is `kubectl kustomize` of an overlay: what people apply.
+func render(t *testing.T, kubectl, overlay string) []byte {
+	t.Helper()
+	cmd := exec.CommandContext(t.Context(), kubectl, "kustomize", filepath.Join(repoRoot(t), "deploy/k8s/overlays", overlay))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("kubectl kustomize %s: %v\n%s", overlay, err, stderr.Bytes())
+	}
+	return out
+}
+
+// objectRefs are kubectl's names of the objects of a YAML stream,
+// "<kind>[.<group>]/<name>" in lower case, sorted.
+func objectRefs(t *testing.T, stream []byte) []string {
+	t.Helper()
+	var refs []string
+	for _, doc := range regexp.MustCompile(`(?m)^---$`).Split(string(stream), -1) {
+		var obj struct {
+			APIVersion string `json:"apiVersion"`
+			Kind       string `json:"kind"`
+			Metadata   struct {
+				Name string `json:"name"`
+			} `json:"metadata"`
+		}
+		if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
+			t.Fatal(err)
+		}
+		if obj.Kind == "" {
+			continue
+		}
+		kind := strings.ToLower(obj.Kind)
+		if group, _, ok := strings.Cut(obj.APIVersion, "/"); ok {
+			kind += "." + group
+		}
+		refs = append(refs, kind+"/"+obj.Metadata.Name)
+	}
+	slices.Sort(refs)
+	return refs
+}
+
+// binaries finds etcd, kube-apiserver and kubectl: skipped when one is
+// missing, failed under CI=true (.ci/run installs them).
+func binaries(t *testing.T) Binaries {
+	t.Helper()
+	version := kubeVersion(t)
+	b := Binaries{
+		Etcd:          lookPath("ETCD", "etcd"),
+		KubeAPIServer: lookPath("KUBE_APISERVER", "kube-apiserver", filepath.Join(repoRoot(t), ".cache/kube-apiserver", version, "kube-apiserver")),
+		Kubectl:       lookPath("KUBECTL", "kubectl"),
+	}
+	var missing []string
+	for name, path := range map[string]string{"etcd (Debian package etcd-server)": b.Etcd, "kube-apiserver " + version + " (make kube-apiserver)": b.KubeAPIServer, "kubectl": b.Kubectl} {
+		if path == "" {
+			missing = append(missing, name)
+		}
+	}
+	if len(missing) > 0 {
+		slices.Sort(missing)
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("missing %s: .ci/run installs them", strings.Join(missing, ", "))
+		}
+		t.Skipf("missing %s", strings.Join(missing, ", "))
+	}
+	return b
+}
+
+// lookPath is $env when set, else the first of also that exists, else name
+// on PATH; "" when none is.
+func lookPath(env, name string, also ...string) string {
+	if p := os.Getenv(env); p != "" {
+		return p
+	}
+	for _, p := range also {
+		if fi, err := os.Stat(p); err == nil && !fi.IsDir() {
+			return p
+		}
+	}
+	if p, err := exec.LookPath(name); err == nil {
+		return p
+	}
+	return ""
+}
+
+// kubeVersion is the Makefile's KUBE_VERSION: the kube-apiserver release
+// `make kube-apiserver` builds.
+func kubeVersion(t *testing.T) string {
+	t.Helper()
+	mk, err := os.ReadFile(filepath.Join(repoRoot(t), "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^KUBE_VERSION\s*\??=\s*(\S+)`).FindSubmatch(mk)
+	if m == nil {
+		t.Fatal("Makefile: no KUBE_VERSION")
+	}
+	return string(m[1])
+}
+
+// repoRoot is the parent of the deploy module (the test runs in
+// deploy/apitest).
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Dir(filepath.Dir(wd))
+}
