@@ -355,7 +355,8 @@ terraform-fmt: ## Fail when `terraform fmt` would change a file of deploy/terraf
 	terraform fmt -check -recursive -diff deploy/terraform
 
 # kube-apiserver for deploy/apitest (which applies both Kubernetes overlays server-side to it), built from
-# k8s.io/kubernetes through the Go module proxy into .cache/kube-apiserver/<KUBE_VERSION>, once per version;
+# k8s.io/kubernetes through the Go module proxy into .cache/kube-apiserver/<KUBE_VERSION>, once per version
+# (and into the machine's cache, ~/.cache/lossless/kube-apiserver, which a fresh clone copies from);
 # deploy/apitest finds it there and reads KUBE_VERSION from this line. etcd is Debian's etcd-server.
 KUBE_VERSION ?= v1.34.4
 

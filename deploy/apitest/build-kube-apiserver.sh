@@ -9,8 +9,18 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 KUBE_VERSION="${KUBE_VERSION:?KUBE_VERSION (e.g. v1.34.4)}"
 out=".cache/kube-apiserver/$KUBE_VERSION"
+# A second cache outside the checkout, shared by every clone on the machine
+# (a CI run starts from a clean clone): KUBE_APISERVER_CACHE, default the
+# user's cache directory.
+shared="${KUBE_APISERVER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/lossless/kube-apiserver}/$KUBE_VERSION"
 if [ -x "$out/kube-apiserver" ]; then
   echo "kube-apiserver $KUBE_VERSION: cached in $out"
+  exit 0
+fi
+if [ -x "$shared/kube-apiserver" ]; then
+  mkdir -p "$out"
+  cp "$shared/kube-apiserver" "$out/kube-apiserver"
+  echo "kube-apiserver $KUBE_VERSION: copied from the machine's cache $shared"
   exit 0
 fi
 staging="v0.${KUBE_VERSION#v1.}"
@@ -33,4 +43,7 @@ mkdir -p "$out.tmp"
   -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$KUBE_VERSION -X k8s.io/client-go/pkg/version.gitVersion=$KUBE_VERSION" \
   k8s.io/kubernetes/cmd/kube-apiserver)
 rm -rf "$out" && mv "$out.tmp" "$out"
+if mkdir -p "$shared" 2>/dev/null && cp "$out/kube-apiserver" "$shared/kube-apiserver.tmp" 2>/dev/null; then
+  mv "$shared/kube-apiserver.tmp" "$shared/kube-apiserver"
+fi
 echo "kube-apiserver $KUBE_VERSION: built in $(( $(date +%s) - start ))s"
