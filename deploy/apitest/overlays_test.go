@@ -136,7 +136,7 @@ func TestAPIServerStubbedKindsAreInstalledByTheDeploy(t *testing.T) {
 // local overlay runs; one missing is a pod that never pulls.
 func TestKindJobLoadsEveryImageTheLocalOverlayRuns(t *testing.T) {
 	t.Parallel()
-	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), filepath.Join(repoRoot(t), "deploy/k8s/overlays/local"))
+	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), overlayDir(t, "local"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,10 +198,30 @@ func applyCRDStubs(t *testing.T, s *Server) {
 	}
 }
 
+// overlayDir is an overlay as people apply it: the local one in a copy of
+// deploy/k8s with its secrets generated (generate-secrets.sh, as the README
+// has people run it first), never into the checkout.
+func overlayDir(t *testing.T, overlay string) string {
+	t.Helper()
+	src := filepath.Join(repoRoot(t), "deploy/k8s")
+	if overlay != "local" {
+		return filepath.Join(src, "overlays", overlay)
+	}
+	dst := filepath.Join(t.TempDir(), "k8s")
+	if err := os.CopyFS(dst, os.DirFS(src)); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(dst, "overlays", "local")
+	if out, err := exec.CommandContext(t.Context(), "sh", filepath.Join(dir, "generate-secrets.sh")).CombinedOutput(); err != nil {
+		t.Fatalf("generate-secrets.sh: %v\n%s", err, out)
+	}
+	return dir
+}
+
 // render is `kubectl kustomize` of an overlay: what people apply.
 func render(t *testing.T, kubectl, overlay string) []byte {
 	t.Helper()
-	cmd := exec.CommandContext(t.Context(), kubectl, "kustomize", filepath.Join(repoRoot(t), "deploy/k8s/overlays", overlay))
+	cmd := exec.CommandContext(t.Context(), kubectl, "kustomize", overlayDir(t, overlay))
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
