@@ -340,15 +340,28 @@ deploy-gcp: ## Build and push the images, render deploy/k8s/overlays/gcp from te
 		$(if $(TAG),TAG='$(TAG)') bash deploy/cmd/gcpdeploy/deploy-gcp.sh
 
 # The namespace is Terraform's (output namespace). Port-forward through the API server: the services have no
-# external address. The forward ends with the demo, whatever its result.
+# external address. workorder serves TLS there (cert-manager's certificate, valid for localhost too): the demo
+# trusts the namespace's CA and presents the certificate of workorder-tls (its client usage: mutual TLS), both
+# read from the Secret into $(GCP_BUILD)/tls. Its token is a Google ID token of Terraform's demo client account,
+# minted by impersonation from your application-default credentials (AUTH_IMPERSONATE; you need
+# roles/iam.serviceAccountOpenIdTokenCreator on it), for workorder's audience. The forward ends with the demo.
 .PHONY: demo-gcp
 demo-gcp: ## Orders against the GKE deployment through a port-forward, until they are invoiced, e.g. make demo-gcp ARGS="-n 50".
-	@mkdir -p '$(GCP_BUILD)'; ns=$$(terraform -chdir='$(GCP_TF_DIR)' output -raw namespace) || { echo "demo-gcp: no terraform output in $(GCP_TF_DIR): run terraform apply and make deploy-gcp first"; exit 1; }; \
+	@mkdir -p '$(GCP_BUILD)/tls'; ns=$$(terraform -chdir='$(GCP_TF_DIR)' output -raw namespace) || { echo "demo-gcp: no terraform output in $(GCP_TF_DIR): run terraform apply and make deploy-gcp first"; exit 1; }; \
+		sa=$$(terraform -chdir='$(GCP_TF_DIR)' output -json client_service_accounts | sed -n 's/.*"demo": *"\([^"]*\)".*/\1/p'); \
+		aud=$$(terraform -chdir='$(GCP_TF_DIR)' output -json audiences | sed -n 's/.*"workorder": *"\([^"]*\)".*/\1/p'); \
+		[ -n "$$sa" ] && [ -n "$$aud" ] || { echo "demo-gcp: terraform output has no demo client (variable clients) or no workorder audience"; exit 1; }; \
+		for k in ca.crt tls.crt tls.key; do \
+			kubectl -n "$$ns" get secret workorder-tls -o "jsonpath={.data.$${k//./\\.}}" | base64 -d > '$(GCP_BUILD)/tls/'$$k || exit 1; done; \
+		chmod 600 '$(GCP_BUILD)/tls/tls.key'; \
 		kubectl -n "$$ns" port-forward svc/workorder 18080:8080 >'$(GCP_BUILD)/port-forward.log' 2>&1 & pf=$$!; \
 		trap 'kill $$pf 2>/dev/null' EXIT; \
-		for i in $$(seq 1 60); do curl -fsS -o /dev/null http://127.0.0.1:18080/readyz 2>/dev/null && break; \
-			kill -0 $$pf 2>/dev/null || { cat '$(GCP_BUILD)/port-forward.log'; exit 1; }; sleep 0.5; done; \
-		$(GO) run ./cmd/demo -workorder-url http://127.0.0.1:18080 -n 20 $(ARGS)
+		for i in $$(seq 1 60); do curl -fsS -o /dev/null --cacert '$(GCP_BUILD)/tls/ca.crt' --cert '$(GCP_BUILD)/tls/tls.crt' --key '$(GCP_BUILD)/tls/tls.key' https://localhost:18080/readyz 2>/dev/null && break; \
+			kill -0 $$pf 2>/dev/null || { cat '$(GCP_BUILD)/port-forward.log'; exit 1; }; \
+			[ $$i -lt 60 ] || { echo "demo-gcp: https://localhost:18080/readyz not ready after 30 s"; cat '$(GCP_BUILD)/port-forward.log'; exit 1; }; sleep 0.5; done; \
+		TLS_CA_FILE='$(GCP_BUILD)/tls/ca.crt' TLS_CERT_FILE='$(GCP_BUILD)/tls/tls.crt' TLS_KEY_FILE='$(GCP_BUILD)/tls/tls.key' \
+		AUTH_IMPERSONATE="$$sa" WORKORDER_AUDIENCE="$$aud" \
+		$(GO) run ./cmd/demo -workorder-url https://localhost:18080 -n 20 $(ARGS)
 
 .PHONY: terraform-fmt
 terraform-fmt: ## Fail when `terraform fmt` would change a file of deploy/terraform (terraform on PATH; no provider needed).

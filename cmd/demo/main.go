@@ -76,9 +76,10 @@ func main() {
 func run(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	var (
-		workorder   = fs.String("workorder-url", envOr("WORKORDER_URL", "http://127.0.0.1:8080"), "work-order REST base URL")
-		woAdmin     = fs.String("workorder-admin-url", envOr("WORKORDER_ADMIN_URL", "http://127.0.0.1:8180"), "work-order admin HTTP base URL (its /metrics)")
-		provider    = fs.String("provider-admin-url", envOr("PROVIDER_ADMIN_URL", "http://127.0.0.1:8181"), "provider-sim admin HTTP base URL (fault knobs)")
+		workorder = fs.String("workorder-url", envOr("WORKORDER_URL", "http://127.0.0.1:8080"), "work-order REST base URL")
+		woAdmin   = fs.String("workorder-admin-url", envOr("WORKORDER_ADMIN_URL", "http://127.0.0.1:8180"), "work-order admin HTTP base URL (its /metrics)")
+		// PROVIDER_SIM_ADMIN_URL: the key a sourced .run/env of make run sets.
+		provider    = fs.String("provider-admin-url", envOr("PROVIDER_ADMIN_URL", envOr("PROVIDER_SIM_ADMIN_URL", "http://127.0.0.1:8181")), "provider-sim admin HTTP base URL (fault knobs)")
 		n           = fs.Int("n", 100, "number of orders (closed loop)")
 		rate        = fs.Float64("rate", 0, "offered load in orders/s (open loop; 0 = closed loop with -n)")
 		duration    = fs.Duration("duration", 10*time.Second, "open-loop duration")
