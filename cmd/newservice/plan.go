@@ -229,6 +229,7 @@ const (
 	alertsYML     = "deploy/compose/prometheus/alerts.yml"
 	migrationsGo  = "migrations/migrations.go"
 	imagesYML     = ".github/workflows/images.yml"
+	kindYML       = ".github/workflows/kind.yml"
 
 	k8sBaseKustomization  = "deploy/k8s/base/kustomization.yaml"
 	k8sGCPKustomization   = "deploy/k8s/overlays/gcp/kustomization.yaml"
@@ -289,7 +290,8 @@ func (p *Plan) editShared() error {
 		{k8sGCPPodMonitoring, appendLines(snippet("gcp-pod-monitoring"))},
 		{k8sGCPOperatorTokens, insertBefore("apiVersion: external-secrets.io/v1\nkind: ExternalSecret\n", snippet("gcp-secret-store"))},
 		{k8sGCPOperatorTokens, appendLines(snippet("gcp-operator-token"))},
-		{k8sReadme, appendToLine(`(?m)^(for s in [a-z0-9 -]+)(; do\n  docker build)`, " "+n.Name)},
+		// make images builds the Makefile's SERVICES; the kind job loads each image.
+		{kindYML, appendToLine(`(?m)^(\s+for image in [a-z0-9 -]+)(; do)$`, " "+n.Name)},
 		{k8sReadme, appendToLine(`(?m)^(for s in [a-z0-9 -]+)(; do kind load)`, " "+n.Name)},
 		{k8sReadme, appendToLine("(Secret `lossless-operator-tokens` \\(keys (?:`[a-z0-9-]+`, )*`[a-z0-9-]+`)(; gcp adds)", ", `"+n.Name+"`")},
 		{k8sReadme, appendToLine(`(?m)^(  --from-literal=[a-z0-9-]+=\$\(openssl rand -hex 32\))$`, " \\\n  --from-literal="+n.Name+"=$(openssl rand -hex 32)")},

@@ -188,7 +188,12 @@ func streamServer(t *testing.T, reached *atomic.Int32, opt server.Option) string
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
 	return srv.GRPCAddr()
 }
 

@@ -79,7 +79,7 @@ func NewKeySet(url string, client *http.Client, timeout time.Duration) oidc.KeyS
 
 // VerifySignature implements oidc.KeySet.
 func (k *keySet) VerifySignature(ctx context.Context, jwt string) ([]byte, error) {
-	jws, err := jose.ParseSigned(jwt, signingAlgs)
+	jws, err := jose.ParseSignedCompact(jwt, signingAlgs) // a JWT is compact serialization
 	if err != nil {
 		return nil, fmt.Errorf("malformed jwt: %w", err)
 	}

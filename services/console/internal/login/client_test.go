@@ -26,7 +26,7 @@ func TestTrustedProxies_ClientAddr(t *testing.T) {
 		{"garbage hop ends the walk", "10.1.2.3:5000", "203.0.113.9, not-an-ip", "10.1.2.3"},
 		{"IPv6 proxy", "[2001:db8:ffff::1]:443", "2001:db8:1:2::7", "2001:db8:1:2::7"},
 	} {
-		r := httptest.NewRequest(http.MethodPost, "/login", nil)
+		r := httptest.NewRequestWithContext(t.Context(), http.MethodPost, "/login", nil)
 		r.RemoteAddr = c.peer
 		if c.xff != "" {
 			for _, line := range strings.Split(c.xff, "\n") {
@@ -38,7 +38,7 @@ func TestTrustedProxies_ClientAddr(t *testing.T) {
 		}
 	}
 	var none login.TrustedProxies
-	r := httptest.NewRequest(http.MethodPost, "/login", nil)
+	r := httptest.NewRequestWithContext(t.Context(), http.MethodPost, "/login", nil)
 	r.RemoteAddr = "10.1.2.3:5000"
 	r.Header.Set("X-Forwarded-For", "203.0.113.9")
 	if got := none.ClientAddr(r); got != "10.1.2.3" {
