@@ -759,6 +759,16 @@ func TestK8sTerraformChecksCatchBreakage(t *testing.T) {
 				s := secrets(f.r)["billing-database"]
 				s.StringData["url"] = strings.Replace(s.StringData["url"], "@my-project.iam", "@my-project", 1)
 			}},
+		{name: "migrate as the service's user", check: checkK8sTFIdentities,
+			want: `DATABASE_URL user "workorder@my-project.iam", Terraform's IAM database user is "workorder-migrate@my-project.iam" (output migrate_database_users)`,
+			mutate: func(f *k8sTF) {
+				s := secrets(f.r)["workorder-database"]
+				s.StringData["migrate-url"] = strings.Replace(s.StringData["migrate-url"], "workorder-migrate@", "workorder@", 1)
+			}},
+		{name: "migrate grants no runtime role", check: checkK8sTFIdentities, want: `Job/billing-migrate: DATABASE_RUNTIME_ROLE ""`,
+			mutate: func(f *k8sTF) { delete(secrets(f.r)["billing-database"].StringData, "runtime-role") }},
+		{name: "Terraform binds no migrate KSA", check: checkK8sTFIdentities, want: "[lossless/provider-sim-migrate] on provider-sim-migrate@",
+			tfFile: "migrate.tf", tfOld: `[${var.namespace}/${each.key}-migrate]`, tfNew: `[${var.namespace}/${each.key}]`},
 		{name: "database renamed in Terraform", check: checkK8sTFIdentities, want: `DATABASE_URL dbname "providersim", Terraform's database is "providersimx"`,
 			tfFile: "sql.tf", tfOld: `name     = each.value.database`, tfNew: `name     = "${each.value.database}x"`},
 		{name: "proxy on another instance", check: checkK8sTFIdentities, want: "no Cloud SQL Auth Proxy on Terraform's instance",
