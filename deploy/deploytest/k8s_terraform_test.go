@@ -274,7 +274,9 @@ func ksaPrincipal(project string, sa *corev1.ServiceAccount) string {
 }
 
 // envDatabaseURL resolves a container's DATABASE_URL ("" when it has none).
-func (f k8sTF) envDatabaseURL(c *corev1.Container) (string, error) { return f.envSecret(c, "DATABASE_URL") }
+func (f k8sTF) envDatabaseURL(c *corev1.Container) (string, error) {
+	return f.envSecret(c, "DATABASE_URL")
+}
 
 // envSecret resolves a container's variable name, a value or a Secret's key
 // ("" when it has none).
