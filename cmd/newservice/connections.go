@@ -212,10 +212,12 @@ func recordedOutputsEdit(n Names) func(string) (string, error) {
 			return "", err
 		}
 		for name, v := range map[string][2]string{
-			"service_accounts":       {n.Name, n.Name + "@" + project + ".iam.gserviceaccount.com"},
-			"databases":              {n.Name, n.Ident},
-			"database_users":         {n.Name, n.Name + "@" + project + ".iam"},
-			"operator_token_secrets": {n.EnvPrefix + "OPERATOR_TOKEN", prefix + "-" + n.Name + "-operator-token"},
+			"service_accounts":         {n.Name, n.Name + "@" + project + ".iam.gserviceaccount.com"},
+			"databases":                {n.Name, n.Ident},
+			"database_users":           {n.Name, n.Name + "@" + project + ".iam"},
+			"migrate_service_accounts": {n.Name, n.Name + "-migrate@" + project + ".iam.gserviceaccount.com"},
+			"migrate_database_users":   {n.Name, n.Name + "-migrate@" + project + ".iam"},
+			"operator_token_secrets":   {n.EnvPrefix + "OPERATOR_TOKEN", prefix + "-" + n.Name + "-operator-token"},
 		} {
 			o, ok := outs[name]
 			if !ok {

@@ -332,10 +332,18 @@ func TestGCPDeployOwnershipJob(t *testing.T) {
 	if spec.InitContainers[0].Image != patch[0].Value[0].Image {
 		t.Errorf("proxy image %q, the services run %q", spec.InitContainers[0].Image, patch[0].Value[0].Image)
 	}
+	// The migrate user owns the database and, after REASSIGN OWNED in the
+	// database itself, every object the service's user made before the
+	// split: the service's user, the runtime role, owns nothing.
 	script := strings.Join(spec.Containers[0].Command, " ")
 	for svc, db := range o.Databases {
-		user := o.DatabaseUsers[svc]
-		for _, want := range []string{`GRANT "` + user + `" TO postgres;`, `ALTER DATABASE "` + db + `" OWNER TO "` + user + `";`} {
+		user, mig := o.DatabaseUsers[svc], o.MigrateDatabaseUsers[svc]
+		if mig == "" || mig == user {
+			t.Errorf("service %s: migrate user %q, want one apart from the service's %q", svc, mig, user)
+		}
+		for _, want := range []string{`GRANT "` + user + `" TO postgres;`, `GRANT "` + mig + `" TO postgres;`,
+			`ALTER DATABASE "` + db + `" OWNER TO "` + mig + `";`,
+			`\connect "` + db + `" -c REASSIGN OWNED BY "` + user + `" TO "` + mig + `";`} {
 			if !strings.Contains(script, want) {
 				t.Errorf("service %s: the Job's SQL lacks %s:\n%s", svc, want, script)
 			}
@@ -367,6 +375,7 @@ func TestGCPDeployRefusesIncompleteOutputs(t *testing.T) {
 	}
 	for name, want := range map[string]string{
 		"db_owner_service_account": "db_owner_service_account: missing",
+		"migrate_database_users":   "migrate_database_users: missing",
 		"k8s_gcp_settings":         "k8s_gcp_settings: missing",
 		"registry_url":             "registry_url: missing",
 	} {

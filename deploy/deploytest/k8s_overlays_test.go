@@ -133,14 +133,7 @@ func migrateAsOwner(t *testing.T, r rendered, secs map[string]*corev1.Secret, sv
 			continue
 		}
 		found = true
-		env := map[string]string{}
-		for _, e := range c.Env {
-			if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
-				if s := secs[e.ValueFrom.SecretKeyRef.Name]; s != nil {
-					env[e.Name], _ = secretValue(s, e.ValueFrom.SecretKeyRef.Key)
-				}
-			}
-		}
+		env := secretEnv(c, secs)
 		u, err := url.Parse(env["DATABASE_URL"])
 		if err != nil || u.User.Username() != db {
 			t.Errorf("%s: %s: migrates as %q (%v), want the owner role %q", r.overlay, w, u.User.Username(), err, db)
@@ -152,6 +145,19 @@ func migrateAsOwner(t *testing.T, r rendered, secs map[string]*corev1.Secret, sv
 	if !found {
 		t.Errorf("%s: no migrate Job of %s", r.overlay, svc)
 	}
+}
+
+// secretEnv resolves the variables a container takes from the overlay's Secrets.
+func secretEnv(c *corev1.Container, secs map[string]*corev1.Secret) map[string]string {
+	env := map[string]string{}
+	for _, e := range c.Env {
+		if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+			if s := secs[e.ValueFrom.SecretKeyRef.Name]; s != nil {
+				env[e.Name], _ = secretValue(s, e.ValueFrom.SecretKeyRef.Key)
+			}
+		}
+	}
+	return env
 }
 
 func databaseURL(t *testing.T, r rendered, secs map[string]*corev1.Secret, svc string) string {
@@ -255,12 +261,30 @@ func TestK8sGCPOverlayUsesManagedServices(t *testing.T) {
 		if !mapsEqual(kv, want) {
 			t.Errorf("gcp: %s DATABASE_URL %v, want %v (the proxy on loopback, the IAM user)", s.Name, kv, want)
 		}
+		// The migrate Job logs in as <service>-migrate, the owner, and grants
+		// the service's user, which the servers log in as (docs/adr/0020).
+		migrator := s.Name + "-migrate"
+		if want := migrator + "@" + project + ".iam.gserviceaccount.com"; accounts[migrator] == nil || accounts[migrator].Annotations["iam.gke.io/gcp-service-account"] != want {
+			t.Errorf("gcp: want ServiceAccount %s annotated iam.gke.io/gcp-service-account: %s", migrator, want)
+		}
 		for _, w := range workloads(r) {
-			if appContainer(w) == nil || w.pod.Labels[labelName] != s.Name {
+			c := appContainer(w)
+			if c == nil || w.pod.Labels[labelName] != s.Name {
 				continue
 			}
-			if w.pod.Spec.ServiceAccountName != s.Name {
-				t.Errorf("gcp: %s runs as ServiceAccount %q, want %s", w, w.pod.Spec.ServiceAccountName, s.Name)
+			wantSA, wantUser := s.Name, s.Name+"@"+project+".iam"
+			env := secretEnv(c, secs)
+			if w.pod.Labels[labelComponent] == "migrate" {
+				wantSA, wantUser = migrator, migrator+"@"+project+".iam"
+				if got, want := env["DATABASE_RUNTIME_ROLE"], s.Name+"@"+project+".iam"; got != want {
+					t.Errorf("gcp: %s: DATABASE_RUNTIME_ROLE %q, want the service's user %q", w, got, want)
+				}
+			}
+			if w.pod.Spec.ServiceAccountName != wantSA {
+				t.Errorf("gcp: %s runs as ServiceAccount %q, want %s", w, w.pod.Spec.ServiceAccountName, wantSA)
+			}
+			if kv, err := parseKeywordDSN(env["DATABASE_URL"]); err != nil || kv["user"] != wantUser {
+				t.Errorf("gcp: %s: DATABASE_URL %q (%v), want user %s", w, env["DATABASE_URL"], err, wantUser)
 			}
 			checkProxySidecar(t, w, instance)
 		}

@@ -275,8 +275,14 @@ func ksaPrincipal(project string, sa *corev1.ServiceAccount) string {
 
 // envDatabaseURL resolves a container's DATABASE_URL ("" when it has none).
 func (f k8sTF) envDatabaseURL(c *corev1.Container) (string, error) {
+	return f.envSecret(c, "DATABASE_URL")
+}
+
+// envSecret resolves a container's variable name, a value or a Secret's key
+// ("" when it has none).
+func (f k8sTF) envSecret(c *corev1.Container, name string) (string, error) {
 	for _, e := range c.Env {
-		if e.Name != "DATABASE_URL" {
+		if e.Name != name {
 			continue
 		}
 		if e.ValueFrom == nil {
@@ -288,9 +294,9 @@ func (f k8sTF) envDatabaseURL(c *corev1.Container) (string, error) {
 					return v, nil
 				}
 			}
-			return "", fmt.Errorf("DATABASE_URL: Secret %s key %s is not in the overlay", ref.Name, ref.Key)
+			return "", fmt.Errorf("%s: Secret %s key %s is not in the overlay", name, ref.Name, ref.Key)
 		}
-		return "", fmt.Errorf("DATABASE_URL: neither a value nor a Secret")
+		return "", fmt.Errorf("%s: neither a value nor a Secret", name)
 	}
 	return "", nil
 }
@@ -301,11 +307,17 @@ func (f k8sTF) envDatabaseURL(c *corev1.Container) (string, error) {
 // binds to exactly that ServiceAccount; a service with a database connects
 // as its Terraform IAM user (output database_users) to its Terraform
 // database (output databases) through the proxy on Terraform's instance.
+// Its migrate Job instead runs as <service>-migrate, bound to the migrate
+// account (output migrate_service_accounts), logs in as the migrate user
+// (output migrate_database_users), the owner, and grants the service's user
+// (DATABASE_RUNTIME_ROLE), which owns nothing (docs/adr/0020).
 func checkK8sTFIdentities(f k8sTF) []string {
 	var problems []string
 	project := f.project()
 	gsas := f.m.outputMap("service_accounts", &problems)
 	users := f.m.outputMap("database_users", &problems)
+	migGSAs := f.m.outputMap("migrate_service_accounts", &problems)
+	migUsers := f.m.outputMap("migrate_database_users", &problems)
 	dbs := f.m.outputMap("databases", &problems)
 	instance := f.m.outputString("sql_instance_connection_name", &problems)
 	namespace := f.m.outputString("namespace", &problems)
@@ -330,13 +342,35 @@ func checkK8sTFIdentities(f k8sTF) []string {
 		if !wi[ksaPrincipal(project, sa)][email] {
 			bad("no roles/iam.workloadIdentityUser binding of %s on %s in Terraform", ksaPrincipal(project, sa), email)
 		}
+		migSA := ksas[svc.Name+"-migrate"]
+		if svc.Database != "" {
+			switch {
+			case migSA == nil:
+				bad("no Kubernetes ServiceAccount %s-migrate in the gcp overlay (Terraform binds %s/%s-migrate)", svc.Name, namespace, svc.Name)
+			case migSA.Annotations["iam.gke.io/gcp-service-account"] != migGSAs[svc.Name] || migGSAs[svc.Name] == "":
+				bad("ServiceAccount %s annotated %q, Terraform's migrate account is %q (output migrate_service_accounts)", migSA.Name, migSA.Annotations["iam.gke.io/gcp-service-account"], migGSAs[svc.Name])
+			default:
+				email := migSA.Annotations["iam.gke.io/gcp-service-account"]
+				if !wi[ksaPrincipal(project, migSA)][email] {
+					bad("no roles/iam.workloadIdentityUser binding of %s on %s in Terraform", ksaPrincipal(project, migSA), email)
+				}
+			}
+		}
 		for _, w := range workloads(f.r) {
 			c := appContainer(w)
 			if c == nil || w.pod.Labels[labelName] != svc.Name {
 				continue
 			}
-			if w.pod.Spec.ServiceAccountName != sa.Name {
-				bad("%s runs as ServiceAccount %q, want %s (Workload Identity)", w, w.pod.Spec.ServiceAccountName, sa.Name)
+			migrate := w.pod.Labels[labelComponent] == "migrate"
+			wantSA, wantUser, userOutput := sa.Name, users[svc.Name], "database_users"
+			if migrate && svc.Database != "" {
+				wantSA, wantUser, userOutput = svc.Name+"-migrate", migUsers[svc.Name], "migrate_database_users"
+				if role, err := f.envSecret(c, "DATABASE_RUNTIME_ROLE"); err != nil || role != users[svc.Name] {
+					bad("%s: DATABASE_RUNTIME_ROLE %q (%v), want the service's IAM user %q (output database_users)", w, role, err, users[svc.Name])
+				}
+			}
+			if w.pod.Spec.ServiceAccountName != wantSA {
+				bad("%s runs as ServiceAccount %q, want %s (Workload Identity)", w, w.pod.Spec.ServiceAccountName, wantSA)
 			}
 			proxied := slices.ContainsFunc(w.pod.Spec.InitContainers, func(p corev1.Container) bool { return strings.Contains(p.Image, "cloud-sql-proxy") })
 			if proxied && svc.Database == "" {
@@ -363,8 +397,8 @@ func checkK8sTFIdentities(f k8sTF) []string {
 				bad("%s: DATABASE_URL: %v", w, err)
 				continue
 			}
-			if kv["user"] != users[svc.Name] {
-				bad("%s: DATABASE_URL user %q, Terraform's IAM database user is %q (output database_users)", w, kv["user"], users[svc.Name])
+			if kv["user"] != wantUser {
+				bad("%s: DATABASE_URL user %q, Terraform's IAM database user is %q (output %s)", w, kv["user"], wantUser, userOutput)
 			}
 			if kv["dbname"] != dbs[svc.Name] {
 				bad("%s: DATABASE_URL dbname %q, Terraform's database is %q (output databases)", w, kv["dbname"], dbs[svc.Name])
@@ -727,6 +761,16 @@ func TestK8sTerraformChecksCatchBreakage(t *testing.T) {
 				s := secrets(f.r)["billing-database"]
 				s.StringData["url"] = strings.Replace(s.StringData["url"], "@my-project.iam", "@my-project", 1)
 			}},
+		{name: "migrate as the service's user", check: checkK8sTFIdentities,
+			want: `DATABASE_URL user "workorder@my-project.iam", Terraform's IAM database user is "workorder-migrate@my-project.iam" (output migrate_database_users)`,
+			mutate: func(f *k8sTF) {
+				s := secrets(f.r)["workorder-database"]
+				s.StringData["migrate-url"] = strings.Replace(s.StringData["migrate-url"], "workorder-migrate@", "workorder@", 1)
+			}},
+		{name: "migrate grants no runtime role", check: checkK8sTFIdentities, want: `Job/billing-migrate: DATABASE_RUNTIME_ROLE ""`,
+			mutate: func(f *k8sTF) { delete(secrets(f.r)["billing-database"].StringData, "runtime-role") }},
+		{name: "Terraform binds no migrate KSA", check: checkK8sTFIdentities, want: "[lossless/provider-sim-migrate] on provider-sim-migrate@",
+			tfFile: "migrate.tf", tfOld: `[${var.namespace}/${each.key}-migrate]`, tfNew: `[${var.namespace}/${each.key}]`},
 		{name: "database renamed in Terraform", check: checkK8sTFIdentities, want: `DATABASE_URL dbname "providersim", Terraform's database is "providersimx"`,
 			tfFile: "sql.tf", tfOld: `name     = each.value.database`, tfNew: `name     = "${each.value.database}x"`},
 		{name: "proxy on another instance", check: checkK8sTFIdentities, want: "no Cloud SQL Auth Proxy on Terraform's instance",

@@ -76,8 +76,18 @@ output "service_accounts" {
 }
 
 output "database_users" {
-  description = "PostgreSQL user per service (IAM authentication; no password)."
+  description = "PostgreSQL user per service (IAM authentication; no password): the runtime role, owning nothing (migrate grants it)."
   value       = { for name, u in google_sql_user.service : name => u.name }
+}
+
+output "migrate_service_accounts" {
+  description = "Google service account email per service with a database, of its migrate Job (Kubernetes ServiceAccount <namespace>/<service>-migrate)."
+  value       = { for name, sa in google_service_account.migrate : name => sa.email }
+}
+
+output "migrate_database_users" {
+  description = "PostgreSQL user per service of its migrate Job (IAM authentication): owns the service's database and grants the service's user (database_users)."
+  value       = { for name, u in google_sql_user.migrate : name => u.name }
 }
 
 output "databases" {

@@ -68,10 +68,9 @@ resource "google_sql_database" "service" {
 }
 
 # The IAM user of a service account is its email without
-# ".gserviceaccount.com". It starts with no privilege on the service's
-# database: README.md ("Database ownership") hands each database to its user
-# once (`make deploy-gcp` runs it as a Job), so the service's `migrate` can
-# create its schema.
+# ".gserviceaccount.com". The service's own user is the runtime role: it owns
+# nothing, and its migrate user (migrate.tf), which README.md ("Database
+# ownership") makes the database's owner, grants it what it may do.
 resource "google_sql_user" "service" {
   for_each = local.databases
 

@@ -23,10 +23,13 @@ type Outputs struct {
 	ConnectionName string
 	// Settings is k8s_gcp_settings: the data of the overlay's settings.yaml.
 	Settings map[string]string
-	// DatabaseUsers and Databases map a service to its IAM database user and
-	// its database.
+	// DatabaseUsers and Databases map a service to its IAM database user
+	// (the runtime role, owning nothing) and its database.
 	DatabaseUsers map[string]string
 	Databases     map[string]string
+	// MigrateDatabaseUsers maps a service to the IAM database user of its
+	// migrate Job, the owner of its database.
+	MigrateDatabaseUsers map[string]string
 	// OperatorTokenSecrets maps an environment variable to its Secret Manager secret id.
 	OperatorTokenSecrets map[string]string
 	// DBOwnerServiceAccount is the Google account the ownership Job's proxy connects as.
@@ -91,6 +94,7 @@ func ParseOutputs(b []byte) (Outputs, error) {
 		Settings:              strMap("k8s_gcp_settings", "AUTH_OPERATORS"),
 		DatabaseUsers:         strMap("database_users"),
 		Databases:             strMap("databases"),
+		MigrateDatabaseUsers:  strMap("migrate_database_users"),
 		OperatorTokenSecrets:  strMap("operator_token_secrets"),
 		DBOwnerServiceAccount: str("db_owner_service_account"),
 	}
@@ -102,6 +106,9 @@ func ParseOutputs(b []byte) (Outputs, error) {
 	for svc := range o.Databases {
 		if _, ok := o.DatabaseUsers[svc]; !ok {
 			problems = append(problems, fmt.Sprintf("databases has %q, database_users does not", svc))
+		}
+		if _, ok := o.MigrateDatabaseUsers[svc]; !ok && o.MigrateDatabaseUsers != nil {
+			problems = append(problems, fmt.Sprintf("databases has %q, migrate_database_users does not", svc))
 		}
 	}
 	if len(problems) > 0 {
@@ -125,6 +132,7 @@ func (o Outputs) Get(name string) (string, error) {
 	}
 	lists := map[string]map[string]string{
 		"database_users": o.DatabaseUsers, "databases": o.Databases, "operator_token_secrets": o.OperatorTokenSecrets,
+		"migrate_database_users": o.MigrateDatabaseUsers,
 	}
 	if m, ok := lists[name]; ok {
 		var b strings.Builder

@@ -30,24 +30,44 @@ const (
 	proxyContainer = "cloud-sql-proxy"
 )
 
-// OwnershipSQL hands each service's database to its IAM database user, as
+// OwnershipSQL hands each service's database to its migrate IAM user, as
 // the built-in postgres user (a member of cloudsqlsuperuser, not a
 // superuser: it must be granted a role before it may give that role a
-// database). Idempotent: run again, it changes nothing. Without it the
-// service's migrate Job cannot create its schema (PostgreSQL 15 lets only a
-// database's owner create in public).
+// database or take objects from it). Idempotent: run again, it changes
+// nothing. Without it the service's migrate Job cannot create its schema
+// (PostgreSQL 15 lets only a database's owner create in public).
 func OwnershipSQL(o Outputs) string {
 	var b strings.Builder
 	for _, svc := range slices.Sorted(maps.Keys(o.Databases)) {
-		user, db := quoteIdent(o.DatabaseUsers[svc]), quoteIdent(o.Databases[svc])
-		fmt.Fprintf(&b, "-- %s\nGRANT %s TO postgres;\nALTER DATABASE %s OWNER TO %s;\n", svc, user, db, user)
+		user, mig, db := quoteIdent(o.DatabaseUsers[svc]), quoteIdent(o.MigrateDatabaseUsers[svc]), quoteIdent(o.Databases[svc])
+		fmt.Fprintf(&b, "-- %s\nGRANT %s TO postgres;\nGRANT %s TO postgres;\nALTER DATABASE %s OWNER TO %s;\n", svc, user, mig, db, mig)
 	}
 	return b.String()
 }
 
+// ReassignSQL, run in a service's database, gives what the service's own
+// user owns there (its tables, from a deployment older than the migrate
+// users) to the migrate user: the service's user becomes the runtime role,
+// which owns nothing, and its migrate grants it what it may do.
+func ReassignSQL(o Outputs, svc string) string {
+	return fmt.Sprintf("REASSIGN OWNED BY %s TO %s;", quoteIdent(o.DatabaseUsers[svc]), quoteIdent(o.MigrateDatabaseUsers[svc]))
+}
+
+// ownershipCommand is psql running OwnershipSQL in database postgres, then
+// ReassignSQL in each service's database (REASSIGN OWNED reaches only the
+// current database). Each -c is its own transaction: --single-transaction
+// would not survive \connect, and every step is idempotent.
+func ownershipCommand(o Outputs) []string {
+	cmd := []string{"psql", "-v", "ON_ERROR_STOP=1", "-c", OwnershipSQL(o)}
+	for _, svc := range slices.Sorted(maps.Keys(o.Databases)) {
+		cmd = append(cmd, "-c", `\connect `+quoteIdent(o.Databases[svc]), "-c", ReassignSQL(o, svc))
+	}
+	return cmd
+}
+
 func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
 
-// OwnershipJob returns the ServiceAccount and the Job that run OwnershipSQL
+// OwnershipJob returns the ServiceAccount and the Job that run OwnershipSQL and ReassignSQL
 // through the Cloud SQL Auth Proxy, with the proxy image of the overlay in
 // dir (its cloud-sql-proxy.yaml). The proxy connects as
 // output db_owner_service_account (cloudsql.client on the instance only) and
@@ -126,7 +146,7 @@ func OwnershipJob(o Outputs, overlayDir string) ([]byte, error) {
 					Containers: []corev1.Container{{
 						Name:    "psql",
 						Image:   PsqlImage,
-						Command: []string{"psql", "-v", "ON_ERROR_STOP=1", "--single-transaction", "-c", OwnershipSQL(o)},
+						Command: ownershipCommand(o),
 						Env: []corev1.EnvVar{
 							{Name: "PGHOST", Value: "127.0.0.1"},
 							{Name: "PGPORT", Value: "5432"},
