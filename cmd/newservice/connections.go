@@ -181,8 +181,8 @@ func renumber(s, pattern string, f func([]int) []int) (string, error) {
 const recordedOutputs = "deploy/deploytest/testdata/terraform-output.json"
 
 // recordedOutputsEdit adds what the module now outputs for the new service:
-// its Google account, its database and IAM database user, and its
-// operator token's secret. Terraform writes the file with sorted keys and
+// its Google account, its database and IAM database user, its migration
+// account and user, its operator token's secret and its audience. Terraform writes the file with sorted keys and
 // two-space indents, as json.MarshalIndent does.
 func recordedOutputsEdit(n Names) func(string) (string, error) {
 	return func(s string) (string, error) {
@@ -211,6 +211,10 @@ func recordedOutputsEdit(n Names) func(string) (string, error) {
 		if err != nil {
 			return "", err
 		}
+		namespace, err := str("namespace")
+		if err != nil {
+			return "", err
+		}
 		for name, v := range map[string][2]string{
 			"service_accounts":         {n.Name, n.Name + "@" + project + ".iam.gserviceaccount.com"},
 			"databases":                {n.Name, n.Ident},
@@ -218,6 +222,7 @@ func recordedOutputsEdit(n Names) func(string) (string, error) {
 			"migrate_service_accounts": {n.Name, n.Name + "-migrate@" + project + ".iam.gserviceaccount.com"},
 			"migrate_database_users":   {n.Name, n.Name + "-migrate@" + project + ".iam"},
 			"operator_token_secrets":   {n.EnvPrefix + "OPERATOR_TOKEN", prefix + "-" + n.Name + "-operator-token"},
+			"audiences":                {n.Name, "https://" + n.Name + "." + namespace + ".svc"},
 		} {
 			o, ok := outs[name]
 			if !ok {
