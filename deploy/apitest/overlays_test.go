@@ -266,9 +266,10 @@ func binaries(t *testing.T) Binaries {
 	t.Helper()
 	version := kubeVersion(t)
 	b := Binaries{
-		Etcd:          lookPath("ETCD", "etcd"),
-		KubeAPIServer: lookPath("KUBE_APISERVER", "kube-apiserver", filepath.Join(repoRoot(t), ".cache/kube-apiserver", version, "kube-apiserver")),
-		Kubectl:       lookPath("KUBECTL", "kubectl"),
+		Etcd: lookPath("ETCD", "etcd"),
+		KubeAPIServer: lookPath("KUBE_APISERVER", "kube-apiserver", filepath.Join(repoRoot(t), ".cache/kube-apiserver", version, "kube-apiserver"),
+			filepath.Join(machineCache(), version, "kube-apiserver")),
+		Kubectl: lookPath("KUBECTL", "kubectl"),
 	}
 	var missing []string
 	for name, path := range map[string]string{"etcd (Debian package etcd-server)": b.Etcd, "kube-apiserver " + version + " (make kube-apiserver)": b.KubeAPIServer, "kubectl": b.Kubectl} {
@@ -301,6 +302,22 @@ func lookPath(env, name string, also ...string) string {
 		return p
 	}
 	return ""
+}
+
+// machineCache is where build-kube-apiserver.sh also keeps the server, for
+// every clone of the machine (a copy of the repository, as cmd/rename's
+// test makes, has no .cache/): KUBE_APISERVER_CACHE, else the user's cache
+// directory.
+func machineCache() string {
+	if d := os.Getenv("KUBE_APISERVER_CACHE"); d != "" {
+		return d
+	}
+	base := os.Getenv("XDG_CACHE_HOME")
+	if base == "" {
+		home, _ := os.UserHomeDir()
+		base = filepath.Join(home, ".cache")
+	}
+	return filepath.Join(base, "lossless", "kube-apiserver")
 }
 
 // kubeVersion is the Makefile's KUBE_VERSION: the kube-apiserver release
