@@ -190,6 +190,12 @@ func TestScaffold_TheNewServiceBuildsPassesItsTestsAndTheDeployChecks(t *testing
 		{filepath.Join(dir, "deploy"), []string{"go", "test", "-count=1", "./deploytest/"}},
 	}
 	if _, err := exec.LookPath("kubectl"); err == nil {
+		// The local overlay's issuer secrets are generated, as people do
+		// before applying it (deploy/k8s/README.md).
+		steps = append(steps, struct {
+			dir  string
+			args []string
+		}{dir, []string{"sh", "deploy/k8s/overlays/local/generate-secrets.sh"}})
 		for _, overlay := range []string{"local", "gcp"} {
 			steps = append(steps, struct {
 				dir  string
