@@ -83,6 +83,9 @@ func tailReport(ctx context.Context, t *testing.T, wo, provider, billing *pgxpoo
 			}
 			row(vals)
 		}
+		if err := rows.Err(); err != nil {
+			t.Logf("tail: %v", err)
+		}
 	}
 	scan(wo, tailHandOffRetries, func(v []any) {
 		note(v[0].(string), fmt.Sprintf("hand-off retried: %d attempts (%v)", v[1], v[2]))
