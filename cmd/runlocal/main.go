@@ -193,6 +193,9 @@ func envVars(stack *localstack.Stack, pid int, binDir, traceURL string) []runenv
 		{Key: runenv.KeyTokenURL, Value: stack.TokenURL()},
 		{Key: runenv.KeyClientID, Value: localstack.DemoClient},
 		{Key: runenv.KeyClientSecret, Value: stack.ClientSecret(localstack.DemoClient)},
+		{Key: runenv.KeyIssuer, Value: stack.IssuerURL()},
+		{Key: runenv.KeyOperatorClientID, Value: localstack.OperatorClient},
+		{Key: runenv.KeyOperatorClientSecret, Value: stack.ClientSecret(localstack.OperatorClient)},
 	}
 	if stack.CA != nil {
 		vars = append(vars,

@@ -51,7 +51,8 @@ func checkRunningStack(t *testing.T, envFile string) {
 		t.Fatalf("env file %v %v: want mode 0600 (it holds the operator tokens)", st, err)
 	}
 	for _, k := range []string{"WORKORDER_DATABASE_URL", "BILLING_DATABASE_URL", "PROVIDER_SIM_DATABASE_URL", "WORKORDER_OPERATOR_TOKEN",
-		"BILLING_OPERATOR_TOKEN", "PROVIDER_OPERATOR_TOKEN", "PUBSUB_EMULATOR_HOST", "PUBSUB_PROJECT_ID", "WORKORDER_URL", runenv.KeyTraceURL, runenv.KeyTokenURL, runenv.KeyClientID, runenv.KeyClientSecret} {
+		"BILLING_OPERATOR_TOKEN", "PROVIDER_OPERATOR_TOKEN", "PUBSUB_EMULATOR_HOST", "PUBSUB_PROJECT_ID", "WORKORDER_URL", runenv.KeyTraceURL, runenv.KeyTokenURL, runenv.KeyClientID, runenv.KeyClientSecret,
+		runenv.KeyIssuer, runenv.KeyOperatorClientID, runenv.KeyOperatorClientSecret} {
 		if env.Get(k) == "" {
 			t.Errorf("env file has no %s", k)
 		}
@@ -120,6 +121,21 @@ func checkRunningStack(t *testing.T, envFile string) {
 			t.Errorf("make ops SERVICE=workorder ARGS=\"inbox list --status APPLIED\" does not list the order's applied completion:\n%s", out)
 		} else {
 			t.Logf("make ops SERVICE=workorder ARGS=\"inbox list --status APPLIED --limit 5\":\n%s", out)
+		}
+		// A repair's dry run is audited under the stack's operator client,
+		// which make ops logs in as: a verified identity, not break-glass;
+		// the --actor typed is kept as what was stated.
+		ops, err = localops.OpsCommand(env, "workorder", []string{"inbox", "cleanup", "--ticket", "CHG-make-ops", "--actor", "runbook-reader", "--dry-run"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		runCommand(t, ctx, ops)
+		ops, err = localops.OpsCommand(env, "workorder", []string{"audit", "list", "--ticket", "CHG-make-ops"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out := runCommand(t, ctx, ops); !strings.Contains(out, `"actor":"operator"`) || !strings.Contains(out, `"stated_actor":"runbook-reader"`) {
+			t.Errorf("make ops SERVICE=workorder ARGS=\"audit list --ticket CHG-make-ops\": want the dry run by operator, stated runbook-reader:\n%s", out)
 		}
 	})
 

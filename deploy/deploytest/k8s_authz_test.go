@@ -65,6 +65,7 @@ func checkGCPAuthz(t *testing.T, r rendered, o gcpoverlay.Outputs) {
 		{"workorder-env", "PROVIDER_AUDIENCE", "provider-sim-env"},
 		{"console-env", "WORKORDER_AUDIENCE", "workorder-env"},
 		{"console-env", "BILLING_AUDIENCE", "billing-env"},
+		{"console-env", "PROVIDER_AUDIENCE", "provider-sim-env"},
 	} {
 		if got, want := get(c.cm, c.key), get(c.callee, "AUTH_AUDIENCE"); got != want {
 			t.Errorf("%s %s = %q, the called service verifies %q", c.cm, c.key, got, want)

@@ -34,6 +34,7 @@ import (
 	"google.golang.org/api/idtoken"
 	"google.golang.org/api/impersonate"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/lossless-dev/lossless/internal/envconfig"
 	"github.com/lossless-dev/lossless/pkg/server"
@@ -173,14 +174,28 @@ func (s idTokens) Token() (*oauth2.Token, error) {
 // DialOption sends the tokens on every call of a gRPC connection; with
 // RequireTLS only on a TLS connection (a call on another fails).
 func (c Config) DialOption(ctx context.Context) (grpc.DialOption, error) {
-	if c.Disabled {
+	creds, err := c.PerRPCCredentials(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if creds == nil {
 		return grpc.EmptyDialOption{}, nil
+	}
+	return grpc.WithPerRPCCredentials(creds), nil
+}
+
+// PerRPCCredentials are the tokens as gRPC call credentials, for a caller
+// that sends them on some calls only (grpc.PerRPCCredentials as a call
+// option); with RequireTLS only on a TLS connection. Nil when Disabled.
+func (c Config) PerRPCCredentials(ctx context.Context) (credentials.PerRPCCredentials, error) {
+	if c.Disabled {
+		return nil, nil
 	}
 	ts, err := c.TokenSource(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return grpc.WithPerRPCCredentials(server.TokenCredentials(ts, c.RequireTLS)), nil
+	return server.TokenCredentials(ts, c.RequireTLS), nil
 }
 
 // HTTPClient returns base (nil: http.DefaultClient's settings) sending the

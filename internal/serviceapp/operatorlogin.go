@@ -74,7 +74,9 @@ func operatorLogIn(ctx context.Context, env *envconfig.Reader, ops operator.Oper
 	case tok == "":
 		return ops, nil
 	}
-	if err := errors.Join(auth.Validate(), ids.Validate(auth)); err != nil {
+	// The issuer and audience verify the operator; AUTH_CLIENTS, the public
+	// API's customers, has no say here.
+	if err := errors.Join(auth.ValidateIdentity(), ids.Validate(auth)); err != nil {
 		return nil, err
 	}
 	opts, err := ids.GuardOptions(auth, nil)

@@ -26,6 +26,8 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/lossless-dev/lossless/pkg/server"
 )
 
 // MinTokenLength is the shortest token accepted: 32 characters, e.g. the output of
@@ -216,6 +218,12 @@ func (g *Guard) Verify(ctx context.Context) (context.Context, error) {
 	if len(vals) == 0 {
 		g.logger.InfoContext(ctx, "operator: call without an operator token refused", "peer", addr)
 		return ctx, status.Error(codes.Unauthenticated, "missing operator credential (authorization: Bearer <ID token or operator token>)")
+	}
+	if len(vals[0]) > server.MaxAuthorizationBytes {
+		// Neither hashed nor parsed; counted as a wrong credential.
+		g.limit.fail(addr)
+		g.logger.WarnContext(ctx, "operator: oversized credential refused", "peer", addr, "bytes", len(vals[0]))
+		return ctx, status.Errorf(codes.Unauthenticated, "authorization over %d bytes refused", server.MaxAuthorizationBytes)
 	}
 	tok, ok := strings.CutPrefix(vals[0], "Bearer ")
 	got := sha256.Sum256([]byte(tok))

@@ -46,6 +46,8 @@ func TestGuardAdmitsOnlyTheTokenOnGuardedMethods(t *testing.T) {
 		{"/svc/Guarded", "Bearer wrong", codes.PermissionDenied},
 		{"/svc/Guarded", token, codes.PermissionDenied}, // no Bearer scheme
 		{"/svc/Guarded", "Bearer " + token, codes.OK},
+		// Over server.MaxAuthorizationBytes: refused before it is hashed or parsed.
+		{"/svc/Guarded", "Bearer " + strings.Repeat("x", 8<<10), codes.Unauthenticated},
 		{"/svc/Open", "", codes.OK},
 	} {
 		if got := call(t, g, c.method, c.auth); got != c.want {

@@ -22,8 +22,11 @@ const BreakGlass = "break-glass"
 // "console:<console>/<name>".
 const OperatorHeader = "x-lossless-operator"
 
-// MaxOperatorName bounds OperatorHeader's value, in characters.
-const MaxOperatorName = 64
+// MaxOperatorName bounds OperatorHeader's value, in characters: a console's
+// login name (100 characters) with its " (shared token)" mark, or an
+// identity-aware proxy's e-mail. The recorded principal must also fit the
+// audit's MaxAuditLength.
+const MaxOperatorName = 120
 
 // Identities are the ID-token holders a guard admits (WithIdentities).
 // Identities are subjects or verified emails (server.Caller.Is).
@@ -77,7 +80,11 @@ func (ids Identities) principal(ctx context.Context, token string, header []stri
 		if err != nil {
 			return "", err
 		}
-		return "console:" + id + "/" + name, nil
+		p := "console:" + id + "/" + name
+		if n := utf8.RuneCountInString(p); n > MaxAuditLength {
+			return "", fmt.Errorf("console %s acting for %s: the principal has %d characters, the audit at most %d", id, name, n, MaxAuditLength)
+		}
+		return p, nil
 	case len(header) > 0 && isOperator:
 		return "", fmt.Errorf("%s is an operator, not a console: it may not send %s", id, OperatorHeader)
 	case isOperator:

@@ -41,12 +41,15 @@ var tokens = issuer{
 	"alice-token":   {Subject: "1001", Email: "alice@example.com"},
 	"console-token": {Subject: "console-client"},
 	"mallory-token": {Subject: "1666", Email: "mallory@example.com"},
+	// A console whose name leaves too little of the audit's actor for a
+	// long operator name.
+	"long-console-token": {Subject: "console-" + strings.Repeat("l", 80)},
 }
 
 func identityGuard(t *testing.T, opts ...operator.GuardOption) *operator.Guard {
 	t.Helper()
 	g, err := operator.NewGuard(token, "X_TOKEN", slog.New(slog.DiscardHandler), append([]operator.GuardOption{
-		operator.WithIdentities(operator.Identities{Auth: tokens, Operators: []string{"alice@example.com"}, Consoles: []string{"console-client"}}),
+		operator.WithIdentities(operator.Identities{Auth: tokens, Operators: []string{"alice@example.com"}, Consoles: []string{"console-client", "console-" + strings.Repeat("l", 80)}}),
 	}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
@@ -107,8 +110,9 @@ func TestGuardRefusesWhatIsNotAnOperator(t *testing.T) {
 		{"forged", nil, "signature"},
 		{"console-token", nil, "must name its operator"},
 		{"console-token", []string{""}, "empty"},
-		{"console-token", []string{strings.Repeat("b", operator.MaxOperatorName+1)}, "longer than 64"},
+		{"console-token", []string{strings.Repeat("b", operator.MaxOperatorName+1)}, "longer than 120"},
 		{"console-token", []string{"bob\x07"}, "not printable"},
+		{"long-console-token", []string{strings.Repeat("b", operator.MaxOperatorName)}, "the audit at most 200"},
 		{"console-token", []string{"bob", "carol"}, "once"},
 		{"alice-token", []string{"bob"}, "not a console"},
 		{"", nil, "refused"},

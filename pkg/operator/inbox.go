@@ -15,10 +15,20 @@ import (
 // (ids or a bounded time range, the retention's bounds).
 
 // inboxAuth is the inbox's authorization: the ticket, and the verified
-// operator as its actor (the request's actor is only stated).
-func inboxAuth(ctx context.Context, a *opsv1.OperatorAuthorization) (inbox.Authorization, error) {
+// operator as its actor. The request's actor is only stated: it rides in
+// the returned context to the audit row (NewInboxOps), which pkg/inbox's
+// record has no field for.
+func inboxAuth(ctx context.Context, a *opsv1.OperatorAuthorization) (context.Context, inbox.Authorization, error) {
 	who, err := validateAuth(ctx, a)
-	return inbox.Authorization{Ticket: a.GetTicket(), Actor: who}, err
+	return context.WithValue(ctx, statedActorKey{}, a.GetActor()), inbox.Authorization{Ticket: a.GetTicket(), Actor: who}, err
+}
+
+type statedActorKey struct{}
+
+// statedActor is the actor the request of ctx stated (inboxAuth), "" for none.
+func statedActor(ctx context.Context) string {
+	s, _ := ctx.Value(statedActorKey{}).(string)
+	return s
 }
 
 // ListInboxEntries implements OperatorService.
@@ -68,7 +78,7 @@ func (s *Service) ReplayInboxEntries(ctx context.Context, req *opsv1.ReplayInbox
 	if s.deps.Inbox == nil {
 		return nil, repairStatus(errNoStore("inbox"))
 	}
-	auth, err := inboxAuth(ctx, req.GetAuthorization())
+	ctx, auth, err := inboxAuth(ctx, req.GetAuthorization())
 	if err != nil {
 		return nil, repairStatus(err)
 	}
@@ -100,7 +110,7 @@ func (s *Service) CleanupInbox(ctx context.Context, req *opsv1.CleanupInboxReque
 	if err != nil {
 		return nil, repairStatus(err)
 	}
-	auth, err := inboxAuth(ctx, req.GetAuthorization())
+	ctx, auth, err := inboxAuth(ctx, req.GetAuthorization())
 	if err != nil {
 		return nil, repairStatus(err)
 	}

@@ -60,7 +60,7 @@ var (
 // service's other repairs rather than in the inbox's own inbox_audit.
 func NewInboxOps(db pgdb.DB, opts ...inbox.Option) (*inbox.Ops, error) {
 	audit := inbox.WithAudit(func(ctx context.Context, tx pgx.Tx, rec inbox.AuditRecord) error {
-		return WriteAudit(ctx, tx, AuditEntry{Action: rec.Action, Actor: rec.Actor, Ticket: rec.Ticket,
+		return WriteAudit(ctx, tx, AuditEntry{Action: rec.Action, Actor: rec.Actor, StatedActor: statedActor(ctx), Ticket: rec.Ticket,
 			DryRun: rec.DryRun, Params: rec.Params, Affected: rec.Affected})
 	})
 	return inbox.NewOps(db, append(opts, audit)...)

@@ -267,16 +267,18 @@ func TestConsoleInABrowser(t *testing.T) {
 		if got := resp.GetFaults().GetDuplicate(); got != 0.25 {
 			t.Fatalf("provider's duplicate knob %v after the form, want 0.25", got)
 		}
-		// provider-sim recorded the change with the session's principal.
+		// provider-sim recorded the change as the console's, for the
+		// session's operator: the console calls with its own ID token and
+		// the operator's name, never with the shared token.
 		octx := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+stack.OperatorToken)
 		audit, err := opsv1.NewOperatorServiceClient(pconn).ListOperatorAudit(octx, &opsv1.ListOperatorAuditRequest{Ticket: "CHG-browser"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if rs := audit.GetRecords(); len(rs) != 1 || rs[0].GetAction() != "faults.update" || rs[0].GetActor() != "break-glass" ||
+		if rs := audit.GetRecords(); len(rs) != 1 || rs[0].GetAction() != "faults.update" || rs[0].GetActor() != "console:console/browser-operator (shared token)" ||
 			rs[0].GetParams().GetFields()["stated_actor"].GetStringValue() != "browser-operator (shared token)" ||
 			rs[0].GetParams().GetFields()["after"].GetStructValue().GetFields()["duplicate"].GetNumberValue() != 0.25 {
-			t.Fatalf("provider-sim's audit rows of CHG-browser: %v; want the change by browser-operator (shared token)", rs)
+			t.Fatalf("provider-sim's audit rows of CHG-browser: %v; want the change by the console for browser-operator (shared token)", rs)
 		}
 		run("open provider-sim's audit",
 			chromedp.Navigate(site+"/audit?service=provider-sim&ticket=CHG-browser"),
@@ -653,7 +655,7 @@ func TestRepairAndAuditInABrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	if rs := audit.GetRecords(); len(rs) != 2 || rs[0].GetDryRun() || !rs[1].GetDryRun() || rs[0].GetAction() != "inbox.replay" ||
-		rs[0].GetActor() != "break-glass" || rs[0].GetAffected() != 1 { // the console's shared token is break-glass
+		rs[0].GetActor() != "console:console/browser-operator (shared token)" || rs[0].GetAffected() != 1 { // the console's identity, for its operator
 		t.Fatalf("audit rows of %s: %v; want the replay over its dry run, one entry each", ticket, rs)
 	}
 	run("open the Audit page for the ticket",

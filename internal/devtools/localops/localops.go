@@ -116,6 +116,17 @@ func OpsCommand(env runenv.Env, svc string, args []string) (Command, error) {
 		})
 		e = append(e, runenv.KeyClientID+"="+svc, runenv.KeyClientSecret+"="+secret)
 	}
+	// Its operator commands run as the stack's operator client, verified as
+	// the service verifies its operators (ADR 0025), unless the caller
+	// brought a credential of their own (serviceapp's OPERATOR_*).
+	own := slices.ContainsFunc(e, func(kv string) bool {
+		k, v, _ := strings.Cut(kv, "=")
+		return v != "" && slices.Contains([]string{"OPERATOR_ID_TOKEN", "OPERATOR_ID_TOKEN_FILE", "OPERATOR_TOKEN_URL", "OPERATOR_BREAK_GLASS"}, k)
+	})
+	if id, secret := env.Get(runenv.KeyOperatorClientID), env.Get(runenv.KeyOperatorClientSecret); !own && id != "" && secret != "" {
+		e = append(e, "OPERATOR_TOKEN_URL="+env.Get(runenv.KeyTokenURL), "OPERATOR_CLIENT_ID="+id, "OPERATOR_CLIENT_SECRET="+secret,
+			"AUTH_ISSUER="+env.Get(runenv.KeyIssuer), "AUTH_AUDIENCE="+svc, "AUTH_OPERATORS="+id)
+	}
 	return Command{Path: bin, Args: args, Env: e}, nil
 }
 

@@ -64,6 +64,14 @@ const (
 	KeyTokenURL     = "AUTH_TOKEN_URL"
 	KeyClientID     = "AUTH_CLIENT_ID"
 	KeyClientSecret = "AUTH_CLIENT_SECRET"
+	// The local issuer's URL and its operator client, an identity in
+	// every service's AUTH_OPERATORS: `make ops` runs a service's operator
+	// commands as that client (internal/devtools/localops), so its repairs
+	// are audited under a verified identity, not as break-glass. Names of
+	// their own, so a sourced file configures no operator by accident.
+	KeyIssuer               = "RUNLOCAL_ISSUER"
+	KeyOperatorClientID     = "RUNLOCAL_OPERATOR_CLIENT_ID"
+	KeyOperatorClientSecret = "RUNLOCAL_OPERATOR_CLIENT_SECRET"
 )
 
 // Suffixes of the per-service keys (see Key).

@@ -12,15 +12,16 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"strings"
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/credentials"
 
 	billingv1 "github.com/lossless-dev/lossless/gen/lossless/billing/v1"
 	providerv1 "github.com/lossless-dev/lossless/gen/lossless/provider/v1"
 	workorderv1 "github.com/lossless-dev/lossless/gen/lossless/workorder/v1"
+	"github.com/lossless-dev/lossless/internal/clientauth"
+	"github.com/lossless-dev/lossless/pkg/operator"
 	opsv1 "github.com/lossless-dev/lossless/pkg/operator/opsv1"
 	"github.com/lossless-dev/lossless/pkg/server"
 	"github.com/lossless-dev/lossless/pkg/telemetry"
@@ -75,18 +76,31 @@ func (a *App) assemble(ctx context.Context, opts []server.Option) error {
 	dial := func(addr string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 		return grpc.NewClient(addr, append([]grpc.DialOption{peers.DialOption(), server.ClientKeepalive()}, opts...)...)
 	}
-	// The public APIs need the console's ID token on every call; a call
-	// with the operator token (the admin services) is sent with it alone
-	// (server.TokenCredentials). The web layer puts a logged-in operator's
-	// token on every call: publicCalls takes it off the public services'.
+	// The public APIs get the console's ID token on every call. The
+	// operator services get a credential only on a logged-in operator's
+	// calls (the web layer names the operator on them): the console's own
+	// ID token for that service with the operator's name, or, with no
+	// identity of its own (AUTH_DISABLED), the break-glass token
+	// (operator.ConsoleDialOptions, docs/adr/0025-authorization.md).
 	var wo, woAdmin, prAdmin, bi, biAdmin *grpc.ClientConn
-	woToken, err := cfg.WorkorderAuth.DialOption(ctx)
-	if err != nil {
-		return err
+	tokens := map[string]credentials.PerRPCCredentials{}
+	for name, c := range map[string]clientauth.Config{"workorder": cfg.WorkorderAuth, "billing": cfg.BillingAuth, "provider-sim": cfg.ProviderAuth} {
+		if tokens[name], err = c.PerRPCCredentials(ctx); err != nil {
+			return err
+		}
 	}
-	biToken, err := cfg.BillingAuth.DialOption(ctx)
-	if err != nil {
-		return err
+	public := func(svc string) []grpc.DialOption {
+		opts := []grpc.DialOption{operator.WithoutOperator()}
+		if tokens[svc] != nil {
+			opts = append(opts, grpc.WithPerRPCCredentials(tokens[svc]))
+		}
+		return opts
+	}
+	admin := func(svc string) []grpc.DialOption {
+		if cfg.CallsAsItself() {
+			return operator.ConsoleDialOptions(tokens[svc], "")
+		}
+		return operator.ConsoleDialOptions(nil, cfg.OperatorToken)
 	}
 	// The public APIs and the operator services are on listeners of their
 	// own (each service's ADMIN_GRPC_ADDR): one connection to each.
@@ -95,11 +109,11 @@ func (a *App) assemble(ctx context.Context, opts []server.Option) error {
 		addr, env string
 		opts      []grpc.DialOption
 	}{
-		{&wo, cfg.Workorder.GRPC, config.EnvWorkorderGRPC, []grpc.DialOption{woToken, publicCalls(workorderv1.WorkOrderService_ServiceDesc.ServiceName)}},
-		{&woAdmin, cfg.Workorder.AdminGRPC, config.EnvWorkorderAdminGRPC, nil},
-		{&prAdmin, cfg.Provider.AdminGRPC, config.EnvProviderAdminGRPC, nil},
-		{&bi, cfg.Billing.GRPC, config.EnvBillingGRPC, []grpc.DialOption{biToken, publicCalls(billingv1.BillingService_ServiceDesc.ServiceName)}},
-		{&biAdmin, cfg.Billing.AdminGRPC, config.EnvBillingAdminGRPC, nil},
+		{&wo, cfg.Workorder.GRPC, config.EnvWorkorderGRPC, public("workorder")},
+		{&woAdmin, cfg.Workorder.AdminGRPC, config.EnvWorkorderAdminGRPC, admin("workorder")},
+		{&prAdmin, cfg.Provider.AdminGRPC, config.EnvProviderAdminGRPC, admin("provider-sim")},
+		{&bi, cfg.Billing.GRPC, config.EnvBillingGRPC, public("billing")},
+		{&biAdmin, cfg.Billing.AdminGRPC, config.EnvBillingAdminGRPC, admin("billing")},
 	}
 	for _, c := range conns {
 		conn, err := dial(c.addr, c.opts...)
@@ -223,7 +237,7 @@ func (a *App) Run(ctx context.Context) error {
 		}
 	}()
 	logger.Info("console listening", "addr", ln.Addr().String(), "tls", cfg.TLS(), "read_open", cfg.ReadOpen,
-		"login", cfg.OperatorToken != "", "operators_file", cfg.OperatorsFile != "", "iap", cfg.IAPAudience != "", "secure_cookies", cfg.Secure())
+		"login", cfg.OperatorToken != "" || cfg.OperatorsFile != "", "calls_as_itself", cfg.CallsAsItself(), "operators_file", cfg.OperatorsFile != "", "iap", cfg.IAPAudience != "", "secure_cookies", cfg.Secure())
 	select {
 	case err := <-errc:
 		return err
@@ -247,24 +261,4 @@ func (a *App) Close() {
 		a.closers[i]()
 	}
 	a.closers = nil
-}
-
-// publicCalls removes the outgoing authorization (a logged-in operator's
-// token) from calls to the public services named, so they carry the
-// console's ID token instead: those services name their caller by it, and
-// the operator token is for the operator services alone.
-func publicCalls(services ...string) grpc.DialOption {
-	return grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		for _, svc := range services {
-			if strings.HasPrefix(method, "/"+svc+"/") {
-				if md, ok := metadata.FromOutgoingContext(ctx); ok {
-					md = md.Copy()
-					md.Delete("authorization")
-					ctx = metadata.NewOutgoingContext(ctx, md)
-				}
-				break
-			}
-		}
-		return invoker(ctx, method, req, reply, cc, opts...)
-	})
 }

@@ -105,14 +105,16 @@ type Config struct {
 	// _HTTP_URL, 8181): the ports the services' declarations name, so a
 	// console started next to `make run` finds them without settings.
 	Workorder, Provider, Billing Endpoints
-	// OperatorToken is the operator token of the services
-	// (WORKORDER_OPERATOR_TOKEN, PROVIDER_OPERATOR_TOKEN). The console adds
-	// it as "authorization: Bearer" to the calls of a logged-in session, so
-	// the services still decide; it never reaches a browser. Without
-	// OperatorsFile the login form takes it as the one shared credential,
-	// with a name the operator types. Env CONSOLE_OPERATOR_TOKEN, default
-	// "": nobody can log in (fail closed). At least
-	// operator.MinTokenLength characters.
+	// OperatorToken is the services' break-glass operator token
+	// (WORKORDER_OPERATOR_TOKEN, PROVIDER_OPERATOR_TOKEN,
+	// BILLING_OPERATOR_TOKEN). Without OperatorsFile the login form takes
+	// it as the one shared credential, with a name the operator types. The
+	// console sends it to the services only when it has no identity of
+	// its own (AUTH_DISABLED=true, a stack run without authentication);
+	// otherwise it calls them with its own ID tokens and the operator's
+	// name (CallsAsItself). It never reaches a browser. Env
+	// CONSOLE_OPERATOR_TOKEN, default "": without OperatorsFile nobody can
+	// log in (fail closed). At least operator.MinTokenLength characters.
 	OperatorToken string
 	// OperatorsFile lists who may log in, each with their own credential:
 	// one line per operator, "name sha256-hex" (the SHA-256 of a random
@@ -123,7 +125,8 @@ type Config struct {
 	// with the old one. Env CONSOLE_OPERATORS_FILE, default "": log in with
 	// a name and the shared OperatorToken (the name is then only as
 	// trustworthy as the token, and the actor says "(shared token)").
-	// Needs OperatorToken (the console still calls the services with it).
+	// With AUTH_DISABLED=true it needs OperatorToken, which the console
+	// then calls the services with.
 	OperatorsFile string
 	// SessionTTL is a session's absolute lifetime. Env CONSOLE_SESSION_TTL,
 	// default 8h.
@@ -207,15 +210,21 @@ type Config struct {
 	// plaintext. Separate from CONSOLE_TLS_CERT_FILE, the certificate
 	// browsers see.
 	ServiceTLS server.TLSConfig
-	// WorkorderAuth and BillingAuth are the console's ID tokens for the
-	// public APIs it reads (orders, invoices): WORKORDER_AUDIENCE (default
-	// "workorder") and BILLING_AUDIENCE (default "billing"), with
-	// AUTH_TOKEN_URL, AUTH_CLIENT_ID, AUTH_CLIENT_SECRET (unset: Google ID
-	// tokens of the workload's service account) and AUTH_DISABLED; see
-	// internal/clientauth. The console lists every order: its subject must
-	// be one of the work-order service's WORKORDER_OPERATOR_SUBJECTS.
+	// WorkorderAuth, BillingAuth and ProviderAuth are the console's ID
+	// tokens for each service's audience: WORKORDER_AUDIENCE (default
+	// "workorder"), BILLING_AUDIENCE ("billing") and PROVIDER_AUDIENCE
+	// ("provider-sim"), with AUTH_TOKEN_URL, AUTH_CLIENT_ID,
+	// AUTH_CLIENT_SECRET (unset: Google ID tokens of the workload's service
+	// account) and AUTH_DISABLED; see internal/clientauth. The console sends
+	// them on every call to the public APIs it reads (orders, invoices:
+	// it lists every order, so its subject must be in workorder's
+	// WORKORDER_OPERATOR_SUBJECTS and AUTH_CLIENTS), and on a logged-in
+	// operator's calls to the operator services with the operator's name
+	// in x-lossless-operator (pkg/operator.OperatorHeader), which the
+	// services admit because they list the console in AUTH_CONSOLES.
 	WorkorderAuth clientauth.Config
 	BillingAuth   clientauth.Config
+	ProviderAuth  clientauth.Config
 }
 
 // FromEnv reads the configuration from r, fills defaults and validates it;
@@ -253,6 +262,7 @@ func FromEnv(r *envconfig.Reader) (Config, error) {
 		IAPAudience:   r.String(EnvIAPAudience, ""),
 		WorkorderAuth: clientauth.FromEnv(r, "WORKORDER_AUDIENCE", "workorder"),
 		BillingAuth:   clientauth.FromEnv(r, "BILLING_AUDIENCE", "billing"),
+		ProviderAuth:  clientauth.FromEnv(r, "PROVIDER_AUDIENCE", "provider-sim"),
 	}
 	if tp, err := login.ParseTrustedProxies(r.String(EnvTrustedProxies, "")); err != nil {
 		r.Record(fmt.Errorf("%s: %w", EnvTrustedProxies, err))
@@ -322,7 +332,7 @@ func (c *Config) setDefaults() {
 
 // Validate checks the settings; each error names its variable.
 func (c Config) Validate() error {
-	errs := []error{c.WorkorderAuth.Validate(), c.BillingAuth.Validate()}
+	errs := []error{c.WorkorderAuth.Validate(), c.BillingAuth.Validate(), c.ProviderAuth.Validate()}
 	for name, u := range map[string]string{
 		EnvWorkorderHTTP: c.Workorder.HTTP, EnvProviderHTTP: c.Provider.HTTP, EnvBillingHTTP: c.Billing.HTTP,
 		EnvRunbookBaseURL: c.RunbookBaseURL,
@@ -368,11 +378,18 @@ func (c Config) Validate() error {
 	if c.IAPAudience != "" && !strings.HasPrefix(c.IAPAudience, "/projects/") {
 		errs = append(errs, fmt.Errorf("%s=%q: want /projects/<project number>/global/backendServices/<id>", EnvIAPAudience, c.IAPAudience))
 	}
-	if c.OperatorsFile != "" && c.OperatorToken == "" {
-		errs = append(errs, fmt.Errorf("%s is set but %s is not: the console calls the services with the operator token", EnvOperatorsFile, EnvOperatorToken))
+	if c.OperatorsFile != "" && c.OperatorToken == "" && !c.CallsAsItself() {
+		errs = append(errs, fmt.Errorf("%s is set but %s is not: with AUTH_DISABLED=true the console calls the services with the operator token", EnvOperatorsFile, EnvOperatorToken))
 	}
 	return errors.Join(errs...)
 }
+
+// CallsAsItself reports whether the console calls the operator services
+// with its own ID tokens and the logged-in operator's name (recorded as
+// "console:<console>/<operator>"), rather than with the break-glass
+// OperatorToken: whenever it has an identity, i.e. AUTH_DISABLED is not
+// true (docs/adr/0025-authorization.md).
+func (c Config) CallsAsItself() bool { return !c.WorkorderAuth.Disabled }
 
 // TLS reports whether the console serves HTTPS itself.
 func (c Config) TLS() bool { return c.TLSCertFile != "" }

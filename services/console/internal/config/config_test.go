@@ -17,7 +17,7 @@ func TestFromEnv_DefaultsAreTheDeclaredPortsAndClosed(t *testing.T) {
 	if c.HTTPAddr != ":8089" || c.Workorder.GRPC != "localhost:9090" || c.Provider.HTTP != "http://localhost:8181" ||
 		c.Billing.GRPC != "localhost:9092" || c.Workorder.AdminGRPC != "localhost:9190" || c.Provider.AdminGRPC != "localhost:9191" ||
 		c.Billing.AdminGRPC != "localhost:9192" || c.Workorder.HTTP != "http://localhost:8180" || c.ReadOpen || c.OperatorToken != "" || c.RPCTimeout != 5*time.Second ||
-		c.TraceURL != "" {
+		c.TraceURL != "" || c.ProviderAuth.Audience != "provider-sim" || c.BillingAuth.Audience != "billing" || !c.CallsAsItself() {
 		t.Fatalf("defaults %+v", c)
 	}
 }
@@ -35,7 +35,6 @@ func TestFromEnv_ErrorsNameTheVariable(t *testing.T) {
 		config.EnvProviderHTTP:       "ftp://x",
 		config.EnvShutdownTimeout:    "-1s",
 		config.EnvTraceURL:           "127.0.0.1:4318",
-		config.EnvOperatorsFile:      "/etc/console/operators",
 		config.EnvSessionTTL:         "-1h",
 		config.EnvSessionIdle:        "soon",
 		config.EnvLoginFailures:      "-3",
@@ -47,6 +46,22 @@ func TestFromEnv_ErrorsNameTheVariable(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), env) {
 			t.Errorf("%s=%q: error %v, want one naming %s", env, want, err, env)
 		}
+	}
+}
+
+// The console calls the operator services as itself unless AUTH_DISABLED
+// is true; only then does an operators file need the break-glass token,
+// which it would call them with.
+func TestFromEnv_OperatorsFileNeedsTheTokenOnlyWithoutIdentity(t *testing.T) {
+	file := map[string]string{config.EnvOperatorsFile: "/etc/console/operators"}
+	c, err := config.FromEnv(envconfig.FromMap(file))
+	if err != nil || !c.CallsAsItself() {
+		t.Fatalf("operators file, console identity: CallsAsItself %v, error %v; want true, none", c.CallsAsItself(), err)
+	}
+	file["AUTH_DISABLED"] = "true"
+	c, err = config.FromEnv(envconfig.FromMap(file))
+	if err == nil || !strings.Contains(err.Error(), config.EnvOperatorsFile) || !strings.Contains(err.Error(), config.EnvOperatorToken) || c.CallsAsItself() {
+		t.Fatalf("operators file, AUTH_DISABLED, no token: error %v; want one naming %s and %s", err, config.EnvOperatorsFile, config.EnvOperatorToken)
 	}
 }
 

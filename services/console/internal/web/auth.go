@@ -34,7 +34,6 @@ const (
 // the CSRF value its forms must carry.
 type session struct {
 	id        string // unexported: templates cannot reach it
-	token     string // the services' operator token, when logged in
 	LoggedIn  bool
 	Principal string
 	CSRF      string
@@ -61,8 +60,10 @@ type IdentityVerifier interface {
 //
 // A session is an opaque random id in an HttpOnly cookie; the principal,
 // the credential's digest and the times live in the store (internal/session).
-// The operator token never leaves the server: the console adds it to its
-// own calls to the services for a logged-in session.
+// The console names the session's principal on its calls to the operator
+// services (outgoing); how it proves itself to them is the connection's
+// business (package app), and no credential of the services' ever reaches a
+// browser.
 //
 // CSRF is the signed double-submit pattern bound to the session: the forms
 // of a logged-in session carry the HMAC, under a key only this process
@@ -105,8 +106,9 @@ func newAuth(cfg Config, logger *slog.Logger) (*auth, error) {
 	return a, nil
 }
 
-// armed reports whether anybody can log in.
-func (a *auth) armed() bool { return a.serviceToken != "" }
+// armed reports whether anybody can log in: with an operators file, or
+// with the shared token.
+func (a *auth) armed() bool { return a.operators != nil || a.serviceToken != "" }
 
 func (a *auth) name(base string) string {
 	if a.secure {
@@ -128,8 +130,10 @@ func (a *auth) check(r *http.Request, name, credential string) (principal, op st
 		if err != nil {
 			return "", "", digest, err
 		}
-		if id == "" || len(id) > operator.MaxAuditLength {
-			return "", "", digest, fmt.Errorf("identity-aware proxy: identity of %d bytes: want 1 to %d", len(id), operator.MaxAuditLength)
+		// The operator services take at most MaxOperatorName characters
+		// of the operator's name.
+		if id == "" || len(id) > operator.MaxOperatorName {
+			return "", "", digest, fmt.Errorf("identity-aware proxy: identity of %d bytes: want 1 to %d", len(id), operator.MaxOperatorName)
 		}
 		name, principal = id, id
 	}
@@ -148,7 +152,7 @@ func (a *auth) check(r *http.Request, name, credential string) (principal, op st
 		return principal, name, d, nil
 	}
 	got := sha256.Sum256([]byte(credential))
-	if !a.armed() || subtle.ConstantTimeCompare(got[:], a.digest[:]) != 1 {
+	if a.serviceToken == "" || subtle.ConstantTimeCompare(got[:], a.digest[:]) != 1 {
 		return "", "", digest, errBadCredential
 	}
 	if principal == "" {
@@ -185,7 +189,7 @@ func (a *auth) live(r *http.Request, s sessions.Session) bool {
 		}
 		current = d
 	} else {
-		if !a.armed() || a.operators != nil {
+		if a.serviceToken == "" || a.operators != nil {
 			return false
 		}
 		current = a.digest
@@ -230,7 +234,7 @@ func (a *auth) middleware(next http.Handler) http.Handler {
 		if c, err := r.Cookie(a.name(sessionCookie)); err == nil {
 			if st, ok := a.store.Get(c.Value); ok {
 				if a.live(r, st) {
-					s = session{id: st.ID, token: a.serviceToken, LoggedIn: true, Principal: st.Principal}
+					s = session{id: st.ID, LoggedIn: true, Principal: st.Principal}
 				} else {
 					a.store.Delete(c.Value)
 				}
@@ -268,11 +272,13 @@ func (a *auth) middleware(next http.Handler) http.Handler {
 // canRead reports whether the request may see read-only pages.
 func (a *auth) canRead(r *http.Request) bool { return a.readOpen || sessionOf(r).LoggedIn }
 
-// outgoing returns ctx carrying the services' operator token, when the
-// session is logged in.
+// outgoing returns ctx naming the session's operator in the
+// x-lossless-operator metadata (operator.OperatorHeader), when the session
+// is logged in. The operator services' connections turn it into the
+// console's credential (package app); a call without it carries none.
 func outgoing(ctx context.Context, s session) context.Context {
-	if !s.LoggedIn || s.token == "" {
+	if !s.LoggedIn || s.Principal == "" {
 		return ctx
 	}
-	return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+s.token)
+	return metadata.AppendToOutgoingContext(ctx, operator.OperatorHeader, s.Principal)
 }

@@ -66,7 +66,7 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 		msg := "That is not the operator's credential."
 		switch {
 		case !h.auth.armed():
-			msg = "Login is disabled: CONSOLE_OPERATOR_TOKEN is not set."
+			msg = "Login is disabled: neither CONSOLE_OPERATORS_FILE nor CONSOLE_OPERATOR_TOKEN is set."
 		case errors.Is(err, errBadName):
 			msg = "Operator: a name such as alice or alice@example.com (letters, digits, . _ @ + -)."
 		case !errors.Is(err, errBadCredential):

@@ -141,7 +141,8 @@ func orderConsole(t *testing.T, traceURL string) *httptest.Server {
 	}
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(srv.Stop)
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(ln.Addr().String(), append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())},
+		operator.ConsoleDialOptions(nil, token)...)...) // as package app dials without an identity
 	if err != nil {
 		t.Fatal(err)
 	}

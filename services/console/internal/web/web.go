@@ -33,10 +33,11 @@ var staticFS embed.FS
 
 // Config of the pages.
 type Config struct {
-	// OperatorToken is the services' operator token
-	// (config.Config.OperatorToken), which the console adds to the calls
-	// of a logged-in session. Without Operators the login form takes it as
-	// the shared credential. Empty: nobody can log in.
+	// OperatorToken is the services' break-glass operator token
+	// (config.Config.OperatorToken): without Operators the login form
+	// takes it as the shared credential. Neither: nobody can log in. The
+	// pages never send it; the operator services' connections carry the
+	// console's credential (package app).
 	OperatorToken string
 	// Operators, when set, are the operators who may log in, each with their
 	// own credential (config.Config.OperatorsFile); the shared token is
@@ -224,7 +225,7 @@ func describe(service string, err error) string {
 	st, _ := status.FromError(err)
 	switch st.Code() {
 	case codes.Unauthenticated, codes.PermissionDenied:
-		return service + " refused the call: " + st.Message() + ". Log in with the operator token."
+		return service + " refused the call: " + st.Message() + ". Log in as an operator."
 	case codes.Unavailable, codes.DeadlineExceeded:
 		return service + " is unreachable or slow (" + st.Code().String() + "): " + st.Message()
 	case codes.NotFound:

@@ -128,7 +128,11 @@ func consoleLogging(t *testing.T, cfg web.Config, logger *slog.Logger, register 
 	for _, reg := range register {
 		reg(srv, biSrv)
 	}
-	conn, pr, bi := serve(t, srv), serve(t, prSrv), serve(t, biSrv)
+	// As the console dials the operator services when it has no identity
+	// of its own (package app): a logged-in session's calls carry the
+	// break-glass token the backends' guard checks.
+	asOperator := operator.ConsoleDialOptions(nil, token)
+	conn, pr, bi := serve(t, srv, asOperator...), serve(t, prSrv, asOperator...), serve(t, biSrv, asOperator...)
 	cfg.RunbookBaseURL = "https://example.invalid/docs/runbooks/"
 	h, err := web.New(web.Sources{
 		Orders:         workorderv1.NewWorkOrderServiceClient(conn),
@@ -155,7 +159,7 @@ func consoleLogging(t *testing.T, cfg web.Config, logger *slog.Logger, register 
 
 // serve serves srv on a local port until the test ends and returns a
 // client connection to it.
-func serve(t *testing.T, srv *grpc.Server) *grpc.ClientConn {
+func serve(t *testing.T, srv *grpc.Server, opts ...grpc.DialOption) *grpc.ClientConn {
 	t.Helper()
 	ln, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
 	if err != nil {
@@ -163,7 +167,7 @@ func serve(t *testing.T, srv *grpc.Server) *grpc.ClientConn {
 	}
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(srv.Stop)
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(ln.Addr().String(), append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
