@@ -286,6 +286,7 @@ type jwksIssuer struct {
 	fetches atomic.Int32
 	mu      sync.Mutex
 	keys    []jose.JSONWebKey
+	down    bool // answer 503: the issuer out of reach
 }
 
 func newJWKSIssuer(t *testing.T) *jwksIssuer {
@@ -295,6 +296,10 @@ func newJWKSIssuer(t *testing.T) *jwksIssuer {
 		j.fetches.Add(1)
 		j.mu.Lock()
 		defer j.mu.Unlock()
+		if j.down {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
 		_ = json.NewEncoder(w).Encode(jose.JSONWebKeySet{Keys: j.keys})
 	}))
 	t.Cleanup(srv.Close)
@@ -368,6 +373,51 @@ func TestUnknownKeysRefetchTheKeySetAtMostOncePerInterval(t *testing.T) {
 	advance(server.KeyRefetchInterval / 2)
 	if c, err := v.Authenticate(ctx, tokenBy(k2, "k2")); err != nil || !strings.HasPrefix(c.Subject, "alice") || j.fetches.Load() != 3 {
 		t.Fatalf("new key after the interval: %+v, %v, %d fetches; want accepted after a third fetch", c, err, j.fetches.Load())
+	}
+}
+
+// While the issuer is out of reach, a token of a key the verifier does not
+// hold (perhaps one the issuer rotated in) is UNAVAILABLE, the caller's to
+// retry, not UNAUTHENTICATED; a token the held keys refute stays refused as
+// such, and the held keys keep verifying.
+func TestUnknownKeyWhileTheIssuerIsDownIsUnavailable(t *testing.T) {
+	t.Parallel()
+	j := newJWKSIssuer(t)
+	k1, k2 := rsaKey(t), rsaKey(t)
+	j.publish(k1, "k1")
+	v, err := server.NewOIDCVerifier(server.OIDCConfig{Issuer: j.url, Audience: "orders", JWKSURL: j.url}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	now := time.Now()
+	server.SetClock(v, func() time.Time { mu.Lock(); defer mu.Unlock(); return now })
+	ctx := context.Background()
+	exp := now.Add(time.Hour)
+	sub := 0
+	tokenBy := func(key *rsa.PrivateKey, kid string) string {
+		sub++
+		return mint(t, newSigner(t, key, kid), j.url, "alice-"+strconv.Itoa(sub), "orders", exp)
+	}
+	if _, err := v.Authenticate(ctx, tokenBy(k1, "k1")); err != nil {
+		t.Fatalf("valid token: %v", err)
+	}
+	j.mu.Lock()
+	j.down = true
+	j.mu.Unlock()
+	mu.Lock()
+	now = now.Add(server.KeyRefetchInterval)
+	mu.Unlock()
+	for range 2 { // the failed fetch, then the throttled window after it
+		if _, err := v.Authenticate(ctx, tokenBy(k2, "k2")); status.Code(err) != codes.Unavailable {
+			t.Fatalf("unknown key, issuer down: %v, want UNAVAILABLE", err)
+		}
+	}
+	if _, err := v.Authenticate(ctx, tokenBy(k2, "k1")); err == nil || status.Code(err) == codes.Unavailable {
+		t.Fatalf("a held key's bad signature, issuer down: %v, want refused, not UNAVAILABLE", err)
+	}
+	if _, err := v.Authenticate(ctx, tokenBy(k1, "k1")); err != nil {
+		t.Fatalf("held key, issuer down: %v", err)
 	}
 }
 

@@ -93,14 +93,26 @@ func (k *keySet) VerifySignature(ctx context.Context, jwt string) ([]byte, error
 	if payload, ok := verifyWith(jws, kid, keys); ok {
 		return payload, nil
 	}
-	keys, err = k.refetch(ctx, seen)
-	if err != nil {
-		return nil, err
-	}
+	keys, fetchErr := k.refetch(ctx, seen)
 	if payload, ok := verifyWith(jws, kid, keys); ok {
 		return payload, nil
 	}
+	if fetchErr != nil && !hasKey(keys, kid) {
+		// A key we do not hold while the issuer is out of reach: perhaps
+		// one it rotated in, so not the caller's fault (UNAVAILABLE).
+		return nil, fetchErr
+	}
 	return nil, errors.New("failed to verify id token signature")
+}
+
+// hasKey reports whether keys hold kid (any key, for a token without one).
+func hasKey(keys []jose.JSONWebKey, kid string) bool {
+	for _, key := range keys {
+		if kid == "" || key.KeyID == kid {
+			return true
+		}
+	}
+	return false
 }
 
 func verifyWith(jws *jose.JSONWebSignature, kid string, keys []jose.JSONWebKey) ([]byte, bool) {
@@ -116,8 +128,9 @@ func verifyWith(jws *jose.JSONWebSignature, kid string, keys []jose.JSONWebKey) 
 
 // refetch returns the keys after a fetch, unless one started after the
 // caller read the keys (seen), or the last one is too recent: then the
-// keys as they are. With no keys at all the error says "fetching keys",
-// which the verifier answers UNAVAILABLE.
+// keys as they are. When that fetch failed, the keys held so far come with
+// an error saying "fetching keys", which the verifier answers UNAVAILABLE
+// if they cannot verify the token.
 func (k *keySet) refetch(ctx context.Context, seen int) ([]jose.JSONWebKey, error) {
 	k.fetchMu.Lock()
 	defer k.fetchMu.Unlock()
@@ -129,8 +142,8 @@ func (k *keySet) refetch(ctx context.Context, seen int) ([]jose.JSONWebKey, erro
 		wait = keyRetryInterval
 	}
 	if fetches != seen || (fetches > 0 && k.now().Sub(at) < wait) {
-		if len(keys) == 0 && lastErr != nil {
-			return nil, fmt.Errorf("fetching keys: %w", lastErr)
+		if lastErr != nil {
+			return keys, fmt.Errorf("fetching keys: %w", lastErr)
 		}
 		return keys, nil
 	}
@@ -141,10 +154,8 @@ func (k *keySet) refetch(ctx context.Context, seen int) ([]jose.JSONWebKey, erro
 	k.fetchedAt = k.now()
 	k.lastErr = err
 	if err != nil {
-		if len(k.keys) == 0 {
-			return nil, fmt.Errorf("fetching keys: %w", err)
-		}
-		return k.keys, nil // the issuer's hiccup: keep the keys we have
+		// The issuer's hiccup: keep the keys we have.
+		return k.keys, fmt.Errorf("fetching keys: %w", err)
 	}
 	k.keys = fetched
 	return fetched, nil
