@@ -18,7 +18,7 @@ TOOL      := $(GO) tool -modfile=tools/go.mod
 BIN_DIR   ?= bin
 # One per services/<name>/service.json; cmd/newservice appends, deploy/deploytest checks.
 SERVICES  := workorder provider-sim console billing
-COMMANDS  := pubsub-emulator healthcheck localissuer
+COMMANDS  := pubsub-emulator healthcheck localissuer demo
 GO_TEST_FLAGS ?= -race -count=1 -timeout 20m
 
 .PHONY: help
@@ -339,29 +339,24 @@ deploy-gcp: ## Build and push the images, render deploy/k8s/overlays/gcp from te
 	TF_DIR='$(GCP_TF_DIR)' BUILD='$(GCP_BUILD)' SERVICES='$(SERVICES)' ESO_VERSION='$(ESO_VERSION)' GO='$(GO)' \
 		$(if $(TAG),TAG='$(TAG)') bash deploy/cmd/gcpdeploy/deploy-gcp.sh
 
-# The namespace is Terraform's (output namespace). Port-forward through the API server: the services have no
-# external address. workorder serves TLS there (cert-manager's certificate, valid for localhost too): the demo
-# trusts the namespace's CA and presents the certificate of workorder-tls (its client usage: mutual TLS), both
-# read from the Secret into $(GCP_BUILD)/tls. Its token is a Google ID token of Terraform's demo client account,
-# minted by impersonation from your application-default credentials (AUTH_IMPERSONATE; you need
-# roles/iam.serviceAccountOpenIdTokenCreator on it), for workorder's audience. The forward ends with the demo.
+# The demo as Job demo inside the cluster, with its own identity (deploy/k8s/demo/run.sh): on GKE the
+# Kubernetes ServiceAccount demo acts as Terraform's demo client account (Workload Identity), so neither a
+# port-forward nor your credentials carry its calls; kubectl and terraform output only find the cluster,
+# the namespace, the account and workorder's audience. It deletes the previous Job, applies the new one,
+# waits until it completes or fails (at most DEMO_TIMEOUT seconds) and prints its log, the summary. Its image
+# is the running workorder's with demo for workorder: make deploy-gcp pushes both.
+DEMO_TIMEOUT ?= 720
+
 .PHONY: demo-gcp
-demo-gcp: ## Orders against the GKE deployment through a port-forward, until they are invoiced, e.g. make demo-gcp ARGS="-n 50".
-	@mkdir -p '$(GCP_BUILD)/tls'; ns=$$(terraform -chdir='$(GCP_TF_DIR)' output -raw namespace) || { echo "demo-gcp: no terraform output in $(GCP_TF_DIR): run terraform apply and make deploy-gcp first"; exit 1; }; \
-		sa=$$(terraform -chdir='$(GCP_TF_DIR)' output -json client_service_accounts | sed -n 's/.*"demo": *"\([^"]*\)".*/\1/p'); \
-		aud=$$(terraform -chdir='$(GCP_TF_DIR)' output -json audiences | sed -n 's/.*"workorder": *"\([^"]*\)".*/\1/p'); \
-		[ -n "$$sa" ] && [ -n "$$aud" ] || { echo "demo-gcp: terraform output has no demo client (variable clients) or no workorder audience"; exit 1; }; \
-		for k in ca.crt tls.crt tls.key; do \
-			kubectl -n "$$ns" get secret workorder-tls -o "jsonpath={.data.$${k//./\\.}}" | base64 -d > '$(GCP_BUILD)/tls/'$$k || exit 1; done; \
-		chmod 600 '$(GCP_BUILD)/tls/tls.key'; \
-		kubectl -n "$$ns" port-forward svc/workorder 18080:8080 >'$(GCP_BUILD)/port-forward.log' 2>&1 & pf=$$!; \
-		trap 'kill $$pf 2>/dev/null' EXIT; \
-		for i in $$(seq 1 60); do curl -fsS -o /dev/null --cacert '$(GCP_BUILD)/tls/ca.crt' --cert '$(GCP_BUILD)/tls/tls.crt' --key '$(GCP_BUILD)/tls/tls.key' https://localhost:18080/readyz 2>/dev/null && break; \
-			kill -0 $$pf 2>/dev/null || { cat '$(GCP_BUILD)/port-forward.log'; exit 1; }; \
-			[ $$i -lt 60 ] || { echo "demo-gcp: https://localhost:18080/readyz not ready after 30 s"; cat '$(GCP_BUILD)/port-forward.log'; exit 1; }; sleep 0.5; done; \
-		TLS_CA_FILE='$(GCP_BUILD)/tls/ca.crt' TLS_CERT_FILE='$(GCP_BUILD)/tls/tls.crt' TLS_KEY_FILE='$(GCP_BUILD)/tls/tls.key' \
-		AUTH_IMPERSONATE="$$sa" WORKORDER_AUDIENCE="$$aud" \
-		$(GO) run ./cmd/demo -workorder-url https://localhost:18080 -n 20 $(ARGS)
+demo-gcp: ## Orders against the GKE deployment from Job demo in the cluster (Workload Identity), until they are invoiced; prints its log, e.g. make demo-gcp ARGS="-n 50".
+	BUILD='$(GCP_BUILD)/demo' TF_DIR='$(GCP_TF_DIR)' ARGS='$(ARGS)' TIMEOUT='$(DEMO_TIMEOUT)' bash deploy/k8s/demo/run.sh gcp
+
+# The same in the local overlay's cluster (kind, minikube; kubectl's current context), as the local issuer's
+# demo client, whose secret deploy/k8s/demo/local/generate-secrets.sh copies from the overlay's; the image
+# lossless/demo:local is make images', loaded into the cluster as deploy/k8s/README.md says.
+.PHONY: demo-kind
+demo-kind: ## Orders against the local overlay (kind, minikube) from Job demo in the cluster, until they are invoiced; prints its log, e.g. make demo-kind ARGS="-n 50".
+	BUILD='$(BIN_DIR)/demo-local' ARGS='$(ARGS)' TIMEOUT='$(DEMO_TIMEOUT)' bash deploy/k8s/demo/run.sh local
 
 .PHONY: terraform-fmt
 terraform-fmt: ## Fail when `terraform fmt` would change a file of deploy/terraform (terraform on PATH; no provider needed).
@@ -389,8 +384,8 @@ ACTIONLINT_VERSION ?= v1.7.12
 actionlint: ## Lint every GitHub workflow (.github/workflows) with actionlint (run through the Go module proxy).
 	$(GO) run github.com/rhysd/actionlint/cmd/actionlint@$(ACTIONLINT_VERSION)
 
-# The images .github/workflows/images.yml builds (one Dockerfile target per service, and localissuer's, which
-# the local overlay runs), for this machine's
+# The images .github/workflows/images.yml builds (one Dockerfile target per service, localissuer's, which
+# the local overlay runs, and demo's, the demo Job of deploy/k8s/demo), for this machine's
 # platform, tagged as compose runs them (lossless/<service>:local), so `docker compose up` without --build
 # uses them. PLATFORMS=linux/amd64,linux/arm64 builds both, as the workflow does (loading a multi-platform
 # image needs Docker's containerd image store). ko is not used: the images carry cmd/healthcheck beside the
@@ -399,11 +394,11 @@ IMAGE_PREFIX ?= lossless
 IMAGE_TAG    ?= local
 
 .PHONY: images
-images: ## Build every service's image and the local issuer's (lossless/<name>:local) with Docker buildx, as the images workflow does; PLATFORMS=... for others.
+images: ## Build every service's image, the local issuer's and the demo's (lossless/<name>:local) with Docker buildx, as the images workflow does; PLATFORMS=... for others.
 	@command -v docker >/dev/null 2>&1 || { echo "make images: needs Docker (with buildx) and its engine; none found on PATH. Without Docker, 'make run' runs the system from local binaries."; exit 1; }
 	@docker info >/dev/null 2>&1 || { echo "make images: docker is installed but its engine does not answer (docker info failed): start the Docker daemon, or check DOCKER_HOST."; exit 1; }
 	@docker buildx version >/dev/null 2>&1 || { echo "make images: needs the docker buildx plugin (docker-buildx-plugin)."; exit 1; }
-	@for s in $(SERVICES) localissuer; do \
+	@for s in $(SERVICES) localissuer demo; do \
 		echo "image $(IMAGE_PREFIX)/$$s:$(IMAGE_TAG)"; \
 		docker buildx build --load -f deploy/docker/Dockerfile --target $$s $(if $(PLATFORMS),--platform $(PLATFORMS)) \
 			-t $(IMAGE_PREFIX)/$$s:$(IMAGE_TAG) . || exit 1; \

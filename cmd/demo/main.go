@@ -13,9 +13,11 @@
 // AUTH_TOKEN_URL, AUTH_CLIENT_ID and AUTH_CLIENT_SECRET set, from that
 // issuer (compose's local issuer); else from the running `make run`'s
 // local issuer, found through its env file (internal/devtools/runenv); else a
-// Google ID token of the ambient credentials, or with AUTH_IMPERSONATE of a
-// service account they may impersonate (make demo-gcp). WORKORDER_AUDIENCE (default
-// "workorder") is the audience.
+// Google ID token of the ambient credentials (in a GKE pod its Workload
+// Identity: the Job of make demo-gcp), or with AUTH_IMPERSONATE of a service
+// account they may impersonate. WORKORDER_AUDIENCE (default "workorder") is
+// the audience. The image lossless/demo runs it as Job demo in a cluster
+// (deploy/k8s/demo: make demo-kind, make demo-gcp).
 package main
 
 import (

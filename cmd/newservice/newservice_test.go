@@ -63,7 +63,7 @@ func TestNewPlan_NamesAndPorts(t *testing.T) {
 	if got := string(p.edits[migrationsGo]); !strings.Contains(got, "func OrderTracking() []pgmigrate.Set") || !strings.Contains(got, " ordertracking/*.sql") {
 		t.Errorf("migrations.go edit lacks the accessor or the embed pattern:\n%s", got)
 	}
-	if got := string(p.edits[imagesYML]); !strings.Contains(got, "service: [billing, console, localissuer, provider-sim, workorder, order-tracking]") {
+	if got := string(p.edits[imagesYML]); !strings.Contains(got, "service: [billing, console, demo, localissuer, provider-sim, workorder, order-tracking]") {
 		t.Errorf("images.yml edit does not add the service to the matrix:\n%s", got)
 	}
 	for _, f := range []string{"deploy/k8s/base/order-tracking.yaml", "deploy/k8s/overlays/gcp/tls/pods-order-tracking.yaml"} {

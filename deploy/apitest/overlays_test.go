@@ -60,8 +60,30 @@ func TestAPIServerAcceptsEveryOverlay(t *testing.T) {
 			if !slices.Equal(got, want) {
 				t.Errorf("overlay %s: the API server applied\n%v\nthe render has\n%v", o, got, want)
 			}
+			// The demo Job beside it, as make demo-kind / demo-gcp apply it.
+			demo := renderDemo(t, b.Kubectl, o)
+			if out, err := s.Kubectl(t.Context(), demo, "apply", "--server-side", "--field-manager=apitest", "-f", "-"); err != nil {
+				t.Fatalf("demo/%s is not accepted by kube-apiserver: %v\n%s", o, err, out)
+			}
 		})
 	}
+}
+
+// renderDemo is `kubectl kustomize` of deploy/k8s/demo/<variant>.
+func renderDemo(t *testing.T, kubectl, variant string) []byte {
+	t.Helper()
+	dir := filepath.Join(repoRoot(t), "deploy/k8s/demo", variant)
+	if variant == "local" {
+		dir = demoLocalDir(t)
+	}
+	cmd := exec.CommandContext(t.Context(), kubectl, "kustomize", dir)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("kubectl kustomize demo/%s: %v\n%s", variant, err, stderr.Bytes())
+	}
+	return out
 }
 
 // TestAPIServerRejectsKindsNoneDefines: without the definitions of
@@ -133,21 +155,24 @@ func TestAPIServerStubbedKindsAreInstalledByTheDeploy(t *testing.T) {
 
 // TestKindJobLoadsEveryImageTheLocalOverlayRuns: the kind workflow loads
 // into its cluster exactly the images of ours (lossless/<name>:local) the
-// local overlay runs; one missing is a pod that never pulls.
+// local overlay and the demo Job it runs there (deploy/k8s/demo/local) run;
+// one missing is a pod that never pulls.
 func TestKindJobLoadsEveryImageTheLocalOverlayRuns(t *testing.T) {
 	t.Parallel()
-	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), overlayDir(t, "local"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rendered, err := m.AsYaml()
-	if err != nil {
-		t.Fatal(err)
-	}
 	var runs []string
-	for _, sm := range regexp.MustCompile(`(?m)^\s*image: lossless/([a-z0-9-]+):local$`).FindAllSubmatch(rendered, -1) {
-		if !slices.Contains(runs, string(sm[1])) {
-			runs = append(runs, string(sm[1]))
+	for _, dir := range []string{overlayDir(t, "local"), demoLocalDir(t)} {
+		m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rendered, err := m.AsYaml()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, sm := range regexp.MustCompile(`(?m)^\s*image: lossless/([a-z0-9-]+):local$`).FindAllSubmatch(rendered, -1) {
+			if !slices.Contains(runs, string(sm[1])) {
+				runs = append(runs, string(sm[1]))
+			}
 		}
 	}
 	slices.Sort(runs)
@@ -185,6 +210,18 @@ func TestKindJobLoadsEveryImageTheLocalOverlayRuns(t *testing.T) {
 	if !strings.Contains(script, "make images") {
 		t.Errorf("kind.yml: the step that loads the images does not build them with make images:\n%s", script)
 	}
+}
+
+// demoLocalDir is deploy/k8s/demo/local as make demo-kind applies it: in a
+// copy of deploy/k8s with the local overlay's secrets generated and the
+// demo client's copied from them (both generate-secrets.sh).
+func demoLocalDir(t *testing.T) string {
+	t.Helper()
+	dir := filepath.Join(filepath.Dir(filepath.Dir(overlayDir(t, "local"))), "demo", "local")
+	if out, err := exec.CommandContext(t.Context(), "sh", filepath.Join(dir, "generate-secrets.sh")).CombinedOutput(); err != nil {
+		t.Fatalf("demo/local/generate-secrets.sh: %v\n%s", err, out)
+	}
+	return dir
 }
 
 // applyCRDStubs applies testdata/crds and waits until each is served.

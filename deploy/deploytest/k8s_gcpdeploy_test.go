@@ -61,7 +61,7 @@ func copyK8s(t *testing.T) string {
 	return filepath.Join(copyK8sTree(t), "overlays", "gcp")
 }
 
-// copyK8sTree copies deploy/k8s, without the local overlay's generated
+// copyK8sTree copies deploy/k8s, without the local overlay's and the demo's generated
 // secrets, to a temporary directory and returns the copy.
 func copyK8sTree(t *testing.T) string {
 	t.Helper()
@@ -72,7 +72,7 @@ func copyK8sTree(t *testing.T) string {
 			return err
 		}
 		rel, _ := filepath.Rel(src, p)
-		if filepath.ToSlash(rel) == localSecretsDir {
+		if r := filepath.ToSlash(rel); r == localSecretsDir || r == demoSecretsDir {
 			return filepath.SkipDir
 		}
 		if d.IsDir() {

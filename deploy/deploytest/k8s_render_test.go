@@ -195,8 +195,15 @@ type rendered struct {
 // would and decodes every object strictly into its API type.
 func renderOverlay(t *testing.T, name string) rendered {
 	t.Helper()
+	return renderKustomization(t, name, overlayDir(t, name))
+}
+
+// renderKustomization builds the kustomization in dir, named name in
+// messages, as renderOverlay does.
+func renderKustomization(t *testing.T, name, dir string) rendered {
+	t.Helper()
 	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
-	m, err := k.Run(filesys.MakeFsOnDisk(), overlayDir(t, name))
+	m, err := k.Run(filesys.MakeFsOnDisk(), dir)
 	if err != nil {
 		t.Fatalf("overlay %s: kustomize build: %v", name, err)
 	}
@@ -358,6 +365,10 @@ func containerPort(c *corev1.Container, p intstr.IntOrString) int32 {
 // writes the secrets the local overlay's secretGenerator reads (git-ignored),
 // relative to deploy/k8s.
 const localSecretsDir = "overlays/local/secrets"
+
+// demoSecretsDir is where deploy/k8s/demo/local/generate-secrets.sh copies
+// the demo client's secret to (git-ignored), relative to deploy/k8s.
+const demoSecretsDir = "demo/local/secrets"
 
 // overlayDir is the directory to build overlay name from: the repository's,
 // or for the local overlay a copy of deploy/k8s whose secrets

@@ -257,42 +257,49 @@ func TestK8sPodsAreHardened(t *testing.T) {
 	t.Parallel()
 	for _, o := range k8sOverlays {
 		for _, w := range workloads(renderOverlay(t, o)) {
-			ps := w.pod.Spec
-			psc := ps.SecurityContext
-			if psc == nil || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot || psc.RunAsUser == nil || *psc.RunAsUser == 0 {
-				t.Errorf("%s: %s: pod securityContext must set runAsNonRoot and a non-zero runAsUser", o, w)
-			} else if appContainer(w) != nil && *psc.RunAsUser != imageUID {
-				t.Errorf("%s: %s: runAsUser %d, want the image's %d", o, w, *psc.RunAsUser, imageUID)
-			}
-			if psc == nil || psc.SeccompProfile == nil || psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
-				t.Errorf("%s: %s: want seccompProfile RuntimeDefault", o, w)
-			}
-			if ps.AutomountServiceAccountToken == nil || *ps.AutomountServiceAccountToken {
-				t.Errorf("%s: %s: automountServiceAccountToken must be false (nothing calls the Kubernetes API)", o, w)
-			}
-			for _, c := range allContainers(ps) {
-				sc := c.SecurityContext
-				if sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
-					t.Errorf("%s: %s: container %s: want readOnlyRootFilesystem", o, w, c.Name)
-				}
-				if sc == nil || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
-					t.Errorf("%s: %s: container %s: want allowPrivilegeEscalation false", o, w, c.Name)
-				}
-				if sc == nil || sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) > 0 {
-					t.Errorf("%s: %s: container %s: want capabilities drop [ALL], add none", o, w, c.Name)
-				}
-				if sc != nil && sc.RunAsUser != nil && *sc.RunAsUser == 0 {
-					t.Errorf("%s: %s: container %s runs as root", o, w, c.Name)
-				}
-				for _, rl := range []struct {
-					what string
-					l    corev1.ResourceList
-				}{{"requests", c.Resources.Requests}, {"limits", c.Resources.Limits}} {
-					for _, res := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
-						if q, ok := rl.l[res]; !ok || q.IsZero() {
-							t.Errorf("%s: %s: container %s: no %s %s", o, w, c.Name, res, rl.what)
-						}
-					}
+			checkPodHardened(t, o, w)
+		}
+	}
+}
+
+// checkPodHardened fails unless w's pod is hardened as
+// TestK8sPodsAreHardened wants; o names what rendered it.
+func checkPodHardened(t *testing.T, o string, w workload) {
+	t.Helper()
+	ps := w.pod.Spec
+	psc := ps.SecurityContext
+	if psc == nil || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot || psc.RunAsUser == nil || *psc.RunAsUser == 0 {
+		t.Errorf("%s: %s: pod securityContext must set runAsNonRoot and a non-zero runAsUser", o, w)
+	} else if appContainer(w) != nil && *psc.RunAsUser != imageUID {
+		t.Errorf("%s: %s: runAsUser %d, want the image's %d", o, w, *psc.RunAsUser, imageUID)
+	}
+	if psc == nil || psc.SeccompProfile == nil || psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("%s: %s: want seccompProfile RuntimeDefault", o, w)
+	}
+	if ps.AutomountServiceAccountToken == nil || *ps.AutomountServiceAccountToken {
+		t.Errorf("%s: %s: automountServiceAccountToken must be false (nothing calls the Kubernetes API)", o, w)
+	}
+	for _, c := range allContainers(ps) {
+		sc := c.SecurityContext
+		if sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+			t.Errorf("%s: %s: container %s: want readOnlyRootFilesystem", o, w, c.Name)
+		}
+		if sc == nil || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+			t.Errorf("%s: %s: container %s: want allowPrivilegeEscalation false", o, w, c.Name)
+		}
+		if sc == nil || sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) > 0 {
+			t.Errorf("%s: %s: container %s: want capabilities drop [ALL], add none", o, w, c.Name)
+		}
+		if sc != nil && sc.RunAsUser != nil && *sc.RunAsUser == 0 {
+			t.Errorf("%s: %s: container %s runs as root", o, w, c.Name)
+		}
+		for _, rl := range []struct {
+			what string
+			l    corev1.ResourceList
+		}{{"requests", c.Resources.Requests}, {"limits", c.Resources.Limits}} {
+			for _, res := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+				if q, ok := rl.l[res]; !ok || q.IsZero() {
+					t.Errorf("%s: %s: container %s: no %s %s", o, w, c.Name, res, rl.what)
 				}
 			}
 		}

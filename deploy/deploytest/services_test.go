@@ -312,8 +312,9 @@ func TestServicesImagesWorkflowBuildsTheDeclaredServices(t *testing.T) {
 	if !ok {
 		t.Fatalf("%s: no job build", imagesWorkflowFile)
 	}
-	// localissuer beside them: the local overlay runs its image too.
-	if got, want := sorted(build.Strategy.Matrix.Service), sorted(append(declaredNames(declaredServices(t)), "localissuer")); !slices.Equal(got, want) {
+	// localissuer and demo beside them: the local overlay runs the issuer's
+	// image, the demo Job (deploy/k8s/demo) the demo's.
+	if got, want := sorted(build.Strategy.Matrix.Service), sorted(append(declaredNames(declaredServices(t)), "localissuer", "demo")); !slices.Equal(got, want) {
 		t.Errorf("%s builds images of %v, services/*/service.json declares %v", imagesWorkflowFile, got, want)
 	}
 	pushes := 0

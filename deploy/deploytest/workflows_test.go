@@ -125,7 +125,7 @@ func TestChangelogKeepsUnreleasedFirst(t *testing.T) {
 
 // TestReleaseManifestsPinEveryImageByDigest: the release job's render step,
 // run by bash as the runner runs it (kubectl's part done here by kustomize's
-// own library), makes each overlay run every one of our images as the
+// own library), makes each overlay and each demo variant run every one of our images as the
 // ghcr.io reference pushed, pinned by its digest, in every container.
 func TestReleaseManifestsPinEveryImageByDigest(t *testing.T) {
 	t.Parallel()
@@ -154,10 +154,12 @@ func TestReleaseManifestsPinEveryImageByDigest(t *testing.T) {
 		t.Fatal(err)
 	}
 	pinned := map[string]string{}
-	for i, s := range declaredServices(t) {
-		ref := "ghcr.io/lossless-dev/lossless/" + s.Name + "@sha256:" + strings.Repeat(string(rune('a'+i)), 64)
-		pinned[s.Name] = ref
-		if err := os.WriteFile(filepath.Join(dir, "digests", s.Name), []byte(ref+"\n"), 0o644); err != nil {
+	// The services' images, and the demo Job's (deploy/k8s/demo).
+	names := append(declaredNames(declaredServices(t)), "demo")
+	for i, name := range names {
+		ref := "ghcr.io/lossless-dev/lossless/" + name + "@sha256:" + strings.Repeat(string(rune('a'+i)), 64)
+		pinned[name] = ref
+		if err := os.WriteFile(filepath.Join(dir, "digests", name), []byte(ref+"\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -167,7 +169,11 @@ func TestReleaseManifestsPinEveryImageByDigest(t *testing.T) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("render step: %v\n%s", err, out)
 	}
-	for _, overlay := range []string{"local", "gcp"} {
+	// Each release file and the images of ours it must run: an overlay every
+	// service's, a demo variant the demo's.
+	releases := map[string][]string{"local": declaredNames(declaredServices(t)), "gcp": declaredNames(declaredServices(t)),
+		"demo-local": {"demo"}, "demo-gcp": {"demo"}}
+	for overlay, runs := range releases {
 		m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), filepath.Join(dir, "release-"+overlay))
 		if err != nil {
 			t.Fatalf("release-%s: kustomize build: %v", overlay, err)
@@ -198,7 +204,7 @@ func TestReleaseManifestsPinEveryImageByDigest(t *testing.T) {
 				}
 			}
 		}
-		for svc := range pinned {
+		for _, svc := range runs {
 			if !seen[svc] {
 				t.Errorf("release-%s: no container runs %s", overlay, svc)
 			}

@@ -14,7 +14,8 @@
 //     the ambient credentials, such as a person's `gcloud auth
 //     application-default login`, which cannot mint ID tokens for an
 //     audience of their own (the person needs Service Account Token Creator
-//     on the account). How `make demo-gcp` calls the GKE deployment.
+//     on the account). How a person calls the GKE deployment from outside
+//     it; `make demo-gcp` runs in the cluster with Workload Identity instead.
 //
 // Either way the token is minted for one audience, the called service's
 // (its AUTH_AUDIENCE), named by a variable of the caller (PROVIDER_AUDIENCE,

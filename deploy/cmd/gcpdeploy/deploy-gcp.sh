@@ -5,8 +5,9 @@
 #
 #   1. reads the outputs and fetches the cluster's credentials;
 #   2. adds the operator token to Secret Manager when no secret has one yet;
-#   3. builds the service images and pushes them to the project's Artifact
-#      Registry (docker buildx, else ko);
+#   3. builds the service images and the demo's (make demo-gcp runs it as a
+#      Job) and pushes them to the project's Artifact Registry (docker
+#      buildx, else ko);
 #   4. renders deploy/k8s/overlays/gcp for the outputs into $BUILD (gcpdeploy
 #      render: settings, namespace, images; the committed overlay is untouched);
 #   5. installs External Secrets Operator and cert-manager (helm) when they
@@ -134,16 +135,19 @@ fi
 
 step "images: build and push $TAG"
 gcloud auth configure-docker "${REGISTRY%%/*}" --quiet >/dev/null
+# demo: the image of make demo-gcp's Job, under the same tag as the services'.
 if docker buildx version >/dev/null 2>&1; then
-  for s in $SERVICES; do
+  for s in $SERVICES demo; do
     docker buildx build --platform "$PLATFORM" -f deploy/docker/Dockerfile --target "$s" \
       -t "$REGISTRY/$s:$TAG" --push .
   done
 elif command -v ko >/dev/null 2>&1; then
   # The Dockerfile's runtime base; ko names each image after its directory.
-  for s in $SERVICES; do
+  for s in $SERVICES demo; do
+    dir="./services/$s"
+    [ -d "$dir" ] || dir="./cmd/$s"
     KO_DOCKER_REPO="$REGISTRY" KO_DEFAULTBASEIMAGE="gcr.io/distroless/static-debian12:nonroot" \
-      ko build --base-import-paths --platform "$PLATFORM" --tags "$TAG" "./services/$s" >/dev/null
+      ko build --base-import-paths --platform "$PLATFORM" --tags "$TAG" "$dir" >/dev/null
   done
 else
   die "neither docker buildx nor ko is available to build the images: install Docker with the buildx plugin, or ko (go install github.com/google/ko@latest)"
@@ -227,5 +231,5 @@ The services have no external address (no Ingress: docs/deploy-gcp.md). Reach th
   kubectl -n $NAMESPACE port-forward svc/workorder 8080     # REST  http://127.0.0.1:8080/v1/work-orders
   kubectl -n $NAMESPACE port-forward svc/console 8089       # console http://127.0.0.1:8089 (token: gcloud secrets versions access latest --secret $(out name_prefix)-console-operator-token --project $PROJECT)
   kubectl -n $NAMESPACE port-forward svc/provider-sim 8081  # provider fault knobs
-Orders end to end, ending with invoices:  make demo-gcp
+Orders end to end, ending with invoices (Job demo in the cluster):  make demo-gcp
 EOF
