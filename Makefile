@@ -334,6 +334,14 @@ GCP_TF_DIR ?= deploy/terraform/gcp
 GCP_BUILD  ?= $(BIN_DIR)/gcp
 ESO_VERSION ?= 1.0.0
 
+# Once per project, before the first terraform apply: deploy/cmd/gcpdeploy/bootstrap-gcp.sh sets gcloud's project,
+# then logs in (gcloud and application-default credentials) when needed, enables the APIs, creates the versioned
+# state bucket gs://<PROJECT_ID>-tfstate, writes terraform.tfvars from the example and runs terraform init.
+# Idempotent. REGION defaults to terraform.tfvars' region.
+.PHONY: bootstrap-gcp
+bootstrap-gcp: ## Once per project, before terraform apply: gcloud project and logins, APIs, state bucket, terraform.tfvars, terraform init, e.g. make bootstrap-gcp PROJECT_ID=acme-orders-dev.
+	PROJECT_ID='$(PROJECT_ID)' TF_DIR='$(GCP_TF_DIR)' $(if $(REGION),REGION='$(REGION)') bash deploy/cmd/gcpdeploy/bootstrap-gcp.sh
+
 .PHONY: deploy-gcp
 deploy-gcp: ## Build and push the images, render deploy/k8s/overlays/gcp from terraform output, hand the databases to their users, apply, wait (docs/deploy-gcp.md).
 	TF_DIR='$(GCP_TF_DIR)' BUILD='$(GCP_BUILD)' SERVICES='$(SERVICES)' ESO_VERSION='$(ESO_VERSION)' GO='$(GO)' \

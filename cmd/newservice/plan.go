@@ -432,5 +432,8 @@ func (p *Plan) Summary() string {
 	fmt.Fprintf(&b, "\nConnections at the highest grow by %d (docs/production.md, \"Database connections\"; sql_max_connections follows).\n", addedHighest)
 	fmt.Fprintf(&b, "Next: go test ./services/%s/... && (cd deploy && go test ./deploytest), which checks compose, Kubernetes and Terraform;\n"+
 		"then docs/adding-a-service.md, \"What is left to the team\" (the operator token, callers and network policies, the domain).\n", n.Name)
+	// The init script runs on an empty data directory only.
+	fmt.Fprintf(&b, "A PostgreSQL volume of compose or the local overlay from before has no database %s: docker compose down -v,\n"+
+		"or create it in place (docs/adding-a-service.md, the SQL after the first commands).\n", n.Ident)
 	return b.String()
 }

@@ -126,6 +126,29 @@ func TestComposeReadsTheOperatorTokenFromDeployComposeEnv(t *testing.T) {
 	}
 }
 
+// TestComposeIsOneProjectFromEitherEntryPoint: both files name the project
+// lossless, so `docker compose -f deploy/compose/compose.yaml` (from any
+// folder) and `docker compose` at the root manage the same containers and
+// volumes; without a name, -f would make a second project called after the
+// file's folder. Loaded from a copy, without the name the other checks force.
+func TestComposeIsOneProjectFromEitherEntryPoint(t *testing.T) {
+	t.Parallel()
+	root := composeCopy(t)
+	for _, rel := range []string{rootComposeFile, composeFile} {
+		opts, err := cli.NewProjectOptions([]string{filepath.Join(root, rel)}, cli.WithEnv(testSecrets()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := opts.LoadProject(t.Context())
+		if err != nil {
+			t.Fatalf("load %s: %v", rel, err)
+		}
+		if p.Name != "lossless" {
+			t.Errorf("%s: project name %q, want lossless (a top-level name: in the file)", rel, p.Name)
+		}
+	}
+}
+
 // TestComposeEveryOperatorTokenIsTheOne: no service takes a token of its own
 // (three tokens left the console's Faults page refused by provider-sim), and
 // every setting ending in _OPERATOR_TOKEN is known above.

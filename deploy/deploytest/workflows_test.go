@@ -11,19 +11,16 @@ import (
 
 	"go.yaml.in/yaml/v3"
 	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/api/resmap"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 )
 
-// workflowStep returns the run script of the step named name in job of a
-// workflow file.
-func workflowStep(t *testing.T, file, job, name string) string {
+// workflowStepOf returns the step named name in job of a workflow file.
+func workflowStepOf(t *testing.T, file, job, name string) workflowStepDef {
 	t.Helper()
 	var wf struct {
 		Jobs map[string]struct {
-			Steps []struct {
-				Name string `yaml:"name"`
-				Run  string `yaml:"run"`
-			} `yaml:"steps"`
+			Steps []workflowStepDef `yaml:"steps"`
 		} `yaml:"jobs"`
 	}
 	if err := yaml.Unmarshal(readRepoFile(t, file), &wf); err != nil {
@@ -31,11 +28,25 @@ func workflowStep(t *testing.T, file, job, name string) string {
 	}
 	for _, st := range wf.Jobs[job].Steps {
 		if st.Name == name {
-			return st.Run
+			return st
 		}
 	}
 	t.Fatalf("%s: job %s has no step %q", file, job, name)
-	return ""
+	return workflowStepDef{}
+}
+
+// workflowStepDef is what these checks read of a workflow step.
+type workflowStepDef struct {
+	Name string            `yaml:"name"`
+	Run  string            `yaml:"run"`
+	Env  map[string]string `yaml:"env"`
+}
+
+// workflowStep returns the run script of the step named name in job of a
+// workflow file.
+func workflowStep(t *testing.T, file, job, name string) string {
+	t.Helper()
+	return workflowStepOf(t, file, job, name).Run
 }
 
 // TestReleaseNotesAreTheUnreleasedSectionUnderTheTag: the release job's
@@ -123,17 +134,26 @@ func TestChangelogKeepsUnreleasedFirst(t *testing.T) {
 	}
 }
 
-// TestReleaseManifestsPinEveryImageByDigest: the release job's render step,
-// run by bash as the runner runs it (kubectl's part done here by kustomize's
-// own library), makes each overlay and each demo variant run every one of our images as the
-// ghcr.io reference pushed, pinned by its digest, in every container.
-func TestReleaseManifestsPinEveryImageByDigest(t *testing.T) {
-	t.Parallel()
+// The release job's steps that install kubectl, render and publish.
+const (
+	kubectlStep = "kubectl, pinned"
+	renderStep  = "Render the local overlay and demo, every image pinned by digest"
+	publishStep = "Publish the release"
+)
+
+// releaseRender runs the release job's render step by bash as the runner
+// runs it, in a fresh directory with a copy of deploy/k8s and a digest per
+// declared service, and returns the directory and the references pushed.
+// kubectl's part is left to the caller (kustomize's own library): KUBECTL,
+// which the step must use, is a stand-in that writes nothing, and a kubectl
+// on PATH, the runner's, fails the step.
+func releaseRender(t *testing.T) (string, map[string]string) {
+	t.Helper()
 	bash, err := exec.LookPath("bash")
 	if err != nil {
 		t.Skip("no bash")
 	}
-	script := workflowStep(t, imagesWorkflowFile, "release", "Render the overlays, every image pinned by digest")
+	script := workflowStep(t, imagesWorkflowFile, "release", renderStep)
 	dir := t.TempDir()
 	// A copy of deploy/k8s: the step generates the local overlay's secrets
 	// into it, never into the checkout.
@@ -143,14 +163,16 @@ func TestReleaseManifestsPinEveryImageByDigest(t *testing.T) {
 	if err := os.Symlink(copyK8sTree(t), filepath.Join(dir, "deploy", "k8s")); err != nil {
 		t.Fatal(err)
 	}
-	// kubectl renders on the runner; here a stand-in that writes nothing,
-	// and the test renders what the step generated.
-	for _, d := range []string{"bin", "digests"} {
+	for _, d := range []string{"bin", "pinned", "digests"} {
 		if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := os.WriteFile(filepath.Join(dir, "bin/kubectl"), []byte("#!/bin/sh\nexit 0\n"), 0o755); err != nil {
+	unpinned := "#!/bin/sh\necho 'the runner kubectl, not the pinned one' >&2\nexit 1\n"
+	if err := os.WriteFile(filepath.Join(dir, "bin/kubectl"), []byte(unpinned), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "pinned/kubectl"), []byte("#!/bin/sh\nexit 0\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	pinned := map[string]string{}
@@ -165,19 +187,52 @@ func TestReleaseManifestsPinEveryImageByDigest(t *testing.T) {
 	}
 	cmd := exec.CommandContext(t.Context(), bash, "-c", script)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "PATH="+filepath.Join(dir, "bin")+string(os.PathListSeparator)+os.Getenv("PATH"))
+	cmd.Env = append(os.Environ(),
+		"PATH="+filepath.Join(dir, "bin")+string(os.PathListSeparator)+os.Getenv("PATH"),
+		"KUBECTL="+filepath.Join(dir, "pinned/kubectl"))
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("render step: %v\n%s", err, out)
 	}
-	// Each release file and the images of ours it must run: an overlay every
-	// service's, a demo variant the demo's.
-	releases := map[string][]string{"local": declaredNames(declaredServices(t)), "gcp": declaredNames(declaredServices(t)),
-		"demo-local": {"demo"}, "demo-gcp": {"demo"}}
-	for overlay, runs := range releases {
-		m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), filepath.Join(dir, "release-"+overlay))
-		if err != nil {
-			t.Fatalf("release-%s: kustomize build: %v", overlay, err)
+	return dir, pinned
+}
+
+// publishedOverlays returns the overlays whose render the release's publish
+// step attaches (dist/lossless-<overlay>.yaml).
+func publishedOverlays(t *testing.T) []string {
+	t.Helper()
+	var out []string
+	manifest := regexp.MustCompile(`^dist/lossless-([a-z0-9-]+)\.yaml$`)
+	for _, arg := range strings.Fields(workflowStep(t, imagesWorkflowFile, "release", publishStep)) {
+		if m := manifest.FindStringSubmatch(arg); m != nil {
+			out = append(out, m[1])
+		} else if strings.HasPrefix(arg, "dist/") && strings.HasSuffix(arg, ".yaml") {
+			t.Errorf("%s: the release publishes %s, which is no overlay's render", imagesWorkflowFile, arg)
 		}
+	}
+	if len(out) == 0 {
+		t.Fatalf("%s: step %q publishes no manifest", imagesWorkflowFile, publishStep)
+	}
+	return out
+}
+
+// buildRelease renders release-<overlay> of the render step's directory.
+func buildRelease(t *testing.T, dir, overlay string) resmap.ResMap {
+	t.Helper()
+	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), filepath.Join(dir, "release-"+overlay))
+	if err != nil {
+		t.Fatalf("release-%s: kustomize build (is it rendered by step %q?): %v", overlay, renderStep, err)
+	}
+	return m
+}
+
+// TestReleaseManifestsPinEveryImageByDigest: the release job's render step
+// makes each published overlay run every one of our images as the ghcr.io
+// reference pushed, pinned by its digest, in every container.
+func TestReleaseManifestsPinEveryImageByDigest(t *testing.T) {
+	t.Parallel()
+	dir, pinned := releaseRender(t)
+	for _, overlay := range publishedOverlays(t) {
+		m := buildRelease(t, dir, overlay)
 		seen := map[string]bool{}
 		for _, res := range m.Resources() {
 			b, err := res.MarshalJSON()
@@ -204,11 +259,122 @@ func TestReleaseManifestsPinEveryImageByDigest(t *testing.T) {
 				}
 			}
 		}
+		// An overlay runs every service's image, a demo variant the demo's.
+		runs := declaredNames(declaredServices(t))
+		if strings.HasPrefix(overlay, "demo-") {
+			runs = []string{"demo"}
+		}
 		for _, svc := range runs {
 			if !seen[svc] {
 				t.Errorf("release-%s: no container runs %s", overlay, svc)
 			}
 		}
+	}
+}
+
+// TestReleasePublishesNoExampleProject: every manifest the release attaches
+// applies as is. The gcp overlay's committed settings name the example
+// project (my-project), so its render, published, would point a cluster at
+// a project that is not the user's: the release leaves it out, and GKE users
+// render it from the tag with make deploy-gcp.
+func TestReleasePublishesNoExampleProject(t *testing.T) {
+	t.Parallel()
+	example := exampleValues[0]
+	if !strings.Contains(string(readRepoFile(t, "deploy/k8s/overlays/gcp/settings.yaml")), example) {
+		t.Fatalf("deploy/k8s/overlays/gcp/settings.yaml no longer names the example project %q: update this check", example)
+	}
+	dir, _ := releaseRender(t)
+	for _, overlay := range publishedOverlays(t) {
+		out, err := buildRelease(t, dir, overlay).AsYaml()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(out), example) {
+			t.Errorf("the release publishes dist/lossless-%s.yaml, which names the example project %q: it cannot be applied as is", overlay, example)
+		}
+	}
+}
+
+// TestReleaseRendersWithThePinnedKubectl: the release job installs kubectl
+// by version from dl.k8s.io and refuses a binary whose sha256 is not the
+// pinned one (the step is run here with a curl that fetches something
+// else), and the version is the minor the machine's kubectl has, which
+// TestK8sKubectlRendersAsTheLibraryDoes checks the overlays with.
+func TestReleaseRendersWithThePinnedKubectl(t *testing.T) {
+	t.Parallel()
+	step := workflowStepOf(t, imagesWorkflowFile, "release", kubectlStep)
+	version, sum := step.Env["KUBECTL_VERSION"], step.Env["KUBECTL_SHA256"]
+	minor := regexp.MustCompile(`^v(\d+\.\d+)\.\d+$`).FindStringSubmatch(version)
+	if minor == nil {
+		t.Fatalf("step %q: KUBECTL_VERSION %q, want vX.Y.Z", kubectlStep, version)
+	}
+	if !regexp.MustCompile(`^[0-9a-f]{64}$`).MatchString(sum) {
+		t.Errorf("step %q: KUBECTL_SHA256 %q, want the 64 hex digits of dl.k8s.io's kubectl.sha256", kubectlStep, sum)
+	}
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("no bash")
+	}
+	if _, err := exec.LookPath("sha256sum"); err != nil {
+		t.Skip("no sha256sum")
+	}
+	dir := t.TempDir()
+	if err := os.Mkdir(filepath.Join(dir, "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// Records its arguments and writes to -o's file a program that runs
+	// (exit 0) but is not kubectl: only the checksum can refuse it.
+	curl := "#!/bin/sh\nprintf '%s\\n' \"$@\" > \"$CURL_ARGS\"\n" +
+		"while [ $# -gt 0 ]; do if [ \"$1\" = -o ]; then shift; printf '#!/bin/sh\\nexit 0\\n' > \"$1\"; fi; shift; done\n"
+	if err := os.WriteFile(filepath.Join(dir, "bin/curl"), []byte(curl), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(t.Context(), bash, "-c", step.Run)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(),
+		"PATH="+filepath.Join(dir, "bin")+string(os.PathListSeparator)+os.Getenv("PATH"),
+		"RUNNER_TEMP="+dir, "GITHUB_ENV="+filepath.Join(dir, "github-env"), "CURL_ARGS="+filepath.Join(dir, "curl-args"),
+		"KUBECTL_VERSION="+version, "KUBECTL_SHA256="+sum)
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Errorf("step %q accepted a download whose sha256 is not KUBECTL_SHA256:\n%s", kubectlStep, out)
+	}
+	if env, _ := os.ReadFile(filepath.Join(dir, "github-env")); len(env) != 0 {
+		t.Errorf("step %q exported %q for a binary that failed its checksum", kubectlStep, env)
+	}
+	args, err := os.ReadFile(filepath.Join(dir, "curl-args"))
+	if err != nil {
+		t.Fatalf("step %q did not download with curl: %v\n%s", kubectlStep, err, out)
+	}
+	if url := "https://dl.k8s.io/release/" + version + "/bin/linux/amd64/kubectl"; !strings.Contains(string(args), url+"\n") {
+		t.Errorf("step %q downloads %q, want %s", kubectlStep, args, url)
+	}
+	if !strings.Contains(workflowStep(t, imagesWorkflowFile, "release", renderStep), `"${KUBECTL:?`) {
+		t.Errorf("step %q does not render with $KUBECTL, the pinned kubectl", renderStep)
+	}
+
+	kubectl, err := exec.LookPath("kubectl")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("kubectl not on PATH: the release's kubectl must be the minor the overlays are checked with")
+		}
+		t.Skip("kubectl not on PATH")
+	}
+	vout, err := exec.CommandContext(t.Context(), kubectl, "version", "--client", "-o", "json").Output()
+	if err != nil {
+		t.Fatalf("kubectl version --client: %v", err)
+	}
+	var v struct {
+		ClientVersion struct {
+			GitVersion string `json:"gitVersion"`
+		} `json:"clientVersion"`
+	}
+	if err := json.Unmarshal(vout, &v); err != nil {
+		t.Fatalf("kubectl version --client -o json: %v\n%s", err, vout)
+	}
+	if !strings.HasPrefix(v.ClientVersion.GitVersion, "v"+minor[1]+".") {
+		t.Errorf("the release renders with kubectl %s, the tests with %s on this machine: pin a %s.x in step %q",
+			version, v.ClientVersion.GitVersion, strings.Join(regexp.MustCompile(`^v\d+\.\d+`).FindAllString(v.ClientVersion.GitVersion, 1), ""), kubectlStep)
 	}
 }
 
