@@ -304,7 +304,7 @@ terraform-topology: ## Regenerate deploy/terraform/gcp/topology.json from servic
 	$(GO) test ./internal/topology -run TestTerraformTopology -update
 
 .PHONY: k8s-rules
-k8s-rules: ## Regenerate deploy/k8s/overlays/gcp/monitoring/rules.yaml (Managed Prometheus Rules) from deploy/compose/prometheus/alerts.yml; commit it.
+k8s-rules: ## Regenerate deploy/k8s/components/managed-prometheus/rules.yaml (Managed Prometheus Rules) from deploy/compose/prometheus/alerts.yml; commit it.
 	cd deploy && $(GO) run ./cmd/gmprules
 
 .PHONY: rename
@@ -330,6 +330,8 @@ bench-river: ## B3: pkg/leasequeue vs River v0.51.2, each at its best worker cou
 # GKE, from a finished `terraform apply` of deploy/terraform/gcp (docs/deploy-gcp.md). Every value comes from
 # `terraform output -json`; the rendered overlay, the manifests and the outputs land in GCP_BUILD, the
 # committed overlay stays the example. TAG defaults to the commit (plus a timestamp when the tree is dirty).
+# COMPONENTS, when given, keeps only those of the overlay's kustomize components (deploy/k8s/components), e.g.
+# COMPONENTS="external-secrets managed-prometheus" for no TLS between the services (docs/deploy-gcp.md).
 GCP_TF_DIR ?= deploy/terraform/gcp
 GCP_BUILD  ?= $(BIN_DIR)/gcp
 ESO_VERSION ?= 1.0.0
@@ -337,12 +339,14 @@ ESO_VERSION ?= 1.0.0
 .PHONY: deploy-gcp
 deploy-gcp: ## Build and push the images, render deploy/k8s/overlays/gcp from terraform output, hand the databases to their users, apply, wait (docs/deploy-gcp.md).
 	TF_DIR='$(GCP_TF_DIR)' BUILD='$(GCP_BUILD)' SERVICES='$(SERVICES)' ESO_VERSION='$(ESO_VERSION)' GO='$(GO)' \
-		$(if $(TAG),TAG='$(TAG)') bash deploy/cmd/gcpdeploy/deploy-gcp.sh
+		$(if $(TAG),TAG='$(TAG)') $(if $(filter-out undefined,$(origin COMPONENTS)),COMPONENTS='$(COMPONENTS)') \
+		bash deploy/cmd/gcpdeploy/deploy-gcp.sh
 
 # The namespace is Terraform's (output namespace). Port-forward through the API server: the services have no
 # external address. workorder serves TLS there (cert-manager's certificate, valid for localhost too): the demo
 # trusts the namespace's CA and presents the certificate of workorder-tls (its client usage: mutual TLS), both
-# read from the Secret into $(GCP_BUILD)/tls. Its token is a Google ID token of Terraform's demo client account,
+# read from the Secret into $(GCP_BUILD)/tls; plain HTTP when there is no such Secret (deployed without the
+# tls-cert-manager component). Its token is a Google ID token of Terraform's demo client account,
 # minted by impersonation from your application-default credentials (AUTH_IMPERSONATE; you need
 # roles/iam.serviceAccountOpenIdTokenCreator on it), for workorder's audience. The forward ends with the demo.
 .PHONY: demo-gcp
@@ -351,17 +355,20 @@ demo-gcp: ## Orders against the GKE deployment through a port-forward, until the
 		sa=$$(terraform -chdir='$(GCP_TF_DIR)' output -json client_service_accounts | sed -n 's/.*"demo": *"\([^"]*\)".*/\1/p'); \
 		aud=$$(terraform -chdir='$(GCP_TF_DIR)' output -json audiences | sed -n 's/.*"workorder": *"\([^"]*\)".*/\1/p'); \
 		[ -n "$$sa" ] && [ -n "$$aud" ] || { echo "demo-gcp: terraform output has no demo client (variable clients) or no workorder audience"; exit 1; }; \
-		for k in ca.crt tls.crt tls.key; do \
-			kubectl -n "$$ns" get secret workorder-tls -o "jsonpath={.data.$${k//./\\.}}" | base64 -d > '$(GCP_BUILD)/tls/'$$k || exit 1; done; \
-		chmod 600 '$(GCP_BUILD)/tls/tls.key'; \
+		if kubectl -n "$$ns" get secret workorder-tls >/dev/null 2>&1; then \
+			for k in ca.crt tls.crt tls.key; do \
+				kubectl -n "$$ns" get secret workorder-tls -o "jsonpath={.data.$${k//./\\.}}" | base64 -d > '$(GCP_BUILD)/tls/'$$k || exit 1; done; \
+			chmod 600 '$(GCP_BUILD)/tls/tls.key'; scheme=https; \
+			set -- --cacert '$(GCP_BUILD)/tls/ca.crt' --cert '$(GCP_BUILD)/tls/tls.crt' --key '$(GCP_BUILD)/tls/tls.key'; \
+			export TLS_CA_FILE='$(GCP_BUILD)/tls/ca.crt' TLS_CERT_FILE='$(GCP_BUILD)/tls/tls.crt' TLS_KEY_FILE='$(GCP_BUILD)/tls/tls.key'; \
+		else scheme=http; set --; echo "demo-gcp: no Secret workorder-tls (deployed without the tls-cert-manager component): plain HTTP"; fi; \
 		kubectl -n "$$ns" port-forward svc/workorder 18080:8080 >'$(GCP_BUILD)/port-forward.log' 2>&1 & pf=$$!; \
 		trap 'kill $$pf 2>/dev/null' EXIT; \
-		for i in $$(seq 1 60); do curl -fsS -o /dev/null --cacert '$(GCP_BUILD)/tls/ca.crt' --cert '$(GCP_BUILD)/tls/tls.crt' --key '$(GCP_BUILD)/tls/tls.key' https://localhost:18080/readyz 2>/dev/null && break; \
+		for i in $$(seq 1 60); do curl -fsS -o /dev/null "$$@" $$scheme://localhost:18080/readyz 2>/dev/null && break; \
 			kill -0 $$pf 2>/dev/null || { cat '$(GCP_BUILD)/port-forward.log'; exit 1; }; \
-			[ $$i -lt 60 ] || { echo "demo-gcp: https://localhost:18080/readyz not ready after 30 s"; cat '$(GCP_BUILD)/port-forward.log'; exit 1; }; sleep 0.5; done; \
-		TLS_CA_FILE='$(GCP_BUILD)/tls/ca.crt' TLS_CERT_FILE='$(GCP_BUILD)/tls/tls.crt' TLS_KEY_FILE='$(GCP_BUILD)/tls/tls.key' \
+			[ $$i -lt 60 ] || { echo "demo-gcp: $$scheme://localhost:18080/readyz not ready after 30 s"; cat '$(GCP_BUILD)/port-forward.log'; exit 1; }; sleep 0.5; done; \
 		AUTH_IMPERSONATE="$$sa" WORKORDER_AUDIENCE="$$aud" \
-		$(GO) run ./cmd/demo -workorder-url https://localhost:18080 -n 20 $(ARGS)
+		$(GO) run ./cmd/demo -workorder-url $$scheme://localhost:18080 -n 20 $(ARGS)
 
 .PHONY: terraform-fmt
 terraform-fmt: ## Fail when `terraform fmt` would change a file of deploy/terraform (terraform on PATH; no provider needed).

@@ -195,8 +195,14 @@ type rendered struct {
 // would and decodes every object strictly into its API type.
 func renderOverlay(t *testing.T, name string) rendered {
 	t.Helper()
+	return renderDir(t, name, overlayDir(t, name))
+}
+
+// renderDir renders the kustomization in dir, named name in failures.
+func renderDir(t *testing.T, name, dir string) rendered {
+	t.Helper()
 	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
-	m, err := k.Run(filesys.MakeFsOnDisk(), overlayDir(t, name))
+	m, err := k.Run(filesys.MakeFsOnDisk(), dir)
 	if err != nil {
 		t.Fatalf("overlay %s: kustomize build: %v", name, err)
 	}
