@@ -304,7 +304,7 @@ terraform-topology: ## Regenerate deploy/terraform/gcp/topology.json from servic
 	$(GO) test ./internal/topology -run TestTerraformTopology -update
 
 .PHONY: k8s-rules
-k8s-rules: ## Regenerate deploy/k8s/overlays/gcp/monitoring/rules.yaml (Managed Prometheus Rules) from deploy/compose/prometheus/alerts.yml; commit it.
+k8s-rules: ## Regenerate deploy/k8s/components/managed-prometheus/rules.yaml (Managed Prometheus Rules) from deploy/compose/prometheus/alerts.yml; commit it.
 	cd deploy && $(GO) run ./cmd/gmprules
 
 .PHONY: rename
@@ -330,6 +330,8 @@ bench-river: ## B3: pkg/leasequeue vs River v0.51.2, each at its best worker cou
 # GKE, from a finished `terraform apply` of deploy/terraform/gcp (docs/deploy-gcp.md). Every value comes from
 # `terraform output -json`; the rendered overlay, the manifests and the outputs land in GCP_BUILD, the
 # committed overlay stays the example. TAG defaults to the commit (plus a timestamp when the tree is dirty).
+# COMPONENTS, when given, keeps only those of the overlay's kustomize components (deploy/k8s/components), e.g.
+# COMPONENTS="external-secrets managed-prometheus" for no TLS between the services (docs/deploy-gcp.md).
 GCP_TF_DIR ?= deploy/terraform/gcp
 GCP_BUILD  ?= $(BIN_DIR)/gcp
 ESO_VERSION ?= 1.0.0
@@ -345,7 +347,8 @@ bootstrap-gcp: ## Once per project, before terraform apply: gcloud project and l
 .PHONY: deploy-gcp
 deploy-gcp: ## Build and push the images, render deploy/k8s/overlays/gcp from terraform output, hand the databases to their users, apply, wait (docs/deploy-gcp.md).
 	TF_DIR='$(GCP_TF_DIR)' BUILD='$(GCP_BUILD)' SERVICES='$(SERVICES)' ESO_VERSION='$(ESO_VERSION)' GO='$(GO)' \
-		$(if $(TAG),TAG='$(TAG)') bash deploy/cmd/gcpdeploy/deploy-gcp.sh
+		$(if $(TAG),TAG='$(TAG)') $(if $(filter-out undefined,$(origin COMPONENTS)),COMPONENTS='$(COMPONENTS)') \
+		bash deploy/cmd/gcpdeploy/deploy-gcp.sh
 
 # The demo as Job demo inside the cluster, with its own identity (deploy/k8s/demo/run.sh): on GKE the
 # Kubernetes ServiceAccount demo acts as Terraform's demo client account (Workload Identity), so neither a

@@ -8,8 +8,9 @@
 // Dockerfile, compose, the postgres init scripts, Prometheus, the
 // ServiceDown alert and the image workflow; its Kubernetes manifests
 // (deploy/k8s/base/<name>.yaml) and its entries in both overlays (the gcp
-// overlay's ServiceAccount, database Secret, certificate, TLS patch and
-// PodMonitoring; the local overlay's database Secret); Terraform's
+// overlay's ServiceAccount and database Secret, and in its components
+// (deploy/k8s/components) the certificate, TLS patch, PodMonitoring and
+// operator-token store; the local overlay's database Secret); Terraform's
 // topology.json (regenerated); and the connection budget the new
 // Deployments change (docs/production.md, sql_max_connections). deploy/deploytest
 // checks all of it against the declarations.

@@ -66,7 +66,7 @@ func TestNewPlan_NamesAndPorts(t *testing.T) {
 	if got := string(p.edits[imagesYML]); !strings.Contains(got, "service: [billing, console, demo, localissuer, provider-sim, workorder, order-tracking]") {
 		t.Errorf("images.yml edit does not add the service to the matrix:\n%s", got)
 	}
-	for _, f := range []string{"deploy/k8s/base/order-tracking.yaml", "deploy/k8s/overlays/gcp/tls/pods-order-tracking.yaml"} {
+	for _, f := range []string{"deploy/k8s/base/order-tracking.yaml", "deploy/k8s/components/tls-cert-manager/pods-order-tracking.yaml"} {
 		if _, ok := p.files[f]; !ok {
 			t.Errorf("plan lacks %s", f)
 		}

@@ -176,7 +176,7 @@ func (n Names) targets() map[string]string {
 		"migration.sql.tmpl":      "migrations/" + n.Ident + "/00001_" + n.Ident + ".sql",
 		"runbook.md.tmpl":         "docs/runbooks/" + n.Name + "-down.md",
 		"k8s.yaml.tmpl":           "deploy/k8s/base/" + n.Name + ".yaml",
-		"k8s_tls_pods.yaml.tmpl":  "deploy/k8s/overlays/gcp/tls/pods-" + n.Name + ".yaml",
+		"k8s_tls_pods.yaml.tmpl":  "deploy/k8s/components/tls-cert-manager/pods-" + n.Name + ".yaml",
 		"k8s_snippets.yaml.tmpl":  "", // its defines are inserted into the overlays
 		"compose.yaml.tmpl":       "", // inserted into compose.yaml
 		"dockerfile.tmpl":         "", // inserted into the Dockerfile
@@ -235,9 +235,10 @@ const (
 	k8sGCPKustomization   = "deploy/k8s/overlays/gcp/kustomization.yaml"
 	k8sGCPAccounts        = "deploy/k8s/overlays/gcp/service-accounts.yaml"
 	k8sGCPDatabases       = "deploy/k8s/overlays/gcp/database-secrets.yaml"
-	k8sGCPCertificates    = "deploy/k8s/overlays/gcp/tls/certificates.yaml"
-	k8sGCPPodMonitoring   = "deploy/k8s/overlays/gcp/monitoring/pod-monitoring.yaml"
-	k8sGCPOperatorTokens  = "deploy/k8s/overlays/gcp/operator-tokens.yaml"
+	k8sGCPTLS             = "deploy/k8s/components/tls-cert-manager/kustomization.yaml"
+	k8sGCPCertificates    = "deploy/k8s/components/tls-cert-manager/certificates.yaml"
+	k8sGCPPodMonitoring   = "deploy/k8s/components/managed-prometheus/pod-monitoring.yaml"
+	k8sGCPOperatorTokens  = "deploy/k8s/components/external-secrets/operator-tokens.yaml"
 	k8sLocalKustomization = "deploy/k8s/overlays/local/kustomization.yaml"
 	k8sLocalInitdb        = "deploy/k8s/overlays/local/postgres/10-create-service-databases.sh"
 )
@@ -282,7 +283,7 @@ func (p *Plan) editShared() error {
 		{k8sBaseKustomization, insertBefore("  - network-policies.yaml\n", snippet("base-resource"))},
 		{k8sBaseKustomization, appendLines(snippet("base-image"))},
 		{k8sGCPKustomization, insertBefore("\npatches:\n", snippet("gcp-image"))},
-		{k8sGCPKustomization, insertBefore("  # cmd/newservice inserts a new service's TLS patch above this line.", snippet("gcp-tls-patch"))},
+		{k8sGCPTLS, insertBefore("  # cmd/newservice inserts a new service's TLS patch above this line.", snippet("gcp-tls-patch"))},
 		{k8sGCPKustomization, insertBefore("  # cmd/newservice inserts a new service's ServiceAccount patch above this line.", snippet("gcp-sa-patch"))},
 		{k8sGCPAccounts, appendLines(snippet("gcp-service-account"))},
 		{k8sGCPDatabases, appendLines(snippet("gcp-database-secret"))},

@@ -2,6 +2,7 @@ package apitest
 
 import (
 	"bytes"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,10 +14,40 @@ import (
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
+
+	"github.com/lossless-dev/lossless/deploy/cmd/gcpdeploy/gcpoverlay"
 )
 
 // overlays are deploy/k8s/overlays/*, as people apply them.
 var overlays = []string{"local", "gcp"}
+
+// withoutPrefix names the gcp overlay without one of its components
+// (deploy/k8s/components), as make deploy-gcp COMPONENTS=... applies it.
+const withoutPrefix = "gcp-without-"
+
+// stubComponents: the component of deploy/k8s/components whose kinds each
+// file of testdata/crds stubs (checked by
+// TestCRDStubsCoverEveryComponentsKinds).
+var stubComponents = map[string]string{
+	"cert-manager.yaml":     "tls-cert-manager",
+	"external-secrets.yaml": "external-secrets",
+	"gmp.yaml":              "managed-prometheus",
+}
+
+// appliedOverlays are the overlays, and the gcp overlay without each of its
+// components in turn.
+func appliedOverlays(t *testing.T) []string {
+	t.Helper()
+	components, err := gcpoverlay.Components(filepath.Join(repoRoot(t), "deploy/k8s/overlays/gcp"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := slices.Clone(overlays)
+	for _, c := range components {
+		out = append(out, withoutPrefix+c)
+	}
+	return out
+}
 
 // crdStubs are testdata/crds: kinds of the gcp overlay that no Kubernetes
 // ships, each with what installs the real definitions in a cluster (checked
@@ -27,15 +58,16 @@ var crdStubs = map[string]string{
 	"gmp.yaml":              "GKE: managed collection of Managed Service for Prometheus",
 }
 
-// TestAPIServerAcceptsEveryOverlay: each overlay, rendered by kubectl, is
-// applied server-side to a real kube-apiserver (its own, on a shared etcd):
-// every object passes the API server's validation, defaulting and admission,
+// TestAPIServerAcceptsEveryOverlay: each overlay, and the gcp overlay
+// without each of its components, rendered by kubectl, is applied
+// server-side to a real kube-apiserver (its own, on a shared etcd): every
+// object passes the API server's validation, defaulting and admission,
 // field by field (kubectl's strict field validation), and is stored.
 func TestAPIServerAcceptsEveryOverlay(t *testing.T) {
 	t.Parallel()
 	b := binaries(t)
 	etcd := StartEtcd(t, b.Etcd)
-	for _, o := range overlays {
+	for _, o := range appliedOverlays(t) {
 		t.Run(o, func(t *testing.T) {
 			t.Parallel()
 			s := StartServer(t, etcd, b, "/"+o)
@@ -153,6 +185,90 @@ func TestAPIServerStubbedKindsAreInstalledByTheDeploy(t *testing.T) {
 	}
 }
 
+// TestCRDStubsCoverEveryComponentsKinds: every kind a component of
+// deploy/k8s/components declares outside Kubernetes' own API groups is
+// stubbed in the testdata/crds file of that component (stubComponents), so
+// the overlays above are applied with each; and every stub belongs to a
+// component the gcp overlay composes. Needs no API server.
+func TestCRDStubsCoverEveryComponentsKinds(t *testing.T) {
+	t.Parallel()
+	if a, b := slices.Sorted(maps.Keys(stubComponents)), slices.Sorted(maps.Keys(crdStubs)); !slices.Equal(a, b) {
+		t.Errorf("stubComponents lists %v, crdStubs %v", a, b)
+	}
+	stubbed := map[string][]string{} // component -> "<group>/<version>/<kind>"
+	for file, component := range stubComponents {
+		b, err := os.ReadFile(filepath.Join("testdata/crds", file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, doc := range yamlDocs(b) {
+			var crd struct {
+				Spec struct {
+					Group string `json:"group"`
+					Names struct {
+						Kind string `json:"kind"`
+					} `json:"names"`
+					Versions []struct {
+						Name string `json:"name"`
+					} `json:"versions"`
+				} `json:"spec"`
+			}
+			if err := yaml.Unmarshal(doc, &crd); err != nil {
+				t.Fatalf("testdata/crds/%s: %v", file, err)
+			}
+			for _, v := range crd.Spec.Versions {
+				stubbed[component] = append(stubbed[component], crd.Spec.Group+"/"+v.Name+"/"+crd.Spec.Names.Kind)
+			}
+		}
+	}
+	composed, err := gcpoverlay.Components(filepath.Join(repoRoot(t), "deploy/k8s/overlays/gcp"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for file, component := range stubComponents {
+		if !slices.Contains(composed, component) {
+			t.Errorf("testdata/crds/%s stubs the kinds of component %s, which the gcp overlay does not compose (%v)", file, component, composed)
+		}
+	}
+	for _, component := range composed {
+		files, err := filepath.Glob(filepath.Join(repoRoot(t), "deploy/k8s/components", component, "*.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range files {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, doc := range yamlDocs(b) {
+				var obj struct {
+					APIVersion string `json:"apiVersion"`
+					Kind       string `json:"kind"`
+				}
+				if err := yaml.Unmarshal(doc, &obj); err != nil {
+					t.Fatalf("%s: %v", f, err)
+				}
+				group, _, ok := strings.Cut(obj.APIVersion, "/")
+				if !ok || obj.Kind == "" || !strings.Contains(group, ".") || strings.HasSuffix(group, ".k8s.io") {
+					continue // Kubernetes' own, or the component's kustomization
+				}
+				if !slices.Contains(stubbed[component], obj.APIVersion+"/"+obj.Kind) {
+					t.Errorf("deploy/k8s/components/%s/%s: %s %s has no CRD stub in the testdata/crds file of %s (stubComponents)", component, filepath.Base(f), obj.APIVersion, obj.Kind, component)
+				}
+			}
+		}
+	}
+}
+
+// yamlDocs splits a YAML stream into its documents.
+func yamlDocs(b []byte) [][]byte {
+	var out [][]byte
+	for _, doc := range regexp.MustCompile(`(?m)^---$`).Split(string(b), -1) {
+		out = append(out, []byte(doc))
+	}
+	return out
+}
+
 // TestKindJobLoadsEveryImageTheLocalOverlayRuns: the kind workflow loads
 // into its cluster exactly the images of ours (lossless/<name>:local) the
 // local overlay and the demo Job it runs there (deploy/k8s/demo/local) run;
@@ -237,16 +353,32 @@ func applyCRDStubs(t *testing.T, s *Server) {
 
 // overlayDir is an overlay as people apply it: the local one in a copy of
 // deploy/k8s with its secrets generated (generate-secrets.sh, as the README
-// has people run it first), never into the checkout.
+// has people run it first), never into the checkout; gcp-without-<component>
+// the gcp overlay in a copy without that component.
 func overlayDir(t *testing.T, overlay string) string {
 	t.Helper()
 	src := filepath.Join(repoRoot(t), "deploy/k8s")
-	if overlay != "local" {
+	drop, without := strings.CutPrefix(overlay, withoutPrefix)
+	if overlay != "local" && !without {
 		return filepath.Join(src, "overlays", overlay)
 	}
 	dst := filepath.Join(t.TempDir(), "k8s")
 	if err := os.CopyFS(dst, os.DirFS(src)); err != nil {
 		t.Fatal(err)
+	}
+	if without {
+		dir := filepath.Join(dst, "overlays", "gcp")
+		keep, err := gcpoverlay.Components(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Contains(keep, drop) {
+			t.Fatalf("%s: the gcp overlay has no component %s", overlay, drop)
+		}
+		if err := gcpoverlay.SelectComponents(dir, slices.DeleteFunc(keep, func(c string) bool { return c == drop })); err != nil {
+			t.Fatal(err)
+		}
+		return dir
 	}
 	dir := filepath.Join(dst, "overlays", "local")
 	if out, err := exec.CommandContext(t.Context(), "sh", filepath.Join(dir, "generate-secrets.sh")).CombinedOutput(); err != nil {

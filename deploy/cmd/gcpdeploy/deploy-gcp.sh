@@ -9,9 +9,11 @@
 #      Job) and pushes them to the project's Artifact Registry (docker
 #      buildx, else ko);
 #   4. renders deploy/k8s/overlays/gcp for the outputs into $BUILD (gcpdeploy
-#      render: settings, namespace, images; the committed overlay is untouched);
+#      render: settings, namespace, images, the components kept; the committed
+#      overlay is untouched);
 #   5. installs External Secrets Operator and cert-manager (helm) when they
-#      are missing (the overlay's SecretStores and Certificates need them);
+#      are missing and their component is on (the SecretStores and the
+#      Certificates need them);
 #   6. hands each database to its service's IAM user: a Job runs the
 #      ownership SQL as postgres through the Cloud SQL Auth Proxy, with a
 #      password set for the Job and replaced by an unknown one after it;
@@ -24,6 +26,9 @@
 #   BUILD        bin/gcp, the outputs, the rendered overlay and manifests
 #   TAG          image tag (default: the commit, plus a timestamp when dirty)
 #   SERVICES     the services to build (Makefile's SERVICES)
+#   COMPONENTS   the overlay's kustomize components to keep (deploy/k8s/components),
+#                e.g. "external-secrets managed-prometheus" for no TLS between
+#                the services; unset: all the overlay composes; empty: none
 #   ESO_VERSION  External Secrets Operator Helm chart version
 #   CERT_MANAGER_VERSION  cert-manager Helm chart version
 #   PLATFORM     image platform (linux/amd64: Autopilot's default nodes)
@@ -157,12 +162,18 @@ step "render deploy/k8s/overlays/gcp for $PROJECT into $BUILD"
 rm -rf "$BUILD/k8s"
 cp -R deploy/k8s "$BUILD/k8s"
 "$BUILD/gcpdeploy" render -outputs "$BUILD/outputs.json" -overlay "$BUILD/k8s/overlays/gcp" \
-  -tag "$TAG" -ownership-job "$BUILD/ownership-job.yaml"
+  -tag "$TAG" -ownership-job "$BUILD/ownership-job.yaml" ${COMPONENTS+-components "$COMPONENTS"}
+# What the rendered overlay composes decides what the cluster needs below.
+COMPONENTS=" $("$BUILD/gcpdeploy" components -overlay "$BUILD/k8s/overlays/gcp" | tr '\n' ' ')"
+component() { case "$COMPONENTS" in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
+echo "components:${COMPONENTS% }"
 kubectl kustomize "$BUILD/k8s/overlays/gcp" >"$BUILD/manifests.yaml"
 echo "wrote $BUILD/manifests.yaml and $BUILD/ownership-job.yaml"
 
 step "External Secrets Operator $ESO_VERSION"
-if helm status external-secrets -n external-secrets >/dev/null 2>&1; then
+if ! component external-secrets; then
+  echo "component external-secrets is off: not installed; create the Secret lossless-operator-tokens yourself (checked once the namespace exists)"
+elif helm status external-secrets -n external-secrets >/dev/null 2>&1; then
   echo "already installed (helm -n external-secrets list); upgrade it on your own schedule"
 else
   helm repo add external-secrets https://charts.external-secrets.io >/dev/null 2>&1 || true
@@ -177,12 +188,15 @@ else
 fi
 
 step "cert-manager $CERT_MANAGER_VERSION"
-# The overlay's tls/ Issuers and Certificates: without cert-manager's CRDs the
-# API server refuses them (deploy/apitest shows it). Chart defaults (no
+# The component tls-cert-manager's Issuers and Certificates: without
+# cert-manager's CRDs the API server refuses them (deploy/apitest shows it).
+# Not installed when the component is off. Chart defaults (no
 # requests: Autopilot bills each of its 3 pods at 0.5 vCPU and 2 GiB); the
 # leader-election lease in its own namespace, as Autopilot denies writes to
 # kube-system.
-if helm status cert-manager -n cert-manager >/dev/null 2>&1; then
+if ! component tls-cert-manager; then
+  echo "component tls-cert-manager is off: not installed; the services talk plaintext to each other (docs/deploy-gcp.md)"
+elif helm status cert-manager -n cert-manager >/dev/null 2>&1; then
   echo "already installed (helm -n cert-manager list); upgrade it on your own schedule"
 else
   helm repo add jetstack https://charts.jetstack.io >/dev/null 2>&1 || true
@@ -196,6 +210,11 @@ fi
 step "namespace $NAMESPACE"
 # Only the Namespace (selected by its Pod Security label): the Job below needs it first.
 kubectl apply -f "$BUILD/manifests.yaml" -l pod-security.kubernetes.io/enforce
+if ! component external-secrets; then
+  # Without External Secrets nothing writes it, and no pod starts without it.
+  kubectl -n "$NAMESPACE" get secret lossless-operator-tokens >/dev/null 2>&1 ||
+    die "component external-secrets is off and namespace $NAMESPACE has no Secret lossless-operator-tokens (a key per service, as ExternalSecret lossless-operator-tokens in deploy/k8s/components/external-secrets has them): create it first (docs/deploy-gcp.md, \"Deploying without TLS or another component\")"
+fi
 
 step "database ownership (Job db-owner, as postgres through the Auth Proxy)"
 password="$(openssl rand -hex 24)"

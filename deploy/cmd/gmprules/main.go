@@ -28,7 +28,7 @@ import (
 func main() {
 	alerts := flag.String("alerts", "compose/prometheus/alerts.yml", "Prometheus rule file")
 	prom := flag.String("prometheus", "compose/prometheus/prometheus.yml", "Prometheus configuration (its evaluation_interval)")
-	out := flag.String("o", "k8s/overlays/gcp/monitoring/rules.yaml", "output file")
+	out := flag.String("o", "k8s/components/managed-prometheus/rules.yaml", "output file")
 	flag.Parse()
 	if err := run(*alerts, *prom, *out); err != nil {
 		fmt.Fprintln(os.Stderr, "gmprules:", err)

@@ -13,7 +13,7 @@ import (
 const (
 	alertsFile     = "../../compose/prometheus/alerts.yml"
 	prometheusFile = "../../compose/prometheus/prometheus.yml"
-	rulesFile      = "../../k8s/overlays/gcp/monitoring/rules.yaml"
+	rulesFile      = "../../k8s/components/managed-prometheus/rules.yaml"
 )
 
 func read(t *testing.T, path string) []byte {

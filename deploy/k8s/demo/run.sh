@@ -61,6 +61,13 @@ gcp)
     *) die "workorder runs $wo, not <registry>/workorder:<tag>: set DEMO_IMAGE" ;;
     esac
   fi
+  # Deployed without the tls-cert-manager component: no CA to trust,
+  # workorder serves plain HTTP.
+  tls=1
+  if ! kubectl -n "$namespace" get secret workorder-tls >/dev/null 2>&1; then
+    tls=0
+    echo "demo-gcp: no Secret workorder-tls (deployed without the tls-cert-manager component): plain HTTP"
+  fi
   ;;
 *)
   die "usage: run.sh local|gcp"
@@ -109,6 +116,20 @@ yq() { printf "'%s'" "${1//\'/\'\'}"; } # a YAML single-quoted scalar
     echo "                env:"
     echo "                  - name: WORKORDER_AUDIENCE"
     echo "                    value: $(yq "$audience")"
+    if [ "$tls" = 0 ]; then
+      echo "                  - name: WORKORDER_URL"
+      echo "                    value: http://workorder:8080"
+      echo "                  - name: WORKORDER_ADMIN_URL"
+      echo "                    value: http://workorder:8180"
+      echo "                  - name: TLS_CA_FILE"
+      echo "                    \$patch: delete"
+      echo "                volumeMounts:"
+      echo "                  - mountPath: /etc/lossless/tls"
+      echo "                    \$patch: delete"
+      echo "            volumes:"
+      echo "              - name: ca"
+      echo "                \$patch: delete"
+    fi
     echo "  - target: {kind: ServiceAccount, name: demo}"
     echo "    patch: |-"
     echo "      - op: replace"

@@ -20,7 +20,8 @@ const settingsHeader = `# Written by deploy/cmd/gcpdeploy from ` + "`terraform o
 `
 
 // Render writes the overlay in dir (a copy of deploy/k8s/overlays/gcp, next
-// to its base) for the outputs: settings.yaml from k8s_gcp_settings, which
+// to its base and the components; the components it composes are edited
+// too, so copy the whole of deploy/k8s) for the outputs: settings.yaml from k8s_gcp_settings, which
 // must have exactly the keys of the settings.yaml it replaces (each is a
 // replacement's source in kustomization.yaml), and in
 // kustomization.yaml the namespace (output namespace: Workload Identity binds
@@ -117,8 +118,9 @@ data: {}
 // committedDomain is the service DNS suffix of the committed namespace.
 const committedDomain = ".lossless.svc"
 
-// renameServiceDomains rewrites <service>.lossless.svc in the overlay's
-// files (the certificates' DNS names) to the output namespace's domain:
+// renameServiceDomains rewrites <service>.lossless.svc in the files of the
+// overlay and of the components it composes (the certificates' DNS names,
+// components/tls-cert-manager) to the output namespace's domain:
 // kustomize's namespace field renames objects, not the names written inside
 // their fields, and a certificate for the wrong domain fails every TLS
 // handshake by name.
@@ -126,14 +128,24 @@ func renameServiceDomains(dir, namespace string) error {
 	if namespace == "" {
 		return fmt.Errorf("render: empty namespace")
 	}
-	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() || (filepath.Ext(p) != ".yaml" && filepath.Ext(p) != ".yml") {
+	components, err := componentDirs(dir)
+	if err != nil {
+		return err
+	}
+	for _, root := range append([]string{dir}, components...) {
+		err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() || (filepath.Ext(p) != ".yaml" && filepath.Ext(p) != ".yml") {
+				return err
+			}
+			b, err := os.ReadFile(p)
+			if err != nil || !strings.Contains(string(b), committedDomain) {
+				return err
+			}
+			return os.WriteFile(p, []byte(strings.ReplaceAll(string(b), committedDomain, "."+namespace+".svc")), 0o644)
+		})
+		if err != nil {
 			return err
 		}
-		b, err := os.ReadFile(p)
-		if err != nil || !strings.Contains(string(b), committedDomain) {
-			return err
-		}
-		return os.WriteFile(p, []byte(strings.ReplaceAll(string(b), committedDomain, "."+namespace+".svc")), 0o644)
-	})
+	}
+	return nil
 }
