@@ -92,10 +92,15 @@ func TestAPIServerAcceptsEveryOverlay(t *testing.T) {
 			if !slices.Equal(got, want) {
 				t.Errorf("overlay %s: the API server applied\n%v\nthe render has\n%v", o, got, want)
 			}
-			// The demo Job beside it, as make demo-kind / demo-gcp apply it.
-			demo := renderDemo(t, b.Kubectl, o)
+			// The demo Job beside it, as make demo-kind / demo-gcp apply it
+			// (demo/gcp beside every gcp render, with or without components).
+			variant := o
+			if strings.HasPrefix(o, "gcp") {
+				variant = "gcp"
+			}
+			demo := renderDemo(t, b.Kubectl, variant)
 			if out, err := s.Kubectl(t.Context(), demo, "apply", "--server-side", "--field-manager=apitest", "-f", "-"); err != nil {
-				t.Fatalf("demo/%s is not accepted by kube-apiserver: %v\n%s", o, err, out)
+				t.Fatalf("demo/%s is not accepted by kube-apiserver beside %s: %v\n%s", variant, o, err, out)
 			}
 		})
 	}
