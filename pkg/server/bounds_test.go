@@ -313,6 +313,27 @@ func (j *jwksIssuer) publish(key *rsa.PrivateKey, kid string) {
 	j.keys = append(j.keys, jose.JSONWebKey{Key: &key.PublicKey, KeyID: kid, Algorithm: "RS256", Use: "sig"})
 }
 
+// verifier is a verifier of j's keys on a clock the test advances, and a
+// minter of tokens for it, a new subject each time (none is answered from
+// the verdicts), valid for an hour.
+func (j *jwksIssuer) verifier(t *testing.T) (v *server.OIDCVerifier, advance func(time.Duration), tokenBy func(*rsa.PrivateKey, string) string) {
+	t.Helper()
+	v, err := server.NewOIDCVerifier(server.OIDCConfig{Issuer: j.url, Audience: "orders", JWKSURL: j.url}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	now := time.Now()
+	server.SetClock(v, func() time.Time { mu.Lock(); defer mu.Unlock(); return now })
+	exp := now.Add(time.Hour)
+	sub := 0
+	return v, func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() },
+		func(key *rsa.PrivateKey, kid string) string {
+			sub++
+			return mint(t, newSigner(t, key, kid), j.url, "alice-"+strconv.Itoa(sub), "orders", exp)
+		}
+}
+
 func rsaKey(t *testing.T) *rsa.PrivateKey {
 	t.Helper()
 	k, err := rsa.GenerateKey(rand.Reader, 2048)
@@ -330,21 +351,8 @@ func TestUnknownKeysRefetchTheKeySetAtMostOncePerInterval(t *testing.T) {
 	j := newJWKSIssuer(t)
 	k1, k2, stranger := rsaKey(t), rsaKey(t), rsaKey(t)
 	j.publish(k1, "k1")
-	v, err := server.NewOIDCVerifier(server.OIDCConfig{Issuer: j.url, Audience: "orders", JWKSURL: j.url}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	now := time.Now()
-	server.SetClock(v, func() time.Time { mu.Lock(); defer mu.Unlock(); return now })
-	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	v, advance, tokenBy := j.verifier(t)
 	ctx := context.Background()
-	exp := now.Add(time.Hour)
-	sub := 0
-	tokenBy := func(key *rsa.PrivateKey, kid string) string {
-		sub++ // a new token each time: none is answered from the verdicts
-		return mint(t, newSigner(t, key, kid), j.url, "alice-"+strconv.Itoa(sub), "orders", exp)
-	}
 
 	if _, err := v.Authenticate(ctx, tokenBy(k1, "k1")); err != nil {
 		t.Fatalf("valid token: %v", err)
@@ -385,29 +393,15 @@ func TestUnknownKeyWhileTheIssuerIsDownIsUnavailable(t *testing.T) {
 	j := newJWKSIssuer(t)
 	k1, k2 := rsaKey(t), rsaKey(t)
 	j.publish(k1, "k1")
-	v, err := server.NewOIDCVerifier(server.OIDCConfig{Issuer: j.url, Audience: "orders", JWKSURL: j.url}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	now := time.Now()
-	server.SetClock(v, func() time.Time { mu.Lock(); defer mu.Unlock(); return now })
+	v, advance, tokenBy := j.verifier(t)
 	ctx := context.Background()
-	exp := now.Add(time.Hour)
-	sub := 0
-	tokenBy := func(key *rsa.PrivateKey, kid string) string {
-		sub++
-		return mint(t, newSigner(t, key, kid), j.url, "alice-"+strconv.Itoa(sub), "orders", exp)
-	}
 	if _, err := v.Authenticate(ctx, tokenBy(k1, "k1")); err != nil {
 		t.Fatalf("valid token: %v", err)
 	}
 	j.mu.Lock()
 	j.down = true
 	j.mu.Unlock()
-	mu.Lock()
-	now = now.Add(server.KeyRefetchInterval)
-	mu.Unlock()
+	advance(server.KeyRefetchInterval)
 	for range 2 { // the failed fetch, then the throttled window after it
 		if _, err := v.Authenticate(ctx, tokenBy(k2, "k2")); status.Code(err) != codes.Unavailable {
 			t.Fatalf("unknown key, issuer down: %v, want UNAVAILABLE", err)
