@@ -434,14 +434,19 @@ func produce(b *testing.B, pool *pgxpool.Pool, qDone, qCommitTimes string, d tim
 	secs := time.Since(start).Seconds()
 	ran := t.n.Load()
 	n := len(inserted) * contChunk
+	// The draws' own rate: a Poisson count over d strays from rate by a
+	// few per cent (600 chunks at 2,000 jobs/s for 30 s: one standard
+	// deviation is 4 %), which is the arrivals, not the producer.
+	scheduled := float64(n) / d.Seconds()
 	t.setWant(n)
 	t.wait(b, "continuous")
 	benchkit.WaitCount(b, pool, qDone, n, donePoll, stall)
 	return contResult{
-		inserted:   n,
-		insertRate: float64(n) / secs,
-		ran:        float64(ran) / secs,
-		latencies:  latencies(inserted, commitTimes(b, pool, qCommitTimes, n)),
+		inserted:      n,
+		scheduledRate: scheduled,
+		insertRate:    float64(n) / secs,
+		ran:           float64(ran) / secs,
+		latencies:     latencies(inserted, commitTimes(b, pool, qCommitTimes, n)),
 	}
 }
 
@@ -449,10 +454,13 @@ func produce(b *testing.B, pool *pgxpool.Pool, qDone, qCommitTimes string, d tim
 // rate and the handlers' rate during it (jobs/s), and each job's completion
 // latency.
 type contResult struct {
-	inserted          int
-	insertRate, ran   float64
-	latencies         []time.Duration
-	p50, p99, meanLat time.Duration
+	inserted int
+	// scheduledRate is the rate the Poisson draws asked for over the run,
+	// insertRate the producer's achieved one: below it, the producer fell
+	// behind its schedule.
+	scheduledRate, insertRate, ran float64
+	latencies                      []time.Duration
+	p50, p99, meanLat              time.Duration
 }
 
 // commitTimes reads the n jobs' completion commit times in insert order.
@@ -699,8 +707,9 @@ func BenchmarkB3_LeaseQueueVsRiver(b *testing.B) {
 					side string
 					res  contResult
 				}{{riverSide, cr}, {leasequeueSide, cl}} {
-					if c.res.insertRate < 0.95*float64(rate) {
-						b.Errorf("B3 workers=%d round %d: the producer inserted %.0f jobs/s into %s, under LOSSLESS_B3_RATE=%d: lower it", w, round, c.res.insertRate, c.side, rate)
+					if c.res.insertRate < 0.95*c.res.scheduledRate {
+						b.Errorf("B3 workers=%d round %d: the producer inserted %.0f jobs/s into %s, behind its schedule's %.0f (LOSSLESS_B3_RATE=%d): lower it",
+							w, round, c.res.insertRate, c.side, c.res.scheduledRate, rate)
 					}
 					// A side that falls behind builds a backlog: its latency is then the
 					// backlog's age, not the rate's, and the comparison is void.
