@@ -65,6 +65,32 @@ func decodeStatus(t *testing.T, body []byte) gatewayStatus {
 	return st
 }
 
+// Request headers beyond what the gateway could forward under the gRPC
+// header-list limit are refused with 431 before any handler runs; headers
+// of half the limit pass.
+func TestOversizeHeadersAre431(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, tc := range []struct {
+		bytes int
+		want  int
+	}{
+		{server.DefaultMaxHeaderListBytes + 1024, http.StatusRequestHeaderFieldsTooLarge},
+		{server.DefaultMaxHeaderListBytes / 2, http.StatusOK},
+	} {
+		req, _ := http.NewRequestWithContext(context.Background(), http.MethodPut, b.base+"/v1/orders",
+			strings.NewReader(`{"customer_id": "c1", "quantity": 1}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Pad", strings.Repeat("p", tc.bytes))
+		if resp, body := doHTTP(t, req); resp.StatusCode != tc.want {
+			t.Fatalf("%d bytes of headers: HTTP %d, want %d: %.300s", tc.bytes, resp.StatusCode, tc.want, body)
+		}
+	}
+	if n := b.fake.calls.Load(); n != 1 {
+		t.Fatalf("handler ran %d times, want once (the request under the limit)", n)
+	}
+}
+
 // A body over the limit is refused with 413 and the gateway's JSON error,
 // whether its size is declared (Content-Length) or only discovered while
 // reading (chunked); the handler never runs.

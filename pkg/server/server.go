@@ -576,10 +576,19 @@ func (s *Server) newGatewayMux() *runtime.ServeMux {
 	}, s.opts.muxOpts...)...)
 }
 
+// httpHeaderHeadroom is what an HTTP request's headers leave of the gRPC
+// header-list limit: net/http reads up to 4 KiB beyond MaxHeaderBytes, and
+// the gateway adds its own metadata (forwarded-for, its mark, the path).
+const httpHeaderHeadroom = 8 << 10
+
 // newHTTPServer serves h with every bound of Config and the TLS.
 func (s *Server) newHTTPServer(h http.Handler, component string) *http.Server {
 	srv := &http.Server{
-		Handler:           s.boundHTTP(h),
+		Handler: s.boundHTTP(h),
+		// Under the gRPC header-list limit the gateway forwards into, with
+		// room for what it adds and net/http's own 4 KiB of slack: an
+		// oversize request is 431 here, not a failed forward (500).
+		MaxHeaderBytes:    s.cfg.GRPC.WithDefaults().MaxHeaderListBytes - httpHeaderHeadroom,
 		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
 		ReadTimeout:       s.cfg.ReadTimeout,
 		WriteTimeout:      s.cfg.WriteTimeout,
