@@ -391,6 +391,10 @@ apitest: kube-apiserver ## Apply both Kubernetes overlays server-side to a real 
 # The version .github/workflows' linter runs at, in `make actionlint` and .ci/run.
 ACTIONLINT_VERSION ?= v1.7.12
 
+.PHONY: shellcheck
+shellcheck: ## Check every shell script (the deploy scripts, the model check, .ci/run) with ShellCheck.
+	shellcheck .ci/run $$(git ls-files '*.sh')
+
 .PHONY: actionlint
 actionlint: ## Lint every GitHub workflow (.github/workflows) with actionlint (run through the Go module proxy).
 	$(GO) run github.com/rhysd/actionlint/cmd/actionlint@$(ACTIONLINT_VERSION)

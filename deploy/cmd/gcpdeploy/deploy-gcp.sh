@@ -78,7 +78,7 @@ echo "project $PROJECT, cluster $CLUSTER in $REGION, namespace $NAMESPACE, image
 # `kubectl wait --for=condition=complete` alone waits out its timeout on a
 # Job that already failed.
 wait_jobs() {
-  local what="$1" deadline=$((SECONDS + $2)) job state pending
+  local what="$1" minutes=$(($2 / 60)) deadline=$((SECONDS + $2)) job state pending
   shift 2
   [ "$#" -gt 0 ] || die "$what: no Job to wait for"
   while :; do
@@ -96,7 +96,7 @@ wait_jobs() {
     [ "$pending" -gt 0 ] || return 0
     [ "$SECONDS" -lt "$deadline" ] || {
       kubectl -n "$NAMESPACE" describe "$@" >&2 || true
-      die "$what did not finish within $(($2 / 60)) minutes (docs/deploy-gcp.md, \"When a step fails\")"
+      die "$what did not finish within $minutes minutes (docs/deploy-gcp.md, \"When a step fails\")"
     }
     sleep 5
   done
@@ -190,10 +190,11 @@ fi
 step "cert-manager $CERT_MANAGER_VERSION"
 # The component tls-cert-manager's Issuers and Certificates: without
 # cert-manager's CRDs the API server refuses them (deploy/apitest shows it).
-# Not installed when the component is off. Chart defaults (no
-# requests: Autopilot bills each of its 3 pods at 0.5 vCPU and 2 GiB); the
-# leader-election lease in its own namespace, as Autopilot denies writes to
-# kube-system.
+# Not installed when the component is off. Requests set, as for External
+# Secrets: the chart requests nothing, and Autopilot bills such a pod at
+# 0.5 vCPU and 2 GiB (and sets limits equal to requests: raise them for a
+# cluster with many certificates). The leader-election lease in its own
+# namespace, as Autopilot denies writes to kube-system.
 if ! component tls-cert-manager; then
   echo "component tls-cert-manager is off: not installed; the services talk plaintext to each other (docs/deploy-gcp.md)"
 elif helm status cert-manager -n cert-manager >/dev/null 2>&1; then
@@ -204,6 +205,10 @@ else
   helm install cert-manager jetstack/cert-manager -n cert-manager --create-namespace \
     --version "$CERT_MANAGER_VERSION" --set crds.enabled=true \
     --set global.leaderElection.namespace=cert-manager \
+    --set resources.requests.cpu=50m --set resources.requests.memory=128Mi \
+    --set webhook.resources.requests.cpu=50m --set webhook.resources.requests.memory=64Mi \
+    --set cainjector.resources.requests.cpu=50m --set cainjector.resources.requests.memory=128Mi \
+    --set startupapicheck.resources.requests.cpu=50m --set startupapicheck.resources.requests.memory=64Mi \
     --wait --timeout 10m
 fi
 
@@ -239,7 +244,8 @@ kubectl apply -f "$BUILD/manifests.yaml"
 
 step "wait: migrate Jobs, then the rollouts"
 # No provision Jobs on GCP: Terraform created the Pub/Sub topology.
-wait_jobs "the migrate Jobs" 900 $(kubectl -n "$NAMESPACE" get job -l app.kubernetes.io/component=migrate -o name)
+mapfile -t migrate_jobs < <(kubectl -n "$NAMESPACE" get job -l app.kubernetes.io/component=migrate -o name)
+wait_jobs "the migrate Jobs" 900 "${migrate_jobs[@]}"
 for d in $(kubectl -n "$NAMESPACE" get deploy -o name); do
   kubectl -n "$NAMESPACE" rollout status "$d" --timeout=10m
 done
