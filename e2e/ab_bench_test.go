@@ -19,6 +19,7 @@ type abSide struct {
 	capacity, p50, p99             float64 // orders/s; ms at 50 % load
 	commits, statements, rtts, cpu float64 // per order over the capacity probe (cpu: ms, the machine's)
 	writeXacts, flushes            float64 // per order over the capacity probe: commit records, WAL fsyncs (wal_bench_test.go)
+	durable                        float64 // per order: the commit records of transactions that wrote data (not wake-ups)
 }
 
 // abMetrics name the figures, in report order.
@@ -31,6 +32,7 @@ var abMetrics = []struct {
 	{"p99_50pct", func(s abSide) float64 { return s.p99 }},
 	{"commits", func(s abSide) float64 { return s.commits }},
 	{"write_xacts", func(s abSide) float64 { return s.writeXacts }},
+	{"durable_xacts", func(s abSide) float64 { return s.durable }},
 	{"wal_flushes", func(s abSide) float64 { return s.flushes }},
 	{"statements", func(s abSide) float64 { return s.statements }},
 	{"round_trips", func(s abSide) float64 { return s.rtts }},
@@ -90,8 +92,8 @@ func BenchmarkAB_Capacity(b *testing.B) {
 				i := k ^ (r % 2)
 				s := abMeasure(ctx, b, dirs[i], server, capN, duration)
 				sides[i][r] = s
-				fmt.Fprintf(os.Stderr, "AB round %d %s: capacity %.1f orders/s, 50%% load p50 %.1f ms p99 %.1f ms; per order: %.2f commits (%.2f writing, %.2f WAL flushes), %.1f statements, %.1f round trips, %.1f ms CPU\n",
-					r, names[i], s.capacity, s.p50, s.p99, s.commits, s.writeXacts, s.flushes, s.statements, s.rtts, s.cpu)
+				fmt.Fprintf(os.Stderr, "AB round %d %s: capacity %.1f orders/s, 50%% load p50 %.1f ms p99 %.1f ms; per order: %.2f commits (%.2f writing, %.2f durable, %.2f WAL flushes), %.1f statements, %.1f round trips, %.1f ms CPU\n",
+					r, names[i], s.capacity, s.p50, s.p99, s.commits, s.writeXacts, s.durable, s.flushes, s.statements, s.rtts, s.cpu)
 			}
 		}
 		var sb strings.Builder
@@ -118,12 +120,12 @@ func BenchmarkAB_Capacity(b *testing.B) {
 		fmt.Fprint(os.Stderr, sb.String())
 		b.Logf("B/A medians on stderr; capacity B/A %.3f", benchkit.Median(abRatios(sides, 0)))
 		if dir := os.Getenv("LOSSLESS_BENCH_DATA"); dir != "" {
-			recs := [][]string{{"round", "side", "capacity_orders_per_s", "p50_ms_50pct", "p99_ms_50pct", "commits_per_order", "write_xacts_per_order", "wal_flushes_per_order", "statements_per_order", "round_trips_per_order", "cpu_ms_per_order"}}
+			recs := [][]string{{"round", "side", "capacity_orders_per_s", "p50_ms_50pct", "p99_ms_50pct", "commits_per_order", "write_xacts_per_order", "durable_xacts_per_order", "wal_flushes_per_order", "statements_per_order", "round_trips_per_order", "cpu_ms_per_order"}}
 			for r := range rounds {
 				for i := range dirs {
 					s := sides[i][r]
 					recs = append(recs, []string{fmt.Sprint(r), names[i], fmt.Sprintf("%.2f", s.capacity), fmt.Sprintf("%.2f", s.p50), fmt.Sprintf("%.2f", s.p99),
-						fmt.Sprintf("%.3f", s.commits), fmt.Sprintf("%.3f", s.writeXacts), fmt.Sprintf("%.3f", s.flushes), fmt.Sprintf("%.3f", s.statements), fmt.Sprintf("%.3f", s.rtts), fmt.Sprintf("%.3f", s.cpu)})
+						fmt.Sprintf("%.3f", s.commits), fmt.Sprintf("%.3f", s.writeXacts), fmt.Sprintf("%.3f", s.durable), fmt.Sprintf("%.3f", s.flushes), fmt.Sprintf("%.3f", s.statements), fmt.Sprintf("%.3f", s.rtts), fmt.Sprintf("%.3f", s.cpu)})
 				}
 			}
 			if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -188,6 +190,7 @@ func abMeasure(ctx context.Context, b *testing.B, binDir, server string, capN in
 	}
 	wal := walSince(ctx, b, server, walBefore)
 	s.writeXacts, s.flushes = perOrder(wal.writeXacts, capRes.Invoiced), float64(wal.flushes)/float64(capRes.Invoiced)
+	s.durable = perOrder(wal.durable, capRes.Invoiced)
 	s.cpu = b5Ms(cpu[b5CPUMachine]) / float64(capRes.Invoiced)
 	s.capacity = b5Sustained(b, dbs.times(ctx, b, capRes.OrderIDs))
 

@@ -196,8 +196,17 @@ func BenchmarkB5_EndToEndLatency(b *testing.B) {
 		// records) and WAL flushes per order; the read-only transactions
 		// are commits/order less the first.
 		b.ReportMetric(perOrder(wal.writeXacts, capRes.Invoiced), "write_xacts/order")
+		// Of those, the durable steps and the wake-ups (NOTIFYs on their own,
+		// synchronous_commit off: walWakeUp).
+		b.ReportMetric(perOrder(wal.durable, capRes.Invoiced), "durable_xacts/order")
+		b.ReportMetric(perOrder(wal.wakeUps, capRes.Invoiced), "wakeup_xacts/order")
 		b.ReportMetric(float64(wal.flushes)/float64(capRes.Invoiced), "wal_flushes/order")
 		b.ReportMetric(commitsPerOrder-perOrder(wal.writeXacts, capRes.Invoiced), "read_only_xacts/order")
+		if wal.shapes != nil {
+			for svc, n := range walShapesByService(wal.shapes, dbs.names) {
+				b.ReportMetric(perOrder(n, capRes.Invoiced), "write_xacts/order_db_"+svc)
+			}
+		}
 		b.ReportMetric(capRatio, "capacity/commit_bound")
 		b.ReportMetric(b5Ms(floor), "floor_ms")
 		for _, k := range append(b5CPUGroups(cpu), b5CPUMachine) {
@@ -238,6 +247,10 @@ func BenchmarkB5_EndToEndLatency(b *testing.B) {
 		fmt.Fprintf(&tbl, "\n%s", b5CPUTable(cpu, capRes.Invoiced, cpuAfter.at.Sub(cpuBefore.at)))
 		if hopCost != nil {
 			fmt.Fprintf(&tbl, "\nCapacity probe, per order by stage and service database (pg_stat_statements, pg_stat_database; e2e/hopcost_bench_test.go):\n%s", b5HopCostTable(hopCost))
+		}
+		if wal.shapes != nil {
+			fmt.Fprintf(&tbl, "\nCapacity probe, write transactions (commit records in the WAL) per order by what each wrote (e2e/walshape_bench_test.go):\n%s",
+				walShapeTable(wal.shapes, dbs.names, capRes.Invoiced))
 		}
 		b5ProfileTops(ctx, b, profiles)
 		for _, p := range profiles {

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"os/exec"
 	"path/filepath"
@@ -52,6 +53,13 @@ type walMark struct {
 // records; -1 when pg_waldump could not read the span) and WAL flushes.
 type walCost struct {
 	writeXacts, flushes, writes int64
+	// shapes: the write transactions by database and tables written
+	// (walshape_bench_test.go); nil when they could not be read.
+	shapes []walShape
+	// wakeUps: the write transactions that are NOTIFYs on their own
+	// (walWakeUp); durable: the others, each a step that waited for its
+	// flush. Both -1 without shapes.
+	wakeUps, durable int64
 }
 
 func walMarkNow(ctx context.Context, b testing.TB, server string) walMark {
@@ -93,7 +101,7 @@ func walSince(ctx context.Context, b testing.TB, server string, before walMark) 
 	if _, err := conn.Exec(ctx, `SELECT pg_switch_wal()`); err != nil {
 		b.Fatal(err)
 	}
-	c := walCost{writeXacts: -1, flushes: after.syncs - before.syncs, writes: after.writes - before.writes}
+	c := walCost{writeXacts: -1, wakeUps: -1, durable: -1, flushes: after.syncs - before.syncs, writes: after.writes - before.writes}
 	var dataDir string
 	if err := conn.QueryRow(ctx, `SHOW data_directory`).Scan(&dataDir); err != nil {
 		b.Logf("WAL: data_directory not readable (%v): write transactions not counted", err)
@@ -116,6 +124,19 @@ func walSince(ctx context.Context, b testing.TB, server string, before walMark) 
 		return c
 	}
 	c.writeXacts = n
+	shapes, err := walShapesOf(ctx, server, tool, filepath.Join(dataDir, "pg_wal"), before.lsn, after.lsn)
+	if err != nil {
+		b.Logf("WAL: write transactions by shape not read: %v", err)
+		return c
+	}
+	c.shapes = shapes
+	c.wakeUps = 0
+	for _, sh := range shapes {
+		if sh.tables == walWakeUp {
+			c.wakeUps += sh.n
+		}
+	}
+	c.durable = c.writeXacts - c.wakeUps
 	return c
 }
 
@@ -177,8 +198,8 @@ func TestWALCost_CountsWriteTransactionsNotReadOnlyOnes(t *testing.T) {
 			_ = c.Close(context.WithoutCancel(ctx))
 		}
 	})
-	var fsync string
-	if err := conn.QueryRow(ctx, `SHOW fsync`).Scan(&fsync); err != nil {
+	var fsync, db string
+	if err := conn.QueryRow(ctx, `SELECT current_setting('fsync'), current_database()`).Scan(&fsync, &db); err != nil {
 		t.Fatal(err)
 	}
 	before := walMarkNow(ctx, t, server)
@@ -193,6 +214,35 @@ func TestWALCost_CountsWriteTransactionsNotReadOnlyOnes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Transactions that only lock a row (a commit record all the same), and
+	// ones whose insert is in a subtransaction: the shapes must say which.
+	const locks, nested = 3, 2
+	for range locks {
+		if err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, `SELECT n FROM `+table+` LIMIT 1 FOR UPDATE`)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Wake-ups as the services send them: a NOTIFY in a transaction of its
+	// own, synchronous_commit off (pkg/pgdb's qNotify).
+	const wakeUps = 4
+	for range wakeUps {
+		if _, err := conn.Exec(ctx, `SELECT set_config('synchronous_commit', 'off', true), pg_notify('wal_probe', '')`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range nested {
+		if err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			return pgx.BeginFunc(ctx, tx, func(sp pgx.Tx) error { // a savepoint
+				_, err := sp.Exec(ctx, `INSERT INTO `+table+` VALUES ($1)`, writes+i)
+				return err
+			})
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	// A backend reports its WAL counters at most once a second, and at its
 	// exit: closing it makes the span's flushes visible now (the benchmarks
 	// wait their statistics' settle instead).
@@ -203,12 +253,30 @@ func TestWALCost_CountsWriteTransactionsNotReadOnlyOnes(t *testing.T) {
 	// Other databases of the server may commit meanwhile (the package's
 	// tests share it), never fewer: at least the 20, and nowhere near the 70
 	// a count of every transaction would give when the server is otherwise idle.
-	if c.writeXacts < writes {
-		t.Fatalf("write transactions %d, want at least the %d inserts (pg_waldump must read the span)", c.writeXacts, writes)
+	if c.writeXacts < writes+locks+nested+wakeUps {
+		t.Fatalf("write transactions %d, want at least the %d inserts and %d lock-only and %d nested transactions (pg_waldump must read the span)",
+			c.writeXacts, writes, locks, nested)
+	}
+	// By shape: the probe table's, in this database, and nothing else of ours.
+	relname := strings.Trim(table, `"`)
+	got := map[string]int64{}
+	for _, sh := range c.shapes {
+		if sh.db == db && strings.Contains(sh.tables, relname) {
+			got[sh.tables] += sh.n
+		}
+	}
+	if want := map[string]int64{relname: writes + nested, relname + "(lock)": locks}; !maps.Equal(got, want) {
+		t.Fatalf("write transactions on %s by tables written = %v, want %v (all shapes: %v)", relname, got, want, c.shapes)
+	}
+	// Other tests of the package may notify meanwhile, never fewer.
+	if c.wakeUps < wakeUps || c.durable != c.writeXacts-c.wakeUps || c.durable < writes+locks+nested {
+		t.Fatalf("wake-ups %d (want at least %d), durable %d of %d write transactions (want at least %d)",
+			c.wakeUps, wakeUps, c.durable, c.writeXacts, writes+locks+nested)
 	}
 	// Without fsync (the tests' default server) the WAL is written, never synced.
 	if fsync == "on" && c.flushes < 1 {
 		t.Fatalf("WAL flushes %d over %d synchronous commits, want at least 1", c.flushes, writes)
 	}
-	t.Logf("%d inserts and %d reads: %d write transactions, %d WAL flushes, %d WAL writes", writes, reads, c.writeXacts, c.flushes, c.writes)
+	t.Logf("%d inserts and %d reads: %d write transactions (%d durable, %d wake-ups), %d WAL flushes, %d WAL writes",
+		writes, reads, c.writeXacts, c.durable, c.wakeUps, c.flushes, c.writes)
 }

@@ -44,7 +44,7 @@ func run(args []string) error {
 	data := fs.String("data", "", "directory of the benchmarks' CSV series (LOSSLESS_BENCH_DATA); empty: no plots")
 	out := fs.String("out", "bench/report.md", "report to write")
 	plots := fs.String("plots", "", "directory for the PNGs (default: plots/ next to -out)")
-	commit := fs.String("commit", "", "commit of the run (default: git rev-parse --short HEAD, -dirty when the tree has changes)")
+	commit := fs.String("commit", "", "commit of the run (default: git rev-parse --short HEAD, -dirty when the tree has changes besides the report, its plots, data and raw files)")
 	merge := fs.String("merge", "", "an earlier report: write it with the rows, Details and series of the benchmarks this run ran replaced (Merge), its other plots kept")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -182,7 +182,10 @@ func gitCommit() string {
 		return ""
 	}
 	c := strings.TrimSpace(string(head))
-	if st, err := exec.CommandContext(ctx, "git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(bytes.TrimSpace(st)) > 0 {
+	// The run's own outputs do not make it dirty: a benchmark merged into an
+	// existing report rewrites them before this reads the tree.
+	if st, err := exec.CommandContext(ctx, "git", "status", "--porcelain", "--untracked-files=no", "--", ":(top)",
+		":(top,exclude)bench/report.md", ":(top,exclude)bench/data", ":(top,exclude)bench/plots", ":(top,exclude)bench/raw*.json").Output(); err == nil && len(bytes.TrimSpace(st)) > 0 {
 		c += "-dirty"
 	}
 	return c
