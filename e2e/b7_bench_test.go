@@ -127,6 +127,7 @@ type b7Point struct {
 	capacity, probeRate float64
 	p50, p99            time.Duration
 	hopP50              []time.Duration    // by orderhop.Path
+	capHopP50           []time.Duration    // by orderhop.Path, over the capacity probe: where its orders queued
 	statements          map[string]float64 // per order, by service; nil without pg_stat_statements
 	commits             map[string]float64 // per order, by service
 	lowOrders           int
@@ -185,8 +186,12 @@ func b7Measure(ctx context.Context, b *testing.B, h *netfault.Harness, links []*
 		p.statements = b7PerOrder(b7Statements(ctx, b, server, dbs.names), nil, capRes.Invoiced)
 	}
 	p.commits = b7PerOrder(b7Commits(ctx, b, server, dbs.names), before, capRes.Invoiced)
-	p.capacity = b5Sustained(b, dbs.times(ctx, b, capRes.OrderIDs))
+	probed := dbs.times(ctx, b, capRes.OrderIDs)
+	p.capacity = b5Sustained(b, probed)
 	p.probeRate = capRes.InvoicedPerSec
+	for i := range orderhop.Path {
+		p.capHopP50 = append(p.capHopP50, b5Pct(b5HopLatencies(probed, i), 50))
+	}
 
 	rate := b7LowLoad * p.capacity
 	d := max(duration, time.Duration(float64(b7MinLowOrders)/rate*float64(time.Second)))
@@ -349,17 +354,27 @@ func b7Report(b *testing.B, points []b7Point, again *b7Point, linkNames []string
 		}
 		tbl.WriteString("\n")
 	}
-	fmt.Fprintf(&tbl, "\nper-hop p50 (ms) of the low-load runs:\n%-18s", "hop")
-	for _, p := range points {
-		fmt.Fprintf(&tbl, " %8s", p.label())
-	}
-	tbl.WriteString("\n")
-	for i, hop := range orderhop.Path {
-		fmt.Fprintf(&tbl, "%-18s", hop)
+	// The capacity probes' hops say which stage held the orders back at
+	// each distance: the one whose p50 grows most is the one that binds.
+	for _, t := range []struct {
+		what string
+		hops func(b7Point) []time.Duration
+	}{
+		{"the low-load runs", func(p b7Point) []time.Duration { return p.hopP50 }},
+		{"the capacity probes (the 0 ms one: the first run's)", func(p b7Point) []time.Duration { return p.capHopP50 }},
+	} {
+		fmt.Fprintf(&tbl, "\nper-hop p50 (ms) of %s:\n%-18s", t.what, "hop")
 		for _, p := range points {
-			fmt.Fprintf(&tbl, " %8.1f", b5Ms(p.hopP50[i]))
+			fmt.Fprintf(&tbl, " %8s", p.label())
 		}
 		tbl.WriteString("\n")
+		for i, hop := range orderhop.Path {
+			fmt.Fprintf(&tbl, "%-18s", hop)
+			for _, p := range points {
+				fmt.Fprintf(&tbl, " %8.1f", b5Ms(t.hops(p)[i]))
+			}
+			tbl.WriteString("\n")
+		}
 	}
 	fmt.Fprint(os.Stderr, tbl.String())
 
