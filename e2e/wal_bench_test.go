@@ -233,6 +233,24 @@ func TestWALCost_CountsWriteTransactionsNotReadOnlyOnes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// A savepoint rolled back inside a committed transaction: its insert is
+	// gone, the transaction's own insert counts.
+	const rolledBack = 1
+	if err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO `+table+` VALUES (-1)`); err != nil {
+			return err
+		}
+		sp, err := tx.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		if _, err := sp.Exec(ctx, `INSERT INTO `+table+` VALUES (-2)`); err != nil {
+			return err
+		}
+		return sp.Rollback(ctx)
+	}); err != nil {
+		t.Fatal(err)
+	}
 	for i := range nested {
 		if err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 			return pgx.BeginFunc(ctx, tx, func(sp pgx.Tx) error { // a savepoint
@@ -265,7 +283,7 @@ func TestWALCost_CountsWriteTransactionsNotReadOnlyOnes(t *testing.T) {
 			got[sh.tables] += sh.n
 		}
 	}
-	if want := map[string]int64{relname: writes + nested, relname + "(lock)": locks}; !maps.Equal(got, want) {
+	if want := map[string]int64{relname: writes + nested + rolledBack, relname + "(lock)": locks}; !maps.Equal(got, want) {
 		t.Fatalf("write transactions on %s by tables written = %v, want %v (all shapes: %v)", relname, got, want, c.shapes)
 	}
 	// Other tests of the package may notify meanwhile, never fewer.
