@@ -14,7 +14,8 @@ import (
 // id the later run ran, its Targets row and its Details section replace the
 // earlier ones; so do the Series and Tables sections of the files it wrote;
 // the Environment gains a row naming the later run (date, commit, fsync),
-// replacing one an earlier merge of the same ids wrote. Everything else
+// replacing one an earlier merge of the same ids wrote and dropping those of
+// earlier merges whose every id it ran again. Everything else
 // keeps the earlier run's text, so every figure still says which run it
 // came from.
 func Merge(earlier, later string, r *Run, meta Meta) (string, error) {
@@ -54,7 +55,8 @@ func Merge(earlier, later string, r *Run, meta Meta) (string, error) {
 			out = putSection(out, block, "### "+title+"\n", sec)
 		}
 	}
-	key := "| later run: " + strings.Join(ids, ", ") + " |"
+	key := laterRunPrefix + strings.Join(ids, ", ") + " |"
+	out = dropSuperseded(out, key, ids)
 	envRow := fmt.Sprintf("%s %s, commit %s, %s, PostgreSQL fsync %s (its rows, Details and series replace the run above's) |",
 		key, runDate(r), orDefault(meta.Commit, "unknown"), orDefault(r.Env["go"], orDefault(meta.GoVersion, "unknown")),
 		orDefault(r.Env["fsync"], "not stated"))
@@ -128,6 +130,25 @@ func line(md, prefix string) (string, bool) {
 }
 
 // replaceLine replaces the first line of md that starts with prefix.
+// laterRunPrefix starts an Environment row that names a later run.
+const laterRunPrefix = "| later run: "
+
+// dropSuperseded removes the Environment rows of earlier later runs whose
+// every benchmark ids ran again: none of their rows is left in the report.
+// The row of key (the same ids) stays, for replaceLine to update in place.
+func dropSuperseded(md, key string, ids []string) string {
+	ls := strings.Split(md, "\n")
+	out := ls[:0]
+	for _, l := range ls {
+		if named, _, ok := strings.Cut(strings.TrimPrefix(l, laterRunPrefix), " |"); ok && strings.HasPrefix(l, laterRunPrefix) && !strings.HasPrefix(l, key) &&
+			!slices.ContainsFunc(strings.Split(named, ", "), func(id string) bool { return !slices.Contains(ids, id) }) {
+			continue
+		}
+		out = append(out, l)
+	}
+	return strings.Join(out, "\n")
+}
+
 func replaceLine(md, prefix, with string) (string, bool) {
 	ls := strings.Split(md, "\n")
 	for i, l := range ls {

@@ -527,3 +527,28 @@ func TestRepoRelative_PathsUnderTheRepositoryAreWrittenFromItsRoot(t *testing.T)
 		t.Errorf("no root: changed the text to %q", got)
 	}
 }
+
+// A later run that ran again every benchmark of an earlier later run
+// replaces all of that run's rows, so the Environment stops naming it; a run
+// some of whose benchmarks were not run again stays named.
+func TestDropSuperseded_NamesOnlyTheRunsWhoseRowsAreLeft(t *testing.T) {
+	md := strings.Join([]string{
+		"| commit | abc1234 |",
+		"| later run: B1 | 06:13, commit 1111111 |",
+		"| later run: B2, B3 | 06:25, commit 2222222 |",
+		"| later run: B1, B2 | 07:00, commit 3333333 |",
+		"| later run: B5 | 08:14, commit 4444444 |",
+		"",
+	}, "\n")
+	got := dropSuperseded(md, "| later run: B1, B2 |", []string{"B1", "B2"})
+	want := strings.Join([]string{
+		"| commit | abc1234 |",
+		"| later run: B2, B3 | 06:25, commit 2222222 |",
+		"| later run: B1, B2 | 07:00, commit 3333333 |",
+		"| later run: B5 | 08:14, commit 4444444 |",
+		"",
+	}, "\n")
+	if got != want {
+		t.Fatalf("got\n%s\nwant\n%s", got, want)
+	}
+}
