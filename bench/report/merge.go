@@ -129,7 +129,6 @@ func line(md, prefix string) (string, bool) {
 	return "", false
 }
 
-// replaceLine replaces the first line of md that starts with prefix.
 // laterRunPrefix starts an Environment row that names a later run.
 const laterRunPrefix = "| later run: "
 
@@ -140,8 +139,9 @@ func dropSuperseded(md, key string, ids []string) string {
 	ls := strings.Split(md, "\n")
 	out := ls[:0]
 	for _, l := range ls {
-		if named, _, ok := strings.Cut(strings.TrimPrefix(l, laterRunPrefix), " |"); ok && strings.HasPrefix(l, laterRunPrefix) && !strings.HasPrefix(l, key) &&
-			!slices.ContainsFunc(strings.Split(named, ", "), func(id string) bool { return !slices.Contains(ids, id) }) {
+		rest, isRun := strings.CutPrefix(l, laterRunPrefix)
+		named, _, _ := strings.Cut(rest, " |")
+		if isRun && !strings.HasPrefix(l, key) && !slices.ContainsFunc(strings.Split(named, ", "), func(id string) bool { return !slices.Contains(ids, id) }) {
 			continue
 		}
 		out = append(out, l)
@@ -149,6 +149,7 @@ func dropSuperseded(md, key string, ids []string) string {
 	return strings.Join(out, "\n")
 }
 
+// replaceLine replaces the first line of md that starts with prefix.
 func replaceLine(md, prefix, with string) (string, bool) {
 	ls := strings.Split(md, "\n")
 	for i, l := range ls {

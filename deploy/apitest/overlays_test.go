@@ -265,10 +265,13 @@ func TestCRDStubsCoverEveryComponentsKinds(t *testing.T) {
 	}
 }
 
+// docSeparator is the line between two documents of a YAML stream.
+var docSeparator = regexp.MustCompile(`(?m)^---$`)
+
 // yamlDocs splits a YAML stream into its documents.
 func yamlDocs(b []byte) [][]byte {
 	var out [][]byte
-	for _, doc := range regexp.MustCompile(`(?m)^---$`).Split(string(b), -1) {
+	for _, doc := range docSeparator.Split(string(b), -1) {
 		out = append(out, []byte(doc))
 	}
 	return out
@@ -410,7 +413,7 @@ func render(t *testing.T, kubectl, overlay string) []byte {
 func objectRefs(t *testing.T, stream []byte) []string {
 	t.Helper()
 	var refs []string
-	for _, doc := range regexp.MustCompile(`(?m)^---$`).Split(string(stream), -1) {
+	for _, doc := range yamlDocs(stream) {
 		var obj struct {
 			APIVersion string `json:"apiVersion"`
 			Kind       string `json:"kind"`
@@ -418,7 +421,7 @@ func objectRefs(t *testing.T, stream []byte) []string {
 				Name string `json:"name"`
 			} `json:"metadata"`
 		}
-		if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
+		if err := yaml.Unmarshal(doc, &obj); err != nil {
 			t.Fatal(err)
 		}
 		if obj.Kind == "" {

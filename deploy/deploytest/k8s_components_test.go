@@ -48,10 +48,7 @@ func TestK8sComponentsAreComposedByTheGCPOverlay(t *testing.T) {
 		dirs = append(dirs, e.Name())
 		file := componentsDir + "/" + e.Name() + "/kustomization.yaml"
 		b := readRepoFile(t, file)
-		var k struct {
-			APIVersion string `json:"apiVersion"`
-			Kind       string `json:"kind"`
-		}
+		var k objectRef
 		if err := sigsyaml.Unmarshal(b, &k); err != nil {
 			t.Fatalf("%s: %v", file, err)
 		}
@@ -229,7 +226,19 @@ func podSecrets(p corev1.PodSpec) []string {
 	return out
 }
 
-// objectIDs are "<group>/<kind>/<name>" of the rendered objects, sorted.
+// objectRef is what identifies a Kubernetes object in a manifest.
+type objectRef struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Metadata   struct {
+		Name string `json:"name"`
+	} `json:"metadata"`
+}
+
+// id is "<group>/<kind>/<name>".
+func (o objectRef) id() string { return path.Dir(o.APIVersion) + "/" + o.Kind + "/" + o.Metadata.Name }
+
+// objectIDs are the ids of the rendered objects, sorted.
 func objectIDs(t *testing.T, r rendered) []string {
 	t.Helper()
 	var ids []string
@@ -238,49 +247,38 @@ func objectIDs(t *testing.T, r rendered) []string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var obj struct {
-			APIVersion string `json:"apiVersion"`
-			Kind       string `json:"kind"`
-			Metadata   struct {
-				Name string `json:"name"`
-			} `json:"metadata"`
-		}
+		var obj objectRef
 		if err := json.Unmarshal(b, &obj); err != nil {
 			t.Fatal(err)
 		}
-		ids = append(ids, path.Dir(obj.APIVersion)+"/"+obj.Kind+"/"+obj.Metadata.Name)
+		ids = append(ids, obj.id())
 	}
 	slices.Sort(ids)
 	return ids
 }
 
-// componentObjects are "<group>/<kind>/<name>" of the objects a
-// component's files declare (its patches' included).
+// componentObjects are the ids of the objects a component's files declare
+// (its patches' included).
 func componentObjects(t *testing.T, component string) []string {
 	t.Helper()
 	files, err := filepath.Glob(repoPath(t, componentsDir+"/"+component+"/*.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	docSeparator := regexp.MustCompile(`(?m)^---$`)
 	var ids []string
 	for _, f := range files {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, doc := range regexp.MustCompile(`(?m)^---$`).Split(string(b), -1) {
-			var obj struct {
-				APIVersion string `json:"apiVersion"`
-				Kind       string `json:"kind"`
-				Metadata   struct {
-					Name string `json:"name"`
-				} `json:"metadata"`
-			}
+		for _, doc := range docSeparator.Split(string(b), -1) {
+			var obj objectRef
 			if err := sigsyaml.Unmarshal([]byte(doc), &obj); err != nil {
 				t.Fatalf("%s: %v", f, err)
 			}
 			if obj.Kind != "" {
-				ids = append(ids, path.Dir(obj.APIVersion)+"/"+obj.Kind+"/"+obj.Metadata.Name)
+				ids = append(ids, obj.id())
 			}
 		}
 	}

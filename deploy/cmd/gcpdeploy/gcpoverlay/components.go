@@ -18,11 +18,16 @@ func Components(dir string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	return componentNames(paths), nil
+}
+
+// componentNames are the last path elements of the components' paths.
+func componentNames(paths []string) []string {
 	names := make([]string, len(paths))
 	for i, p := range paths {
 		names[i] = path.Base(p)
 	}
-	return names, nil
+	return names
 }
 
 // SelectComponents keeps in the overlay's `components:` only those named in
@@ -35,10 +40,7 @@ func SelectComponents(dir string, keep []string) error {
 	if err != nil {
 		return err
 	}
-	var have []string
-	for _, p := range paths {
-		have = append(have, path.Base(p))
-	}
+	have := componentNames(paths)
 	for _, name := range keep {
 		if !slices.Contains(have, name) {
 			return fmt.Errorf("components: the overlay %s has no component %q (it has %s)", dir, name, strings.Join(have, ", "))
