@@ -46,6 +46,10 @@ type Server struct {
 	URL        string
 	Kubeconfig string
 	kubectl    string
+	// cacheDir is kubectl's discovery cache for this server alone. The
+	// default one, under $HOME, is keyed by host and port: a later server on a
+	// reused port would be told of kinds it does not serve (for hours).
+	cacheDir string
 }
 
 // StartEtcd starts etcd and waits until it answers /health.
@@ -134,13 +138,13 @@ current-context: apitest
 	if err := os.WriteFile(kubeconfig, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return &Server{URL: url, Kubeconfig: kubeconfig, kubectl: b.Kubectl}
+	return &Server{URL: url, Kubeconfig: kubeconfig, kubectl: b.Kubectl, cacheDir: filepath.Join(dir, "kubectl-cache")}
 }
 
 // Kubectl runs kubectl against the server with stdin, returning its
 // combined output.
 func (s *Server) Kubectl(ctx context.Context, stdin []byte, args ...string) ([]byte, error) {
-	cmd := exec.CommandContext(ctx, s.kubectl, append([]string{"--kubeconfig=" + s.Kubeconfig}, args...)...)
+	cmd := exec.CommandContext(ctx, s.kubectl, append([]string{"--kubeconfig=" + s.Kubeconfig, "--cache-dir=" + s.cacheDir}, args...)...)
 	if stdin != nil {
 		cmd.Stdin = strings.NewReader(string(stdin))
 	}
