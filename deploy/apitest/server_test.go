@@ -15,9 +15,9 @@ import (
 // installed). Every Kubectl call caches under its own server's directory and
 // leaves $HOME alone. Not parallel: it points HOME at a directory of its own.
 func TestKubectlKeepsEachServersDiscoveryToItself(t *testing.T) {
+	b := binaries(t) // before HOME moves: it may find kube-apiserver in the user's cache
 	home := t.TempDir()
 	t.Setenv("HOME", home)
-	b := binaries(t)
 	s := StartServer(t, StartEtcd(t, b.Etcd), b, "/cache")
 	applyCRDStubs(t, s)
 	out, err := s.Kubectl(t.Context(), nil, "api-resources", "--api-group=cert-manager.io", "-o", "name")
