@@ -3,6 +3,7 @@ package serviceapp
 import (
 	"cmp"
 	"errors"
+	"fmt"
 
 	"github.com/lossless-dev/lossless/internal/envconfig"
 	"github.com/lossless-dev/lossless/internal/libenv"
@@ -49,7 +50,12 @@ type Common struct {
 	// Subscriber tunes the service's consumers
 	// (pubsub.DefaultSubscriberConfigFor(PubSub)): PUBSUB_MAX_BATCH_BYTES
 	// (default 16 MiB) bounds the message bytes of one batch handed to a
-	// consumer.
+	// consumer; PUBSUB_BATCH_CONCURRENCY (default 2, 1..maxBatchConcurrency)
+	// is each consumer's batches in flight, each holding a worker-pool
+	// connection for its transaction. A consumer applies a batch's messages
+	// in turn, two round trips each, so far from its database (B7,
+	// docs/performance.md) one loop takes at most 1 ÷ (2 × RTT) messages a
+	// second: raise it there, below DATABASE_WORKER_MAX_CONNS.
 	Subscriber pubsub.SubscriberConfig
 
 	// Auth authenticates the callers of the public API: AUTH_ISSUER and
@@ -116,8 +122,16 @@ func ReadCommon(r *envconfig.Reader, d Defaults) Common {
 	c.Telemetry.ProjectID = c.PubSub.ProjectID
 	c.Subscriber = pubsub.DefaultSubscriberConfigFor(c.PubSub)
 	c.Subscriber.MaxBatchBytes = r.Int("PUBSUB_MAX_BATCH_BYTES", c.Subscriber.MaxBatchBytes)
+	c.Subscriber.BatchConcurrency = r.Int(envBatchConcurrency, c.Subscriber.BatchConcurrency)
 	return c
 }
+
+// envBatchConcurrency and its bound: enough loops to hide 20 ms of round
+// trip at B5's capacity; beyond that the worker pool, not the loops, binds.
+const (
+	envBatchConcurrency = "PUBSUB_BATCH_CONCURRENCY"
+	maxBatchConcurrency = 64
+)
 
 // Validate reports settings that cannot work, naming the variable.
 func (c Common) Validate() error {
@@ -125,10 +139,19 @@ func (c Common) Validate() error {
 		c.Database.Validate(),
 		envconfig.Check(libenv.ServerEnvNames, c.Server.Validate()),
 		envconfig.Check("PUBSUB_*", c.PubSub.Validate()),
-		envconfig.Check("PUBSUB_MAX_BATCH_BYTES", c.Subscriber.Validate()),
+		envconfig.Check("PUBSUB_MAX_BATCH_BYTES, "+envBatchConcurrency, c.Subscriber.Validate()),
+		validateBatchConcurrency(c.Subscriber.BatchConcurrency),
 		c.Auth.Validate(),
 		c.Operators.Validate(c.Auth),
 		operator.ValidateToken(cmp.Or(c.OperatorTokenEnv, "the operator token"), c.OperatorToken),
 		c.Telemetry.Validate(),
 	)
+}
+
+// validateBatchConcurrency: 0 would silently mean pubsub's default.
+func validateBatchConcurrency(n int) error {
+	if n < 1 || n > maxBatchConcurrency {
+		return fmt.Errorf("%s: %d, want 1..%d", envBatchConcurrency, n, maxBatchConcurrency)
+	}
+	return nil
 }

@@ -26,6 +26,13 @@ func TestDefaultsAreValid(t *testing.T) {
 	if err != nil || c.Database.APIMaxConns != 2 || c.Database.WorkerMaxConns != 8 {
 		t.Fatalf("pool sizes from env: %v %+v", err, c.Database)
 	}
+	if c.Subscriber.BatchConcurrency != 2 {
+		t.Fatalf("batch concurrency default %d, want 2", c.Subscriber.BatchConcurrency)
+	}
+	c, err = config.FromEnv(envconfig.FromMap(map[string]string{"AUTH_ISSUER": "https://issuer.example", "AUTH_AUDIENCE": "billing", "AUTH_CLIENTS": "demo=*", "DATABASE_URL": "postgres://x", "PUBSUB_BATCH_CONCURRENCY": "8"}))
+	if err != nil || c.Subscriber.BatchConcurrency != 8 {
+		t.Fatalf("batch concurrency from env: %v %d", err, c.Subscriber.BatchConcurrency)
+	}
 }
 
 func TestErrorsNameTheVariable(t *testing.T) {
@@ -58,6 +65,15 @@ func TestErrorsNameTheVariable(t *testing.T) {
 	for _, name := range []string{"DATABASE_STATEMENT_TIMEOUT", "DATABASE_WORKER_MAX_CONNS"} {
 		if err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("error does not name %s: %v", name, err)
+		}
+	}
+	// 0 would silently mean the default, a negative count no loop at all.
+	for _, n := range []string{"0", "-1", "65"} {
+		_, err = config.FromEnv(envconfig.FromMap(map[string]string{
+			"AUTH_ISSUER": "https://issuer.example", "AUTH_AUDIENCE": "billing", "AUTH_CLIENTS": "demo=*", "DATABASE_URL": "postgres://x", "PUBSUB_BATCH_CONCURRENCY": n,
+		}))
+		if err == nil || !strings.Contains(err.Error(), "PUBSUB_BATCH_CONCURRENCY: "+n+", want 1..64") {
+			t.Errorf("PUBSUB_BATCH_CONCURRENCY=%s: %v", n, err)
 		}
 	}
 }

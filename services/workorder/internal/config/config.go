@@ -31,7 +31,8 @@ type Config struct {
 	// ":9090", HTTP_ADDR default ":8080", ADMIN_GRPC_ADDR ":9190",
 	// ADMIN_HTTP_ADDR ":8180"; the same TLS dials
 	// PROVIDER_ADDR), PUBSUB_* (PUBSUB_MAX_BATCH_BYTES bounds a batch of
-	// either consumer), AUTH_*, WORKORDER_OPERATOR_TOKEN (guards
+	// either consumer, PUBSUB_BATCH_CONCURRENCY their batches in flight),
+	// AUTH_*, WORKORDER_OPERATOR_TOKEN (guards
 	// WorkOrderAdminService and OperatorService) and the telemetry. Here
 	// DATABASE_PLAN_CACHE_MODE defaults to force_generic_plan, where the
 	// other services keep the server's auto: every statement of this
