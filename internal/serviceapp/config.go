@@ -50,7 +50,7 @@ type Common struct {
 	// Subscriber tunes the service's consumers
 	// (pubsub.DefaultSubscriberConfigFor(PubSub)): PUBSUB_MAX_BATCH_BYTES
 	// (default 16 MiB) bounds the message bytes of one batch handed to a
-	// consumer; PUBSUB_BATCH_CONCURRENCY (default 2, 1..maxBatchConcurrency)
+	// consumer; PUBSUB_BATCH_CONCURRENCY (default 2, at most maxBatchConcurrency)
 	// is each consumer's batches in flight, each holding a worker-pool
 	// connection for its transaction. A consumer applies a batch's messages
 	// in turn, two round trips each, so far from its database (B7,
@@ -148,10 +148,11 @@ func (c Common) Validate() error {
 	)
 }
 
-// validateBatchConcurrency: 0 would silently mean pubsub's default.
+// validateBatchConcurrency bounds the loops from above; pubsub refuses a
+// negative count, and 0 takes its default, as every zero field does.
 func validateBatchConcurrency(n int) error {
-	if n < 1 || n > maxBatchConcurrency {
-		return fmt.Errorf("%s: %d, want 1..%d", envBatchConcurrency, n, maxBatchConcurrency)
+	if n > maxBatchConcurrency {
+		return fmt.Errorf("%s: %d, want at most %d", envBatchConcurrency, n, maxBatchConcurrency)
 	}
 	return nil
 }
