@@ -126,8 +126,9 @@ func ReadCommon(r *envconfig.Reader, d Defaults) Common {
 	return c
 }
 
-// envBatchConcurrency and its bound: enough loops to hide 20 ms of round
-// trip at B5's capacity; beyond that the worker pool, not the loops, binds.
+// envBatchConcurrency and its bound: 20 ms of round trip at B5's capacity
+// (~240 orders/s) needs about 10 loops; far more would only queue for the
+// worker pool's connections.
 const (
 	envBatchConcurrency = "PUBSUB_BATCH_CONCURRENCY"
 	maxBatchConcurrency = 64
