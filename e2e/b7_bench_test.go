@@ -247,7 +247,7 @@ func b7ByService(ctx context.Context, b *testing.B, server, query string, dbName
 	var db string
 	var n int64
 	if _, err := pgx.ForEachRow(rows, []any{&db, &n}, func() error {
-		out[db[strings.LastIndex(db, "_")+1:]] = n
+		out[serviceOf(db)] = n
 		return nil
 	}); err != nil {
 		b.Fatal(err)

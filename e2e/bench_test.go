@@ -355,6 +355,10 @@ type b5DBs struct {
 	names                        []string // the databases' names on the server
 }
 
+// serviceOf is the service of one of b5DBs.names: the stack names its
+// databases <prefix>_<service>, and the figures are kept by service.
+func serviceOf(db string) string { return db[strings.LastIndex(db, "_")+1:] }
+
 func b5Open(ctx context.Context, b *testing.B, stack *localstack.Stack) *b5DBs {
 	b.Helper()
 	d := &b5DBs{}
@@ -822,10 +826,7 @@ func b5Statements(ctx context.Context, b *testing.B, serverDSN string, dbNames [
 		b.Fatal(err)
 	}
 	for i := range out {
-		// The databases are named <prefix><service>: keep the service.
-		if j := strings.LastIndex(out[i].db, "_"); j >= 0 {
-			out[i].db = out[i].db[j+1:]
-		}
+		out[i].db = serviceOf(out[i].db)
 	}
 	return out
 }

@@ -37,7 +37,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// Orders of the run: the issue asks for 200+.
+// Orders of the run: over 200, so that each fault knob hits many of them.
 const orders = 240
 
 func TestEndToEnd_EveryValidOrderInvoicedExactlyOnceUnderFaultsAndACrash(t *testing.T) {

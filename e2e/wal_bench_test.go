@@ -271,7 +271,8 @@ func TestWALCost_CountsWriteTransactionsNotReadOnlyOnes(t *testing.T) {
 	// Other databases of the server may commit meanwhile (the package's
 	// tests share it), never fewer: at least the 20, and nowhere near the 70
 	// a count of every transaction would give when the server is otherwise idle.
-	if durable := int64(writes + locks + nested + rolledBack); c.writeXacts < durable+wakeUps {
+	const durable = writes + locks + nested + rolledBack
+	if c.writeXacts < durable+wakeUps {
 		t.Fatalf("write transactions %d, want at least the %d that wrote or locked and the %d wake-ups (pg_waldump must read the span)",
 			c.writeXacts, durable, wakeUps)
 	}
@@ -287,9 +288,9 @@ func TestWALCost_CountsWriteTransactionsNotReadOnlyOnes(t *testing.T) {
 		t.Fatalf("write transactions on %s by tables written = %v, want %v (all shapes: %v)", relname, got, want, c.shapes)
 	}
 	// Other tests of the package may notify meanwhile, never fewer.
-	if c.wakeUps < wakeUps || c.durable < writes+locks+nested+rolledBack {
+	if c.wakeUps < wakeUps || c.durable < durable {
 		t.Fatalf("wake-ups %d (want at least %d), durable %d of %d write transactions (want at least %d)",
-			c.wakeUps, wakeUps, c.durable, c.writeXacts, writes+locks+nested+rolledBack)
+			c.wakeUps, wakeUps, c.durable, c.writeXacts, durable)
 	}
 	// Without fsync (the tests' default server) the WAL is written, never synced.
 	if fsync == "on" && c.flushes < 1 {

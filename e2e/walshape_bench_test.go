@@ -195,24 +195,21 @@ func walShapesOf(ctx context.Context, server, tool, walDir, from, to string) ([]
 	if err != nil {
 		return nil, err
 	}
+	// Best effort: a relation not named here shows as "rel <relfilenode>".
 	rels := map[string]string{}
 	for oid, name := range names {
 		c := cfg.Copy()
 		c.Database = name
 		dbConn, err := pgx.ConnectConfig(ctx, c)
 		if err != nil {
-			continue // named by oid in the shapes
+			continue
 		}
-		rows, err := dbConn.Query(ctx, walRelations)
-		if err == nil {
-			for rows.Next() {
-				var node, table string
-				if rows.Scan(&node, &table) == nil {
-					rels[oid+"/"+node] = table
-				}
-			}
-			rows.Close()
-		}
+		var node, table string
+		rows, _ := dbConn.Query(ctx, walRelations) // an error comes back from ForEachRow
+		_, _ = pgx.ForEachRow(rows, []any{&node, &table}, func() error {
+			rels[oid+"/"+node] = table
+			return nil
+		})
 		_ = dbConn.Close(ctx)
 	}
 	cmd := exec.CommandContext(ctx, tool, "-p", walDir, "-s", from, "-e", to)
@@ -230,18 +227,13 @@ func walShapesOf(ctx context.Context, server, tool, walDir, from, to string) ([]
 	return shapes, perr
 }
 
-// walService is a database's service: the part of its name after the last
-// "_" (the benchmarks' databases are <prefix>_<service>, as b7ByService
-// reads them).
-func walService(db string) string { return db[strings.LastIndex(db, "_")+1:] }
-
 // walShapesByService sums the shapes of each of dbNames' databases, keyed
 // by service.
 func walShapesByService(shapes []walShape, dbNames []string) map[string]int64 {
 	out := map[string]int64{}
 	for _, s := range shapes {
 		if slices.Contains(dbNames, s.db) {
-			out[walService(s.db)] += s.n
+			out[serviceOf(s.db)] += s.n
 		}
 	}
 	return out
@@ -261,7 +253,7 @@ func walShapeTable(shapes []walShape, dbNames []string, orders int) string {
 	byService := walShapesByService(shapes, dbNames)
 	fmt.Fprintf(&b, "%-14s %9s\n", "database", "xacts/ord")
 	for _, db := range dbNames {
-		fmt.Fprintf(&b, "%-14s %9.2f\n", walService(db), perOrder(byService[walService(db)], orders))
+		fmt.Fprintf(&b, "%-14s %9.2f\n", serviceOf(db), perOrder(byService[serviceOf(db)], orders))
 	}
 	fmt.Fprintf(&b, "%-14s %9.2f\n%-14s %9.2f\n\n", "others", perOrder(others, orders), "all", perOrder(total, orders))
 	fmt.Fprintf(&b, "%9s  %-14s %s\n", "xacts/ord", "database", "tables written ((lock): only locked)")
@@ -269,7 +261,7 @@ func walShapeTable(shapes []walShape, dbNames []string, orders int) string {
 		if per := perOrder(s.n, orders); per >= 0.01 {
 			db := s.db
 			if slices.Contains(dbNames, db) {
-				db = walService(db)
+				db = serviceOf(db)
 			} else if db == "" {
 				db = "?"
 			}
